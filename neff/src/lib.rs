@@ -1,0 +1,1 @@
+//! neff (see DESIGN.md)

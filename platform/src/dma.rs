@@ -1,0 +1,399 @@
+//! Host memory shared with a device, and its IOVA mappings.
+
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Page size backing a [`HostMem`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PageSize {
+    /// 4 KiB base pages.
+    Base4K,
+    /// 2 MiB hugepages (MAP_HUGETLB | MAP_HUGE_2MB).
+    Huge2M,
+    /// 1 GiB hugepages (MAP_HUGETLB | MAP_HUGE_1GB).
+    Huge1G,
+}
+
+impl PageSize {
+    /// Bytes per page.
+    pub fn bytes(self) -> usize {
+        match self {
+            PageSize::Base4K => 4096,
+            PageSize::Huge2M => 2 << 20,
+            PageSize::Huge1G => 1 << 30,
+        }
+    }
+}
+
+/// Host memory allocation failures.
+#[derive(Debug, thiserror::Error)]
+pub enum HostMemError {
+    #[error("cannot allocate an empty buffer")]
+    Empty,
+    #[error("mmap of {len} bytes ({page:?} pages) failed: {source}")]
+    Mmap {
+        len: usize,
+        page: PageSize,
+        source: std::io::Error,
+    },
+    #[error("access at {offset:#x}+{len} is outside the buffer of {size} bytes")]
+    OutOfRange {
+        offset: usize,
+        len: usize,
+        size: usize,
+    },
+    #[error("offset {offset:#x} is not aligned to {align}")]
+    Misaligned { offset: usize, align: usize },
+}
+
+/// Page-aligned anonymous memory that a device may read and write by DMA.
+///
+/// All accessors are bounds-checked and use raw copies or atomics, because the
+/// device may access the memory concurrently.
+pub struct HostMem {
+    ptr: NonNull<u8>,
+    len: usize,
+    page: PageSize,
+}
+
+// SAFETY: HostMem owns its mapping; access goes through raw copies/atomics, never
+// through long-lived references, so sharing across threads is sound.
+unsafe impl Send for HostMem {}
+// SAFETY: as above.
+unsafe impl Sync for HostMem {}
+
+impl HostMem {
+    /// Allocate `len` bytes (rounded up to whole pages) of zeroed memory, trying
+    /// 1 GiB pages for ≥ 1 GiB buffers, 2 MiB pages for ≥ 2 MiB buffers, then 4 KiB.
+    pub fn alloc(len: usize) -> Result<Self, HostMemError> {
+        if len >= PageSize::Huge1G.bytes() {
+            if let Ok(m) = Self::alloc_with(len, PageSize::Huge1G) {
+                return Ok(m);
+            }
+        }
+        if len >= PageSize::Huge2M.bytes() {
+            if let Ok(m) = Self::alloc_with(len, PageSize::Huge2M) {
+                return Ok(m);
+            }
+        }
+        Self::alloc_with(len, PageSize::Base4K)
+    }
+
+    /// Allocate `len` bytes backed by pages of exactly `page` size.
+    pub fn alloc_with(len: usize, page: PageSize) -> Result<Self, HostMemError> {
+        if len == 0 {
+            return Err(HostMemError::Empty);
+        }
+        let pb = page.bytes();
+        let rounded = len
+            .checked_add(pb - 1)
+            .map(|v| v / pb * pb)
+            .ok_or(HostMemError::Mmap {
+                len,
+                page,
+                source: std::io::Error::from_raw_os_error(libc::ENOMEM),
+            })?;
+        let mut flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+        match page {
+            PageSize::Base4K => {}
+            PageSize::Huge2M => flags |= libc::MAP_HUGETLB | (21 << libc::MAP_HUGE_SHIFT),
+            PageSize::Huge1G => flags |= libc::MAP_HUGETLB | (30 << libc::MAP_HUGE_SHIFT),
+        }
+        // SAFETY: anonymous mapping with no address hint; the result is checked.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                rounded,
+                libc::PROT_READ | libc::PROT_WRITE,
+                flags,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(HostMemError::Mmap {
+                len: rounded,
+                page,
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        let ptr = NonNull::new(p as *mut u8).ok_or(HostMemError::Mmap {
+            len: rounded,
+            page,
+            source: std::io::Error::from_raw_os_error(libc::ENOMEM),
+        })?;
+        Ok(Self {
+            ptr,
+            len: rounded,
+            page,
+        })
+    }
+
+    /// Length in bytes (whole pages).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always false: empty buffers cannot be allocated.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Page size backing this buffer.
+    pub fn page_size(&self) -> PageSize {
+        self.page
+    }
+
+    /// Host virtual address (for the kernel's DMA map call or a simulator's IOMMU).
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    fn check(&self, offset: usize, len: usize) -> Result<(), HostMemError> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len => Ok(()),
+            _ => Err(HostMemError::OutOfRange {
+                offset,
+                len,
+                size: self.len,
+            }),
+        }
+    }
+
+    /// Copy `buf.len()` bytes out of the buffer at `offset`.
+    pub fn read(&self, offset: usize, buf: &mut [u8]) -> Result<(), HostMemError> {
+        self.check(offset, buf.len())?;
+        std::sync::atomic::fence(Ordering::Acquire);
+        // SAFETY: range checked above; `buf` is a distinct Rust allocation.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.ptr.as_ptr().add(offset),
+                buf.as_mut_ptr(),
+                buf.len(),
+            )
+        };
+        Ok(())
+    }
+
+    /// Copy `data` into the buffer at `offset`.
+    pub fn write(&self, offset: usize, data: &[u8]) -> Result<(), HostMemError> {
+        self.check(offset, data.len())?;
+        // SAFETY: range checked above; `data` is a distinct Rust allocation.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.as_ptr().add(offset), data.len())
+        };
+        std::sync::atomic::fence(Ordering::Release);
+        Ok(())
+    }
+
+    /// Fill `len` bytes at `offset` with `byte`.
+    pub fn fill(&self, offset: usize, len: usize, byte: u8) -> Result<(), HostMemError> {
+        self.check(offset, len)?;
+        // SAFETY: range checked above.
+        unsafe { std::ptr::write_bytes(self.ptr.as_ptr().add(offset), byte, len) };
+        std::sync::atomic::fence(Ordering::Release);
+        Ok(())
+    }
+
+    /// Atomic view of the aligned 32-bit word at `offset` (for polling words the
+    /// device writes, such as completion markers).
+    pub fn atomic_u32(&self, offset: usize) -> Result<&AtomicU32, HostMemError> {
+        self.check(offset, 4)?;
+        if offset % 4 != 0 {
+            return Err(HostMemError::Misaligned { offset, align: 4 });
+        }
+        // SAFETY: in range, 4-aligned (the mapping is page aligned), lives as long as &self.
+        Ok(unsafe { AtomicU32::from_ptr(self.ptr.as_ptr().add(offset) as *mut u32) })
+    }
+
+    /// Atomic view of the aligned 64-bit word at `offset`.
+    pub fn atomic_u64(&self, offset: usize) -> Result<&AtomicU64, HostMemError> {
+        self.check(offset, 8)?;
+        if offset % 8 != 0 {
+            return Err(HostMemError::Misaligned { offset, align: 8 });
+        }
+        // SAFETY: in range, 8-aligned, lives as long as &self.
+        Ok(unsafe { AtomicU64::from_ptr(self.ptr.as_ptr().add(offset) as *mut u64) })
+    }
+
+    /// Read a little-endian u32 at `offset` (any alignment).
+    pub fn read_u32(&self, offset: usize) -> Result<u32, HostMemError> {
+        let mut b = [0u8; 4];
+        self.read(offset, &mut b)?;
+        Ok(u32::from_le_bytes(b))
+    }
+
+    /// Write a little-endian u32 at `offset` (any alignment).
+    pub fn write_u32(&self, offset: usize, v: u32) -> Result<(), HostMemError> {
+        self.write(offset, &v.to_le_bytes())
+    }
+
+    /// Read a little-endian u64 at `offset` (any alignment).
+    pub fn read_u64(&self, offset: usize) -> Result<u64, HostMemError> {
+        let mut b = [0u8; 8];
+        self.read(offset, &mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+
+    /// Write a little-endian u64 at `offset` (any alignment).
+    pub fn write_u64(&self, offset: usize, v: u64) -> Result<(), HostMemError> {
+        self.write(offset, &v.to_le_bytes())
+    }
+}
+
+impl Drop for HostMem {
+    fn drop(&mut self) {
+        // SAFETY: we own this mapping of `len` bytes and nothing refers to it any more.
+        unsafe { libc::munmap(self.ptr.as_ptr() as *mut libc::c_void, self.len) };
+    }
+}
+
+impl std::fmt::Debug for HostMem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostMem")
+            .field("ptr", &self.ptr)
+            .field("len", &self.len)
+            .field("page", &self.page)
+            .finish()
+    }
+}
+
+/// Direction of device access to a mapping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DmaDir {
+    /// The device only reads (host → device).
+    ToDevice,
+    /// The device only writes (device → host).
+    FromDevice,
+    /// The device reads and writes.
+    Bidirectional,
+}
+
+impl DmaDir {
+    /// Whether the device may read the mapping.
+    pub fn device_reads(self) -> bool {
+        !matches!(self, DmaDir::FromDevice)
+    }
+    /// Whether the device may write the mapping.
+    pub fn device_writes(self) -> bool {
+        !matches!(self, DmaDir::ToDevice)
+    }
+}
+
+/// Undoes a DMA mapping; implemented by each platform backend.
+pub trait DmaUnmap: Send + Sync {
+    /// Remove the IOVA range `[iova, iova + len)` from the device's address space.
+    fn unmap(&self, iova: u64, len: u64);
+}
+
+/// Host memory mapped at an IOVA. Dropping it unmaps the IOVA range first and
+/// frees the memory after, so a device can never reach freed memory.
+pub struct DmaMapping {
+    // Field order matters only for documentation; Drop does the sequencing.
+    mem: Option<HostMem>,
+    iova: u64,
+    dir: DmaDir,
+    unmapper: Arc<dyn DmaUnmap>,
+}
+
+impl DmaMapping {
+    /// Construct (for platform backends): `mem` is now visible at `iova`.
+    pub fn new(mem: HostMem, iova: u64, dir: DmaDir, unmapper: Arc<dyn DmaUnmap>) -> Self {
+        Self {
+            mem: Some(mem),
+            iova,
+            dir,
+            unmapper,
+        }
+    }
+    /// Device-visible address of byte 0.
+    pub fn iova(&self) -> u64 {
+        self.iova
+    }
+    /// Mapped length in bytes.
+    pub fn len(&self) -> usize {
+        self.mem().len()
+    }
+    /// Always false.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+    /// Access direction granted to the device.
+    pub fn dir(&self) -> DmaDir {
+        self.dir
+    }
+    /// The host memory.
+    pub fn mem(&self) -> &HostMem {
+        // Only None during drop.
+        match &self.mem {
+            Some(m) => m,
+            None => unreachable!("DmaMapping used during drop"),
+        }
+    }
+}
+
+impl Drop for DmaMapping {
+    fn drop(&mut self) {
+        if let Some(mem) = self.mem.take() {
+            self.unmapper.unmap(self.iova, mem.len() as u64);
+            drop(mem);
+        }
+    }
+}
+
+impl std::fmt::Debug for DmaMapping {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DmaMapping")
+            .field("iova", &format_args!("{:#x}", self.iova))
+            .field("mem", &self.mem)
+            .field("dir", &self.dir)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    #[test]
+    fn hostmem_rw_and_bounds() {
+        let m = HostMem::alloc(100).unwrap();
+        assert_eq!(m.len(), 4096);
+        m.write(10, b"hello").unwrap();
+        let mut b = [0u8; 5];
+        m.read(10, &mut b).unwrap();
+        assert_eq!(&b, b"hello");
+        assert!(m.write(4094, b"abc").is_err());
+        assert!(m.read(usize::MAX, &mut b).is_err());
+        m.write_u64(16, 0xABCD_EF01).unwrap();
+        assert_eq!(
+            m.atomic_u64(16).unwrap().load(Ordering::Acquire),
+            0xABCD_EF01
+        );
+        assert!(m.atomic_u32(18).is_err());
+        assert!(HostMem::alloc(0).is_err());
+    }
+
+    struct Rec(Mutex<Vec<(u64, u64)>>);
+    impl DmaUnmap for Rec {
+        fn unmap(&self, iova: u64, len: u64) {
+            self.0.lock().unwrap().push((iova, len));
+        }
+    }
+
+    #[test]
+    fn mapping_unmaps_on_drop() {
+        let rec = Arc::new(Rec(Mutex::new(vec![])));
+        let m = DmaMapping::new(
+            HostMem::alloc(8192).unwrap(),
+            0x10000,
+            DmaDir::Bidirectional,
+            rec.clone(),
+        );
+        assert_eq!(m.iova(), 0x10000);
+        drop(m);
+        assert_eq!(rec.0.lock().unwrap().as_slice(), &[(0x10000, 8192)]);
+    }
+}

@@ -1,0 +1,77 @@
+//! The Platform boundary between the driver (hal) and a device backend
+//! (the `vfio` crate for real hardware, the `sim` crate for the simulator).
+//!
+//! A backend offers exactly what a userspace driver has on VFIO:
+//! - BARs as [`Mmio`] regions (32/64-bit reads and writes at byte offsets);
+//! - DMA mapping of host memory ([`HostMem`]) to device-visible IOVAs ([`DmaMapping`]);
+//! - interrupt eventfds;
+//! - device reset.
+//!
+//! This crate knows nothing of Neuron. `unsafe` lives only in [`mmio::VolatileMmio`]
+//! (volatile access to a mapped BAR) and [`dma::HostMem`] (anonymous mappings shared
+//! with a device).
+
+pub mod dma;
+pub mod mmio;
+
+pub use dma::{DmaDir, DmaMapping, DmaUnmap, HostMem, HostMemError, PageSize};
+pub use mmio::{MemMmio, Mmio, MmioError, VolatileMmio};
+
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+
+/// Errors a platform backend reports.
+#[derive(Debug, thiserror::Error)]
+pub enum PlatformError {
+    #[error("BAR{0} is not present on this device")]
+    NoSuchBar(u8),
+    #[error("DMA mapping failed: {0}")]
+    DmaMap(String),
+    #[error("IOVA space exhausted: no free range of {len} bytes")]
+    IovaExhausted { len: u64 },
+    #[error("host memory: {0}")]
+    HostMem(#[from] HostMemError),
+    #[error("interrupt vector {vector} unavailable: {reason}")]
+    Irq { vector: u32, reason: String },
+    #[error("reset failed: {0}")]
+    Reset(String),
+    #[error("MMIO: {0}")]
+    Mmio(#[from] MmioError),
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("{0}")]
+    Other(String),
+}
+
+/// Identity of the device behind a platform.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceIdentity {
+    /// PCI vendor ID.
+    pub vendor: u16,
+    /// PCI device ID.
+    pub device: u16,
+    /// PCI revision ID.
+    pub revision: u8,
+    /// PCI address (`0000:00:1e.0`) or a simulator label (`sim0`).
+    pub location: String,
+}
+
+/// A device as seen from userspace: BARs, DMA, interrupts, reset.
+pub trait Platform: Send + Sync {
+    /// Vendor/device IDs and location.
+    fn identity(&self) -> DeviceIdentity;
+
+    /// The MMIO region of BAR `index`.
+    fn bar(&self, index: u8) -> Result<Arc<dyn Mmio>, PlatformError>;
+
+    /// Map `mem` for device access and return the mapping (IOVA chosen by the
+    /// platform). Unmapped when the returned [`DmaMapping`] is dropped.
+    fn dma_map(&self, mem: HostMem, dir: DmaDir) -> Result<DmaMapping, PlatformError>;
+
+    /// An eventfd signalled when interrupt `vector` fires, or `Ok(None)` when the
+    /// platform delivers no interrupts for it (callers then poll).
+    fn irq_eventfd(&self, vector: u32) -> Result<Option<OwnedFd>, PlatformError>;
+
+    /// Reset the whole function (FLR or equivalent).
+    fn reset(&self) -> Result<(), PlatformError>;
+}

@@ -1,0 +1,1 @@
+//! vfio (see DESIGN.md)

@@ -32,17 +32,9 @@ pub enum HostMemError {
     #[error("cannot allocate an empty buffer")]
     Empty,
     #[error("mmap of {len} bytes ({page:?} pages) failed: {source}")]
-    Mmap {
-        len: usize,
-        page: PageSize,
-        source: std::io::Error,
-    },
+    Mmap { len: usize, page: PageSize, source: std::io::Error },
     #[error("access at {offset:#x}+{len} is outside the buffer of {size} bytes")]
-    OutOfRange {
-        offset: usize,
-        len: usize,
-        size: usize,
-    },
+    OutOfRange { offset: usize, len: usize, size: usize },
     #[error("offset {offset:#x} is not aligned to {align}")]
     Misaligned { offset: usize, align: usize },
 }
@@ -86,14 +78,11 @@ impl HostMem {
             return Err(HostMemError::Empty);
         }
         let pb = page.bytes();
-        let rounded = len
-            .checked_add(pb - 1)
-            .map(|v| v / pb * pb)
-            .ok_or(HostMemError::Mmap {
-                len,
-                page,
-                source: std::io::Error::from_raw_os_error(libc::ENOMEM),
-            })?;
+        let rounded = len.checked_add(pb - 1).map(|v| v / pb * pb).ok_or(HostMemError::Mmap {
+            len,
+            page,
+            source: std::io::Error::from_raw_os_error(libc::ENOMEM),
+        })?;
         let mut flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
         match page {
             PageSize::Base4K => {}
@@ -101,33 +90,16 @@ impl HostMem {
             PageSize::Huge1G => flags |= libc::MAP_HUGETLB | (30 << libc::MAP_HUGE_SHIFT),
         }
         // SAFETY: anonymous mapping with no address hint; the result is checked.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                rounded,
-                libc::PROT_READ | libc::PROT_WRITE,
-                flags,
-                -1,
-                0,
-            )
-        };
+        let p = unsafe { libc::mmap(std::ptr::null_mut(), rounded, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) };
         if p == libc::MAP_FAILED {
-            return Err(HostMemError::Mmap {
-                len: rounded,
-                page,
-                source: std::io::Error::last_os_error(),
-            });
+            return Err(HostMemError::Mmap { len: rounded, page, source: std::io::Error::last_os_error() });
         }
         let ptr = NonNull::new(p as *mut u8).ok_or(HostMemError::Mmap {
             len: rounded,
             page,
             source: std::io::Error::from_raw_os_error(libc::ENOMEM),
         })?;
-        Ok(Self {
-            ptr,
-            len: rounded,
-            page,
-        })
+        Ok(Self { ptr, len: rounded, page })
     }
 
     /// Length in bytes (whole pages).
@@ -153,11 +125,7 @@ impl HostMem {
     fn check(&self, offset: usize, len: usize) -> Result<(), HostMemError> {
         match offset.checked_add(len) {
             Some(end) if end <= self.len => Ok(()),
-            _ => Err(HostMemError::OutOfRange {
-                offset,
-                len,
-                size: self.len,
-            }),
+            _ => Err(HostMemError::OutOfRange { offset, len, size: self.len }),
         }
     }
 
@@ -166,13 +134,7 @@ impl HostMem {
         self.check(offset, buf.len())?;
         std::sync::atomic::fence(Ordering::Acquire);
         // SAFETY: range checked above; `buf` is a distinct Rust allocation.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                self.ptr.as_ptr().add(offset),
-                buf.as_mut_ptr(),
-                buf.len(),
-            )
-        };
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(offset), buf.as_mut_ptr(), buf.len()) };
         Ok(())
     }
 
@@ -180,9 +142,7 @@ impl HostMem {
     pub fn write(&self, offset: usize, data: &[u8]) -> Result<(), HostMemError> {
         self.check(offset, data.len())?;
         // SAFETY: range checked above; `data` is a distinct Rust allocation.
-        unsafe {
-            std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.as_ptr().add(offset), data.len())
-        };
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.as_ptr().add(offset), data.len()) };
         std::sync::atomic::fence(Ordering::Release);
         Ok(())
     }
@@ -251,11 +211,7 @@ impl Drop for HostMem {
 
 impl std::fmt::Debug for HostMem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HostMem")
-            .field("ptr", &self.ptr)
-            .field("len", &self.len)
-            .field("page", &self.page)
-            .finish()
+        f.debug_struct("HostMem").field("ptr", &self.ptr).field("len", &self.len).field("page", &self.page).finish()
     }
 }
 
@@ -300,12 +256,7 @@ pub struct DmaMapping {
 impl DmaMapping {
     /// Construct (for platform backends): `mem` is now visible at `iova`.
     pub fn new(mem: HostMem, iova: u64, dir: DmaDir, unmapper: Arc<dyn DmaUnmap>) -> Self {
-        Self {
-            mem: Some(mem),
-            iova,
-            dir,
-            unmapper,
-        }
+        Self { mem: Some(mem), iova, dir, unmapper }
     }
     /// Device-visible address of byte 0.
     pub fn iova(&self) -> u64 {
@@ -368,10 +319,7 @@ mod tests {
         assert!(m.write(4094, b"abc").is_err());
         assert!(m.read(usize::MAX, &mut b).is_err());
         m.write_u64(16, 0xABCD_EF01).unwrap();
-        assert_eq!(
-            m.atomic_u64(16).unwrap().load(Ordering::Acquire),
-            0xABCD_EF01
-        );
+        assert_eq!(m.atomic_u64(16).unwrap().load(Ordering::Acquire), 0xABCD_EF01);
         assert!(m.atomic_u32(18).is_err());
         assert!(HostMem::alloc(0).is_err());
     }
@@ -386,12 +334,7 @@ mod tests {
     #[test]
     fn mapping_unmaps_on_drop() {
         let rec = Arc::new(Rec(Mutex::new(vec![])));
-        let m = DmaMapping::new(
-            HostMem::alloc(8192).unwrap(),
-            0x10000,
-            DmaDir::Bidirectional,
-            rec.clone(),
-        );
+        let m = DmaMapping::new(HostMem::alloc(8192).unwrap(), 0x10000, DmaDir::Bidirectional, rec.clone());
         assert_eq!(m.iova(), 0x10000);
         drop(m);
         assert_eq!(rec.0.lock().unwrap().as_slice(), &[(0x10000, 8192)]);

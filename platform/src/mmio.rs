@@ -48,11 +48,7 @@ pub fn check(offset: u64, width: u8, size: u64) -> Result<(), MmioError> {
     }
     match offset.checked_add(width as u64) {
         Some(end) if end <= size => Ok(()),
-        _ => Err(MmioError::OutOfRange {
-            offset,
-            width,
-            size,
-        }),
+        _ => Err(MmioError::OutOfRange { offset, width, size }),
     }
 }
 
@@ -125,10 +121,7 @@ impl MemMmio {
     /// A zero-filled region of `size` bytes (rounded up to 4).
     pub fn new(size: u64) -> Self {
         let n = size.div_ceil(4) as usize;
-        Self {
-            words: Mutex::new(vec![0; n]),
-            size: n as u64 * 4,
-        }
+        Self { words: Mutex::new(vec![0; n]), size: n as u64 * 4 }
     }
 }
 
@@ -156,21 +149,8 @@ mod tests {
     #[test]
     fn bounds_and_alignment() {
         let m = MemMmio::new(16);
-        assert_eq!(
-            m.read32(16),
-            Err(MmioError::OutOfRange {
-                offset: 16,
-                width: 4,
-                size: 16
-            })
-        );
-        assert_eq!(
-            m.read32(2),
-            Err(MmioError::Misaligned {
-                offset: 2,
-                width: 4
-            })
-        );
+        assert_eq!(m.read32(16), Err(MmioError::OutOfRange { offset: 16, width: 4, size: 16 }));
+        assert_eq!(m.read32(2), Err(MmioError::Misaligned { offset: 2, width: 4 }));
         assert!(m.read64(12).is_err());
         assert!(m.read32(u64::MAX - 3).is_err());
         m.write64(8, 0x1122_3344_5566_7788).unwrap();

@@ -1,1 +1,4 @@
-//! csr-maps
+//! csr-maps: the Neuron hardware interface as data.
+#![forbid(unsafe_code)]
+
+pub mod formats;

@@ -1,0 +1,1 @@
+//! The 1024-byte NEFF header (NRT_FACTS.md §1.1).

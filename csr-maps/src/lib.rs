@@ -1,4 +1,353 @@
 //! csr-maps: the Neuron hardware interface as data.
+//!
+//! Register blocks (`blocks/*.toml`) and per-arch address maps (`arch/*.toml`) are
+//! described declaratively, each number with its public source, and turned into
+//! typed Rust at build time:
+//!
+//! - [`blocks`]: one module per block, with a value type per register (typed field
+//!   getters `x()` and builders `with_x(v)`) and a `Block` handle whose methods
+//!   return [`regs::Reg`]s that read and write through a [`platform::Mmio`];
+//! - [`Regs`]: typed entry points per instance (`regs.udma(33)?.m2s().q(0)?.tail_inc()`);
+//! - [`Arch`] ([`SUNDA`], [`CAYMAN`], [`MARIANA`]): counts, constants, BAR roles,
+//!   instance placements and memory regions;
+//! - [`meta`] and [`Arch::registers`]: the same definitions at run time, for the
+//!   CSR debugger (name ↔ offset ↔ fields);
+//! - [`formats`]: in-memory records shared by driver and device.
+//!
+//! No I/O, no unsafe.
 #![forbid(unsafe_code)]
 
+pub mod consts;
 pub mod formats;
+pub mod meta;
+pub mod regs;
+
+use platform::{Mmio, MmioError};
+
+mod generated {
+    #![allow(clippy::all, missing_docs)]
+    include!(concat!(env!("OUT_DIR"), "/generated.rs"));
+}
+pub use generated::{blocks, Bars, Consts, Counts, ARCHES, BLOCKS, CAYMAN, MARIANA, SUNDA};
+
+use meta::{Access, BlockDef, ConstDef, FieldDef, InstanceDef, RegDef, RegionDef};
+
+/// Errors of register addressing and access.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CsrError {
+    #[error("{what} index {index} out of range (count {count})")]
+    Index { what: &'static str, index: u64, count: u64 },
+    #[error("no instance {index} of `{name}` on this arch")]
+    NoInstance { name: String, index: u64 },
+    #[error("unknown register name `{0}`")]
+    UnknownName(String),
+    #[error("bad register path `{path}`: {reason}")]
+    BadPath { path: String, reason: String },
+    #[error("no register at BAR{bar} offset {offset:#x}")]
+    NoRegisterAt { bar: u8, offset: u64 },
+    #[error("unknown arch `{0}` (expected sunda, cayman or mariana)")]
+    UnknownArch(String),
+    #[error(transparent)]
+    Mmio(#[from] MmioError),
+}
+
+/// One Neuron hardware generation: identity, counts, constants and address map.
+#[derive(Debug)]
+pub struct Arch {
+    /// Codename: `sunda`, `cayman`, `mariana`.
+    pub name: &'static str,
+    /// The kmod's name (`V2`, `V3`, `V4`).
+    pub kmod_name: &'static str,
+    /// NeuronCore version (2, 3, 4).
+    pub nc_version: u8,
+    /// Other accepted names.
+    pub aliases: &'static [&'static str],
+    pub pci_vendor: u16,
+    pub pci_devices: &'static [u16],
+    pub source: &'static str,
+    pub bars: Bars,
+    pub counts: Counts,
+    pub consts: Consts,
+    pub const_meta: &'static [ConstDef],
+    pub instances: &'static [InstanceDef],
+    pub regions: &'static [RegionDef],
+}
+
+impl PartialEq for Arch {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+impl Eq for Arch {}
+
+impl std::fmt::Display for Arch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+/// One register instance, fully placed: what `csr list` prints.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegInstance {
+    /// Path such as `udma[33].m2s.q[0].tail_inc`.
+    pub name: String,
+    pub bar: u8,
+    /// Absolute byte offset in the BAR.
+    pub offset: u64,
+    pub def: &'static RegDef,
+}
+
+impl RegInstance {
+    /// Width in bits.
+    pub fn width(&self) -> u8 {
+        self.def.width
+    }
+    /// Access type.
+    pub fn access(&self) -> Access {
+        self.def.access
+    }
+    /// Fields.
+    pub fn fields(&self) -> &'static [FieldDef] {
+        self.def.fields
+    }
+    /// Read through `mmio`.
+    pub fn read(&self, mmio: &dyn Mmio) -> Result<u64, CsrError> {
+        Ok(if self.def.width == 64 { mmio.read64(self.offset)? } else { mmio.read32(self.offset)? as u64 })
+    }
+    /// Write through `mmio`.
+    pub fn write(&self, mmio: &dyn Mmio, value: u64) -> Result<(), CsrError> {
+        if self.def.width == 64 {
+            mmio.write64(self.offset, value)?
+        } else {
+            mmio.write32(self.offset, value as u32)?
+        }
+        Ok(())
+    }
+    /// Decode `value` into (field name, field value) pairs.
+    pub fn decode(&self, value: u64) -> Vec<(&'static str, u64)> {
+        self.def.fields.iter().map(|f| (f.name, f.get(value))).collect()
+    }
+}
+
+impl Arch {
+    /// Look up an arch by codename, kmod name (`v2`) or alias (`trn1`), case-insensitive.
+    pub fn by_name(name: &str) -> Result<&'static Arch, CsrError> {
+        let n = name.to_ascii_lowercase();
+        ARCHES
+            .iter()
+            .copied()
+            .find(|a| a.name == n || a.kmod_name.eq_ignore_ascii_case(&n) || a.aliases.iter().any(|x| *x == n))
+            .ok_or_else(|| CsrError::UnknownArch(name.to_string()))
+    }
+
+    /// The arch of a PCI vendor/device ID pair.
+    pub fn by_pci_id(vendor: u16, device: u16) -> Option<&'static Arch> {
+        ARCHES.iter().copied().find(|a| a.pci_vendor == vendor && a.pci_devices.contains(&device))
+    }
+
+    /// The placement table of instance `name`.
+    pub fn instance(&self, name: &str) -> Option<&'static InstanceDef> {
+        self.instances.iter().find(|i| i.name == name)
+    }
+
+    /// The memory region `name`.
+    pub fn region(&self, name: &str) -> Option<&'static RegionDef> {
+        self.regions.iter().find(|r| r.name == name)
+    }
+
+    /// BAR offset of instance `i` of `name`.
+    pub fn instance_base(&self, name: &str, i: u64) -> Result<u64, CsrError> {
+        self.instance(name).and_then(|d| d.base(i)).ok_or(CsrError::NoInstance { name: name.to_string(), index: i })
+    }
+
+    /// Every register instance on this arch, in description order.
+    pub fn registers(&self) -> Vec<RegInstance> {
+        let mut out = Vec::new();
+        for inst in self.instances {
+            let Some(b) = meta::block(inst.block) else { continue };
+            let single = inst.count() == 1;
+            for i in inst.indices() {
+                let Some(base) = inst.base(i) else { continue };
+                let prefix = if single && i == 0 { inst.name.to_string() } else { format!("{}[{i}]", inst.name) };
+                self.walk(b, base, inst.bar, &prefix, &mut out);
+            }
+        }
+        out
+    }
+
+    fn walk(&self, b: &'static BlockDef, base: u64, bar: u8, prefix: &str, out: &mut Vec<RegInstance>) {
+        for r in b.regs.iter().filter(|r| r.on_arch(self.name)) {
+            for k in 0..r.count {
+                let name =
+                    if r.count > 1 { format!("{prefix}.{}[{k}]", r.name) } else { format!("{prefix}.{}", r.name) };
+                out.push(RegInstance { name, bar, offset: base + r.offset + k * r.stride, def: r });
+            }
+        }
+        for s in b.subs {
+            let Some(sb) = meta::block(s.block) else { continue };
+            for k in 0..s.count {
+                let p = if s.count > 1 { format!("{prefix}.{}[{k}]", s.name) } else { format!("{prefix}.{}", s.name) };
+                self.walk(sb, base + s.offset + k * s.stride, bar, &p, out);
+            }
+        }
+    }
+
+    /// Resolve a register path (`udma[33].m2s.q[0].tail_inc`, `tpb_sem[1].sem_inc[5]`;
+    /// the index of a single-instance element may be omitted).
+    pub fn resolve(&self, path: &str) -> Result<RegInstance, CsrError> {
+        let parts = parse_path(path)?;
+        let bad = |reason: String| CsrError::BadPath { path: path.to_string(), reason };
+        let (first, idx0) = &parts[0];
+        let inst = self.instance(first).ok_or_else(|| CsrError::UnknownName(path.to_string()))?;
+        let i = match idx0 {
+            Some(i) => *i,
+            None if inst.count() == 1 => inst.indices()[0],
+            None => return Err(bad(format!("`{first}` has {} instances: give an index", inst.count()))),
+        };
+        let mut base = inst.base(i).ok_or(CsrError::NoInstance { name: first.clone(), index: i })?;
+        let mut block = meta::block(inst.block).ok_or_else(|| CsrError::UnknownName(path.to_string()))?;
+        let mut canon = if inst.count() == 1 && i == 0 { first.clone() } else { format!("{first}[{i}]") };
+        for (n, (name, idx)) in parts.iter().enumerate().skip(1) {
+            let last = n == parts.len() - 1;
+            if let Some(s) = block.subs.iter().find(|s| s.name == name.as_str()) {
+                let k = elem_index(name, *idx, s.count).map_err(bad)?;
+                base += s.offset + k * s.stride;
+                canon = if s.count > 1 { format!("{canon}.{name}[{k}]") } else { format!("{canon}.{name}") };
+                block = meta::block(s.block).ok_or_else(|| CsrError::UnknownName(path.to_string()))?;
+                if last {
+                    return Err(bad(format!("`{name}` is a block, not a register")));
+                }
+                continue;
+            }
+            if let Some(r) = block.regs.iter().find(|r| r.name == name.as_str() && r.on_arch(self.name)) {
+                if !last {
+                    return Err(bad(format!("`{name}` is a register and has no members")));
+                }
+                let k = elem_index(name, *idx, r.count).map_err(bad)?;
+                let name = if r.count > 1 { format!("{canon}.{name}[{k}]") } else { format!("{canon}.{name}") };
+                return Ok(RegInstance { name, bar: inst.bar, offset: base + r.offset + k * r.stride, def: r });
+            }
+            let known: Vec<&str> = block.regs.iter().map(|r| r.name).chain(block.subs.iter().map(|s| s.name)).collect();
+            return Err(bad(format!("`{name}` is not in block `{}` (has: {})", block.name, known.join(", "))));
+        }
+        Err(bad("names a block, not a register".to_string()))
+    }
+
+    /// The register at BAR `bar` offset `offset` (exact start of a register).
+    pub fn lookup(&self, bar: u8, offset: u64) -> Result<RegInstance, CsrError> {
+        for inst in self.instances.iter().filter(|i| i.bar == bar) {
+            let Some(b) = meta::block(inst.block) else { continue };
+            for i in inst.indices() {
+                let Some(base) = inst.base(i) else { continue };
+                if offset < base || offset >= base + b.size {
+                    continue;
+                }
+                let single = inst.count() == 1;
+                let prefix = if single && i == 0 { inst.name.to_string() } else { format!("{}[{i}]", inst.name) };
+                if let Some(r) = self.find_in(b, base, inst.bar, offset, &prefix) {
+                    return Ok(r);
+                }
+            }
+        }
+        Err(CsrError::NoRegisterAt { bar, offset })
+    }
+
+    fn find_in(&self, b: &'static BlockDef, base: u64, bar: u8, off: u64, prefix: &str) -> Option<RegInstance> {
+        let rel = off - base;
+        for r in b.regs.iter().filter(|r| r.on_arch(self.name)) {
+            if rel < r.offset {
+                continue;
+            }
+            let d = rel - r.offset;
+            let k = if r.count > 1 { d / r.stride } else { 0 };
+            if k < r.count && d == k * r.stride {
+                let name =
+                    if r.count > 1 { format!("{prefix}.{}[{k}]", r.name) } else { format!("{prefix}.{}", r.name) };
+                return Some(RegInstance { name, bar, offset: off, def: r });
+            }
+        }
+        for s in b.subs {
+            let sb = meta::block(s.block)?;
+            if rel < s.offset {
+                continue;
+            }
+            let d = rel - s.offset;
+            let k = if s.count > 1 { d / s.stride } else { 0 };
+            if k < s.count && d - k * s.stride < sb.size {
+                let p = if s.count > 1 { format!("{prefix}.{}[{k}]", s.name) } else { format!("{prefix}.{}", s.name) };
+                if let Some(r) = self.find_in(sb, base + s.offset + k * s.stride, bar, off, &p) {
+                    return Some(r);
+                }
+            }
+        }
+        None
+    }
+
+    /// Whether a user write to BAR offset `offset` must be refused (unless forced):
+    /// registers the kmod blocks from userspace writes.
+    pub fn write_blocked(&self, bar: u8, offset: u64) -> bool {
+        self.lookup(bar, offset).map(|r| r.def.blocked).unwrap_or(false)
+    }
+
+    /// Device (chip) address of a host IOVA as DMA engines see it: the PCIe host window bit is ORed in.
+    pub fn host_dev_addr(&self, iova: u64) -> u64 {
+        iova | self.consts.host_base
+    }
+}
+
+fn elem_index(name: &str, idx: Option<u64>, count: u64) -> Result<u64, String> {
+    match idx {
+        Some(k) if k < count => Ok(k),
+        Some(k) => Err(format!("index {k} of `{name}` out of range (count {count})")),
+        None if count == 1 => Ok(0),
+        None => Err(format!("`{name}` is an array of {count}: give an index")),
+    }
+}
+
+fn parse_path(path: &str) -> Result<Vec<(String, Option<u64>)>, CsrError> {
+    let bad = |reason: &str| CsrError::BadPath { path: path.to_string(), reason: reason.to_string() };
+    let mut out = Vec::new();
+    for part in path.trim().split('.') {
+        if part.is_empty() {
+            return Err(bad("empty component"));
+        }
+        match part.find('[') {
+            Some(p) => {
+                let name = &part[..p];
+                let rest = &part[p + 1..];
+                let Some(num) = rest.strip_suffix(']') else { return Err(bad("missing `]`")) };
+                let idx = parse_u64(num).ok_or_else(|| bad("index is not a number"))?;
+                if name.is_empty() {
+                    return Err(bad("index without a name"));
+                }
+                out.push((name.to_string(), Some(idx)));
+            }
+            None => out.push((part.to_string(), None)),
+        }
+    }
+    Ok(out)
+}
+
+/// Parse a decimal or `0x` hexadecimal number.
+pub fn parse_u64(s: &str) -> Option<u64> {
+    let s = s.trim().replace('_', "");
+    if let Some(h) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        u64::from_str_radix(h, 16).ok()
+    } else {
+        s.parse().ok()
+    }
+}
+
+/// Typed register access for one arch over one BAR.
+#[derive(Clone, Copy)]
+pub struct Regs<'a> {
+    pub arch: &'static Arch,
+    pub mmio: &'a dyn Mmio,
+}
+
+impl<'a> Regs<'a> {
+    /// Typed access to `mmio` laid out as `arch`'s BAR0.
+    pub fn new(arch: &'static Arch, mmio: &'a dyn Mmio) -> Self {
+        Self { arch, mmio }
+    }
+}

@@ -43,7 +43,7 @@ pub trait Mmio: Send + Sync {
 
 /// Bounds and alignment check shared by implementations.
 pub fn check(offset: u64, width: u8, size: u64) -> Result<(), MmioError> {
-    if offset % width as u64 != 0 {
+    if !offset.is_multiple_of(width as u64) {
         return Err(MmioError::Misaligned { offset, width });
     }
     match offset.checked_add(width as u64) {
@@ -163,14 +163,15 @@ mod tests {
     fn volatile_over_heap() {
         let mut backing = vec![0u64; 4];
         let base = NonNull::new(backing.as_mut_ptr() as *mut u8).unwrap();
-        // SAFETY: `backing` outlives `m` and is only accessed through `m` below.
-        let m = unsafe { VolatileMmio::new(base, 32) };
-        m.write32(4, 0xdead_beef).unwrap();
-        m.write64(8, 0x0102_0304_0506_0708).unwrap();
-        assert_eq!(m.read32(4).unwrap(), 0xdead_beef);
-        assert_eq!(m.read64(8).unwrap(), 0x0102_0304_0506_0708);
-        assert!(m.write32(32, 1).is_err());
-        drop(m);
+        {
+            // SAFETY: `backing` outlives `m` (scope) and is only accessed through `m` here.
+            let m = unsafe { VolatileMmio::new(base, 32) };
+            m.write32(4, 0xdead_beef).unwrap();
+            m.write64(8, 0x0102_0304_0506_0708).unwrap();
+            assert_eq!(m.read32(4).unwrap(), 0xdead_beef);
+            assert_eq!(m.read64(8).unwrap(), 0x0102_0304_0506_0708);
+            assert!(m.write32(32, 1).is_err());
+        }
         assert_eq!(backing[0] >> 32, 0xdead_beef);
     }
 }

@@ -1,0 +1,60 @@
+use assert_cmd::Command;
+
+fn cli() -> Command {
+    Command::cargo_bin("neuron-vfio").expect("binary")
+}
+
+#[test]
+fn csr_list_json_has_every_register_with_offsets() {
+    for arch in ["sunda", "cayman", "mariana"] {
+        let out =
+            cli().args(["--json", "csr", "list", "--arch", arch, "--filter", "tpb_sem[0].sem_inc["]).output().unwrap();
+        assert!(out.status.success());
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let a = v.as_array().unwrap();
+        assert_eq!(a.len(), 256, "{arch}");
+        let base = if arch == "sunda" { 0x270_1800u64 } else { 0xD270_1800 };
+        assert_eq!(a[3]["offset"].as_u64(), Some(base + 12));
+        assert_eq!(a[3]["name"], "tpb_sem[0].sem_inc[3]");
+        assert_eq!(a[3]["bar"], 0);
+        assert_eq!(a[3]["width"], 32);
+        assert_eq!(a[3]["access"], "wo");
+        assert!(a[3]["source"].as_str().unwrap().contains("address_map.h"));
+    }
+    let out = cli()
+        .args(["--json", "csr", "list", "--arch", "sunda", "--filter", "udma[33].m2s.q[0].head"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v[0]["offset"].as_u64(), Some(0x30D0_1034));
+    assert_eq!(v[0]["fields"][1], serde_json::json!({"name": "ring_id", "lsb": 30, "width": 2}));
+}
+
+#[test]
+fn csr_list_text_and_errors() {
+    let out = cli().args(["csr", "list", "--arch", "v3", "--filter", "misc_ram.trigger"]).output().unwrap();
+    assert!(out.status.success());
+    let s = String::from_utf8(out.stdout).unwrap();
+    assert!(s.contains("misc_ram.trigger") && s.contains("0x06c84800") && s.contains("blocked"), "{s}");
+    let out = cli().args(["--json", "csr", "list", "--arch", "inf1"]).output().unwrap();
+    assert!(!out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["status"], "NRT_INVALID");
+    assert_eq!(v["code"], 2);
+    let out = cli().args(["csr", "list", "--arch", "inf1"]).output().unwrap();
+    let e = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(e.lines().count(), 1, "{e}");
+}
+
+#[test]
+fn csr_decode_by_name_and_offset() {
+    let out = cli().args(["--json", "csr", "decode", "--arch", "sunda", "0x30d01034", "0xC0000005"]).output().unwrap();
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["name"], "udma[33].m2s.q[0].head");
+    assert_eq!(v["fields"]["idx"], 5);
+    assert_eq!(v["fields"]["ring_id"], 3);
+    let out = cli().args(["csr", "decode", "udma[99].m2s.q[0].head", "1"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8(out.stderr).unwrap().contains("no instance 99 of `udma`"));
+}

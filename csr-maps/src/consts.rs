@@ -1,0 +1,170 @@
+//! Arch-independent hardware numbers: magics, protocol constants, init values.
+//! Per-arch numbers live in `arch/*.toml` ([`crate::Arch::consts`]).
+
+/// UDMA (NEURON_HW_FACTS §3).
+pub mod udma {
+    /// Queues per engine (`m:udma/udma.h`).
+    pub const QUEUES: u64 = 16;
+    /// Minimum ring size in descriptors (`m:udma/udma.h`).
+    pub const RING_MIN_DESCS: u64 = 32;
+    /// Maximum ring size in descriptors: 2^24 − 16 (`m:udma/udma.h`).
+    pub const RING_MAX_DESCS: u64 = (1 << 24) - 16;
+    /// Ring start/end alignment in bytes (`m:udma/udma.h`).
+    pub const RING_ALIGN: u64 = 256;
+    /// Descriptors of slack the driver keeps free (`m:udma/udma.h` free-slot formula).
+    pub const RING_SLACK: u64 = 16;
+    /// Initial ring id after a queue reset (`m:udma/udma.h`).
+    pub const INITIAL_RING_ID: u8 = 1;
+    /// Queue cfg bits enabled at init: en_pref | en_scheduling (`m:udma/udma_main.c`).
+    pub const Q_CFG_ENABLE: u32 = (1 << 16) | (1 << 17);
+    /// Rate-limit mask written at queue init: DMB honoured (`m:udma/udma_main.c`).
+    pub const RLIMIT_MASK_INIT: u32 = 0b011;
+    /// cfg_len: max packet 0xFFFFF, length 0 = 64 KiB (`m:udma/udma_main.c`).
+    pub const M2S_CFG_LEN: u32 = 0x010F_FFFF;
+    /// M2S stream config (`m:udma/udma_main.c`).
+    pub const M2S_STREAM_CFG: u32 = 0x102;
+    /// AXI data/descriptor read config 0x10008 (`m:udma/udma_m2m.c`).
+    pub const AXI_RD_CFG: u32 = 0x0001_0008;
+    /// M2S prefetch cfg2: 65 descriptors per packet + force RR (`m:udma/udma_m2m.c`).
+    pub const M2S_PREF_CFG2: u32 = 0x0001_0041;
+    /// Prefetch cfg3 (`m:udma/udma_m2m.c`).
+    pub const PREF_CFG3: u32 = 0x0000_4181;
+    /// S2M completion config: 16-byte completion descriptors, queue promotion (`m:udma/udma_main.c`).
+    pub const S2M_COMP_CFG: u32 = 0x0000_1004;
+    /// GEN_EX address-high selectors (`m:udma/udma_main.c`).
+    pub const VMPR_SEL: u32 = 0xFFFF_FFFF;
+    /// IOFIC group control: edge-triggered, no MSI-X (`m:udma/udma_iofic.c`).
+    pub const IOFIC_CONTROL: u32 = 0x28;
+    /// Secondary group A causes enabled for abort+unmask (`m:udma/udma_iofic.c`).
+    pub const SEC_A_ERRORS: u32 = 0x0FFF_FFFF;
+    /// Secondary group B causes enabled (`m:udma/udma_iofic.c`).
+    pub const SEC_B_ERRORS: u32 = 0xFFFF_EF07;
+    /// Primary group D summary bits 8,9,10 (`m:udma/udma_iofic.c`).
+    pub const PRI_D_SUMMARY: u32 = 0x700;
+    /// Engine change-state values (`m:udma/udma_regs.h`).
+    pub const STATE_NORMAL: u32 = 0x1;
+    /// Disable.
+    pub const STATE_DISABLE: u32 = 0x2;
+    /// Abort.
+    pub const STATE_ABORT: u32 = 0x4;
+    /// Engine state field values (`m:udma/udma_regs.h`).
+    pub const FIELD_IDLE: u32 = 0;
+    /// Normal.
+    pub const FIELD_NORMAL: u32 = 1;
+    /// Abort.
+    pub const FIELD_ABORT: u32 = 2;
+    /// Completion marker the kmod's H2T copies write to a host word (`m:neuron_dma.c`).
+    pub const COMPLETION_MARKER: u32 = 0xABCD_EF01;
+    /// Queue pause settle time after clearing cfg bits (`ndmar_quiesce_queues`), µs.
+    pub const QUIESCE_WAIT_US: u64 = 4;
+}
+
+/// Notification queues (NEURON_HW_FACTS §4, NRT_FACTS §5).
+pub mod nq {
+    /// Record size.
+    pub const ENTRY_BYTES: u64 = 16;
+    /// NQ types: TRACE 0, NOTIFY 1, EVENT 2, ERROR 3, TRACE_DMA 4, THROTTLE 5.
+    pub const TYPE_TRACE: u64 = 0;
+    /// NOTIFY.
+    pub const TYPE_NOTIFY: u64 = 1;
+    /// EVENT.
+    pub const TYPE_EVENT: u64 = 2;
+    /// ERROR.
+    pub const TYPE_ERROR: u64 = 3;
+    /// TRACE_DMA.
+    pub const TYPE_TRACE_DMA: u64 = 4;
+    /// THROTTLE.
+    pub const TYPE_THROTTLE: u64 = 5;
+    /// Engine slots per type: nq id = type × 16 + engine.
+    pub const ENGINES_PER_TYPE: u64 = 16;
+    /// Teardown drain wait (`m:neuron_nq.c`), ms.
+    pub const DRAIN_MS: u64 = 1;
+    /// Records libnrt reads per engine per sweep (NRT_FACTS §5.4).
+    pub const LIBNRT_SWEEP: usize = 16;
+}
+
+/// FW-IO mailbox protocol (NEURON_HW_FACTS §6.1-6.2).
+pub mod fwio {
+    /// Legacy READ (payload: N × u64 device addresses).
+    pub const CMD_READ: u8 = 1;
+    /// Legacy POST_TO_CW (metrics blob).
+    pub const CMD_POST_TO_CW: u8 = 2;
+    /// SET_POWER_PROFILE.
+    pub const CMD_SET_POWER_PROFILE: u8 = 3;
+    /// GET_DATA.
+    pub const CMD_GET_DATA: u8 = 4;
+    /// SET_FEATURE.
+    pub const CMD_SET_FEATURE: u8 = 5;
+    /// Response error codes: 0 success, 1 failed, 2 unknown command.
+    pub const ERR_SUCCESS: u8 = 0;
+    /// Failed.
+    pub const ERR_FAILED: u8 = 1;
+    /// Unknown command (stops retrying).
+    pub const ERR_UNKNOWN_CMD: u8 = 2;
+    /// New-protocol header bytes (payload + 8 = size field).
+    pub const NEW_HEADER_BYTES: u16 = 8;
+    /// Largest new-protocol payload (misc 0x100..0x17F).
+    pub const MAX_PAYLOAD: usize = 128;
+    /// Poll period, ms.
+    pub const POLL_MS: u64 = 1;
+    /// Per-command timeouts in ms, indexed by command (0 unused).
+    pub const TIMEOUT_MS: [u64; 6] = [0, 1000, 1000, 90_000, 10_000, 60_000];
+    /// Per-command attempts, indexed by command.
+    pub const RETRIES: [u32; 6] = [0, 15, 15, 3, 3, 3];
+    /// CRC-32C reflected polynomial (Castagnoli).
+    pub const CRC32C_POLY: u32 = 0x82F6_3B78;
+    /// Value misc registers read while the firmware is not ready.
+    pub const NOT_READY: u32 = 0xDEAD_BEEF;
+    /// reset_request kinds.
+    pub const RESET_DEVICE: u32 = 1;
+    /// TPB (NC) reset.
+    pub const RESET_TPB: u32 = 2;
+    /// fw_status bit3: reset still in progress (`m:neuron_reset.h`).
+    pub const FW_STATUS_RESET_BUSY: u32 = 1 << 3;
+    /// Completion polls after a reset: 5, sleeping 100·i ms before retry i.
+    pub const RESET_DONE_POLLS: u32 = 5;
+}
+
+/// Q7 / nrtucode (NRT_FACTS §6-7, seed 004).
+pub mod q7 {
+    /// Core published READY (unclaimed); also `.globstruct[0]` of the image.
+    pub const READY: u32 = 0x6099_CB34;
+    /// Core claimed by a runtime instance.
+    pub const CLAIMED: u32 = 0x502B_2DA1;
+    /// nrtucode API level the runtime requires.
+    pub const API_LEVEL: u32 = 3;
+    /// DGE gate mask of admitted NX_POOL coretypes (bits 2, 9, 17, 25, 32).
+    pub const NX_POOL_MASK: u64 = 0x1_0202_0204;
+    /// Pool cores per NC.
+    pub const POOL_CORES: u64 = 8;
+    /// nrtucode error codes.
+    pub const ERR_BAD_API: u32 = 4;
+    /// Out of memory.
+    pub const ERR_OOM: u32 = 5;
+    /// Prelinked image too large.
+    pub const ERR_TOO_LARGE: u32 = 7;
+    /// Invalid / not booted / not attached / already claimed / gate violation.
+    pub const ERR_INVALID: u32 = 8;
+    /// Device buffer reserved per loadable library.
+    pub const LL_DEVICE_BYTES: u64 = 16 << 20;
+}
+
+/// The sequencer (NRT_FACTS §2.1, §1.4).
+pub mod seq {
+    /// Slot size.
+    pub const SLOT_BYTES: usize = 64;
+    /// SP slot size.
+    pub const SP_SLOT_BYTES: usize = 8;
+    /// TPB engines per NC, in `al_hal_tpb_eng_type` order.
+    pub const ENGINES: [&str; 5] = ["pe", "act", "pool", "dve", "sp"];
+    /// Engine status values of the modeled `seq_engine.status.state` field.
+    pub const STATE_IDLE: u32 = 0;
+    /// Running.
+    pub const STATE_RUNNING: u32 = 1;
+    /// Waiting on a semaphore.
+    pub const STATE_WAITING: u32 = 2;
+    /// Halted (end of program without loop, or halt).
+    pub const STATE_HALTED: u32 = 3;
+    /// Fault (SEQUENCER_FATAL posted).
+    pub const STATE_FAULT: u32 = 4;
+}

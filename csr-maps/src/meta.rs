@@ -1,0 +1,202 @@
+//! Run-time metadata: every block, register, field, instance and region, with
+//! its source. Generated from the same descriptions as the typed API.
+
+use serde::Serialize;
+
+/// Access type of a register.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Access {
+    /// Read/write.
+    #[serde(rename = "rw")]
+    ReadWrite,
+    /// Read-only.
+    #[serde(rename = "ro")]
+    ReadOnly,
+    /// Write-only (reads return 0 or are undefined).
+    #[serde(rename = "wo")]
+    WriteOnly,
+    /// Write 1 to clear.
+    #[serde(rename = "w1c")]
+    WriteOneToClear,
+    /// Write 1 to set.
+    #[serde(rename = "w1s")]
+    WriteOneToSet,
+}
+
+impl Access {
+    /// Short name (`rw`, `ro`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Access::ReadWrite => "rw",
+            Access::ReadOnly => "ro",
+            Access::WriteOnly => "wo",
+            Access::WriteOneToClear => "w1c",
+            Access::WriteOneToSet => "w1s",
+        }
+    }
+    /// Whether a read returns the register's content.
+    pub fn readable(self) -> bool {
+        !matches!(self, Access::WriteOnly)
+    }
+    /// Whether writes have any effect.
+    pub fn writable(self) -> bool {
+        !matches!(self, Access::ReadOnly)
+    }
+}
+
+/// A bit field of a register.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct FieldDef {
+    pub name: &'static str,
+    pub lsb: u8,
+    pub width: u8,
+    #[serde(skip)]
+    pub desc: &'static str,
+}
+
+impl FieldDef {
+    /// Extract this field from a register value.
+    pub fn get(&self, value: u64) -> u64 {
+        let mask = if self.width >= 64 { u64::MAX } else { (1u64 << self.width) - 1 };
+        (value >> self.lsb) & mask
+    }
+    /// Replace this field in a register value.
+    pub fn set(&self, value: u64, field: u64) -> u64 {
+        let mask = if self.width >= 64 { u64::MAX } else { (1u64 << self.width) - 1 };
+        (value & !(mask << self.lsb)) | ((field & mask) << self.lsb)
+    }
+}
+
+/// A register (or register array) of a block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RegDef {
+    pub name: &'static str,
+    pub offset: u64,
+    pub width: u8,
+    pub access: Access,
+    pub reset: u64,
+    pub count: u64,
+    pub stride: u64,
+    /// User writes are refused unless forced (the kmod blocks them).
+    pub blocked: bool,
+    pub modeled: bool,
+    pub source: &'static str,
+    pub desc: &'static str,
+    /// Arches where the register exists (empty = all).
+    pub arches: &'static [&'static str],
+    pub fields: &'static [FieldDef],
+}
+
+impl RegDef {
+    /// Whether the register exists on `arch`.
+    pub fn on_arch(&self, arch: &str) -> bool {
+        self.arches.is_empty() || self.arches.contains(&arch)
+    }
+    /// Width in bytes.
+    pub fn bytes(&self) -> u64 {
+        self.width as u64 / 8
+    }
+}
+
+/// A sub-block (or sub-block array) inside a block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SubDef {
+    pub name: &'static str,
+    pub block: &'static str,
+    pub offset: u64,
+    pub count: u64,
+    pub stride: u64,
+}
+
+/// A register block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockDef {
+    pub name: &'static str,
+    pub description: &'static str,
+    pub size: u64,
+    pub source: &'static str,
+    pub modeled: bool,
+    pub regs: &'static [RegDef],
+    pub subs: &'static [SubDef],
+}
+
+/// A run of instances: indices `first..first+count` at `base + (i-first)*stride`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Group {
+    pub first: u64,
+    pub count: u64,
+    pub base: u64,
+    pub stride: u64,
+}
+
+/// Where the instances of a block sit in a BAR on one arch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InstanceDef {
+    pub name: &'static str,
+    pub block: &'static str,
+    pub bar: u8,
+    pub source: &'static str,
+    pub modeled: bool,
+    pub desc: &'static str,
+    pub groups: &'static [Group],
+}
+
+impl InstanceDef {
+    /// BAR offset of instance `i`, if it exists.
+    pub fn base(&self, i: u64) -> Option<u64> {
+        self.groups.iter().find(|g| i >= g.first && i < g.first + g.count).map(|g| g.base + (i - g.first) * g.stride)
+    }
+    /// Every instance index, ascending.
+    pub fn indices(&self) -> Vec<u64> {
+        let mut v: Vec<u64> = self.groups.iter().flat_map(|g| g.first..g.first + g.count).collect();
+        v.sort_unstable();
+        v
+    }
+    /// Number of instances.
+    pub fn count(&self) -> u64 {
+        self.groups.iter().map(|g| g.count).sum()
+    }
+}
+
+/// A memory window (state buffer, HBM aperture, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RegionDef {
+    pub name: &'static str,
+    pub bar: u8,
+    pub size: u64,
+    pub source: &'static str,
+    pub desc: &'static str,
+    /// Device (chip) address of each instance, where the sources give it.
+    pub dev_bases: &'static [u64],
+    pub groups: &'static [Group],
+}
+
+impl RegionDef {
+    /// Device address of instance `i`.
+    pub fn dev_base(&self, i: u64) -> Option<u64> {
+        self.dev_bases.get(i as usize).copied()
+    }
+    /// Number of instances.
+    pub fn count(&self) -> u64 {
+        self.groups.iter().map(|g| g.count).sum()
+    }
+    /// BAR offset of region instance `i`.
+    pub fn base(&self, i: u64) -> Option<u64> {
+        self.groups.iter().find(|g| i >= g.first && i < g.first + g.count).map(|g| g.base + (i - g.first) * g.stride)
+    }
+}
+
+/// A named per-arch constant with its source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConstDef {
+    pub name: &'static str,
+    pub value: u64,
+    pub source: &'static str,
+    pub desc: &'static str,
+}
+
+/// Look up a block's metadata by name.
+pub fn block(name: &str) -> Option<&'static BlockDef> {
+    crate::BLOCKS.iter().find(|b| b.name == name)
+}

@@ -289,6 +289,46 @@ impl Arch {
         self.lookup(bar, offset).map(|r| r.def.blocked).unwrap_or(false)
     }
 
+    /// BAR0 offset of a device (chip) address that falls in a BAR0 window (TPB, TOP_SP, APB),
+    /// or `None` (HBM, host, or unmapped). Used by device-side register writes (DMA to a CSR).
+    pub fn dev_to_bar0(&self, addr: u64) -> Option<u64> {
+        self.regions.iter().filter(|r| r.bar == self.bars.apb).find_map(|r| {
+            (0..r.count()).find_map(|i| {
+                let d = r.dev_base(i)?;
+                (addr >= d && addr - d < r.size).then(|| r.base(i).map(|b| b + (addr - d))).flatten()
+            })
+        })
+    }
+
+    /// Device (chip) address of a BAR0 offset inside a window with a known device base.
+    pub fn bar0_to_dev(&self, offset: u64) -> Option<u64> {
+        self.regions.iter().filter(|r| r.bar == self.bars.apb).find_map(|r| {
+            (0..r.count()).find_map(|i| {
+                let b = r.base(i)?;
+                (offset >= b && offset - b < r.size).then(|| r.dev_base(i).map(|d| d + (offset - b))).flatten()
+            })
+        })
+    }
+
+    /// HBM stack and offset of a device address, if it falls in a stack's active range.
+    pub fn dev_to_hbm(&self, addr: u64) -> Option<(u64, u64)> {
+        let hbm = self.region("hbm")?;
+        (0..hbm.count()).find_map(|k| {
+            let d = hbm.dev_base(k)?;
+            (addr >= d && addr - d < hbm.size).then(|| (k, addr - d))
+        })
+    }
+
+    /// Device address of HBM stack `k` offset `off`.
+    pub fn hbm_dev_addr(&self, k: u64, off: u64) -> Option<u64> {
+        self.region("hbm")?.dev_base(k).map(|d| d + off)
+    }
+
+    /// Host IOVA of a device address in the PCIe host window, if it is one.
+    pub fn dev_to_host_iova(&self, addr: u64) -> Option<u64> {
+        (addr & self.consts.host_route_mask == self.consts.host_base).then_some(addr & !self.consts.host_route_mask)
+    }
+
     /// Device (chip) address of a host IOVA as DMA engines see it: the PCIe host window bit is ORed in.
     pub fn host_dev_addr(&self, iova: u64) -> u64 {
         iova | self.consts.host_base

@@ -248,3 +248,29 @@ fn every_register_has_a_source() {
         }
     }
 }
+
+#[test]
+fn device_address_routing() {
+    // §2.2: V2 BAR0 is a linear window from dev 0xFFFC0000000; TPB window n, APB at BAR0 0x30000000.
+    assert_eq!(SUNDA.bar0_to_dev(0x270_1800), Some(0xFFF_C270_1800));
+    assert_eq!(SUNDA.dev_to_bar0(0xFFF_C670_1800), Some(0x670_1800));
+    assert_eq!(SUNDA.dev_to_bar0(0xFFF_F0FA_0000), Some(0x30FA_0000));
+    assert_eq!(SUNDA.dev_to_hbm(0x10_0000_1000), Some((1, 0x1000)));
+    assert_eq!(SUNDA.dev_to_host_iova(0x1000_0000_2000), Some(0x2000));
+    assert_eq!(SUNDA.dev_to_host_iova(0x1100_0000_2000), None);
+    // §2.3: V3 TPB n device bases, SE windows, die-1 HBM.
+    assert_eq!(CAYMAN.bar0_to_dev(0xD000_0000 + 5 * 0x400_0000 + 0x270_1800), Some(0x8030_0270_1800));
+    assert_eq!(CAYMAN.dev_to_bar0(0x10_0200_0000), Some(0x8200_0000));
+    assert_eq!(CAYMAN.bar0_to_dev(0x0680_0000), Some(0x80_0680_0000));
+    assert_eq!(CAYMAN.dev_to_hbm(0x8040_0000_0040), Some((3, 0x40)));
+    assert_eq!(CAYMAN.dev_to_hbm(0x6_0000_0000), None, "beyond the 24 GiB active size");
+    assert_eq!(MARIANA.dev_to_hbm(0x6_0000_0000), Some((0, 0x6_0000_0000)));
+    assert_eq!(CAYMAN.host_dev_addr(0x1000), 0x4000_0000_1000);
+    for a in [&SUNDA, &CAYMAN, &MARIANA] {
+        for r in a.registers().iter().step_by(501) {
+            if let Some(d) = a.bar0_to_dev(r.offset) {
+                assert_eq!(a.dev_to_bar0(d), Some(r.offset), "{}", r.name);
+            }
+        }
+    }
+}

@@ -74,4 +74,9 @@ pub trait Platform: Send + Sync {
 
     /// Reset the whole function (FLR or equivalent).
     fn reset(&self) -> Result<(), PlatformError>;
+
+    /// Bookkeeping hook: the driver's device-memory allocator reports bytes allocated
+    /// (positive) or freed (negative). Hardware ignores it; the simulator audits it so
+    /// tests can prove that nothing leaks.
+    fn account_device_memory(&self, _delta: i64) {}
 }

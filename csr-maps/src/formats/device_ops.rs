@@ -1,0 +1,233 @@
+//! Device forms of the instructions the simulator's sequencers execute and the
+//! runtime's lowering emits. Where the public sources give no operand layout
+//! (NRT_FACTS §11: "byte layout of the real instructions that replace pseudos"),
+//! the layout here is **modeled** and is the single definition both sides use.
+//!
+//! | opcode | form | payload (after header +0 and 8-byte events +4) |
+//! |---|---|---|
+//! | 0x69 WRITE | [`WriteOp`] | +0x10 device address u64, +0x18 value u32 — a 32-bit store to a device address (a DMA queue's tail-increment CSR for a lowered PSEUDO_DMA_TRIGGER; a semaphore window) |
+//! | 0x6A NOTIFY | [`NotifyOp`] | +0x0C sub-id u16, +0x10 value u32 — a custom INFER_STATUS record (subtype 6) |
+//! | 0xBF SB2SB_COLLECTIVE | [`CollectiveOp`] | see the struct — a lowered PSEUDO_TRIGGER_COLLECTIVE |
+//! | 0xA1 SYNC | halt | engine stops (no payload) |
+//! | 0xB8 DMAMEMCPY | `slot::Dma2d` | NRT_FACTS §2.4 (documented) |
+//! | 0xA0 EVENT_SEMAPHORE, 0x68 NOP, 0xF0 EXTENDED_INST | events only | — |
+//!
+//! Update mode 0x14 (`UpdateMode::Other(0x14)`) is modeled as "decrement `$S[update_idx]`
+//! by 1 on completion", from DHN's WAIT_GE_AND_DEC sub-op 0x14 (NRT_FACTS §2.4).
+
+use super::slot::{Events, Opcode, SlotHeader, SLOT_BYTES};
+
+/// Update mode 0x14: decrement on completion (modeled).
+pub const UPDATE_DEC_COMPLETE: u8 = 0x14;
+
+/// Collective ALU ops (ADD 0x04, MAX 0x08 from NRT_FACTS §2.4; MIN modeled 0x0C).
+pub mod alu {
+    pub const ADD: u8 = 0x04;
+    pub const MAX: u8 = 0x08;
+    /// Modeled.
+    pub const MIN: u8 = 0x0C;
+}
+
+/// Collective kinds (ALL_REDUCE 0x01 from NRT_FACTS §2.4; the others modeled).
+pub mod ctype {
+    pub const ALL_REDUCE: u8 = 0x01;
+    /// Modeled.
+    pub const ALL_GATHER: u8 = 0x02;
+    /// Modeled.
+    pub const REDUCE_SCATTER: u8 = 0x03;
+}
+
+/// Collective data types (DTYPE codes, NRT_FACTS §2.4).
+pub mod dtype {
+    pub const BF16: u8 = 0x06;
+    pub const FP16: u8 = 0x07;
+    pub const INT32: u8 = 0x08;
+    pub const FP32: u8 = 0x0A;
+
+    /// Element size in bytes, or `None` for an unsupported type.
+    pub fn size(d: u8) -> Option<usize> {
+        match d {
+            BF16 | FP16 => Some(2),
+            INT32 | FP32 => Some(4),
+            _ => None,
+        }
+    }
+}
+
+fn rd_u16(b: &[u8; SLOT_BYTES], o: usize) -> u16 {
+    u16::from_le_bytes([b[o], b[o + 1]])
+}
+fn rd_u32(b: &[u8; SLOT_BYTES], o: usize) -> u32 {
+    u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
+}
+fn rd_u64(b: &[u8; SLOT_BYTES], o: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[o..o + 8]);
+    u64::from_le_bytes(a)
+}
+fn base(op: Opcode, hdr: Option<SlotHeader>, ev: &Events) -> [u8; SLOT_BYTES] {
+    let mut b = [0u8; SLOT_BYTES];
+    b[0..4].copy_from_slice(&hdr.unwrap_or_else(|| SlotHeader::new(op)).to_bytes());
+    b[4..12].copy_from_slice(&ev.to_bytes());
+    b
+}
+
+/// WRITE (0x69): store `value` at device address `addr`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteOp {
+    pub header: SlotHeader,
+    pub events: Events,
+    pub addr: u64,
+    pub value: u32,
+}
+
+impl WriteOp {
+    /// A WRITE with a default header.
+    pub fn new(events: Events, addr: u64, value: u32) -> Self {
+        Self { header: SlotHeader::new(Opcode::Write), events, addr, value }
+    }
+    /// Decode (total).
+    pub fn decode(b: &[u8; SLOT_BYTES]) -> Self {
+        Self { header: SlotHeader::decode(b), events: Events::decode(b), addr: rd_u64(b, 0x10), value: rd_u32(b, 0x18) }
+    }
+    /// Encode.
+    pub fn encode(&self) -> [u8; SLOT_BYTES] {
+        let mut b = base(Opcode::Write, Some(self.header), &self.events);
+        b[0x10..0x18].copy_from_slice(&self.addr.to_le_bytes());
+        b[0x18..0x1C].copy_from_slice(&self.value.to_le_bytes());
+        b
+    }
+}
+
+/// NOTIFY (0x6A): post a custom INFER_STATUS record with `sub_id` (e.g. 7 = tensor
+/// completion, `value` = var id).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotifyOp {
+    pub header: SlotHeader,
+    pub events: Events,
+    pub sub_id: u16,
+    pub value: u32,
+}
+
+impl NotifyOp {
+    /// A NOTIFY with a default header.
+    pub fn new(events: Events, sub_id: u16, value: u32) -> Self {
+        Self { header: SlotHeader::new(Opcode::Notify), events, sub_id, value }
+    }
+    /// Decode (total).
+    pub fn decode(b: &[u8; SLOT_BYTES]) -> Self {
+        Self { header: SlotHeader::decode(b), events: Events::decode(b), sub_id: rd_u16(b, 0x0C), value: rd_u32(b, 0x10) }
+    }
+    /// Encode.
+    pub fn encode(&self) -> [u8; SLOT_BYTES] {
+        let mut b = base(Opcode::Notify, Some(self.header), &self.events);
+        b[0x0C..0x0E].copy_from_slice(&self.sub_id.to_le_bytes());
+        b[0x10..0x14].copy_from_slice(&self.value.to_le_bytes());
+        b
+    }
+}
+
+/// SB2SB_COLLECTIVE (0xBF), modeled payload: the collective a lowered
+/// PSEUDO_TRIGGER_COLLECTIVE becomes. Participants meet by (`comm_id`, per-NC sequence
+/// number); `rank` orders them within the group of `group_size`.
+///
+/// ```text
+/// +0x0C op u8 | +0x0D dtype u8 | +0x0E ctype u8 | +0x0F rank u8 | +0x10 group_size u8 | +0x11..0x14 reserved
+/// +0x14 comm_id u32 | +0x18 src device address u64 | +0x20 dst device address u64 | +0x28 num_elements u64
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CollectiveOp {
+    pub header: SlotHeader,
+    pub events: Events,
+    pub op: u8,
+    pub dtype: u8,
+    pub ctype: u8,
+    pub rank: u8,
+    pub group_size: u8,
+    pub comm_id: u32,
+    pub src: u64,
+    pub dst: u64,
+    /// Elements per rank's input.
+    pub num_elements: u64,
+}
+
+impl CollectiveOp {
+    /// Decode (total).
+    pub fn decode(b: &[u8; SLOT_BYTES]) -> Self {
+        Self {
+            header: SlotHeader::decode(b),
+            events: Events::decode(b),
+            op: b[0x0C],
+            dtype: b[0x0D],
+            ctype: b[0x0E],
+            rank: b[0x0F],
+            group_size: b[0x10],
+            comm_id: rd_u32(b, 0x14),
+            src: rd_u64(b, 0x18),
+            dst: rd_u64(b, 0x20),
+            num_elements: rd_u64(b, 0x28),
+        }
+    }
+    /// Encode.
+    pub fn encode(&self) -> [u8; SLOT_BYTES] {
+        let mut b = base(Opcode::Sb2sbCollective, Some(self.header), &self.events);
+        b[0x0C] = self.op;
+        b[0x0D] = self.dtype;
+        b[0x0E] = self.ctype;
+        b[0x0F] = self.rank;
+        b[0x10] = self.group_size;
+        b[0x14..0x18].copy_from_slice(&self.comm_id.to_le_bytes());
+        b[0x18..0x20].copy_from_slice(&self.src.to_le_bytes());
+        b[0x20..0x28].copy_from_slice(&self.dst.to_le_bytes());
+        b[0x28..0x30].copy_from_slice(&self.num_elements.to_le_bytes());
+        b
+    }
+}
+
+/// A slot with only header and events (EVENT_SEMAPHORE, NOP, SYNC/halt, EXTENDED_INST).
+pub fn events_only(op: Opcode, header_debug_cmd: u8, events: Events) -> [u8; SLOT_BYTES] {
+    let mut h = SlotHeader::new(op);
+    h.debug_cmd = header_debug_cmd;
+    base(op, Some(h), &events)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn roundtrips() {
+        let w = WriteOp::new(Events::wait_gt(3, 0), 0xFFF_F0D0_1038, 4);
+        assert_eq!(WriteOp::decode(&w.encode()), w);
+        assert_eq!(w.encode()[0], 0x69);
+        let n = NotifyOp::new(Events::NONE, 7, 12);
+        assert_eq!(NotifyOp::decode(&n.encode()), n);
+        let c = CollectiveOp {
+            header: SlotHeader::new(Opcode::Sb2sbCollective),
+            events: Events::NONE,
+            op: alu::ADD,
+            dtype: dtype::FP32,
+            ctype: ctype::ALL_REDUCE,
+            rank: 1,
+            group_size: 2,
+            comm_id: 77,
+            src: 0x1000,
+            dst: 0x2000,
+            num_elements: 32,
+        };
+        assert_eq!(CollectiveOp::decode(&c.encode()), c);
+        assert_eq!(c.encode()[0], 0xBF);
+    }
+
+    proptest! {
+        #[test]
+        fn decoders_total(v in proptest::collection::vec(any::<u8>(), 64)) {
+            let mut b = [0u8; SLOT_BYTES];
+            b.copy_from_slice(&v);
+            let _ = WriteOp::decode(&b).encode();
+            let _ = NotifyOp::decode(&b).encode();
+            let _ = CollectiveOp::decode(&b).encode();
+        }
+    }
+}

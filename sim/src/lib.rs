@@ -1,1 +1,41 @@
-//! sim (see DESIGN.md)
+//! sim: a functional, register-accurate model of AWS Neuron devices (sunda, cayman,
+//! mariana) behind the Platform boundary.
+//!
+//! The driver talks to a [`SimDevice`] exactly as it talks to hardware on VFIO: BAR
+//! reads and writes ([`platform::Mmio`]), DMA mappings of host memory (which feed the
+//! simulator's IOMMU), interrupt eventfds and reset. Registers are decoded with
+//! `csr-maps`; the simulator never calls into hal or runtime.
+//!
+//! Blocks modelled: UDMA engines and queues (descriptor rings in host or device
+//! memory, FIRST/LAST packets, ring ids, aborts latched in the IOFIC groups),
+//! notification queues (phase bit, overflow → NC INTC line 61), semaphores and events,
+//! five sequencer engines per NC executing 64-byte slots, collectives across NCs and
+//! devices ([`SimTopology`]), Q7 control blocks with the DGE mailbox gate, the FW-IO
+//! mailbox (CRC-32C) and reset, and fault injection ([`FaultSpec`]).
+
+mod device;
+mod decode;
+mod fault;
+mod fwio;
+mod hub;
+mod iommu;
+mod nq;
+mod seq;
+mod udma;
+
+pub use device::{SimConfig, SimDevice, SimStats, SimTopology, Timing};
+pub use fault::{FaultKind, FaultSpec, FaultSpecError};
+pub use iommu::DmaFault;
+
+/// Errors creating a simulated device.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("device memory: {0}")]
+    Memory(#[from] platform::HostMemError),
+    #[error("a topology holds 1 to 16 devices, not {0}")]
+    TopologySize(usize),
+    #[error("bad simulator spec `{0}`: expected sim[:ARCH[:N]]")]
+    Spec(String),
+    #[error(transparent)]
+    Arch(#[from] csr_maps::CsrError),
+}

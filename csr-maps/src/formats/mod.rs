@@ -4,6 +4,7 @@
 pub mod device_ops;
 pub mod dge;
 pub mod error;
+pub mod fwio;
 pub mod neff_header;
 pub mod notify;
 pub mod slot;

@@ -1,0 +1,233 @@
+//! Fault injection: `KIND@ncN[:TARGET]` specs, armed through the API or the CLI's
+//! `--sim-fault`. Each fault produces the records and register state the hardware would,
+//! so that the driver's decode path is what finds it.
+//!
+//! | spec | effect |
+//! |---|---|
+//! | `nq-overflow@nc0` | the NC's notification rings behave as full: records dropped, NC INTC line 61 (g1 bit 29) |
+//! | `dma-abort@nc1:q3` | the next packet on queue 3 of an engine of NC 1 aborts (M2S data AXI response error latched, NC INTC dma_abort) |
+//! | `hbm-ue@nc0` | uncorrectable HBM error: misc RAM `hbm_ecc[k].uncorrectable`, NC INTC hbm_ue |
+//! | `hbm-ue-repairable@nc0` | repairable HBM error: `hbm_ecc[k].repairable`, `hbm_repair_state` pending, NC INTC hbm_ue_repairable |
+//! | `nc-ue@nc0` | uncorrectable NC (SRAM) error: `sram_ecc.uncorrected`, NC INTC nc_ue |
+//! | `fp-nan@nc0:act` | FP_NAN error record from the engine's next slot |
+//! | `transient@nc0[:eng]` | SEQUENCER_NONFATAL error record |
+//! | `seq-fatal@nc0:pool` | SEQUENCER_FATAL error record; the engine stops |
+//! | `hang@nc0:pe` | the engine stops fetching (no records) |
+//! | `out-of-order@nc0:dve` | the engine posts an INST_END before its INST_START |
+//! | `semaphore-error@nc0[:eng]` | SEMAPHORE_ERROR error record |
+//! | `oob@nc0[:eng]` | custom INFER_STATUS record with an out-of-bounds sub-id (2) |
+//! | `cc-error@nc0` | NC INTC cc_error (collectives hardware error) |
+//! | `net-proxy@nc0` | NC INTC net_proxy_fail |
+
+use std::sync::atomic::Ordering;
+
+use csr_maps::consts::seq::ENGINES;
+
+use crate::device::{Dev, State};
+
+/// A fault kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultKind {
+    NqOverflow,
+    DmaAbort,
+    HbmUe,
+    HbmUeRepairable,
+    NcUe,
+    FpNan,
+    Transient,
+    SeqFatal,
+    Hang,
+    OutOfOrder,
+    SemaphoreError,
+    Oob,
+    CcError,
+    NetProxy,
+}
+
+impl FaultKind {
+    const ALL: [(&'static str, FaultKind); 14] = [
+        ("nq-overflow", FaultKind::NqOverflow),
+        ("dma-abort", FaultKind::DmaAbort),
+        ("hbm-ue", FaultKind::HbmUe),
+        ("hbm-ue-repairable", FaultKind::HbmUeRepairable),
+        ("nc-ue", FaultKind::NcUe),
+        ("fp-nan", FaultKind::FpNan),
+        ("transient", FaultKind::Transient),
+        ("seq-fatal", FaultKind::SeqFatal),
+        ("hang", FaultKind::Hang),
+        ("out-of-order", FaultKind::OutOfOrder),
+        ("semaphore-error", FaultKind::SemaphoreError),
+        ("oob", FaultKind::Oob),
+        ("cc-error", FaultKind::CcError),
+        ("net-proxy", FaultKind::NetProxy),
+    ];
+
+    /// Spec name.
+    pub fn name(self) -> &'static str {
+        Self::ALL.iter().find(|(_, k)| *k == self).map(|(n, _)| *n).unwrap_or("?")
+    }
+
+    /// Faults that fire on an engine's next slot.
+    pub(crate) fn per_engine(self) -> bool {
+        matches!(
+            self,
+            FaultKind::FpNan
+                | FaultKind::Transient
+                | FaultKind::SeqFatal
+                | FaultKind::Hang
+                | FaultKind::OutOfOrder
+                | FaultKind::SemaphoreError
+                | FaultKind::Oob
+        )
+    }
+
+    fn needs_engine(self) -> bool {
+        matches!(self, FaultKind::FpNan | FaultKind::SeqFatal | FaultKind::Hang | FaultKind::OutOfOrder)
+    }
+}
+
+/// A parsed fault spec.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FaultSpec {
+    pub kind: FaultKind,
+    pub nc: usize,
+    /// Engine (0 PE .. 4 SP) for per-engine faults.
+    pub engine: Option<usize>,
+    /// Queue for `dma-abort`.
+    pub queue: Option<u32>,
+}
+
+/// A spec that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("bad fault spec `{spec}`: {reason} (expected KIND@ncN[:ENGINE|:qN], kinds: {kinds})")]
+pub struct FaultSpecError {
+    pub spec: String,
+    pub reason: String,
+    pub kinds: String,
+}
+
+impl std::str::FromStr for FaultSpec {
+    type Err = FaultSpecError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let err = |reason: &str| FaultSpecError {
+            spec: s.to_string(),
+            reason: reason.to_string(),
+            kinds: FaultKind::ALL.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", "),
+        };
+        let (k, rest) = s.split_once('@').ok_or_else(|| err("missing `@`"))?;
+        let kind = FaultKind::ALL.iter().find(|(n, _)| *n == k).map(|(_, k)| *k).ok_or_else(|| err("unknown kind"))?;
+        let mut parts = rest.split(':');
+        let nc = parts
+            .next()
+            .and_then(|p| p.strip_prefix("nc"))
+            .and_then(|n| n.parse::<usize>().ok())
+            .ok_or_else(|| err("expected ncN after `@`"))?;
+        let mut engine = None;
+        let mut queue = None;
+        if let Some(t) = parts.next() {
+            if let Some(q) = t.strip_prefix('q') {
+                queue = Some(q.parse::<u32>().map_err(|_| err("bad queue number"))?);
+            } else {
+                engine = Some(ENGINES.iter().position(|e| *e == t).ok_or_else(|| err("unknown engine (pe, act, pool, dve, sp)"))?);
+            }
+        }
+        if parts.next().is_some() {
+            return Err(err("trailing components"));
+        }
+        if kind.needs_engine() && engine.is_none() {
+            return Err(err("this kind needs an engine"));
+        }
+        if kind == FaultKind::DmaAbort && queue.is_none() {
+            return Err(err("dma-abort needs a queue (:qN)"));
+        }
+        if kind.per_engine() && engine.is_none() {
+            engine = Some(0);
+        }
+        Ok(FaultSpec { kind, nc, engine, queue })
+    }
+}
+
+impl std::fmt::Display for FaultSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}@nc{}", self.kind.name(), self.nc)?;
+        if let Some(q) = self.queue {
+            write!(f, ":q{q}")?;
+        } else if let Some(e) = self.engine {
+            write!(f, ":{}", ENGINES.get(e).copied().unwrap_or("?"))?;
+        }
+        Ok(())
+    }
+}
+
+/// Arm `f` on the device.
+pub(crate) fn arm(dev: &Dev, st: &mut State, f: FaultSpec) {
+    if f.nc >= dev.ncs() {
+        dev.n.unclaimed.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    let nc = f.nc;
+    let r = dev.regs();
+    // HBM stack of an NC (default NCs of HBM h: NC h on V2, NCs 2h, 2h+1 on V3/V4).
+    let stack = (nc as u64 * dev.arch.counts.hbm_stacks / dev.arch.counts.ncs).min(dev.arch.counts.hbm_stacks - 1);
+    match f.kind {
+        FaultKind::HbmUe | FaultKind::HbmUeRepairable | FaultKind::NcUe => {
+            let Ok(m) = r.misc_ram(0) else { return };
+            match f.kind {
+                FaultKind::HbmUe => {
+                    if let Ok(e) = m.hbm_ecc(stack) {
+                        let v = csr_maps::blocks::misc_ram::HbmEcc(dev.reg_value(st, e.offset()));
+                        let n = v.with_uncorrectable(v.uncorrectable().saturating_add(1).min(0xF));
+                        st.regs.insert(e.offset(), n.0);
+                    }
+                    dev.intc(st, nc, 0, "hbm_ue");
+                }
+                FaultKind::HbmUeRepairable => {
+                    if let Ok(e) = m.hbm_ecc(stack) {
+                        let v = csr_maps::blocks::misc_ram::HbmEcc(dev.reg_value(st, e.offset()));
+                        let n = v.with_repairable(v.repairable().saturating_add(1).min(0xFFF));
+                        st.regs.insert(e.offset(), n.0);
+                    }
+                    st.regs.insert(m.hbm_repair_state().offset(), 1);
+                    dev.intc(st, nc, 0, "hbm_ue_repairable");
+                }
+                _ => {
+                    let v = csr_maps::blocks::misc_ram::SramEcc(dev.reg_value(st, m.sram_ecc().offset()));
+                    st.regs.insert(m.sram_ecc().offset(), v.with_uncorrected(v.uncorrected().saturating_add(1)).0);
+                    dev.intc(st, nc, 0, "nc_ue");
+                }
+            }
+        }
+        FaultKind::CcError => dev.intc(st, nc, 0, "cc_error"),
+        FaultKind::NetProxy => dev.intc(st, nc, 0, "net_proxy_fail"),
+        FaultKind::DmaAbort => {
+            let per = dev.arch.counts.dma_engines_per_nc as usize;
+            for e in 0..st.udma.len() {
+                if dev.nc_of_engine(e) == nc || e / per == nc {
+                    st.udma[e].arm_abort = f.queue;
+                }
+            }
+        }
+        _ => st.faults.push(f),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_specs() {
+        let f: FaultSpec = "dma-abort@nc1:q3".parse().unwrap();
+        assert_eq!((f.kind, f.nc, f.queue), (FaultKind::DmaAbort, 1, Some(3)));
+        let f: FaultSpec = "fp-nan@nc0:act".parse().unwrap();
+        assert_eq!((f.kind, f.engine), (FaultKind::FpNan, Some(1)));
+        assert_eq!(f.to_string(), "fp-nan@nc0:act");
+        assert_eq!("transient@nc2".parse::<FaultSpec>().unwrap().engine, Some(0));
+        for bad in ["nope@nc0", "hang@nc0", "hang@x0:pe", "dma-abort@nc0", "hang@nc0:gpu", "hbm-ue", "fp-nan@nc0:act:x"] {
+            assert!(bad.parse::<FaultSpec>().is_err(), "{bad}");
+        }
+        for (n, k) in FaultKind::ALL {
+            assert_eq!(k.name(), n);
+        }
+    }
+}

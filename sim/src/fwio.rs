@@ -1,0 +1,93 @@
+//! Misc RAM: the firmware side of the FW-IO mailbox (new protocol, FW API ≥ 7) and the
+//! reset requests (NEURON_HW_FACTS §6).
+
+use std::sync::atomic::Ordering;
+
+use csr_maps::consts::fwio as fwc;
+use csr_maps::formats::fwio::FwHeader;
+
+use crate::decode::Hit;
+use crate::device::{Dev, State};
+
+pub(crate) fn reg_read(dev: &Dev, st: &mut State, hit: &Hit<'_>, off: u64) -> u32 {
+    if hit.reg.name() == "fw_status" {
+        let busy = st.fw_busy_until.is_some_and(|t| std::time::Instant::now() < t);
+        return if busy { fwc::FW_STATUS_RESET_BUSY } else { 0 };
+    }
+    dev.generic_read(st, hit, off)
+}
+
+pub(crate) fn reg_write(dev: &Dev, st: &mut State, hit: &Hit<'_>, off: u64, val: u32) {
+    match hit.reg.name() {
+        "trigger" if val & 1 != 0 => {
+            dev.generic_write(st, hit, off, val);
+            request(dev, st);
+        }
+        "reset_request" if val == fwc::RESET_DEVICE || val == fwc::RESET_TPB => {
+            // The firmware takes the request (clears it) and performs the reset.
+            let Ok(m) = dev.regs().misc_ram(0) else { return };
+            if val == fwc::RESET_DEVICE {
+                dev.reset_all(st);
+                dev.hub.forget(&dev.me);
+            } else {
+                let map = csr_maps::blocks::misc_ram::ResetMap(dev.reg_value(st, m.reset_map().offset()));
+                for nc in 0..dev.ncs() {
+                    if map.tpb() & (1 << nc) != 0 {
+                        dev.reset_nc_state(st, nc);
+                    }
+                }
+                dev.n.resets.fetch_add(1, Ordering::Relaxed);
+            }
+            st.regs.insert(off, 0);
+        }
+        _ => dev.generic_write(st, hit, off, val),
+    }
+}
+
+fn request(dev: &Dev, st: &mut State) {
+    let Ok(m) = dev.regs().misc_ram(0) else { return };
+    dev.n.fwio.fetch_add(1, Ordering::Relaxed);
+    let hdr = FwHeader::decode(dev.reg_value(st, m.req_hdr0().offset()));
+    let crc = dev.reg_value(st, m.req_hdr1().offset());
+    let ack = dev.reg_value(st, m.ack().offset());
+    let words: Vec<u32> = (0..32).filter_map(|i| m.data(i).ok()).map(|r| dev.reg_value(st, r.offset())).collect();
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    let plen = (hdr.size as usize).saturating_sub(fwc::NEW_HEADER_BYTES as usize);
+    let (err, reply): (u8, Vec<u8>) = if dev.cfg.fw_api_version < 7 {
+        (fwc::ERR_UNKNOWN_CMD, vec![])
+    } else if hdr.seq == 0 || plen > fwc::MAX_PAYLOAD || ack != 1 || hdr.request_crc(&bytes[..plen]) != crc {
+        (fwc::ERR_FAILED, vec![])
+    } else {
+        let p = &bytes[..plen];
+        match hdr.code {
+            fwc::CMD_SET_POWER_PROFILE if plen == 8 => (fwc::ERR_SUCCESS, vec![]),
+            fwc::CMD_SET_FEATURE if plen >= 1 => (fwc::ERR_SUCCESS, vec![]),
+            fwc::CMD_GET_DATA if plen >= 1 => match p[0] {
+                // Current performance profile: 4 reserved, profile, voltage margin, frequency, OCW.
+                1 => (fwc::ERR_SUCCESS, vec![0, 0, 0, 0, 0, 0, 0, 0]),
+                // Available profiles: count + 32-byte bitmap (profile 0 only).
+                2 => {
+                    let mut v = vec![1u8];
+                    v.extend_from_slice(&[1u8]);
+                    v.extend_from_slice(&[0u8; 31]);
+                    (fwc::ERR_SUCCESS, v)
+                }
+                // Switch-fabric BAR info: none on a simulated device.
+                0x10 => (fwc::ERR_SUCCESS, vec![]),
+                _ => (fwc::ERR_FAILED, vec![]),
+            },
+            _ => (fwc::ERR_UNKNOWN_CMD, vec![]),
+        }
+    };
+    for (i, c) in reply.chunks(4).enumerate() {
+        let mut w = [0u8; 4];
+        w[..c.len()].copy_from_slice(c);
+        if let Ok(r) = m.data(i as u64) {
+            st.regs.insert(r.offset(), u32::from_le_bytes(w));
+        }
+    }
+    let resp = FwHeader { seq: hdr.seq, code: err, size: fwc::NEW_HEADER_BYTES + reply.len() as u16 };
+    st.regs.insert(m.req_hdr0().offset(), resp.encode());
+    st.regs.insert(m.trigger().offset(), 0);
+    st.regs.insert(m.ack().offset(), 0);
+}

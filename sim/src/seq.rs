@@ -1,0 +1,460 @@
+//! Sequencers: five engines per NC (PE, ACT, POOL, DVE, SP) fetch 64-byte slots from the
+//! instruction-fetch queue the driver programmed (`seq.eng[e]`), honour each slot's
+//! events block (wait on a semaphore; update it on completion), execute the slot, and
+//! post INST_START / INST_END records (debug_cmd trace bits) into their INFER_STATUS
+//! ring. Unknown or malformed slots post a SEQUENCER_FATAL error record and stop the
+//! engine. Also the Q7 control-block hooks and the DGE gate.
+
+use std::sync::atomic::Ordering;
+
+use csr_maps::consts::{q7 as q7c, seq as seqc};
+use csr_maps::formats::device_ops::{CollectiveOp, NotifyOp, WriteOp, UPDATE_DEC_COMPLETE};
+use csr_maps::formats::dge::{allowed_channels, DgeMailbox, MAILBOXES};
+use csr_maps::formats::error::{ErrorId, TpbErrorRecord};
+use csr_maps::formats::notify::{custom, ntype, InferStatus, Subtype};
+use csr_maps::formats::slot::{Dma2d, Dma2dLeg, Events, Instruction, Opcode, TraceMode, UpdateMode, WaitMode, SLOT_BYTES, SLOT_WORDS};
+use csr_maps::formats::ucpl::{UcplHeader, HEADER_BYTES, MAX_IMAGE_BYTES};
+
+use crate::decode::Hit;
+use crate::device::{Dev, State};
+use crate::fault::FaultKind;
+use crate::hub::{Arrival, Delivery};
+use crate::iommu::DmaFault;
+
+/// Fault codes reported in `seq.eng[e].status.fault_code` and the error record's info byte.
+pub(crate) mod code {
+    pub const FETCH: u8 = 0x01;
+    pub const MALFORMED: u8 = 0x02;
+    pub const UNKNOWN_OPCODE: u8 = 0x03;
+    pub const WAIT_MODE: u8 = 0x04;
+    pub const UPDATE_MODE: u8 = 0x05;
+    pub const MEMORY: u8 = 0x06;
+    pub const COLLECTIVE: u8 = 0x07;
+    pub const DGE_GATE: u8 = 0x08;
+    pub const INJECTED: u8 = 0x10;
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct SeqEng {
+    pub state: u32,
+    pub pc: u32,
+    pub passes: u32,
+    pub fault_code: u8,
+    pub hang: bool,
+    pub started: bool,
+    pub coll_wait: bool,
+    pub coll_done: bool,
+}
+
+fn eng_regs(dev: &Dev, nc: usize, e: usize) -> Option<csr_maps::blocks::seq_engine::Block<'_>> {
+    dev.regs().seq(nc as u64).ok()?.eng(e as u64).ok()
+}
+
+pub(crate) fn reg_read(dev: &Dev, st: &mut State, hit: &Hit<'_>, off: u64) -> u32 {
+    let nc = hit.index as usize;
+    if let Some(e) = hit.reg.sub("eng") {
+        let Some(s) = st.seq.get(nc).map(|x| x[e as usize]) else { return 0 };
+        return match hit.reg.name() {
+            "status" => s.state | ((s.fault_code as u32) << 8),
+            "pc" => s.pc,
+            "passes" => s.passes,
+            _ => dev.generic_read(st, hit, off),
+        };
+    }
+    dev.generic_read(st, hit, off)
+}
+
+pub(crate) fn reg_write(dev: &Dev, st: &mut State, hit: &Hit<'_>, off: u64, val: u32) {
+    let nc = hit.index as usize;
+    let Some(e) = hit.reg.sub("eng").map(|e| e as usize) else { return dev.generic_write(st, hit, off, val) };
+    if hit.reg.name() != "ctrl" || nc >= st.seq.len() {
+        return dev.generic_write(st, hit, off, val);
+    }
+    let def = hit.reg.def;
+    let bit = |n: &str| def.fields.iter().find(|f| f.name == n).map(|f| 1u32 << f.lsb).unwrap_or(0);
+    let (enable, reset) = (bit("enable"), bit("reset"));
+    if val & reset != 0 {
+        st.seq[nc][e] = SeqEng::default();
+        st.regs.insert(off, 0);
+        return;
+    }
+    st.regs.insert(off, val);
+    let s = &mut st.seq[nc][e];
+    if val & enable != 0 {
+        if matches!(s.state, seqc::STATE_IDLE | seqc::STATE_HALTED) {
+            *s = SeqEng { state: seqc::STATE_RUNNING, passes: s.passes, ..SeqEng::default() };
+            st.pending[nc] = true;
+        }
+    } else {
+        s.state = seqc::STATE_IDLE;
+    }
+}
+
+/// Q7 control block writes: the loadable-library staging check on `ll_size`.
+pub(crate) fn q7_write(dev: &Dev, st: &mut State, hit: &Hit<'_>, off: u64, val: u32) {
+    dev.generic_write(st, hit, off, val);
+    if hit.reg.name() != "ll_size" {
+        return;
+    }
+    let Ok(q) = dev.regs().q7(hit.index as u64) else { return };
+    let claim = dev.stored(st, q.claim().offset(), 0);
+    let addr = dev.stored(st, q.ll_addr().offset(), 0) as u64 | ((dev.stored(st, q.ll_addr().offset() + 4, 0) as u64) << 32);
+    let mut hdr = [0u8; HEADER_BYTES];
+    let status = if claim != q7c::CLAIMED {
+        q7c::ERR_INVALID
+    } else if val as u64 > MAX_IMAGE_BYTES {
+        q7c::ERR_TOO_LARGE
+    } else if dev.dev_read(st, addr, &mut hdr).is_err() {
+        q7c::ERR_INVALID
+    } else {
+        match UcplHeader::decode(&hdr) {
+            Ok(h) if h.image_size() > MAX_IMAGE_BYTES => q7c::ERR_TOO_LARGE,
+            Ok(h) if h.image_size() == val as u64 => 1,
+            _ => q7c::ERR_INVALID,
+        }
+    };
+    st.regs.insert(q.ll_status().offset(), status);
+}
+
+fn timestamp(dev: &Dev, st: &State, nc: usize) -> u64 {
+    let per = dev.regs().seq(nc as u64).map(|s| dev.reg_value(st, s.ts_per_ns().offset())).unwrap_or(1);
+    dev.now_ns().wrapping_mul(per as u64)
+}
+
+fn post_infer(dev: &Dev, st: &mut State, nc: usize, e: usize, kind: u8, subtype: Subtype, sub_id: u16, line: u32) {
+    let Some(r) = eng_regs(dev, nc, e) else { return };
+    let slot = dev.stored(st, r.nq_infer_slot().offset(), 0) as u64;
+    let rec = InferStatus {
+        line: line as u16,
+        line_hi: ((line >> 16) & 0xF) as u8,
+        tag: ntype::engine(e as u8, kind),
+        sub_id,
+        subtype: subtype.to_u16(),
+        timestamp: timestamp(dev, st, nc),
+        ..Default::default()
+    };
+    if st.faults.iter().any(|f| f.nc == nc && f.kind == FaultKind::NqOverflow) {
+        // Injected: this NC's rings are treated as full.
+        force_overflow(dev, st, nc, slot);
+        return;
+    }
+    if let Some(off) = crate::nq::nc_slot(dev, nc, slot) {
+        crate::nq::post(dev, st, nc, off, rec.encode());
+    }
+}
+
+fn force_overflow(dev: &Dev, st: &mut State, nc: usize, slot: u64) {
+    if let Some(off) = crate::nq::nc_slot(dev, nc, slot) {
+        let s = st.nq.entry(off).or_default();
+        s.dropped = s.dropped.saturating_add(1);
+        s.overflowed = true;
+        s.overflow_pending = true;
+    }
+    dev.n.dropped_records.fetch_add(1, Ordering::Relaxed);
+    dev.intc(st, nc, 1, "sw_nq_overflow");
+}
+
+/// Post a TPB error record on the NC's error ring.
+pub(crate) fn post_error(dev: &Dev, st: &mut State, nc: usize, e: usize, id: ErrorId, pc: u32, info: u8) {
+    let Ok(s) = dev.regs().seq(nc as u64) else { return };
+    let slot = dev.reg_value(st, s.err_nq_slot().offset()) as u64;
+    let rec = TpbErrorRecord {
+        error_id: id.to_u8(),
+        metadata_lo: e as u16,
+        header: ntype::ERROR,
+        metadata_hi: TpbErrorRecord::seq_metadata(0, (pc & 0xFFF) as u16, info),
+        timestamp: timestamp(dev, st, nc),
+    };
+    if let Some(off) = crate::nq::nc_slot(dev, nc, slot) {
+        crate::nq::post(dev, st, nc, off, rec.encode());
+    }
+}
+
+/// Stop engine `e` of `nc` with a SEQUENCER_FATAL record.
+pub(crate) fn fault_engine(dev: &Dev, st: &mut State, nc: usize, e: usize, code: u8, _f: Option<DmaFault>) {
+    let pc = st.seq.get(nc).map(|s| s[e].pc).unwrap_or(0);
+    post_error(dev, st, nc, e, ErrorId::SequencerFatal, pc, code);
+    if let Some(s) = st.seq.get_mut(nc).and_then(|s| s.get_mut(e)) {
+        s.state = seqc::STATE_FAULT;
+        s.fault_code = code;
+    }
+    dev.intc(st, nc, 0, "seq_fatal");
+}
+
+/// Run the engines of `nc` until none can make progress. Returns whether any did.
+pub(crate) fn run(dev: &Dev, st: &mut State, nc: usize, out: &mut Vec<Delivery>) -> bool {
+    let mut any = false;
+    loop {
+        let mut progress = false;
+        for e in 0..5 {
+            // A bounded burst per engine keeps the engines interleaved.
+            for _ in 0..64 {
+                if !step(dev, st, nc, e, out) {
+                    break;
+                }
+                progress = true;
+            }
+        }
+        any |= progress;
+        if !progress {
+            return any;
+        }
+    }
+}
+
+fn wait_ok(st: &State, nc: usize, ev: &Events) -> Option<bool> {
+    let s = st.sems[nc].get(ev.wait_idx as usize).copied()?;
+    let v = ev.semaphore_value as i32;
+    Some(match ev.wait_mode {
+        WaitMode::None => true,
+        WaitMode::EqImm => s == v,
+        WaitMode::GtImm => s > v,
+        WaitMode::GeImm => s >= v,
+        WaitMode::Reg(_) | WaitMode::Other(_) => return None,
+    })
+}
+
+fn apply_update(st: &mut State, nc: usize, ev: &Events) -> bool {
+    let Some(s) = st.sems[nc].get_mut(ev.update_idx as usize) else { return false };
+    match ev.update_mode {
+        UpdateMode::None => {}
+        UpdateMode::IncRead | UpdateMode::IncComplete => *s = s.wrapping_add(1),
+        UpdateMode::AddImmComplete => *s = s.wrapping_add(ev.semaphore_value as i32),
+        UpdateMode::Other(UPDATE_DEC_COMPLETE) => *s = s.wrapping_sub(1),
+        _ => return false,
+    }
+    true
+}
+
+/// Execute (at most) one slot of engine `e`. Returns whether anything changed.
+fn step(dev: &Dev, st: &mut State, nc: usize, e: usize, out: &mut Vec<Delivery>) -> bool {
+    let s = st.seq[nc][e];
+    if !matches!(s.state, seqc::STATE_RUNNING | seqc::STATE_WAITING) || s.hang {
+        return false;
+    }
+    let Some(r) = eng_regs(dev, nc, e) else { return false };
+    let base = dev.stored(st, r.ifq_base_lo().offset(), 0) as u64 | ((dev.stored(st, r.ifq_base_hi().offset(), 0) as u64) << 32);
+    let len = dev.stored(st, r.ifq_len().offset(), 0) & 0xFF_FFFF;
+    let ctrl = dev.stored(st, r.ctrl().offset(), 0);
+    let loop_bit = csr_maps::meta::block("seq_engine")
+        .and_then(|b| b.regs.iter().find(|x| x.name == "ctrl"))
+        .and_then(|x| x.fields.iter().find(|f| f.name == "loop_en"))
+        .map(|f| 1u32 << f.lsb)
+        .unwrap_or(0);
+    if len == 0 || s.pc >= len {
+        st.seq[nc][e].state = seqc::STATE_HALTED;
+        return true;
+    }
+    let mut b = [0u8; SLOT_BYTES];
+    if let Err(f) = dev.dev_read(st, base + s.pc as u64 * SLOT_BYTES as u64, &mut b) {
+        fault_engine(dev, st, nc, e, code::FETCH, Some(f));
+        return true;
+    }
+    let ins = Instruction::decode(&b);
+    let hdr = ins.header();
+    let ev = ins.events();
+    if hdr.inst_word_len != SLOT_WORDS {
+        fault_engine(dev, st, nc, e, code::MALFORMED, None);
+        return true;
+    }
+    match wait_ok(st, nc, &ev) {
+        None => {
+            fault_engine(dev, st, nc, e, code::WAIT_MODE, None);
+            return true;
+        }
+        Some(false) => {
+            st.seq[nc][e].state = seqc::STATE_WAITING;
+            return false;
+        }
+        Some(true) => {}
+    }
+    // Injected faults that fire when the engine executes its next slot.
+    if let Some(i) = st.faults.iter().position(|f| f.nc == nc && f.engine == Some(e) && f.kind.per_engine()) {
+        let f = st.faults.remove(i);
+        match f.kind {
+            FaultKind::Hang => {
+                st.seq[nc][e].hang = true;
+                return true;
+            }
+            FaultKind::SeqFatal => {
+                fault_engine(dev, st, nc, e, code::INJECTED, None);
+                return true;
+            }
+            FaultKind::FpNan => post_error(dev, st, nc, e, ErrorId::FpNan, s.pc, code::INJECTED),
+            FaultKind::Transient => post_error(dev, st, nc, e, ErrorId::SequencerNonfatal, s.pc, code::INJECTED),
+            FaultKind::SemaphoreError => post_error(dev, st, nc, e, ErrorId::SemaphoreError, s.pc, code::INJECTED),
+            FaultKind::OutOfOrder => post_infer(dev, st, nc, e, ntype::INST_END, Subtype::End, 0, s.pc),
+            FaultKind::Oob => post_infer(dev, st, nc, e, ntype::EXPLICIT, Subtype::Custom, custom::OOB_INDIRECT_SCATTER, s.pc),
+            _ => {}
+        }
+    }
+    st.seq[nc][e].state = seqc::STATE_RUNNING;
+    let trace = hdr.trace_mode();
+    if matches!(trace, TraceMode::OnStart | TraceMode::Both) && !st.seq[nc][e].started {
+        post_infer(dev, st, nc, e, ntype::INST_START, Subtype::Start, 0, s.pc);
+    }
+    st.seq[nc][e].started = true;
+    let mut halt = false;
+    match hdr.op() {
+        Opcode::Nop | Opcode::EventSemaphore | Opcode::ExtendedInst => {}
+        Opcode::EventWait | Opcode::EventSet | Opcode::EventClear | Opcode::SemaphoreTestAndSet => {}
+        Opcode::Sync => halt = true,
+        Opcode::Write => {
+            let w = WriteOp::decode(&b);
+            if let Err(f) = dev.dev_write(st, w.addr, &w.value.to_le_bytes()) {
+                fault_engine(dev, st, nc, e, code::MEMORY, Some(f));
+                return true;
+            }
+        }
+        Opcode::Notify | Opcode::SeqNotify => {
+            let n = NotifyOp::decode(&b);
+            post_infer(dev, st, nc, e, ntype::EXPLICIT, Subtype::Custom, n.sub_id, n.value);
+        }
+        Opcode::DmaMemcpy => {
+            if let Err(c) = dma2d(dev, st, nc, e, &Dma2d::decode(&b)) {
+                if c != code::DGE_GATE {
+                    fault_engine(dev, st, nc, e, c, None);
+                    return true;
+                }
+            }
+        }
+        Opcode::Sb2sbCollective => {
+            let eng = st.seq[nc][e];
+            if !eng.coll_wait {
+                let c = CollectiveOp::decode(&b);
+                match arrive(dev, st, nc, e, &c) {
+                    Ok(d) => out.extend(d),
+                    Err(code) => {
+                        fault_engine(dev, st, nc, e, code, None);
+                        return true;
+                    }
+                }
+                st.seq[nc][e].coll_wait = true;
+                st.seq[nc][e].state = seqc::STATE_WAITING;
+                return true;
+            }
+            if !eng.coll_done {
+                st.seq[nc][e].state = seqc::STATE_WAITING;
+                return false;
+            }
+            st.seq[nc][e].coll_wait = false;
+            st.seq[nc][e].coll_done = false;
+            dev.n.collectives.fetch_add(1, Ordering::Relaxed);
+        }
+        _ => {
+            fault_engine(dev, st, nc, e, code::UNKNOWN_OPCODE, None);
+            return true;
+        }
+    }
+    if !apply_update(st, nc, &ev) {
+        fault_engine(dev, st, nc, e, code::UPDATE_MODE, None);
+        return true;
+    }
+    if matches!(trace, TraceMode::OnEnd | TraceMode::Both) {
+        post_infer(dev, st, nc, e, ntype::INST_END, Subtype::End, 0, s.pc);
+    }
+    dev.n.slots.fetch_add(1, Ordering::Relaxed);
+    if dev.cfg.op_latency_ns > 0 {
+        std::thread::sleep(std::time::Duration::from_nanos(dev.cfg.op_latency_ns));
+    }
+    let eng = &mut st.seq[nc][e];
+    eng.started = false;
+    if halt {
+        eng.state = seqc::STATE_HALTED;
+        eng.pc += 1;
+        return true;
+    }
+    eng.pc += 1;
+    if eng.pc >= len {
+        eng.passes = eng.passes.wrapping_add(1);
+        if ctrl & loop_bit != 0 {
+            eng.pc = 0;
+        } else {
+            eng.state = seqc::STATE_HALTED;
+        }
+    }
+    true
+}
+
+fn arrive(dev: &Dev, st: &mut State, nc: usize, e: usize, c: &CollectiveOp) -> Result<Vec<Delivery>, u8> {
+    let es = csr_maps::formats::device_ops::dtype::size(c.dtype).ok_or(code::COLLECTIVE)?;
+    let bytes = (c.num_elements as usize).checked_mul(es).filter(|&b| b <= 1 << 30).ok_or(code::COLLECTIVE)?;
+    let mut data = vec![0u8; bytes];
+    dev.dev_read(st, c.src, &mut data).map_err(|_| code::MEMORY)?;
+    let seq = st.coll_seq.entry((nc as u32, c.comm_id)).or_insert(0);
+    let my = *seq;
+    *seq = seq.wrapping_add(1);
+    dev.hub
+        .arrive(Arrival {
+            comm: c.comm_id,
+            seq: my,
+            rank: c.rank as usize,
+            size: c.group_size as usize,
+            op: c.op,
+            dtype: c.dtype,
+            ctype: c.ctype,
+            dev: dev.me.clone(),
+            nc,
+            engine: e,
+            dst: c.dst,
+            data,
+        })
+        .map_err(|_| code::COLLECTIVE)
+}
+
+fn leg_elems(l: &Dma2dLeg) -> impl Iterator<Item = u64> + '_ {
+    let es = if l.elem_size == 0 { 65536 } else { l.elem_size as u64 };
+    (0..l.num_elem[0] as i64).flat_map(move |i| {
+        (0..l.num_elem[1] as i64).map(move |j| {
+            let idx = i * l.step_elem[0] as i64 + j * l.step_elem[1] as i64;
+            l.start_addr.wrapping_add((idx as u64).wrapping_mul(es))
+        })
+    })
+}
+
+/// DMAMEMCPY / DIRECT2D: a 2-D strided copy through one of the NC's DMA channels chosen
+/// by the DGE mailbox gate, then `$S[semaphore] += sem_increment`.
+fn dma2d(dev: &Dev, st: &mut State, nc: usize, e: usize, d: &Dma2d) -> Result<(), u8> {
+    if d.src.start_addr >> 56 != 0 || d.dst.start_addr >> 56 != 0 || d.op != 0 {
+        return Err(code::MALFORMED); // only immediate addresses and plain copies are modelled
+    }
+    let total = d.src.total_bytes();
+    if total != d.dst.total_bytes() || total > 1 << 30 {
+        return Err(code::MALFORMED);
+    }
+    let prio = d.priority_class();
+    let channel = if prio == 0 {
+        0
+    } else {
+        let q = dev.regs().q7(nc as u64 * q7c::POOL_CORES).map_err(|_| code::MALFORMED)?;
+        let mbs: Vec<DgeMailbox> = (0..MAILBOXES as u64)
+            .filter_map(|i| q.dge_mailbox(i).ok())
+            .map(|r| DgeMailbox::decode(dev.stored(st, r.offset(), csr_maps::formats::dge::MAILBOX_RESET as u64)))
+            .collect();
+        let allowed = allowed_channels(prio, &mbs);
+        if allowed == 0 {
+            post_error(dev, st, nc, e, ErrorId::SequencerNonfatal, st.seq[nc][e].pc, code::DGE_GATE);
+            return Err(code::DGE_GATE);
+        }
+        allowed.trailing_zeros() as usize
+    };
+    let mut buf = vec![0u8; total as usize];
+    let ses = if d.src.elem_size == 0 { 65536 } else { d.src.elem_size as usize };
+    for (k, a) in leg_elems(&d.src).enumerate() {
+        dev.dev_read(st, a, &mut buf[k * ses..(k + 1) * ses]).map_err(|_| code::MEMORY)?;
+    }
+    let des = if d.dst.elem_size == 0 { 65536 } else { d.dst.elem_size as usize };
+    for (k, a) in leg_elems(&d.dst).enumerate() {
+        let chunk = buf[k * des..(k + 1) * des].to_vec();
+        dev.dev_write(st, a, &chunk).map_err(|_| code::MEMORY)?;
+    }
+    if let Some(c) = st.dge_bytes.get_mut(channel) {
+        *c += total;
+    }
+    if d.sem_increment > 0 {
+        if let Some(s) = st.sems[nc].get_mut(d.semaphore as usize) {
+            *s = s.wrapping_add(d.sem_increment as i32);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,418 @@
+//! UDMA engines: queue registers, doorbells, descriptor processing, aborts.
+//!
+//! A memory-to-memory copy is an M2S packet (FIRST..LAST source descriptors) matched
+//! with an S2M packet on the same queue index (NEURON_HW_FACTS §3). The engine fetches
+//! descriptors from the ring (host memory through the IOMMU, or device memory), checks
+//! each descriptor's ring id against the pass it expects, reads the source buffers and
+//! writes the destination buffers (which may be CSRs: a 4-byte write to a semaphore
+//! window is how a ring signals completion).
+
+use std::sync::atomic::Ordering;
+
+use csr_maps::consts::udma as udc;
+use csr_maps::formats::udma::{UdmaDesc, DESC_BYTES};
+
+use crate::decode::Hit;
+use crate::device::{Dev, Seg, State};
+use crate::iommu::DmaFault;
+
+/// One half-queue's hardware pointers.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Queue {
+    pub head: u32,
+    pub tail: u32,
+    /// Descriptors made available and not yet consumed.
+    pub pending: u32,
+    pub head_rid: u8,
+    pub tail_rid: u8,
+    pub aborted: bool,
+}
+
+impl Default for Queue {
+    fn default() -> Self {
+        Self { head: 0, tail: 0, pending: 0, head_rid: udc::INITIAL_RING_ID, tail_rid: udc::INITIAL_RING_ID, aborted: false }
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Engine {
+    pub m2s: [Queue; 16],
+    pub s2m: [Queue; 16],
+    pub m2s_abort: bool,
+    pub s2m_abort: bool,
+    /// Fault injection: queue index whose next packet aborts.
+    pub arm_abort: Option<u32>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Half {
+    M2s,
+    S2m,
+}
+
+fn half_of(hit: &Hit<'_>) -> Option<Half> {
+    if hit.reg.sub("m2s").is_some() {
+        Some(Half::M2s)
+    } else if hit.reg.sub("s2m").is_some() {
+        Some(Half::S2m)
+    } else {
+        None
+    }
+}
+
+pub(crate) fn reg_read(dev: &Dev, st: &mut State, hit: &Hit<'_>, off: u64) -> u32 {
+    let e = hit.index as usize;
+    let (Some(half), Some(eng)) = (half_of(hit), st.udma.get(e)) else { return dev.generic_read(st, hit, off) };
+    if let Some(q) = hit.reg.sub("q") {
+        let qs = if half == Half::M2s { &eng.m2s[q as usize] } else { &eng.s2m[q as usize] };
+        let ptr = |idx: u32, rid: u8| (idx & 0xFF_FFFF) | ((rid as u32 & 3) << 30);
+        return match hit.reg.name() {
+            "head" | "current" => ptr(qs.head, qs.head_rid),
+            "tail" => ptr(qs.tail, qs.tail_rid),
+            "status" => qs.aborted as u32,
+            _ => dev.generic_read(st, hit, off),
+        };
+    }
+    if hit.reg.name() == "state" {
+        let abort = if half == Half::M2s { eng.m2s_abort } else { eng.s2m_abort };
+        let f = if abort { udc::FIELD_ABORT } else { udc::FIELD_NORMAL };
+        // All four 2-bit fields (completion, stream, data, prefetch) report the same state.
+        let def = hit.reg.def;
+        return def.fields.iter().fold(0, |acc, fd| acc | (f << fd.lsb));
+    }
+    dev.generic_read(st, hit, off)
+}
+
+pub(crate) fn reg_write(dev: &Dev, st: &mut State, hit: &Hit<'_>, off: u64, val: u32) {
+    let e = hit.index as usize;
+    let Some(half) = half_of(hit) else { return dev.generic_write(st, hit, off, val) };
+    if e >= st.udma.len() {
+        return;
+    }
+    let nc = dev.nc_of_engine(e);
+    if let Some(q) = hit.reg.sub("q") {
+        let q = q as usize;
+        match hit.reg.name() {
+            "tail_inc" => {
+                let n = val & 0xFF_FFFF;
+                let len = ring_len(dev, st, e, half, q);
+                let eng = &mut st.udma[e];
+                let qs = if half == Half::M2s { &mut eng.m2s[q] } else { &mut eng.s2m[q] };
+                if n == 0 || len == 0 || n > len || qs.pending + n > len {
+                    // The doorbell value must be 1..ring size (NEURON_HW_FACTS §3.7): ignored.
+                    dev.n.unclaimed.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+                qs.pending += n;
+                let t = qs.tail + n;
+                if t >= len {
+                    qs.tail = t - len;
+                    qs.tail_rid = (qs.tail_rid + 1) & 3;
+                } else {
+                    qs.tail = t;
+                }
+                st.pending[nc] = true;
+            }
+            "sw_ctrl" => {
+                if val & (1 << 8) != 0 {
+                    let eng = &mut st.udma[e];
+                    let qs = if half == Half::M2s { &mut eng.m2s[q] } else { &mut eng.s2m[q] };
+                    *qs = Queue::default();
+                }
+            }
+            _ => dev.generic_write(st, hit, off, val),
+        }
+        return;
+    }
+    if hit.reg.name() == "change_state" {
+        let eng = &mut st.udma[e];
+        let (abort, queues) = if half == Half::M2s { (&mut eng.m2s_abort, &mut eng.m2s) } else { (&mut eng.s2m_abort, &mut eng.s2m) };
+        if val & udc::STATE_ABORT != 0 {
+            *abort = true;
+        } else if val & udc::STATE_NORMAL != 0 {
+            *abort = false;
+            for q in queues.iter_mut() {
+                q.aborted = false;
+            }
+            st.pending[nc] = true;
+        }
+        return;
+    }
+    dev.generic_write(st, hit, off, val)
+}
+
+struct QRegs {
+    base_lo: u64,
+    base_hi: u64,
+    len: u64,
+    cfg: u64,
+}
+
+fn qregs(dev: &Dev, e: usize, half: Half, q: usize) -> Option<QRegs> {
+    let r = dev.regs();
+    let u = r.udma(e as u64).ok()?;
+    Some(if half == Half::M2s {
+        let b = u.m2s().q(q as u64).ok()?;
+        QRegs { base_lo: b.ring_base_lo().offset(), base_hi: b.ring_base_hi().offset(), len: b.ring_len().offset(), cfg: b.cfg().offset() }
+    } else {
+        let b = u.s2m().q(q as u64).ok()?;
+        QRegs { base_lo: b.ring_base_lo().offset(), base_hi: b.ring_base_hi().offset(), len: b.ring_len().offset(), cfg: b.cfg().offset() }
+    })
+}
+
+fn ring_len(dev: &Dev, st: &State, e: usize, half: Half, q: usize) -> u32 {
+    qregs(dev, e, half, q).map(|r| dev.stored(st, r.len, 0) & 0xFF_FFFF).unwrap_or(0)
+}
+
+/// Cause bits (from csr-maps field names) latched on a fault.
+fn cause_bit(block: &str, field: &str) -> u32 {
+    csr_maps::meta::block(block)
+        .and_then(|b| b.regs.iter().find(|r| r.name == "cause"))
+        .and_then(|r| r.fields.iter().find(|f| f.name == field))
+        .map(|f| 1u32 << f.lsb)
+        .unwrap_or(0)
+}
+
+enum Abort {
+    M2sDesc,
+    M2sData,
+    S2mDesc,
+    S2mData,
+    RingIdM2s,
+    RingIdS2m,
+    TooManyDesc,
+    LenMismatch,
+    Injected,
+}
+
+/// Latch the cause; abort the queue pair if the abort mask lets the cause abort.
+fn abort(dev: &Dev, st: &mut State, e: usize, q: usize, why: Abort, fault: Option<DmaFault>) -> bool {
+    let r = dev.regs();
+    let Ok(u) = r.udma(e as u64) else { return false };
+    let g = u.gen();
+    let (cause_off, abort_off, bit, summary) = match why {
+        Abort::M2sDesc => (g.sec_a().cause().offset(), g.sec_a().abort_mask().offset(), cause_bit("iofic_m2s_err", "pref_axi_resp"), "sec_a"),
+        Abort::M2sData | Abort::Injected => (g.sec_a().cause().offset(), g.sec_a().abort_mask().offset(), cause_bit("iofic_m2s_err", "data_axi_resp"), "sec_a"),
+        Abort::TooManyDesc => (g.sec_a().cause().offset(), g.sec_a().abort_mask().offset(), cause_bit("iofic_m2s_err", "too_many_desc"), "sec_a"),
+        Abort::RingIdM2s => (g.sec_a().cause().offset(), g.sec_a().abort_mask().offset(), cause_bit("iofic_m2s_err", "pref_ring_id"), "sec_a"),
+        Abort::S2mDesc => (g.sec_b().cause().offset(), g.sec_b().abort_mask().offset(), cause_bit("iofic_s2m_err", "pref_axi_resp"), "sec_b"),
+        Abort::S2mData => (g.sec_b().cause().offset(), g.sec_b().abort_mask().offset(), cause_bit("iofic_s2m_err", "data_axi_resp"), "sec_b"),
+        Abort::LenMismatch => (g.sec_b().cause().offset(), g.sec_b().abort_mask().offset(), cause_bit("iofic_s2m_err", "pkt_len_mismatch"), "sec_b"),
+        Abort::RingIdS2m => (g.sec_b().cause().offset(), g.sec_b().abort_mask().offset(), cause_bit("iofic_s2m_err", "pref_ring_id"), "sec_b"),
+    };
+    dev.latch(st, cause_off, bit);
+    dev.latch(st, g.pri_d().cause().offset(), cause_bit("iofic_summary", summary));
+    let nc = dev.nc_of_engine(e);
+    if fault.is_some() {
+        dev.n.dma_faults.fetch_add(1, Ordering::Relaxed);
+        dev.intc(st, nc, 0, "dma_fault");
+    }
+    // abort_mask: 0 = this cause aborts (the driver clears the bits it wants to abort on).
+    let aborts = matches!(why, Abort::Injected) || dev.stored(st, abort_off, u32::MAX as u64) & bit == 0 || fault.is_some();
+    if aborts {
+        let eng = &mut st.udma[e];
+        eng.m2s[q].aborted = true;
+        eng.s2m[q].aborted = true;
+        eng.m2s_abort = true;
+        eng.s2m_abort = true;
+        dev.n.dma_aborts.fetch_add(1, Ordering::Relaxed);
+        dev.intc(st, nc, 0, "dma_abort");
+    }
+    aborts
+}
+
+/// Run every queue with work on the engines serving `nc`. Returns progress.
+pub(crate) fn run(dev: &Dev, st: &mut State, nc: usize) -> bool {
+    let mut progress = false;
+    for e in 0..st.udma.len() {
+        if dev.nc_of_engine(e) != nc {
+            continue;
+        }
+        for q in 0..16 {
+            let eng = &st.udma[e];
+            if eng.m2s[q].pending == 0 || eng.m2s[q].aborted || eng.s2m[q].aborted || eng.m2s_abort || eng.s2m_abort {
+                continue;
+            }
+            while process_packet(dev, st, e, q) {
+                progress = true;
+            }
+        }
+    }
+    progress
+}
+
+/// Collect one packet (FIRST..LAST) of `half` starting at its head. `Ok(None)` = not complete yet.
+fn collect(
+    dev: &Dev,
+    st: &mut State,
+    e: usize,
+    q: usize,
+    half: Half,
+    out: &mut Vec<UdmaDesc>,
+) -> Result<Option<(u32, u8, u32)>, Abort> {
+    out.clear();
+    let Some(r) = qregs(dev, e, half, q) else { return Ok(None) };
+    let base = (dev.stored(st, r.base_lo, 0) as u64 & !0x3F) | ((dev.stored(st, r.base_hi, 0) as u64) << 32);
+    let len = dev.stored(st, r.len, 0) & 0xFF_FFFF;
+    let cfg = dev.stored(st, r.cfg, 0x0300_0000);
+    if len == 0 || cfg & udc::Q_CFG_ENABLE != udc::Q_CFG_ENABLE {
+        return Ok(None); // paused or unconfigured
+    }
+    let qs = if half == Half::M2s { st.udma[e].m2s[q] } else { st.udma[e].s2m[q] };
+    let (mut idx, mut rid) = (qs.head, qs.head_rid);
+    for n in 0..qs.pending {
+        let mut b = [0u8; DESC_BYTES];
+        if dev.dev_read(st, base + idx as u64 * DESC_BYTES as u64, &mut b).is_err() {
+            return Err(if half == Half::M2s { Abort::M2sDesc } else { Abort::S2mDesc });
+        }
+        let d = UdmaDesc::decode(&b);
+        if d.ctrl.ring_id != rid {
+            return Err(if half == Half::M2s { Abort::RingIdM2s } else { Abort::RingIdS2m });
+        }
+        out.push(d);
+        idx += 1;
+        if idx >= len {
+            idx = 0;
+            rid = (rid + 1) & 3;
+        }
+        if d.ctrl.last {
+            return Ok(Some((idx, rid, n + 1)));
+        }
+    }
+    Ok(None)
+}
+
+fn process_packet(dev: &Dev, st: &mut State, e: usize, q: usize) -> bool {
+    let mut md = Vec::new();
+    let mut sd = Vec::new();
+    let m = match collect(dev, st, e, q, Half::M2s, &mut md) {
+        Ok(Some(x)) => x,
+        Ok(None) => return false,
+        Err(a) => {
+            let fault = matches!(a, Abort::M2sDesc).then_some(DmaFault::Decode { addr: 0 });
+            abort(dev, st, e, q, a, fault);
+            return false;
+        }
+    };
+    let s = match collect(dev, st, e, q, Half::S2m, &mut sd) {
+        Ok(Some(x)) => x,
+        Ok(None) => return false,
+        Err(a) => {
+            let fault = matches!(a, Abort::S2mDesc).then_some(DmaFault::Decode { addr: 0 });
+            abort(dev, st, e, q, a, fault);
+            return false;
+        }
+    };
+    let max = max_desc_per_pkt(dev, st, e);
+    if md.len() as u32 > max || sd.len() as u32 > max {
+        abort(dev, st, e, q, Abort::TooManyDesc, None);
+        return false;
+    }
+    if st.udma[e].arm_abort == Some(q as u32) {
+        st.udma[e].arm_abort = None;
+        abort(dev, st, e, q, Abort::Injected, None);
+        return false;
+    }
+    let total: u64 = md.iter().map(|d| d.ctrl.len as u64).sum();
+    let cap: u64 = sd.iter().map(|d| d.ctrl.len as u64).sum();
+    if cap < total {
+        abort(dev, st, e, q, Abort::LenMismatch, None);
+        return false;
+    }
+    if let Err((a, f)) = copy(dev, st, &md, &sd, total) {
+        abort(dev, st, e, q, a, Some(f));
+        return false;
+    }
+    let eng = &mut st.udma[e];
+    eng.m2s[q].head = m.0;
+    eng.m2s[q].head_rid = m.1;
+    eng.m2s[q].pending -= m.2;
+    eng.s2m[q].head = s.0;
+    eng.s2m[q].head_rid = s.1;
+    eng.s2m[q].pending -= s.2;
+    dev.n.dma_bytes.fetch_add(total, Ordering::Relaxed);
+    dev.n.dma_packets.fetch_add(1, Ordering::Relaxed);
+    if dev.cfg.op_latency_ns > 0 {
+        std::thread::sleep(std::time::Duration::from_nanos(dev.cfg.op_latency_ns));
+    }
+    true
+}
+
+fn max_desc_per_pkt(dev: &Dev, st: &State, e: usize) -> u32 {
+    let r = dev.regs();
+    let Ok(u) = r.udma(e as u64) else { return u32::MAX };
+    let v = dev.stored(st, u.m2s().desc_pref_cfg2().offset(), 0) & 0xFF;
+    // Unprogrammed (0): no limit enforced beyond the ring.
+    if v == 0 {
+        u32::MAX
+    } else {
+        v
+    }
+}
+
+/// Copy `total` bytes from the M2S descriptors' buffers into the S2M descriptors' buffers.
+fn copy(dev: &Dev, st: &mut State, md: &[UdmaDesc], sd: &[UdmaDesc], total: u64) -> Result<(), (Abort, DmaFault)> {
+    let maps = dev.iommu.maps.read().unwrap_or_else(|e| e.into_inner());
+    let mut src = Vec::new();
+    for d in md {
+        dev.resolve(&maps, d.addr, d.ctrl.len as u64, false, &mut src).map_err(|f| (Abort::M2sData, f))?;
+    }
+    let mut dst = Vec::new();
+    let mut left = total;
+    for d in sd {
+        if left == 0 {
+            break;
+        }
+        let n = left.min(d.ctrl.len as u64);
+        dev.resolve(&maps, d.addr, n, true, &mut dst).map_err(|f| (Abort::S2mData, f))?;
+        left -= n;
+    }
+    let all_mem = src.iter().chain(dst.iter()).all(|s| matches!(s, Seg::Mem(..)));
+    if all_mem {
+        // Zero-staging merge copy.
+        let (mut si, mut so, mut di, mut dof) = (0usize, 0usize, 0usize, 0usize);
+        while si < src.len() && di < dst.len() {
+            let (Seg::Mem(sp, sl), Seg::Mem(dp, dl)) = (src[si], dst[di]) else { break };
+            let n = (sl - so).min(dl - dof);
+            // SAFETY: both ranges lie in live device-accessible memory (held IOMMU guard or
+            // device-owned HostMem); they may alias only if the driver asked for an
+            // overlapping copy, for which `copy` (memmove) is used.
+            unsafe { std::ptr::copy((sp + so) as *const u8, (dp + dof) as *mut u8, n) };
+            so += n;
+            dof += n;
+            if so == sl {
+                si += 1;
+                so = 0;
+            }
+            if dof == dl {
+                di += 1;
+                dof = 0;
+            }
+        }
+        std::sync::atomic::fence(Ordering::Release);
+        return Ok(());
+    }
+    drop(maps);
+    // Through a staging buffer (CSR sources or destinations).
+    let mut buf = std::mem::take(&mut st.scratch);
+    buf.clear();
+    buf.resize(total as usize, 0);
+    let mut o = 0usize;
+    for d in md {
+        let n = d.ctrl.len as usize;
+        dev.dev_read(st, d.addr, &mut buf[o..o + n]).map_err(|f| (Abort::M2sData, f))?;
+        o += n;
+    }
+    let mut o = 0usize;
+    for d in sd {
+        if o >= buf.len() {
+            break;
+        }
+        let n = (buf.len() - o).min(d.ctrl.len as usize);
+        let chunk = buf[o..o + n].to_vec();
+        dev.dev_write(st, d.addr, &chunk).map_err(|f| (Abort::S2mData, f))?;
+        o += n;
+    }
+    st.scratch = buf;
+    Ok(())
+}

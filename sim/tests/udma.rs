@@ -1,0 +1,202 @@
+//! UDMA through registers and DMA mappings only.
+
+mod common;
+use common::*;
+use csr_maps::consts::udma as udc;
+use csr_maps::formats::udma::UdmaDesc;
+use csr_maps::{Arch, CAYMAN, MARIANA, SUNDA};
+use platform::Mmio;
+
+fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    (0..n).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+}
+
+/// H2D, then D2D, then D2H of `len` bytes on the arch's host-facing engine, each followed by a
+/// semaphore-increment pair and a completion-marker pair.
+fn roundtrip(arch: &'static Arch, len: usize) {
+    let t = T::new(arch);
+    let e = arch.consts.h2t_engine_base;
+    let ndesc = 256u32;
+    let m2s_ring = t.map(ndesc as usize * 16);
+    let s2m_ring = t.map(ndesc as usize * 16);
+    t.setup_queue(e, 0, t.host(&m2s_ring, 0), t.host(&s2m_ring, 0), ndesc);
+    let src = t.map(len.max(1));
+    let dst = t.map(len.max(1));
+    let words = t.map(4096);
+    words.mem().write_u32(0, 1).unwrap(); // semaphore increment value
+    words.mem().write_u32(8, udc::COMPLETION_MARKER).unwrap();
+    let data = pattern(len, 7);
+    src.mem().write(0, &data).unwrap();
+    let (h0, h1) = (0x10_0000u64, 0x2000_0000u64);
+    let mut idx = 0usize;
+    let mut rid = udc::INITIAL_RING_ID;
+    let mut step = |from: u64, to: u64, expect_sem: i32| {
+        let (mut m, mut s) = pairs(from, to, len as u64, rid);
+        m.push(UdmaDesc::tx(t.host(&words, 0), 4, rid, true, true));
+        s.push(UdmaDesc::rx(t.sem_inc_addr(0, 5), 4, rid, true, true));
+        words.mem().write_u32(16, 0).unwrap();
+        m.push(UdmaDesc::tx(t.host(&words, 8), 4, rid, true, true));
+        s.push(UdmaDesc::rx(t.host(&words, 16), 4, rid, true, true));
+        assert!(idx + m.len() < ndesc as usize);
+        write_descs(&m2s_ring, idx, &m);
+        write_descs(&s2m_ring, idx, &s);
+        t.doorbell(e, 0, m.len() as u32, s.len() as u32);
+        idx += m.len();
+        assert_eq!(t.head(e, 0), (idx as u32, rid as u32), "head pointer and ring id");
+        assert_eq!(t.sem(0, 5), expect_sem, "semaphore incremented by the completion pair");
+        assert_eq!(words.mem().read_u32(16).unwrap(), udc::COMPLETION_MARKER, "completion marker");
+    };
+    step(t.host(&src, 0), t.hbm(h0), 1);
+    step(t.hbm(h0), t.hbm(h1), 2);
+    step(t.hbm(h1), t.host(&dst, 0), 3);
+    let mut out = vec![0u8; len];
+    dst.mem().read(0, &mut out).unwrap();
+    assert_eq!(out, data, "{arch} {len}");
+    // The bytes also sit in HBM, readable through BAR4.
+    if len >= 4 {
+        let b4 = t.dev_bar4();
+        let w = b4.read32(h1).unwrap().to_le_bytes();
+        assert_eq!(&w[..], &data[..4]);
+    }
+    let st = t.dev.stats();
+    assert_eq!(st.dma_faults, 0);
+    assert_eq!(st.dma_bytes, 3 * (len as u64 + 8));
+}
+
+trait Bar4 {
+    fn dev_bar4(&self) -> std::sync::Arc<dyn Mmio>;
+}
+impl Bar4 for T {
+    fn dev_bar4(&self) -> std::sync::Arc<dyn Mmio> {
+        use platform::Platform;
+        self.dev.bar(self.arch.bars.dram).unwrap()
+    }
+}
+
+#[test]
+fn copies_all_sizes_all_arches() {
+    for arch in [&SUNDA, &CAYMAN, &MARIANA] {
+        for len in [1usize, 4096, 65536, 65537] {
+            roundtrip(arch, len);
+        }
+    }
+}
+
+#[test]
+fn ring_wraps_and_ring_id_advances() {
+    let t = T::new(&SUNDA);
+    let e = 0;
+    let n = 32u32;
+    let mr = t.map(n as usize * 16);
+    let sr = t.map(n as usize * 16);
+    t.setup_queue(e, 2, t.host(&mr, 0), t.host(&sr, 0), n);
+    let buf = t.map(4096);
+    let mut idx = 0u32;
+    let mut rid = udc::INITIAL_RING_ID;
+    for i in 0..40u32 {
+        buf.mem().write_u32(0, i).unwrap();
+        let m = UdmaDesc::tx(t.host(&buf, 0), 4, rid, true, true);
+        let s = UdmaDesc::rx(t.host(&buf, 64), 4, rid, true, true);
+        write_descs(&mr, idx as usize, &[m]);
+        write_descs(&sr, idx as usize, &[s]);
+        t.doorbell(e, 2, 1, 1);
+        assert_eq!(buf.mem().read_u32(64).unwrap(), i);
+        idx += 1;
+        if idx == n {
+            idx = 0;
+            rid = (rid + 1) & 3;
+        }
+        assert_eq!(t.head(e, 2), (idx, rid as u32));
+    }
+    // A descriptor carrying a stale ring id is not consumed: the ring-id error is latched.
+    write_descs(&mr, idx as usize, &[UdmaDesc::tx(t.host(&buf, 0), 4, rid ^ 1, true, true)]);
+    write_descs(&sr, idx as usize, &[UdmaDesc::rx(t.host(&buf, 64), 4, rid, true, true)]);
+    t.doorbell(e, 2, 1, 1);
+    assert_eq!(t.head(e, 2), (idx, rid as u32));
+    let cause = t.regs().udma(e).unwrap().gen().sec_a().cause().read().unwrap();
+    assert_eq!(cause.pref_ring_id(), 1);
+}
+
+#[test]
+fn unmapped_iova_faults_and_aborts_without_touching_guards() {
+    for arch in [&SUNDA, &CAYMAN] {
+        let t = T::new(arch);
+        let e = arch.consts.h2t_engine_base;
+        let mr = t.map(4096);
+        let sr = t.map(4096);
+        t.setup_queue(e, 1, t.host(&mr, 0), t.host(&sr, 0), 64);
+        // guard | buffer | guard: three mappings; the descriptor overruns the middle one
+        // into an IOVA that was unmapped.
+        let g1 = t.map(4096);
+        let mid = t.map(4096);
+        let g2 = t.map(4096);
+        g1.mem().fill(0, 4096, 0xAA).unwrap();
+        g2.mem().fill(0, 4096, 0xBB).unwrap();
+        let hole = g2.iova() + (64 << 20); // beyond every mapping made here
+        let src = t.map(8192);
+        let m = UdmaDesc::tx(t.host(&src, 0), 8192, 1, true, true);
+        let s = UdmaDesc::rx(arch.host_dev_addr(hole), 8192, 1, true, true);
+        write_descs(&mr, 0, &[m]);
+        write_descs(&sr, 0, &[s]);
+        t.doorbell(e, 1, 1, 1);
+        let st = t.dev.stats();
+        assert_eq!(st.dma_faults, 1);
+        assert_eq!(st.dma_aborts, 1);
+        let u = t.regs().udma(e).unwrap();
+        assert_eq!(u.s2m().q(1).unwrap().status().read().unwrap().aborted(), 1);
+        assert_eq!(u.m2s().state().read().unwrap().data_rd_ctrl(), udc::FIELD_ABORT);
+        assert_eq!(u.gen().sec_b().cause().read().unwrap().data_axi_resp(), 1);
+        assert_eq!(t.head(e, 1), (0, 1), "nothing consumed");
+        let nc = 0;
+        let intc = t.regs().nc_intc(nc).unwrap().g0().cause().read().unwrap();
+        assert_eq!((intc.dma_abort(), intc.dma_fault()), (1, 1));
+        // Writes spanning a mapping edge into unmapped space are refused as a whole.
+        let m = UdmaDesc::tx(t.host(&src, 0), 8192, 1, true, true);
+        let s = UdmaDesc::rx(t.host(&g2, 0), 8192, 1, true, true);
+        u.m2s().change_state().write_with(|v| v.with_normal(1)).unwrap();
+        u.s2m().change_state().write_with(|v| v.with_normal(1)).unwrap();
+        write_descs(&mr, 0, &[m]);
+        write_descs(&sr, 0, &[s]);
+        t.setup_queue(e, 1, t.host(&mr, 0), t.host(&sr, 0), 64);
+        t.doorbell(e, 1, 1, 1);
+        let mut b = vec![0u8; 4096];
+        g1.mem().read(0, &mut b).unwrap();
+        assert!(b.iter().all(|&x| x == 0xAA));
+        g2.mem().read(0, &mut b).unwrap();
+        assert!(b.iter().all(|&x| x == 0xBB), "guard page untouched");
+        assert_eq!(t.dev.stats().dma_faults, 2);
+        drop((g1, mid, g2));
+    }
+}
+
+#[test]
+fn read_only_mapping_refuses_device_writes() {
+    use platform::{DmaDir, HostMem, Platform};
+    let t = T::new(&SUNDA);
+    let mr = t.map(4096);
+    let sr = t.map(4096);
+    t.setup_queue(32, 0, t.host(&mr, 0), t.host(&sr, 0), 64);
+    let ro = t.dev.dma_map(HostMem::alloc(4096).unwrap(), DmaDir::ToDevice).unwrap();
+    ro.mem().fill(0, 4096, 0x5A).unwrap();
+    let src = t.map(4096);
+    write_descs(&mr, 0, &[UdmaDesc::tx(t.host(&src, 0), 64, 1, true, true)]);
+    write_descs(&sr, 0, &[UdmaDesc::rx(t.host(&ro, 0), 64, 1, true, true)]);
+    t.doorbell(32, 0, 1, 1);
+    assert_eq!(t.dev.stats().dma_faults, 1);
+    let mut b = [0u8; 64];
+    ro.mem().read(0, &mut b).unwrap();
+    assert!(b.iter().all(|&x| x == 0x5A));
+}
+
+#[test]
+fn mappings_are_accounted_and_released() {
+    let t = T::new(&CAYMAN);
+    let a = t.map(8192);
+    let b = t.map(1 << 21);
+    let s = t.dev.stats();
+    assert_eq!((s.iommu_mappings, s.iommu_bytes), (2, 8192 + (1 << 21)));
+    drop(a);
+    drop(b);
+    let s = t.dev.stats();
+    assert_eq!((s.iommu_mappings, s.iommu_bytes), (0, 0));
+}

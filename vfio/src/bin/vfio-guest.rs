@@ -265,7 +265,10 @@ fn run_backend(rep: &mut Report, addr: PciAddress, backend: Backend, seed: u8) {
         let faults = dmar_faults(&mut kmsg);
         match (kmsg.is_some(), faults.first()) {
             (true, None) => Err("no DMAR fault logged for the blocked DMA".into()),
-            (true, Some(f)) => Ok(format!("IOVA {hole:#x} blocked, neighbours intact; kernel: {f}")),
+            (true, Some(f)) => {
+                let f = faults.iter().find(|l| l.contains("addr")).unwrap_or(f);
+                Ok(format!("IOVA {hole:#x} blocked, neighbours intact; kernel: {f}"))
+            }
             (false, _) => Ok(format!("IOVA {hole:#x} blocked, neighbours intact (no /dev/kmsg)")),
         }
     })());

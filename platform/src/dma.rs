@@ -160,7 +160,7 @@ impl HostMem {
     /// device writes, such as completion markers).
     pub fn atomic_u32(&self, offset: usize) -> Result<&AtomicU32, HostMemError> {
         self.check(offset, 4)?;
-        if offset % 4 != 0 {
+        if !offset.is_multiple_of(4) {
             return Err(HostMemError::Misaligned { offset, align: 4 });
         }
         // SAFETY: in range, 4-aligned (the mapping is page aligned), lives as long as &self.
@@ -170,7 +170,7 @@ impl HostMem {
     /// Atomic view of the aligned 64-bit word at `offset`.
     pub fn atomic_u64(&self, offset: usize) -> Result<&AtomicU64, HostMemError> {
         self.check(offset, 8)?;
-        if offset % 8 != 0 {
+        if !offset.is_multiple_of(8) {
             return Err(HostMemError::Misaligned { offset, align: 8 });
         }
         // SAFETY: in range, 8-aligned, lives as long as &self.

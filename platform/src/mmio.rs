@@ -43,7 +43,7 @@ pub trait Mmio: Send + Sync {
 
 /// Bounds and alignment check shared by implementations.
 pub fn check(offset: u64, width: u8, size: u64) -> Result<(), MmioError> {
-    if offset % width as u64 != 0 {
+    if !offset.is_multiple_of(width as u64) {
         return Err(MmioError::Misaligned { offset, width });
     }
     match offset.checked_add(width as u64) {

@@ -106,7 +106,9 @@ pub fn parse_region_info(buf: &[u8]) -> RegionInfo {
     }
     if flags & VFIO_REGION_INFO_FLAG_MMAP != 0 {
         info.mmap_areas = match sparse {
-            Some(areas) => areas.into_iter().filter(|&(o, s)| s > 0 && o.checked_add(s).is_some_and(|e| e <= size)).collect(),
+            Some(areas) => {
+                areas.into_iter().filter(|&(o, s)| s > 0 && o.checked_add(s).is_some_and(|e| e <= size)).collect()
+            }
             None if size > 0 => vec![(0, size)],
             None => Vec::new(),
         };
@@ -475,7 +477,10 @@ impl Device {
         let info = self.irq_info(index)?;
         let end = start as u64 + fds.len() as u64;
         if fds.is_empty() || end > info.count as u64 {
-            return Err(Error::Irq { index, reason: format!("vectors {start}..{end} but the device has {}", info.count) });
+            return Err(Error::Irq {
+                index,
+                reason: format!("vectors {start}..{end} but the device has {}", info.count),
+            });
         }
         let data: Vec<u8> = fds.iter().flat_map(|f| f.as_raw_fd().to_ne_bytes()).collect();
         self.set_irqs(index, VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER, start, fds.len() as u32, &data)
@@ -509,7 +514,10 @@ impl Device {
 fn check_span(r: &RegionInfo, offset: u64, len: usize) -> Result<()> {
     match offset.checked_add(len as u64) {
         Some(end) if end <= r.size => Ok(()),
-        _ => Err(Error::Region { index: r.index, reason: format!("{len} bytes at {offset:#x} exceed size {:#x}", r.size) }),
+        _ => Err(Error::Region {
+            index: r.index,
+            reason: format!("{len} bytes at {offset:#x} exceed size {:#x}", r.size),
+        }),
     }
 }
 

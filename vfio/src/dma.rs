@@ -62,8 +62,7 @@ impl DmaSpace {
         let iova = self.lock().alloc(len, align)?;
         // SAFETY: `mem` moves into the DmaMapping returned below, which unmaps this IOVA range
         // (DmaUnmap::unmap) before freeing the memory; HostMem gives out no references.
-        let mapped =
-            unsafe { self.iommu.map(mem.as_ptr() as u64, iova, len, dir.device_reads(), dir.device_writes()) };
+        let mapped = unsafe { self.iommu.map(mem.as_ptr() as u64, iova, len, dir.device_reads(), dir.device_writes()) };
         self.ioctls.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = mapped {
             self.lock().free(iova);

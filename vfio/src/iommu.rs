@@ -106,7 +106,8 @@ impl Iommu {
             Error::IommufdUnavailable(format!("{}: {e} (kernel without CONFIG_IOMMUFD?)", path.display()))
         })?;
         let fd = OwnedFd::from(file);
-        let mut alloc = uapi::IommuIoasAlloc { size: std::mem::size_of::<uapi::IommuIoasAlloc>() as u32, ..Default::default() };
+        let mut alloc =
+            uapi::IommuIoasAlloc { size: std::mem::size_of::<uapi::IommuIoasAlloc>() as u32, ..Default::default() };
         // SAFETY: IOMMU_IOAS_ALLOC takes a struct iommu_ioas_alloc, which `alloc` is.
         unsafe { uapi::ioctl(fd.as_fd(), uapi::IOMMU_IOAS_ALLOC, &mut alloc) }
             .map_err(|e| Error::ioctl("IOMMU_IOAS_ALLOC", e))?;
@@ -282,10 +283,10 @@ mod tests {
         b.extend_from_slice(&65535u32.to_ne_bytes());
         let i = parse_type1_info(&b);
         assert_eq!(i.page_sizes, 0x4020_1000);
-        assert_eq!(i.valid, vec![
-            IovaRange { start: 0, last: 0xfedf_ffff },
-            IovaRange { start: 0xfef0_0000, last: 0x7f_ffff_ffff }
-        ]);
+        assert_eq!(
+            i.valid,
+            vec![IovaRange { start: 0, last: 0xfedf_ffff }, IovaRange { start: 0xfef0_0000, last: 0x7f_ffff_ffff }]
+        );
         assert_eq!(i.dma_avail, Some(65535));
         let bare = parse_type1_info(&[0u8; 24]);
         assert_eq!(bare.valid.len(), 1);

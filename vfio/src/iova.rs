@@ -47,7 +47,9 @@ impl IovaAllocator {
                 Some(w) => r.intersect(&w),
                 None => Some(*r),
             })
-            .filter_map(|r| if r.start == 0 { (r.last >= 4096).then_some(IovaRange { start: 4096, ..r }) } else { Some(r) })
+            .filter_map(
+                |r| if r.start == 0 { (r.last >= 4096).then_some(IovaRange { start: 4096, ..r }) } else { Some(r) },
+            )
             .collect();
         ranges.sort_by_key(|r| r.start);
         Self { ranges, used: BTreeMap::new() }
@@ -66,8 +68,7 @@ impl IovaAllocator {
         }
         for r in &self.ranges {
             let Some(mut cand) = align_up(r.start, align) else { continue };
-            loop {
-                let Some(end) = cand.checked_add(len - 1) else { break };
+            while let Some(end) = cand.checked_add(len - 1) {
                 if end > r.last {
                     break;
                 }

@@ -253,8 +253,7 @@ impl Sysfs {
     pub fn group_members(&self, group: u32) -> Result<Vec<PciAddress>> {
         let dir = self.group_devices_path(group);
         let rd = std::fs::read_dir(&dir).map_err(|source| Error::Sysfs { path: dir.clone(), source })?;
-        let mut out: Vec<PciAddress> =
-            rd.filter_map(|e| e.ok()?.file_name().to_string_lossy().parse().ok()).collect();
+        let mut out: Vec<PciAddress> = rd.filter_map(|e| e.ok()?.file_name().to_string_lossy().parse().ok()).collect();
         out.sort();
         Ok(out)
     }
@@ -389,11 +388,10 @@ mod tests {
         t.add("0000:10:1e.0", 0x1d0f, 0x7164, 0x120000, Some("vfio-pci"), Some(7));
         let s = t.sysfs();
         let all = s.list().unwrap();
-        assert_eq!(all.iter().map(|f| f.address.to_string()).collect::<Vec<_>>(), [
-            "0000:00:02.0",
-            "0000:00:03.0",
-            "0000:10:1e.0"
-        ]);
+        assert_eq!(
+            all.iter().map(|f| f.address.to_string()).collect::<Vec<_>>(),
+            ["0000:00:02.0", "0000:00:03.0", "0000:10:1e.0"]
+        );
         let edu = s.find(&Filter::ids(0x1234, Some(0x11e8))).unwrap();
         assert_eq!(edu.len(), 1);
         let f = &edu[0];
@@ -404,7 +402,10 @@ mod tests {
         assert_eq!(f.numa_node, None);
         assert_eq!(f.revision, Some(2));
         assert_eq!(f.bars.len(), 2);
-        assert_eq!(f.bars[0], BarInfo { index: 0, start: 0xfe00_0000, size: 1 << 20, io: false, prefetchable: false, mem64: false });
+        assert_eq!(
+            f.bars[0],
+            BarInfo { index: 0, start: 0xfe00_0000, size: 1 << 20, io: false, prefetchable: false, mem64: false }
+        );
         assert_eq!(f.bars[1].index, 2);
         assert_eq!(f.bars[1].size, 2 << 20);
         assert!(f.bars[1].prefetchable && f.bars[1].mem64);

@@ -20,7 +20,9 @@ fn repo() -> PathBuf {
 
 fn unavailable(why: &str) {
     if std::env::var("NEURON_VFIO_REQUIRE_QEMU").as_deref() == Ok("1") {
-        panic!("QEMU VFIO test required (NEURON_VFIO_REQUIRE_QEMU=1) but unavailable: {why}; run scripts/qemu/setup.sh");
+        panic!(
+            "QEMU VFIO test required (NEURON_VFIO_REQUIRE_QEMU=1) but unavailable: {why}; run scripts/qemu/setup.sh"
+        );
     }
     eprintln!("NOTICE: skipping the QEMU VFIO test: {why} (run scripts/qemu/setup.sh; set NEURON_VFIO_REQUIRE_QEMU=1 to make this a failure)");
 }
@@ -31,7 +33,8 @@ fn which(cmd: &str) -> Option<PathBuf> {
 
 #[test]
 fn edu_through_vfio_in_qemu() {
-    let cache = std::env::var_os("NEURON_VFIO_CACHE").map(PathBuf::from).unwrap_or_else(|| repo().join("scripts/.cache"));
+    let cache =
+        std::env::var_os("NEURON_VFIO_CACHE").map(PathBuf::from).unwrap_or_else(|| repo().join("scripts/.cache"));
     let kdir = cache.join("kernel");
     let Some(qemu) = which("qemu-system-x86_64") else { return unavailable("qemu-system-x86_64 not found") };
     if which("busybox").is_none() {
@@ -65,7 +68,16 @@ fn edu_through_vfio_in_qemu() {
 
     let accel = std::env::var("NEURON_VFIO_QEMU_ACCEL").unwrap_or_else(|_| "tcg".into());
     let mut child = Command::new(qemu)
-        .args(["-machine", &format!("q35,accel={accel},kernel-irqchip=split"), "-cpu", "max", "-m", "1024", "-smp", "2"])
+        .args([
+            "-machine",
+            &format!("q35,accel={accel},kernel-irqchip=split"),
+            "-cpu",
+            "max",
+            "-m",
+            "1024",
+            "-smp",
+            "2",
+        ])
         // edu alone behind a PCIe root port: a secondary bus reset then gives it a reset method.
         .args(["-device", "intel-iommu,intremap=on,caching-mode=on"])
         .args(["-device", "pcie-root-port,id=rp0,chassis=1,slot=1", "-device", "edu,bus=rp0"])
@@ -101,7 +113,8 @@ fn edu_through_vfio_in_qemu() {
         let _ = e.read_to_string(&mut err);
     }
     let wall = started.elapsed();
-    let fail = |why: &str| -> ! { panic!("{why}\n----- guest serial log -----\n{log}\n----- qemu stderr -----\n{err}") };
+    let fail =
+        |why: &str| -> ! { panic!("{why}\n----- guest serial log -----\n{log}\n----- qemu stderr -----\n{err}") };
     if status.is_none() {
         fail(&format!("QEMU timed out after {TIMEOUT:?} and was killed"));
     }
@@ -116,15 +129,28 @@ fn edu_through_vfio_in_qemu() {
         fail("the guest did not report VFIO-RESULT PASS");
     }
     for name in [
-        "env", "discover", "bind", "group_viable", "container.open", "container.id", "container.factorial",
-        "container.dma.roundtrip", "container.msi.delivered", "container.dma.blocked", "container.reset", "unbind",
+        "env",
+        "discover",
+        "bind",
+        "group_viable",
+        "container.open",
+        "container.id",
+        "container.factorial",
+        "container.dma.roundtrip",
+        "container.msi.delivered",
+        "container.dma.blocked",
+        "container.reset",
+        "unbind",
     ] {
         if !log.lines().any(|l| l.starts_with(&format!("VFIO-CHECK ok {name}:"))) {
             fail(&format!("check {name} did not pass"));
         }
     }
     // The iommufd path runs when the kernel has it; otherwise it must say why it was skipped.
-    if !log.lines().any(|l| l.starts_with("VFIO-CHECK ok iommufd.dma.roundtrip") || l.starts_with("VFIO-CHECK skip iommufd.open")) {
+    if !log
+        .lines()
+        .any(|l| l.starts_with("VFIO-CHECK ok iommufd.dma.roundtrip") || l.starts_with("VFIO-CHECK skip iommufd.open"))
+    {
         fail("the iommufd path neither passed nor reported why it is unavailable");
     }
     if !log.lines().any(|l| l.starts_with("VFIO-CHECK ok container.reset: VFIO_DEVICE_RESET done")) {

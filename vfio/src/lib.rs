@@ -1,1 +1,33 @@
-//! vfio (see DESIGN.md)
+//! Linux VFIO for userspace PCI drivers. Knows nothing of any particular device.
+//!
+//! - [`sysfs`]: discovery of PCI functions ([`Sysfs`], [`PciFunction`], [`Filter`]) and
+//!   IOMMU group viability;
+//! - [`bind`]: [`Binding`] to vfio-pci and back, environment checks (modules, memlock);
+//! - [`device`]: [`Device::open`] through the legacy container or iommufd + device cdev
+//!   ([`Backend`]), regions, config space, interrupts, reset;
+//! - [`dma`]: [`DmaSpace`], pinned host memory mapped at IOVAs from an [`IovaAllocator`];
+//! - [`VfioPlatform`]: the [`platform::Platform`] implementation.
+//!
+//! Built on rust-vmm's `vfio-ioctls` (container, group and device setup) and
+//! `vfio-bindings` (the kernel structs); iommufd and what `vfio-ioctls` does not expose
+//! (IOVA ranges, region capabilities, IRQ masking, reset status) use raw ioctls in
+//! [`uapi`], each `unsafe` block with its safety argument.
+
+pub mod bind;
+pub mod device;
+pub mod dma;
+pub mod error;
+pub mod iommu;
+pub mod iova;
+pub mod sysfs;
+pub mod uapi;
+mod vfio_platform;
+
+pub use bind::{check_memlock, check_vfio_available, probe_support, Binding, VfioSupport};
+pub use device::{Device, EventFd, IrqInfo, OpenOptions, RegionInfo, RegionMmio, IRQ_INTX, IRQ_MSI, IRQ_MSIX};
+pub use dma::DmaSpace;
+pub use error::{Error, Result};
+pub use iommu::{Backend, IommuInfo};
+pub use iova::{IovaAllocator, IovaRange};
+pub use sysfs::{BarInfo, Filter, PciAddress, PciFunction, Sysfs};
+pub use vfio_platform::VfioPlatform;

@@ -1,0 +1,259 @@
+//! Binding a PCI function to vfio-pci (driver_override + drivers_probe) and restoring the
+//! driver it had; checks of the environment VFIO needs (modules, device nodes, memlock).
+
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+use crate::sysfs::{PciAddress, Sysfs};
+
+const VFIO_PCI: &str = "vfio-pci";
+
+fn write(path: &Path, text: &str) -> Result<()> {
+    std::fs::write(path, text).map_err(|source| Error::Sysfs { path: path.to_path_buf(), source })
+}
+
+/// A function bound to vfio-pci by us; dropping it (or [`Binding::restore`]) gives the function
+/// back to the driver it had (or to none) and clears the `driver_override` we set.
+#[derive(Debug)]
+pub struct Binding {
+    sysfs: Sysfs,
+    address: PciAddress,
+    original_driver: Option<String>,
+    original_override: Option<String>,
+    restored: bool,
+}
+
+impl Binding {
+    /// Bind `address` to vfio-pci. A function already on vfio-pci stays there (and is left
+    /// there on restore).
+    pub fn bind(sysfs: &Sysfs, address: PciAddress) -> Result<Self> {
+        let f = sysfs.function(address)?;
+        let mut b = Binding {
+            sysfs: sysfs.clone(),
+            address,
+            original_driver: f.driver.clone(),
+            original_override: f.driver_override.clone(),
+            restored: false,
+        };
+        if f.driver.as_deref() == Some(VFIO_PCI) {
+            return Ok(b);
+        }
+        if !sysfs.driver_path(VFIO_PCI).exists() {
+            b.restored = true;
+            return Err(Error::VfioPciMissing);
+        }
+        let dev = sysfs.device_path(address);
+        write(&dev.join("driver_override"), VFIO_PCI)?;
+        if let Some(d) = &f.driver {
+            write(&sysfs.driver_path(d).join("unbind"), &address.to_string())?;
+        }
+        // drivers_probe fails with an error when no driver accepts the device; the check
+        // below reports that with the state the device ended up in.
+        let probe = write(&sysfs.root().join("bus/pci/drivers_probe"), &address.to_string());
+        let now = sysfs.function(address)?.driver;
+        if now.as_deref() != Some(VFIO_PCI) {
+            let now = now.unwrap_or_else(|| "none".into());
+            let _ = b.restore_inner();
+            probe?;
+            return Err(Error::BindFailed { addr: address, now });
+        }
+        Ok(b)
+    }
+
+    /// The function.
+    pub fn address(&self) -> PciAddress {
+        self.address
+    }
+
+    /// The driver the function had before.
+    pub fn original_driver(&self) -> Option<&str> {
+        self.original_driver.as_deref()
+    }
+
+    /// Give the function back to its original driver and report failures.
+    pub fn restore(mut self) -> Result<()> {
+        self.restore_inner()
+    }
+
+    fn restore_inner(&mut self) -> Result<()> {
+        if self.restored {
+            return Ok(());
+        }
+        self.restored = true;
+        if self.original_driver.as_deref() == Some(VFIO_PCI) {
+            return Ok(());
+        }
+        let dev = self.sysfs.device_path(self.address);
+        // An empty write clears the override.
+        write(&dev.join("driver_override"), self.original_override.as_deref().unwrap_or("\n"))?;
+        let current = self.sysfs.function(self.address)?.driver;
+        if let Some(cur) = current.as_deref() {
+            if Some(cur) != self.original_driver.as_deref() {
+                write(&self.sysfs.driver_path(cur).join("unbind"), &self.address.to_string())?;
+            }
+        }
+        if let Some(orig) = &self.original_driver {
+            if current.as_deref() != Some(orig) {
+                let bind = self.sysfs.driver_path(orig).join("bind");
+                write(&bind, &self.address.to_string())
+                    .or_else(|_| write(&self.sysfs.root().join("bus/pci/drivers_probe"), &self.address.to_string()))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Binding {
+    fn drop(&mut self) {
+        let _ = self.restore_inner();
+    }
+}
+
+/// Which VFIO interfaces this system offers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VfioSupport {
+    /// `/dev/vfio/vfio`: the legacy container.
+    pub container: bool,
+    /// `/dev/iommu`: iommufd.
+    pub iommufd: bool,
+    /// The vfio-pci driver is registered.
+    pub vfio_pci: bool,
+}
+
+/// Look at `dev` (normally `/dev`) and `sysfs` for the VFIO interfaces.
+pub fn probe_support(sysfs: &Sysfs, dev: &Path) -> VfioSupport {
+    VfioSupport {
+        container: dev.join("vfio/vfio").exists(),
+        iommufd: dev.join("iommu").exists(),
+        vfio_pci: sysfs.driver_path(VFIO_PCI).exists(),
+    }
+}
+
+/// Fail with what to load when neither VFIO interface or vfio-pci is there.
+pub fn check_vfio_available(sysfs: &Sysfs, dev: &Path) -> Result<VfioSupport> {
+    let s = probe_support(sysfs, dev);
+    if !s.container && !s.iommufd {
+        return Err(Error::VfioMissing { path: dev.join("vfio/vfio") });
+    }
+    if !s.vfio_pci {
+        return Err(Error::VfioPciMissing);
+    }
+    Ok(s)
+}
+
+/// The verdict on pinning `requested` more bytes with `locked` already pinned, under a
+/// memlock limit (`None` = unlimited) and with or without CAP_IPC_LOCK.
+pub fn memlock_verdict(limit: Option<u64>, cap_ipc_lock: bool, locked: u64, requested: u64) -> Result<()> {
+    let needed = locked.saturating_add(requested);
+    match limit {
+        Some(limit) if !cap_ipc_lock && needed > limit => {
+            Err(Error::MemlockTooLow { limit, locked, requested, needed })
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The process's RLIMIT_MEMLOCK soft limit (`None` = unlimited).
+pub fn memlock_limit() -> Result<Option<u64>> {
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes one rlimit into the struct we pass.
+    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut r) } != 0 {
+        return Err(Error::Io(std::io::Error::last_os_error()));
+    }
+    Ok((r.rlim_cur != libc::RLIM_INFINITY).then_some(r.rlim_cur))
+}
+
+/// Whether the process has CAP_IPC_LOCK in its effective set (then pins are not limited).
+pub fn has_cap_ipc_lock() -> bool {
+    const CAP_IPC_LOCK: u32 = 14;
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            let line = s.lines().find(|l| l.starts_with("CapEff:"))?;
+            u64::from_str_radix(line.trim_start_matches("CapEff:").trim(), 16).ok()
+        })
+        .is_some_and(|caps| caps & (1 << CAP_IPC_LOCK) != 0)
+}
+
+/// Check that pinning `requested` more bytes on top of `locked` fits this process's limits.
+pub fn check_memlock(locked: u64, requested: u64) -> Result<()> {
+    memlock_verdict(memlock_limit()?, has_cap_ipc_lock(), locked, requested)
+}
+
+/// `/dev/vfio/N` for a group.
+pub fn group_node(dev: &Path, group: u32) -> PathBuf {
+    dev.join("vfio").join(group.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sysfs::fake::FakeSysfs;
+
+    #[test]
+    fn bind_writes_override_unbinds_and_probes() {
+        let t = FakeSysfs::new("bind");
+        t.add("0000:00:03.0", 0x1234, 0x11e8, 0, Some("edu"), Some(3));
+        let s = t.sysfs();
+        let a: PciAddress = "0000:00:03.0".parse().unwrap();
+        // The fake kernel does not rebind: binding must notice and say so.
+        let e = Binding::bind(&s, a).unwrap_err();
+        assert!(matches!(&e, Error::BindFailed { now, .. } if now == "edu"), "{e}");
+        let rd = |p: &str| std::fs::read_to_string(t.dir.join(p)).unwrap();
+        assert_eq!(rd("bus/pci/drivers/edu/unbind"), "0000:00:03.0");
+        assert_eq!(rd("bus/pci/drivers_probe"), "0000:00:03.0");
+        // ...and it restored: override cleared, original driver bound again.
+        assert_eq!(rd("devices/pci0000:00/0000:00:03.0/driver_override"), "\n");
+
+        // Simulate the kernel having bound vfio-pci: restore unbinds it and rebinds edu.
+        t.set_driver("0000:00:03.0", Some("vfio-pci"));
+        let b = Binding {
+            sysfs: s.clone(),
+            address: a,
+            original_driver: Some("edu".into()),
+            original_override: None,
+            restored: false,
+        };
+        b.restore().unwrap();
+        assert_eq!(rd("bus/pci/drivers/vfio-pci/unbind"), "0000:00:03.0");
+        assert_eq!(rd("bus/pci/drivers/edu/bind"), "0000:00:03.0");
+    }
+
+    #[test]
+    fn already_on_vfio_pci_is_left_alone() {
+        let t = FakeSysfs::new("already");
+        t.add("0000:00:03.0", 0x1234, 0x11e8, 0, Some("vfio-pci"), Some(3));
+        let b = Binding::bind(&t.sysfs(), "00:03.0".parse().unwrap()).unwrap();
+        assert_eq!(b.original_driver(), Some("vfio-pci"));
+        b.restore().unwrap();
+        assert_eq!(std::fs::read_to_string(t.dir.join("bus/pci/drivers/vfio-pci/unbind")).unwrap(), "");
+    }
+
+    #[test]
+    fn missing_vfio_is_explained() {
+        let t = FakeSysfs::new("novfio");
+        let dev = t.dir.join("dev");
+        std::fs::create_dir_all(&dev).unwrap();
+        let e = check_vfio_available(&t.sysfs(), &dev).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("modprobe vfio-pci") && msg.contains("vfio_iommu_type1"), "{msg}");
+        std::fs::create_dir_all(dev.join("vfio")).unwrap();
+        std::fs::write(dev.join("vfio/vfio"), "").unwrap();
+        let s = check_vfio_available(&t.sysfs(), &dev).unwrap();
+        assert!(s.container && !s.iommufd && s.vfio_pci);
+        std::fs::remove_dir_all(t.dir.join("bus/pci/drivers/vfio-pci")).unwrap();
+        assert!(matches!(check_vfio_available(&t.sysfs(), &dev), Err(Error::VfioPciMissing)));
+        t.add("0000:00:03.0", 0x1234, 0x11e8, 0, None, Some(3));
+        assert!(matches!(Binding::bind(&t.sysfs(), "00:03.0".parse().unwrap()), Err(Error::VfioPciMissing)));
+    }
+
+    #[test]
+    fn memlock_says_the_numbers() {
+        assert!(memlock_verdict(None, false, 1 << 30, 1 << 30).is_ok());
+        assert!(memlock_verdict(Some(8 << 20), true, 0, 1 << 30).is_ok());
+        assert!(memlock_verdict(Some(8 << 20), false, 4 << 20, 4 << 20).is_ok());
+        let e = memlock_verdict(Some(8 << 20), false, 4 << 20, 8 << 20).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("8388608") && msg.contains("12582912") && msg.contains("ulimit -l 12288"), "{msg}");
+    }
+}

@@ -1,0 +1,660 @@
+//! An open VFIO device: regions (info, capabilities, mmap, pread/pwrite), config space,
+//! interrupts to eventfds, reset — the same API whether it was opened through the legacy
+//! container or through iommufd and the device cdev.
+
+use std::fs::File;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+use std::sync::Arc;
+use std::time::Duration;
+
+use platform::{Mmio, MmioError, VolatileMmio};
+use vfio_bindings::bindings::vfio::{
+    vfio_device_info, vfio_irq_info, vfio_region_info, VFIO_DEVICE_FLAGS_RESET, VFIO_IRQ_SET_ACTION_MASK,
+    VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_ACTION_UNMASK, VFIO_IRQ_SET_DATA_EVENTFD, VFIO_IRQ_SET_DATA_NONE,
+    VFIO_REGION_INFO_FLAG_CAPS, VFIO_REGION_INFO_FLAG_MMAP, VFIO_REGION_INFO_FLAG_READ, VFIO_REGION_INFO_FLAG_WRITE,
+};
+
+use crate::dma::DmaSpace;
+use crate::error::{Error, Result};
+use crate::iommu::{Backend, Inner, Iommu, IommuInfo};
+use crate::iova::{IovaAllocator, IovaRange};
+use crate::sysfs::{PciAddress, Sysfs};
+use crate::uapi;
+
+/// Region index of PCI config space.
+pub const CONFIG_REGION: u32 = 7;
+/// IRQ indexes of a PCI device.
+pub const IRQ_INTX: u32 = 0;
+pub const IRQ_MSI: u32 = 1;
+pub const IRQ_MSIX: u32 = 2;
+
+const PCI_COMMAND: u64 = 0x04;
+const PCI_COMMAND_MASTER: u16 = 1 << 2;
+const CAP_SPARSE_MMAP: u16 = 1;
+const CAP_TYPE: u16 = 2;
+
+/// How to open a device.
+#[derive(Debug, Clone)]
+pub struct OpenOptions {
+    /// Kernel interface to use.
+    pub backend: Backend,
+    /// sysfs root (normally `/sys`).
+    pub sysfs: Sysfs,
+    /// /dev root (normally `/dev`).
+    pub dev: PathBuf,
+    /// Restrict IOVAs to this window (for devices with a narrow DMA mask).
+    pub iova_window: Option<IovaRange>,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        Self { backend: Backend::Container, sysfs: Sysfs::default(), dev: "/dev".into(), iova_window: None }
+    }
+}
+
+/// One region's description.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegionInfo {
+    pub index: u32,
+    pub flags: u32,
+    pub size: u64,
+    /// Offset of the region in the device fd.
+    pub offset: u64,
+    /// mmap-able areas `(offset, size)` within the region; the whole region when the
+    /// MMAP flag is set without a sparse capability, empty when not mmap-able.
+    pub mmap_areas: Vec<(u64, u64)>,
+    /// `(type, subtype)` from the type capability, if any.
+    pub region_type: Option<(u32, u32)>,
+}
+
+impl RegionInfo {
+    pub fn readable(&self) -> bool {
+        self.flags & VFIO_REGION_INFO_FLAG_READ != 0
+    }
+    pub fn writable(&self) -> bool {
+        self.flags & VFIO_REGION_INFO_FLAG_WRITE != 0
+    }
+    pub fn mmappable(&self) -> bool {
+        self.flags & VFIO_REGION_INFO_FLAG_MMAP != 0
+    }
+}
+
+/// Parse a `VFIO_DEVICE_GET_REGION_INFO` buffer (struct + capability chain).
+pub fn parse_region_info(buf: &[u8]) -> RegionInfo {
+    let flags = uapi::u32_at(buf, 4).unwrap_or(0);
+    let size = uapi::u64_at(buf, 16).unwrap_or(0);
+    let mut info = RegionInfo {
+        index: uapi::u32_at(buf, 8).unwrap_or(0),
+        flags,
+        size,
+        offset: uapi::u64_at(buf, 24).unwrap_or(0),
+        mmap_areas: Vec::new(),
+        region_type: None,
+    };
+    let mut sparse = None;
+    if flags & VFIO_REGION_INFO_FLAG_CAPS != 0 {
+        for cap in uapi::capabilities(buf, uapi::u32_at(buf, 12).unwrap_or(0)) {
+            match cap.id {
+                CAP_SPARSE_MMAP => sparse = Some(uapi::pairs_after_count(cap.data)),
+                CAP_TYPE => info.region_type = uapi::u32_at(cap.data, 0).zip(uapi::u32_at(cap.data, 4)),
+                _ => {}
+            }
+        }
+    }
+    if flags & VFIO_REGION_INFO_FLAG_MMAP != 0 {
+        info.mmap_areas = match sparse {
+            Some(areas) => {
+                areas.into_iter().filter(|&(o, s)| s > 0 && o.checked_add(s).is_some_and(|e| e <= size)).collect()
+            }
+            None if size > 0 => vec![(0, size)],
+            None => Vec::new(),
+        };
+    }
+    info
+}
+
+/// One interrupt index's description.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IrqInfo {
+    pub index: u32,
+    pub flags: u32,
+    /// Number of vectors (0 = not supported).
+    pub count: u32,
+}
+
+pub(crate) enum DevFd {
+    Group(vfio_ioctls::VfioDevice),
+    Cdev(File),
+}
+
+impl DevFd {
+    fn fd(&self) -> BorrowedFd<'_> {
+        match self {
+            // SAFETY: the VfioDevice owns the fd and outlives the borrow (behind &self).
+            DevFd::Group(d) => unsafe { BorrowedFd::borrow_raw(d.as_raw_fd()) },
+            DevFd::Cdev(f) => f.as_fd(),
+        }
+    }
+    fn pread(&self, buf: &mut [u8], off: u64) -> std::io::Result<()> {
+        // SAFETY: the fd is valid for the borrow; ManuallyDrop keeps the File from closing it.
+        let f = std::mem::ManuallyDrop::new(unsafe { File::from_raw_fd(self.fd().as_raw_fd()) });
+        f.read_exact_at(buf, off)
+    }
+    fn pwrite(&self, buf: &[u8], off: u64) -> std::io::Result<()> {
+        // SAFETY: as in pread.
+        let f = std::mem::ManuallyDrop::new(unsafe { File::from_raw_fd(self.fd().as_raw_fd()) });
+        f.write_all_at(buf, off)
+    }
+}
+
+/// An eventfd for interrupt delivery.
+#[derive(Debug)]
+pub struct EventFd(OwnedFd);
+
+impl EventFd {
+    /// A new non-blocking eventfd.
+    pub fn new() -> Result<Self> {
+        // SAFETY: eventfd creates a new fd; the result is checked before use.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if fd < 0 {
+            return Err(Error::Io(std::io::Error::last_os_error()));
+        }
+        // SAFETY: `fd` was just created and is owned by nobody else.
+        Ok(Self(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+    /// Wait up to `timeout` for the counter to become non-zero; return and reset it
+    /// (0 on timeout).
+    pub fn wait(&self, timeout: Duration) -> Result<u64> {
+        let mut p = libc::pollfd { fd: self.0.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: one valid pollfd.
+        let r = unsafe { libc::poll(&mut p, 1, ms) };
+        if r < 0 {
+            return Err(Error::Io(std::io::Error::last_os_error()));
+        }
+        if r == 0 {
+            return Ok(0);
+        }
+        self.take()
+    }
+    /// Read and reset the counter without waiting (0 if nothing arrived).
+    pub fn take(&self) -> Result<u64> {
+        let mut v = 0u64;
+        // SAFETY: reads 8 bytes into `v`.
+        let n = unsafe { libc::read(self.0.as_raw_fd(), &mut v as *mut u64 as *mut libc::c_void, 8) };
+        if n == 8 {
+            Ok(v)
+        } else {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::WouldBlock {
+                Ok(0)
+            } else {
+                Err(Error::Io(e))
+            }
+        }
+    }
+    /// A second handle to the same eventfd.
+    pub fn try_clone(&self) -> Result<OwnedFd> {
+        Ok(self.0.try_clone()?)
+    }
+}
+
+impl AsFd for EventFd {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+}
+
+/// An open VFIO device.
+pub struct Device {
+    // Drop order: mappings of regions hold their own Arc<DevFd>.
+    fd: Arc<DevFd>,
+    dma: Arc<DmaSpace>,
+    address: PciAddress,
+    flags: u32,
+    num_regions: u32,
+    num_irqs: u32,
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Device")
+            .field("address", &self.address)
+            .field("backend", &self.backend())
+            .field("flags", &self.flags)
+            .finish()
+    }
+}
+
+fn cdev_node(sysfs: &Sysfs, dev: &Path, addr: PciAddress) -> Result<PathBuf> {
+    let dir = sysfs.device_path(addr).join("vfio-dev");
+    let rd = std::fs::read_dir(&dir).map_err(|e| {
+        Error::IommufdUnavailable(format!("{}: {e} (kernel without CONFIG_VFIO_DEVICE_CDEV?)", dir.display()))
+    })?;
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with("vfio") {
+            return Ok(dev.join("vfio/devices").join(name));
+        }
+    }
+    Err(Error::IommufdUnavailable(format!("{}: no vfioN entry", dir.display())))
+}
+
+impl Device {
+    /// Open `addr` (already bound to vfio-pci) through `opts.backend`.
+    pub fn open(addr: PciAddress, opts: &OpenOptions) -> Result<Self> {
+        let f = opts.sysfs.function(addr)?;
+        let group = f.iommu_group.ok_or(Error::NoIommu(addr))?;
+        if f.driver.as_deref() != Some("vfio-pci") {
+            return Err(Error::BindFailed { addr, now: f.driver.unwrap_or_else(|| "none".into()) });
+        }
+        let (fd, iommu) = match opts.backend {
+            Backend::Container => {
+                opts.sysfs.check_group_viable(addr)?;
+                let node = opts.dev.join("vfio/vfio");
+                if !node.exists() {
+                    return Err(Error::VfioMissing { path: node });
+                }
+                if !crate::bind::group_node(&opts.dev, group).exists() {
+                    return Err(Error::VfioMissing { path: crate::bind::group_node(&opts.dev, group) });
+                }
+                let container = Arc::new(vfio_ioctls::VfioContainer::new(None)?);
+                let dev = vfio_ioctls::VfioDevice::new(&opts.sysfs.device_path(addr), container.clone(), false)?;
+                (DevFd::Group(dev), Iommu { inner: Inner::Container(container) })
+            }
+            Backend::Iommufd => {
+                let iommu = Iommu::open_iommufd(&opts.dev)?;
+                let node = cdev_node(&opts.sysfs, &opts.dev, addr)?;
+                let file = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(&node)
+                    .map_err(|e| Error::IommufdUnavailable(format!("{}: {e}", node.display())))?;
+                let Inner::Iommufd { fd: ifd, ioas } = &iommu.inner else {
+                    return Err(Error::IommufdUnavailable("not an iommufd context".into()));
+                };
+                let mut bind = uapi::VfioDeviceBindIommufd {
+                    argsz: std::mem::size_of::<uapi::VfioDeviceBindIommufd>() as u32,
+                    flags: 0,
+                    iommufd: ifd.as_raw_fd(),
+                    out_devid: 0,
+                };
+                // SAFETY: `bind` is the (minimum-size) struct VFIO_DEVICE_BIND_IOMMUFD takes.
+                unsafe { uapi::ioctl(file.as_fd(), uapi::VFIO_DEVICE_BIND_IOMMUFD, &mut bind) }
+                    .map_err(|e| Error::ioctl("VFIO_DEVICE_BIND_IOMMUFD", e))?;
+                let mut attach = uapi::VfioDeviceAttachIommufdPt {
+                    argsz: std::mem::size_of::<uapi::VfioDeviceAttachIommufdPt>() as u32,
+                    flags: 0,
+                    pt_id: *ioas,
+                };
+                // SAFETY: `attach` is the (minimum-size) struct VFIO_DEVICE_ATTACH_IOMMUFD_PT takes.
+                unsafe { uapi::ioctl(file.as_fd(), uapi::VFIO_DEVICE_ATTACH_IOMMUFD_PT, &mut attach) }
+                    .map_err(|e| Error::ioctl("VFIO_DEVICE_ATTACH_IOMMUFD_PT", e))?;
+                (DevFd::Cdev(file), iommu)
+            }
+        };
+        let mut info = vfio_device_info { argsz: std::mem::size_of::<vfio_device_info>() as u32, ..Default::default() };
+        // SAFETY: `info` is the struct VFIO_DEVICE_GET_INFO takes.
+        unsafe { uapi::ioctl(fd.fd(), uapi::VFIO_DEVICE_GET_INFO, &mut info) }
+            .map_err(|e| Error::ioctl("VFIO_DEVICE_GET_INFO", e))?;
+        let iinfo = iommu.info()?;
+        let alloc = IovaAllocator::new(&iinfo.valid, opts.iova_window);
+        let dma = Arc::new(DmaSpace::new(iommu, iinfo, alloc));
+        Ok(Self {
+            fd: Arc::new(fd),
+            dma,
+            address: addr,
+            flags: info.flags,
+            num_regions: info.num_regions,
+            num_irqs: info.num_irqs,
+        })
+    }
+
+    /// PCI address.
+    pub fn address(&self) -> PciAddress {
+        self.address
+    }
+    /// The interface it was opened through.
+    pub fn backend(&self) -> Backend {
+        self.dma.iommu().backend()
+    }
+    /// Number of regions and IRQ indexes.
+    pub fn counts(&self) -> (u32, u32) {
+        (self.num_regions, self.num_irqs)
+    }
+    /// Whether VFIO_DEVICE_RESET is available.
+    pub fn can_reset(&self) -> bool {
+        self.flags & VFIO_DEVICE_FLAGS_RESET != 0
+    }
+    /// The DMA address space of this device.
+    pub fn dma(&self) -> &Arc<DmaSpace> {
+        &self.dma
+    }
+    /// What the IOMMU reported when the device was opened.
+    pub fn iommu_info(&self) -> &IommuInfo {
+        self.dma.info()
+    }
+
+    /// Region info with capabilities.
+    pub fn region_info(&self, index: u32) -> Result<RegionInfo> {
+        let mut len = std::mem::size_of::<vfio_region_info>();
+        loop {
+            let mut buf = uapi::IoctlBuf::new(len);
+            buf.put_u32(0, len as u32);
+            buf.put_u32(8, index);
+            // SAFETY: the buffer holds `len` bytes starting with a struct vfio_region_info whose
+            // argsz is `len`; the kernel writes at most argsz bytes.
+            unsafe { uapi::ioctl(self.fd.fd(), uapi::VFIO_DEVICE_GET_REGION_INFO, buf.as_mut_ptr::<u8>()) }
+                .map_err(|e| Error::Region { index, reason: format!("VFIO_DEVICE_GET_REGION_INFO: {e}") })?;
+            let need = uapi::u32_at(buf.bytes(), 0).unwrap_or(0) as usize;
+            if need > len && len < (1 << 20) {
+                len = need;
+                continue;
+            }
+            return Ok(parse_region_info(buf.bytes()));
+        }
+    }
+
+    /// Read `buf.len()` bytes at `offset` of region `index` (pread on the device fd).
+    pub fn region_read(&self, index: u32, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let r = self.region_info(index)?;
+        check_span(&r, offset, buf.len())?;
+        self.fd.pread(buf, r.offset + offset).map_err(|e| Error::Region { index, reason: format!("pread: {e}") })
+    }
+
+    /// Write `buf` at `offset` of region `index` (pwrite on the device fd).
+    pub fn region_write(&self, index: u32, offset: u64, buf: &[u8]) -> Result<()> {
+        let r = self.region_info(index)?;
+        check_span(&r, offset, buf.len())?;
+        self.fd.pwrite(buf, r.offset + offset).map_err(|e| Error::Region { index, reason: format!("pwrite: {e}") })
+    }
+
+    /// Read a 16-bit config space register.
+    pub fn config_read16(&self, offset: u64) -> Result<u16> {
+        let mut b = [0u8; 2];
+        self.region_read(CONFIG_REGION, offset, &mut b)?;
+        Ok(u16::from_le_bytes(b))
+    }
+    /// Read a 32-bit config space register.
+    pub fn config_read32(&self, offset: u64) -> Result<u32> {
+        let mut b = [0u8; 4];
+        self.region_read(CONFIG_REGION, offset, &mut b)?;
+        Ok(u32::from_le_bytes(b))
+    }
+    /// Write a 16-bit config space register.
+    pub fn config_write16(&self, offset: u64, v: u16) -> Result<()> {
+        self.region_write(CONFIG_REGION, offset, &v.to_le_bytes())
+    }
+    /// Write a 32-bit config space register.
+    pub fn config_write32(&self, offset: u64, v: u32) -> Result<()> {
+        self.region_write(CONFIG_REGION, offset, &v.to_le_bytes())
+    }
+    /// Set or clear Bus Master Enable in the command register (vfio-pci leaves it clear).
+    pub fn set_bus_master(&self, on: bool) -> Result<()> {
+        let cmd = self.config_read16(PCI_COMMAND)?;
+        let new = if on { cmd | PCI_COMMAND_MASTER } else { cmd & !PCI_COMMAND_MASTER };
+        if new != cmd {
+            self.config_write16(PCI_COMMAND, new)?;
+        }
+        Ok(())
+    }
+
+    /// Map region `index` as an [`Mmio`]: mmap-able areas are accessed with volatile loads
+    /// and stores, the rest (or all of a non-mmap-able region) with pread/pwrite.
+    pub fn map_region(&self, index: u32) -> Result<Arc<RegionMmio>> {
+        let info = self.region_info(index)?;
+        if info.size == 0 {
+            return Err(Error::Region { index, reason: "region is absent (size 0)".into() });
+        }
+        let mut prot = 0;
+        if info.readable() {
+            prot |= libc::PROT_READ;
+        }
+        if info.writable() {
+            prot |= libc::PROT_WRITE;
+        }
+        let mut areas = Vec::new();
+        for &(off, size) in &info.mmap_areas {
+            let len = usize::try_from(size).map_err(|_| Error::Region { index, reason: "area too large".into() })?;
+            // SAFETY: a shared mapping of the device fd at the offset the kernel gave for
+            // this region; the result is checked and owned by MmapArea (munmap on drop).
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    prot,
+                    libc::MAP_SHARED,
+                    self.fd.fd().as_raw_fd(),
+                    (info.offset + off) as libc::off_t,
+                )
+            };
+            if p == libc::MAP_FAILED {
+                let e = std::io::Error::last_os_error();
+                return Err(Error::Region { index, reason: format!("mmap of {size:#x} bytes at {off:#x}: {e}") });
+            }
+            let ptr = NonNull::new(p as *mut u8)
+                .ok_or_else(|| Error::Region { index, reason: "mmap returned null".into() })?;
+            // SAFETY: `ptr` maps `size` bytes, kept mapped until MmapArea drops (after `mmio`).
+            let mmio = unsafe { VolatileMmio::new(ptr, size) };
+            areas.push(MmapArea { mmio, ptr, len, offset: off });
+        }
+        Ok(Arc::new(RegionMmio { fd: self.fd.clone(), index, file_offset: info.offset, size: info.size, areas }))
+    }
+
+    /// Interrupt index info.
+    pub fn irq_info(&self, index: u32) -> Result<IrqInfo> {
+        let mut i = vfio_irq_info { argsz: std::mem::size_of::<vfio_irq_info>() as u32, index, ..Default::default() };
+        // SAFETY: `i` is the struct VFIO_DEVICE_GET_IRQ_INFO takes.
+        unsafe { uapi::ioctl(self.fd.fd(), uapi::VFIO_DEVICE_GET_IRQ_INFO, &mut i) }
+            .map_err(|e| Error::Irq { index, reason: format!("VFIO_DEVICE_GET_IRQ_INFO: {e}") })?;
+        Ok(IrqInfo { index, flags: i.flags, count: i.count })
+    }
+
+    fn set_irqs(&self, index: u32, flags: u32, start: u32, count: u32, data: &[u8]) -> Result<()> {
+        const HDR: usize = 20;
+        let mut buf = uapi::IoctlBuf::new(HDR + data.len());
+        buf.put_u32(0, (HDR + data.len()) as u32);
+        buf.put_u32(4, flags);
+        buf.put_u32(8, index);
+        buf.put_u32(12, start);
+        buf.put_u32(16, count);
+        for (i, chunk) in data.chunks(4).enumerate() {
+            let mut w = [0u8; 4];
+            w[..chunk.len()].copy_from_slice(chunk);
+            buf.put_u32(HDR + i * 4, u32::from_ne_bytes(w));
+        }
+        // SAFETY: the buffer is a struct vfio_irq_set followed by `data`, argsz covers both.
+        unsafe { uapi::ioctl(self.fd.fd(), uapi::VFIO_DEVICE_SET_IRQS, buf.as_mut_ptr::<u8>()) }
+            .map_err(|e| Error::Irq { index, reason: format!("VFIO_DEVICE_SET_IRQS: {e}") })?;
+        Ok(())
+    }
+
+    /// Route vectors `start..start + fds.len()` of `index` to eventfds (enables MSI/MSI-X/INTx).
+    pub fn enable_irq(&self, index: u32, start: u32, fds: &[BorrowedFd<'_>]) -> Result<()> {
+        let info = self.irq_info(index)?;
+        let end = start as u64 + fds.len() as u64;
+        if fds.is_empty() || end > info.count as u64 {
+            return Err(Error::Irq {
+                index,
+                reason: format!("vectors {start}..{end} but the device has {}", info.count),
+            });
+        }
+        let data: Vec<u8> = fds.iter().flat_map(|f| f.as_raw_fd().to_ne_bytes()).collect();
+        self.set_irqs(index, VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER, start, fds.len() as u32, &data)
+    }
+
+    /// Disable all vectors of `index`.
+    pub fn disable_irq(&self, index: u32) -> Result<()> {
+        self.set_irqs(index, VFIO_IRQ_SET_DATA_NONE | VFIO_IRQ_SET_ACTION_TRIGGER, 0, 0, &[])
+    }
+
+    /// Mask vectors `start..start + count` (INTx only on vfio-pci; MSI/MSI-X return an error).
+    pub fn mask_irq(&self, index: u32, start: u32, count: u32) -> Result<()> {
+        self.set_irqs(index, VFIO_IRQ_SET_DATA_NONE | VFIO_IRQ_SET_ACTION_MASK, start, count, &[])
+    }
+
+    /// Unmask vectors `start..start + count` (INTx is auto-masked on delivery).
+    pub fn unmask_irq(&self, index: u32, start: u32, count: u32) -> Result<()> {
+        self.set_irqs(index, VFIO_IRQ_SET_DATA_NONE | VFIO_IRQ_SET_ACTION_UNMASK, start, count, &[])
+    }
+
+    /// Reset the function (VFIO_DEVICE_RESET: FLR, PM or bus reset, as the kernel can).
+    pub fn reset(&self) -> Result<()> {
+        if !self.can_reset() {
+            return Err(Error::ResetUnsupported);
+        }
+        uapi::ioctl_val(self.fd.fd(), uapi::VFIO_DEVICE_RESET, 0).map_err(|e| Error::ioctl("VFIO_DEVICE_RESET", e))?;
+        Ok(())
+    }
+}
+
+fn check_span(r: &RegionInfo, offset: u64, len: usize) -> Result<()> {
+    match offset.checked_add(len as u64) {
+        Some(end) if end <= r.size => Ok(()),
+        _ => Err(Error::Region {
+            index: r.index,
+            reason: format!("{len} bytes at {offset:#x} exceed size {:#x}", r.size),
+        }),
+    }
+}
+
+struct MmapArea {
+    mmio: VolatileMmio,
+    ptr: NonNull<u8>,
+    len: usize,
+    offset: u64,
+}
+
+// SAFETY: the mapping is device memory only accessed through VolatileMmio (itself Send+Sync).
+unsafe impl Send for MmapArea {}
+// SAFETY: as above.
+unsafe impl Sync for MmapArea {}
+
+impl Drop for MmapArea {
+    fn drop(&mut self) {
+        // SAFETY: we own this mapping; `mmio` (the only user) is dropped with us and not used after.
+        unsafe { libc::munmap(self.ptr.as_ptr() as *mut libc::c_void, self.len) };
+    }
+}
+
+/// A device region as an [`Mmio`]: volatile access to its mmap'd areas, pread/pwrite elsewhere.
+///
+/// A pread/pwrite that the kernel refuses reads as all ones and drops the write, as a PCI
+/// master abort would; bounds and alignment are checked before.
+pub struct RegionMmio {
+    fd: Arc<DevFd>,
+    index: u32,
+    file_offset: u64,
+    size: u64,
+    areas: Vec<MmapArea>,
+}
+
+impl RegionMmio {
+    /// Region index.
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+    /// Whether `[offset, offset+width)` goes through an mmap (else pread/pwrite).
+    pub fn is_mapped(&self, offset: u64, width: u64) -> bool {
+        self.area(offset, width).is_some()
+    }
+    fn area(&self, offset: u64, width: u64) -> Option<&MmapArea> {
+        self.areas.iter().find(|a| offset >= a.offset && offset + width <= a.offset + a.len as u64)
+    }
+    fn slow_read<const N: usize>(&self, offset: u64) -> [u8; N] {
+        let mut b = [0xffu8; N];
+        if self.fd.pread(&mut b, self.file_offset + offset).is_err() {
+            b = [0xff; N];
+        }
+        b
+    }
+}
+
+impl Mmio for RegionMmio {
+    fn size(&self) -> u64 {
+        self.size
+    }
+    fn read32(&self, offset: u64) -> std::result::Result<u32, MmioError> {
+        platform::mmio::check(offset, 4, self.size)?;
+        match self.area(offset, 4) {
+            Some(a) => a.mmio.read32(offset - a.offset),
+            None => Ok(u32::from_le_bytes(self.slow_read::<4>(offset))),
+        }
+    }
+    fn write32(&self, offset: u64, value: u32) -> std::result::Result<(), MmioError> {
+        platform::mmio::check(offset, 4, self.size)?;
+        match self.area(offset, 4) {
+            Some(a) => a.mmio.write32(offset - a.offset, value),
+            None => {
+                let _ = self.fd.pwrite(&value.to_le_bytes(), self.file_offset + offset);
+                Ok(())
+            }
+        }
+    }
+    fn read64(&self, offset: u64) -> std::result::Result<u64, MmioError> {
+        platform::mmio::check(offset, 8, self.size)?;
+        match self.area(offset, 8) {
+            Some(a) => a.mmio.read64(offset - a.offset),
+            None => Ok(u64::from_le_bytes(self.slow_read::<8>(offset))),
+        }
+    }
+    fn write64(&self, offset: u64, value: u64) -> std::result::Result<(), MmioError> {
+        platform::mmio::check(offset, 8, self.size)?;
+        match self.area(offset, 8) {
+            Some(a) => a.mmio.write64(offset - a.offset, value),
+            None => {
+                let _ = self.fd.pwrite(&value.to_le_bytes(), self.file_offset + offset);
+                Ok(())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn region_info_sparse_and_plain() {
+        let mut b = vec![0u8; 32];
+        let flags = VFIO_REGION_INFO_FLAG_READ | VFIO_REGION_INFO_FLAG_WRITE | VFIO_REGION_INFO_FLAG_MMAP;
+        b[4..8].copy_from_slice(&flags.to_ne_bytes());
+        b[16..24].copy_from_slice(&0x10_0000u64.to_ne_bytes());
+        b[24..32].copy_from_slice(&0x4_0000_0000u64.to_ne_bytes());
+        let plain = parse_region_info(&b);
+        assert_eq!(plain.mmap_areas, vec![(0, 0x10_0000)]);
+        assert!(plain.readable() && plain.writable() && plain.mmappable());
+        assert_eq!(plain.offset, 0x4_0000_0000);
+        // With a sparse cap: two areas (the MSI-X table page is carved out) plus a bogus one.
+        b[4..8].copy_from_slice(&(flags | VFIO_REGION_INFO_FLAG_CAPS).to_ne_bytes());
+        b[12..16].copy_from_slice(&32u32.to_ne_bytes());
+        b.extend_from_slice(&CAP_SPARSE_MMAP.to_ne_bytes());
+        b.extend_from_slice(&1u16.to_ne_bytes());
+        b.extend_from_slice(&0u32.to_ne_bytes());
+        b.extend_from_slice(&3u32.to_ne_bytes());
+        b.extend_from_slice(&0u32.to_ne_bytes());
+        for v in [0u64, 0x1000, 0x2000, 0xf_e000, 0xf_f000, 0x10_0000] {
+            b.extend_from_slice(&v.to_ne_bytes());
+        }
+        let sparse = parse_region_info(&b);
+        assert_eq!(sparse.mmap_areas, vec![(0, 0x1000), (0x2000, 0xf_e000)]);
+        // Not mmap-able: no areas even with a sparse cap.
+        b[4..8].copy_from_slice(&(VFIO_REGION_INFO_FLAG_READ | VFIO_REGION_INFO_FLAG_CAPS).to_ne_bytes());
+        assert!(parse_region_info(&b).mmap_areas.is_empty());
+    }
+
+    #[test]
+    fn eventfd_counts() {
+        let e = EventFd::new().unwrap();
+        assert_eq!(e.wait(Duration::from_millis(1)).unwrap(), 0);
+        let w = e.try_clone().unwrap();
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: writes 8 bytes from `one` to a valid eventfd.
+        assert_eq!(unsafe { libc::write(w.as_raw_fd(), one.as_ptr() as *const libc::c_void, 8) }, 8);
+        assert_eq!(e.wait(Duration::from_millis(100)).unwrap(), 1);
+        assert_eq!(e.take().unwrap(), 0);
+    }
+}

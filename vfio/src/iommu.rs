@@ -1,0 +1,295 @@
+//! The IOMMU side of a VFIO device: the legacy type1v2 container or an iommufd IOAS, behind
+//! one interface (map, unmap, valid IOVA ranges).
+
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
+
+use vfio_bindings::bindings::vfio::{
+    vfio_iommu_type1_dma_map, vfio_iommu_type1_dma_unmap, vfio_iommu_type1_info, VFIO_DMA_MAP_FLAG_READ,
+    VFIO_DMA_MAP_FLAG_WRITE, VFIO_IOMMU_INFO_CAPS, VFIO_IOMMU_INFO_PGSIZES,
+};
+
+use crate::error::{Error, Result};
+use crate::iova::IovaRange;
+use crate::uapi;
+
+const VFIO_IOMMU_MAP_DMA: u64 = uapi::VFIO_IOMMU_GET_INFO + 1;
+const VFIO_IOMMU_UNMAP_DMA: u64 = uapi::VFIO_IOMMU_GET_INFO + 2;
+const CAP_IOVA_RANGE: u16 = 1;
+const CAP_DMA_AVAIL: u16 = 3;
+
+/// Which kernel interface a device was opened through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// `/dev/vfio/vfio` + `/dev/vfio/N` (type1v2 IOMMU).
+    Container,
+    /// `/dev/iommu` + `/dev/vfio/devices/vfioN`.
+    Iommufd,
+}
+
+impl std::fmt::Display for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Backend::Container => "container",
+            Backend::Iommufd => "iommufd",
+        })
+    }
+}
+
+/// What the IOMMU reports about its address space.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IommuInfo {
+    /// Valid IOVA ranges (everything else is reserved, e.g. the MSI window).
+    pub valid: Vec<IovaRange>,
+    /// Supported IOMMU page sizes as a bitmap (bit n = 2^n bytes); 0 when unknown.
+    pub page_sizes: u64,
+    /// DMA mappings still available (type1's limit), when reported.
+    pub dma_avail: Option<u32>,
+}
+
+pub(crate) enum Inner {
+    Container(Arc<vfio_ioctls::VfioContainer>),
+    Iommufd { fd: OwnedFd, ioas: u32 },
+}
+
+/// An IOMMU address space shared by the devices opened in it.
+pub struct Iommu {
+    pub(crate) inner: Inner,
+}
+
+/// Parse `VFIO_IOMMU_GET_INFO`'s buffer (struct + capability chain).
+pub fn parse_type1_info(buf: &[u8]) -> IommuInfo {
+    let flags = uapi::u32_at(buf, 4).unwrap_or(0);
+    let page_sizes = if flags & VFIO_IOMMU_INFO_PGSIZES != 0 { uapi::u64_at(buf, 8).unwrap_or(0) } else { 0 };
+    let mut info = IommuInfo { valid: Vec::new(), page_sizes, dma_avail: None };
+    if flags & VFIO_IOMMU_INFO_CAPS != 0 {
+        for cap in uapi::capabilities(buf, uapi::u32_at(buf, 16).unwrap_or(0)) {
+            match cap.id {
+                CAP_IOVA_RANGE => {
+                    info.valid = uapi::pairs_after_count(cap.data)
+                        .into_iter()
+                        .map(|(start, last)| IovaRange { start, last })
+                        .collect()
+                }
+                CAP_DMA_AVAIL => info.dma_avail = uapi::u32_at(cap.data, 0),
+                _ => {}
+            }
+        }
+    }
+    if info.valid.is_empty() {
+        // Kernels before 5.4 report no ranges: assume the 48-bit space minus nothing.
+        info.valid.push(IovaRange { start: 0, last: (1 << 48) - 1 });
+    }
+    info
+}
+
+impl Iommu {
+    pub(crate) fn backend(&self) -> Backend {
+        match self.inner {
+            Inner::Container(_) => Backend::Container,
+            Inner::Iommufd { .. } => Backend::Iommufd,
+        }
+    }
+
+    fn fd(&self) -> BorrowedFd<'_> {
+        match &self.inner {
+            // SAFETY: the container owns this fd and outlives the borrow (it is behind &self).
+            Inner::Container(c) => unsafe { BorrowedFd::borrow_raw(c.as_raw_fd()) },
+            Inner::Iommufd { fd, .. } => fd.as_fd(),
+        }
+    }
+
+    /// Open a new iommufd context with one IOAS.
+    pub(crate) fn open_iommufd(dev: &std::path::Path) -> Result<Self> {
+        let path = dev.join("iommu");
+        let file = std::fs::OpenOptions::new().read(true).write(true).open(&path).map_err(|e| {
+            Error::IommufdUnavailable(format!("{}: {e} (kernel without CONFIG_IOMMUFD?)", path.display()))
+        })?;
+        let fd = OwnedFd::from(file);
+        let mut alloc =
+            uapi::IommuIoasAlloc { size: std::mem::size_of::<uapi::IommuIoasAlloc>() as u32, ..Default::default() };
+        // SAFETY: IOMMU_IOAS_ALLOC takes a struct iommu_ioas_alloc, which `alloc` is.
+        unsafe { uapi::ioctl(fd.as_fd(), uapi::IOMMU_IOAS_ALLOC, &mut alloc) }
+            .map_err(|e| Error::ioctl("IOMMU_IOAS_ALLOC", e))?;
+        Ok(Self { inner: Inner::Iommufd { fd, ioas: alloc.out_ioas_id } })
+    }
+
+    /// The valid IOVA ranges and page sizes.
+    pub fn info(&self) -> Result<IommuInfo> {
+        match &self.inner {
+            Inner::Container(_) => {
+                let mut len = std::mem::size_of::<vfio_iommu_type1_info>();
+                loop {
+                    let mut buf = uapi::IoctlBuf::new(len);
+                    buf.put_u32(0, len as u32);
+                    // SAFETY: the buffer holds `len` bytes, argsz says so, and starts with a
+                    // struct vfio_iommu_type1_info; the kernel writes at most argsz bytes.
+                    unsafe { uapi::ioctl(self.fd(), uapi::VFIO_IOMMU_GET_INFO, buf.as_mut_ptr::<u8>()) }
+                        .map_err(|e| Error::ioctl("VFIO_IOMMU_GET_INFO", e))?;
+                    let need = uapi::u32_at(buf.bytes(), 0).unwrap_or(0) as usize;
+                    if need > len && len < (1 << 20) {
+                        len = need;
+                        continue;
+                    }
+                    return Ok(parse_type1_info(buf.bytes()));
+                }
+            }
+            Inner::Iommufd { fd, ioas } => {
+                let mut q = uapi::IommuIoasIovaRanges {
+                    size: std::mem::size_of::<uapi::IommuIoasIovaRanges>() as u32,
+                    ioas_id: *ioas,
+                    ..Default::default()
+                };
+                let mut ranges: Vec<uapi::IommuIovaRange> = Vec::new();
+                for _ in 0..4 {
+                    q.num_iovas = ranges.len() as u32;
+                    q.allowed_iovas = ranges.as_mut_ptr() as u64;
+                    // SAFETY: `q` is a struct iommu_ioas_iova_ranges whose allowed_iovas points
+                    // at `num_iovas` writable iommu_iova_range entries.
+                    match unsafe { uapi::ioctl(fd.as_fd(), uapi::IOMMU_IOAS_IOVA_RANGES, &mut q) } {
+                        Ok(_) => {
+                            ranges.truncate(q.num_iovas as usize);
+                            let valid = ranges.iter().map(|r| IovaRange { start: r.start, last: r.last }).collect();
+                            let align = q.out_iova_alignment.max(4096);
+                            return Ok(IommuInfo { valid, page_sizes: !(align - 1), dma_avail: None });
+                        }
+                        Err(e) if e.raw_os_error() == Some(libc::EMSGSIZE) => {
+                            ranges = vec![uapi::IommuIovaRange::default(); q.num_iovas as usize];
+                        }
+                        Err(e) => return Err(Error::ioctl("IOMMU_IOAS_IOVA_RANGES", e)),
+                    }
+                }
+                Err(Error::ioctl("IOMMU_IOAS_IOVA_RANGES", std::io::Error::from_raw_os_error(libc::EMSGSIZE)))
+            }
+        }
+    }
+
+    /// Map `[vaddr, vaddr + len)` at `iova`.
+    ///
+    /// # Safety
+    /// The host range must stay mapped (not munmapped or remapped) until [`Iommu::unmap`] of the
+    /// same IOVA range, and is only accessed through raw pointers meanwhile (the device may
+    /// access it at any time).
+    pub unsafe fn map(&self, vaddr: u64, iova: u64, len: u64, read: bool, write: bool) -> Result<()> {
+        match &self.inner {
+            Inner::Container(_) => {
+                let mut flags = 0;
+                if read {
+                    flags |= VFIO_DMA_MAP_FLAG_READ;
+                }
+                if write {
+                    flags |= VFIO_DMA_MAP_FLAG_WRITE;
+                }
+                let mut m = vfio_iommu_type1_dma_map {
+                    argsz: std::mem::size_of::<vfio_iommu_type1_dma_map>() as u32,
+                    flags,
+                    vaddr,
+                    iova,
+                    size: len,
+                };
+                // SAFETY: `m` is the struct VFIO_IOMMU_MAP_DMA takes; the caller keeps the range alive.
+                unsafe { uapi::ioctl(self.fd(), VFIO_IOMMU_MAP_DMA, &mut m) }
+                    .map_err(|e| Error::ioctl("VFIO_IOMMU_MAP_DMA", e))?;
+            }
+            Inner::Iommufd { fd, ioas } => {
+                let mut flags = uapi::IOMMU_IOAS_MAP_FIXED_IOVA;
+                if read {
+                    flags |= uapi::IOMMU_IOAS_MAP_READABLE;
+                }
+                if write {
+                    flags |= uapi::IOMMU_IOAS_MAP_WRITEABLE;
+                }
+                let mut m = uapi::IommuIoasMap {
+                    size: std::mem::size_of::<uapi::IommuIoasMap>() as u32,
+                    flags,
+                    ioas_id: *ioas,
+                    reserved: 0,
+                    user_va: vaddr,
+                    length: len,
+                    iova,
+                };
+                // SAFETY: `m` is the struct IOMMU_IOAS_MAP takes; the caller keeps the range alive.
+                unsafe { uapi::ioctl(fd.as_fd(), uapi::IOMMU_IOAS_MAP, &mut m) }
+                    .map_err(|e| Error::ioctl("IOMMU_IOAS_MAP", e))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Unmap `[iova, iova + len)`.
+    pub fn unmap(&self, iova: u64, len: u64) -> Result<()> {
+        match &self.inner {
+            Inner::Container(_) => {
+                let mut u = vfio_iommu_type1_dma_unmap {
+                    argsz: std::mem::size_of::<vfio_iommu_type1_dma_unmap>() as u32,
+                    flags: 0,
+                    iova,
+                    size: len,
+                    ..Default::default()
+                };
+                // SAFETY: `u` is the struct VFIO_IOMMU_UNMAP_DMA takes (no bitmap requested).
+                unsafe { uapi::ioctl(self.fd(), VFIO_IOMMU_UNMAP_DMA, &mut u) }
+                    .map_err(|e| Error::ioctl("VFIO_IOMMU_UNMAP_DMA", e))?;
+            }
+            Inner::Iommufd { fd, ioas } => {
+                let mut u = uapi::IommuIoasUnmap {
+                    size: std::mem::size_of::<uapi::IommuIoasUnmap>() as u32,
+                    ioas_id: *ioas,
+                    iova,
+                    length: len,
+                };
+                // SAFETY: `u` is the struct IOMMU_IOAS_UNMAP takes.
+                unsafe { uapi::ioctl(fd.as_fd(), uapi::IOMMU_IOAS_UNMAP, &mut u) }
+                    .map_err(|e| Error::ioctl("IOMMU_IOAS_UNMAP", e))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Iommu {
+    fn drop(&mut self) {
+        if let Inner::Iommufd { fd, ioas } = &self.inner {
+            let mut d = uapi::IommuDestroy { size: std::mem::size_of::<uapi::IommuDestroy>() as u32, id: *ioas };
+            // SAFETY: `d` is the struct IOMMU_DESTROY takes. Closing the fd would free it anyway.
+            let _ = unsafe { uapi::ioctl(fd.as_fd(), uapi::IOMMU_DESTROY, &mut d) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn type1_info_with_and_without_caps() {
+        // struct (24 bytes) + IOVA range cap at 24 + DMA avail cap.
+        let mut b = vec![0u8; 24];
+        b[4..8].copy_from_slice(&(VFIO_IOMMU_INFO_PGSIZES | VFIO_IOMMU_INFO_CAPS).to_ne_bytes());
+        b[8..16].copy_from_slice(&0x4020_1000u64.to_ne_bytes());
+        b[16..20].copy_from_slice(&24u32.to_ne_bytes());
+        let next = 24 + 8 + 8 + 32;
+        b.extend_from_slice(&1u16.to_ne_bytes());
+        b.extend_from_slice(&1u16.to_ne_bytes());
+        b.extend_from_slice(&(next as u32).to_ne_bytes());
+        b.extend_from_slice(&2u32.to_ne_bytes());
+        b.extend_from_slice(&0u32.to_ne_bytes());
+        for v in [0u64, 0xfedf_ffff, 0xfef0_0000, 0x7f_ffff_ffff] {
+            b.extend_from_slice(&v.to_ne_bytes());
+        }
+        b.extend_from_slice(&3u16.to_ne_bytes());
+        b.extend_from_slice(&1u16.to_ne_bytes());
+        b.extend_from_slice(&0u32.to_ne_bytes());
+        b.extend_from_slice(&65535u32.to_ne_bytes());
+        let i = parse_type1_info(&b);
+        assert_eq!(i.page_sizes, 0x4020_1000);
+        assert_eq!(
+            i.valid,
+            vec![IovaRange { start: 0, last: 0xfedf_ffff }, IovaRange { start: 0xfef0_0000, last: 0x7f_ffff_ffff }]
+        );
+        assert_eq!(i.dma_avail, Some(65535));
+        let bare = parse_type1_info(&[0u8; 24]);
+        assert_eq!(bare.valid.len(), 1);
+        assert_eq!(bare.dma_avail, None);
+    }
+}

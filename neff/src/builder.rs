@@ -480,14 +480,16 @@ impl ModelDesc {
 
     /// The header this model gets (data_size and hash filled in by the writer).
     pub fn header(&self) -> NeffHeader {
-        let mut h = NeffHeader::default();
-        h.neff_version_major = self.neff_version.0;
-        h.neff_version_minor = self.neff_version.1;
-        h.feature_bits = self.feature_bits;
-        h.uuid = self.uuid;
+        let mut h = NeffHeader {
+            neff_version_major: self.neff_version.0,
+            neff_version_minor: self.neff_version.1,
+            feature_bits: self.feature_bits,
+            uuid: self.uuid,
+            requested_tpb_count: self.graphs.len() as u32,
+            ..NeffHeader::default()
+        };
         h.set_name(&self.name);
         h.set_build_version(&self.build_version);
-        h.requested_tpb_count = self.graphs.len() as u32;
         h
     }
 

@@ -13,6 +13,8 @@ use crate::model::*;
 use crate::npy::npy_data_range;
 
 type Obj = Map<String, Value>;
+/// A def.json table: its shape and (name, entry) pairs.
+type Table<'a> = (DefShape, Vec<(String, &'a Obj)>);
 
 /// The runtime's GPSIMD library major version (reference "1.21.1.0").
 pub const RUNTIME_UCODE_MAJOR: u64 = 1;
@@ -98,7 +100,7 @@ fn u32_of(v: u64, member: &str, field: &str) -> Result<u32, NeffError> {
 }
 
 /// Entries of a def.json table in either shape: object keyed by name, or array with `name`.
-fn table<'a>(v: &'a Value, member: &str, field: &str) -> Result<(DefShape, Vec<(String, &'a Obj)>), NeffError> {
+fn table<'a>(v: &'a Value, member: &str, field: &str) -> Result<Table<'a>, NeffError> {
     match v {
         Value::Object(m) => {
             let mut out = Vec::with_capacity(m.len());
@@ -855,7 +857,7 @@ fn parse_block(jm: &str, i: usize, o: &Obj, vars: &[Var], queues: &[DmaQueue]) -
 /// Decodes a `.bin`: 64-byte slots with `inst_word_len == 16` (8-byte slots for SP).
 pub fn decode_program(member: &str, kind: EngineKind, b: &[u8]) -> Result<Program, NeffError> {
     if kind == EngineKind::Sp {
-        if b.len() % SP_SLOT_BYTES != 0 {
+        if !b.len().is_multiple_of(SP_SLOT_BYTES) {
             return Err(bad(member, "length", format!("{} bytes is not a multiple of the 8-byte SP slot", b.len())));
         }
         let slots = b
@@ -868,7 +870,7 @@ pub fn decode_program(member: &str, kind: EngineKind, b: &[u8]) -> Result<Progra
             .collect();
         return Ok(Program::Sp(slots));
     }
-    if b.len() % SLOT_BYTES != 0 {
+    if !b.len().is_multiple_of(SLOT_BYTES) {
         return Err(bad(member, "length", format!("{} bytes is not a multiple of the 64-byte slot", b.len())));
     }
     let mut out = Vec::with_capacity(b.len() / SLOT_BYTES);

@@ -396,10 +396,14 @@ fn parse_graph(
         None | Some(Value::Null) => None,
         Some(v) => Some(parse_fp8(m, as_obj(v, m, "fp8_conversion_config")?)?),
     };
-    // 11. engines
+    // 11. engines (name sets keep the cross-reference checks linear)
+    let names = Names {
+        vars: vars.iter().map(|v| v.name.as_str()).collect(),
+        queues: dma_queues.iter().map(|q| q.name.as_str()).collect(),
+    };
     let mut engines = Vec::with_capacity(5);
     for kind in EngineKind::ALL {
-        engines.push(parse_engine(c, &dir, m, d, kind, &vars, &dma_queues)?);
+        engines.push(parse_engine(c, &dir, m, d, kind, &names)?);
     }
     let mut blocks = HashSet::new();
     for e in &engines {
@@ -631,6 +635,7 @@ fn parse_ucode_libs(c: &Container, dir: &str, m: &str, v: &Value) -> Result<Vec<
         other => return Err(bad(&src, "ucode_lib", format!("expected an array or an object, found {}", kind(other)))),
     };
     let mut out: Vec<UcodeLib> = Vec::with_capacity(items.len());
+    let mut seen: HashSet<String> = HashSet::new();
     for (i, it) in items.into_iter().enumerate() {
         let f = |k: &str| format!("ucode_lib[{i}].{k}");
         let o = as_obj(it, &src, &format!("ucode_lib[{i}]"))?;
@@ -683,7 +688,7 @@ fn parse_ucode_libs(c: &Container, dir: &str, m: &str, v: &Value) -> Result<Vec<
             }
         }
         let name = opt_str(o, &["name"], &src, &f("name"))?.unwrap_or_else(|| library.clone());
-        if out.iter().any(|l| l.name == name) {
+        if !seen.insert(name.clone()) {
             return Err(bad(&src, &f("name"), format!("UCode Library {name} has already been added")));
         }
         let (_, content) = resolve(c, dir, &library).ok_or_else(|| NeffError::MissingMember {
@@ -754,8 +759,7 @@ fn parse_engine(
     m: &str,
     d: &Obj,
     kind: EngineKind,
-    vars: &[Var],
-    queues: &[DmaQueue],
+    names: &Names<'_>,
 ) -> Result<EngineProgram, NeffError> {
     let key = kind.name();
     let json_name = opt_str(d, &[key], m, key)?.unwrap_or_else(|| format!("{key}.json"));
@@ -778,7 +782,7 @@ fn parse_engine(
     if let Some(dv) = jo.get("dma") {
         let da = dv.as_array().ok_or_else(|| bad(&jm, "dma", "expected an array"))?;
         for (i, b) in da.iter().enumerate() {
-            eng.dma_blocks.push(parse_block(&jm, i, as_obj(b, &jm, &format!("dma[{i}]"))?, vars, queues)?);
+            eng.dma_blocks.push(parse_block(&jm, i, as_obj(b, &jm, &format!("dma[{i}]"))?, names)?);
         }
     }
     if let Some(instr) = opt_str(jo, &["instr"], &jm, "instr")? {
@@ -793,12 +797,18 @@ fn parse_engine(
     Ok(eng)
 }
 
-fn parse_block(jm: &str, i: usize, o: &Obj, vars: &[Var], queues: &[DmaQueue]) -> Result<DmaBlock, NeffError> {
+/// Var and queue names of one graph.
+struct Names<'a> {
+    vars: HashSet<&'a str>,
+    queues: HashSet<&'a str>,
+}
+
+fn parse_block(jm: &str, i: usize, o: &Obj, names: &Names<'_>) -> Result<DmaBlock, NeffError> {
     let f = |k: &str| format!("dma[{i}].{k}");
     let queue = opt_str(o, &["queue"], jm, &f("queue"))?
         .or(opt_str(o, &["instance_name"], jm, &f("instance_name"))?)
         .ok_or_else(|| bad(jm, &f("queue"), "missing"))?;
-    if !queues.iter().any(|q| q.name == queue) {
+    if !names.queues.contains(queue.as_str()) {
         return Err(bad(jm, &f("queue"), format!("{queue:?} is not a dma_queue of this graph")));
     }
     let id = opt_u32(o, &["id"], jm, &f("id"))?.ok_or_else(|| bad(jm, &f("id"), "missing"))?;
@@ -812,7 +822,7 @@ fn parse_block(jm: &str, i: usize, o: &Obj, vars: &[Var], queues: &[DmaQueue]) -
         let op = DmaOp::from_name(&op_s).ok_or_else(|| bad(jm, &df("op"), format!("unknown op {op_s:?}")))?;
         let leg = |end: &str| -> Result<(String, Vec<u64>, Vec<i64>), NeffError> {
             let var = opt_str(d, &[end], jm, &df(end))?.ok_or_else(|| bad(jm, &df(end), "missing"))?;
-            if !vars.iter().any(|v| v.name == var) {
+            if !names.vars.contains(var.as_str()) {
                 return Err(bad(jm, &df(end), format!("{var:?} is not a var of this graph")));
             }
             let sizes_k = format!("{end}_sizes");

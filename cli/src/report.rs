@@ -1,43 +1,59 @@
-//! Error reporting shared by every command: one clear line, or JSON
-//! `{"status": "NRT_…", "code": N, "error": "…"}` under `--json`.
+//! Error reporting shared by every command: one clear line on stderr
+//! (`error: NRT_…: message`), or JSON `{"status": "NRT_…", "code": N, "error": "…"}` on
+//! stdout under `--json`; the exit code is never 0.
 
 use std::fmt;
 
+pub use neff::NrtStatus;
+
 /// A command failure with the NRT status it maps to.
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CliError {
-    /// NRT status name (`NRT_INVALID`, ...).
-    pub status: &'static str,
-    /// NRT status code.
-    pub code: i64,
+    pub status: NrtStatus,
     pub message: String,
 }
 
 impl CliError {
-    /// Bad user input (arguments, names, files): NRT_INVALID (2).
-    pub fn invalid(msg: impl fmt::Display) -> Self {
-        Self { status: "NRT_INVALID", code: 2, message: msg.to_string() }
+    /// A failure with `status`.
+    pub fn new(status: NrtStatus, msg: impl Into<String>) -> Self {
+        Self { status, message: msg.into() }
     }
-    /// Anything else: NRT_FAILURE (1).
+    /// A failure with an optional status (none: NRT_FAILURE).
+    pub fn opt(status: Option<NrtStatus>, msg: impl Into<String>) -> Self {
+        Self::new(status.unwrap_or(NrtStatus::Failure), msg)
+    }
+    /// Bad user input (arguments, names, files): NRT_INVALID.
+    pub fn invalid(msg: impl fmt::Display) -> Self {
+        Self::new(NrtStatus::Invalid, msg.to_string())
+    }
+    /// Anything else: NRT_FAILURE.
     pub fn failure(msg: impl fmt::Display) -> Self {
-        Self { status: "NRT_FAILURE", code: 1, message: msg.to_string() }
+        Self::new(NrtStatus::Failure, msg.to_string())
+    }
+    /// The JSON form.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({"status": self.status.name(), "code": self.status.code(), "error": self.message})
     }
     /// Print to stderr (text) or stdout (JSON).
-    pub fn print(&self, json: bool) {
+    pub fn report(&self, json: bool) {
         if json {
-            let v = serde_json::json!({"status": self.status, "code": self.code, "error": self.message});
-            println!("{v}");
+            println!("{}", self.to_json());
         } else {
-            eprintln!("error: {}", self.message);
+            eprintln!("error: {}: {}", self.status.name(), self.message.replace('\n', " "));
         }
     }
     /// Process exit code: never 0.
     pub fn exit_code(&self) -> i32 {
-        if self.code > 0 && self.code < 256 {
-            self.code as i32
-        } else {
-            1
+        match self.status.code() {
+            c @ 1..=255 => c as i32,
+            _ => 1,
         }
+    }
+}
+
+impl fmt::Display for CliError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.status.name(), self.message)
     }
 }
 
@@ -47,6 +63,12 @@ impl From<csr_maps::CsrError> for CliError {
             csr_maps::CsrError::Mmio(_) => CliError::failure(e),
             _ => CliError::invalid(e),
         }
+    }
+}
+
+impl From<neff::NeffError> for CliError {
+    fn from(e: neff::NeffError) -> Self {
+        CliError::new(e.status(), e.to_string())
     }
 }
 

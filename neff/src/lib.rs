@@ -1,1 +1,55 @@
-//! neff (see DESIGN.md)
+//! neff: the NEFF model container (NRT_FACTS.md §1-§2) — a streaming, hardened reader that
+//! reproduces libnrt's gates and statuses, a writer/builder for pkg-2 NEFFs, and a
+//! disassembler printing the producer's `.asm` syntax.
+//!
+//! ```text
+//! bytes ─► header gates (2..7) ─► digest (8, parallel with inflate) ─► gzip inflate (capped)
+//!       ─► tar walk (9) ─► neff.json/kelp.json (10) ─► KELF + target gate (11)
+//!       ─► def.json per graph (12..15) ─► engine jsons, DMA blocks, 64-byte slots
+//! ```
+#![forbid(unsafe_code)]
+
+pub mod arch;
+pub mod builder;
+pub mod container;
+pub mod disasm;
+pub mod error;
+pub mod manifest;
+pub mod model;
+pub mod npy;
+pub mod status;
+
+use std::io::Read;
+
+pub use arch::{Arch, Target};
+pub use container::{Blob, MemberInfo, ReadOptions, DEFAULT_MEM_CAP};
+pub use csr_maps::formats::neff_header::NeffHeader;
+pub use csr_maps::formats::slot::{Instruction, SpSlot};
+pub use error::NeffError;
+pub use model::*;
+pub use status::NrtStatus;
+
+impl Neff {
+    /// Parses and validates a NEFF held in memory.
+    pub fn parse(bytes: &[u8], opts: &ReadOptions) -> Result<Neff, NeffError> {
+        Self::parse_reader(bytes, bytes.len() as u64, opts)
+    }
+
+    /// Parses a NEFF streamed from `r`, whose total length is `file_size` (e.g. a `File` and
+    /// its metadata length). The compressed bytes are never held in memory at once.
+    pub fn parse_reader<R: Read + Send>(r: R, file_size: u64, opts: &ReadOptions) -> Result<Neff, NeffError> {
+        let c = container::read_container(r, file_size, opts)?;
+        manifest::build(&c, opts)
+    }
+
+    /// A member's bytes (zero-copy), by stripped name.
+    pub fn member(&self, name: &str) -> Option<Blob> {
+        let m = self.members.iter().find(|m| m.name == name)?;
+        self.payload.slice(m.range.clone())
+    }
+
+    /// Bytes of the inflated payload.
+    pub fn payload_len(&self) -> usize {
+        self.payload.len()
+    }
+}

@@ -30,7 +30,13 @@ pub(crate) struct FlatBlock {
     pub regs: HashMap<u64, FlatReg>,
 }
 
-fn flatten(arch: &Arch, b: &'static BlockDef, base: u64, path: &mut Vec<(&'static str, u32)>, out: &mut HashMap<u64, FlatReg>) {
+fn flatten(
+    arch: &Arch,
+    b: &'static BlockDef,
+    base: u64,
+    path: &mut Vec<(&'static str, u32)>,
+    out: &mut HashMap<u64, FlatReg>,
+) {
     for r in b.regs.iter().filter(|r| r.on_arch(arch.name)) {
         for k in 0..r.count {
             out.insert(base + r.offset + k * r.stride, FlatReg { def: r, elem: k as u32, path: path.clone() });

@@ -9,9 +9,7 @@ use std::time::Instant;
 
 use csr_maps::consts::{fwio as fwc, q7 as q7c, seq as seqc, udma as udc};
 use csr_maps::{Arch, Regs};
-use platform::{
-    DeviceIdentity, DmaDir, DmaMapping, DmaUnmap, HostMem, MemMmio, Mmio, Platform, PlatformError,
-};
+use platform::{DeviceIdentity, DmaDir, DmaMapping, DmaUnmap, HostMem, MemMmio, Mmio, Platform, PlatformError};
 
 use crate::decode::{Decoder, Hit, Kind};
 use crate::fault::{FaultKind, FaultSpec};
@@ -319,11 +317,8 @@ impl Dev {
             Kind::TpbSem | Kind::TopspSem => {
                 let i = hit.reg.elem as usize;
                 let nc = hit.index as usize;
-                let (sems, events) = if hit.kind == Kind::TpbSem {
-                    (&st.sems, &st.events)
-                } else {
-                    (&st.topsp_sems, &st.topsp_events)
-                };
+                let (sems, events) =
+                    if hit.kind == Kind::TpbSem { (&st.sems, &st.events) } else { (&st.topsp_sems, &st.topsp_events) };
                 match name {
                     "event" => events.get(nc).and_then(|e| e.get(i)).copied().unwrap_or(0) as u32,
                     "sem_read" => sems.get(nc).and_then(|s| s.get(i)).copied().unwrap_or(0) as u32,
@@ -824,7 +819,6 @@ impl SimDevice {
             threads: d.n.threads.load(Ordering::Relaxed),
         }
     }
-
 }
 
 struct Bar0(Arc<Dev>);
@@ -953,7 +947,10 @@ impl Platform for SimDevice {
 
     fn irq_eventfd(&self, vector: u32) -> Result<Option<OwnedFd>, PlatformError> {
         if vector as usize >= self.dev.ncs() {
-            return Err(PlatformError::Irq { vector, reason: format!("the simulator raises vectors 0..{} (one per NC)", self.dev.ncs()) });
+            return Err(PlatformError::Irq {
+                vector,
+                reason: format!("the simulator raises vectors 0..{} (one per NC)", self.dev.ncs()),
+            });
         }
         // SAFETY: eventfd(2) with valid flags; the result is checked before use.
         let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };

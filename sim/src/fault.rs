@@ -128,7 +128,12 @@ impl std::str::FromStr for FaultSpec {
             if let Some(q) = t.strip_prefix('q') {
                 queue = Some(q.parse::<u32>().map_err(|_| err("bad queue number"))?);
             } else {
-                engine = Some(ENGINES.iter().position(|e| *e == t).ok_or_else(|| err("unknown engine (pe, act, pool, dve, sp)"))?);
+                engine = Some(
+                    ENGINES
+                        .iter()
+                        .position(|e| *e == t)
+                        .ok_or_else(|| err("unknown engine (pe, act, pool, dve, sp)"))?,
+                );
             }
         }
         if parts.next().is_some() {
@@ -223,7 +228,8 @@ mod tests {
         assert_eq!((f.kind, f.engine), (FaultKind::FpNan, Some(1)));
         assert_eq!(f.to_string(), "fp-nan@nc0:act");
         assert_eq!("transient@nc2".parse::<FaultSpec>().unwrap().engine, Some(0));
-        for bad in ["nope@nc0", "hang@nc0", "hang@x0:pe", "dma-abort@nc0", "hang@nc0:gpu", "hbm-ue", "fp-nan@nc0:act:x"] {
+        for bad in ["nope@nc0", "hang@nc0", "hang@x0:pe", "dma-abort@nc0", "hang@nc0:gpu", "hbm-ue", "fp-nan@nc0:act:x"]
+        {
             assert!(bad.parse::<FaultSpec>().is_err(), "{bad}");
         }
         for (n, k) in FaultKind::ALL {

@@ -245,11 +245,16 @@ mod tests {
         assert_eq!(f32::from_le_bytes(a), 3.75);
         let mut a = [0u8; 2];
         store_f32(dtype::BF16, 2.0, &mut a);
-        combine(&mut a, &{
-            let mut b = [0u8; 2];
-            store_f32(dtype::BF16, 3.0, &mut b);
-            b
-        }, alu::MAX, dtype::BF16);
+        combine(
+            &mut a,
+            &{
+                let mut b = [0u8; 2];
+                store_f32(dtype::BF16, 3.0, &mut b);
+                b
+            },
+            alu::MAX,
+            dtype::BF16,
+        );
         assert_eq!(f32_of(dtype::BF16, &a), 3.0);
     }
 }

@@ -141,7 +141,10 @@ mod tests {
         translate(&maps, 0x1ff0, 0x20, false, &mut out).unwrap();
         assert_eq!(out, vec![(0x7000_0ff0, 0x10), (0x9000_0000, 0x10)]);
         out.clear();
-        assert_eq!(translate(&maps, 0x1ff0, 0x20, true, &mut out), Err(DmaFault::Permission { iova: 0x2000, write: true }));
+        assert_eq!(
+            translate(&maps, 0x1ff0, 0x20, true, &mut out),
+            Err(DmaFault::Permission { iova: 0x2000, write: true })
+        );
         assert_eq!(translate(&maps, 0x2ff0, 0x20, false, &mut vec![]), Err(DmaFault::Unmapped { iova: 0x3000 }));
         assert_eq!(translate(&maps, 0x500, 4, false, &mut vec![]), Err(DmaFault::Unmapped { iova: 0x500 }));
     }

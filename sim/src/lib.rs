@@ -13,8 +13,8 @@
 //! devices ([`SimTopology`]), Q7 control blocks with the DGE mailbox gate, the FW-IO
 //! mailbox (CRC-32C) and reset, and fault injection ([`FaultSpec`]).
 
-mod device;
 mod decode;
+mod device;
 mod fault;
 mod fwio;
 mod hub;

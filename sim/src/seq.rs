@@ -12,7 +12,9 @@ use csr_maps::formats::device_ops::{CollectiveOp, NotifyOp, WriteOp, UPDATE_DEC_
 use csr_maps::formats::dge::{allowed_channels, DgeMailbox, MAILBOXES};
 use csr_maps::formats::error::{ErrorId, TpbErrorRecord};
 use csr_maps::formats::notify::{custom, ntype, InferStatus, Subtype};
-use csr_maps::formats::slot::{Dma2d, Dma2dLeg, Events, Instruction, Opcode, TraceMode, UpdateMode, WaitMode, SLOT_BYTES, SLOT_WORDS};
+use csr_maps::formats::slot::{
+    Dma2d, Dma2dLeg, Events, Instruction, Opcode, TraceMode, UpdateMode, WaitMode, SLOT_BYTES, SLOT_WORDS,
+};
 use csr_maps::formats::ucpl::{UcplHeader, HEADER_BYTES, MAX_IMAGE_BYTES};
 
 use crate::decode::Hit;
@@ -98,7 +100,8 @@ pub(crate) fn q7_write(dev: &Dev, st: &mut State, hit: &Hit<'_>, off: u64, val: 
     }
     let Ok(q) = dev.regs().q7(hit.index as u64) else { return };
     let claim = dev.stored(st, q.claim().offset(), 0);
-    let addr = dev.stored(st, q.ll_addr().offset(), 0) as u64 | ((dev.stored(st, q.ll_addr().offset() + 4, 0) as u64) << 32);
+    let addr =
+        dev.stored(st, q.ll_addr().offset(), 0) as u64 | ((dev.stored(st, q.ll_addr().offset() + 4, 0) as u64) << 32);
     let mut hdr = [0u8; HEADER_BYTES];
     let status = if claim != q7c::CLAIMED {
         q7c::ERR_INVALID
@@ -233,7 +236,8 @@ fn step(dev: &Dev, st: &mut State, nc: usize, e: usize, out: &mut Vec<Delivery>)
         return false;
     }
     let Some(r) = eng_regs(dev, nc, e) else { return false };
-    let base = dev.stored(st, r.ifq_base_lo().offset(), 0) as u64 | ((dev.stored(st, r.ifq_base_hi().offset(), 0) as u64) << 32);
+    let base = dev.stored(st, r.ifq_base_lo().offset(), 0) as u64
+        | ((dev.stored(st, r.ifq_base_hi().offset(), 0) as u64) << 32);
     let len = dev.stored(st, r.ifq_len().offset(), 0) & 0xFF_FFFF;
     let ctrl = dev.stored(st, r.ctrl().offset(), 0);
     let loop_bit = csr_maps::meta::block("seq_engine")
@@ -284,7 +288,9 @@ fn step(dev: &Dev, st: &mut State, nc: usize, e: usize, out: &mut Vec<Delivery>)
             FaultKind::Transient => post_error(dev, st, nc, e, ErrorId::SequencerNonfatal, s.pc, code::INJECTED),
             FaultKind::SemaphoreError => post_error(dev, st, nc, e, ErrorId::SemaphoreError, s.pc, code::INJECTED),
             FaultKind::OutOfOrder => post_infer(dev, st, nc, e, ntype::INST_END, Subtype::End, 0, s.pc),
-            FaultKind::Oob => post_infer(dev, st, nc, e, ntype::EXPLICIT, Subtype::Custom, custom::OOB_INDIRECT_SCATTER, s.pc),
+            FaultKind::Oob => {
+                post_infer(dev, st, nc, e, ntype::EXPLICIT, Subtype::Custom, custom::OOB_INDIRECT_SCATTER, s.pc)
+            }
             _ => {}
         }
     }

@@ -30,7 +30,14 @@ pub(crate) struct Queue {
 
 impl Default for Queue {
     fn default() -> Self {
-        Self { head: 0, tail: 0, pending: 0, head_rid: udc::INITIAL_RING_ID, tail_rid: udc::INITIAL_RING_ID, aborted: false }
+        Self {
+            head: 0,
+            tail: 0,
+            pending: 0,
+            head_rid: udc::INITIAL_RING_ID,
+            tail_rid: udc::INITIAL_RING_ID,
+            aborted: false,
+        }
     }
 }
 
@@ -126,7 +133,8 @@ pub(crate) fn reg_write(dev: &Dev, st: &mut State, hit: &Hit<'_>, off: u64, val:
     }
     if hit.reg.name() == "change_state" {
         let eng = &mut st.udma[e];
-        let (abort, queues) = if half == Half::M2s { (&mut eng.m2s_abort, &mut eng.m2s) } else { (&mut eng.s2m_abort, &mut eng.s2m) };
+        let (abort, queues) =
+            if half == Half::M2s { (&mut eng.m2s_abort, &mut eng.m2s) } else { (&mut eng.s2m_abort, &mut eng.s2m) };
         if val & udc::STATE_ABORT != 0 {
             *abort = true;
         } else if val & udc::STATE_NORMAL != 0 {
@@ -153,10 +161,20 @@ fn qregs(dev: &Dev, e: usize, half: Half, q: usize) -> Option<QRegs> {
     let u = r.udma(e as u64).ok()?;
     Some(if half == Half::M2s {
         let b = u.m2s().q(q as u64).ok()?;
-        QRegs { base_lo: b.ring_base_lo().offset(), base_hi: b.ring_base_hi().offset(), len: b.ring_len().offset(), cfg: b.cfg().offset() }
+        QRegs {
+            base_lo: b.ring_base_lo().offset(),
+            base_hi: b.ring_base_hi().offset(),
+            len: b.ring_len().offset(),
+            cfg: b.cfg().offset(),
+        }
     } else {
         let b = u.s2m().q(q as u64).ok()?;
-        QRegs { base_lo: b.ring_base_lo().offset(), base_hi: b.ring_base_hi().offset(), len: b.ring_len().offset(), cfg: b.cfg().offset() }
+        QRegs {
+            base_lo: b.ring_base_lo().offset(),
+            base_hi: b.ring_base_hi().offset(),
+            len: b.ring_len().offset(),
+            cfg: b.cfg().offset(),
+        }
     })
 }
 
@@ -191,14 +209,54 @@ fn abort(dev: &Dev, st: &mut State, e: usize, q: usize, why: Abort, fault: Optio
     let Ok(u) = r.udma(e as u64) else { return false };
     let g = u.gen();
     let (cause_off, abort_off, bit, summary) = match why {
-        Abort::M2sDesc => (g.sec_a().cause().offset(), g.sec_a().abort_mask().offset(), cause_bit("iofic_m2s_err", "pref_axi_resp"), "sec_a"),
-        Abort::M2sData | Abort::Injected => (g.sec_a().cause().offset(), g.sec_a().abort_mask().offset(), cause_bit("iofic_m2s_err", "data_axi_resp"), "sec_a"),
-        Abort::TooManyDesc => (g.sec_a().cause().offset(), g.sec_a().abort_mask().offset(), cause_bit("iofic_m2s_err", "too_many_desc"), "sec_a"),
-        Abort::RingIdM2s => (g.sec_a().cause().offset(), g.sec_a().abort_mask().offset(), cause_bit("iofic_m2s_err", "pref_ring_id"), "sec_a"),
-        Abort::S2mDesc => (g.sec_b().cause().offset(), g.sec_b().abort_mask().offset(), cause_bit("iofic_s2m_err", "pref_axi_resp"), "sec_b"),
-        Abort::S2mData => (g.sec_b().cause().offset(), g.sec_b().abort_mask().offset(), cause_bit("iofic_s2m_err", "data_axi_resp"), "sec_b"),
-        Abort::LenMismatch => (g.sec_b().cause().offset(), g.sec_b().abort_mask().offset(), cause_bit("iofic_s2m_err", "pkt_len_mismatch"), "sec_b"),
-        Abort::RingIdS2m => (g.sec_b().cause().offset(), g.sec_b().abort_mask().offset(), cause_bit("iofic_s2m_err", "pref_ring_id"), "sec_b"),
+        Abort::M2sDesc => (
+            g.sec_a().cause().offset(),
+            g.sec_a().abort_mask().offset(),
+            cause_bit("iofic_m2s_err", "pref_axi_resp"),
+            "sec_a",
+        ),
+        Abort::M2sData | Abort::Injected => (
+            g.sec_a().cause().offset(),
+            g.sec_a().abort_mask().offset(),
+            cause_bit("iofic_m2s_err", "data_axi_resp"),
+            "sec_a",
+        ),
+        Abort::TooManyDesc => (
+            g.sec_a().cause().offset(),
+            g.sec_a().abort_mask().offset(),
+            cause_bit("iofic_m2s_err", "too_many_desc"),
+            "sec_a",
+        ),
+        Abort::RingIdM2s => (
+            g.sec_a().cause().offset(),
+            g.sec_a().abort_mask().offset(),
+            cause_bit("iofic_m2s_err", "pref_ring_id"),
+            "sec_a",
+        ),
+        Abort::S2mDesc => (
+            g.sec_b().cause().offset(),
+            g.sec_b().abort_mask().offset(),
+            cause_bit("iofic_s2m_err", "pref_axi_resp"),
+            "sec_b",
+        ),
+        Abort::S2mData => (
+            g.sec_b().cause().offset(),
+            g.sec_b().abort_mask().offset(),
+            cause_bit("iofic_s2m_err", "data_axi_resp"),
+            "sec_b",
+        ),
+        Abort::LenMismatch => (
+            g.sec_b().cause().offset(),
+            g.sec_b().abort_mask().offset(),
+            cause_bit("iofic_s2m_err", "pkt_len_mismatch"),
+            "sec_b",
+        ),
+        Abort::RingIdS2m => (
+            g.sec_b().cause().offset(),
+            g.sec_b().abort_mask().offset(),
+            cause_bit("iofic_s2m_err", "pref_ring_id"),
+            "sec_b",
+        ),
     };
     dev.latch(st, cause_off, bit);
     dev.latch(st, g.pri_d().cause().offset(), cause_bit("iofic_summary", summary));
@@ -208,7 +266,8 @@ fn abort(dev: &Dev, st: &mut State, e: usize, q: usize, why: Abort, fault: Optio
         dev.intc(st, nc, 0, "dma_fault");
     }
     // abort_mask: 0 = this cause aborts (the driver clears the bits it wants to abort on).
-    let aborts = matches!(why, Abort::Injected) || dev.stored(st, abort_off, u32::MAX as u64) & bit == 0 || fault.is_some();
+    let aborts =
+        matches!(why, Abort::Injected) || dev.stored(st, abort_off, u32::MAX as u64) & bit == 0 || fault.is_some();
     if aborts {
         let eng = &mut st.udma[e];
         eng.m2s[q].aborted = true;

@@ -116,7 +116,12 @@ impl NotifyOp {
     }
     /// Decode (total).
     pub fn decode(b: &[u8; SLOT_BYTES]) -> Self {
-        Self { header: SlotHeader::decode(b), events: Events::decode(b), sub_id: rd_u16(b, 0x0C), value: rd_u32(b, 0x10) }
+        Self {
+            header: SlotHeader::decode(b),
+            events: Events::decode(b),
+            sub_id: rd_u16(b, 0x0C),
+            value: rd_u32(b, 0x10),
+        }
     }
     /// Encode.
     pub fn encode(&self) -> [u8; SLOT_BYTES] {

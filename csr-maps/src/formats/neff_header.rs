@@ -213,12 +213,14 @@ mod tests {
 
     #[test]
     fn offsets_are_pinned() {
-        let mut h = NeffHeader::default();
-        h.pkg_version = 0x0102;
-        h.data_size = 0xAABB;
-        h.feature_bits = 0x8000_0000_0000_0001;
-        h.vnc_size = 2;
-        h.requested_tpb_count = 7;
+        let mut h = NeffHeader {
+            pkg_version: 0x0102,
+            data_size: 0xAABB,
+            feature_bits: 0x8000_0000_0000_0001,
+            vnc_size: 2,
+            requested_tpb_count: 7,
+            ..NeffHeader::default()
+        };
         h.hash[0] = 0x11;
         h.uuid[15] = 0x22;
         h.set_name("model");

@@ -229,8 +229,13 @@ impl Default for Events {
 
 impl Events {
     /// No wait, no update.
-    pub const NONE: Events =
-        Events { wait_mode: WaitMode::None, wait_idx: 0, update_mode: UpdateMode::None, update_idx: 0, semaphore_value: 0 };
+    pub const NONE: Events = Events {
+        wait_mode: WaitMode::None,
+        wait_idx: 0,
+        update_mode: UpdateMode::None,
+        update_idx: 0,
+        semaphore_value: 0,
+    };
 
     pub fn decode(b: &[u8; SLOT_BYTES]) -> Self {
         Events {

@@ -1,0 +1,422 @@
+//! `neuron-vfio neff inspect` and `neuron-vfio bench neff-load`.
+
+use std::fs::File;
+use std::io::{self, Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use clap::{Args, Subcommand};
+use neff::builder::{self, WriteOptions};
+use neff::{Arch, Neff, NrtStatus, Program, ReadOptions, WeightFormat};
+use serde_json::{json, Value};
+
+use crate::report::CliError as CmdError;
+
+fn io_err(what: &str, path: &Path, e: io::Error) -> CmdError {
+    CmdError::opt(None, format!("{what} {}: {e}", path.display()))
+}
+
+/// `neuron-vfio neff …`
+#[derive(Debug, Subcommand)]
+pub enum NeffCmd {
+    /// Parse and validate a NEFF, then print its header, members, graphs, vars, queues, DMA blocks
+    /// and programs.
+    Inspect {
+        /// The .neff file.
+        path: PathBuf,
+        /// Also print every engine program in the producer's .asm syntax.
+        #[arg(long)]
+        disasm: bool,
+        /// Skip the MD5 / SHA-256 check.
+        #[arg(long)]
+        no_verify: bool,
+        /// Apply the KELF target gate for this arch (sunda|cayman|mariana).
+        #[arg(long)]
+        arch: Option<String>,
+        /// Cap on the inflated payload, MiB.
+        #[arg(long, default_value_t = 4096)]
+        mem_cap_mib: u64,
+    },
+}
+
+pub fn run_neff(cmd: NeffCmd, json: bool) -> Result<(), CmdError> {
+    match cmd {
+        NeffCmd::Inspect { path, disasm, no_verify, arch, mem_cap_mib } => {
+            let arch = match arch {
+                None => None,
+                Some(a) => Some(
+                    Arch::from_name(&a)
+                        .ok_or_else(|| CmdError::opt(Some(NrtStatus::Invalid), format!("unknown arch {a:?}")))?,
+                ),
+            };
+            let opts = ReadOptions { verify: !no_verify, arch, mem_cap: mem_cap_mib << 20, allow_legacy: false };
+            let f = File::open(&path).map_err(|e| io_err("opening", &path, e))?;
+            let len = f.metadata().map_err(|e| io_err("reading", &path, e))?.len();
+            let n = Neff::parse_reader(io::BufReader::new(f), len, &opts)?;
+            if json {
+                let mut v = inspect_json(&n);
+                if disasm {
+                    v["disasm"] = disasm_json(&n);
+                }
+                println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+            } else {
+                print!("{}", inspect_text(&n));
+                if disasm {
+                    print!("{}", neff::disasm::disassemble(&n));
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn program_kind(p: &Program) -> &'static str {
+    match p {
+        Program::Tpb(_) => "64-byte slots",
+        Program::Sp(_) => "8-byte SP slots",
+    }
+}
+
+/// The inspect report as JSON.
+pub fn inspect_json(n: &Neff) -> Value {
+    let h = &n.header;
+    let tensors = |ts: &[neff::TensorInfo]| -> Vec<Value> {
+        ts.iter()
+            .map(|t| json!({"name": t.name, "dtype": t.dtype, "nrt_dtype": t.nrt_dtype, "shape": t.shape, "size": t.size}))
+            .collect()
+    };
+    let graphs: Vec<Value> = n
+        .graphs
+        .iter()
+        .map(|g| {
+            let vars: Vec<Value> = g
+                .vars
+                .iter()
+                .map(|v| {
+                    json!({"name": v.name, "var_id": v.var_id, "type": v.type_str, "mr_type": v.kind.mr_type(),
+                           "size": v.size, "dtype": v.dtype, "shape": v.shape, "file": v.file_member,
+                           "data_bytes": v.data.as_ref().map(|d| d.len())})
+                })
+                .collect();
+            let queues: Vec<Value> = g
+                .dma_queues
+                .iter()
+                .map(|q| {
+                    json!({"name": q.name, "role": q.role.as_str(), "ring_type": q.role.ring_type(),
+                           "owner": q.owner.map(|o| o.name()), "semaphore": q.semaphore})
+                })
+                .collect();
+            let engines: Vec<Value> = g
+                .engines
+                .iter()
+                .map(|e| {
+                    let blocks: Vec<Value> = e
+                        .dma_blocks
+                        .iter()
+                        .map(|b| {
+                            let descs: Vec<Value> = b
+                                .descs
+                                .iter()
+                                .map(|d| {
+                                    json!({"op": d.op.name(), "from": d.from, "to": d.to,
+                                           "from_sizes": d.from_sizes, "from_steps": d.from_steps,
+                                           "to_sizes": d.to_sizes, "to_steps": d.to_steps})
+                                })
+                                .collect();
+                            json!({"id": b.id, "queue": b.queue, "descs": descs})
+                        })
+                        .collect();
+                    json!({"engine": e.kind.name(), "json": e.json_member, "instr": e.instr_member,
+                           "slots": e.program.len(), "slot_kind": program_kind(&e.program), "dma": blocks})
+                })
+                .collect();
+            let ulibs: Vec<Value> = g
+                .ucode_libs
+                .iter()
+                .map(|l| {
+                    json!({"name": l.name, "library": l.library, "version": l.version, "flags": l.flags,
+                                 "functions": l.functions.len()})
+                })
+                .collect();
+            json!({"name": g.name, "definition": g.definition, "vars": vars, "dma_queues": queues,
+                   "replica_groups": g.replica_groups, "src_target_pairs": g.src_target_pairs,
+                   "ucode_libs": ulibs, "sb_reservations": g.sb_reservations.len(),
+                   "num_streams": g.num_streams, "fp8": g.fp8.map(|f| hex(&f.to_bytes())), "engines": engines})
+        })
+        .collect();
+    let members: Vec<Value> = n.members.iter().map(|m| json!({"name": m.name, "size": m.size})).collect();
+    json!({
+        "status": "NRT_SUCCESS",
+        "code": 0,
+        "header": {
+            "pkg_version": h.pkg_version, "header_size": h.header_size, "data_size": h.data_size,
+            "neff_version": format!("{}.{}", h.neff_version_major, h.neff_version_minor),
+            "build_version": h.build_version_str(), "hash": hex(&h.hash), "uuid": hex(&h.uuid),
+            "name": h.name_str(), "requested_tpb_count": h.requested_tpb_count,
+            "feature_bits": format!("{:#x}", h.feature_bits), "vnc_size": h.vnc_size,
+        },
+        "payload_bytes": n.payload_len(),
+        "members": members,
+        "kelf": {"member": n.kelf.member, "version": n.kelf.version, "target": n.kelf.target_str},
+        "inputs": tensors(&n.inputs),
+        "outputs": tensors(&n.outputs),
+        "graphs": graphs,
+    })
+}
+
+fn disasm_json(n: &Neff) -> Value {
+    let mut out = serde_json::Map::new();
+    for g in &n.graphs {
+        for e in &g.engines {
+            out.insert(format!("{}/{}", g.name, e.kind.name()), json!(neff::disasm::disasm_program(&e.program)));
+        }
+    }
+    Value::Object(out)
+}
+
+/// The inspect report as text.
+pub fn inspect_text(n: &Neff) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let h = &n.header;
+    let _ = writeln!(s, "NEFF {:?}", h.name_str());
+    let _ = writeln!(
+        s,
+        "  pkg_version {}  neff_version {}.{}  header_size {:#x}  data_size {}  payload {} bytes",
+        h.pkg_version,
+        h.neff_version_major,
+        h.neff_version_minor,
+        h.header_size,
+        h.data_size,
+        n.payload_len()
+    );
+    let _ = writeln!(
+        s,
+        "  build {:?}  uuid {}  tpb_count {}  vnc_size {}  feature_bits {:#x}",
+        h.build_version_str(),
+        hex(&h.uuid),
+        h.requested_tpb_count,
+        h.vnc_size,
+        h.feature_bits
+    );
+    let _ = writeln!(s, "  hash {}", hex(&h.hash));
+    let _ = writeln!(s, "members ({}):", n.members.len());
+    for m in &n.members {
+        let _ = writeln!(s, "  {:>10}  {}", m.size, m.name);
+    }
+    let _ = writeln!(s, "kelf {} version {:?} target {:?}", n.kelf.member, n.kelf.version, n.kelf.target_str);
+    for (what, ts) in [("input", &n.inputs), ("output", &n.outputs)] {
+        for t in ts.iter() {
+            let _ = writeln!(s, "{what} {:?} {} {:?} ({} bytes)", t.name, t.dtype, t.shape, t.size);
+        }
+    }
+    for g in &n.graphs {
+        let _ = writeln!(s, "graph {} ({})", g.name, g.definition);
+        for v in &g.vars {
+            let _ = writeln!(
+                s,
+                "  var {:>3} {:<16} {:<12} size {:<10} {} {:?}{}",
+                v.var_id,
+                v.name,
+                v.type_str,
+                v.size.map(|x| x.to_string()).unwrap_or_else(|| "-".into()),
+                v.dtype.as_deref().unwrap_or("-"),
+                v.shape,
+                v.file_member.as_deref().map(|f| format!(" file {f}")).unwrap_or_default()
+            );
+        }
+        for q in &g.dma_queues {
+            let _ = writeln!(
+                s,
+                "  queue {:<20} {:<8} owner {:<5} semaphore {}",
+                q.name,
+                q.role.as_str(),
+                q.owner.map(|o| o.name()).unwrap_or("-"),
+                q.semaphore.map(|x| x.to_string()).unwrap_or_else(|| "-".into())
+            );
+        }
+        let _ = writeln!(s, "  replica_groups {:?}  src_target_pairs {:?}", g.replica_groups, g.src_target_pairs);
+        for l in &g.ucode_libs {
+            let _ = writeln!(
+                s,
+                "  ucode_lib {} ({}) version {} functions {}",
+                l.name,
+                l.library,
+                l.version,
+                l.functions.len()
+            );
+        }
+        for e in &g.engines {
+            let _ = writeln!(
+                s,
+                "  engine {:<4} {} slots ({}){}",
+                e.kind.name(),
+                e.program.len(),
+                program_kind(&e.program),
+                e.instr_member.as_deref().map(|m| format!(" from {m}")).unwrap_or_default()
+            );
+            for b in &e.dma_blocks {
+                let _ = writeln!(s, "    dma block {} on {}: {} desc", b.id, b.queue, b.descs.len());
+                for d in &b.descs {
+                    let _ = writeln!(
+                        s,
+                        "      {} {} {:?}/{:?} -> {} {:?}/{:?}",
+                        d.op.name(),
+                        d.from,
+                        d.from_sizes,
+                        d.from_steps,
+                        d.to,
+                        d.to_sizes,
+                        d.to_steps
+                    );
+                }
+            }
+        }
+    }
+    s
+}
+
+/// `neuron-vfio bench neff-load`
+#[derive(Debug, Args)]
+pub struct BenchNeffLoadArgs {
+    /// Weight payload to generate, MiB.
+    #[arg(long, default_value_t = 1024)]
+    pub size_mib: u64,
+    /// Benchmark this NEFF instead of generating one.
+    #[arg(long)]
+    pub path: Option<PathBuf>,
+    /// gzip level of the generated NEFF.
+    #[arg(long, default_value_t = 1)]
+    pub level: u32,
+    /// Runs of each measurement (the best is reported).
+    #[arg(long, default_value_t = 2)]
+    pub runs: u32,
+}
+
+fn vm_hwm_kib() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn reset_hwm() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
+/// Weights that look like bf16-rounded fp32 (deterministic): the low 16 bits of every float
+/// are zero, so deflate has real work on both halves.
+fn gen_weights(bytes: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes);
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    while out.len() + 4 <= bytes {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let v = ((x >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.1;
+        let bits = v.to_bits() & 0xFFFF_0000;
+        out.extend_from_slice(&bits.to_le_bytes());
+    }
+    out.resize(bytes, 0);
+    out
+}
+
+fn time_raw_inflate(path: &Path, data_size: u64) -> Result<(Duration, u64), CmdError> {
+    let mut f = File::open(path).map_err(|e| io_err("opening", path, e))?;
+    f.seek(SeekFrom::Start(1024)).map_err(|e| io_err("seeking", path, e))?;
+    let t = Instant::now();
+    let mut d = flate2::read::GzDecoder::new(io::BufReader::with_capacity(1 << 20, f.take(data_size)));
+    let mut buf = vec![0u8; 1 << 16];
+    let mut total = 0u64;
+    loop {
+        let k = d.read(&mut buf).map_err(|e| io_err("inflating", path, e))?;
+        if k == 0 {
+            break;
+        }
+        total += k as u64;
+    }
+    Ok((t.elapsed(), total))
+}
+
+fn time_parse(path: &Path) -> Result<(Duration, usize), CmdError> {
+    let f = File::open(path).map_err(|e| io_err("opening", path, e))?;
+    let len = f.metadata().map_err(|e| io_err("reading", path, e))?.len();
+    let opts = ReadOptions { verify: true, ..ReadOptions::default() };
+    let t = Instant::now();
+    let n = Neff::parse_reader(f, len, &opts)?;
+    let el = t.elapsed();
+    Ok((el, n.payload_len()))
+}
+
+struct TempFile(PathBuf);
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+pub fn bench_neff_load(args: BenchNeffLoadArgs, json: bool) -> Result<(), CmdError> {
+    let mut _temp = None;
+    let path = match &args.path {
+        Some(p) => p.clone(),
+        None => {
+            let p = std::env::temp_dir().join(format!("neuron-vfio-bench-{}.neff", std::process::id()));
+            let bytes = usize::try_from(args.size_mib << 20)
+                .map_err(|_| CmdError::opt(None, format!("--size-mib {} too large", args.size_mib)))?;
+            let model = builder::weights_model(gen_weights(bytes), WeightFormat::Npy);
+            let f = File::create(&p).map_err(|e| io_err("creating", &p, e))?;
+            let wopts = WriteOptions { level: args.level, ..WriteOptions::default() };
+            model.write_to(io::BufWriter::new(f), &wopts).map_err(|e| CmdError::opt(None, e.to_string()))?;
+            _temp = Some(TempFile(p.clone()));
+            p
+        }
+    };
+    let file_len = std::fs::metadata(&path).map_err(|e| io_err("reading", &path, e))?.len();
+    let data_size = file_len.saturating_sub(1024);
+    let hwm_reset = reset_hwm();
+    let base_kib = vm_hwm_kib().unwrap_or(0);
+    let mut best_inflate = Duration::MAX;
+    let mut best_parse = Duration::MAX;
+    let (mut inflated, mut payload) = (0, 0);
+    for _ in 0..args.runs.max(1) {
+        let (t, n) = time_raw_inflate(&path, data_size)?;
+        best_inflate = best_inflate.min(t);
+        inflated = n;
+        let (t, p) = time_parse(&path)?;
+        best_parse = best_parse.min(t);
+        payload = p;
+    }
+    let peak_kib = vm_hwm_kib().unwrap_or(0);
+    let ratio = best_parse.as_secs_f64() / best_inflate.as_secs_f64().max(1e-9);
+    let peak_mib = peak_kib as f64 / 1024.0;
+    let payload_mib = payload as f64 / (1 << 20) as f64;
+    let budget_ok = peak_mib <= payload_mib + 64.0;
+    if json {
+        println!(
+            "{}",
+            json!({
+                "bench": "neff-load", "file_bytes": file_len, "compressed_bytes": data_size,
+                "inflated_bytes": inflated, "payload_bytes": payload,
+                "neff_load_s": best_parse.as_secs_f64(), "raw_inflate_s": best_inflate.as_secs_f64(),
+                "ratio": ratio, "target_ratio": 1.2,
+                "peak_rss_mib": peak_mib, "rss_before_mib": base_kib as f64 / 1024.0,
+                "peak_rss_reset": hwm_reset, "rss_budget_mib": payload_mib + 64.0, "rss_within_budget": budget_ok,
+            })
+        );
+    } else {
+        println!("neff-load: {} ({} bytes compressed, {} inflated)", path.display(), data_size, inflated);
+        println!("  raw inflate (flate2/zlib-rs → sink): {:>8.3} s", best_inflate.as_secs_f64());
+        println!("  neff parse + MD5 verify:             {:>8.3} s", best_parse.as_secs_f64());
+        println!("  ratio {ratio:.3} (target <= 1.2)");
+        println!(
+            "  peak RSS {peak_mib:.1} MiB (payload {payload_mib:.1} MiB + 64 MiB budget: {}){}",
+            if budget_ok { "within" } else { "OVER" },
+            if hwm_reset { "" } else { " [VmHWM not reset: includes generation]" }
+        );
+    }
+    Ok(())
+}

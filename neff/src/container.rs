@@ -1,0 +1,394 @@
+//! The container: header gates in libnrt's order, digest, streamed inflate and the tar walk
+//! (NRT_FACTS.md §1.1-§1.4).
+//!
+//! Memory: the inflated tar is kept in one buffer (members are ranges into it, so weights are
+//! zero-copy). Its size is bounded by `ReadOptions::mem_cap`: the inflater is never allowed to
+//! produce more than `mem_cap` bytes, so a gzip bomb or a tar header claiming a huge size fails
+//! with NRT_INVALID without the memory being allocated. Compressed input is streamed in 1 MiB
+//! chunks; with verification on, a second thread hashes the chunks while the first inflates.
+
+use std::collections::HashMap;
+use std::io::{self, Read};
+use std::ops::{Deref, Range};
+use std::sync::mpsc::{sync_channel, Receiver};
+use std::sync::Arc;
+
+use csr_maps::formats::neff_header::{
+    NeffHeader, FEATURE_BITS_TRAPDOOR_MASK, NEFF_HEADER_SIZE, NEFF_VERSION_MAJOR_MAX, PKG_VERSION_GZIP_MD5,
+    PKG_VERSION_TAR_SHA256,
+};
+use md5::Digest as _;
+
+use crate::arch::Arch;
+use crate::error::NeffError;
+
+/// Default cap on the inflated payload: 4 GiB. A fixed cap rather than a multiple of the
+/// compressed size, because legitimate NEFFs with zero-filled weights compress ~1000:1;
+/// a runtime can lower it (e.g. to the host memory it is willing to spend on one model).
+pub const DEFAULT_MEM_CAP: u64 = 4 << 30;
+
+const CHUNK: usize = 1 << 20;
+
+/// Reader options.
+#[derive(Debug, Clone)]
+pub struct ReadOptions {
+    /// Check the header digest (`nrt_load`'s verify flag).
+    pub verify: bool,
+    /// The live architecture for the KELF target gate; `None` skips the gate (inspection).
+    pub arch: Option<Arch>,
+    /// Cap on the inflated payload in bytes.
+    pub mem_cap: u64,
+    /// `NEURON_RT_ALLOW_LEGACY_NEFF=1`: relaxes the arch gate and the Cayman SB-reservation guard.
+    pub allow_legacy: bool,
+}
+
+impl Default for ReadOptions {
+    fn default() -> Self {
+        ReadOptions { verify: true, arch: None, mem_cap: DEFAULT_MEM_CAP, allow_legacy: false }
+    }
+}
+
+/// A shared, cheaply clonable slice of the inflated payload (zero-copy member or weight data).
+#[derive(Clone)]
+pub struct Blob {
+    buf: Arc<Vec<u8>>,
+    range: Range<usize>,
+}
+
+impl Blob {
+    pub(crate) fn new(buf: Arc<Vec<u8>>, range: Range<usize>) -> Self {
+        Blob { buf, range }
+    }
+    /// A sub-slice (`range` relative to this blob); `None` when out of bounds.
+    pub fn slice(&self, range: Range<usize>) -> Option<Blob> {
+        if range.start > range.end || range.end > self.range.len() {
+            return None;
+        }
+        Some(Blob { buf: self.buf.clone(), range: self.range.start + range.start..self.range.start + range.end })
+    }
+    /// Where this blob lies in the inflated payload.
+    pub fn payload_range(&self) -> Range<usize> {
+        self.range.clone()
+    }
+    /// Whether two blobs share the same payload buffer (zero-copy check).
+    pub fn same_buffer(&self, other: &Blob) -> bool {
+        Arc::ptr_eq(&self.buf, &other.buf)
+    }
+}
+
+impl Deref for Blob {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.buf.get(self.range.clone()).unwrap_or(&[])
+    }
+}
+
+impl std::fmt::Debug for Blob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Blob({} bytes @ {:#x})", self.range.len(), self.range.start)
+    }
+}
+
+impl PartialEq for Blob {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+/// One tar member kept by the walk.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemberInfo {
+    /// Path with any leading `./` stripped.
+    pub name: String,
+    pub size: u64,
+    /// Byte range in the inflated payload.
+    pub range: Range<usize>,
+}
+
+/// The unpacked container: header, payload buffer and member index.
+#[derive(Debug, Clone)]
+pub struct Container {
+    pub header: NeffHeader,
+    pub payload: Blob,
+    pub members: Vec<MemberInfo>,
+    index: HashMap<String, usize>,
+}
+
+impl Container {
+    pub fn member(&self, name: &str) -> Option<Blob> {
+        let i = *self.index.get(name)?;
+        self.payload.slice(self.members[i].range.clone())
+    }
+}
+
+/// Gates 2-7 of NRT_FACTS §1.3 (plus the non-empty-payload assert), in libnrt's order.
+pub fn check_header(bytes: &[u8], file_size: u64) -> Result<NeffHeader, NeffError> {
+    if file_size < NEFF_HEADER_SIZE as u64 {
+        return Err(NeffError::TooShort { size: file_size });
+    }
+    let h = NeffHeader::decode(bytes).map_err(|_| NeffError::TooShort { size: bytes.len() as u64 })?;
+    if h.header_size >= file_size {
+        return Err(NeffError::HeaderSize { header_size: h.header_size, file_size });
+    }
+    if h.neff_version_major > NEFF_VERSION_MAJOR_MAX {
+        return Err(NeffError::Version { major: h.neff_version_major, minor: h.neff_version_minor });
+    }
+    if h.neff_version_major == 2 && h.feature_bits & FEATURE_BITS_TRAPDOOR_MASK != 0 {
+        return Err(NeffError::FeatureBits {
+            bits: h.feature_bits,
+            trapdoor: h.feature_bits & FEATURE_BITS_TRAPDOOR_MASK,
+        });
+    }
+    if (file_size - NEFF_HEADER_SIZE as u64) < h.data_size {
+        return Err(NeffError::DataSize { data_size: h.data_size, file_size });
+    }
+    if h.pkg_version != PKG_VERSION_TAR_SHA256 && h.pkg_version != PKG_VERSION_GZIP_MD5 {
+        return Err(NeffError::Packager { pkg_version: h.pkg_version });
+    }
+    if h.data_size == 0 {
+        return Err(NeffError::EmptyData { pkg_version: h.pkg_version });
+    }
+    Ok(h)
+}
+
+enum Hasher {
+    Md5(md5::Md5),
+    Sha256(sha2::Sha256),
+}
+
+impl Hasher {
+    fn new(pkg: u64) -> Self {
+        if pkg == PKG_VERSION_GZIP_MD5 {
+            Hasher::Md5(md5::Md5::new())
+        } else {
+            Hasher::Sha256(sha2::Sha256::new())
+        }
+    }
+    fn update(&mut self, b: &[u8]) {
+        match self {
+            Hasher::Md5(h) => h.update(b),
+            Hasher::Sha256(h) => h.update(b),
+        }
+    }
+    fn finalize(self) -> Vec<u8> {
+        match self {
+            Hasher::Md5(h) => h.finalize().to_vec(),
+            Hasher::Sha256(h) => h.finalize().to_vec(),
+        }
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Reads until `buf` is full or the source ends.
+fn read_full<R: Read>(r: &mut R, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+/// A `Read` over chunks arriving on a channel.
+struct ChannelReader {
+    rx: Receiver<Vec<u8>>,
+    cur: Vec<u8>,
+    pos: usize,
+}
+
+impl Read for ChannelReader {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        while self.pos >= self.cur.len() {
+            match self.rx.recv() {
+                Ok(c) => {
+                    self.cur = c;
+                    self.pos = 0;
+                }
+                Err(_) => return Ok(0),
+            }
+        }
+        let n = out.len().min(self.cur.len() - self.pos);
+        out[..n].copy_from_slice(&self.cur[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
+}
+
+/// Counts bytes passing through.
+struct Counting<R> {
+    inner: R,
+    n: u64,
+}
+
+impl<R: Read> Read for Counting<R> {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        let k = self.inner.read(out)?;
+        self.n += k as u64;
+        Ok(k)
+    }
+}
+
+fn inflate_err(e: io::Error, pkg: u64, cap_hit: bool, cap: u64) -> NeffError {
+    if cap_hit {
+        return NeffError::MemCap { cap };
+    }
+    if e.kind() == io::ErrorKind::OutOfMemory {
+        return NeffError::HostAlloc { bytes: 0 };
+    }
+    if pkg == PKG_VERSION_GZIP_MD5 {
+        NeffError::Archive(format!("gzip inflate failed: {e}"))
+    } else {
+        NeffError::Archive(format!("reading the tar payload failed: {e}"))
+    }
+}
+
+/// Inflates (pkg 2) or copies (pkg 1) the data window into one buffer of at most `cap` bytes.
+fn inflate_all<R: Read>(src: R, pkg: u64, cap: u64) -> Result<Vec<u8>, NeffError> {
+    let mut out = Vec::new();
+    let limit = cap.saturating_add(1);
+    let res = if pkg == PKG_VERSION_GZIP_MD5 {
+        flate2::read::GzDecoder::new(src).take(limit).read_to_end(&mut out)
+    } else {
+        src.take(limit).read_to_end(&mut out)
+    };
+    let cap_hit = out.len() as u64 > cap;
+    match res {
+        Ok(_) if cap_hit => Err(NeffError::MemCap { cap }),
+        Ok(_) => Ok(out),
+        Err(e) => Err(inflate_err(e, pkg, cap_hit, cap)),
+    }
+}
+
+/// Reads a NEFF from `r`, whose total length is `file_size`, through the container stages
+/// (gates, digest, inflate, tar walk).
+pub fn read_container<R: Read + Send>(mut r: R, file_size: u64, opts: &ReadOptions) -> Result<Container, NeffError> {
+    if file_size < NEFF_HEADER_SIZE as u64 {
+        return Err(NeffError::TooShort { size: file_size });
+    }
+    let mut hb = [0u8; NEFF_HEADER_SIZE];
+    let got = read_full(&mut r, &mut hb).map_err(NeffError::Io)?;
+    if got < NEFF_HEADER_SIZE {
+        return Err(NeffError::TooShort { size: got as u64 });
+    }
+    let header = check_header(&hb, file_size)?;
+    let pkg = header.pkg_version;
+    let data_size = header.data_size;
+    let window = r.take(data_size);
+
+    let tar = if opts.verify {
+        inflate_verified(window, &header, opts.mem_cap)?
+    } else {
+        let mut counted = Counting { inner: window, n: 0 };
+        let out = inflate_all(&mut counted, pkg, opts.mem_cap);
+        if pkg == PKG_VERSION_TAR_SHA256 && out.is_ok() && counted.n < data_size {
+            return Err(NeffError::Archive(format!(
+                "payload truncated: data_size {data_size}, only {} bytes present",
+                counted.n
+            )));
+        }
+        out?
+    };
+    let buf = Arc::new(tar);
+    let members = walk_tar(&buf)?;
+    let mut index = HashMap::new();
+    let mut kept: Vec<MemberInfo> = Vec::with_capacity(members.len());
+    for m in members {
+        // Duplicates overwrite (libnrt inserts into a map keyed by name).
+        if let Some(&i) = index.get(&m.name) {
+            kept[i] = m;
+        } else {
+            index.insert(m.name.clone(), kept.len());
+            kept.push(m);
+        }
+    }
+    let len = buf.len();
+    Ok(Container { header, payload: Blob::new(buf, 0..len), members: kept, index })
+}
+
+/// Inflate on this thread while a helper thread reads and hashes the compressed window.
+/// A digest mismatch takes precedence over inflate/tar errors (libnrt checks it first).
+fn inflate_verified<R: Read + Send>(mut window: R, header: &NeffHeader, cap: u64) -> Result<Vec<u8>, NeffError> {
+    let pkg = header.pkg_version;
+    let data_size = header.data_size;
+    let (inflated, hashed) = std::thread::scope(|s| {
+        let (tx, rx) = sync_channel::<Vec<u8>>(4);
+        let hasher = s.spawn(move || -> io::Result<(Vec<u8>, u64)> {
+            let mut h = Hasher::new(pkg);
+            let mut total = 0u64;
+            let mut forward = true;
+            loop {
+                let mut chunk = vec![0u8; CHUNK];
+                let n = read_full(&mut window, &mut chunk)?;
+                if n == 0 {
+                    break;
+                }
+                chunk.truncate(n);
+                h.update(&chunk);
+                total += n as u64;
+                if forward && tx.send(chunk).is_err() {
+                    forward = false;
+                }
+            }
+            Ok((h.finalize(), total))
+        });
+        let inflated = inflate_all(ChannelReader { rx, cur: Vec::new(), pos: 0 }, pkg, cap);
+        let hashed = hasher.join();
+        (inflated, hashed)
+    });
+    let (digest, total) = match hashed {
+        Ok(Ok(v)) => v,
+        Ok(Err(e)) => return Err(NeffError::Io(e)),
+        Err(_) => return Err(NeffError::Archive("digest thread failed".into())),
+    };
+    if total < data_size {
+        return Err(NeffError::Archive(format!(
+            "payload truncated: data_size {data_size}, only {total} bytes present"
+        )));
+    }
+    let (algo, expected) =
+        if pkg == PKG_VERSION_GZIP_MD5 { ("MD5", &header.hash[..16]) } else { ("SHA256", &header.hash[..]) };
+    if digest[..] != *expected {
+        return Err(NeffError::Digest { algo, expected: hex(expected), actual: hex(&digest) });
+    }
+    inflated
+}
+
+/// Walks the tar in `buf` (NRT_FACTS §1.4): skip directories, strip `./`, skip names ending in
+/// `wavegraph-bin.json`, reject bodies that run past the end of the archive.
+pub fn walk_tar(buf: &[u8]) -> Result<Vec<MemberInfo>, NeffError> {
+    let mut ar = tar::Archive::new(io::Cursor::new(buf));
+    let entries = ar.entries_with_seek().map_err(|e| NeffError::Archive(format!("tar open failed: {e}")))?;
+    let mut out = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| NeffError::Archive(format!("tar header read failed: {e}")))?;
+        let kind = entry.header().entry_type();
+        if kind.is_dir() {
+            continue;
+        }
+        let raw_name = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
+        if kind.is_gnu_sparse() {
+            return Err(NeffError::Archive(format!("member {raw_name:?}: GNU sparse entries are not supported")));
+        }
+        let name = raw_name.strip_prefix("./").unwrap_or(&raw_name).to_string();
+        if name.ends_with("wavegraph-bin.json") {
+            continue;
+        }
+        let size = entry.size();
+        let start = entry.raw_file_position();
+        let end = start.checked_add(size).filter(|&e| e <= buf.len() as u64).ok_or_else(|| {
+            NeffError::Archive(format!(
+                "member {name:?} claims size {size} at offset {start}, but the archive holds {} bytes",
+                buf.len()
+            ))
+        })?;
+        out.push(MemberInfo { name, size, range: start as usize..end as usize });
+    }
+    Ok(out)
+}

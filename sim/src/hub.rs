@@ -70,7 +70,7 @@ impl Hub {
             return Err(CollError::BadGroup);
         }
         let esize = dtype::size(a.dtype).ok_or(CollError::BadType)?;
-        if a.data.len() % esize != 0 || !matches!(a.op, alu::ADD | alu::MAX | alu::MIN) {
+        if !a.data.len().is_multiple_of(esize) || !matches!(a.op, alu::ADD | alu::MAX | alu::MIN) {
             return Err(CollError::BadType);
         }
         let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());

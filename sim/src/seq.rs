@@ -124,7 +124,10 @@ fn timestamp(dev: &Dev, st: &State, nc: usize) -> u64 {
     dev.now_ns().wrapping_mul(per as u64)
 }
 
-fn post_infer(dev: &Dev, st: &mut State, nc: usize, e: usize, kind: u8, subtype: Subtype, sub_id: u16, line: u32) {
+/// (notific kind, subtype, custom sub-id, line) of an INFER_STATUS record.
+type Rec = (u8, Subtype, u16, u32);
+
+fn post_infer(dev: &Dev, st: &mut State, nc: usize, e: usize, (kind, subtype, sub_id, line): Rec) {
     let Some(r) = eng_regs(dev, nc, e) else { return };
     let slot = dev.stored(st, r.nq_infer_slot().offset(), 0) as u64;
     let rec = InferStatus {
@@ -287,9 +290,9 @@ fn step(dev: &Dev, st: &mut State, nc: usize, e: usize, out: &mut Vec<Delivery>)
             FaultKind::FpNan => post_error(dev, st, nc, e, ErrorId::FpNan, s.pc, code::INJECTED),
             FaultKind::Transient => post_error(dev, st, nc, e, ErrorId::SequencerNonfatal, s.pc, code::INJECTED),
             FaultKind::SemaphoreError => post_error(dev, st, nc, e, ErrorId::SemaphoreError, s.pc, code::INJECTED),
-            FaultKind::OutOfOrder => post_infer(dev, st, nc, e, ntype::INST_END, Subtype::End, 0, s.pc),
+            FaultKind::OutOfOrder => post_infer(dev, st, nc, e, (ntype::INST_END, Subtype::End, 0, s.pc)),
             FaultKind::Oob => {
-                post_infer(dev, st, nc, e, ntype::EXPLICIT, Subtype::Custom, custom::OOB_INDIRECT_SCATTER, s.pc)
+                post_infer(dev, st, nc, e, (ntype::EXPLICIT, Subtype::Custom, custom::OOB_INDIRECT_SCATTER, s.pc))
             }
             _ => {}
         }
@@ -297,7 +300,7 @@ fn step(dev: &Dev, st: &mut State, nc: usize, e: usize, out: &mut Vec<Delivery>)
     st.seq[nc][e].state = seqc::STATE_RUNNING;
     let trace = hdr.trace_mode();
     if matches!(trace, TraceMode::OnStart | TraceMode::Both) && !st.seq[nc][e].started {
-        post_infer(dev, st, nc, e, ntype::INST_START, Subtype::Start, 0, s.pc);
+        post_infer(dev, st, nc, e, (ntype::INST_START, Subtype::Start, 0, s.pc));
     }
     st.seq[nc][e].started = true;
     let mut halt = false;
@@ -314,7 +317,7 @@ fn step(dev: &Dev, st: &mut State, nc: usize, e: usize, out: &mut Vec<Delivery>)
         }
         Opcode::Notify | Opcode::SeqNotify => {
             let n = NotifyOp::decode(&b);
-            post_infer(dev, st, nc, e, ntype::EXPLICIT, Subtype::Custom, n.sub_id, n.value);
+            post_infer(dev, st, nc, e, (ntype::EXPLICIT, Subtype::Custom, n.sub_id, n.value));
         }
         Opcode::DmaMemcpy => {
             if let Err(c) = dma2d(dev, st, nc, e, &Dma2d::decode(&b)) {
@@ -357,7 +360,7 @@ fn step(dev: &Dev, st: &mut State, nc: usize, e: usize, out: &mut Vec<Delivery>)
         return true;
     }
     if matches!(trace, TraceMode::OnEnd | TraceMode::Both) {
-        post_infer(dev, st, nc, e, ntype::INST_END, Subtype::End, 0, s.pc);
+        post_infer(dev, st, nc, e, (ntype::INST_END, Subtype::End, 0, s.pc));
     }
     dev.n.slots.fetch_add(1, Ordering::Relaxed);
     if dev.cfg.op_latency_ns > 0 {

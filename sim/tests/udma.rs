@@ -29,7 +29,7 @@ fn roundtrip(arch: &'static Arch, len: usize) {
     src.mem().write(0, &data).unwrap();
     let (h0, h1) = (0x10_0000u64, 0x2000_0000u64);
     let mut idx = 0usize;
-    let mut rid = udc::INITIAL_RING_ID;
+    let rid = udc::INITIAL_RING_ID;
     let mut step = |from: u64, to: u64, expect_sem: i32| {
         let (mut m, mut s) = pairs(from, to, len as u64, rid);
         m.push(UdmaDesc::tx(t.host(&words, 0), 4, rid, true, true));

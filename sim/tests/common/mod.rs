@@ -100,3 +100,81 @@ pub fn write_descs(ring: &DmaMapping, start: usize, d: &[UdmaDesc]) {
         ring.mem().write((start + i) * 16, &x.encode()).unwrap();
     }
 }
+
+use csr_maps::formats::notify::InferStatus;
+use csr_maps::formats::slot::SLOT_BYTES;
+
+/// Device address of HBM stack 0 offset `off` of NC `nc`'s private 64 MiB area.
+pub fn nc_area(t: &T, nc: u64, off: u64) -> u64 {
+    t.hbm((nc + 1) * (64 << 20) + off)
+}
+
+impl T {
+    /// Write slots into device memory at `addr` through BAR4.
+    pub fn write_dev(&self, addr: u64, bytes: &[u8]) {
+        use platform::Platform;
+        let (k, off) = self.arch.dev_to_hbm(addr).unwrap();
+        let b4 = self.dev.bar(self.arch.bars.dram).unwrap();
+        let base = self.arch.region("hbm").unwrap().base(k).unwrap() + off;
+        for (i, c) in bytes.chunks(4).enumerate() {
+            let mut w = [0u8; 4];
+            w[..c.len()].copy_from_slice(c);
+            b4.write32(base + 4 * i as u64, u32::from_le_bytes(w)).unwrap();
+        }
+    }
+    pub fn read_dev(&self, addr: u64, len: usize) -> Vec<u8> {
+        use platform::Platform;
+        let (k, off) = self.arch.dev_to_hbm(addr).unwrap();
+        let b4 = self.dev.bar(self.arch.bars.dram).unwrap();
+        let base = self.arch.region("hbm").unwrap().base(k).unwrap() + off;
+        let mut v = Vec::new();
+        for i in 0..len.div_ceil(4) {
+            v.extend_from_slice(&b4.read32(base + 4 * i as u64).unwrap().to_le_bytes());
+        }
+        v.truncate(len);
+        v
+    }
+    /// Load a program for engine `e` of `nc` (slots at `addr`) and configure its INFER_STATUS slot.
+    pub fn load_program(&self, nc: u64, e: u64, addr: u64, slots: &[[u8; SLOT_BYTES]], looped: bool) {
+        let bytes: Vec<u8> = slots.iter().flatten().copied().collect();
+        self.write_dev(addr, &bytes);
+        let s = self.regs().seq(nc).unwrap().eng(e).unwrap();
+        s.ifq_base_lo().write_with(|_| csr_maps::blocks::seq_engine::IfqBaseLo(addr as u32)).unwrap();
+        s.ifq_base_hi().write_with(|_| csr_maps::blocks::seq_engine::IfqBaseHi((addr >> 32) as u32)).unwrap();
+        s.ifq_len().write_with(|v| v.with_slots(slots.len() as u32)).unwrap();
+        s.nq_infer_slot().write_with(|v| v.with_slot(self.arch.consts.nq_slot_infer_status as u32 + e as u32)).unwrap();
+        s.ctrl().write_with(|v| v.with_loop_en(looped as u32)).unwrap();
+    }
+    pub fn start(&self, nc: u64, e: u64, looped: bool) {
+        let s = self.regs().seq(nc).unwrap().eng(e).unwrap();
+        s.ctrl().write_with(|v| v.with_enable(1).with_loop_en(looped as u32)).unwrap();
+    }
+    /// Program NOTIFIC slot `slot` of `nc` onto a host ring of `records` 16-byte entries.
+    pub fn nq_ring(&self, nc: u64, slot: u64, records: usize) -> platform::DmaMapping {
+        let ring = self.map(records * 16);
+        let n = self.regs().notific(nc).unwrap().nq(slot).unwrap();
+        let a = self.host(&ring, 0);
+        n.base_hi().write(csr_maps::blocks::notific_slot::BaseHi((a >> 32) as u32)).unwrap();
+        n.base_lo().write(csr_maps::blocks::notific_slot::BaseLo(a as u32)).unwrap();
+        n.size().write(csr_maps::blocks::notific_slot::Size(records as u32 * 16)).unwrap();
+        ring
+    }
+    pub fn infer_ring(&self, nc: u64, e: u64, records: usize) -> platform::DmaMapping {
+        self.nq_ring(nc, self.arch.consts.nq_slot_infer_status + e, records)
+    }
+    pub fn err_ring(&self, nc: u64, records: usize) -> platform::DmaMapping {
+        self.nq_ring(nc, self.arch.consts.nq_slot_error, records)
+    }
+}
+
+/// Valid records (phase == `phase`) at the start of a host ring.
+pub fn records(ring: &platform::DmaMapping, n: usize) -> Vec<InferStatus> {
+    (0..n)
+        .map(|i| {
+            let mut b = [0u8; 16];
+            ring.mem().read(i * 16, &mut b).unwrap();
+            InferStatus::decode(&b)
+        })
+        .take_while(|r| r.phase)
+        .collect()
+}

@@ -82,7 +82,7 @@ impl Kind {
             "misc_ram" => Kind::MiscRam,
             "nc_intc" => Kind::NcIntc,
             "seq" => Kind::Seq,
-            "q7" => Kind::Q7,
+            "q7" | "nx" => Kind::Q7,
             _ => Kind::Other,
         }
     }

@@ -592,6 +592,14 @@ impl Dev {
         st.nq.retain(|k, _| !clear.iter().any(|(a, b)| k >= a && k < b));
         for c in 0..q7c::POOL_CORES {
             if let Ok(q) = r.q7(nc as u64 * q7c::POOL_CORES + c) {
+                st.regs.retain(|k, _| *k < q.base() || *k >= q.base() + csr_maps::blocks::q7::SIZE);
+                st.regs.insert(q.claim().offset(), q7c::READY);
+            }
+        }
+        let nx = seqc::ENGINES.len() as u64;
+        for c in 0..nx {
+            if let Ok(q) = r.nx(nc as u64 * nx + c) {
+                st.regs.retain(|k, _| *k < q.base() || *k >= q.base() + csr_maps::blocks::q7::SIZE);
                 st.regs.insert(q.claim().offset(), q7c::READY);
             }
         }
@@ -609,6 +617,11 @@ impl Dev {
         }
         for i in 0..(self.ncs() as u64 * q7c::POOL_CORES) {
             if let Ok(q) = r.q7(i) {
+                st.regs.insert(q.claim().offset(), q7c::READY);
+            }
+        }
+        for i in 0..(self.ncs() as u64 * seqc::ENGINES.len() as u64) {
+            if let Ok(q) = r.nx(i) {
                 st.regs.insert(q.claim().offset(), q7c::READY);
             }
         }

@@ -18,6 +18,10 @@ use csr_maps::formats::slot::{
 use csr_maps::formats::ucpl::{UcplHeader, HEADER_BYTES, MAX_IMAGE_BYTES};
 
 use crate::decode::Hit;
+
+/// NX engine cores per NC and the POOL engine's index (`al_hal_tpb_eng_type`).
+const NX_CORES: u64 = 5;
+const NX_POOL: u64 = 2;
 use crate::device::{Dev, State};
 use crate::fault::FaultKind;
 use crate::hub::{Arrival, Delivery};
@@ -435,7 +439,7 @@ fn dma2d(dev: &Dev, st: &mut State, nc: usize, e: usize, d: &Dma2d) -> Result<()
     let channel = if prio == 0 {
         0
     } else {
-        let q = dev.regs().q7(nc as u64 * q7c::POOL_CORES).map_err(|_| code::MALFORMED)?;
+        let q = dev.regs().nx(nc as u64 * NX_CORES + NX_POOL).map_err(|_| code::MALFORMED)?;
         let mbs: Vec<DgeMailbox> = (0..MAILBOXES as u64)
             .filter_map(|i| q.dge_mailbox(i).ok())
             .map(|r| DgeMailbox::decode(dev.stored(st, r.offset(), csr_maps::formats::dge::MAILBOX_RESET as u64)))

@@ -197,7 +197,8 @@ fn q7_claim_ucpl_cap_and_dge_gate() {
         assert_eq!(set_ll(ok, ok.image_size() as u32), q7c::ERR_INVALID);
         // DGE gate: mailbox 0 (priority 1) restricts ops of priority class > 1 to channels 2..3.
         let mb = DgeMailbox { reserved: 0, priority: 1, bitmask: 0b1100 };
-        q.dge_mailbox(0).unwrap().write(csr_maps::blocks::q7::DgeMailbox(mb.encode())).unwrap();
+        let nx_pool = t.regs().nx(2).unwrap(); // NC0's NX_POOL core
+        nx_pool.dge_mailbox(0).unwrap().write(csr_maps::blocks::q7::DgeMailbox(mb.encode())).unwrap();
         let err = t.err_ring(0, 16);
         let leg = |a: u64| Dma2dLeg { start_addr: a, step_elem: [8, 1], num_elem: [4, 8], elem_size: 4 };
         let mk = |prio: u8| Dma2d {
@@ -224,7 +225,8 @@ fn q7_claim_ucpl_cap_and_dge_gate() {
         assert_eq!(s.dge_channel_bytes[2], 128, "class 3 gated to channels 2..3");
         assert_eq!(t.sem(0, 20), 2);
         // A mailbox that enables nothing blocks the op: DGE error record, engine continues.
-        q.dge_mailbox(1)
+        nx_pool
+            .dge_mailbox(1)
             .unwrap()
             .write(csr_maps::blocks::q7::DgeMailbox(DgeMailbox { reserved: 0, priority: 2, bitmask: 0 }.encode()))
             .unwrap();

@@ -1,0 +1,53 @@
+//! Typed errors of the driver.
+
+use platform::{HostMemError, MmioError, PlatformError};
+
+/// Everything the driver can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum HalError {
+    #[error("platform: {0}")]
+    Platform(#[from] PlatformError),
+    #[error("register map: {0}")]
+    Csr(#[from] csr_maps::CsrError),
+    #[error("MMIO: {0}")]
+    Mmio(#[from] MmioError),
+    #[error("host memory: {0}")]
+    HostMem(#[from] HostMemError),
+    #[error("PCI device {vendor:04x}:{device:04x} is not a Neuron device this driver knows")]
+    UnknownDevice { vendor: u16, device: u16 },
+    #[error("firmware not ready after {waited_ms} ms (misc RAM device id still reads {value:#x})")]
+    NotReady { waited_ms: u64, value: u32 },
+    #[error("NeuronCore {nc} does not exist (this device has {count})")]
+    NoSuchNc { nc: usize, count: usize },
+    #[error("TPB engine {0} does not exist (0 PE, 1 ACT, 2 POOL, 3 DVE, 4 SP)")]
+    NoSuchEngine(usize),
+    #[error("device memory exhausted on HBM channel {chan}: {size} bytes requested, {free} free")]
+    OutOfDeviceMemory { chan: usize, size: u64, free: u64 },
+    #[error("alignment {0} is not a power of two")]
+    BadAlignment(u64),
+    #[error("device address range {addr:#x}+{len:#x} is outside device memory")]
+    DeviceRange { addr: u64, len: u64 },
+    #[error("DMA on engine {engine} queue {queue} did not complete within {waited_ms} ms")]
+    DmaTimeout { engine: u64, queue: u64, waited_ms: u64 },
+    #[error("DMA engine {engine} queue {queue} aborted (M2S cause {m2s_cause:#x}, S2M cause {s2m_cause:#x})")]
+    DmaAbort { engine: u64, queue: u64, m2s_cause: u32, s2m_cause: u32 },
+    #[error("ring of {0} descriptors is invalid (power of two, 32..=2^24-16)")]
+    RingSize(u64),
+    #[error("notification ring of {0} bytes is invalid (power of two, at least one 16-byte record)")]
+    NqSize(u64),
+    #[error("FW-IO command {cmd} failed with firmware error {code}")]
+    Fwio { cmd: u8, code: u8 },
+    #[error("FW-IO command {cmd} timed out after {attempts} attempts")]
+    FwioTimeout { cmd: u8, attempts: u32 },
+    #[error("FW-IO payload of {0} bytes exceeds 128")]
+    FwioPayload(usize),
+    #[error("{kind} reset not completed after {waited_ms} ms")]
+    ResetTimeout { kind: &'static str, waited_ms: u64 },
+    #[error("nrtucode: {0}")]
+    Ucode(#[from] crate::q7::UcodeError),
+    #[error("program of {0} bytes is not a whole number of 64-byte slots")]
+    ProgramSize(usize),
+}
+
+/// Result alias.
+pub type Result<T, E = HalError> = std::result::Result<T, E>;

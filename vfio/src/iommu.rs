@@ -102,8 +102,12 @@ impl Iommu {
     /// Open a new iommufd context with one IOAS.
     pub(crate) fn open_iommufd(dev: &std::path::Path) -> Result<Self> {
         let path = dev.join("iommu");
-        let file = std::fs::OpenOptions::new().read(true).write(true).open(&path).map_err(|e| {
-            Error::IommufdUnavailable(format!("{}: {e} (kernel without CONFIG_IOMMUFD?)", path.display()))
+        let file = std::fs::OpenOptions::new().read(true).write(true).open(&path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => Error::IommufdUnavailable(format!(
+                "{}: {e} (kernel without CONFIG_IOMMUFD, or the iommufd module not loaded)",
+                path.display()
+            )),
+            _ => Error::DeviceNode { path: path.clone(), source: e },
         })?;
         let fd = OwnedFd::from(file);
         let mut alloc =

@@ -21,7 +21,8 @@
 #
 # Environment: NEURON_VFIO_CACHE (default: <repo>/scripts/.cache),
 #              NEURON_VFIO_KERNEL (ubuntu (default, falls back to debian) | debian),
-#              NEURON_VFIO_UBUNTU_SUITE / NEURON_VFIO_UBUNTU_PKG (default noble-updates /
+#              NEURON_VFIO_UBUNTU_MIRROR, NEURON_VFIO_UBUNTU_SUITE, NEURON_VFIO_UBUNTU_PKG (default
+#              http://archive.ubuntu.com/ubuntu, noble-updates,
 #              linux-image-generic), NEURON_VFIO_KERNEL_SUITE / NEURON_VFIO_KERNEL_PKG (Debian;
 #              default bookworm-backports / linux-image-amd64).
 set -euo pipefail
@@ -149,7 +150,7 @@ fetch_kernel() {
 }
 
 fetch_ubuntu() {
-    fetch_kernel ubuntu http://archive.ubuntu.com/ubuntu "${NEURON_VFIO_UBUNTU_SUITE:-noble-updates}" main \
+    fetch_kernel ubuntu "${NEURON_VFIO_UBUNTU_MIRROR:-http://archive.ubuntu.com/ubuntu}" "${NEURON_VFIO_UBUNTU_SUITE:-noble-updates}" main \
         /usr/share/keyrings/ubuntu-archive-keyring.gpg "${NEURON_VFIO_UBUNTU_PKG:-linux-image-generic}"
 }
 fetch_debian() {

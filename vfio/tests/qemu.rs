@@ -208,7 +208,7 @@ fn edu_through_vfio_in_qemu() {
     if require_iommufd {
         backends.push("iommufd");
         if let Some(l) = log.lines().find(|l| l.starts_with("VFIO-CHECK skip iommufd")) {
-            fail(&format!("the kernel has iommufd + the VFIO device cdev, yet the guest skipped it: {l}"));
+            fail(&format!("the iommufd path is required (kernel config or NEURON_VFIO_REQUIRE_IOMMUFD=1) but the guest skipped it: {l}"));
         }
     } else if !ok("iommufd.dma.roundtrip") && !log.lines().any(|l| l.starts_with("VFIO-CHECK skip iommufd.open")) {
         // The iommufd path runs when the kernel has it; otherwise it must say why it was skipped.

@@ -41,7 +41,9 @@ impl std::fmt::Display for Backend {
 pub struct IommuInfo {
     /// Valid IOVA ranges (everything else is reserved, e.g. the MSI window).
     pub valid: Vec<IovaRange>,
-    /// Supported IOMMU page sizes as a bitmap (bit n = 2^n bytes); 0 when unknown.
+    /// Supported IOMMU page sizes as a bitmap (bit n = 2^n bytes); 0 when unknown. Type1
+    /// reports it; iommufd only reports the IOVA alignment it requires, so there every power
+    /// of two from that alignment up is set.
     pub page_sizes: u64,
     /// DMA mappings still available (type1's limit), when reported.
     pub dma_avail: Option<u32>,

@@ -59,7 +59,7 @@ fi
 have_tools() {
     command -v qemu-system-x86_64 >/dev/null && [ -x /bin/busybox ] && busybox --list 2>/dev/null | grep -qx modprobe \
         && command -v cpio >/dev/null && command -v depmod >/dev/null && command -v xz >/dev/null \
-        && command -v zstd >/dev/null && [ -s /usr/share/keyrings/ubuntu-archive-keyring.gpg ]
+        && command -v zstd >/dev/null
 }
 
 apt_updated=""
@@ -75,9 +75,20 @@ if ! have_tools; then
     # QEMU from backports (10.x) matches the qemu-utils these machines carry; its
     # dependencies come from backports too.
     if [ -n "$bpo" ]; then target=(-t "$bpo"); fi
-    log "installing qemu-system-x86 busybox-static cpio kmod xz-utils zstd ubuntu-keyring"
+    log "installing qemu-system-x86 busybox-static cpio kmod xz-utils zstd"
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${target[@]}" \
-        qemu-system-x86 busybox-static cpio kmod xz-utils zstd ubuntu-keyring >&2
+        qemu-system-x86 busybox-static cpio kmod xz-utils zstd >&2
+fi
+# The Ubuntu archive's signing keys (a Debian package). Without them the Ubuntu kernel
+# cannot be verified and setup falls back to Debian's kernel.
+ubuntu_keyring=/usr/share/keyrings/ubuntu-archive-keyring.gpg
+if [ ! -s "$ubuntu_keyring" ] && [ "${NEURON_VFIO_KERNEL:-ubuntu}" = ubuntu ]; then
+    apt_update
+    target=()
+    if [ -n "$bpo" ]; then target=(-t "$bpo"); fi
+    log "installing ubuntu-keyring"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${target[@]}" \
+        ubuntu-keyring >&2 || log "ubuntu-keyring unavailable"
 fi
 
 # ---- guest kernel ---------------------------------------------------------------------
@@ -150,8 +161,9 @@ fetch_kernel() {
 }
 
 fetch_ubuntu() {
-    fetch_kernel ubuntu "${NEURON_VFIO_UBUNTU_MIRROR:-http://archive.ubuntu.com/ubuntu}" "${NEURON_VFIO_UBUNTU_SUITE:-noble-updates}" main \
-        /usr/share/keyrings/ubuntu-archive-keyring.gpg "${NEURON_VFIO_UBUNTU_PKG:-linux-image-generic}"
+    if [ ! -s "$ubuntu_keyring" ] && [ ! -s "$kernels/ubuntu/config" ]; then log "ubuntu: no $ubuntu_keyring"; return 1; fi
+    fetch_kernel ubuntu "${NEURON_VFIO_UBUNTU_MIRROR:-http://archive.ubuntu.com/ubuntu}" \
+        "${NEURON_VFIO_UBUNTU_SUITE:-noble-updates}" main "$ubuntu_keyring" "${NEURON_VFIO_UBUNTU_PKG:-linux-image-generic}"
 }
 fetch_debian() {
     fetch_kernel debian http://deb.debian.org/debian "${NEURON_VFIO_KERNEL_SUITE:-bookworm-backports}" main \

@@ -231,8 +231,11 @@ impl std::fmt::Debug for Device {
 
 fn cdev_node(sysfs: &Sysfs, dev: &Path, addr: PciAddress) -> Result<PathBuf> {
     let dir = sysfs.device_path(addr).join("vfio-dev");
-    let rd = std::fs::read_dir(&dir).map_err(|e| {
-        Error::IommufdUnavailable(format!("{}: {e} (kernel without CONFIG_VFIO_DEVICE_CDEV?)", dir.display()))
+    let rd = std::fs::read_dir(&dir).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => {
+            Error::IommufdUnavailable(format!("{}: {e} (kernel without CONFIG_VFIO_DEVICE_CDEV?)", dir.display()))
+        }
+        _ => Error::Sysfs { path: dir.clone(), source: e },
     })?;
     for e in rd.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
@@ -268,11 +271,14 @@ impl Device {
             Backend::Iommufd => {
                 let iommu = Iommu::open_iommufd(&opts.dev)?;
                 let node = cdev_node(&opts.sysfs, &opts.dev, addr)?;
-                let file = std::fs::OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .open(&node)
-                    .map_err(|e| Error::IommufdUnavailable(format!("{}: {e}", node.display())))?;
+                let file =
+                    std::fs::OpenOptions::new().read(true).write(true).open(&node).map_err(|e| match e.kind() {
+                        // sysfs lists the cdev but /dev lacks it (no devtmpfs, no udev).
+                        std::io::ErrorKind::NotFound => {
+                            Error::IommufdUnavailable(format!("{}: {e} (no device node)", node.display()))
+                        }
+                        _ => Error::DeviceNode { path: node.clone(), source: e },
+                    })?;
                 let Inner::Iommufd { fd: ifd, ioas } = &iommu.inner else {
                     return Err(Error::IommufdUnavailable("not an iommufd context".into()));
                 };

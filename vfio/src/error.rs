@@ -29,6 +29,8 @@ pub enum Error {
     MemlockTooLow { limit: u64, locked: u64, requested: u64, needed: u64 },
     #[error("iommufd path unavailable: {0}")]
     IommufdUnavailable(String),
+    #[error("{}: {source}", path.display())]
+    DeviceNode { path: PathBuf, source: std::io::Error },
     #[error("{op}: {source}")]
     Ioctl { op: &'static str, source: std::io::Error },
     #[error("vfio-ioctls: {0}")]

@@ -41,7 +41,9 @@ impl std::fmt::Display for Backend {
 pub struct IommuInfo {
     /// Valid IOVA ranges (everything else is reserved, e.g. the MSI window).
     pub valid: Vec<IovaRange>,
-    /// Supported IOMMU page sizes as a bitmap (bit n = 2^n bytes); 0 when unknown.
+    /// Supported IOMMU page sizes as a bitmap (bit n = 2^n bytes); 0 when unknown. Type1
+    /// reports it; iommufd only reports the IOVA alignment it requires, so there every power
+    /// of two from that alignment up is set.
     pub page_sizes: u64,
     /// DMA mappings still available (type1's limit), when reported.
     pub dma_avail: Option<u32>,
@@ -102,8 +104,12 @@ impl Iommu {
     /// Open a new iommufd context with one IOAS.
     pub(crate) fn open_iommufd(dev: &std::path::Path) -> Result<Self> {
         let path = dev.join("iommu");
-        let file = std::fs::OpenOptions::new().read(true).write(true).open(&path).map_err(|e| {
-            Error::IommufdUnavailable(format!("{}: {e} (kernel without CONFIG_IOMMUFD?)", path.display()))
+        let file = std::fs::OpenOptions::new().read(true).write(true).open(&path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => Error::IommufdUnavailable(format!(
+                "{}: {e} (kernel without CONFIG_IOMMUFD, or the iommufd module not loaded)",
+                path.display()
+            )),
+            _ => Error::DeviceNode { path: path.clone(), source: e },
         })?;
         let fd = OwnedFd::from(file);
         let mut alloc =

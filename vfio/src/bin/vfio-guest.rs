@@ -3,7 +3,7 @@
 //! map/unmap benchmark.
 //!
 //!   vfio-guest check   # discover edu → bind → open (container, iommufd) → MMIO → DMA → MSI → fault → reset → unbind
-//!   vfio-guest bench   # DMA map+unmap throughput and ioctls per GiB, 4 KiB vs 2 MiB pages
+//!   vfio-guest bench   # DMA map+unmap throughput and ioctls per GiB, 4 KiB vs 2 MiB pages, per backend
 //!   vfio-guest all     # both
 //!
 //! Output lines: `VFIO-CHECK ok|FAIL|skip NAME: detail`, `VFIO-BENCH ...`, and finally
@@ -405,12 +405,25 @@ fn bench(rep: &mut Report) {
         return;
     };
     let mib: usize = std::env::var("VFIO_BENCH_MIB").ok().and_then(|v| v.parse().ok()).unwrap_or(64);
-    let total = mib << 20;
     let reps: u32 = 4;
-    let dev = match Device::open(f.0.address, &OpenOptions::default()) {
+    for backend in [Backend::Container, Backend::Iommufd] {
+        bench_backend(rep, f.0.address, backend, mib, reps);
+    }
+    rep.check("bench.unbind", binding.0.restore().map(|_| "ok"));
+}
+
+/// The benchmark through one backend: `mib` MiB mapped and unmapped `reps` times, as one
+/// buffer and page by page.
+fn bench_backend(rep: &mut Report, addr: PciAddress, backend: Backend, mib: usize, reps: u32) {
+    let total = mib << 20;
+    let dev = match Device::open(addr, &OpenOptions { backend, ..Default::default() }) {
         Ok(d) => d,
+        Err(e @ vfio::Error::IommufdUnavailable(_)) => {
+            rep.skip(&format!("bench.{backend}"), &e.to_string());
+            return;
+        }
         Err(e) => {
-            rep.check::<&str, _>("bench.open", Err(e));
+            rep.check::<&str, _>(&format!("bench.{backend}.open"), Err(e));
             return;
         }
     };
@@ -421,7 +434,10 @@ fn bench(rep: &mut Report) {
         let mem = match HostMem::alloc_with(total, page) {
             Ok(m) => m,
             Err(e) => {
-                rep.skip(&format!("bench.{label}"), &format!("cannot allocate {mib} MiB of {label} pages: {e}"));
+                rep.skip(
+                    &format!("bench.{backend}.{label}"),
+                    &format!("cannot allocate {mib} MiB of {label} pages: {e}"),
+                );
                 continue;
             }
         };
@@ -430,7 +446,7 @@ fn bench(rep: &mut Report) {
         let iova = match dma.reserve_iova(total as u64, 2 << 20) {
             Ok(i) => i,
             Err(e) => {
-                rep.check::<&str, _>("bench.iova", Err(e));
+                rep.check::<&str, _>(&format!("bench.{backend}.iova"), Err(e));
                 continue;
             }
         };
@@ -467,13 +483,13 @@ fn bench(rep: &mut Report) {
             if let Some(e) = err {
                 // Undo whatever is still mapped before reporting.
                 let _ = dma.unmap_raw(iova, total as u64);
-                rep.check::<&str, _>(&format!("bench.{label}.{mode}"), Err(e));
+                rep.check::<&str, _>(&format!("bench.{backend}.{label}.{mode}"), Err(e));
                 continue;
             }
             let bytes = total as f64 * f64::from(reps);
             let ioctls = (dma.ioctl_count() - before) as f64;
             println!(
-                "VFIO-BENCH pages={label} mode={mode} bytes={} reps={reps} map+unmap={:.2} GiB/s ioctls/GiB={:.0} time={:.3}s",
+                "VFIO-BENCH backend={backend} pages={label} mode={mode} bytes={} reps={reps} map+unmap={:.2} GiB/s ioctls/GiB={:.0} time={:.3}s",
                 total,
                 bytes / GIB / dt,
                 ioctls / (bytes / GIB),
@@ -482,8 +498,6 @@ fn bench(rep: &mut Report) {
         }
         let _ = dma.release_iova(iova);
     }
-    drop(dev);
-    rep.check("bench.unbind", binding.0.restore().map(|_| "ok"));
 }
 
 fn main() {

@@ -1,1 +1,447 @@
-//! hal (see DESIGN.md)
+//! hal: the Neuron device driver over the Platform boundary — the same code drives the
+//! simulator and a real device bound to vfio-pci.
+//!
+//! [`Device`] = a [`platform::Platform`] + its arch (from the PCI ID): firmware-ready
+//! wait, UDMA engine bring-up ([`udma`]), host and device memory ([`mem`]), host↔device
+//! and device↔device copies on the arch's host-facing engines, notification rings
+//! ([`nq`]), semaphores and events, sequencer streams ([`seq`]), FW-IO and resets
+//! ([`fwio`]), Q7 / DGE ([`q7`]). Arch differences come from csr-maps data.
+
+pub mod error;
+pub mod fwio;
+pub mod mem;
+pub mod nq;
+pub mod q7;
+pub mod seq;
+pub mod udma;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use csr_maps::blocks::tpb_sem as ts;
+use csr_maps::consts::{fwio as fwc, nq as nqc};
+use csr_maps::formats::slot::SLOT_BYTES;
+use csr_maps::{Arch, Regs};
+use platform::{Mmio, Platform};
+
+pub use error::{HalError, Result};
+pub use fwio::{PollTiming, ResetKind};
+pub use mem::{DevAllocator, DevBuf, HostBuf, HostPool};
+pub use nq::{NqOwner, NqRing};
+pub use seq::{EngineStatus, Stream};
+pub use udma::{Ring, Xfer};
+
+/// Options for opening a device.
+#[derive(Debug, Clone)]
+pub struct DeviceOptions {
+    /// Use at most this many bytes of each HBM channel (default: the arch's active size).
+    pub hbm_limit: Option<u64>,
+    /// Poll periods for FW-IO and resets.
+    pub poll: PollTiming,
+    /// Host pool chunk size.
+    pub host_chunk: usize,
+    /// Descriptors per host-transfer ring.
+    pub h2t_ring_descs: u32,
+    /// How long to wait for the firmware's device id at open.
+    pub ready_timeout: Duration,
+}
+
+impl Default for DeviceOptions {
+    fn default() -> Self {
+        Self {
+            hbm_limit: None,
+            poll: PollTiming::default(),
+            host_chunk: 4 << 20,
+            // The kmod asks 4096 and rounds (n + 16) up to a power of two (§3.5).
+            h2t_ring_descs: 8192,
+            ready_timeout: Duration::from_secs(20),
+        }
+    }
+}
+
+/// Fatal hardware causes latched in an NC's error-trigger block.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FatalCauses {
+    pub seq_fatal: bool,
+    pub dma_abort: bool,
+    pub dma_fault: bool,
+    pub hbm_ue: bool,
+    pub hbm_ue_repairable: bool,
+    pub nc_ue: bool,
+    pub cc_error: bool,
+    pub net_proxy: bool,
+}
+
+/// A host-transfer ring keyed by (engine, queue).
+type H2tEntry = ((u64, u64), Arc<Mutex<Ring>>);
+
+struct Inner {
+    platform: Arc<dyn Platform>,
+    arch: &'static Arch,
+    bar0: Arc<dyn Mmio>,
+    bar4: Option<Arc<dyn Mmio>>,
+    pool: HostPool,
+    hbm: Arc<DevAllocator>,
+    /// Host-transfer rings by (engine, queue).
+    h2t: Mutex<Vec<H2tEntry>>,
+    fw_seq: Mutex<u8>,
+    opts: DeviceOptions,
+    index: u32,
+}
+
+/// An open Neuron device. Cheap to clone; the device is closed when the last clone
+/// and every buffer allocated from it are dropped.
+#[derive(Clone)]
+pub struct Device {
+    inner: Arc<Inner>,
+}
+
+impl Device {
+    /// Open the device behind `platform`: identify the arch, map BARs, wait for the
+    /// firmware. Call [`Device::init`] to bring up the DMA engines.
+    pub fn open(platform: Arc<dyn Platform>, opts: DeviceOptions) -> Result<Self> {
+        let id = platform.identity();
+        let arch = Arch::by_pci_id(id.vendor, id.device)
+            .ok_or(HalError::UnknownDevice { vendor: id.vendor, device: id.device })?;
+        let bar0 = platform.bar(arch.bars.apb)?;
+        let bar4 = platform.bar(arch.bars.dram).ok();
+        let regs = Regs::new(arch, bar0.as_ref());
+        let misc = regs.misc_ram(0)?;
+        let start = Instant::now();
+        let index = loop {
+            let v = misc.device_id().read()?.0;
+            if v != fwc::NOT_READY {
+                break v;
+            }
+            if start.elapsed() > opts.ready_timeout {
+                return Err(HalError::NotReady { waited_ms: start.elapsed().as_millis() as u64, value: v });
+            }
+            std::thread::sleep(opts.poll.reset);
+        };
+        let hbm_region = arch.region("hbm");
+        let bases: Vec<u64> = (0..arch.counts.hbm_stacks).filter_map(|k| arch.hbm_dev_addr(k, 0)).collect();
+        let size = opts.hbm_limit.unwrap_or(arch.consts.hbm_active_size).min(hbm_region.map(|r| r.size).unwrap_or(0));
+        let hbm = Arc::new(DevAllocator::new(
+            platform.clone(),
+            &bases,
+            size,
+            arch.consts.fw_carveout,
+            arch.consts.dev_alloc_min,
+        ));
+        let pool = HostPool::new(platform.clone(), opts.host_chunk);
+        Ok(Self {
+            inner: Arc::new(Inner {
+                platform,
+                arch,
+                bar0,
+                bar4,
+                pool,
+                hbm,
+                h2t: Mutex::new(Vec::new()),
+                fw_seq: Mutex::new(0),
+                opts,
+                index,
+            }),
+        })
+    }
+
+    /// Bring up every DMA engine (§3.6) and halt every notification queue of every NC.
+    pub fn init(&self) -> Result<()> {
+        let regs = self.regs();
+        for e in 0..self.arch().counts.dma_engines {
+            udma::init_engine(self.arch(), &regs, e)?;
+        }
+        for nc in 0..self.nc_count() {
+            nq::halt_all(&regs, nc, self.arch().counts.nq_slots)?;
+        }
+        Ok(())
+    }
+
+    /// The arch.
+    pub fn arch(&self) -> &'static Arch {
+        self.inner.arch
+    }
+    /// Typed registers over BAR0.
+    pub fn regs(&self) -> Regs<'_> {
+        Regs::new(self.inner.arch, self.inner.bar0.as_ref())
+    }
+    /// BAR0.
+    pub fn bar0(&self) -> &dyn Mmio {
+        self.inner.bar0.as_ref()
+    }
+    /// BAR4 (device memory), when mapped.
+    pub fn bar4(&self) -> Option<&dyn Mmio> {
+        self.inner.bar4.as_deref()
+    }
+    /// The platform.
+    pub fn platform(&self) -> &Arc<dyn Platform> {
+        &self.inner.platform
+    }
+    /// Routing id reported by the firmware.
+    pub fn index(&self) -> u32 {
+        self.inner.index
+    }
+    /// NeuronCores.
+    pub fn nc_count(&self) -> usize {
+        self.inner.arch.counts.ncs as usize
+    }
+    /// Options the device was opened with.
+    pub fn options(&self) -> &DeviceOptions {
+        &self.inner.opts
+    }
+    fn check_nc(&self, nc: usize) -> Result<()> {
+        if nc >= self.nc_count() {
+            return Err(HalError::NoSuchNc { nc, count: self.nc_count() });
+        }
+        Ok(())
+    }
+
+    // ----------------------------------------------------------------- memory
+
+    /// Host DMA memory.
+    pub fn alloc_host(&self, len: usize, align: usize) -> Result<HostBuf> {
+        self.inner.pool.alloc(len, align)
+    }
+    /// Device address of a host buffer (host window bit ORed in).
+    pub fn host_addr(&self, b: &HostBuf) -> u64 {
+        self.arch().host_dev_addr(b.iova())
+    }
+    /// Device memory on HBM channel `chan`.
+    pub fn alloc_device(&self, chan: usize, len: u64, align: u64) -> Result<DevBuf> {
+        self.inner.hbm.alloc(chan, len, align)
+    }
+    /// The device-memory allocator.
+    pub fn allocator(&self) -> &Arc<DevAllocator> {
+        &self.inner.hbm
+    }
+    /// Default HBM channel of NC `nc` (V2: NC h ↔ HBM h; V3/V4: NCs 2h, 2h+1 ↔ HBM h).
+    pub fn hbm_for_nc(&self, nc: usize) -> usize {
+        let c = &self.arch().counts;
+        ((nc as u64 * c.hbm_stacks) / c.ncs.max(1)).min(c.hbm_stacks.saturating_sub(1)) as usize
+    }
+    /// Unmap idle host chunks.
+    pub fn trim(&self) {
+        self.inner.pool.trim();
+    }
+
+    // ----------------------------------------------------------------- DMA
+
+    /// The host-transfer ring of NC `nc` (created on first use).
+    pub fn h2t_ring(&self, nc: usize) -> Result<Arc<Mutex<Ring>>> {
+        self.check_nc(nc)?;
+        let key = udma::h2t(self.arch(), nc);
+        let mut v = self.inner.h2t.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, r)) = v.iter().find(|(k, _)| *k == key) {
+            return Ok(r.clone());
+        }
+        let r = Ring::new(self.arch(), &self.regs(), &self.inner.pool, key.0, key.1, self.inner.opts.h2t_ring_descs)?;
+        let r = Arc::new(Mutex::new(r));
+        v.push((key, r.clone()));
+        Ok(r)
+    }
+
+    /// Copy between device addresses (host buffers, HBM, state buffer) on NC `nc`'s
+    /// host-facing engine; waits for completion. An aborted queue is recovered and the
+    /// abort returned.
+    pub fn copy(&self, nc: usize, xfers: &[Xfer]) -> Result<()> {
+        let ring = self.h2t_ring(nc)?;
+        let mut r = ring.lock().unwrap_or_else(|e| e.into_inner());
+        let regs = self.regs();
+        match r.copy(&regs, xfers) {
+            Err(e @ HalError::DmaAbort { .. }) | Err(e @ HalError::DmaTimeout { .. }) => {
+                r.recover(&regs)?;
+                Err(e)
+            }
+            other => other,
+        }
+    }
+
+    /// Write `data` to device address `addr` (through bounce buffers).
+    pub fn write_device(&self, nc: usize, addr: u64, data: &[u8]) -> Result<()> {
+        let chunk = self.inner.opts.host_chunk.clamp(4096, 4 << 20);
+        let bounce = self.alloc_host(chunk.min(data.len().max(1)), 64)?;
+        for (i, c) in data.chunks(chunk).enumerate() {
+            bounce.write(0, c)?;
+            self.copy(
+                nc,
+                &[Xfer { src: self.host_addr(&bounce), dst: addr + (i * chunk) as u64, len: c.len() as u64 }],
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Read device address `addr` into `out`.
+    pub fn read_device(&self, nc: usize, addr: u64, out: &mut [u8]) -> Result<()> {
+        let chunk = self.inner.opts.host_chunk.clamp(4096, 4 << 20);
+        let bounce = self.alloc_host(chunk.min(out.len().max(1)), 64)?;
+        for (i, c) in out.chunks_mut(chunk).enumerate() {
+            self.copy(
+                nc,
+                &[Xfer { src: addr + (i * chunk) as u64, dst: self.host_addr(&bounce), len: c.len() as u64 }],
+            )?;
+            bounce.read(0, c)?;
+        }
+        Ok(())
+    }
+
+    /// Pause every queue of NC `nc`'s DMA engines (§3.7).
+    pub fn quiesce_nc(&self, nc: usize) -> Result<()> {
+        self.check_nc(nc)?;
+        let regs = self.regs();
+        let per = self.arch().counts.dma_engines_per_nc;
+        for e in nc as u64 * per..(nc as u64 + 1) * per {
+            let u = regs.udma(e)?;
+            for q in 0..csr_maps::consts::udma::QUEUES {
+                u.m2s().q(q)?.cfg().modify(|v| v.with_en_pref(0).with_en_scheduling(0))?;
+                u.s2m().q(q)?.cfg().modify(|v| v.with_en_pref(0).with_en_stream(0))?;
+            }
+        }
+        std::thread::sleep(Duration::from_micros(csr_maps::consts::udma::QUIESCE_WAIT_US));
+        Ok(())
+    }
+
+    // ----------------------------------------------------------------- semaphores
+
+    /// Semaphore `i` of NC `nc`.
+    pub fn sem_read(&self, nc: usize, i: u64) -> Result<i32> {
+        Ok(self.regs().tpb_sem(nc as u64)?.sem_read(i)?.read()?.0 as i32)
+    }
+    /// Assign.
+    pub fn sem_set(&self, nc: usize, i: u64, v: i32) -> Result<()> {
+        Ok(self.regs().tpb_sem(nc as u64)?.sem_set(i)?.write(ts::SemSet(v as u32))?)
+    }
+    /// Add (the kickoff: one MMIO write).
+    pub fn sem_inc(&self, nc: usize, i: u64, v: u32) -> Result<()> {
+        Ok(self.regs().tpb_sem(nc as u64)?.sem_inc(i)?.write(ts::SemInc(v))?)
+    }
+    /// Subtract.
+    pub fn sem_dec(&self, nc: usize, i: u64, v: u32) -> Result<()> {
+        Ok(self.regs().tpb_sem(nc as u64)?.sem_dec(i)?.write(ts::SemDec(v))?)
+    }
+    /// BAR0 offset of semaphore `i`'s increment register (for precomputed kickoffs).
+    pub fn sem_inc_offset(&self, nc: usize, i: u64) -> Result<u64> {
+        Ok(self.regs().tpb_sem(nc as u64)?.sem_inc(i)?.offset())
+    }
+    /// Device address of semaphore `i`'s increment register (a DMA or WRITE target).
+    pub fn sem_inc_dev_addr(&self, nc: usize, i: u64) -> Result<u64> {
+        let off = self.sem_inc_offset(nc, i)?;
+        self.arch().bar0_to_dev(off).ok_or(HalError::DeviceRange { addr: off, len: 4 })
+    }
+    /// Event `i` (0/1).
+    pub fn event(&self, nc: usize, i: u64) -> Result<bool> {
+        Ok(self.regs().tpb_sem(nc as u64)?.event(i)?.read()?.0 & 1 != 0)
+    }
+    /// Set or clear event `i`.
+    pub fn set_event(&self, nc: usize, i: u64, on: bool) -> Result<()> {
+        Ok(self.regs().tpb_sem(nc as u64)?.event(i)?.write(ts::Event(on as u32))?)
+    }
+
+    // ----------------------------------------------------------------- notifications
+
+    /// A host notification ring of `records` entries on NOTIFIC slot `slot` of `owner`.
+    pub fn nq_ring(&self, owner: NqOwner, slot: u64, records: u64) -> Result<NqRing> {
+        if let NqOwner::Nc(nc) = owner {
+            self.check_nc(nc)?;
+        }
+        NqRing::new(self.arch(), &self.regs(), &self.inner.pool, owner, slot, records)
+    }
+    /// NOTIFIC slot of TPB engine `engine`'s INFER_STATUS ring.
+    pub fn infer_slot(&self, engine: usize) -> u64 {
+        self.arch().consts.nq_slot_infer_status + engine as u64
+    }
+    /// NOTIFIC slot of the TPB error ring.
+    pub fn error_slot(&self) -> u64 {
+        self.arch().consts.nq_slot_error
+    }
+    /// NOTIFIC slot of a (type, engine) NQ id (type × 16 + engine).
+    pub fn nq_id(kind: u64, engine: u64) -> u64 {
+        kind * nqc::ENGINES_PER_TYPE + engine
+    }
+    /// INTC line 61 (group 1 bit 29): software NQ overflow on NC `nc`.
+    pub fn nq_overflow(&self, nc: usize) -> Result<bool> {
+        Ok(self.regs().nc_intc(nc as u64)?.g1().cause().read()?.sw_nq_overflow() != 0)
+    }
+    /// Fatal causes latched on NC `nc`.
+    pub fn fatal_causes(&self, nc: usize) -> Result<FatalCauses> {
+        let c = self.regs().nc_intc(nc as u64)?.g0().cause().read()?;
+        Ok(FatalCauses {
+            seq_fatal: c.seq_fatal() != 0,
+            dma_abort: c.dma_abort() != 0,
+            dma_fault: c.dma_fault() != 0,
+            hbm_ue: c.hbm_ue() != 0,
+            hbm_ue_repairable: c.hbm_ue_repairable() != 0,
+            nc_ue: c.nc_ue() != 0,
+            cc_error: c.cc_error() != 0,
+            net_proxy: c.net_proxy_fail() != 0,
+        })
+    }
+    /// Clear every latched cause of NC `nc` (write 1 to clear).
+    pub fn clear_causes(&self, nc: usize) -> Result<()> {
+        let i = self.regs().nc_intc(nc as u64)?;
+        i.g0().cause().write(csr_maps::blocks::nc_intc_g0::Cause(u32::MAX))?;
+        i.g1().cause().write(csr_maps::blocks::nc_intc_g1::Cause(u32::MAX))?;
+        Ok(())
+    }
+
+    // ----------------------------------------------------------------- sequencers
+
+    /// Stage a slot program for `engine` of `nc` in device memory and program the engine.
+    pub fn load_stream(&self, nc: usize, engine: usize, slots: &[u8], looped: bool) -> Result<Stream> {
+        self.check_nc(nc)?;
+        if slots.is_empty() || !slots.len().is_multiple_of(SLOT_BYTES) {
+            return Err(HalError::ProgramSize(slots.len()));
+        }
+        let mem = self.alloc_device(self.hbm_for_nc(nc), slots.len() as u64, 4096)?;
+        self.write_device(nc, mem.addr(), slots)?;
+        Stream::program(&self.regs(), nc, engine, mem, slots.len(), self.infer_slot(engine), looped)
+    }
+
+    /// Status of an engine.
+    pub fn engine_status(&self, nc: usize, engine: usize) -> Result<EngineStatus> {
+        seq::status(&self.regs(), nc, engine)
+    }
+
+    // ----------------------------------------------------------------- firmware
+
+    /// A FW-IO request (new protocol).
+    pub fn fwio(&self, cmd: u8, payload: &[u8]) -> Result<Vec<u8>> {
+        let mut s = self.inner.fw_seq.lock().unwrap_or_else(|e| e.into_inner());
+        fwio::request(&self.regs(), &mut s, cmd, payload, &self.inner.opts.poll)
+    }
+
+    /// Reset NeuronCore `nc` through the firmware and bring its DMA engines back up; the
+    /// NC's notification queues and host-transfer ring are re-initialised.
+    pub fn reset_nc(&self, nc: usize) -> Result<()> {
+        self.check_nc(nc)?;
+        let regs = self.regs();
+        nq::halt_all(&regs, nc, self.arch().counts.nq_slots)?;
+        fwio::reset(self.arch(), &regs, ResetKind::Ncs(1 << nc), &self.inner.opts.poll)?;
+        let per = self.arch().counts.dma_engines_per_nc;
+        for e in nc as u64 * per..(nc as u64 + 1) * per {
+            udma::init_engine(self.arch(), &regs, e)?;
+        }
+        self.reprogram_h2t()
+    }
+
+    /// Reset the whole device and re-initialise it.
+    pub fn reset_device(&self) -> Result<()> {
+        fwio::reset(self.arch(), &self.regs(), ResetKind::Device, &self.inner.opts.poll)?;
+        self.init()?;
+        self.reprogram_h2t()
+    }
+
+    fn reprogram_h2t(&self) -> Result<()> {
+        let regs = self.regs();
+        let v = self.inner.h2t.lock().unwrap_or_else(|e| e.into_inner());
+        for (_, r) in v.iter() {
+            r.lock().unwrap_or_else(|e| e.into_inner()).recover(&regs)?;
+        }
+        Ok(())
+    }
+
+    /// Drop cached host-transfer rings and unmap idle host memory (for a clean close).
+    pub fn close(&self) {
+        self.inner.h2t.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        self.inner.pool.trim();
+    }
+}

@@ -205,7 +205,7 @@ impl Buddy {
         let mut off = 0u64;
         while off < size {
             let mut o = max_order;
-            while o > min_order && (off % (1 << o) != 0 || off + (1 << o) > size) {
+            while o > min_order && (!off.is_multiple_of(1 << o) || off + (1 << o) > size) {
                 o -= 1;
             }
             if off + (1 << o) > size {
@@ -326,7 +326,8 @@ impl DevAllocator {
         }
         let c = self.chans.get(chan).ok_or(HalError::OutOfDeviceMemory { chan, size: len, free: 0 })?;
         let mut b = c.lock().unwrap_or_else(|e| e.into_inner());
-        let addr = b.alloc(len, align).ok_or(HalError::OutOfDeviceMemory { chan, size: len, free: b.capacity - b.used })?;
+        let addr =
+            b.alloc(len, align).ok_or(HalError::OutOfDeviceMemory { chan, size: len, free: b.capacity - b.used })?;
         let bytes = 1u64 << b.live.get(&(addr - b.base)).copied().unwrap_or(0);
         drop(b);
         self.platform.account_device_memory(bytes as i64);
@@ -341,7 +342,12 @@ impl DevAllocator {
     /// Usage of channel `chan`.
     pub fn usage(&self, chan: usize) -> Option<ChanUsage> {
         let b = self.chans.get(chan)?.lock().unwrap_or_else(|e| e.into_inner());
-        Some(ChanUsage { capacity: b.capacity, used: b.used, largest_free: b.largest_free(), allocations: b.live.len() })
+        Some(ChanUsage {
+            capacity: b.capacity,
+            used: b.used,
+            largest_free: b.largest_free(),
+            allocations: b.live.len(),
+        })
     }
 }
 

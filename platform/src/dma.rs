@@ -83,9 +83,12 @@ impl HostMem {
             page,
             source: std::io::Error::from_raw_os_error(libc::ENOMEM),
         })?;
-        let mut flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+        let mut flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
         match page {
-            PageSize::Base4K => {}
+            // Base pages are reserved lazily (sparse device models rely on it). Hugepages
+            // must be reserved at mmap time: with MAP_NORESERVE an empty pool would turn
+            // the first touch into SIGBUS instead of a clean mmap failure.
+            PageSize::Base4K => flags |= libc::MAP_NORESERVE,
             PageSize::Huge2M => flags |= libc::MAP_HUGETLB | (21 << libc::MAP_HUGE_SHIFT),
             PageSize::Huge1G => flags |= libc::MAP_HUGETLB | (30 << libc::MAP_HUGE_SHIFT),
         }

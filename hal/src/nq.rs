@@ -1,0 +1,126 @@
+//! Notification queues: host-memory rings programmed into NOTIFIC slots, and the
+//! harvest reader (phase tracking, head write-back) — NEURON_HW_FACTS §4, NRT_FACTS §5.
+
+use std::sync::atomic::Ordering;
+
+use csr_maps::blocks::notific_slot as ns;
+use csr_maps::formats::notify::RECORD_BYTES;
+use csr_maps::{Arch, Regs};
+
+use crate::error::{HalError, Result};
+use crate::mem::{HostBuf, HostPool};
+
+/// Which NOTIFIC block a ring lives in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NqOwner {
+    /// The NC-level block of a NeuronCore.
+    Nc(usize),
+    /// A TOP_SP block.
+    TopSp(usize),
+}
+
+/// A notification ring in host memory, read by the host.
+pub struct NqRing {
+    buf: HostBuf,
+    size: u64,
+    owner: NqOwner,
+    slot: u64,
+    head: u64,
+    phase: bool,
+    head_reg: u64,
+}
+
+impl NqRing {
+    /// Allocate a ring of `records` entries (a power of two) and program slot `slot`
+    /// (order: base_hi, base_lo, size).
+    pub fn new(
+        arch: &'static Arch,
+        regs: &Regs<'_>,
+        pool: &HostPool,
+        owner: NqOwner,
+        slot: u64,
+        records: u64,
+    ) -> Result<Self> {
+        let size = records.checked_mul(RECORD_BYTES as u64).ok_or(HalError::NqSize(records))?;
+        if records == 0 || !size.is_power_of_two() {
+            return Err(HalError::NqSize(size));
+        }
+        let buf = pool.alloc(size as usize, 4096.min(size as usize))?;
+        buf.fill(0, size as usize, 0)?;
+        let s = slot_regs(regs, owner, slot)?;
+        let a = arch.host_dev_addr(buf.iova());
+        s.base_hi().write(ns::BaseHi((a >> 32) as u32))?;
+        s.base_lo().write(ns::BaseLo(a as u32))?;
+        s.size().write(ns::Size(size as u32))?;
+        s.head().write(ns::Head(0))?;
+        Ok(Self { buf, size, owner, slot, head: 0, phase: true, head_reg: s.head().offset() })
+    }
+
+    /// NOTIFIC slot.
+    pub fn slot(&self) -> u64 {
+        self.slot
+    }
+    /// Owner block.
+    pub fn owner(&self) -> NqOwner {
+        self.owner
+    }
+    /// Ring size in bytes.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Append up to `max` new records (oldest first); write the consumer head back once.
+    /// No allocation when `out` has capacity; no syscalls.
+    pub fn poll(&mut self, regs: &Regs<'_>, out: &mut Vec<[u8; RECORD_BYTES]>, max: usize) -> Result<usize> {
+        let mut n = 0;
+        while n < max {
+            let off = self.head as usize;
+            // The header byte (with the phase bit) is written last by the device.
+            let w = self.buf.atomic_u32(off)?.load(Ordering::Acquire);
+            let phase = (w >> 31) & 1 == 1;
+            if phase != self.phase {
+                break;
+            }
+            let mut rec = [0u8; RECORD_BYTES];
+            self.buf.read(off, &mut rec)?;
+            out.push(rec);
+            n += 1;
+            self.head += RECORD_BYTES as u64;
+            if self.head == self.size {
+                self.head = 0;
+                self.phase = !self.phase;
+            }
+        }
+        if n > 0 {
+            regs.mmio.write32(self.head_reg, self.head as u32)?;
+        }
+        Ok(n)
+    }
+
+    /// Halt the slot (base 0, size 0).
+    pub fn halt(&self, regs: &Regs<'_>) -> Result<()> {
+        let s = slot_regs(regs, self.owner, self.slot)?;
+        s.size().write(ns::Size(0))?;
+        s.base_lo().write(ns::BaseLo(0))?;
+        s.base_hi().write(ns::BaseHi(0))?;
+        Ok(())
+    }
+}
+
+fn slot_regs<'a>(regs: &Regs<'a>, owner: NqOwner, slot: u64) -> Result<csr_maps::blocks::notific_slot::Block<'a>> {
+    Ok(match owner {
+        NqOwner::Nc(nc) => regs.notific(nc as u64)?.nq(slot)?,
+        NqOwner::TopSp(t) => regs.notific_topsp(t as u64)?.nq(slot)?,
+    })
+}
+
+/// Write zeros to every slot of NC `nc`'s NOTIFIC block (teardown, §4.3).
+pub fn halt_all(regs: &Regs<'_>, nc: usize, slots: u64) -> Result<()> {
+    for s in 0..slots {
+        let r = regs.notific(nc as u64)?.nq(s)?;
+        r.size().write(ns::Size(0))?;
+        r.base_lo().write(ns::BaseLo(0))?;
+        r.base_hi().write(ns::BaseHi(0))?;
+    }
+    Ok(())
+}

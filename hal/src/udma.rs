@@ -1,0 +1,331 @@
+//! UDMA: engine bring-up per arch, queue programming, the descriptor-ring writer,
+//! doorbells, completion detection, quiesce and recovery from abort
+//! (NEURON_HW_FACTS §3).
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use csr_maps::blocks::{udma_m2s as m2s, udma_m2s_q as mq, udma_s2m as s2m, udma_s2m_q as sq};
+use csr_maps::consts::udma as udc;
+use csr_maps::formats::udma::{meta, DescCtrl, UdmaDesc, DESC_BYTES, MAX_DESC_LEN};
+use csr_maps::{Arch, Regs};
+
+use crate::error::{HalError, Result};
+use crate::mem::{HostBuf, HostPool};
+
+/// Descriptors per packet the driver builds (the arch programs 65 = 64 + 1 metadata).
+const DESCS_PER_PACKET: usize = 64;
+
+/// Bring up engine `e` as the kmod does (§3.6), with the arch's values from csr-maps.
+pub fn init_engine(arch: &'static Arch, regs: &Regs<'_>, e: u64) -> Result<()> {
+    let c = &arch.consts;
+    let u = regs.udma(e)?;
+    let (m, s) = (u.m2s(), u.s2m());
+    for q in 0..udc::QUEUES {
+        m.q(q)?.cfg().write(mq::Cfg(udc::Q_CFG_ENABLE))?;
+        s.q(q)?.cfg().write(sq::Cfg(udc::Q_CFG_ENABLE))?;
+    }
+    m.data_rd_cfg().write(m2s::DataRdCfg(c.m2s_data_rd_cfg as u32))?;
+    m.axi_ostand_cfg().write(m2s::AxiOstandCfg(c.m2s_ostand_cfg as u32))?;
+    u.gen().axi_timeout().write(csr_maps::blocks::udma_gen::AxiTimeout(c.axi_timeout as u32))?;
+    m.comp_app_ack_cfg().write(m2s::CompAppAckCfg(0))?;
+    m.cfg_len().write(m2s::CfgLen(udc::M2S_CFG_LEN))?;
+    m.stream_cfg().write(m2s::StreamCfg(udc::M2S_STREAM_CFG))?;
+    let gx = u.gen_ex();
+    for q in 0..udc::QUEUES {
+        gx.tx_sel(q)?.write(csr_maps::blocks::udma_gen_ex::TxSel(udc::VMPR_SEL))?;
+        gx.rx_sel0(q)?.write(csr_maps::blocks::udma_gen_ex::RxSel0(udc::VMPR_SEL))?;
+        gx.rx_sel1(q)?.write(csr_maps::blocks::udma_gen_ex::RxSel1(udc::VMPR_SEL))?;
+        gx.rx_sel2(q)?.write(csr_maps::blocks::udma_gen_ex::RxSel2(udc::VMPR_SEL))?;
+    }
+    m.axi_data_rd_cfg().write(m2s::AxiDataRdCfg(udc::AXI_RD_CFG))?;
+    s.comp_app_ack_cfg().write(s2m::CompAppAckCfg(0))?;
+    s.axi_ostand_rd().write(s2m::AxiOstandRd(c.s2m_ostand_rd as u32))?;
+    s.axi_ostand_wr().write(s2m::AxiOstandWr(c.s2m_ostand_wr as u32))?;
+    if c.s2m_max_data_wr != 0 {
+        s.axi_ostand_wr2().modify(|v| v.with_max_data_wr(c.s2m_max_data_wr as u32))?;
+    }
+    u.gen().spare_zeroes0().modify(|v| v.with_dis_comp_head_report(0))?;
+    // Interrupt controllers: secondary error groups abort and are unmasked; primary D summaries.
+    let g = u.gen();
+    for (grp_mask, grp_abort, bits) in [
+        (g.sec_a().mask_clear().offset(), g.sec_a().abort_mask().offset(), udc::SEC_A_ERRORS),
+        (g.sec_b().mask_clear().offset(), g.sec_b().abort_mask().offset(), udc::SEC_B_ERRORS),
+    ] {
+        regs.mmio.write32(grp_mask, !bits)?;
+        regs.mmio.write32(grp_abort, !bits)?;
+    }
+    g.pri_d().control().write(csr_maps::blocks::iofic_summary::Control(udc::IOFIC_CONTROL))?;
+    regs.mmio.write32(g.pri_d().mask_clear().offset(), !udc::PRI_D_SUMMARY)?;
+    s.comp_cfg().write(s2m::CompCfg(udc::S2M_COMP_CFG))?;
+    m.desc_pref_cfg2().write(m2s::DescPrefCfg2(udc::M2S_PREF_CFG2))?;
+    m.desc_pref_cfg3().write(m2s::DescPrefCfg3(udc::PREF_CFG3))?;
+    s.desc_pref_cfg3().write(s2m::DescPrefCfg3(udc::PREF_CFG3))?;
+    m.axi_desc_rd_cfg3().write(m2s::AxiDescRdCfg3(udc::AXI_RD_CFG))?;
+    s.axi_desc_rd_cfg3().write(s2m::AxiDescRdCfg3(udc::AXI_RD_CFG))?;
+    // SDMA wrapper.
+    let w = regs.sdma(e)?;
+    w.event_accel().write_with(|v| v.with_en(1))?;
+    w.rob_cfg().write_with(|v| v.with_en(1))?;
+    w.wob_cfg().write_with(|v| v.with_en(1))?;
+    if c.sdma_txdf != 0 {
+        w.txdf().write_with(|v| v.with_overhead_beats(c.sdma_txdf as u32))?;
+    }
+    // V3/V4: prefetch ring-id errors are masked on SENG engines (§7.2).
+    let seng = e < arch.counts.ncs * arch.counts.dma_engines_per_nc;
+    if c.ring_id_errors_masked != 0 && seng {
+        let a_bit = 1 << field_lsb("iofic_m2s_err", "pref_ring_id");
+        let b_bit = 1 << field_lsb("iofic_s2m_err", "pref_ring_id");
+        let (am, aa) = (g.sec_a().mask().offset(), g.sec_a().abort_mask().offset());
+        let (bm, ba) = (g.sec_b().mask().offset(), g.sec_b().abort_mask().offset());
+        for (off, bit) in [(am, a_bit), (aa, a_bit), (bm, b_bit), (ba, b_bit)] {
+            let v = regs.mmio.read32(off)?;
+            regs.mmio.write32(off, v | bit)?;
+        }
+        m.err_log_mask().modify(|v| v.with_pref_ring_id(1))?;
+        s.err_log_mask().modify(|v| v.with_pref_ring_id(1))?;
+    }
+    Ok(())
+}
+
+fn field_lsb(block: &str, field: &str) -> u32 {
+    csr_maps::meta::block(block)
+        .and_then(|b| b.regs.iter().find(|r| r.name == "cause"))
+        .and_then(|r| r.fields.iter().find(|f| f.name == field))
+        .map(|f| f.lsb as u32)
+        .unwrap_or(0)
+}
+
+/// Which engine and queue serve host↔device copies for NC `nc` (the kmod's H2T).
+pub fn h2t(arch: &Arch, nc: usize) -> (u64, u64) {
+    let per = arch.consts.h2t_ncs_per_engine.max(1);
+    (arch.consts.h2t_engine_base + nc as u64 / per, nc as u64 % per)
+}
+
+/// One queue pair driven by the host: descriptor rings in host memory.
+pub struct Ring {
+    arch: &'static Arch,
+    pub engine: u64,
+    pub queue: u64,
+    m2s_ring: HostBuf,
+    s2m_ring: HostBuf,
+    /// Two words: marker source (0xABCDEF01) and completion destination.
+    marker: HostBuf,
+    ndesc: u32,
+    next: u32,
+    ring_id: u8,
+    /// Timeout per completion wait.
+    pub timeout: Duration,
+}
+
+/// A copy leg: device address and length.
+#[derive(Debug, Clone, Copy)]
+pub struct Xfer {
+    pub src: u64,
+    pub dst: u64,
+    pub len: u64,
+}
+
+impl Ring {
+    /// Program queue `queue` of engine `engine` onto fresh rings of `ndesc` descriptors (§3.7).
+    pub fn new(
+        arch: &'static Arch,
+        regs: &Regs<'_>,
+        pool: &HostPool,
+        engine: u64,
+        queue: u64,
+        ndesc: u32,
+    ) -> Result<Self> {
+        if !ndesc.is_power_of_two() || (ndesc as u64) < udc::RING_MIN_DESCS || ndesc as u64 > udc::RING_MAX_DESCS {
+            return Err(HalError::RingSize(ndesc as u64));
+        }
+        let bytes = ndesc as usize * DESC_BYTES;
+        let m2s_ring = pool.alloc(bytes, udc::RING_ALIGN as usize)?;
+        let s2m_ring = pool.alloc(bytes, udc::RING_ALIGN as usize)?;
+        let marker = pool.alloc(64, 64)?;
+        m2s_ring.fill(0, bytes, 0)?;
+        s2m_ring.fill(0, bytes, 0)?;
+        marker.write_u32(0, udc::COMPLETION_MARKER)?;
+        marker.write_u32(8, 0)?;
+        let r = Self {
+            arch,
+            engine,
+            queue,
+            m2s_ring,
+            s2m_ring,
+            marker,
+            ndesc,
+            next: 0,
+            ring_id: udc::INITIAL_RING_ID,
+            timeout: Duration::from_secs(10),
+        };
+        r.program(regs)?;
+        Ok(r)
+    }
+
+    /// (Re)program both halves: pause, reset, base, length, no completion ring, enable.
+    fn program(&self, regs: &Regs<'_>) -> Result<()> {
+        let u = regs.udma(self.engine)?;
+        let (m, s) = (u.m2s().q(self.queue)?, u.s2m().q(self.queue)?);
+        m.rlimit_mask().write(mq::RlimitMask(udc::RLIMIT_MASK_INIT))?;
+        let mb = self.arch.host_dev_addr(self.m2s_ring.iova());
+        let sb = self.arch.host_dev_addr(self.s2m_ring.iova());
+        m.cfg().modify(|v| v.with_en_pref(0).with_en_scheduling(0))?;
+        m.sw_ctrl().write_with(|v| v.with_rst_q(1))?;
+        m.ring_base_lo().write(mq::RingBaseLo(mb as u32))?;
+        m.ring_base_hi().write(mq::RingBaseHi((mb >> 32) as u32))?;
+        m.ring_len().write_with(|v| v.with_count(self.ndesc))?;
+        m.comp_cfg().write(mq::CompCfg(0))?;
+        m.cfg().modify(|v| v.with_en_pref(1).with_en_scheduling(1))?;
+        s.cfg().modify(|v| v.with_en_pref(0).with_en_stream(0))?;
+        s.sw_ctrl().write_with(|v| v.with_rst_q(1))?;
+        s.ring_base_lo().write(sq::RingBaseLo(sb as u32))?;
+        s.ring_base_hi().write(sq::RingBaseHi((sb >> 32) as u32))?;
+        s.ring_len().write_with(|v| v.with_count(self.ndesc))?;
+        s.comp_cfg().write(sq::CompCfg(0))?;
+        s.cfg().modify(|v| v.with_en_pref(1).with_en_stream(1))?;
+        Ok(())
+    }
+
+    /// Descriptor pairs available before the ring must be drained (16 of slack, §3.5).
+    fn capacity(&self) -> usize {
+        self.ndesc as usize - udc::RING_SLACK as usize - 1
+    }
+
+    fn put(&mut self, m: &mut UdmaDesc, s: &mut UdmaDesc) -> Result<()> {
+        m.ctrl.ring_id = self.ring_id;
+        s.ctrl.ring_id = self.ring_id;
+        let at = self.next as usize * DESC_BYTES;
+        self.m2s_ring.write(at, &m.encode())?;
+        self.s2m_ring.write(at, &s.encode())?;
+        self.next += 1;
+        if self.next == self.ndesc {
+            self.next = 0;
+            self.ring_id = (self.ring_id + 1) & 3;
+        }
+        Ok(())
+    }
+
+    /// Copy every transfer (device addresses), then the completion-marker pair; ring the
+    /// doorbells (RX before TX) and wait for the marker. Large batches are split so the
+    /// ring never overflows.
+    pub fn copy(&mut self, regs: &Regs<'_>, xfers: &[Xfer]) -> Result<()> {
+        let mut pending = 0usize;
+        for x in xfers {
+            let mut off = 0u64;
+            while off < x.len {
+                // One packet: up to 64 descriptors of ≤ 64 KiB, FIRST..CONCAT..LAST.
+                let left = x.len - off;
+                let descs = (left.div_ceil(MAX_DESC_LEN as u64) as usize).min(DESCS_PER_PACKET);
+                if pending + descs + 1 > self.capacity() {
+                    self.finish(regs, pending)?;
+                    pending = 0;
+                }
+                for i in 0..descs {
+                    let n = (left - i as u64 * MAX_DESC_LEN as u64).min(MAX_DESC_LEN as u64) as u32;
+                    let first = i == 0;
+                    let last = i + 1 == descs;
+                    let ctrl = DescCtrl { len: n, first, last, concat: !last, ..Default::default() };
+                    let mut m = UdmaDesc { ctrl, word1: meta::DEFAULT, addr: x.src + off };
+                    let mut s = UdmaDesc { ctrl, word1: 0, addr: x.dst + off };
+                    self.put(&mut m, &mut s)?;
+                    off += n as u64;
+                    pending += 1;
+                }
+            }
+        }
+        self.finish(regs, pending)
+    }
+
+    fn finish(&mut self, regs: &Regs<'_>, pending: usize) -> Result<()> {
+        if pending == 0 {
+            return Ok(());
+        }
+        // Completion marker pair: host word → host word, with the write barrier (§3.4, §3.8).
+        self.marker.atomic_u32(8)?.store(0, Ordering::Release);
+        let src = self.arch.host_dev_addr(self.marker.iova());
+        let dst = self.arch.host_dev_addr(self.marker.iova() + 8);
+        let mut m = UdmaDesc::tx(src, 4, 0, true, true);
+        m.word1 |= meta::WRITE_BARRIER;
+        let mut s = UdmaDesc::rx(dst, 4, 0, true, true);
+        self.put(&mut m, &mut s)?;
+        let n = pending as u32 + 1;
+        std::sync::atomic::fence(Ordering::SeqCst);
+        let u = regs.udma(self.engine)?;
+        u.s2m().q(self.queue)?.tail_inc().write_with(|v| v.with_count(n))?;
+        u.m2s().q(self.queue)?.tail_inc().write_with(|v| v.with_count(n))?;
+        self.wait(regs)
+    }
+
+    fn wait(&mut self, regs: &Regs<'_>) -> Result<()> {
+        let word = self.marker.atomic_u32(8)?;
+        let start = Instant::now();
+        let mut spins = 0u32;
+        loop {
+            if word.load(Ordering::Acquire) == udc::COMPLETION_MARKER {
+                return Ok(());
+            }
+            spins += 1;
+            if spins.is_multiple_of(256) {
+                if let Some(e) = self.aborted(regs)? {
+                    return Err(e);
+                }
+                if start.elapsed() > self.timeout {
+                    return Err(HalError::DmaTimeout {
+                        engine: self.engine,
+                        queue: self.queue,
+                        waited_ms: start.elapsed().as_millis() as u64,
+                    });
+                }
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
+
+    /// The abort error if the queue pair is aborted.
+    pub fn aborted(&self, regs: &Regs<'_>) -> Result<Option<HalError>> {
+        let u = regs.udma(self.engine)?;
+        let a = u.m2s().q(self.queue)?.status().read()?.aborted() | u.s2m().q(self.queue)?.status().read()?.aborted();
+        if a == 0 {
+            return Ok(None);
+        }
+        Ok(Some(HalError::DmaAbort {
+            engine: self.engine,
+            queue: self.queue,
+            m2s_cause: u.gen().sec_a().cause().read()?.0,
+            s2m_cause: u.gen().sec_b().cause().read()?.0,
+        }))
+    }
+
+    /// Recover from an abort: clear the latched causes, return the engine to NORMAL and
+    /// re-initialise the queue onto its (cleared) rings.
+    pub fn recover(&mut self, regs: &Regs<'_>) -> Result<()> {
+        let u = regs.udma(self.engine)?;
+        let g = u.gen();
+        g.sec_a().cause().write(csr_maps::blocks::iofic_m2s_err::Cause(u32::MAX))?;
+        g.sec_b().cause().write(csr_maps::blocks::iofic_s2m_err::Cause(u32::MAX))?;
+        g.pri_d().cause().write(csr_maps::blocks::iofic_summary::Cause(u32::MAX))?;
+        // Reset the queue pair first (drops the descriptors of the failed batch), then
+        // return the engine to NORMAL.
+        let bytes = self.ndesc as usize * DESC_BYTES;
+        self.m2s_ring.fill(0, bytes, 0)?;
+        self.s2m_ring.fill(0, bytes, 0)?;
+        self.next = 0;
+        self.ring_id = udc::INITIAL_RING_ID;
+        self.program(regs)?;
+        u.m2s().change_state().write_with(|v| v.with_normal(1))?;
+        u.s2m().change_state().write_with(|v| v.with_normal(1))?;
+        Ok(())
+    }
+
+    /// Pause both halves (clear the enable bits) and let in-flight work settle (§3.7).
+    pub fn quiesce(&self, regs: &Regs<'_>) -> Result<()> {
+        let u = regs.udma(self.engine)?;
+        u.m2s().q(self.queue)?.cfg().modify(|v| v.with_en_pref(0).with_en_scheduling(0))?;
+        u.s2m().q(self.queue)?.cfg().modify(|v| v.with_en_pref(0).with_en_stream(0))?;
+        std::thread::sleep(Duration::from_micros(udc::QUIESCE_WAIT_US));
+        Ok(())
+    }
+}

@@ -240,6 +240,11 @@ impl Device {
         Ok(r)
     }
 
+    /// A new queue pair driven by this process (for model I/O rings).
+    pub fn new_ring(&self, engine: u64, queue: u64, ndesc: u32) -> Result<Ring> {
+        Ring::new(self.arch(), &self.regs(), &self.inner.pool, engine, queue, ndesc)
+    }
+
     /// Copy between device addresses (host buffers, HBM, state buffer) on NC `nc`'s
     /// host-facing engine; waits for completion. An aborted queue is recovered and the
     /// abort returned.

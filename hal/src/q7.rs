@@ -70,8 +70,8 @@ pub fn coretype(arch: &Arch, kind: CoreKind) -> u32 {
 }
 
 /// nrtucode core object.
-pub struct UcodeCore<'d> {
-    dev: &'d Device,
+pub struct UcodeCore {
+    dev: Device,
     pub nc: usize,
     pub kind: CoreKind,
     pub coretype: u32,
@@ -79,9 +79,9 @@ pub struct UcodeCore<'d> {
     friendly: String,
 }
 
-impl<'d> UcodeCore<'d> {
+impl UcodeCore {
     /// A core object for `kind` on NC `nc` (not yet booted).
-    pub fn new(_ctx: &UcodeContext, dev: &'d Device, nc: usize, kind: CoreKind) -> Result<Self, UcodeError> {
+    pub fn new(_ctx: &UcodeContext, dev: &Device, nc: usize, kind: CoreKind) -> Result<Self, UcodeError> {
         if nc >= dev.nc_count() {
             return Err(err(q7c::ERR_INVALID, "no such NeuronCore"));
         }
@@ -96,7 +96,7 @@ impl<'d> UcodeCore<'d> {
             CoreKind::Q7Pool { core } => format!("ND[{}]NC[{nc}].Q7_POOL[{core}]", dev.index()),
             CoreKind::Nx { engine } => format!("ND[{}]NC[{nc}].NX[{engine}]", dev.index()),
         };
-        Ok(Self { dev, nc, kind, coretype: coretype(dev.arch(), kind), booted: false, friendly })
+        Ok(Self { dev: dev.clone(), nc, kind, coretype: coretype(dev.arch(), kind), booted: false, friendly })
     }
 
     /// Friendly name.
@@ -249,7 +249,7 @@ impl<'d> UcodeCore<'d> {
     }
 }
 
-impl Drop for UcodeCore<'_> {
+impl Drop for UcodeCore {
     fn drop(&mut self) {
         if self.booted {
             if let Ok(b) = self.block() {

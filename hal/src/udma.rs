@@ -206,6 +206,34 @@ impl Ring {
         Ok(())
     }
 
+    /// Write the descriptor pairs of one transfer (packets of ≤ 64 descriptors of ≤ 64 KiB,
+    /// FIRST..CONCAT..LAST) at the producer index; returns how many pairs were written.
+    fn push_xfer(&mut self, x: &Xfer) -> Result<usize> {
+        let mut off = 0u64;
+        let mut n = 0usize;
+        while off < x.len {
+            let left = x.len - off;
+            let descs = (left.div_ceil(MAX_DESC_LEN as u64) as usize).min(DESCS_PER_PACKET);
+            for i in 0..descs {
+                let len = (left - i as u64 * MAX_DESC_LEN as u64).min(MAX_DESC_LEN as u64) as u32;
+                let first = i == 0;
+                let last = i + 1 == descs;
+                let ctrl = DescCtrl { len, first, last, concat: !last, ..Default::default() };
+                let mut m = UdmaDesc { ctrl, word1: meta::DEFAULT, addr: x.src + off };
+                let mut s = UdmaDesc { ctrl, word1: 0, addr: x.dst + off };
+                self.put(&mut m, &mut s)?;
+                off += len as u64;
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// Pairs one transfer needs.
+    pub fn pairs_for(len: u64) -> usize {
+        len.div_ceil(MAX_DESC_LEN as u64) as usize
+    }
+
     /// Copy every transfer (device addresses), then the completion-marker pair; ring the
     /// doorbells (RX before TX) and wait for the marker. Large batches are split so the
     /// ring never overflows.
@@ -214,27 +242,44 @@ impl Ring {
         for x in xfers {
             let mut off = 0u64;
             while off < x.len {
-                // One packet: up to 64 descriptors of ≤ 64 KiB, FIRST..CONCAT..LAST.
-                let left = x.len - off;
-                let descs = (left.div_ceil(MAX_DESC_LEN as u64) as usize).min(DESCS_PER_PACKET);
-                if pending + descs + 1 > self.capacity() {
+                let chunk = (x.len - off).min((DESCS_PER_PACKET as u64) * MAX_DESC_LEN as u64);
+                let need = Self::pairs_for(chunk);
+                if pending + need + 1 > self.capacity() {
                     self.finish(regs, pending)?;
                     pending = 0;
                 }
-                for i in 0..descs {
-                    let n = (left - i as u64 * MAX_DESC_LEN as u64).min(MAX_DESC_LEN as u64) as u32;
-                    let first = i == 0;
-                    let last = i + 1 == descs;
-                    let ctrl = DescCtrl { len: n, first, last, concat: !last, ..Default::default() };
-                    let mut m = UdmaDesc { ctrl, word1: meta::DEFAULT, addr: x.src + off };
-                    let mut s = UdmaDesc { ctrl, word1: 0, addr: x.dst + off };
-                    self.put(&mut m, &mut s)?;
-                    off += n as u64;
-                    pending += 1;
-                }
+                pending += self.push_xfer(&Xfer { src: x.src + off, dst: x.dst + off, len: chunk })?;
+                off += chunk;
             }
         }
         self.finish(regs, pending)
+    }
+
+    /// Stage descriptor pairs for transfers without ringing the doorbell (a sequencer's
+    /// WRITE to the tail-increment registers will). Returns the pairs written; the caller
+    /// must keep the ring from overflowing ([`Ring::free`]).
+    pub fn stage(&mut self, xfers: &[Xfer]) -> Result<u32> {
+        let mut n = 0usize;
+        for x in xfers {
+            n += self.push_xfer(x)?;
+        }
+        Ok(n as u32)
+    }
+
+    /// Descriptor pairs that can be staged before the hardware consumes some.
+    pub fn free(&self) -> usize {
+        self.capacity()
+    }
+
+    /// Device addresses of the (S2M, M2S) tail-increment registers: WRITE targets of a
+    /// lowered PSEUDO_DMA_TRIGGER.
+    pub fn doorbell_dev_addrs(&self, regs: &Regs<'_>) -> Result<(u64, u64)> {
+        let u = regs.udma(self.engine)?;
+        let s = u.s2m().q(self.queue)?.tail_inc().offset();
+        let m = u.m2s().q(self.queue)?.tail_inc().offset();
+        let s = self.arch.bar0_to_dev(s).ok_or(HalError::DeviceRange { addr: s, len: 4 })?;
+        let m = self.arch.bar0_to_dev(m).ok_or(HalError::DeviceRange { addr: m, len: 4 })?;
+        Ok((s, m))
     }
 
     fn finish(&mut self, regs: &Regs<'_>, pending: usize) -> Result<()> {

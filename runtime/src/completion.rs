@@ -222,6 +222,8 @@ pub struct TensorEvent {
     pub var_id: u32,
     /// Device timestamp.
     pub timestamp: u64,
+    /// Notification tag (byte 3 & 0x1F), after the non-SUNDA engine-2 fix-up.
+    pub tag: u8,
 }
 
 /// Earliest START / latest END of one engine (device timestamps).
@@ -691,7 +693,7 @@ impl ExecTracker {
             tag = TAG_FIXUP_VALUE;
         }
         let line = u32::from(rec.line) | (u32::from(rec.line_hi) << 16);
-        let event = TensorEvent { nc, engine, var_id: line, timestamp: rec.timestamp };
+        let event = TensorEvent { nc, engine, var_id: line, timestamp: rec.timestamp, tag };
         match rec.sub_id {
             custom::OOB_EMBEDDING_TEXT
             | custom::OOB_EMBEDDING_LINE

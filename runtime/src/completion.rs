@@ -104,7 +104,8 @@ impl FatalCauses {
 /// What the device layer provides per NC.
 pub trait NotificationSource {
     /// Append up to `max` new INFER_STATUS records of TPB engine `engine`, oldest first.
-    /// Must not allocate in steady state (`out` is reused and has capacity `max`).
+    /// Must not allocate in steady state (`out` is reused and has capacity `max`). Records are
+    /// consumed from the ring by this call; every record appended is processed.
     fn poll_infer(&mut self, engine: usize, out: &mut Vec<InferStatus>, max: usize);
     /// The engine completed: flush whatever remains in its INFER_STATUS ring (`notification_drain`).
     fn drain_infer(&mut self, engine: usize);
@@ -759,15 +760,21 @@ impl ExecTracker {
         if c.hbm_ue || c.repairable_hbm_ue {
             tracing::error!("(FATAL-RT-UNDEFINED-STATE) Uncorrectable HBM memory error is detected");
         }
-        if n.ret == NrtStatus::Timeout {
+        if n.fatal.get(ExecFatalStatus::Timeout) {
             // exec_request_process_errors, timeout branch: only 1201 is tested (seed 001 COMPLETE-1).
-            if c.hbm_ue {
-                n.ret = NrtStatus::ExecHwErrHbmUe;
+            let chosen = if c.hbm_ue {
+                Some(NrtStatus::ExecHwErrHbmUe)
             } else if c.dma_abort {
-                n.ret = NrtStatus::ExecHwErrDmaAbort;
+                Some(NrtStatus::ExecHwErrDmaAbort)
             } else if c.collectives {
                 tracing::error!("(FATAL-RT-UNDEFINED-STATE) Suspected hang in collectives");
-                n.ret = NrtStatus::ExecHwErrCollectives;
+                Some(NrtStatus::ExecHwErrCollectives)
+            } else {
+                None
+            };
+            if let Some(s) = chosen {
+                // The classification replaces a plain timeout; anything else merges by priority.
+                n.ret = if n.ret == NrtStatus::Timeout { s } else { worse(n.ret, s) };
             }
         } else {
             for (set, s) in [

@@ -416,6 +416,15 @@ fn timeout_branch_classification() {
     );
     assert_eq!(with_causes(FatalCauses { nc_ue: true, ..c }, true).1, NrtStatus::ExecHwErrNcUe);
     assert_eq!(with_causes(c, true), (Step::DoneWithError, NrtStatus::Timeout));
+    // The error ring is swept first; 1004 (CRITICAL) outranks the timeout (HIGH) and the
+    // collectives classification (HIGH), but the verdict stays fatal.
+    let mut t = tracker(1);
+    let mut s = [stuck()];
+    s[0].errors.push_back(TpbErrorRecord { error_id: 9, ..Default::default() });
+    s[0].causes.collectives = true;
+    let t0 = to_wait_core(&mut t, &mut s);
+    assert_eq!(t.step(&mut s, t0 + TIMEOUT), Step::DoneWithError);
+    assert_eq!(t.status(), NrtStatus::ExecCompletedWithErr);
 }
 
 #[test]

@@ -1,1 +1,24 @@
-//! runtime (see DESIGN.md)
+//! libnrt 2.31 host semantics, device-independent core.
+//!
+//! | module | implements |
+//! |---|---|
+//! | [`status`] | `NRT_STATUS` re-export and the multi-NC status-priority mapper (seed 000 §4.1–4.2) |
+//! | [`state`] | `NRT_INIT_STATE` API guard, `DLR_MODEL_STATE` with ref-counted unload, `exec_state`, `ERP_STEP`, `exec_fatal_status` (seed 000 §1, §3, §4.4) |
+//! | [`error_decode`] | TPB error-ring record → `INFER_ERROR_SUBTYPE` → status (seed 000 §4.5, seed 001 §4) |
+//! | [`completion`] | the one-step completion harvest (seed 001 §1–§5) |
+//! | [`timestamp`] | device → CPU timestamp rescale (seed 001 §3, "Per-engine timestamp decode") |
+//! | [`xu`] | the execution-unit queue and its per-vNC worker (seed 001 §6, NRT_FACTS §4.6, §8) |
+//! | [`env`] | `NEURON_RT_EXEC_TIMEOUT`, `NEURON_RT_VISIBLE_CORES`, `NEURON_RT_LOG_LEVEL` |
+//!
+//! Everything here is pure Rust behind small traits ([`completion::NotificationSource`],
+//! [`xu::Executor`]); the device layer implements them.
+
+pub mod completion;
+pub mod env;
+pub mod error_decode;
+pub mod state;
+pub mod status;
+pub mod timestamp;
+pub mod xu;
+
+pub use status::{NrtStatus, Priority};

@@ -1,0 +1,827 @@
+//! The completion engine: libnrt's `exec_request_progress_one_step` (seed 001 §1–§5, seed 000
+//! §4.3–§5.4, NRT_FACTS §5.4–§5.6).
+//!
+//! [`ExecTracker::step`] is a non-blocking one-step function with the `{1 in flight, 0 done,
+//! 2 done-with-error}` contract ([`Step`]):
+//!
+//! * **INIT** → arm the barrier-proxy wait (warn threshold 120 s) → WAIT_BARRIER_PROXY; in flight.
+//! * **WAIT_BARRIER_PROXY**: poll every NC's barrier proxy. A failure flags
+//!   `EXEC_FATAL_STATUS_BARRIER` and finalizes with `NRT_EXEC_HW_ERR_COLLECTIVES`. While any is
+//!   pending: once the wait reaches the threshold, warn and double the threshold (never fatal).
+//!   When all clear: every expected engine of every NC becomes START_PENDING, the core start
+//!   time is captured (the timeout is measured from here) → WAIT_CORE; in flight.
+//! * **WAIT_CORE**: per NC, poll the network proxy (failure → `EXEC_FATAL_STATUS_NETWORK_PROXY`,
+//!   1206), then per expected, incomplete engine read at most `reads_per_sweep` (16) INFER_STATUS
+//!   records and run the matcher:
+//!   - debug hint (byte 2 >> 4): 0 nothing, 1 drain-to-subscriber (counted), other → generic fault;
+//!   - START: START_PENDING → END_PENDING, earliest START kept; END: END_PENDING → COMPLETE,
+//!     latest END kept; an out-of-order START/END probes the NQ-overflow cause bit →
+//!     `NRT_EXEC_SW_NQ_OVERFLOW` (flag SW_NQ_OVERFLOW) or the generic fault;
+//!   - CC_START / CC_END: earliest / latest into the NC's CC slots;
+//!   - CUSTOM by sub-id: 0–5, 9, 10 OOB → `NRT_EXEC_OOB` (flag OOB); 6 debug (logged);
+//!     7 tensor completion (recorded); 8 debug-tensor read (recorded); other → `NRT_HW_ERROR`.
+//!     On non-SUNDA arches a CUSTOM record on engine index 2 gets its tag forced to 0xE first;
+//!   - any other subtype → generic fault.
+//!
+//!   Once an engine is COMPLETE it is drained ([`NotificationSource::drain_infer`]) and its
+//!   remaining records in the batch are discarded. After the sweep: all complete → FINALIZE(0);
+//!   else if `now − core start ≥ timeout`, per incomplete NC probe the overflow bit → 1204 (flag
+//!   SW_NQ_OVERFLOW) or `NRT_TIMEOUT` (flag TIMEOUT) and FINALIZE.
+//! * **FINALIZE** (on every path): per NC sweep the whole error ring ([`crate::error_decode`]) and
+//!   merge its status by priority; read the latched fatal causes: on the timeout branch
+//!   (`NRT_TIMEOUT`) HBM UE → 1201 else DMA abort → 1203 else collectives → 1200 *replace* the
+//!   timeout (a repairable HBM UE is not propagated there, reproducing libnrt 2.31 — seed 001
+//!   COMPLETE-1); otherwise HBM UE 1201, repairable HBM UE 1205, DMA abort 1203, collectives
+//!   1200 merge by priority; NC UE 1202 and network proxy 1206 merge by priority on both paths.
+//!   The NC results are reconciled with [`crate::status::worst`].
+//!
+//! "Generic fault" = a fault that does not set the NC's result; FINALIZE then falls back to
+//! `NRT_FAILURE` unless another NC/error-ring status is set (the seed's "failed but error not set").
+//!
+//! Verdict: [`Step::Done`] when the harvest completed normally and no hardware cause was latched
+//! (the status may still be 1003/1004 — Band B flags the result, it is not fatal);
+//! [`Step::DoneWithError`] otherwise.
+//!
+//! Steady state allocates nothing: record buffers are sized in [`ExecTracker::new`] and reused,
+//! and [`ExecTracker::reset`] rearms the tracker for the next execution. (Tensor-completion
+//! records beyond the preallocated capacity grow their vector.)
+
+use crate::error_decode::{ErrorBlock, ErrorDecodeConfig, INFER_ERROR_SUBTYPE_MAX};
+use crate::state::{ErpStep, ExecFatalStatus, ExecState, FatalFlags};
+use crate::status::{worse, worst, NrtStatus};
+use csr_maps::formats::error::TpbErrorRecord;
+use csr_maps::formats::notify::{custom, InferStatus, Subtype};
+use neff::Arch;
+use std::time::{Duration, Instant};
+use thiserror::Error;
+
+/// TPB engines per NC: 0 PE, 1 ACT, 2 POOL, 3 DVE, 4 SP.
+pub const TPB_ENGINES: usize = 5;
+/// Records read per engine per sweep in libnrt.
+pub const DEFAULT_READS_PER_SWEEP: usize = 16;
+/// Initial barrier-proxy warning threshold.
+pub const BARRIER_WARN_INITIAL: Duration = Duration::from_secs(120);
+/// Engine index whose CUSTOM records get their tag rewritten on non-SUNDA arches.
+pub const TAG_FIXUP_ENGINE: usize = 2;
+/// The tag forced on those records.
+pub const TAG_FIXUP_VALUE: u8 = 0x0E;
+
+/// Result of a proxy (collectives barrier / network) poll.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProxyPoll {
+    /// Not finished yet.
+    Pending,
+    /// Finished (single-NC, non-collective models report this immediately).
+    Done,
+    /// The proxy task failed.
+    Failed,
+}
+
+/// Fatal hardware causes latched for an NC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FatalCauses {
+    /// Uncorrectable HBM error → 1201.
+    pub hbm_ue: bool,
+    /// Uncorrectable HBM error in a repairable region → 1205.
+    pub repairable_hbm_ue: bool,
+    /// Uncorrectable NeuronCore memory error → 1202.
+    pub nc_ue: bool,
+    /// DMA engine aborted → 1203.
+    pub dma_abort: bool,
+    /// Collectives / fabric fault → 1200.
+    pub collectives: bool,
+    /// Network-proxy failure → 1206.
+    pub network_proxy: bool,
+}
+
+impl FatalCauses {
+    /// Any cause latched?
+    pub fn any(&self) -> bool {
+        self.hbm_ue || self.repairable_hbm_ue || self.nc_ue || self.dma_abort || self.collectives || self.network_proxy
+    }
+}
+
+/// What the device layer provides per NC.
+pub trait NotificationSource {
+    /// Append up to `max` new INFER_STATUS records of TPB engine `engine`, oldest first.
+    /// Must not allocate in steady state (`out` is reused and has capacity `max`). Records are
+    /// consumed from the ring by this call; every record appended is processed.
+    fn poll_infer(&mut self, engine: usize, out: &mut Vec<InferStatus>, max: usize);
+    /// The engine completed: flush whatever remains in its INFER_STATUS ring (`notification_drain`).
+    fn drain_infer(&mut self, engine: usize);
+    /// Append up to `max` new records of the NC's TPB error ring.
+    fn poll_errors(&mut self, out: &mut Vec<TpbErrorRecord>, max: usize);
+    /// INTC cause bit 29 (software NQ overflow). Probed only on timeout / out-of-order records.
+    fn nq_overflow(&mut self) -> bool;
+    /// Fatal hardware causes latched since the last clear. Read once per NC at FINALIZE.
+    fn fatal_causes(&mut self) -> FatalCauses;
+    /// Collectives barrier-proxy status.
+    fn barrier_proxy(&mut self) -> ProxyPoll;
+    /// Collectives network-proxy status.
+    fn network_proxy(&mut self) -> ProxyPoll;
+}
+
+/// One-step verdict (values = libnrt's return codes, = `ERP_STEP`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Step {
+    /// 0: complete; see [`ExecTracker::status`] (success, or a Band-B "completed with" flag).
+    Done,
+    /// 1: still in flight; call again.
+    InFlight,
+    /// 2: complete with an error; [`ExecTracker::status`] holds it.
+    DoneWithError,
+}
+
+impl Step {
+    /// libnrt's integer return.
+    pub fn code(self) -> u32 {
+        self.erp().value()
+    }
+    /// As `ERP_STEP`.
+    pub fn erp(self) -> ErpStep {
+        match self {
+            Step::Done => ErpStep::Done,
+            Step::InFlight => ErpStep::Continue,
+            Step::DoneWithError => ErpStep::Fatal,
+        }
+    }
+    /// Not in flight.
+    pub fn is_done(self) -> bool {
+        self != Step::InFlight
+    }
+}
+
+/// Per-engine sub-state of the matcher.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum EngineState {
+    /// Waiting for START.
+    StartPending = 0,
+    /// Waiting for END.
+    EndPending = 1,
+    /// Done (or not expected).
+    Complete = 2,
+}
+
+/// Configuration errors.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum TrackerError {
+    #[error("an execution covers at least one NC")]
+    NoNc,
+    #[error("at least one engine must be expected")]
+    NoEngines,
+    #[error("{0} must be at least 1")]
+    ZeroLimit(&'static str),
+}
+
+/// Tracker parameters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrackerConfig {
+    /// Architecture (CUSTOM tag fix-up; error decode).
+    pub arch: Arch,
+    /// Core-phase timeout (`1000 × model timeout seconds` ms; see [`crate::env::core_timeout`]).
+    pub timeout: Duration,
+    /// Engines expected to report START/END, per NC (all five in libnrt).
+    pub engines: [bool; TPB_ENGINES],
+    /// Records read per engine per sweep.
+    pub reads_per_sweep: usize,
+    /// Error records requested per `poll_errors` call.
+    pub error_batch: usize,
+    /// Upper bound of error records consumed per NC per FINALIZE (guards a runaway source).
+    pub max_error_records: usize,
+    /// Preallocated tensor-completion records.
+    pub tensor_capacity: usize,
+    /// First barrier-proxy warning threshold.
+    pub barrier_warn: Duration,
+    /// Error decode parameters.
+    pub decode: ErrorDecodeConfig,
+}
+
+impl TrackerConfig {
+    /// libnrt defaults for `arch` and `timeout`.
+    pub fn new(arch: Arch, timeout: Duration) -> Self {
+        Self {
+            arch,
+            timeout,
+            engines: [true; TPB_ENGINES],
+            reads_per_sweep: DEFAULT_READS_PER_SWEEP,
+            error_batch: DEFAULT_READS_PER_SWEEP,
+            max_error_records: 1 << 16,
+            tensor_capacity: 64,
+            barrier_warn: BARRIER_WARN_INITIAL,
+            decode: ErrorDecodeConfig::default(),
+        }
+    }
+}
+
+/// A CUSTOM sub-id 7 (tensor completion) or 8 (debug-tensor read) record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TensorEvent {
+    pub nc: usize,
+    pub engine: usize,
+    /// Variable id: the record's 20-bit line field (`+0 u16 | (byte 2 & 0xF) << 16`).
+    pub var_id: u32,
+    /// Device timestamp.
+    pub timestamp: u64,
+    /// Notification tag (byte 3 & 0x1F), after the non-SUNDA engine-2 fix-up.
+    pub tag: u8,
+}
+
+/// Earliest START / latest END of one engine (device timestamps).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct EngineTiming {
+    pub start: Option<u64>,
+    pub end: Option<u64>,
+}
+
+impl EngineTiming {
+    /// `end − start` when both are known.
+    pub fn duration(&self) -> Option<u64> {
+        Some(self.end?.saturating_sub(self.start?))
+    }
+}
+
+/// One NC's timings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct NcTiming {
+    pub engines: [EngineTiming; TPB_ENGINES],
+    pub cc_start: Option<u64>,
+    pub cc_end: Option<u64>,
+}
+
+impl NcTiming {
+    /// Earliest START over the engines.
+    pub fn start(&self) -> Option<u64> {
+        self.engines.iter().filter_map(|e| e.start).min()
+    }
+    /// Latest END over the engines.
+    pub fn end(&self) -> Option<u64> {
+        self.engines.iter().filter_map(|e| e.end).max()
+    }
+    /// Per-NC duration (latest END − earliest START).
+    pub fn duration(&self) -> Option<u64> {
+        Some(self.end()?.saturating_sub(self.start()?))
+    }
+    /// CC end − CC start.
+    pub fn cc_duration(&self) -> Option<u64> {
+        Some(self.cc_end?.saturating_sub(self.cc_start?))
+    }
+}
+
+fn opt(ts: u64) -> Option<u64> {
+    (ts != 0).then_some(ts)
+}
+
+/// Earliest-wins slot update with libnrt's "0 = unset" encoding (`slot − 1 ≥ ts`).
+fn keep_earliest(slot: &mut u64, ts: u64) {
+    if slot.wrapping_sub(1) >= ts {
+        *slot = ts;
+    }
+}
+
+/// Latest-wins slot update (`slot < ts || slot == 0`).
+fn keep_latest(slot: &mut u64, ts: u64) {
+    if *slot < ts || *slot == 0 {
+        *slot = ts;
+    }
+}
+
+#[derive(Debug, Clone)]
+struct NcState {
+    engines: [EngineState; TPB_ENGINES],
+    start_ts: [u64; TPB_ENGINES],
+    end_ts: [u64; TPB_ENGINES],
+    cc_start: u64,
+    cc_end: u64,
+    ret: NrtStatus,
+    fatal: FatalFlags,
+    errors: ErrorBlock,
+    causes: FatalCauses,
+    barrier_done: bool,
+    network_done: bool,
+    discarded: u64,
+    drain_hints: u64,
+    debug_notifications: u64,
+}
+
+impl NcState {
+    fn new() -> Self {
+        Self {
+            engines: [EngineState::StartPending; TPB_ENGINES],
+            start_ts: [0; TPB_ENGINES],
+            end_ts: [0; TPB_ENGINES],
+            cc_start: 0,
+            cc_end: 0,
+            ret: NrtStatus::Success,
+            fatal: FatalFlags::default(),
+            errors: ErrorBlock::new(),
+            causes: FatalCauses::default(),
+            barrier_done: false,
+            network_done: false,
+            discarded: 0,
+            drain_hints: 0,
+            debug_notifications: 0,
+        }
+    }
+}
+
+/// One in-flight execution over 1..N NCs.
+#[derive(Debug, Clone)]
+pub struct ExecTracker {
+    cfg: TrackerConfig,
+    state: ExecState,
+    ncs: Vec<NcState>,
+    barrier_start: Option<Instant>,
+    barrier_thresh: Duration,
+    barrier_warnings: u32,
+    core_start: Option<Instant>,
+    infer_buf: Vec<InferStatus>,
+    error_buf: Vec<TpbErrorRecord>,
+    tensor_completions: Vec<TensorEvent>,
+    debug_tensor_reads: Vec<TensorEvent>,
+    verdict: Option<Step>,
+    status: NrtStatus,
+}
+
+impl ExecTracker {
+    /// A tracker for an execution over `nc_count` NCs, state INIT. All buffers are sized here.
+    pub fn new(nc_count: usize, cfg: TrackerConfig) -> Result<Self, TrackerError> {
+        if nc_count == 0 {
+            return Err(TrackerError::NoNc);
+        }
+        if !cfg.engines.iter().any(|&e| e) {
+            return Err(TrackerError::NoEngines);
+        }
+        if cfg.reads_per_sweep == 0 {
+            return Err(TrackerError::ZeroLimit("reads_per_sweep"));
+        }
+        if cfg.error_batch == 0 {
+            return Err(TrackerError::ZeroLimit("error_batch"));
+        }
+        Ok(Self {
+            state: ExecState::Init,
+            ncs: vec![NcState::new(); nc_count],
+            barrier_start: None,
+            barrier_thresh: cfg.barrier_warn,
+            barrier_warnings: 0,
+            core_start: None,
+            infer_buf: Vec::with_capacity(cfg.reads_per_sweep),
+            error_buf: Vec::with_capacity(cfg.error_batch),
+            tensor_completions: Vec::with_capacity(cfg.tensor_capacity),
+            debug_tensor_reads: Vec::with_capacity(cfg.tensor_capacity),
+            verdict: None,
+            status: NrtStatus::Success,
+            cfg,
+        })
+    }
+
+    /// Rearm for the next execution (state INIT), keeping every buffer.
+    pub fn reset(&mut self) {
+        self.state = ExecState::Init;
+        for nc in &mut self.ncs {
+            *nc = NcState::new();
+        }
+        self.barrier_start = None;
+        self.barrier_thresh = self.cfg.barrier_warn;
+        self.barrier_warnings = 0;
+        self.core_start = None;
+        self.infer_buf.clear();
+        self.error_buf.clear();
+        self.tensor_completions.clear();
+        self.debug_tensor_reads.clear();
+        self.verdict = None;
+        self.status = NrtStatus::Success;
+    }
+
+    /// Configuration.
+    pub fn config(&self) -> &TrackerConfig {
+        &self.cfg
+    }
+    /// Current `exec_state`.
+    pub fn state(&self) -> ExecState {
+        self.state
+    }
+    /// NCs covered.
+    pub fn nc_count(&self) -> usize {
+        self.ncs.len()
+    }
+    /// The final verdict, once done.
+    pub fn verdict(&self) -> Option<Step> {
+        self.verdict
+    }
+    /// Final status reconciled across NCs (NRT_SUCCESS while in flight).
+    pub fn status(&self) -> NrtStatus {
+        self.status
+    }
+    /// One NC's own result (`exec_rets[nc]`).
+    pub fn nc_status(&self, nc: usize) -> Option<NrtStatus> {
+        self.ncs.get(nc).map(|n| n.ret)
+    }
+    /// One NC's `exec_fatal_status` row.
+    pub fn fatal_flags(&self, nc: usize) -> Option<FatalFlags> {
+        self.ncs.get(nc).map(|n| n.fatal)
+    }
+    /// One NC's `infer_error_flags` (error subtypes seen in its error ring).
+    pub fn infer_errors(&self, nc: usize) -> Option<[bool; INFER_ERROR_SUBTYPE_MAX]> {
+        self.ncs.get(nc).map(|n| n.errors.flags)
+    }
+    /// Fatal causes read for an NC at FINALIZE.
+    pub fn fatal_causes(&self, nc: usize) -> Option<FatalCauses> {
+        self.ncs.get(nc).map(|n| n.causes)
+    }
+    /// Matcher sub-state of an engine.
+    pub fn engine_state(&self, nc: usize, engine: usize) -> Option<EngineState> {
+        self.ncs.get(nc).and_then(|n| n.engines.get(engine).copied())
+    }
+    /// Barrier-proxy warnings emitted so far.
+    pub fn barrier_warnings(&self) -> u32 {
+        self.barrier_warnings
+    }
+    /// Current barrier-proxy warning threshold.
+    pub fn barrier_threshold(&self) -> Duration {
+        self.barrier_thresh
+    }
+    /// When the barrier cleared (start of the core timeout).
+    pub fn core_start(&self) -> Option<Instant> {
+        self.core_start
+    }
+    /// Sub-id 7 records seen, in arrival order.
+    pub fn tensor_completions(&self) -> &[TensorEvent] {
+        &self.tensor_completions
+    }
+    /// Sub-id 8 records seen.
+    pub fn debug_tensor_reads(&self) -> &[TensorEvent] {
+        &self.debug_tensor_reads
+    }
+    /// Sub-id 6 (debug) records seen on an NC.
+    pub fn debug_notifications(&self, nc: usize) -> Option<u64> {
+        self.ncs.get(nc).map(|n| n.debug_notifications)
+    }
+    /// Records with debug hint 1 (drain to subscriber) seen on an NC.
+    pub fn drain_hints(&self, nc: usize) -> Option<u64> {
+        self.ncs.get(nc).map(|n| n.drain_hints)
+    }
+    /// Records discarded because their engine had already completed.
+    pub fn discarded(&self, nc: usize) -> Option<u64> {
+        self.ncs.get(nc).map(|n| n.discarded)
+    }
+    /// One NC's timings (device timestamps).
+    pub fn timing(&self, nc: usize) -> Option<NcTiming> {
+        let n = self.ncs.get(nc)?;
+        let mut t = NcTiming { cc_start: opt(n.cc_start), cc_end: opt(n.cc_end), ..Default::default() };
+        for (e, et) in t.engines.iter_mut().enumerate() {
+            *et = EngineTiming { start: opt(n.start_ts[e]), end: opt(n.end_ts[e]) };
+        }
+        Some(t)
+    }
+    /// All NCs' timings.
+    pub fn timings(&self) -> Vec<NcTiming> {
+        (0..self.ncs.len()).filter_map(|nc| self.timing(nc)).collect()
+    }
+
+    /// Advance as far as possible without blocking. `sources[nc]` serves NC `nc`; `now` is the
+    /// injectable clock. Once done, further calls return the same verdict and touch nothing.
+    pub fn step<S: NotificationSource>(&mut self, sources: &mut [S], now: Instant) -> Step {
+        if let Some(v) = self.verdict {
+            return v;
+        }
+        if sources.len() < self.ncs.len() {
+            tracing::error!(sources = sources.len(), ncs = self.ncs.len(), "fewer notification sources than NCs");
+            self.state = ExecState::Done;
+            self.status = NrtStatus::Invalid;
+            self.verdict = Some(Step::DoneWithError);
+            return Step::DoneWithError;
+        }
+        match self.state {
+            ExecState::Init => {
+                self.state = ExecState::WaitBarrierProxy;
+                self.barrier_thresh = self.cfg.barrier_warn;
+                self.barrier_start = Some(now);
+                Step::InFlight
+            }
+            ExecState::WaitBarrierProxy => self.step_barrier(sources, now),
+            ExecState::WaitCore => self.step_core(sources, now),
+            ExecState::Done => self.verdict.unwrap_or(Step::DoneWithError),
+        }
+    }
+
+    fn step_barrier<S: NotificationSource>(&mut self, sources: &mut [S], now: Instant) -> Step {
+        let mut pending = false;
+        for nc in 0..self.ncs.len() {
+            if self.ncs[nc].barrier_done {
+                continue;
+            }
+            match sources[nc].barrier_proxy() {
+                ProxyPoll::Done => self.ncs[nc].barrier_done = true,
+                ProxyPoll::Pending => pending = true,
+                ProxyPoll::Failed => {
+                    tracing::error!(nc, "(FATAL-RT-UNDEFINED-STATE) collectives barrier proxy failed");
+                    let n = &mut self.ncs[nc];
+                    n.fatal.set(ExecFatalStatus::Barrier);
+                    n.ret = NrtStatus::ExecHwErrCollectives;
+                    return self.finalize(sources, NrtStatus::ExecHwErrCollectives);
+                }
+            }
+        }
+        if pending {
+            let start = *self.barrier_start.get_or_insert(now);
+            let waited = now.saturating_duration_since(start);
+            if waited >= self.barrier_thresh {
+                tracing::warn!(
+                    seconds = self.barrier_thresh.as_secs(),
+                    "Timeout exceeded: waiting on barrier proxy task; continuing"
+                );
+                self.barrier_warnings = self.barrier_warnings.saturating_add(1);
+                self.barrier_thresh = self.barrier_thresh.saturating_mul(2);
+            }
+            return Step::InFlight;
+        }
+        let expected = self.cfg.engines;
+        for n in &mut self.ncs {
+            for (e, st) in n.engines.iter_mut().enumerate() {
+                *st = if expected[e] { EngineState::StartPending } else { EngineState::Complete };
+            }
+        }
+        self.core_start = Some(now);
+        self.state = ExecState::WaitCore;
+        Step::InFlight
+    }
+
+    fn step_core<S: NotificationSource>(&mut self, sources: &mut [S], now: Instant) -> Step {
+        for nc in 0..self.ncs.len() {
+            if !self.ncs[nc].network_done {
+                match sources[nc].network_proxy() {
+                    ProxyPoll::Done => self.ncs[nc].network_done = true,
+                    ProxyPoll::Pending => {}
+                    ProxyPoll::Failed => {
+                        tracing::error!(nc, "(FATAL-RT-UNDEFINED-STATE) collectives network proxy failed");
+                        let n = &mut self.ncs[nc];
+                        n.fatal.set(ExecFatalStatus::NetworkProxy);
+                        n.ret = NrtStatus::NetworkProxyFailure;
+                        return self.finalize(sources, NrtStatus::NetworkProxyFailure);
+                    }
+                }
+            }
+            if let Err(cause) = self.consume_nc(nc, &mut sources[nc]) {
+                return self.finalize(sources, cause);
+            }
+        }
+        let elapsed = self.core_start.map(|s| now.saturating_duration_since(s)).unwrap_or_default();
+        let mut all_done = true;
+        let mut cause = NrtStatus::Success;
+        let timeout = self.cfg.timeout;
+        for (nc, (n, src)) in self.ncs.iter_mut().zip(sources.iter_mut()).enumerate() {
+            if n.engines.iter().all(|&e| e == EngineState::Complete) {
+                continue;
+            }
+            all_done = false;
+            if elapsed >= timeout {
+                if src.nq_overflow() {
+                    tracing::error!(nc, "(FATAL-RT-UNDEFINED-STATE) notification queue overflow detected at timeout");
+                    n.fatal.set(ExecFatalStatus::SwNqOverflow);
+                    n.ret = NrtStatus::ExecSwNqOverflow;
+                } else {
+                    tracing::error!(
+                        nc,
+                        timeout_ms = timeout.as_millis() as u64,
+                        "(FATAL-RT-UNDEFINED-STATE) execution timeout, waiting for execution completion notification"
+                    );
+                    n.fatal.set(ExecFatalStatus::Timeout);
+                    n.ret = NrtStatus::Timeout;
+                }
+                cause = n.ret;
+            }
+        }
+        if cause != NrtStatus::Success {
+            return self.finalize(sources, cause);
+        }
+        if all_done {
+            return self.finalize(sources, NrtStatus::Success);
+        }
+        Step::InFlight
+    }
+
+    /// Sweep one NC's expected, incomplete engines. `Err(cause)` = matcher fault.
+    fn consume_nc<S: NotificationSource>(&mut self, nc: usize, src: &mut S) -> Result<(), NrtStatus> {
+        let mut buf = std::mem::take(&mut self.infer_buf);
+        let mut result = Ok(());
+        'engines: for engine in 0..TPB_ENGINES {
+            if self.ncs[nc].engines[engine] == EngineState::Complete {
+                continue;
+            }
+            buf.clear();
+            src.poll_infer(engine, &mut buf, self.cfg.reads_per_sweep);
+            for rec in buf.iter() {
+                if self.ncs[nc].engines[engine] == EngineState::Complete {
+                    self.ncs[nc].discarded += 1;
+                    continue;
+                }
+                if let Err(cause) = self.match_record(nc, engine, rec, src) {
+                    result = Err(cause);
+                    break 'engines;
+                }
+                if self.ncs[nc].engines[engine] == EngineState::Complete {
+                    src.drain_infer(engine);
+                }
+            }
+        }
+        buf.clear();
+        self.infer_buf = buf;
+        result
+    }
+
+    fn out_of_order<S: NotificationSource>(&mut self, nc: usize, engine: usize, what: &str, src: &mut S) -> NrtStatus {
+        let got = self.ncs[nc].engines[engine] as u8;
+        if src.nq_overflow() {
+            tracing::error!(nc, engine, got, "Expected state to be {what} pending [overflow detected]");
+            let n = &mut self.ncs[nc];
+            n.fatal.set(ExecFatalStatus::SwNqOverflow);
+            n.ret = NrtStatus::ExecSwNqOverflow;
+            NrtStatus::ExecSwNqOverflow
+        } else {
+            tracing::error!(nc, engine, got, "Expected state to be {what} pending");
+            NrtStatus::Failure
+        }
+    }
+
+    fn match_record<S: NotificationSource>(
+        &mut self,
+        nc: usize,
+        engine: usize,
+        rec: &InferStatus,
+        src: &mut S,
+    ) -> Result<(), NrtStatus> {
+        match rec.hint {
+            0 => {}
+            1 => self.ncs[nc].drain_hints += 1,
+            h => {
+                tracing::error!(nc, engine, hint = h, subtype = rec.subtype, "unexpected debug hint");
+                return Err(NrtStatus::Failure);
+            }
+        }
+        let ts = rec.timestamp;
+        match rec.kind() {
+            Subtype::Start => {
+                if self.ncs[nc].engines[engine] != EngineState::StartPending {
+                    return Err(self.out_of_order(nc, engine, "start", src));
+                }
+                let n = &mut self.ncs[nc];
+                keep_earliest(&mut n.start_ts[engine], ts);
+                n.engines[engine] = EngineState::EndPending;
+            }
+            Subtype::End => {
+                if self.ncs[nc].engines[engine] != EngineState::EndPending {
+                    return Err(self.out_of_order(nc, engine, "end", src));
+                }
+                let n = &mut self.ncs[nc];
+                keep_latest(&mut n.end_ts[engine], ts);
+                n.engines[engine] = EngineState::Complete;
+            }
+            Subtype::CcStart => keep_earliest(&mut self.ncs[nc].cc_start, ts),
+            Subtype::CcEnd => keep_latest(&mut self.ncs[nc].cc_end, ts),
+            Subtype::Custom => return self.custom(nc, engine, rec),
+            Subtype::Unexpected(t) => {
+                tracing::error!(nc, engine, hint = rec.hint, notification_type = t, "Received unexpected notification");
+                return Err(NrtStatus::Failure);
+            }
+        }
+        Ok(())
+    }
+
+    fn custom(&mut self, nc: usize, engine: usize, rec: &InferStatus) -> Result<(), NrtStatus> {
+        let mut tag = rec.tag;
+        if self.cfg.arch != Arch::Sunda && engine == TAG_FIXUP_ENGINE {
+            tag = TAG_FIXUP_VALUE;
+        }
+        let line = u32::from(rec.line) | (u32::from(rec.line_hi) << 16);
+        let event = TensorEvent { nc, engine, var_id: line, timestamp: rec.timestamp, tag };
+        match rec.sub_id {
+            custom::OOB_EMBEDDING_TEXT
+            | custom::OOB_EMBEDDING_LINE
+            | custom::OOB_INDIRECT_SCATTER
+            | custom::OOB_INDIRECT_GATHER
+            | custom::OOB_DGE_SCALAR
+            | custom::OOB_DGE_VECTOR
+            | custom::OOB_XPOSE_SCALAR
+            | custom::OOB_XPOSE_VECTOR => {
+                tracing::error!(nc, engine, sub_id = rec.sub_id, isa_line = line, tag, "out-of-bounds access");
+                let n = &mut self.ncs[nc];
+                n.fatal.set(ExecFatalStatus::Oob);
+                n.ret = NrtStatus::ExecOob;
+                Err(NrtStatus::ExecOob)
+            }
+            custom::DEBUG => {
+                tracing::info!(nc, engine, value = line, tag, "custom debug notification");
+                self.ncs[nc].debug_notifications += 1;
+                Ok(())
+            }
+            custom::TENSOR_COMPLETION => {
+                tracing::trace!(nc, engine, var_id = line, "tensor completion");
+                self.tensor_completions.push(event);
+                Ok(())
+            }
+            custom::DEBUG_TENSOR_READ => {
+                tracing::debug!(nc, engine, var_id = line, "debug tensor read");
+                self.debug_tensor_reads.push(event);
+                Ok(())
+            }
+            other => {
+                tracing::error!(nc, engine, sub_id = other, "unknown custom notification type");
+                self.ncs[nc].ret = NrtStatus::HwError;
+                Err(NrtStatus::HwError)
+            }
+        }
+    }
+
+    fn sweep_errors<S: NotificationSource>(&mut self, nc: usize, src: &mut S) {
+        let mut buf = std::mem::take(&mut self.error_buf);
+        let mut consumed = 0usize;
+        loop {
+            buf.clear();
+            src.poll_errors(&mut buf, self.cfg.error_batch);
+            if buf.is_empty() {
+                break;
+            }
+            for rec in buf.iter() {
+                self.ncs[nc].errors.consume(rec, self.cfg.arch, &self.cfg.decode);
+            }
+            consumed += buf.len();
+            if consumed >= self.cfg.max_error_records {
+                tracing::warn!(nc, count = consumed, "Received an unusually large number of error notifications");
+                break;
+            }
+        }
+        buf.clear();
+        self.error_buf = buf;
+    }
+
+    fn classify_causes(n: &mut NcState) {
+        let c = n.causes;
+        if c.hbm_ue || c.repairable_hbm_ue {
+            tracing::error!("(FATAL-RT-UNDEFINED-STATE) Uncorrectable HBM memory error is detected");
+        }
+        if n.fatal.get(ExecFatalStatus::Timeout) {
+            // exec_request_process_errors, timeout branch: only 1201 is tested (seed 001 COMPLETE-1).
+            let chosen = if c.hbm_ue {
+                Some(NrtStatus::ExecHwErrHbmUe)
+            } else if c.dma_abort {
+                Some(NrtStatus::ExecHwErrDmaAbort)
+            } else if c.collectives {
+                tracing::error!("(FATAL-RT-UNDEFINED-STATE) Suspected hang in collectives");
+                Some(NrtStatus::ExecHwErrCollectives)
+            } else {
+                None
+            };
+            if let Some(s) = chosen {
+                // The classification replaces a plain timeout; anything else merges by priority.
+                n.ret = if n.ret == NrtStatus::Timeout { s } else { worse(n.ret, s) };
+            }
+        } else {
+            for (set, s) in [
+                (c.hbm_ue, NrtStatus::ExecHwErrHbmUe),
+                (c.repairable_hbm_ue, NrtStatus::ExecHwErrRepairableHbmUe),
+                (c.dma_abort, NrtStatus::ExecHwErrDmaAbort),
+                (c.collectives, NrtStatus::ExecHwErrCollectives),
+            ] {
+                if set {
+                    n.ret = worse(n.ret, s);
+                }
+            }
+        }
+        if c.nc_ue {
+            tracing::error!("(FATAL-RT-UNDEFINED-STATE) Uncorrectable memory error is detected");
+            n.ret = worse(n.ret, NrtStatus::ExecHwErrNcUe);
+        }
+        if c.network_proxy {
+            n.ret = worse(n.ret, NrtStatus::NetworkProxyFailure);
+        }
+    }
+
+    fn finalize<S: NotificationSource>(&mut self, sources: &mut [S], cause: NrtStatus) -> Step {
+        let mut hw_fault = false;
+        let nc_count = self.ncs.len();
+        for (nc, src) in sources.iter_mut().enumerate().take(nc_count) {
+            self.sweep_errors(nc, src);
+            let causes = src.fatal_causes();
+            let n = &mut self.ncs[nc];
+            if let Some(s) = n.errors.status {
+                n.ret = worse(n.ret, s);
+            }
+            n.causes = causes;
+            hw_fault |= causes.any();
+            Self::classify_causes(n);
+        }
+        let best = worst(self.ncs.iter().map(|n| n.ret));
+        let (status, verdict) = if cause == NrtStatus::Success && !hw_fault {
+            (best, Step::Done)
+        } else if best != NrtStatus::Success {
+            (best, Step::DoneWithError)
+        } else {
+            (NrtStatus::Failure, Step::DoneWithError)
+        };
+        self.state = ExecState::Done;
+        self.status = status;
+        self.verdict = Some(verdict);
+        verdict
+    }
+}

@@ -16,9 +16,12 @@
 pub mod completion;
 pub mod env;
 pub mod error_decode;
+pub mod rt;
+pub mod stage;
 pub mod state;
 pub mod status;
 pub mod timestamp;
 pub mod xu;
 
+pub use rt::{ExecTimings, Model, ModelHandle, PollPolicy, RtError, Runtime, RuntimeConfig, Tensor, TensorSet};
 pub use status::{NrtStatus, Priority};

@@ -122,6 +122,10 @@ pub struct StagedNc {
     /// Semaphores the model uses (reset by SP after every execution).
     pub model_sems: BTreeSet<u8>,
     pub dge_core: Option<hal::q7::UcodeCore>,
+    /// The device (for the completion engine's register probes).
+    pub dev: Device,
+    /// Scratch for raw records (preallocated; the hot path does not allocate).
+    pub raw: Vec<[u8; 16]>,
 }
 
 impl StagedNc {
@@ -169,15 +173,17 @@ pub struct GraphPlacement {
 }
 
 fn runs(sizes: &[u64], steps: &[i64], what: &str) -> Result<Vec<(i64, u64)>, StageError> {
-    if sizes.len() != steps.len() || sizes.is_empty() || sizes.iter().any(|&s| s == 0) {
-        return Err(StageError::invalid(format!("{what}: access pattern sizes {sizes:?} / steps {steps:?} are inconsistent")));
+    if sizes.len() != steps.len() || sizes.is_empty() || sizes.contains(&0) {
+        return Err(StageError::invalid(format!(
+            "{what}: access pattern sizes {sizes:?} / steps {steps:?} are inconsistent"
+        )));
     }
     let total: u128 = sizes.iter().map(|&s| s as u128).product();
     if total > 1 << 34 {
         return Err(StageError::invalid(format!("{what}: access pattern of {total} bytes is too large")));
     }
     // Dimension 0 is innermost; a unit step makes it one contiguous run.
-    let (inner, outer) = if steps[0] == 1 { (sizes[0], &sizes[1..]) } else { (1, &sizes[..]) };
+    let (inner, outer) = if steps[0] == 1 { (sizes[0], &sizes[1..]) } else { (1, sizes) };
     let osteps = if steps[0] == 1 { &steps[1..] } else { steps };
     let count: u128 = outer.iter().map(|&s| s as u128).product();
     if count > 1 << 20 {
@@ -224,12 +230,15 @@ pub fn stage_graph(dev: &Device, g: &Graph, p: &GraphPlacement) -> Result<Staged
             VarKind::StateBuffer => {
                 let a = sb_off.div_ceil(align) * align;
                 if a + size > sbuf.size {
-                    return Err(StageError { status: NrtStatus::Resource, message: format!("state buffer exhausted by var {}", v.name) });
+                    return Err(StageError {
+                        status: NrtStatus::Resource,
+                        message: format!("state buffer exhausted by var {}", v.name),
+                    });
                 }
                 sb_off = a + size;
                 (sbuf_base + a, None)
             }
-            VarKind::VirtualTmpBuf => (0, None), // resolved below against its backing var
+            VarKind::Virtual => (0, None), // resolved below against its backing var
             _ => {
                 let m = dev.alloc_device(chan, size.max(1), align)?;
                 (m.addr(), Some(m))
@@ -238,12 +247,18 @@ pub fn stage_graph(dev: &Device, g: &Graph, p: &GraphPlacement) -> Result<Staged
         vars.push(StagedVar { name: v.name.clone(), var_id: v.var_id, kind: v.kind, size, addr, mem });
     }
     for (i, v) in ordered.iter().enumerate() {
-        if v.kind == VarKind::VirtualTmpBuf {
-            let back = v.backing_buf.as_deref().and_then(|b| vars.iter().find(|x| x.name == b)).map(|b| (b.addr, b.size));
+        if v.kind == VarKind::Virtual {
+            let back =
+                v.backing_buf.as_deref().and_then(|b| vars.iter().find(|x| x.name == b)).map(|b| (b.addr, b.size));
             let off = v.backing_variable_off.unwrap_or(0);
             match back {
                 Some((a, s)) if off.checked_add(vars[i].size).is_some_and(|e| e <= s) => vars[i].addr = a + off,
-                _ => return Err(StageError::invalid(format!("virtual var {}: backing buffer missing or too small", v.name))),
+                _ => {
+                    return Err(StageError::invalid(format!(
+                        "virtual var {}: backing buffer missing or too small",
+                        v.name
+                    )))
+                }
             }
         }
         if let (Some(data), Some(_)) = (&v.data, &vars[i].mem) {
@@ -251,16 +266,27 @@ pub fn stage_graph(dev: &Device, g: &Graph, p: &GraphPlacement) -> Result<Staged
         }
     }
     let addr_of = |id: u32, off: u64, len: u64, what: &str| -> Result<u64, StageError> {
-        let v = vars.iter().find(|v| v.var_id == id).ok_or_else(|| StageError::invalid(format!("{what}: unknown var id {id}")))?;
+        let v = vars
+            .iter()
+            .find(|v| v.var_id == id)
+            .ok_or_else(|| StageError::invalid(format!("{what}: unknown var id {id}")))?;
         match off.checked_add(len) {
             Some(end) if end <= v.size => Ok(v.addr + off),
-            _ => Err(StageError::invalid(format!("{what}: range {off}+{len} exceeds var {} ({} bytes)", v.name, v.size))),
+            _ => {
+                Err(StageError::invalid(format!("{what}: range {off}+{len} exceeds var {} ({} bytes)", v.name, v.size)))
+            }
         }
     };
     let addr_by_name = |name: &str, off: i64, len: u64, what: &str| -> Result<u64, StageError> {
-        let v = vars.iter().find(|v| v.name == name).ok_or_else(|| StageError::invalid(format!("{what}: unknown var {name}")))?;
+        let v = vars
+            .iter()
+            .find(|v| v.name == name)
+            .ok_or_else(|| StageError::invalid(format!("{what}: unknown var {name}")))?;
         if off < 0 || (off as u64).checked_add(len).is_none_or(|e| e > v.size) {
-            return Err(StageError::invalid(format!("{what}: access {off}+{len} outside var {name} ({} bytes)", v.size)));
+            return Err(StageError::invalid(format!(
+                "{what}: access {off}+{len} outside var {name} ({} bytes)",
+                v.size
+            )));
         }
         Ok(v.addr + off as u64)
     };
@@ -286,7 +312,9 @@ pub fn stage_graph(dev: &Device, g: &Graph, p: &GraphPlacement) -> Result<Staged
     }
     for q in &g.dma_queues {
         for s in [q.semaphore, q.semaphore_set].into_iter().flatten() {
-            model_sems.insert(u8::try_from(s).map_err(|_| StageError::invalid(format!("queue {}: semaphore {s} > 255", q.name)))?);
+            model_sems.insert(
+                u8::try_from(s).map_err(|_| StageError::invalid(format!("queue {}: semaphore {s} > 255", q.name)))?,
+            );
         }
     }
     if let Some(&s) = model_sems.range(sems::FIRST_RESERVED..).next() {
@@ -297,7 +325,10 @@ pub fn stage_graph(dev: &Device, g: &Graph, p: &GraphPlacement) -> Result<Staged
     one.write_u32(0, 1)?;
     let per = arch.counts.dma_engines_per_nc as usize;
     if g.dma_queues.len() > per {
-        return Err(StageError { status: NrtStatus::Resource, message: format!("{} DMA queues, {per} engines per NC", g.dma_queues.len()) });
+        return Err(StageError {
+            status: NrtStatus::Resource,
+            message: format!("{} DMA queues, {per} engines per NC", g.dma_queues.len()),
+        });
     }
     let mut queues: Vec<StagedQueue> = Vec::new();
     for (qi, q) in g.dma_queues.iter().enumerate() {
@@ -307,7 +338,12 @@ pub fn stage_graph(dev: &Device, g: &Graph, p: &GraphPlacement) -> Result<Staged
                 let mut xfers = Vec::new();
                 for (k, d) in b.descs.iter().enumerate() {
                     if d.op != neff::DmaOp::Copy {
-                        return Err(StageError::invalid(format!("queue {} block {}: DMA op {} is not supported", q.name, b.id, d.op.name())));
+                        return Err(StageError::invalid(format!(
+                            "queue {} block {}: DMA op {} is not supported",
+                            q.name,
+                            b.id,
+                            d.op.name()
+                        )));
                     }
                     let what = format!("queue {} block {} desc {k}", q.name, b.id);
                     let src = runs(&d.from_sizes, &d.from_steps, &what)?;
@@ -315,7 +351,9 @@ pub fn stage_graph(dev: &Device, g: &Graph, p: &GraphPlacement) -> Result<Staged
                     let ts: u64 = src.iter().map(|r| r.1).sum();
                     let td: u64 = dst.iter().map(|r| r.1).sum();
                     if ts != td {
-                        return Err(StageError::invalid(format!("{what}: {ts} source bytes vs {td} destination bytes")));
+                        return Err(StageError::invalid(format!(
+                            "{what}: {ts} source bytes vs {td} destination bytes"
+                        )));
                     }
                     let (mut si, mut so, mut di, mut dof) = (0usize, 0u64, 0usize, 0u64);
                     while si < src.len() && di < dst.len() {
@@ -351,10 +389,13 @@ pub fn stage_graph(dev: &Device, g: &Graph, p: &GraphPlacement) -> Result<Staged
                     if let Instruction::DmaTrigger(t) = i {
                         if t.queue() == q.name {
                             if t.use_raw_count != 0 {
-                                return Err(StageError::invalid(format!("queue {}: raw-count triggers are not supported", q.name)));
+                                return Err(StageError::invalid(format!(
+                                    "queue {}: raw-count triggers are not supported",
+                                    q.name
+                                )));
                             }
-                            let b = blocks.iter().position(|b| b.id == t.block_id).ok_or_else(|| {
-                                StageError::invalid(format!("queue {}: no DMA block {}", q.name, t.block_id))
+                            let b = blocks.iter().position(|b| b.id == t.block_id_or_count).ok_or_else(|| {
+                                StageError::invalid(format!("queue {}: no DMA block {}", q.name, t.block_id_or_count))
                             })?;
                             order.push(b);
                             owners.insert(e.kind.index());
@@ -369,7 +410,10 @@ pub fn stage_graph(dev: &Device, g: &Graph, p: &GraphPlacement) -> Result<Staged
         let total: u64 = order.iter().map(|&b| blocks[b].pairs as u64).sum();
         let ndesc = (total + 17).next_power_of_two().max(32);
         if ndesc > 1 << 20 {
-            return Err(StageError { status: NrtStatus::Resource, message: format!("queue {} needs {total} descriptors per execution", q.name) });
+            return Err(StageError {
+                status: NrtStatus::Resource,
+                message: format!("queue {} needs {total} descriptors per execution", q.name),
+            });
         }
         let engine = (nc * per + qi) as u64;
         let ring = dev.new_ring(engine, 0, ndesc as u32)?;
@@ -377,7 +421,13 @@ pub fn stage_graph(dev: &Device, g: &Graph, p: &GraphPlacement) -> Result<Staged
     }
     // ---- programs
     let regs = dev.regs();
-    let take = |s: u8| Events { wait_mode: WaitMode::GeImm, wait_idx: s, update_mode: UpdateMode::Other(UPDATE_DEC_COMPLETE), update_idx: s, semaphore_value: 1 };
+    let take = |s: u8| Events {
+        wait_mode: WaitMode::GeImm,
+        wait_idx: s,
+        update_mode: UpdateMode::Other(UPDATE_DEC_COMPLETE),
+        update_idx: s,
+        semaphore_value: 1,
+    };
     let inc = |s: u8| Events { update_mode: UpdateMode::IncComplete, update_idx: s, ..Events::NONE };
     let mut progs: Vec<Vec<[u8; SLOT_BYTES]>> = Vec::new();
     let mut trig_count = vec![0usize; queues.len()];
@@ -399,10 +449,19 @@ pub fn stage_graph(dev: &Device, g: &Graph, p: &GraphPlacement) -> Result<Staged
     for s in sems::START {
         sp.push(device_ops::events_only(Opcode::Nop, 0, inc(s)));
     }
-    let gate = Events { wait_mode: WaitMode::GeImm, wait_idx: sems::DONE, semaphore_value: sems::START.len() as u32, ..Events::NONE };
+    let gate = Events {
+        wait_mode: WaitMode::GeImm,
+        wait_idx: sems::DONE,
+        semaphore_value: sems::START.len() as u32,
+        ..Events::NONE
+    };
     sp.push(device_ops::events_only(Opcode::EventSemaphore, 0, gate));
     let sem_set = |s: u8| -> Result<u64, StageError> {
-        let off = regs.tpb_sem(nc as u64).and_then(|b| b.sem_set(s as u64)).map_err(|e| StageError::invalid(e.to_string()))?.offset();
+        let off = regs
+            .tpb_sem(nc as u64)
+            .and_then(|b| b.sem_set(s as u64))
+            .map_err(|e| StageError::invalid(e.to_string()))?
+            .offset();
         arch.bar0_to_dev(off).ok_or_else(|| StageError::invalid("semaphore window has no device address"))
     };
     for &s in &model_sems {
@@ -429,8 +488,9 @@ pub fn stage_graph(dev: &Device, g: &Graph, p: &GraphPlacement) -> Result<Staged
     // Default DGE mailboxes and priority classes on the NX POOL core.
     let dge_core = {
         let ctx = hal::q7::UcodeContext::new(csr_maps::consts::q7::API_LEVEL).map_err(hal::HalError::from)?;
-        let mut core = hal::q7::UcodeCore::new(&ctx, dev, nc, hal::q7::CoreKind::Nx { engine: EngineKind::Pool.index() as u64 })
-            .map_err(hal::HalError::from)?;
+        let mut core =
+            hal::q7::UcodeCore::new(&ctx, dev, nc, hal::q7::CoreKind::Nx { engine: EngineKind::Pool.index() as u64 })
+                .map_err(hal::HalError::from)?;
         match core.on_ucode_booted() {
             Ok(()) => {
                 core.dge_mailboxes(0).map_err(hal::HalError::from)?;
@@ -441,13 +501,29 @@ pub fn stage_graph(dev: &Device, g: &Graph, p: &GraphPlacement) -> Result<Staged
     };
     let kick_off = dev.sem_inc_offset(nc, sems::KICK as u64)?;
     let _ = sp_index_check();
-    Ok(StagedNc { nc, vars, queues, streams, infer_rings, err_ring, one, kick_off, model_sems, dge_core })
+    Ok(StagedNc {
+        nc,
+        vars,
+        queues,
+        streams,
+        infer_rings,
+        err_ring,
+        one,
+        kick_off,
+        model_sems,
+        dge_core,
+        dev: dev.clone(),
+        raw: Vec::with_capacity(RING_RECORDS as usize),
+    })
 }
 
 const fn sp_index_check() -> usize {
     assert!(SP == ENGINES.len() - 1);
     SP
 }
+
+/// Var id, offset, length, context → relocated device address.
+type AddrOf<'a> = dyn Fn(u32, u64, u64, &str) -> Result<u64, StageError> + 'a;
 
 #[allow(clippy::too_many_arguments)]
 fn lower(
@@ -460,7 +536,7 @@ fn lower(
     engine: &str,
     queues: &[StagedQueue],
     trig_count: &mut [usize],
-    addr_of: &dyn Fn(u32, u64, u64, &str) -> Result<u64, StageError>,
+    addr_of: &AddrOf<'_>,
     out: &mut Vec<[u8; SLOT_BYTES]>,
 ) -> Result<(), StageError> {
     let what = format!("{engine} slot {pc}");
@@ -471,11 +547,18 @@ fn lower(
     match i {
         Instruction::DmaTrigger(t) => {
             let name = t.queue();
-            let qi = queues.iter().position(|q| q.name == name).ok_or_else(|| StageError::invalid(format!("{what}: unknown DMA queue {name}")))?;
+            let qi = queues
+                .iter()
+                .position(|q| q.name == name)
+                .ok_or_else(|| StageError::invalid(format!("{what}: unknown DMA queue {name}")))?;
             let q = &queues[qi];
             let k = trig_count[qi];
             trig_count[qi] += 1;
-            let b = q.order.get(k).copied().ok_or_else(|| StageError::invalid(format!("{what}: trigger order mismatch")))?;
+            let b = q
+                .order
+                .get(k)
+                .copied()
+                .ok_or_else(|| StageError::invalid(format!("{what}: trigger order mismatch")))?;
             let pairs = q.blocks[b].pairs;
             let (s2m, m2s) = q.ring.doorbell_dev_addrs(regs)?;
             let wait = Events { update_mode: UpdateMode::None, update_idx: 0, ..t.events };
@@ -484,8 +567,13 @@ fn lower(
             clear(WriteOp::new(update, m2s, pairs).encode());
         }
         Instruction::TriggerCollective(c) => {
-            let es = device_ops::dtype::size(c.dtype).ok_or_else(|| StageError::invalid(format!("{what}: collective dtype {:#x} unsupported", c.dtype)))? as u64;
-            let bytes = c.num_elements.checked_mul(es).ok_or_else(|| StageError::invalid(format!("{what}: element count overflows")))?;
+            let es = device_ops::dtype::size(c.dtype)
+                .ok_or_else(|| StageError::invalid(format!("{what}: collective dtype {:#x} unsupported", c.dtype)))?
+                as u64;
+            let bytes = c
+                .num_elements
+                .checked_mul(es)
+                .ok_or_else(|| StageError::invalid(format!("{what}: element count overflows")))?;
             let src = addr_of(c.input_tensor_id, c.src_offset_elems.saturating_mul(es), bytes, &what)?;
             let dst = addr_of(c.output_tensor_id, c.dst_offset_elems.saturating_mul(es), bytes, &what)?;
             let group = g.replica_groups.get(c.group_id as usize);
@@ -549,7 +637,10 @@ fn lower(
         | Instruction::Semaphore(_)
         | Instruction::ExtendedInst(_) => clear(i.encode()),
         Instruction::Raw { header, .. } => {
-            return Err(StageError::invalid(format!("{what}: Unsupported hardware operator code {:#04x}", header.opcode)));
+            return Err(StageError::invalid(format!(
+                "{what}: Unsupported hardware operator code {:#04x}",
+                header.opcode
+            )));
         }
     }
     let _ = dev;

@@ -157,6 +157,11 @@ impl Device {
         Ok(())
     }
 
+    /// Whether `other` is a handle on the same open device.
+    pub fn same(&self, other: &Device) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
     /// The arch.
     pub fn arch(&self) -> &'static Arch {
         self.inner.arch

@@ -233,6 +233,12 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+impl std::fmt::Debug for Model {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Model").field("id", &self.id).field("name", &self.name).field("ncs", &self.ncs).finish()
+    }
+}
+
 /// A handle to a loaded model (libnrt's `nrt_model_t*`).
 pub type ModelHandle = Arc<Model>;
 
@@ -464,19 +470,40 @@ impl Runtime {
             Unload::Teardown => {}
         }
         lock(&self.models).remove(&m.id);
+        self.retire_workers();
         self.teardown(m);
         let _ = lock(&m.lifecycle).finish_teardown();
+        // The last model off a device releases its host-transfer rings and idle DMA memory.
+        let devs = lock(&self.devices).clone();
+        let models = lock(&self.models);
+        for d in &devs {
+            let used = models.values().any(|x| x.devices.iter().any(|y| y.same(d)));
+            if !used {
+                d.close();
+            }
+        }
         Ok(())
     }
 
     fn teardown(&self, m: &Model) {
+        let poisoned = lock(&m.lifecycle).poisoned().is_some();
         if let Some(ex) = lock(&m.exec).take() {
             for (s, d) in ex.ncs.into_iter().zip(m.devices.iter()) {
                 let nc = s.nc;
                 drop(s.teardown(d));
-                // A poisoned or interrupted NC is reset so that the next load starts clean.
+                // libnrt leaves a faulted core to the management firmware; we reset the NCs of
+                // a poisoned model through the firmware at unload so the next load on them
+                // starts clean. Healthy NCs only get their latched causes cleared.
+                if poisoned {
+                    if let Err(e) = d.reset_nc(nc) {
+                        tracing::warn!("NC {nc}: reset after a fatal execution failed: {e}");
+                    }
+                }
                 let _ = d.clear_causes(nc);
             }
+        }
+        for d in &m.devices {
+            d.trim();
         }
         let mut owners = lock(&self.owners);
         for &c in &m.ncs {
@@ -570,6 +597,31 @@ impl Runtime {
     /// Models currently loaded.
     pub fn loaded_models(&self) -> usize {
         lock(&self.models).len()
+    }
+
+    /// Status of an async execution: its result, or NRT_QUEUE_EMPTY while it is not done.
+    pub fn poll(&self, t: &Ticket) -> NrtStatus {
+        t.poll().unwrap_or(NrtStatus::QueueEmpty)
+    }
+
+    /// Execution-unit worker threads alive.
+    pub fn workers(&self) -> usize {
+        lock(&self.xus).len()
+    }
+
+    /// Stop the execution units that no loaded model uses (their workers exit).
+    fn retire_workers(&self) {
+        let used: Vec<usize> = lock(&self.models).values().filter_map(|m| m.ncs.first().copied()).collect();
+        let idle: Vec<Arc<NcXu>> = {
+            let mut xus = lock(&self.xus);
+            let keys: Vec<usize> = xus.keys().copied().filter(|k| !used.contains(k)).collect();
+            keys.into_iter().filter_map(|k| xus.remove(&k)).collect()
+        };
+        for x in idle {
+            if let Ok(x) = Arc::try_unwrap(x) {
+                let _ = x.xu.shutdown();
+            }
+        }
     }
 }
 

@@ -205,11 +205,10 @@ pub(crate) fn arm(dev: &Dev, st: &mut State, f: FaultSpec) {
         FaultKind::CcError => dev.intc(st, nc, 0, "cc_error"),
         FaultKind::NetProxy => dev.intc(st, nc, 0, "net_proxy_fail"),
         FaultKind::DmaAbort => {
+            // The NC's own engines (not the host-facing ones it shares).
             let per = dev.arch.counts.dma_engines_per_nc as usize;
-            for e in 0..st.udma.len() {
-                if dev.nc_of_engine(e) == nc || e / per == nc {
-                    st.udma[e].arm_abort = f.queue;
-                }
+            for e in nc * per..((nc + 1) * per).min(st.udma.len()) {
+                st.udma[e].arm_abort = f.queue;
             }
         }
         _ => st.faults.push(f),

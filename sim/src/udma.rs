@@ -368,7 +368,12 @@ fn process_packet(dev: &Dev, st: &mut State, e: usize, q: usize) -> bool {
         return false;
     }
     if st.udma[e].arm_abort == Some(q as u32) {
-        st.udma[e].arm_abort = None;
+        // One packet aborts: disarm every engine of the NC.
+        let per = dev.arch.counts.dma_engines_per_nc as usize;
+        let nc = e / per;
+        for x in nc * per..((nc + 1) * per).min(st.udma.len()) {
+            st.udma[x].arm_abort = None;
+        }
         abort(dev, st, e, q, Abort::Injected, None);
         return false;
     }

@@ -123,6 +123,12 @@ pub mod fwio {
     pub const FW_STATUS_RESET_BUSY: u32 = 1 << 3;
     /// Completion polls after a reset: 5, sleeping 100·i ms before retry i.
     pub const RESET_DONE_POLLS: u32 = 5;
+    /// GET_DATA types (`r:neuron_fw_io.c@f4e736b`): current performance profile.
+    pub const GET_DATA_PERF_PROFILE: u8 = 1;
+    /// Available performance profiles.
+    pub const GET_DATA_AVAILABLE_PROFILES: u8 = 2;
+    /// Switch-fabric BAR info.
+    pub const GET_DATA_BAR_INFO: u8 = 0x10;
 }
 
 /// Q7 / nrtucode (NRT_FACTS §6-7, seed 004).
@@ -167,4 +173,42 @@ pub mod seq {
     pub const STATE_HALTED: u32 = 3;
     /// Fault (SEQUENCER_FATAL posted).
     pub const STATE_FAULT: u32 = 4;
+
+    /// Modeled fault codes: `seq_engine.status.fault_code` and the info byte of the
+    /// SEQUENCER_FATAL / SEQUENCER_NONFATAL error record's sequencer metadata.
+    pub mod fault {
+        /// Slot fetch failed (DMA fault on the instruction queue).
+        pub const FETCH: u8 = 0x01;
+        /// Malformed slot (word length, address mode, sizes).
+        pub const MALFORMED: u8 = 0x02;
+        /// Opcode not executable (unknown, or a pseudo-instruction that was not lowered).
+        pub const UNKNOWN_OPCODE: u8 = 0x03;
+        /// Unsupported wait mode.
+        pub const WAIT_MODE: u8 = 0x04;
+        /// Unsupported update mode.
+        pub const UPDATE_MODE: u8 = 0x05;
+        /// Memory access fault while executing.
+        pub const MEMORY: u8 = 0x06;
+        /// Collective could not run (group, type or peer mismatch).
+        pub const COLLECTIVE: u8 = 0x07;
+        /// DGE op refused by the mailbox gate (non-fatal).
+        pub const DGE_GATE: u8 = 0x08;
+        /// Injected by the simulator's fault API.
+        pub const INJECTED: u8 = 0x10;
+    }
+}
+
+/// PSEUDO_ADDR8 addressing (NRT_FACTS §2.4): marker bit 0x10 of the high byte names a var;
+/// the var id / offset split below is **modeled**.
+pub mod addr8 {
+    /// Marker bit (in the address's high byte) of a var-relative address.
+    pub const VAR_MARKER: u64 = 0x10 << 56;
+    /// Var id field: bits 32..48.
+    pub const VAR_ID_SHIFT: u32 = 32;
+    /// Var id mask (after the shift).
+    pub const VAR_ID_MASK: u64 = 0xFFFF;
+    /// Byte offset: bits 0..32.
+    pub const OFFSET_MASK: u64 = 0xFFFF_FFFF;
+    /// The address-mode bits of the high byte (mask 0xFC); 0 = immediate.
+    pub const MODE_SHIFT: u32 = 56;
 }

@@ -64,7 +64,7 @@ pub const BARRIER_WARN_INITIAL: Duration = Duration::from_secs(120);
 /// Engine index whose CUSTOM records get their tag rewritten on non-SUNDA arches.
 pub const TAG_FIXUP_ENGINE: usize = 2;
 /// The tag forced on those records.
-pub const TAG_FIXUP_VALUE: u8 = 0x0E;
+pub const TAG_FIXUP_VALUE: u8 = csr_maps::formats::notify::ntype::engine(2, csr_maps::formats::notify::ntype::EXPLICIT);
 
 /// Result of a proxy (collectives barrier / network) poll.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -48,11 +48,12 @@ pub mod sems {
 pub const SP: usize = 4;
 /// Records per INFER_STATUS ring and per error ring.
 pub const RING_RECORDS: u64 = 256;
-/// PSEUDO_ADDR8 marker bit: the address names a var (NRT_FACTS §2.4).
-const PSEUDO_ADDR_VAR: u64 = 0x10 << 56;
+use csr_maps::consts::addr8;
+use csr_maps::formats::slot::TraceMode;
+
 /// Trace bits of a slot header (debug_cmd [1:0]).
-const TRACE_START: u8 = 1;
-const TRACE_END: u8 = 2;
+const TRACE_START: u8 = TraceMode::OnStart as u8;
+const TRACE_END: u8 = TraceMode::OnEnd as u8;
 
 /// A load failure with the status libnrt returns for it.
 #[derive(Debug, thiserror::Error)]
@@ -541,7 +542,7 @@ fn lower(
 ) -> Result<(), StageError> {
     let what = format!("{engine} slot {pc}");
     let mut clear = |mut b: [u8; SLOT_BYTES]| {
-        b[2] &= !3; // trace bits belong to the runtime's preamble/postamble
+        b[2] &= !(TraceMode::Both as u8); // trace bits belong to the runtime's preamble/postamble
         out.push(b);
     };
     match i {
@@ -610,11 +611,11 @@ fn lower(
                 return Err(StageError::invalid(format!("{what}: DGE op {} is not supported (DIRECT2D only)", d.op)));
             }
             let reloc = |l: &Dma2dLeg| -> Result<Dma2dLeg, StageError> {
-                if l.start_addr & PSEUDO_ADDR_VAR == 0 {
+                if l.start_addr & addr8::VAR_MARKER == 0 {
                     return Ok(*l);
                 }
-                let id = ((l.start_addr >> 32) & 0xFFFF) as u32;
-                let off = l.start_addr & 0xFFFF_FFFF;
+                let id = ((l.start_addr >> addr8::VAR_ID_SHIFT) & addr8::VAR_ID_MASK) as u32;
+                let off = l.start_addr & addr8::OFFSET_MASK;
                 let es = if l.elem_size == 0 { 65536 } else { l.elem_size as u64 };
                 let span = leg_span(l, es);
                 let a = addr_of(id, off, span, &what)?;

@@ -9,6 +9,8 @@ use csr_maps::Arch;
 #[derive(Debug, Clone)]
 pub(crate) struct FlatReg {
     pub def: &'static RegDef,
+    /// The innermost block the register belongs to.
+    pub block: &'static BlockDef,
     /// Element index for register arrays.
     pub elem: u32,
     /// Sub-block path, outermost first: (sub name, index).
@@ -39,7 +41,10 @@ fn flatten(
 ) {
     for r in b.regs.iter().filter(|r| r.on_arch(arch.name)) {
         for k in 0..r.count {
-            out.insert(base + r.offset + k * r.stride, FlatReg { def: r, elem: k as u32, path: path.clone() });
+            out.insert(
+                base + r.offset + k * r.stride,
+                FlatReg { def: r, block: b, elem: k as u32, path: path.clone() },
+            );
         }
     }
     for s in b.subs {

@@ -340,9 +340,8 @@ impl Dev {
             return 0;
         }
         if hit.reg.name() == "status" && is_iofic(hit) {
-            let cause = self.stored(st, off - 0x20, 0);
-            let mask = self.stored(st, off - 0x10, u32::MAX as u64);
-            return cause & !mask;
+            let (Some(c), Some(m)) = (sibling(hit, off, "cause"), sibling(hit, off, "mask")) else { return 0 };
+            return self.stored(st, c, 0) & !self.stored(st, m, u32::MAX as u64);
         }
         self.stored(st, off, def.reset)
     }
@@ -395,13 +394,17 @@ impl Dev {
                     return;
                 }
                 "cause_set" => {
-                    let c = self.stored(st, off - 8, 0);
-                    st.regs.insert(off - 8, c | val);
+                    if let Some(c) = sibling(hit, off, "cause") {
+                        let v = self.stored(st, c, 0);
+                        st.regs.insert(c, v | val);
+                    }
                     return;
                 }
                 "mask_clear" => {
-                    let m = self.stored(st, off - 8, u32::MAX as u64);
-                    st.regs.insert(off - 8, m & val);
+                    if let Some(m) = sibling(hit, off, "mask") {
+                        let v = self.stored(st, m, u32::MAX as u64);
+                        st.regs.insert(m, v & val);
+                    }
                     return;
                 }
                 _ => {}
@@ -500,7 +503,7 @@ impl Dev {
             let mut st = dev.lock();
             if let Err(f) = dev.dev_write(&mut st, d.dst, &d.data) {
                 dev.n.dma_faults.fetch_add(1, Ordering::Relaxed);
-                crate::seq::fault_engine(&dev, &mut st, d.nc, d.engine, 0x21, Some(f));
+                crate::seq::fault_engine(&dev, &mut st, d.nc, d.engine, crate::seq::code::MEMORY, Some(f));
             }
             if let Some(e) = st.seq.get_mut(d.nc).and_then(|s| s.get_mut(d.engine)) {
                 e.coll_done = true;
@@ -613,7 +616,7 @@ impl Dev {
         if let Ok(m) = r.misc_ram(0) {
             st.regs.insert(m.device_id().offset(), self.cfg.device_index);
             st.regs.insert(m.fw_api_version().offset(), self.cfg.fw_api_version);
-            st.regs.insert(m.serial_lo().offset(), 0x5100_0000 | self.cfg.device_index);
+            st.regs.insert(m.serial_lo().offset(), self.cfg.device_index);
         }
         for i in 0..(self.ncs() as u64 * q7c::POOL_CORES) {
             if let Ok(q) = r.q7(i) {
@@ -626,6 +629,12 @@ impl Dev {
             }
         }
     }
+}
+
+/// BAR0 offset of register `name` in the same block instance as the hit.
+fn sibling(hit: &Hit<'_>, off: u64, name: &str) -> Option<u64> {
+    let base = off - hit.reg.def.offset - hit.reg.elem as u64 * hit.reg.def.stride;
+    hit.reg.block.regs.iter().find(|r| r.name == name).map(|r| base + r.offset)
 }
 
 fn is_iofic(hit: &Hit<'_>) -> bool {

@@ -64,16 +64,16 @@ fn request(dev: &Dev, st: &mut State) {
             fwc::CMD_SET_FEATURE if plen >= 1 => (fwc::ERR_SUCCESS, vec![]),
             fwc::CMD_GET_DATA if plen >= 1 => match p[0] {
                 // Current performance profile: 4 reserved, profile, voltage margin, frequency, OCW.
-                1 => (fwc::ERR_SUCCESS, vec![0, 0, 0, 0, 0, 0, 0, 0]),
+                fwc::GET_DATA_PERF_PROFILE => (fwc::ERR_SUCCESS, vec![0, 0, 0, 0, 0, 0, 0, 0]),
                 // Available profiles: count + 32-byte bitmap (profile 0 only).
-                2 => {
+                fwc::GET_DATA_AVAILABLE_PROFILES => {
                     let mut v = vec![1u8];
                     v.extend_from_slice(&[1u8]);
                     v.extend_from_slice(&[0u8; 31]);
                     (fwc::ERR_SUCCESS, v)
                 }
                 // Switch-fabric BAR info: none on a simulated device.
-                0x10 => (fwc::ERR_SUCCESS, vec![]),
+                fwc::GET_DATA_BAR_INFO => (fwc::ERR_SUCCESS, vec![]),
                 _ => (fwc::ERR_FAILED, vec![]),
             },
             _ => (fwc::ERR_UNKNOWN_CMD, vec![]),

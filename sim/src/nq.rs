@@ -5,7 +5,8 @@
 
 use std::sync::atomic::Ordering;
 
-use csr_maps::formats::notify::RECORD_BYTES;
+use csr_maps::blocks::notific_slot as ns;
+use csr_maps::formats::notify::{NotifRecord, RECORD_BYTES};
 
 use crate::decode::{Hit, Kind};
 use crate::device::{Dev, State};
@@ -35,7 +36,7 @@ pub(crate) fn reg_read(dev: &Dev, st: &mut State, hit: &Hit<'_>, off: u64) -> u3
     let s = st.nq.get(&slot_base(hit, off)).copied().unwrap_or_default();
     match hit.reg.name() {
         "tail" => s.tail as u32,
-        "status" => (s.overflowed as u32) | (s.dropped.min(0xFFFF) << 16),
+        "status" => ns::Status(0).with_overflow(s.overflowed as u32).with_dropped(s.dropped.min(u16::MAX as u32)).0,
         _ => dev.generic_read(st, hit, off),
     }
 }
@@ -82,14 +83,16 @@ pub(crate) fn post(dev: &Dev, st: &mut State, nc: usize, slot_off: u64, mut rec:
         dev.intc(st, nc, 1, "sw_nq_overflow");
         return false;
     }
-    let hdr = rec[3] & 0x1F;
-    rec[3] = hdr | if s.overflow_pending { 1 << 5 } else { 0 } | if s.phase { 1 << 7 } else { 0 };
+    let mut r = NotifRecord::decode(&rec);
+    r.sw_overflow = s.overflow_pending;
+    r.phase = s.phase;
+    rec = r.encode();
     let at = base + s.tail;
     let (tail, phase) = (s.tail, s.phase);
     // Body first, header byte (with the phase bit) last, so a consumer polling the phase
-    // never sees a half-written record.
+    // never sees a half-written record: the body goes out with the stale phase.
     let mut body = rec;
-    body[3] = if phase { 0 } else { 1 << 7 };
+    body[3] = NotifRecord { phase: !phase, ..Default::default() }.header();
     let ok = dev.dev_write(st, at, &body).is_ok() && dev.dev_write(st, at + 3, &rec[3..4]).is_ok();
     if !ok {
         dev.n.dma_faults.fetch_add(1, Ordering::Relaxed);

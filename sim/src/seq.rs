@@ -17,6 +17,8 @@ use csr_maps::formats::slot::{
 };
 use csr_maps::formats::ucpl::{UcplHeader, HEADER_BYTES, MAX_IMAGE_BYTES};
 
+use csr_maps::blocks::seq_engine as se;
+
 use crate::decode::Hit;
 
 /// NX engine cores per NC and the POOL engine's index (`al_hal_tpb_eng_type`).
@@ -27,18 +29,7 @@ use crate::fault::FaultKind;
 use crate::hub::{Arrival, Delivery};
 use crate::iommu::DmaFault;
 
-/// Fault codes reported in `seq.eng[e].status.fault_code` and the error record's info byte.
-pub(crate) mod code {
-    pub const FETCH: u8 = 0x01;
-    pub const MALFORMED: u8 = 0x02;
-    pub const UNKNOWN_OPCODE: u8 = 0x03;
-    pub const WAIT_MODE: u8 = 0x04;
-    pub const UPDATE_MODE: u8 = 0x05;
-    pub const MEMORY: u8 = 0x06;
-    pub const COLLECTIVE: u8 = 0x07;
-    pub const DGE_GATE: u8 = 0x08;
-    pub const INJECTED: u8 = 0x10;
-}
+pub(crate) use csr_maps::consts::seq::fault as code;
 
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct SeqEng {
@@ -61,7 +52,9 @@ pub(crate) fn reg_read(dev: &Dev, st: &mut State, hit: &Hit<'_>, off: u64) -> u3
     if let Some(e) = hit.reg.sub("eng") {
         let Some(s) = st.seq.get(nc).map(|x| x[e as usize]) else { return 0 };
         return match hit.reg.name() {
-            "status" => s.state | ((s.fault_code as u32) << 8),
+            "status" => {
+                csr_maps::blocks::seq_engine::Status(0).with_state(s.state).with_fault_code(s.fault_code as u32).0
+            }
             "pc" => s.pc,
             "passes" => s.passes,
             _ => dev.generic_read(st, hit, off),
@@ -245,13 +238,8 @@ fn step(dev: &Dev, st: &mut State, nc: usize, e: usize, out: &mut Vec<Delivery>)
     let Some(r) = eng_regs(dev, nc, e) else { return false };
     let base = dev.stored(st, r.ifq_base_lo().offset(), 0) as u64
         | ((dev.stored(st, r.ifq_base_hi().offset(), 0) as u64) << 32);
-    let len = dev.stored(st, r.ifq_len().offset(), 0) & 0xFF_FFFF;
-    let ctrl = dev.stored(st, r.ctrl().offset(), 0);
-    let loop_bit = csr_maps::meta::block("seq_engine")
-        .and_then(|b| b.regs.iter().find(|x| x.name == "ctrl"))
-        .and_then(|x| x.fields.iter().find(|f| f.name == "loop_en"))
-        .map(|f| 1u32 << f.lsb)
-        .unwrap_or(0);
+    let len = se::IfqLen(dev.stored(st, r.ifq_len().offset(), 0)).slots();
+    let looped = se::Ctrl(dev.stored(st, r.ctrl().offset(), 0)).loop_en() != 0;
     if len == 0 || s.pc >= len {
         st.seq[nc][e].state = seqc::STATE_HALTED;
         return true;
@@ -380,7 +368,7 @@ fn step(dev: &Dev, st: &mut State, nc: usize, e: usize, out: &mut Vec<Delivery>)
     eng.pc += 1;
     if eng.pc >= len {
         eng.passes = eng.passes.wrapping_add(1);
-        if ctrl & loop_bit != 0 {
+        if looped {
             eng.pc = 0;
         } else {
             eng.state = seqc::STATE_HALTED;

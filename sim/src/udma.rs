@@ -12,6 +12,8 @@ use std::sync::atomic::Ordering;
 use csr_maps::consts::udma as udc;
 use csr_maps::formats::udma::{UdmaDesc, DESC_BYTES};
 
+use csr_maps::blocks::udma_m2s_q as mq;
+
 use crate::decode::Hit;
 use crate::device::{Dev, Seg, State};
 use crate::iommu::DmaFault;
@@ -72,7 +74,7 @@ pub(crate) fn reg_read(dev: &Dev, st: &mut State, hit: &Hit<'_>, off: u64) -> u3
     let (Some(half), Some(eng)) = (half_of(hit), st.udma.get(e)) else { return dev.generic_read(st, hit, off) };
     if let Some(q) = hit.reg.sub("q") {
         let qs = if half == Half::M2s { &eng.m2s[q as usize] } else { &eng.s2m[q as usize] };
-        let ptr = |idx: u32, rid: u8| (idx & 0xFF_FFFF) | ((rid as u32 & 3) << 30);
+        let ptr = |idx: u32, rid: u8| mq::Head(0).with_idx(idx).with_ring_id(rid as u32).0;
         return match hit.reg.name() {
             "head" | "current" => ptr(qs.head, qs.head_rid),
             "tail" => ptr(qs.tail, qs.tail_rid),
@@ -101,7 +103,7 @@ pub(crate) fn reg_write(dev: &Dev, st: &mut State, hit: &Hit<'_>, off: u64, val:
         let q = q as usize;
         match hit.reg.name() {
             "tail_inc" => {
-                let n = val & 0xFF_FFFF;
+                let n = mq::TailInc(val).count();
                 let len = ring_len(dev, st, e, half, q);
                 let eng = &mut st.udma[e];
                 let qs = if half == Half::M2s { &mut eng.m2s[q] } else { &mut eng.s2m[q] };
@@ -121,7 +123,7 @@ pub(crate) fn reg_write(dev: &Dev, st: &mut State, hit: &Hit<'_>, off: u64, val:
                 st.pending[nc] = true;
             }
             "sw_ctrl" => {
-                if val & (1 << 8) != 0 {
+                if mq::SwCtrl(val).rst_q() != 0 {
                     let eng = &mut st.udma[e];
                     let qs = if half == Half::M2s { &mut eng.m2s[q] } else { &mut eng.s2m[q] };
                     *qs = Queue::default();
@@ -179,7 +181,7 @@ fn qregs(dev: &Dev, e: usize, half: Half, q: usize) -> Option<QRegs> {
 }
 
 fn ring_len(dev: &Dev, st: &State, e: usize, half: Half, q: usize) -> u32 {
-    qregs(dev, e, half, q).map(|r| dev.stored(st, r.len, 0) & 0xFF_FFFF).unwrap_or(0)
+    qregs(dev, e, half, q).map(|r| mq::RingLen(dev.stored(st, r.len, 0)).count()).unwrap_or(0)
 }
 
 /// Cause bits (from csr-maps field names) latched on a fault.
@@ -311,9 +313,11 @@ fn collect(
 ) -> Result<Option<(u32, u8, u32)>, Abort> {
     out.clear();
     let Some(r) = qregs(dev, e, half, q) else { return Ok(None) };
-    let base = (dev.stored(st, r.base_lo, 0) as u64 & !0x3F) | ((dev.stored(st, r.base_hi, 0) as u64) << 32);
-    let len = dev.stored(st, r.len, 0) & 0xFF_FFFF;
-    let cfg = dev.stored(st, r.cfg, 0x0300_0000);
+    let lo = mq::RingBaseLo(dev.stored(st, r.base_lo, 0));
+    // Only the address field counts ([5:0] must be zero).
+    let base = mq::RingBaseLo(0).with_addr(lo.addr()).0 as u64 | ((dev.stored(st, r.base_hi, 0) as u64) << 32);
+    let len = mq::RingLen(dev.stored(st, r.len, 0)).count();
+    let cfg = dev.stored(st, r.cfg, mq::Cfg::reset_value().0 as u64);
     if len == 0 || cfg & udc::Q_CFG_ENABLE != udc::Q_CFG_ENABLE {
         return Ok(None); // paused or unconfigured
     }
@@ -405,7 +409,8 @@ fn process_packet(dev: &Dev, st: &mut State, e: usize, q: usize) -> bool {
 fn max_desc_per_pkt(dev: &Dev, st: &State, e: usize) -> u32 {
     let r = dev.regs();
     let Ok(u) = r.udma(e as u64) else { return u32::MAX };
-    let v = dev.stored(st, u.m2s().desc_pref_cfg2().offset(), 0) & 0xFF;
+    let v = csr_maps::blocks::udma_m2s::DescPrefCfg2(dev.stored(st, u.m2s().desc_pref_cfg2().offset(), 0))
+        .max_desc_per_pkt();
     // Unprogrammed (0): no limit enforced beyond the ring.
     if v == 0 {
         u32::MAX

@@ -239,3 +239,80 @@ fn unknown_and_unlowered_slots_post_sequencer_fatal() {
 fn arch_name(a: &Arch) -> &str {
     a.name
 }
+
+/// All-reduce / all-gather / reduce-scatter with ADD/MAX/MIN on fp32/bf16/fp16/int32 across
+/// two NCs, one SB2SB_COLLECTIVE slot each.
+#[test]
+fn collective_kinds_ops_and_types() {
+    fn enc(dt: u8, v: f64) -> Vec<u8> {
+        match dt {
+            dtype::FP32 => (v as f32).to_le_bytes().to_vec(),
+            dtype::INT32 => (v as i32).to_le_bytes().to_vec(),
+            dtype::BF16 => (((v as f32).to_bits() >> 16) as u16).to_le_bytes().to_vec(),
+            _ => {
+                // Small integers are exact in fp16: sign 0, exponent and mantissa by hand.
+                let f = v as f32;
+                if f == 0.0 {
+                    return vec![0, 0];
+                }
+                let e = f.abs().log2().floor() as i32;
+                let m = ((f.abs() / 2f32.powi(e) - 1.0) * 1024.0).round() as u16;
+                let s = if f < 0.0 { 0x8000u16 } else { 0 };
+                (s | (((e + 15) as u16) << 10) | m).to_le_bytes().to_vec()
+            }
+        }
+    }
+    let t = T::new(&CAYMAN);
+    let n = 8usize;
+    let a: Vec<f64> = (0..n).map(|i| i as f64 + 1.0).collect();
+    let b: Vec<f64> = (0..n).map(|i| 10.0 - i as f64 * 2.0).collect();
+    for (ct, op, dt) in [
+        (ctype::ALL_REDUCE, alu::ADD, dtype::FP32),
+        (ctype::ALL_REDUCE, alu::MAX, dtype::BF16),
+        (ctype::ALL_REDUCE, alu::MIN, dtype::FP16),
+        (ctype::ALL_REDUCE, alu::ADD, dtype::INT32),
+        (ctype::ALL_GATHER, alu::ADD, dtype::FP32),
+        (ctype::REDUCE_SCATTER, alu::ADD, dtype::INT32),
+    ] {
+        let es = dtype::size(dt).unwrap();
+        let comm = 1000 + ct as u32 * 16 + op as u32 + dt as u32 * 64;
+        for (nc, data) in [(0u64, &a), (1u64, &b)] {
+            let src = nc_area(&t, nc, 0x4_0000);
+            let dst = nc_area(&t, nc, 0x5_0000);
+            t.write_dev(src, &data.iter().flat_map(|&v| enc(dt, v)).collect::<Vec<_>>());
+            t.write_dev(dst, &[0u8; 256]);
+            let c = CollectiveOp {
+                header: SlotHeader::new(Opcode::Sb2sbCollective),
+                events: Events::NONE,
+                op,
+                dtype: dt,
+                ctype: ct,
+                rank: nc as u8,
+                group_size: 2,
+                comm_id: comm,
+                src,
+                dst,
+                num_elements: n as u64,
+            };
+            t.load_program(nc, PE, nc_area(&t, nc, 0x6_0000), &[c.encode()], false);
+        }
+        run(&t, 0);
+        run(&t, 1);
+        let combine = |x: f64, y: f64| match op {
+            alu::MAX => x.max(y),
+            alu::MIN => x.min(y),
+            _ => x + y,
+        };
+        let red: Vec<f64> = a.iter().zip(&b).map(|(&x, &y)| combine(x, y)).collect();
+        for nc in 0..2u64 {
+            let expect: Vec<f64> = match ct {
+                ctype::ALL_GATHER => a.iter().chain(&b).copied().collect(),
+                ctype::REDUCE_SCATTER => red[nc as usize * n / 2..(nc as usize + 1) * n / 2].to_vec(),
+                _ => red.clone(),
+            };
+            let got = t.read_dev(nc_area(&t, nc, 0x5_0000), expect.len() * es);
+            let want: Vec<u8> = expect.iter().flat_map(|&v| enc(dt, v)).collect();
+            assert_eq!(got, want, "ctype {ct} op {op:#x} dtype {dt:#x} nc {nc}");
+        }
+    }
+}

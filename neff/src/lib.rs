@@ -7,6 +7,16 @@
 //!       ─► tar walk (9) ─► neff.json/kelp.json (10) ─► KELF + target gate (11)
 //!       ─► def.json per graph (12..15) ─► engine jsons, DMA blocks, 64-byte slots
 //! ```
+//!
+//! Memory: the inflated tar lives in one buffer (members and `.npy` weights are zero-copy
+//! [`Blob`] slices of it) and the inflater may never produce more than
+//! [`ReadOptions::mem_cap`] bytes ([`DEFAULT_MEM_CAP`] = 4 GiB), so a gzip bomb or a tar
+//! header claiming a huge size is rejected with NRT_INVALID before anything that large is
+//! allocated. [`Neff::parse_reader`] streams the compressed bytes in 1 MiB chunks; with
+//! `verify` a second thread hashes them while the caller's thread inflates.
+//!
+//! Test models: [`builder::single_nc_allreduce`], [`builder::two_nc_allreduce`],
+//! [`builder::weights_model`].
 #![forbid(unsafe_code)]
 
 pub mod arch;

@@ -79,3 +79,42 @@ fn two_nc_allreduce_sums() {
         rt.close().unwrap();
     }
 }
+
+fn examples() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples")
+}
+
+#[test]
+fn committed_examples_are_current_and_run_on_every_arch() {
+    let one = std::fs::read(examples().join("allreduce_1nc.neff")).unwrap();
+    let two = std::fs::read(examples().join("allreduce_2nc.neff")).unwrap();
+    let mut d1 = builder::allreduce_model(1);
+    d1.target = "*".into();
+    let mut d2 = builder::allreduce_model(2);
+    d2.target = "*".into();
+    assert!(one == d1.build().unwrap(), "examples/allreduce_1nc.neff is stale: run the make_examples example");
+    assert!(two == d2.build().unwrap(), "examples/allreduce_2nc.neff is stale");
+    let input = std::fs::read(examples().join("input_32xf32.bin")).unwrap();
+    let want: Vec<f32> = input.chunks(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    for arch in [&SUNDA, &CAYMAN, &MARIANA] {
+        let (rt, sim) = rt(arch, Timing::Threaded);
+        for (bytes, factor) in [(&one, 1.0f32), (&two, 2.0)] {
+            let m = rt.load(bytes, None, None).unwrap();
+            let ti = rt.alloc_tensor("input", 128, false, m.ncs[0]).unwrap();
+            ti.write(0, &input).unwrap();
+            let to = rt.alloc_tensor("output", 128, false, m.ncs[0]).unwrap();
+            let mut ins = TensorSet::new();
+            ins.add("input", ti);
+            let mut outs = TensorSet::new();
+            outs.add("output", to.clone());
+            let (s, _) = rt.execute(&m, &ins, &outs).unwrap();
+            assert_eq!(s, NrtStatus::Success);
+            let out: Vec<f32> = to.to_vec().unwrap().chunks(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+            assert_eq!(out, want.iter().map(|x| x * factor).collect::<Vec<_>>(), "{arch} x{factor}");
+            rt.unload(&m).unwrap();
+        }
+        rt.close().unwrap();
+        let st = sim.stats();
+        assert_eq!((st.iommu_mappings, st.device_bytes), (0, 0));
+    }
+}

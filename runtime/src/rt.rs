@@ -529,7 +529,7 @@ impl Runtime {
         let t0 = Instant::now();
         let mut g = lock(&m.exec);
         let ex = g.as_mut().ok_or_else(|| RtError::new(NrtStatus::InvalidHandle, "model unloaded"))?;
-        bind_inputs(m, ex, inputs)?;
+        bind_inputs(m, ex, inputs, outputs)?;
         kick(ex)?;
         let mut steps = 0u64;
         let step = loop {
@@ -645,21 +645,40 @@ fn wait(p: PollPolicy, steps: u64) {
     }
 }
 
-fn bind_inputs(m: &Model, ex: &mut ExecState, inputs: &TensorSet) -> Result<(), RtError> {
+fn bind_inputs(m: &Model, ex: &mut ExecState, inputs: &TensorSet, outputs: &TensorSet) -> Result<(), RtError> {
     for (k, s) in ex.ncs.iter_mut().enumerate() {
+        for b in s.bind.iter_mut() {
+            *b = None;
+        }
         for info in &m.inputs {
-            let t = inputs
-                .get(&info.name)
-                .ok_or_else(|| RtError::new(NrtStatus::ExecBadInput, format!("input {} is not bound", info.name)))?;
-            let Some(v) = s.var(&info.name) else { continue };
+            let t = inputs.get(&info.name).ok_or_else(|| RtError::new(NrtStatus::ExecBadInput, format!("input {} is not bound", info.name)))?;
+            let Some(i) = s.var_index(&info.name) else { continue };
+            let v = &s.vars[i];
             if t.size != v.size {
-                return Err(RtError::new(
-                    NrtStatus::ExecBadInput,
-                    format!("input {}: tensor of {} bytes, model expects {}", info.name, t.size, v.size),
-                ));
+                return Err(RtError::new(NrtStatus::ExecBadInput, format!("input {}: tensor of {} bytes, model expects {}", info.name, t.size, v.size)));
             }
-            let (src, dst, len) = (t.dev_addr(), v.addr, v.size);
-            m.devices[k].copy(s.nc, &[Xfer { src, dst, len }])?;
+            if s.dma_only[i] {
+                // The model reads the input only through DMA: point the descriptors at the tensor.
+                s.bind[i] = Some(t.dev_addr());
+            } else {
+                let (src, dst, len) = (t.dev_addr(), v.addr, v.size);
+                m.devices[k].copy(s.nc, &[Xfer { src, dst, len }])?;
+            }
+        }
+        if k == 0 {
+            for info in &m.outputs {
+                let Some(t) = outputs.get(&info.name) else { continue };
+                let Some(i) = s.var_index(&info.name) else { continue };
+                if t.size != s.vars[i].size {
+                    return Err(RtError::new(
+                        NrtStatus::ExecBadInput,
+                        format!("output {}: tensor of {} bytes, model produces {}", info.name, t.size, s.vars[i].size),
+                    ));
+                }
+                if s.dma_only[i] {
+                    s.bind[i] = Some(t.dev_addr());
+                }
+            }
         }
         s.stage_rings()?;
     }
@@ -676,17 +695,16 @@ fn kick(ex: &ExecState) -> Result<(), RtError> {
     Ok(())
 }
 
+/// Copy outputs that were not bound by address.
 fn read_outputs(m: &Model, ex: &mut ExecState, outputs: &TensorSet) -> Result<(), RtError> {
     let Some(s) = ex.ncs.first() else { return Ok(()) };
     for info in &m.outputs {
         let Some(t) = outputs.get(&info.name) else { continue };
-        let Some(v) = s.var(&info.name) else { continue };
-        if t.size != v.size {
-            return Err(RtError::new(
-                NrtStatus::ExecBadInput,
-                format!("output {}: tensor of {} bytes, model produces {}", info.name, t.size, v.size),
-            ));
+        let Some(i) = s.var_index(&info.name) else { continue };
+        if s.bind[i].is_some() {
+            continue;
         }
+        let v = &s.vars[i];
         m.devices[0].copy(s.nc, &[Xfer { src: v.addr, dst: t.dev_addr(), len: v.size }])?;
     }
     Ok(())
@@ -767,7 +785,7 @@ impl Executor for XuExec {
         {
             let mut g = lock(&req.model.exec);
             let ex = g.as_mut().ok_or(NrtStatus::InvalidHandle)?;
-            bind_inputs(&req.model, ex, &req.inputs).map_err(|e| e.status)?;
+            bind_inputs(&req.model, ex, &req.inputs, &req.outputs).map_err(|e| e.status)?;
             kick(ex).map_err(|e| e.status)?;
         }
         Ok(AsyncTok { req })

@@ -96,6 +96,9 @@ pub struct StagedVar {
 pub struct StagedBlock {
     pub id: u32,
     pub xfers: Vec<Xfer>,
+    /// For each transfer: the var index its source / destination lies in (None for the
+    /// semaphore pair), so a bound tensor can replace the var at bind time.
+    pub refs: Vec<(Option<usize>, Option<usize>)>,
     pub pairs: u32,
 }
 
@@ -127,6 +130,11 @@ pub struct StagedNc {
     pub dev: Device,
     /// Scratch for raw records (preallocated; the hot path does not allocate).
     pub raw: Vec<[u8; 16]>,
+    /// Per var: a tensor address bound for the next execution (replaces the var in DMA
+    /// descriptors), set by the runtime's bind step.
+    pub bind: Vec<Option<u64>>,
+    /// Per var: referenced only by DMA descriptors (so binding by address is possible).
+    pub dma_only: Vec<bool>,
 }
 
 impl StagedNc {
@@ -135,11 +143,26 @@ impl StagedNc {
         self.vars.iter().find(|v| v.name == name)
     }
 
-    /// Write every queue's descriptors for one execution (the bind step).
+    /// Index of a var by name.
+    pub fn var_index(&self, name: &str) -> Option<usize> {
+        self.vars.iter().position(|v| v.name == name)
+    }
+
+    /// Write every queue's descriptors for one execution (the bind step), with bound
+    /// tensors in place of their vars. Allocates nothing.
     pub fn stage_rings(&mut self) -> Result<(), hal::HalError> {
+        let (vars, bind) = (&self.vars, &self.bind);
+        let rebase = |a: u64, r: Option<usize>| match r.and_then(|i| bind[i].map(|b| (b, vars[i].addr))) {
+            Some((b, base)) => b + (a - base),
+            None => a,
+        };
         for q in &mut self.queues {
             for &b in &q.order {
-                q.ring.stage(&q.blocks[b].xfers)?;
+                let blk = &q.blocks[b];
+                for (x, &(rs, rd)) in blk.xfers.iter().zip(&blk.refs) {
+                    let x = Xfer { src: rebase(x.src, rs), dst: rebase(x.dst, rd), len: x.len };
+                    q.ring.stage(std::slice::from_ref(&x))?;
+                }
             }
         }
         Ok(())
@@ -337,7 +360,9 @@ pub fn stage_graph(dev: &Device, g: &Graph, p: &GraphPlacement) -> Result<Staged
         for e in &g.engines {
             for b in e.dma_blocks.iter().filter(|b| b.queue == q.name) {
                 let mut xfers = Vec::new();
+                let mut refs = Vec::new();
                 for (k, d) in b.descs.iter().enumerate() {
+                    let (fi, ti) = (vars.iter().position(|v| v.name == d.from), vars.iter().position(|v| v.name == d.to));
                     if d.op != neff::DmaOp::Copy {
                         return Err(StageError::invalid(format!(
                             "queue {} block {}: DMA op {} is not supported",
@@ -362,6 +387,7 @@ pub fn stage_graph(dev: &Device, g: &Graph, p: &GraphPlacement) -> Result<Staged
                         let s = addr_by_name(&d.from, src[si].0 + so as i64, n, &what)?;
                         let t = addr_by_name(&d.to, dst[di].0 + dof as i64, n, &what)?;
                         xfers.push(Xfer { src: s, dst: t, len: n });
+                        refs.push((fi, ti));
                         so += n;
                         dof += n;
                         if so == src[si].1 {
@@ -376,9 +402,10 @@ pub fn stage_graph(dev: &Device, g: &Graph, p: &GraphPlacement) -> Result<Staged
                 }
                 if let Some(s) = q.semaphore {
                     xfers.push(Xfer { src: dev.host_addr(&one), dst: dev.sem_inc_dev_addr(nc, s as u64)?, len: 4 });
+                    refs.push((None, None));
                 }
                 let pairs: u64 = xfers.iter().map(|x| Ring::pairs_for(x.len) as u64).sum();
-                blocks.push(StagedBlock { id: b.id, xfers, pairs: pairs as u32 });
+                blocks.push(StagedBlock { id: b.id, xfers, refs, pairs: pairs as u32 });
             }
         }
         // Trigger order from the programs.
@@ -501,6 +528,30 @@ pub fn stage_graph(dev: &Device, g: &Graph, p: &GraphPlacement) -> Result<Staged
         }
     };
     let kick_off = dev.sem_inc_offset(nc, sems::KICK as u64)?;
+    // Vars that instructions address directly cannot be rebound to a tensor per execution.
+    let mut by_insn: BTreeSet<u32> = BTreeSet::new();
+    for e in &g.engines {
+        if let Program::Tpb(ins) = &e.program {
+            for i in ins {
+                match i {
+                    Instruction::TriggerCollective(c) => {
+                        by_insn.insert(c.input_tensor_id);
+                        by_insn.insert(c.output_tensor_id);
+                    }
+                    Instruction::PseudoDmaDirect2d(d) | Instruction::DmaMemcpy(d) => {
+                        for l in [&d.src, &d.dst] {
+                            if l.start_addr & addr8::VAR_MARKER != 0 {
+                                by_insn.insert(((l.start_addr >> addr8::VAR_ID_SHIFT) & addr8::VAR_ID_MASK) as u32);
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    let dma_only: Vec<bool> = vars.iter().map(|v| !by_insn.contains(&v.var_id) && v.mem.is_some()).collect();
+    let bind = vec![None; vars.len()];
     let _ = sp_index_check();
     Ok(StagedNc {
         nc,
@@ -515,6 +566,8 @@ pub fn stage_graph(dev: &Device, g: &Graph, p: &GraphPlacement) -> Result<Staged
         dge_core,
         dev: dev.clone(),
         raw: Vec::with_capacity(RING_RECORDS as usize),
+        bind,
+        dma_only,
     })
 }
 

@@ -406,6 +406,14 @@ impl Device {
         Stream::program(&self.regs(), nc, engine, mem, slots.len(), self.infer_slot(engine), looped)
     }
 
+    /// The NC's current device timestamp (notification-timestamp ticks).
+    pub fn device_time(&self, nc: usize) -> Result<u64> {
+        let s = self.regs().seq(nc as u64)?;
+        let lo = s.ts_lo().read()?.0 as u64;
+        let hi = s.ts_hi().read()?.0 as u64;
+        Ok(lo | (hi << 32))
+    }
+
     /// Status of an engine.
     pub fn engine_status(&self, nc: usize, engine: usize) -> Result<EngineStatus> {
         seq::status(&self.regs(), nc, engine)

@@ -206,6 +206,9 @@ pub struct ExecTimings {
     pub device_ns: u64,
     /// Completion-engine steps taken.
     pub steps: u64,
+    /// From the last END record's device timestamp (rescaled to host time) to the host
+    /// observing completion, ns.
+    pub completion_lag_ns: u64,
 }
 
 /// An executing model's device state (one lock: executions of a model are serialized).
@@ -213,6 +216,8 @@ struct ExecState {
     ncs: Vec<StagedNc>,
     tracker: ExecTracker,
     seq: u64,
+    /// Device → host time of NC 0 (seed 001 timestamp rescale), taken at load.
+    sync: crate::timestamp::TimestampSync,
 }
 
 /// A loaded model.
@@ -227,6 +232,7 @@ pub struct Model {
     exec: Mutex<Option<ExecState>>,
     poll: PollPolicy,
     devices: Vec<Device>,
+    epoch: Instant,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -257,6 +263,7 @@ pub struct Runtime {
     next_id: AtomicU64,
     pid: AtomicU64,
     closed_devices: AtomicBool,
+    epoch: Instant,
 }
 
 impl Default for Runtime {
@@ -278,6 +285,7 @@ impl Runtime {
             next_id: AtomicU64::new(1),
             pid: AtomicU64::new(std::process::id() as u64),
             closed_devices: AtomicBool::new(false),
+            epoch: Instant::now(),
         }
     }
 
@@ -439,6 +447,11 @@ impl Runtime {
         tc.reads_per_sweep = crate::stage::RING_RECORDS as usize;
         let tracker =
             ExecTracker::new(staged.len(), tc).map_err(|e| RtError::new(NrtStatus::Failure, e.to_string()))?;
+        let t0 = staged.first().map(|s| s.dev.device_time(s.nc)).transpose()?.unwrap_or(0);
+        let sync = crate::timestamp::TimestampSync {
+            clocks: [crate::timestamp::EngineClock::nominal(t0); 5],
+            sync: crate::timestamp::SyncPoint { device_ns: 0, cpu_ns: self.epoch.elapsed().as_nanos() as u64 },
+        };
         life.load_succeeded()?;
         let model = Arc::new(Model {
             id,
@@ -447,9 +460,10 @@ impl Runtime {
             outputs: n.outputs.clone(),
             ncs: picked,
             lifecycle: Mutex::new(life),
-            exec: Mutex::new(Some(ExecState { ncs: staged, tracker, seq: 0 })),
+            exec: Mutex::new(Some(ExecState { ncs: staged, tracker, seq: 0, sync })),
             poll: cfg.poll,
             devices: devs,
+            epoch: self.epoch,
         });
         lock(&self.models).insert(id, model.clone());
         Ok(model)
@@ -539,15 +553,23 @@ impl Runtime {
                 s => break s,
             }
         };
+        let observed = m.epoch.elapsed().as_nanos() as u64;
         let status = ex.tracker.status();
         if step == Step::DoneWithError {
             drop(g);
             lock(&m.lifecycle).poison(status);
-            return Ok((status, ExecTimings { total_ns: t0.elapsed().as_nanos() as u64, device_ns: 0, steps }));
+            let timings = ExecTimings { total_ns: t0.elapsed().as_nanos() as u64, steps, ..Default::default() };
+            return Ok((status, timings));
         }
-        let device_ns = ex.tracker.timing(0).and_then(|t| t.duration()).unwrap_or(0) / 1000;
+        let timing = ex.tracker.timing(0).unwrap_or_default();
+        let device_ns = timing.duration().unwrap_or(0) / 1000;
+        let last_end = timing.engines.iter().enumerate().filter_map(|(e, t)| t.end.map(|v| (e, v))).max_by_key(|x| x.1);
+        let completion_lag_ns = last_end
+            .and_then(|(e, ts)| ex.sync.to_cpu_ns(e, ts).ok())
+            .map(|end| observed.saturating_sub(end))
+            .unwrap_or(0);
         read_outputs(m, ex, outputs)?;
-        Ok((status, ExecTimings { total_ns: t0.elapsed().as_nanos() as u64, device_ns, steps }))
+        Ok((status, ExecTimings { total_ns: t0.elapsed().as_nanos() as u64, device_ns, steps, completion_lag_ns }))
     }
 
     /// `nrt_execute_repeat`: `n` executions; stops at the first non-success status.

@@ -89,6 +89,9 @@ pub struct SimStats {
     pub engine_states: Vec<[u32; 5]>,
     /// Device threads alive.
     pub threads: u64,
+    /// Nanoseconds of device work run inline inside MMIO writes (Timing::Inline): what a
+    /// benchmark subtracts to get host-only overhead.
+    pub device_ns: u64,
 }
 
 #[derive(Default)]
@@ -105,6 +108,8 @@ pub(crate) struct Counters {
     pub resets: AtomicU64,
     pub fwio: AtomicU64,
     pub threads: AtomicU64,
+    /// Time spent running device work inline (inside MMIO writes), ns.
+    pub device_ns: AtomicU64,
 }
 
 /// Mutable device state, behind one lock.
@@ -476,6 +481,10 @@ impl Dev {
         match self.cfg.timing {
             Timing::Step => {}
             Timing::Inline => {
+                if !st.pending.iter().any(|&p| p) {
+                    return;
+                }
+                let t0 = Instant::now();
                 let mut out = Vec::new();
                 for nc in 0..self.ncs() {
                     if st.pending[nc] {
@@ -484,6 +493,7 @@ impl Dev {
                 }
                 drop(st);
                 self.deliver(out);
+                self.n.device_ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
             }
             Timing::Threaded => {
                 let wake: Vec<usize> = (0..self.ncs()).filter(|&nc| st.pending[nc]).collect();
@@ -783,6 +793,16 @@ impl SimDevice {
         Self::new(SimConfig::new(arch).timing(timing))
     }
 
+    /// Nanoseconds of device work run inline so far (cheap: one atomic load).
+    pub fn device_ns(&self) -> u64 {
+        self.dev.n.device_ns.load(Ordering::Relaxed)
+    }
+
+    /// The instant device timestamps count from (timestamp = ns since then × ts_per_ns).
+    pub fn epoch(&self) -> Instant {
+        self.dev.epoch
+    }
+
     /// The simulated arch.
     pub fn arch(&self) -> &'static Arch {
         self.dev.arch
@@ -839,6 +859,7 @@ impl SimDevice {
             dge_channel_bytes: st.dge_bytes.clone(),
             engine_states: st.seq.iter().map(|e| std::array::from_fn(|i| e[i].state)).collect(),
             threads: d.n.threads.load(Ordering::Relaxed),
+            device_ns: d.n.device_ns.load(Ordering::Relaxed),
         }
     }
 }

@@ -49,6 +49,17 @@ fn eng_regs(dev: &Dev, nc: usize, e: usize) -> Option<csr_maps::blocks::seq_engi
 
 pub(crate) fn reg_read(dev: &Dev, st: &mut State, hit: &Hit<'_>, off: u64) -> u32 {
     let nc = hit.index as usize;
+    match hit.reg.name() {
+        "ts_lo" => {
+            let now = timestamp(dev, st, nc);
+            if let Ok(s) = dev.regs().seq(nc as u64) {
+                st.regs.insert(s.ts_hi().offset(), (now >> 32) as u32);
+            }
+            return now as u32;
+        }
+        "ts_hi" => return dev.generic_read(st, hit, off),
+        _ => {}
+    }
     if let Some(e) = hit.reg.sub("eng") {
         let Some(s) = st.seq.get(nc).map(|x| x[e as usize]) else { return 0 };
         return match hit.reg.name() {

@@ -1,0 +1,229 @@
+//! `neuron-vfio load MODEL` and `neuron-vfio run MODEL --input NAME=FILE …`: the runtime
+//! on the selected device (the simulator by default).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::Args;
+use platform::Platform;
+use runtime::{NrtStatus, Runtime, RuntimeConfig, TensorSet};
+use serde_json::{json, Value};
+use sim::{FaultSpec, SimConfig, SimDevice, SimTopology};
+
+use crate::device::{self, DeviceSpec, SimTiming};
+use crate::report::CliError;
+
+/// Arguments of `load`.
+#[derive(Args, Debug)]
+pub struct LoadArgs {
+    /// The NEFF file.
+    pub model: PathBuf,
+    /// First NeuronCore (default: the first free one).
+    #[arg(long)]
+    pub nc: Option<usize>,
+}
+
+/// Arguments of `run`.
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// The NEFF file.
+    pub model: PathBuf,
+    /// NAME=FILE: raw bytes or a .npy file per model input.
+    #[arg(long = "input", value_name = "NAME=FILE")]
+    pub inputs: Vec<String>,
+    /// Write each output to DIR/NAME.bin.
+    #[arg(long)]
+    pub output_dir: Option<PathBuf>,
+    /// Execute N times (stops at the first failure).
+    #[arg(long, default_value_t = 1)]
+    pub repeat: u32,
+    /// First NeuronCore (default: the first free one).
+    #[arg(long)]
+    pub nc: Option<usize>,
+    /// Inject a simulator fault before running (e.g. nq-overflow@nc0, hang@nc0:pe).
+    #[arg(long = "sim-fault", value_name = "SPEC")]
+    pub sim_faults: Vec<String>,
+    /// Execution timeout in seconds (default: NEURON_RT_EXEC_TIMEOUT or 600; faults that
+    /// hang the device need a short one).
+    #[arg(long)]
+    pub timeout: Option<f64>,
+    /// Place input/output tensors in device memory instead of host DMA memory.
+    #[arg(long)]
+    pub device_tensors: bool,
+}
+
+/// Platforms behind `--device` (every device of a simulated topology) and the simulators.
+pub fn platforms(spec: Option<&str>, timing: SimTiming) -> Result<(Vec<Arc<dyn Platform>>, Vec<SimDevice>), CliError> {
+    let spec = match DeviceSpec::parse(spec)? {
+        DeviceSpec::Default => device::resolve_default(&device::sysfs())?,
+        s => s,
+    };
+    match spec {
+        DeviceSpec::Sim { arch, n } => {
+            let topo = SimTopology::new(SimConfig::new(arch).timing(timing.into()), n).map_err(CliError::failure)?;
+            let ps = topo.devices.iter().map(|d| Arc::new(d.clone()) as Arc<dyn Platform>).collect();
+            Ok((ps, topo.devices))
+        }
+        DeviceSpec::Pci(addr) => {
+            let sys = device::sysfs();
+            let (f, _) = device::check_usable(&sys, addr)?;
+            let opts = vfio::OpenOptions { sysfs: sys.clone(), dev: device::dev_dir(), ..Default::default() };
+            let p = vfio::VfioPlatform::open(f.address, &opts).map_err(|e| CliError::failure(format!("{addr}: {e}")))?;
+            Ok((vec![Arc::new(p) as Arc<dyn Platform>], Vec::new()))
+        }
+        DeviceSpec::Default => Err(CliError::failure("device selection did not resolve")),
+    }
+}
+
+fn rt_err(e: runtime::RtError) -> CliError {
+    CliError::new(e.status, e.message)
+}
+
+fn start(device: Option<&str>, timing: SimTiming, cfg: RuntimeConfig) -> Result<(Runtime, Vec<SimDevice>), CliError> {
+    let (ps, sims) = platforms(device, timing)?;
+    let rt = Runtime::new();
+    rt.init(ps, cfg, hal::DeviceOptions::default()).map_err(rt_err)?;
+    Ok((rt, sims))
+}
+
+fn read_model(p: &PathBuf) -> Result<Vec<u8>, CliError> {
+    std::fs::read(p).map_err(|e| CliError::invalid(format!("{}: {e}", p.display())))
+}
+
+fn tensor_json(t: &neff::TensorInfo) -> Value {
+    json!({"name": t.name, "dtype": t.dtype, "shape": t.shape, "size": t.size})
+}
+
+/// `load`: validate and stage the model, print its tensors.
+pub fn load(a: LoadArgs, device: Option<&str>, timing: SimTiming, json_out: bool) -> Result<(), CliError> {
+    let bytes = read_model(&a.model)?;
+    let cfg = RuntimeConfig::from_env().map_err(rt_err)?;
+    let (rt, _sims) = start(device, timing, cfg)?;
+    let m = rt.load(&bytes, a.nc, None).map_err(rt_err)?;
+    if json_out {
+        println!(
+            "{}",
+            json!({
+                "status": NrtStatus::Success.name(), "code": 0, "name": m.name, "ncs": m.ncs,
+                "inputs": m.inputs.iter().map(tensor_json).collect::<Vec<_>>(),
+                "outputs": m.outputs.iter().map(tensor_json).collect::<Vec<_>>(),
+            })
+        );
+    } else {
+        println!("model {} loaded on NC {:?}", m.name, m.ncs);
+        for (kind, ts) in [("input", &m.inputs), ("output", &m.outputs)] {
+            for t in ts.iter() {
+                println!("  {kind:<6} {:<20} {:<9} {:?} ({} bytes)", t.name, t.dtype, t.shape, t.size);
+            }
+        }
+    }
+    rt.unload(&m).map_err(rt_err)?;
+    rt.close().map_err(rt_err)
+}
+
+fn input_bytes(path: &str) -> Result<Vec<u8>, CliError> {
+    let b = std::fs::read(path).map_err(|e| CliError::invalid(format!("{path}: {e}")))?;
+    if path.ends_with(".npy") {
+        let r = neff::npy::npy_data_range(&b).map_err(|e| CliError::invalid(format!("{path}: {e}")))?;
+        return Ok(b[r].to_vec());
+    }
+    Ok(b)
+}
+
+/// `run`: load, bind inputs, execute (`--repeat` times), write outputs, print status.
+pub fn run(a: RunArgs, device: Option<&str>, timing: SimTiming, json_out: bool) -> Result<(), CliError> {
+    let bytes = read_model(&a.model)?;
+    let mut cfg = RuntimeConfig::from_env().map_err(rt_err)?;
+    if let Some(t) = a.timeout {
+        if !(t > 0.0 && t.is_finite()) {
+            return Err(CliError::invalid(format!("bad --timeout {t}")));
+        }
+        cfg.exec_timeout = std::time::Duration::from_secs_f64(t);
+    }
+    let faults: Vec<FaultSpec> = a.sim_faults.iter().map(|s| s.parse().map_err(CliError::invalid)).collect::<Result<_, _>>()?;
+    let (rt, sims) = start(device, timing, cfg)?;
+    if !faults.is_empty() && sims.is_empty() {
+        return Err(CliError::invalid("--sim-fault needs a simulated device (--device sim…)"));
+    }
+    let m = rt.load(&bytes, a.nc, None).map_err(rt_err)?;
+    let nc = m.ncs.first().copied().unwrap_or(0);
+    let mut given: Vec<(String, Vec<u8>)> = Vec::new();
+    for s in &a.inputs {
+        let (name, path) = s.split_once('=').ok_or_else(|| CliError::invalid(format!("bad --input `{s}`: expected NAME=FILE")))?;
+        given.push((name.to_string(), input_bytes(path)?));
+    }
+    let mut ins = TensorSet::new();
+    for t in &m.inputs {
+        let data = given
+            .iter()
+            .find(|(n, _)| *n == t.name)
+            .map(|(_, d)| d)
+            .ok_or_else(|| CliError::new(NrtStatus::ExecBadInput, format!("no --input for model input `{}` ({} bytes)", t.name, t.size)))?;
+        if data.len() as u64 != t.size {
+            return Err(CliError::new(NrtStatus::ExecBadInput, format!("input `{}`: {} bytes given, model expects {}", t.name, data.len(), t.size)));
+        }
+        let tensor = rt.alloc_tensor(&t.name, t.size, a.device_tensors, nc).map_err(rt_err)?;
+        tensor.write(0, data).map_err(rt_err)?;
+        ins.add(&t.name, tensor);
+    }
+    if let Some((n, _)) = given.iter().find(|(n, _)| !m.inputs.iter().any(|t| t.name == *n)) {
+        return Err(CliError::invalid(format!("model has no input `{n}` (inputs: {})", m.inputs.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", "))));
+    }
+    let mut outs = TensorSet::new();
+    for t in &m.outputs {
+        outs.add(&t.name, rt.alloc_tensor(&t.name, t.size, a.device_tensors, nc).map_err(rt_err)?);
+    }
+    for f in faults {
+        if let Some(s) = sims.first() {
+            s.inject(f);
+        }
+    }
+    let (status, timings) = rt.execute_repeat(&m, &ins, &outs, a.repeat.max(1)).map_err(rt_err)?;
+    let mut outputs = serde_json::Map::new();
+    if status == NrtStatus::Success {
+        if let Some(dir) = &a.output_dir {
+            std::fs::create_dir_all(dir).map_err(|e| CliError::invalid(format!("{}: {e}", dir.display())))?;
+        }
+        for t in &m.outputs {
+            let Some(tensor) = outs.get(&t.name) else { continue };
+            let data = tensor.to_vec().map_err(rt_err)?;
+            let mut o = json!({"size": data.len(), "dtype": t.dtype, "shape": t.shape});
+            if let Some(dir) = &a.output_dir {
+                let p = dir.join(format!("{}.bin", t.name));
+                std::fs::write(&p, &data).map_err(|e| CliError::failure(format!("{}: {e}", p.display())))?;
+                o["path"] = json!(p.display().to_string());
+            }
+            if t.dtype == "float32" && data.len() <= 4096 {
+                let v: Vec<f32> = data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+                o["values"] = json!(v);
+            }
+            outputs.insert(t.name.clone(), o);
+        }
+    }
+    let n = timings.len().max(1) as u64;
+    let mean = |f: fn(&runtime::ExecTimings) -> u64| timings.iter().map(f).sum::<u64>() / n;
+    let tj = json!({
+        "executions": timings.len(),
+        "mean_total_ns": mean(|t| t.total_ns),
+        "mean_device_ns": mean(|t| t.device_ns),
+        "mean_completion_lag_ns": mean(|t| t.completion_lag_ns),
+    });
+    if json_out {
+        println!("{}", json!({"status": status.name(), "code": status.code(), "model": m.name, "ncs": m.ncs, "outputs": outputs, "timings": tj}));
+    } else {
+        println!("{} ({}) — model {} on NC {:?}, {} execution(s)", status.name(), status.code(), m.name, m.ncs, timings.len());
+        for (name, o) in &outputs {
+            let vals = o.get("values").map(|v| v.to_string()).unwrap_or_default();
+            let path = o.get("path").and_then(|p| p.as_str()).map(|p| format!(" → {p}")).unwrap_or_default();
+            println!("  output {name}: {} bytes{path} {vals}", o["size"]);
+        }
+        println!("  timings: mean total {} ns, device {} ns, completion lag {} ns", tj["mean_total_ns"], tj["mean_device_ns"], tj["mean_completion_lag_ns"]);
+    }
+    let _ = rt.unload(&m);
+    let _ = rt.close();
+    if status != NrtStatus::Success {
+        // The report was printed; exit non-zero with the status.
+        std::process::exit(CliError::new(status, "").exit_code());
+    }
+    Ok(())
+}

@@ -167,7 +167,10 @@ fn write_cmd(
         None => Vec::new(),
     };
     if r.def.width < 64 && v >> r.def.width != 0 {
-        return Err(CliError::invalid(format!("value {v:#x} does not fit the {}-bit register `{}`", r.def.width, r.name)));
+        return Err(CliError::invalid(format!(
+            "value {v:#x} does not fit the {}-bit register `{}`",
+            r.def.width, r.name
+        )));
     }
     if !force && (r.def.blocked || arch.write_blocked(r.bar, r.offset)) {
         return Err(CliError::invalid(format!(
@@ -215,9 +218,10 @@ fn components(path: &str) -> Option<Vec<(&str, Option<u64>)>> {
 fn is_under(prefix: &[(&str, Option<u64>)], name: &str) -> bool {
     let Some(rc) = components(name) else { return false };
     rc.len() >= prefix.len()
-        && prefix.iter().zip(&rc).all(|((pn, pi), (rn, ri))| {
-            pn == rn && (pi.is_none() || pi == ri || (*pi == Some(0) && ri.is_none()))
-        })
+        && prefix
+            .iter()
+            .zip(&rc)
+            .all(|((pn, pi), (rn, ri))| pn == rn && (pi.is_none() || pi == ri || (*pi == Some(0) && ri.is_none())))
 }
 
 /// Registers whose path is `prefix` or lies under it (an absolute offset: that register).

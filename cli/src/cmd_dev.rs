@@ -100,7 +100,11 @@ pub fn ls(spec: &DeviceSpec, timing: SimTiming, json: bool) -> Result<(), CliErr
         return Ok(());
     }
     let mut w = std::io::BufWriter::new(std::io::stdout().lock());
-    let _ = writeln!(w, "{:<14} {:<8} {:<10} {:>4} {:>10} {:<10} {:>5}", "BDF", "ARCH", "PCI ID", "NCS", "HBM", "DRIVER", "IOMMU");
+    let _ = writeln!(
+        w,
+        "{:<14} {:<8} {:<10} {:>4} {:>10} {:<10} {:>5}",
+        "BDF", "ARCH", "PCI ID", "NCS", "HBM", "DRIVER", "IOMMU"
+    );
     for r in &rows {
         let _ = writeln!(
             w,
@@ -236,11 +240,8 @@ fn print_info_text(v: &Value) {
         s("device_id"),
         s("serial")
     );
-    let _ = writeln!(
-        w,
-        "SRAM ECC: {} corrected, {} uncorrected",
-        v["sram_ecc"]["corrected"], v["sram_ecc"]["uncorrected"]
-    );
+    let _ =
+        writeln!(w, "SRAM ECC: {} corrected, {} uncorrected", v["sram_ecc"]["corrected"], v["sram_ecc"]["uncorrected"]);
     for h in v["hbm"].as_array().into_iter().flatten() {
         let _ = writeln!(
             w,
@@ -362,7 +363,10 @@ pub fn unbind(bdf: &str, json: bool) -> Result<(), CliError> {
         say(
             json,
             json!({"bdf": addr.to_string(), "driver": f.driver, "changed": false}),
-            format!("{addr} is not bound to vfio-pci (driver: {}); nothing to do", f.driver.as_deref().unwrap_or("none")),
+            format!(
+                "{addr} is not bound to vfio-pci (driver: {}); nothing to do",
+                f.driver.as_deref().unwrap_or("none")
+            ),
         );
         return Ok(());
     }

@@ -131,7 +131,12 @@ fn parse_addr(dev: &Device, s: &str, len: u64, force: bool) -> Result<u64, CliEr
 }
 
 fn progress(len: u64, json: bool, what: &str) -> ProgressBar {
-    bar(len, json || len < PROGRESS_MIN, what, "{msg} [{bar:40}] {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}")
+    bar(
+        len,
+        json || len < PROGRESS_MIN,
+        what,
+        "{msg} [{bar:40}] {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}",
+    )
 }
 
 /// A progress bar on stderr, hidden under --json or when stderr is not a terminal.
@@ -176,7 +181,12 @@ fn copy(a: CopyArgs, spec: &DeviceSpec, timing: SimTiming, json: bool) -> Result
     let o = device::open(spec, timing)?;
     let dev = &o.dev;
     if a.nc >= dev.nc_count() {
-        return Err(CliError::invalid(format!("NeuronCore {} does not exist ({} has {})", a.nc, dev.arch().name, dev.nc_count())));
+        return Err(CliError::invalid(format!(
+            "NeuronCore {} does not exist ({} has {})",
+            a.nc,
+            dev.arch().name,
+            dev.nc_count()
+        )));
     }
     let start = Instant::now();
     let (dir, addr, len) = if let Some(path) = &a.to_device {
@@ -217,10 +227,7 @@ fn copy(a: CopyArgs, spec: &DeviceSpec, timing: SimTiming, json: bool) -> Result
             "read_back": a.to_device.is_some() && a.out.is_some(),
         }));
     } else {
-        println!(
-            "{dir}: {len} bytes at device address {addr:#x} on {} NC {} in {:.3} s",
-            o.label, a.nc, secs
-        );
+        println!("{dir}: {len} bytes at device address {addr:#x} on {} NC {} in {:.3} s", o.label, a.nc, secs);
     }
     Ok(())
 }
@@ -256,7 +263,12 @@ fn bench(a: BenchArgs, spec: &DeviceSpec, timing: SimTiming, json: bool) -> Resu
     let o = device::open(spec, timing)?;
     let dev = &o.dev;
     if a.nc >= dev.nc_count() {
-        return Err(CliError::invalid(format!("NeuronCore {} does not exist ({} has {})", a.nc, dev.arch().name, dev.nc_count())));
+        return Err(CliError::invalid(format!(
+            "NeuronCore {} does not exist ({} has {})",
+            a.nc,
+            dev.arch().name,
+            dev.nc_count()
+        )));
     }
     let n = size as usize;
     let chan = dev.hbm_for_nc(a.nc);
@@ -293,7 +305,10 @@ fn bench(a: BenchArgs, spec: &DeviceSpec, timing: SimTiming, json: bool) -> Resu
     let mut back = vec![0u8; n];
     dst.read(0, &mut back)?;
     if back != data {
-        return Err(CliError::new(crate::report::NrtStatus::HwError, "DMA bench: data read back differs from data written"));
+        return Err(CliError::new(
+            crate::report::NrtStatus::HwError,
+            "DMA bench: data read back differs from data written",
+        ));
     }
     // Baseline: a plain copy of the same size between two host buffers, same run.
     let mut m_dst = vec![0u8; n];

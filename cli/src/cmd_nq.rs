@@ -52,7 +52,9 @@ pub enum NqCmd {
 pub fn run(cmd: NqCmd, spec: &DeviceSpec, timing: SimTiming, json: bool) -> Result<(), CliError> {
     match cmd {
         NqCmd::Dump(a) => dump(spec, timing, &a, json),
-        NqCmd::Watch { a, count, timeout_ms, interval_ms } => watch(spec, timing, &a, count, timeout_ms, interval_ms, json),
+        NqCmd::Watch { a, count, timeout_ms, interval_ms } => {
+            watch(spec, timing, &a, count, timeout_ms, interval_ms, json)
+        }
     }
 }
 
@@ -262,7 +264,13 @@ fn location(dev: &Device, s: &SlotState, own: bool) -> &'static str {
 }
 
 /// Records of a device-memory ring between byte positions `from` and `to` (with wrap).
-fn device_records(dev: &Device, nc: usize, s: &SlotState, from: u64, to: u64) -> Result<Vec<(u64, [u8; 16])>, CliError> {
+fn device_records(
+    dev: &Device,
+    nc: usize,
+    s: &SlotState,
+    from: u64,
+    to: u64,
+) -> Result<Vec<(u64, [u8; 16])>, CliError> {
     let mut out = Vec::new();
     if s.size < RECORD_BYTES as u64 || !s.size.is_power_of_two() {
         return Ok(out);

@@ -125,10 +125,9 @@ pub fn arch_of(f: &PciFunction) -> Option<&'static Arch> {
 pub fn function(sys: &Sysfs, addr: PciAddress) -> Result<PciFunction, CliError> {
     match sys.function(addr) {
         Ok(f) => Ok(f),
-        Err(vfio::Error::NoSuchDevice(_)) => Err(CliError::invalid(format!(
-            "no PCI device {addr} (nothing at {})",
-            sys.device_path(addr).display()
-        ))),
+        Err(vfio::Error::NoSuchDevice(_)) => {
+            Err(CliError::invalid(format!("no PCI device {addr} (nothing at {})", sys.device_path(addr).display())))
+        }
         Err(e) => Err(CliError::failure(e)),
     }
 }
@@ -182,7 +181,8 @@ pub fn open(spec: &DeviceSpec, timing: SimTiming) -> Result<Opened, CliError> {
             let sys = sysfs();
             let (f, _arch) = check_usable(&sys, *addr)?;
             let opts = vfio::OpenOptions { sysfs: sys.clone(), dev: dev_dir(), ..Default::default() };
-            let p = vfio::VfioPlatform::open(f.address, &opts).map_err(|e| CliError::failure(format!("{addr}: {e}")))?;
+            let p =
+                vfio::VfioPlatform::open(f.address, &opts).map_err(|e| CliError::failure(format!("{addr}: {e}")))?;
             let dev = Device::open(Arc::new(p), DeviceOptions::default())?;
             dev.init()?;
             tracing::debug!(bdf = %addr, "opened through VFIO");

@@ -86,7 +86,8 @@ fn csr_write_refuses_blocked_registers_without_force() {
         let e = err_line(cli().args(["--device", spec, "csr", "write", &off, "0"]));
         assert!(e.contains("write-blocked"), "{e}");
     }
-    let out = cli().args(["--device", "sim", "csr", "write", "misc_ram.trigger", "0", "--force"]).output().expect("run");
+    let out =
+        cli().args(["--device", "sim", "csr", "write", "misc_ram.trigger", "0", "--force"]).output().expect("run");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
@@ -216,7 +217,19 @@ fn dma_copy_round_trip_and_errors() {
         // A fresh device reads zeros.
         let z = temp(&format!("{spec}-z.bin"));
         let addr = format!("{:#x}", arch.hbm_dev_addr(0, 0x300_0000).unwrap_or(0));
-        json_ok(&["--json", "--device", spec, "dma", "copy", "--from-device", &addr, "--len", "8K", "--out", z.to_str().unwrap_or_default()]);
+        json_ok(&[
+            "--json",
+            "--device",
+            spec,
+            "dma",
+            "copy",
+            "--from-device",
+            &addr,
+            "--len",
+            "8K",
+            "--out",
+            z.to_str().unwrap_or_default(),
+        ]);
         assert_eq!(std::fs::read(&z).expect("read"), vec![0u8; 8192]);
         for p in [inp, back, z] {
             let _ = std::fs::remove_file(p);
@@ -229,7 +242,16 @@ fn dma_copy_round_trip_and_errors() {
     assert!(e.contains("firmware carve-out"), "{e}");
     let e = err_line(cli().args(["--device", "sim", "dma", "copy", "--to-device", fs, "--addr", "hbm:9:0x1000000"]));
     assert!(e.contains("HBM channel 9 out of range"), "{e}");
-    let e = err_line(cli().args(["--device", "sim", "dma", "copy", "--to-device", "/nonexistent/x", "--addr", "hbm:0:0x1000000"]));
+    let e = err_line(cli().args([
+        "--device",
+        "sim",
+        "dma",
+        "copy",
+        "--to-device",
+        "/nonexistent/x",
+        "--addr",
+        "hbm:0:0x1000000",
+    ]));
     assert!(e.contains("/nonexistent/x"), "{e}");
     let _ = std::fs::remove_file(f);
 }

@@ -22,7 +22,8 @@ pub fn json_ok(args: &[&str]) -> Value {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{args:?}: {e}: {}", String::from_utf8_lossy(&out.stdout)))
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{args:?}: {e}: {}", String::from_utf8_lossy(&out.stdout)))
 }
 
 /// Run with `args`, expect failure, return the single stderr line.
@@ -50,7 +51,14 @@ impl FakeTree {
     pub fn new(tag: &str) -> Self {
         let root = std::env::temp_dir().join(format!("neuron-cli-sysfs-{}-{tag}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
-        for d in ["sys/bus/pci/devices", "sys/bus/pci/drivers/vfio-pci", "sys/kernel/iommu_groups", "sys/devices/pci0000:00", "dev", "state"] {
+        for d in [
+            "sys/bus/pci/devices",
+            "sys/bus/pci/drivers/vfio-pci",
+            "sys/kernel/iommu_groups",
+            "sys/devices/pci0000:00",
+            "dev",
+            "state",
+        ] {
             std::fs::create_dir_all(root.join(d)).expect("mkdir");
         }
         std::fs::write(root.join("sys/bus/pci/drivers_probe"), "").expect("probe");

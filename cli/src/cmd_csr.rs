@@ -397,3 +397,24 @@ pub fn print_value(r: &RegInstance, v: u64, json: bool) {
         println!("{} (BAR{} {:#x}) = {:#x}  {}", r.name, r.bar, r.offset, v, f.join(" "));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes_match_by_component() {
+        let p = components("udma[33].m2s.q[0]").unwrap_or_default();
+        assert!(is_under(&p, "udma[33].m2s.q[0].head"));
+        assert!(!is_under(&p, "udma[33].m2s.q[1].head"));
+        assert!(!is_under(&p, "udma[3].m2s.q[0].head"));
+        assert!(!is_under(&p, "udma[33].m2s"));
+        let all = components("udma[0x21].m2s.q").unwrap_or_default();
+        assert!(is_under(&all, "udma[33].m2s.q[15].tail"));
+        let single = components("misc_ram[0]").unwrap_or_default();
+        assert!(is_under(&single, "misc_ram.device_id"));
+        assert!(components("udma[x]").is_none());
+        assert!(under(&csr_maps::SUNDA, "").is_err());
+        assert_eq!(under(&csr_maps::SUNDA, "misc_ram.device_id").map(|v| v.len()).ok(), Some(1));
+    }
+}

@@ -368,3 +368,21 @@ fn bench(a: BenchArgs, spec: &DeviceSpec, timing: SimTiming, json: bool) -> Resu
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4096").ok(), Some(4096));
+        assert_eq!(parse_size("0x1000").ok(), Some(4096));
+        assert_eq!(parse_size("64M").ok(), Some(64 << 20));
+        assert_eq!(parse_size("64MiB").ok(), Some(64 << 20));
+        assert_eq!(parse_size("2g").ok(), Some(2 << 30));
+        assert_eq!(parse_size("8K").ok(), Some(8 << 10));
+        for bad in ["", "M", "lots", "-1", "99999999999999999999G"] {
+            assert!(parse_size(bad).is_err(), "{bad}");
+        }
+    }
+}

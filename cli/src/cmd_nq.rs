@@ -123,8 +123,10 @@ fn subtype_name(s: Subtype) -> String {
 fn tag_info(tag: u8) -> (Option<&'static str>, &'static str) {
     let n = seqc::ENGINES.len() as u8;
     if (ntype::ENGINE_BASE..ntype::engine(n, 0)).contains(&tag) {
-        let e = (tag - ntype::ENGINE_BASE) / 4;
-        let kind = match (tag - ntype::ENGINE_BASE) % 4 {
+        // Types per engine, from the format's own layout.
+        let per = ntype::engine(1, 0) - ntype::engine(0, 0);
+        let e = (tag - ntype::ENGINE_BASE) / per;
+        let kind = match (tag - ntype::ENGINE_BASE) % per {
             ntype::INST_START => "inst_start",
             ntype::INST_END => "inst_end",
             ntype::EXPLICIT => "explicit",
@@ -184,6 +186,8 @@ fn record_text(v: &Value) -> String {
 struct Demo {
     rings: BTreeMap<u64, NqRing>,
     streams: Vec<Stream>,
+    /// Records each engine posts per pass (one per slot of the program).
+    per_pass: u64,
 }
 
 impl Demo {
@@ -192,6 +196,7 @@ impl Demo {
     fn start(dev: &Device, nc: usize) -> Result<Self, CliError> {
         let mut rings = BTreeMap::new();
         let mut streams = Vec::new();
+        let mut per_pass = 0;
         for e in 0..seqc::ENGINES.len() {
             let slot = dev.infer_slot(e);
             rings.insert(slot, dev.nq_ring(NqOwner::Nc(nc), slot, 64)?);
@@ -201,10 +206,11 @@ impl Demo {
                 NotifyOp::new(Events::NONE, custom::TENSOR_COMPLETION, e as u32).encode(),
                 events_only(Opcode::Nop, TraceMode::OnEnd as u8, Events::NONE),
             ];
+            per_pass = prog.len() as u64;
             let bytes: Vec<u8> = prog.iter().flatten().copied().collect();
             streams.push(dev.load_stream(nc, e, &bytes, false)?);
         }
-        Ok(Self { rings, streams })
+        Ok(Self { rings, streams, per_pass })
     }
 
     /// Run every stream once (engines that are still running are left alone).
@@ -325,7 +331,7 @@ fn dump(spec: &DeviceSpec, timing: SimTiming, a: &NqArgs, json: bool) -> Result<
     let mut demo = if a.demo { Some(Demo::start(dev, a.nc)?) } else { None };
     if let Some(d) = &demo {
         d.kick(dev)?;
-        d.wait(dev, a.nc, 4)?;
+        d.wait(dev, a.nc, d.per_pass)?;
     }
     let slots = programmed(dev, a.nc)?;
     let regs = dev.regs();

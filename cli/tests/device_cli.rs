@@ -99,6 +99,12 @@ fn info_describes_the_device() {
         assert_eq!(ncs[0]["engines"][0]["state"], "idle");
         assert_eq!(ncs[0]["fatal"]["dma_abort"], false);
     }
+    // A topology: commands act on device 0.
+    let v = json_ok(&["--json", "--device", "sim:mariana:2", "info"]);
+    assert_eq!(
+        (v["arch"].as_str(), v["device"].as_str(), v["device_id"].as_u64()),
+        (Some("mariana"), Some("sim:0"), Some(0))
+    );
     let out = cli().args(["--device", "sim", "info"]).output().expect("run");
     let s = String::from_utf8_lossy(&out.stdout);
     assert!(s.contains("firmware: API version 7") && s.contains("NC 1: engines pe=idle"), "{s}");

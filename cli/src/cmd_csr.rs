@@ -40,12 +40,15 @@ pub enum CsrCmd {
     },
     /// Read registers (several names or offsets allowed) and decode their fields.
     Read {
+        /// Register paths (`tpb_sem[0].sem_read[3]`) or BAR0 offsets (`0x…`).
         #[arg(required = true)]
         regs: Vec<String>,
     },
     /// Write a register; write-blocked registers are refused unless --force.
     Write {
+        /// Register path or BAR0 offset.
         reg: String,
+        /// Value (decimal or 0x hex); must fit the register width.
         value: String,
         /// Write even a write-blocked or read-only register.
         #[arg(long)]
@@ -56,9 +59,13 @@ pub enum CsrCmd {
         then_read: Option<Vec<String>>,
     },
     /// Every register under a prefix (`misc_ram`, `udma[33].m2s.q[0]`) with value and fields.
-    Dump { prefix: String },
+    Dump {
+        /// Path prefix; an index left out matches every instance (`udma[33].m2s.q`).
+        prefix: String,
+    },
     /// Poll registers and print changes.
     Watch {
+        /// Register paths or BAR0 offsets.
         #[arg(required = true)]
         regs: Vec<String>,
         /// Poll period.

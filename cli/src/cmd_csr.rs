@@ -1,9 +1,21 @@
 //! `neuron-vfio csr …`: registers by name, from the csr-maps descriptions.
+//!
+//! Names carry instance indices (`udma[33].m2s.q[0].tail_inc`, `tpb_sem[0].sem_set[3]`) or
+//! are absolute BAR0 offsets (`0x30d01034`). `list` and `decode` need no device; `read`,
+//! `write`, `dump` and `watch` go through the device's MMIO (on the simulator, the same
+//! Mmio path the driver uses). Each invocation opens a fresh device, so several
+//! operations can be combined in one call: `read` takes several names, and
+//! `write NAME VALUE --then-read [NAME…]` reads registers back after the write.
+
+use std::io::Write;
+use std::time::{Duration, Instant};
 
 use clap::Subcommand;
 use csr_maps::{Arch, RegInstance};
+use platform::Mmio;
 use serde_json::json;
 
+use crate::device::{self, DeviceSpec, SimTiming};
 use crate::report::{print_json, CliError};
 
 #[derive(Subcommand)]
@@ -26,9 +38,46 @@ pub enum CsrCmd {
         /// The value to decode.
         value: String,
     },
+    /// Read registers (several names or offsets allowed) and decode their fields.
+    Read {
+        /// Register paths (`tpb_sem[0].sem_read[3]`) or BAR0 offsets (`0x…`).
+        #[arg(required = true)]
+        regs: Vec<String>,
+    },
+    /// Write a register; write-blocked registers are refused unless --force.
+    Write {
+        /// Register path or BAR0 offset.
+        reg: String,
+        /// Value (decimal or 0x hex); must fit the register width.
+        value: String,
+        /// Write even a write-blocked or read-only register.
+        #[arg(long)]
+        force: bool,
+        /// After the write, read these registers back in the same process (no names: the
+        /// written register itself).
+        #[arg(long, num_args = 0.., value_name = "REG")]
+        then_read: Option<Vec<String>>,
+    },
+    /// Every register under a prefix (`misc_ram`, `udma[33].m2s.q[0]`) with value and fields.
+    Dump {
+        /// Path prefix; an index left out matches every instance (`udma[33].m2s.q`).
+        prefix: String,
+    },
+    /// Poll registers and print changes.
+    Watch {
+        /// Register paths or BAR0 offsets.
+        #[arg(required = true)]
+        regs: Vec<String>,
+        /// Poll period.
+        #[arg(long, default_value_t = 500)]
+        interval_ms: u64,
+        /// Stop after this many polls (default: until interrupted).
+        #[arg(long)]
+        count: Option<u64>,
+    },
 }
 
-pub fn run(cmd: CsrCmd, json: bool) -> Result<(), CliError> {
+pub fn run(cmd: CsrCmd, spec: &DeviceSpec, timing: SimTiming, json: bool) -> Result<(), CliError> {
     match cmd {
         CsrCmd::List { arch, filter } => list(Arch::by_name(&arch)?, filter.as_deref(), json),
         CsrCmd::Decode { arch, reg, value } => {
@@ -38,6 +87,237 @@ pub fn run(cmd: CsrCmd, json: bool) -> Result<(), CliError> {
             print_value(&r, v, json);
             Ok(())
         }
+        CsrCmd::Read { regs } => {
+            let o = device::open(spec, timing)?;
+            let rs = regs.iter().map(|n| resolve(o.dev.arch(), n)).collect::<Result<Vec<_>, _>>()?;
+            let mut vals = Vec::new();
+            for r in &rs {
+                if !r.def.access.readable() {
+                    return Err(CliError::invalid(format!("`{}` is write-only: reading it returns nothing", r.name)));
+                }
+                vals.push(read(&o.dev, r)?);
+            }
+            print_values(&rs, &vals, json);
+            Ok(())
+        }
+        CsrCmd::Write { reg, value, force, then_read } => write_cmd(spec, timing, &reg, &value, force, then_read, json),
+        CsrCmd::Dump { prefix } => dump(spec, timing, &prefix, json),
+        CsrCmd::Watch { regs, interval_ms, count } => watch(spec, timing, &regs, interval_ms, count, json),
+    }
+}
+
+/// The BAR a register lives in.
+fn bar<'a>(dev: &'a hal::Device, r: &RegInstance) -> Result<&'a dyn Mmio, CliError> {
+    let a = dev.arch();
+    if r.bar == a.bars.apb {
+        Ok(dev.bar0())
+    } else if Some(r.bar) == Some(a.bars.dram) {
+        dev.bar4().ok_or_else(|| CliError::failure(format!("BAR{} of `{}` is not mapped", r.bar, r.name)))
+    } else {
+        Err(CliError::failure(format!("BAR{} of `{}` is not mapped", r.bar, r.name)))
+    }
+}
+
+fn read(dev: &hal::Device, r: &RegInstance) -> Result<u64, CliError> {
+    Ok(r.read(bar(dev, r)?)?)
+}
+
+fn value_json(r: &RegInstance, v: Option<u64>) -> serde_json::Value {
+    let fields: serde_json::Map<String, serde_json::Value> = match v {
+        Some(v) => r.decode(v).into_iter().map(|(n, x)| (n.to_string(), json!(x))).collect(),
+        None => Default::default(),
+    };
+    json!({"name": r.name, "bar": r.bar, "offset": r.offset, "access": r.def.access.as_str(), "value": v, "fields": fields})
+}
+
+fn value_text(r: &RegInstance, v: Option<u64>) -> String {
+    match v {
+        Some(v) => {
+            let f: Vec<String> = r.decode(v).into_iter().map(|(n, x)| format!("{n}={x:#x}")).collect();
+            format!("{:<44} BAR{} {:#010x} = {:#010x}  {}", r.name, r.bar, r.offset, v, f.join(" "))
+        }
+        None => format!("{:<44} BAR{} {:#010x} = (write-only)", r.name, r.bar, r.offset),
+    }
+}
+
+fn print_values(rs: &[RegInstance], vals: &[u64], json: bool) {
+    if json {
+        print_json(&serde_json::Value::Array(rs.iter().zip(vals).map(|(r, v)| value_json(r, Some(*v))).collect()));
+    } else {
+        for (r, v) in rs.iter().zip(vals) {
+            println!("{}", value_text(r, Some(*v)));
+        }
+    }
+}
+
+fn write_cmd(
+    spec: &DeviceSpec,
+    timing: SimTiming,
+    reg: &str,
+    value: &str,
+    force: bool,
+    then_read: Option<Vec<String>>,
+    json: bool,
+) -> Result<(), CliError> {
+    let v = csr_maps::parse_u64(value).ok_or_else(|| CliError::invalid(format!("bad value `{value}`")))?;
+    // Resolve everything against the arch before touching the device.
+    let arch = match spec {
+        DeviceSpec::Sim { arch, .. } => Some(*arch),
+        _ => None,
+    };
+    let o = device::open(spec, timing)?;
+    let arch = arch.unwrap_or(o.dev.arch());
+    let r = resolve(arch, reg)?;
+    let reads = match &then_read {
+        Some(names) if names.is_empty() => vec![r.clone()],
+        Some(names) => names.iter().map(|n| resolve(arch, n)).collect::<Result<Vec<_>, _>>()?,
+        None => Vec::new(),
+    };
+    if r.def.width < 64 && v >> r.def.width != 0 {
+        return Err(CliError::invalid(format!(
+            "value {v:#x} does not fit the {}-bit register `{}`",
+            r.def.width, r.name
+        )));
+    }
+    if !force && (r.def.blocked || arch.write_blocked(r.bar, r.offset)) {
+        return Err(CliError::invalid(format!(
+            "refusing to write `{}` (BAR{} {:#x}): the register is write-blocked; use --force to write it anyway",
+            r.name, r.bar, r.offset
+        )));
+    }
+    if !force && !r.def.access.writable() {
+        return Err(CliError::invalid(format!("`{}` is read-only; use --force to write it anyway", r.name)));
+    }
+    if r.def.blocked {
+        tracing::warn!("writing write-blocked register {} (--force)", r.name);
+    }
+    r.write(bar(&o.dev, &r)?, v)?;
+    let mut vals = Vec::new();
+    for x in &reads {
+        vals.push(read(&o.dev, x)?);
+    }
+    if json {
+        print_json(&json!({
+            "written": {"name": r.name, "bar": r.bar, "offset": r.offset, "value": v},
+            "reads": reads.iter().zip(&vals).map(|(x, v)| value_json(x, Some(*v))).collect::<Vec<_>>(),
+        }));
+    } else {
+        println!("wrote {:#x} to {} (BAR{} {:#x})", v, r.name, r.bar, r.offset);
+        for (x, v) in reads.iter().zip(&vals) {
+            println!("{}", value_text(x, Some(*v)));
+        }
+    }
+    Ok(())
+}
+
+/// `name[idx]` components of a register path (indices decimal or hex).
+fn components(path: &str) -> Option<Vec<(&str, Option<u64>)>> {
+    path.split('.')
+        .map(|part| match part.split_once('[') {
+            Some((n, rest)) => Some((n, Some(csr_maps::parse_u64(rest.strip_suffix(']')?)?))),
+            None => Some((part, None)),
+        })
+        .collect()
+}
+
+/// Whether register path `name` lies under `prefix`: components match in order; an index
+/// left out of the prefix matches every instance, `[0]` matches a single element.
+fn is_under(prefix: &[(&str, Option<u64>)], name: &str) -> bool {
+    let Some(rc) = components(name) else { return false };
+    rc.len() >= prefix.len()
+        && prefix
+            .iter()
+            .zip(&rc)
+            .all(|((pn, pi), (rn, ri))| pn == rn && (pi.is_none() || pi == ri || (*pi == Some(0) && ri.is_none())))
+}
+
+/// Registers whose path is `prefix` or lies under it (an absolute offset: that register).
+pub fn under(arch: &'static Arch, prefix: &str) -> Result<Vec<RegInstance>, CliError> {
+    let p = prefix.trim().trim_end_matches('.');
+    if p.is_empty() {
+        return Err(CliError::invalid("empty register prefix"));
+    }
+    if p.starts_with(|c: char| c.is_ascii_digit()) {
+        return Ok(vec![resolve(arch, p)?]);
+    }
+    let pc = components(p).ok_or_else(|| CliError::invalid(format!("bad register prefix `{p}`")))?;
+    let regs: Vec<RegInstance> = arch.registers().into_iter().filter(|r| is_under(&pc, &r.name)).collect();
+    if !regs.is_empty() {
+        return Ok(regs);
+    }
+    // Nothing under it: the resolver says why (unknown name, index out of range, …).
+    match arch.resolve(p) {
+        Ok(r) => Ok(vec![r]),
+        Err(e @ csr_maps::CsrError::BadPath { .. }) if !e.to_string().contains("block") => Err(e.into()),
+        Err(csr_maps::CsrError::BadPath { .. }) => Err(CliError::invalid(format!("no registers under `{p}`"))),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn dump(spec: &DeviceSpec, timing: SimTiming, prefix: &str, json: bool) -> Result<(), CliError> {
+    let o = device::open(spec, timing)?;
+    let regs = under(o.dev.arch(), prefix)?;
+    let mut vals = Vec::with_capacity(regs.len());
+    for r in &regs {
+        vals.push(if r.def.access.readable() { Some(read(&o.dev, r)?) } else { None });
+    }
+    if json {
+        print_json(&json!({
+            "prefix": prefix,
+            "registers": regs.iter().zip(&vals).map(|(r, v)| value_json(r, *v)).collect::<Vec<_>>(),
+        }));
+        return Ok(());
+    }
+    let mut w = std::io::BufWriter::new(std::io::stdout().lock());
+    let _ = writeln!(w, "# {} on {} ({}): {} registers", prefix, o.label, o.dev.arch().name, regs.len());
+    for (r, v) in regs.iter().zip(&vals) {
+        let _ = writeln!(w, "{}", value_text(r, *v));
+    }
+    Ok(())
+}
+
+fn watch(
+    spec: &DeviceSpec,
+    timing: SimTiming,
+    names: &[String],
+    interval_ms: u64,
+    count: Option<u64>,
+    json: bool,
+) -> Result<(), CliError> {
+    let o = device::open(spec, timing)?;
+    let rs = names.iter().map(|n| resolve(o.dev.arch(), n)).collect::<Result<Vec<_>, _>>()?;
+    if let Some(r) = rs.iter().find(|r| !r.def.access.readable()) {
+        return Err(CliError::invalid(format!("`{}` is write-only and cannot be watched", r.name)));
+    }
+    let start = Instant::now();
+    let mut last: Vec<Option<u64>> = vec![None; rs.len()];
+    let mut polls = 0u64;
+    loop {
+        let t_ms = start.elapsed().as_millis() as u64;
+        for (r, prev) in rs.iter().zip(last.iter_mut()) {
+            let v = read(&o.dev, r)?;
+            if *prev == Some(v) {
+                continue;
+            }
+            if json {
+                let mut j = value_json(r, Some(v));
+                j["t_ms"] = json!(t_ms);
+                j["previous"] = json!(*prev);
+                print_json(&j);
+            } else {
+                match prev {
+                    Some(p) => println!("[{t_ms:>7} ms] {}  (was {p:#x})", value_text(r, Some(v))),
+                    None => println!("[{t_ms:>7} ms] {}", value_text(r, Some(v))),
+                }
+            }
+            *prev = Some(v);
+        }
+        let _ = std::io::stdout().flush();
+        polls += 1;
+        if count.is_some_and(|c| polls >= c) {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(interval_ms.max(1)));
     }
 }
 
@@ -122,5 +402,26 @@ pub fn print_value(r: &RegInstance, v: u64, json: bool) {
     } else {
         let f: Vec<String> = r.decode(v).into_iter().map(|(n, x)| format!("{n}={x:#x}")).collect();
         println!("{} (BAR{} {:#x}) = {:#x}  {}", r.name, r.bar, r.offset, v, f.join(" "));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes_match_by_component() {
+        let p = components("udma[33].m2s.q[0]").unwrap_or_default();
+        assert!(is_under(&p, "udma[33].m2s.q[0].head"));
+        assert!(!is_under(&p, "udma[33].m2s.q[1].head"));
+        assert!(!is_under(&p, "udma[3].m2s.q[0].head"));
+        assert!(!is_under(&p, "udma[33].m2s"));
+        let all = components("udma[0x21].m2s.q").unwrap_or_default();
+        assert!(is_under(&all, "udma[33].m2s.q[15].tail"));
+        let single = components("misc_ram[0]").unwrap_or_default();
+        assert!(is_under(&single, "misc_ram.device_id"));
+        assert!(components("udma[x]").is_none());
+        assert!(under(&csr_maps::SUNDA, "").is_err());
+        assert_eq!(under(&csr_maps::SUNDA, "misc_ram.device_id").map(|v| v.len()).ok(), Some(1));
     }
 }

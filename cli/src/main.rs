@@ -1,32 +1,68 @@
 //! `neuron-vfio`: bring-up, debug and run tool for AWS Neuron devices without the kmod.
 
 mod cmd_csr;
+mod cmd_dev;
+mod cmd_dma;
 mod cmd_neff;
+mod cmd_nq;
+mod device;
 mod report;
 
 use clap::{Parser, Subcommand};
 
+use device::{DeviceSpec, SimTiming};
 use report::CliError;
 
 #[derive(Parser)]
 #[command(
     name = "neuron-vfio",
     version,
-    about = "Userspace driver and runtime for AWS Neuron devices (VFIO or the built-in simulator)"
+    about = "Userspace driver and runtime for AWS Neuron devices (VFIO or the built-in simulator)",
+    after_help = "Logging: NEURON_RT_LOG_LEVEL=error|warn|info|debug|trace (default warn), to stderr.\n\
+                  Environment: NEURON_VFIO_SYSFS (sysfs root), NEURON_VFIO_DEVDIR (/dev root), \
+                  NEURON_VFIO_STATE_DIR (where bind records the replaced driver)."
 )]
 struct Cli {
     /// Machine-readable JSON output (errors too: {"status","code","error"}).
     #[arg(long, global = true)]
     json: bool,
+    /// sim[:ARCH[:N]] | <PCI BDF> (default: the first Neuron device bound to vfio-pci, else
+    /// the simulator with a notice). `sim:mariana:2` is a topology of 2 devices; commands act
+    /// on device 0 unless they list.
+    #[arg(long, global = true, value_name = "DEVICE")]
+    device: Option<String>,
+    /// How the simulator runs device work.
+    #[arg(long, global = true, value_enum, default_value = "inline")]
+    sim_timing: SimTiming,
     #[command(subcommand)]
     cmd: Cmd,
 }
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// List Neuron devices: BDF, arch, NCs, HBM, driver, IOMMU group.
+    Ls,
+    /// Identity, counts, firmware, HBM, ECC counters and engine states of the device.
+    Info,
+    /// Bind a device to vfio-pci (remembering its driver for `unbind`).
+    Bind {
+        /// PCI address (DDDD:BB:DD.F or BB:DD.F).
+        bdf: String,
+    },
+    /// Give a device back to its original driver (or clear driver_override and reprobe).
+    Unbind {
+        /// PCI address.
+        bdf: String,
+    },
     /// Registers: list, decode (offline); read/write/dump/watch on a device.
     #[command(subcommand)]
     Csr(cmd_csr::CsrCmd),
+    /// Notification queues: programmed slots and decoded records.
+    #[command(subcommand)]
+    Nq(cmd_nq::NqCmd),
+    /// DMA: copy files to/from device memory; bandwidth benchmark.
+    #[command(subcommand)]
+    Dma(cmd_dma::DmaCmd),
     /// NEFF model files: inspect, disassemble.
     #[command(subcommand)]
     Neff(cmd_neff::NeffCmd),
@@ -41,15 +77,49 @@ enum BenchCmd {
     NeffLoad(cmd_neff::BenchNeffLoadArgs),
 }
 
-fn main() {
-    let cli = Cli::parse();
+/// Logs to stderr at NEURON_RT_LOG_LEVEL (default warn).
+fn init_logging() {
+    let raw = std::env::var("NEURON_RT_LOG_LEVEL").unwrap_or_default();
+    let lower = raw.trim().to_ascii_lowercase();
+    let known = ["error", "warn", "info", "debug", "trace"];
+    let level = known.iter().copied().find(|l| *l == lower).unwrap_or("warn");
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(tracing_subscriber::EnvFilter::new(level))
+        .with_target(false)
+        .try_init();
+    if !lower.is_empty() && !known.contains(&lower.as_str()) {
+        tracing::warn!("NEURON_RT_LOG_LEVEL={raw} is not error|warn|info|debug|trace; using warn");
+    }
+}
+
+fn run(cli: Cli) -> Result<(), CliError> {
     let json = cli.json;
-    let res: Result<(), CliError> = match cli.cmd {
-        Cmd::Csr(c) => cmd_csr::run(c, json),
+    let spec = || DeviceSpec::parse(cli.device.as_deref());
+    let t = cli.sim_timing;
+    match cli.cmd {
+        Cmd::Ls => cmd_dev::ls(&spec()?, t, json),
+        Cmd::Info => cmd_dev::info(&spec()?, t, json),
+        Cmd::Bind { bdf } => cmd_dev::bind(&bdf, json),
+        Cmd::Unbind { bdf } => cmd_dev::unbind(&bdf, json),
+        Cmd::Csr(c) => cmd_csr::run(c, &spec()?, t, json),
+        Cmd::Nq(c) => cmd_nq::run(c, &spec()?, t, json),
+        Cmd::Dma(c) => cmd_dma::run(c, &spec()?, t, json),
         Cmd::Neff(c) => cmd_neff::run_neff(c, json),
         Cmd::Bench(BenchCmd::NeffLoad(a)) => cmd_neff::bench_neff_load(a, json),
-    };
-    if let Err(e) = res {
+    }
+}
+
+fn main() {
+    // Die quietly on a closed stdout (`neuron-vfio csr list | head`) like other CLI tools.
+    // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+    let cli = Cli::parse();
+    init_logging();
+    let json = cli.json;
+    if let Err(e) = run(cli) {
         e.report(json);
         std::process::exit(e.exit_code());
     }

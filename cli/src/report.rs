@@ -76,3 +76,28 @@ impl From<neff::NeffError> for CliError {
 pub fn print_json(v: &serde_json::Value) {
     println!("{v}");
 }
+
+impl From<hal::HalError> for CliError {
+    fn from(e: hal::HalError) -> Self {
+        use hal::HalError as H;
+        let status = match &e {
+            H::Csr(c) => return CliError::from(c.clone()),
+            H::OutOfDeviceMemory { .. } => NrtStatus::Resource,
+            H::HostMem(_) => NrtStatus::FailHostMemAlloc,
+            H::NotReady { .. } | H::DmaTimeout { .. } | H::FwioTimeout { .. } | H::ResetTimeout { .. } => {
+                NrtStatus::Timeout
+            }
+            H::DmaAbort { .. } | H::Fwio { .. } => NrtStatus::HwError,
+            H::NoSuchNc { .. }
+            | H::NoSuchEngine(_)
+            | H::BadAlignment(_)
+            | H::DeviceRange { .. }
+            | H::RingSize(_)
+            | H::NqSize(_)
+            | H::FwioPayload(_)
+            | H::ProgramSize(_) => NrtStatus::Invalid,
+            _ => NrtStatus::Failure,
+        };
+        CliError::new(status, e.to_string())
+    }
+}

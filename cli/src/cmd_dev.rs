@@ -1,0 +1,405 @@
+//! `ls`, `info`, `bind`, `unbind`: finding devices, describing one, handing it to vfio-pci
+//! and back.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use csr_maps::consts::seq as seqc;
+use csr_maps::Arch;
+use serde_json::{json, Value};
+use sim::SimTopology;
+use vfio::{Binding, PciAddress, PciFunction, Sysfs};
+
+use crate::device::{self, DeviceSpec, SimTiming, VFIO_PCI};
+use crate::report::{print_json, CliError};
+
+/// One row of `ls`.
+struct Row {
+    bdf: String,
+    arch: &'static Arch,
+    pci_id: String,
+    driver: Option<String>,
+    iommu_group: Option<u32>,
+    numa_node: Option<u32>,
+}
+
+fn hbm_bytes(arch: &Arch) -> u64 {
+    arch.consts.hbm_active_size.saturating_mul(arch.counts.hbm_stacks)
+}
+
+fn row_json(r: &Row) -> Value {
+    json!({
+        "bdf": r.bdf,
+        "arch": r.arch.name,
+        "nc_version": r.arch.nc_version,
+        "pci_id": r.pci_id,
+        "nc_count": r.arch.counts.ncs,
+        "hbm_bytes": hbm_bytes(r.arch),
+        "hbm_channels": r.arch.counts.hbm_stacks,
+        "driver": r.driver,
+        "iommu_group": r.iommu_group,
+        "numa_node": r.numa_node,
+    })
+}
+
+fn pci_row(f: &PciFunction, arch: &'static Arch) -> Row {
+    Row {
+        bdf: f.address.to_string(),
+        arch,
+        pci_id: format!("{:04x}:{:04x}", f.vendor, f.device),
+        driver: f.driver.clone(),
+        iommu_group: f.iommu_group,
+        numa_node: f.numa_node,
+    }
+}
+
+fn sim_rows(arch: &'static Arch, n: usize, timing: SimTiming) -> Result<Vec<Row>, CliError> {
+    let topo = SimTopology::new(sim::SimConfig::new(arch).timing(timing.into()), n).map_err(CliError::failure)?;
+    let mut rows = Vec::new();
+    for (i, d) in topo.devices.iter().enumerate() {
+        let id = platform::Platform::identity(d);
+        let arch = Arch::by_pci_id(id.vendor, id.device)
+            .ok_or_else(|| CliError::failure(format!("simulated device {i} has an unknown PCI id")))?;
+        rows.push(Row {
+            bdf: format!("sim:{i}"),
+            arch,
+            pci_id: format!("{:04x}:{:04x}", id.vendor, id.device),
+            driver: Some("sim".into()),
+            iommu_group: None,
+            numa_node: None,
+        });
+    }
+    Ok(rows)
+}
+
+/// `ls`: Neuron devices in sysfs (any driver), or the simulated ones.
+pub fn ls(spec: &DeviceSpec, timing: SimTiming, json: bool) -> Result<(), CliError> {
+    let sys = device::sysfs();
+    let rows = match spec {
+        DeviceSpec::Sim { arch, n } => sim_rows(arch, *n, timing)?,
+        DeviceSpec::Pci(addr) => {
+            let f = device::function(&sys, *addr)?;
+            let arch = device::arch_of(&f).ok_or_else(|| {
+                CliError::invalid(format!("{addr} is not a Neuron device (PCI id {:04x}:{:04x})", f.vendor, f.device))
+            })?;
+            vec![pci_row(&f, arch)]
+        }
+        DeviceSpec::Default => {
+            let fs = device::neuron_functions(&sys)?;
+            let rows: Vec<Row> = fs.iter().filter_map(|f| device::arch_of(f).map(|a| pci_row(f, a))).collect();
+            if rows.is_empty() {
+                eprintln!("notice: no Neuron device found; listing the simulator (--device sim)");
+                sim_rows(&csr_maps::SUNDA, 1, timing)?
+            } else {
+                rows
+            }
+        }
+    };
+    if json {
+        print_json(&Value::Array(rows.iter().map(row_json).collect()));
+        return Ok(());
+    }
+    let mut w = std::io::BufWriter::new(std::io::stdout().lock());
+    let _ = writeln!(
+        w,
+        "{:<14} {:<8} {:<10} {:>4} {:>10} {:<10} {:>5}",
+        "BDF", "ARCH", "PCI ID", "NCS", "HBM", "DRIVER", "IOMMU"
+    );
+    for r in &rows {
+        let _ = writeln!(
+            w,
+            "{:<14} {:<8} {:<10} {:>4} {:>6} GiB {:<10} {:>5}",
+            r.bdf,
+            r.arch.name,
+            r.pci_id,
+            r.arch.counts.ncs,
+            hbm_bytes(r.arch) >> 30,
+            r.driver.as_deref().unwrap_or("-"),
+            r.iommu_group.map(|g| g.to_string()).unwrap_or_else(|| "-".into())
+        );
+    }
+    Ok(())
+}
+
+fn state_name(s: u32) -> &'static str {
+    match s {
+        seqc::STATE_IDLE => "idle",
+        seqc::STATE_RUNNING => "running",
+        seqc::STATE_WAITING => "waiting",
+        seqc::STATE_HALTED => "halted",
+        seqc::STATE_FAULT => "fault",
+        _ => "unknown",
+    }
+}
+
+/// `info`: identity, counts, firmware, HBM, ECC and engine states of the device.
+pub fn info(spec: &DeviceSpec, timing: SimTiming, json: bool) -> Result<(), CliError> {
+    let o = device::open(spec, timing)?;
+    let dev = &o.dev;
+    let arch = dev.arch();
+    let id = dev.platform().identity();
+    let regs = dev.regs();
+    let misc = regs.misc_ram(0)?;
+    let fw_api = misc.fw_api_version().read()?.0;
+    let fw_build = misc.fw_build().read()?.0;
+    let serial = ((misc.serial_hi().read()?.0 as u64) << 32) | misc.serial_lo().read()?.0 as u64;
+    let sram = misc.sram_ecc().read()?;
+    let mut hbm = Vec::new();
+    for ch in 0..dev.allocator().channels() {
+        let u = dev.allocator().usage(ch);
+        let ecc = misc.hbm_ecc(ch as u64).ok().map(|r| r.read()).transpose()?;
+        hbm.push(json!({
+            "channel": ch,
+            "device_addr": arch.hbm_dev_addr(ch as u64, 0),
+            "capacity": u.as_ref().map(|u| u.capacity),
+            "used": u.as_ref().map(|u| u.used),
+            "ecc_repairable": ecc.map(|e| e.repairable()),
+            "ecc_uncorrectable": ecc.map(|e| e.uncorrectable()),
+        }));
+    }
+    let mut ncs = Vec::new();
+    for nc in 0..dev.nc_count() {
+        let mut engines = Vec::new();
+        for (e, name) in seqc::ENGINES.iter().enumerate() {
+            let s = dev.engine_status(nc, e)?;
+            engines.push(json!({
+                "engine": name, "state": state_name(s.state), "fault_code": s.fault_code, "pc": s.pc, "passes": s.passes,
+            }));
+        }
+        let c = dev.fatal_causes(nc)?;
+        ncs.push(json!({
+            "nc": nc,
+            "engines": engines,
+            "fatal": {
+                "seq_fatal": c.seq_fatal, "dma_abort": c.dma_abort, "dma_fault": c.dma_fault, "hbm_ue": c.hbm_ue,
+                "hbm_ue_repairable": c.hbm_ue_repairable, "nc_ue": c.nc_ue, "cc_error": c.cc_error,
+                "net_proxy": c.net_proxy,
+            },
+            "nq_overflow": dev.nq_overflow(nc)?,
+        }));
+    }
+    let c = &arch.counts;
+    let v = json!({
+        "device": o.label,
+        "simulated": o.is_sim(),
+        "location": id.location,
+        "pci_id": format!("{:04x}:{:04x}", id.vendor, id.device),
+        "revision": id.revision,
+        "arch": arch.name,
+        "kmod_arch": arch.kmod_name,
+        "nc_version": arch.nc_version,
+        "counts": {
+            "ncs": c.ncs, "dma_engines": c.dma_engines, "hbm_channels": c.hbm_stacks, "nq_slots": c.nq_slots,
+            "semaphores": c.semaphores, "events": c.events, "top_sps": c.top_sps,
+        },
+        "fw_api_version": fw_api,
+        "fw_build": fw_build,
+        "device_id": dev.index(),
+        "serial": format!("{serial:#018x}"),
+        "hbm_bytes": hbm_bytes(arch),
+        "hbm": hbm,
+        "sram_ecc": {"corrected": sram.corrected(), "uncorrected": sram.uncorrected()},
+        "ncs": ncs,
+    });
+    if json {
+        print_json(&v);
+        return Ok(());
+    }
+    print_info_text(&v);
+    Ok(())
+}
+
+fn print_info_text(v: &Value) {
+    let s = |k: &str| match &v[k] {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let mut w = std::io::BufWriter::new(std::io::stdout().lock());
+    let _ = writeln!(
+        w,
+        "device {} ({}): {} (NeuronCore-v{}, {}), PCI {} rev {}",
+        s("device"),
+        s("location"),
+        s("arch"),
+        s("nc_version"),
+        s("kmod_arch"),
+        s("pci_id"),
+        s("revision")
+    );
+    let c = &v["counts"];
+    let _ = writeln!(
+        w,
+        "counts: {} NCs, {} DMA engines, {} HBM channels, {} NQ slots/NC, {} semaphores, {} events",
+        c["ncs"], c["dma_engines"], c["hbm_channels"], c["nq_slots"], c["semaphores"], c["events"]
+    );
+    let _ = writeln!(
+        w,
+        "firmware: API version {}, build {}; device id {}; serial {}",
+        s("fw_api_version"),
+        s("fw_build"),
+        s("device_id"),
+        s("serial")
+    );
+    let _ =
+        writeln!(w, "SRAM ECC: {} corrected, {} uncorrected", v["sram_ecc"]["corrected"], v["sram_ecc"]["uncorrected"]);
+    for h in v["hbm"].as_array().into_iter().flatten() {
+        let _ = writeln!(
+            w,
+            "HBM {}: {} GiB at {:#x}, {} bytes used; ECC repairable {} uncorrectable {}",
+            h["channel"],
+            h["capacity"].as_u64().unwrap_or(0) >> 30,
+            h["device_addr"].as_u64().unwrap_or(0),
+            h["used"],
+            h["ecc_repairable"],
+            h["ecc_uncorrectable"]
+        );
+    }
+    for n in v["ncs"].as_array().into_iter().flatten() {
+        let engines: Vec<String> = n["engines"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|e| format!("{}={}", e["engine"].as_str().unwrap_or("?"), e["state"].as_str().unwrap_or("?")))
+            .collect();
+        let fatal: Vec<&str> = n["fatal"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(_, b)| b.as_bool() == Some(true))
+            .map(|(k, _)| k.as_str())
+            .collect();
+        let _ = writeln!(
+            w,
+            "NC {}: engines {}; fatal causes: {}{}",
+            n["nc"],
+            engines.join(" "),
+            if fatal.is_empty() { "none".to_string() } else { fatal.join(",") },
+            if n["nq_overflow"].as_bool() == Some(true) { "; NQ overflow" } else { "" }
+        );
+    }
+}
+
+// ------------------------------------------------------------------ bind / unbind
+
+fn state_dir() -> PathBuf {
+    std::env::var_os("NEURON_VFIO_STATE_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/run/neuron-vfio"))
+}
+
+fn state_file(addr: PciAddress) -> PathBuf {
+    state_dir().join(format!("{addr}.driver"))
+}
+
+fn parse_bdf(s: &str) -> Result<PciAddress, CliError> {
+    s.parse().map_err(|_| CliError::invalid(format!("bad PCI address `{s}` (expected DDDD:BB:DD.F or BB:DD.F)")))
+}
+
+fn neuron_function(sys: &Sysfs, addr: PciAddress) -> Result<PciFunction, CliError> {
+    let f = device::function(sys, addr)?;
+    if device::arch_of(&f).is_none() {
+        return Err(CliError::invalid(format!(
+            "{addr} is not a Neuron device (PCI id {:04x}:{:04x}); refusing to rebind it",
+            f.vendor, f.device
+        )));
+    }
+    Ok(f)
+}
+
+fn say(json: bool, v: Value, text: String) {
+    if json {
+        print_json(&v);
+    } else {
+        println!("{text}");
+    }
+}
+
+/// `bind BDF`: hand the device to vfio-pci (and remember the driver it had).
+pub fn bind(bdf: &str, json: bool) -> Result<(), CliError> {
+    let addr = parse_bdf(bdf)?;
+    let sys = device::sysfs();
+    let f = neuron_function(&sys, addr)?;
+    if f.driver.as_deref() == Some(VFIO_PCI) {
+        say(
+            json,
+            json!({"bdf": addr.to_string(), "driver": VFIO_PCI, "previous_driver": VFIO_PCI, "changed": false}),
+            format!("{addr} is already bound to vfio-pci"),
+        );
+        return Ok(());
+    }
+    vfio::check_vfio_available(&sys, &device::dev_dir()).map_err(CliError::failure)?;
+    sys.check_group_viable(addr).map_err(CliError::failure)?;
+    let b = Binding::bind(&sys, addr).map_err(CliError::failure)?;
+    if let Some(orig) = b.original_driver() {
+        if let Err(e) = remember(addr, orig) {
+            tracing::warn!("cannot record the original driver of {addr} ({e}); unbind will reprobe instead");
+        }
+    }
+    // Keep the device on vfio-pci after this process exits: the binding is not undone.
+    std::mem::forget(b);
+    let prev = f.driver.clone();
+    say(
+        json,
+        json!({"bdf": addr.to_string(), "driver": VFIO_PCI, "previous_driver": prev, "changed": true}),
+        format!("{addr}: bound to vfio-pci (was {})", prev.as_deref().unwrap_or("unbound")),
+    );
+    Ok(())
+}
+
+fn remember(addr: PciAddress, driver: &str) -> std::io::Result<()> {
+    std::fs::create_dir_all(state_dir())?;
+    std::fs::write(state_file(addr), driver)
+}
+
+fn sysfs_write(path: &Path, text: &str) -> Result<(), CliError> {
+    std::fs::write(path, text).map_err(|e| CliError::failure(format!("{}: {e}", path.display())))
+}
+
+/// `unbind BDF`: give the device back to the driver it had before `bind`, or (unknown)
+/// clear `driver_override` and let the kernel reprobe.
+pub fn unbind(bdf: &str, json: bool) -> Result<(), CliError> {
+    let addr = parse_bdf(bdf)?;
+    let sys = device::sysfs();
+    let f = neuron_function(&sys, addr)?;
+    if f.driver.as_deref() != Some(VFIO_PCI) {
+        say(
+            json,
+            json!({"bdf": addr.to_string(), "driver": f.driver, "changed": false}),
+            format!(
+                "{addr} is not bound to vfio-pci (driver: {}); nothing to do",
+                f.driver.as_deref().unwrap_or("none")
+            ),
+        );
+        return Ok(());
+    }
+    let recorded = std::fs::read_to_string(state_file(addr))
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty() && s != VFIO_PCI);
+    let dev = sys.device_path(addr);
+    sysfs_write(&dev.join("driver_override"), "\n")?;
+    sysfs_write(&sys.driver_path(VFIO_PCI).join("unbind"), &addr.to_string())?;
+    let probe = sys.root().join("bus/pci/drivers_probe");
+    let how = match &recorded {
+        Some(d) if sys.driver_path(d).join("bind").exists() => {
+            match sysfs_write(&sys.driver_path(d).join("bind"), &addr.to_string()) {
+                Ok(()) => format!("rebound to {d}"),
+                Err(e) => {
+                    tracing::warn!("{e}; reprobing instead");
+                    sysfs_write(&probe, &addr.to_string())?;
+                    "reprobed".to_string()
+                }
+            }
+        }
+        _ => {
+            sysfs_write(&probe, &addr.to_string())?;
+            "reprobed".to_string()
+        }
+    };
+    let _ = std::fs::remove_file(state_file(addr));
+    let now = sys.function(addr).ok().and_then(|f| f.driver);
+    say(
+        json,
+        json!({"bdf": addr.to_string(), "driver": now, "restored": recorded, "changed": true}),
+        format!("{addr}: released from vfio-pci, {how} (driver now: {})", now.as_deref().unwrap_or("none")),
+    );
+    Ok(())
+}

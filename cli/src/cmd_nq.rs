@@ -1,0 +1,477 @@
+//! `nq dump|watch --nc N`: an NC's programmed NOTIFIC slots and their decoded records.
+//!
+//! Records are read where the tool can reach them: rings this process owns (`--demo`),
+//! and rings in device memory (read by DMA). A ring in another process's host memory
+//! is shown with its pointers only.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use clap::{Args, Subcommand};
+use csr_maps::consts::{nq as nqc, seq as seqc};
+use csr_maps::formats::device_ops::{events_only, NotifyOp};
+use csr_maps::formats::notify::{custom, ntype, InferStatus, Subtype, RECORD_BYTES};
+use csr_maps::formats::slot::{Events, Opcode, TraceMode};
+use hal::{Device, NqOwner, NqRing, Stream};
+use serde_json::{json, Value};
+
+use crate::device::{self, DeviceSpec, SimTiming};
+use crate::report::{print_json, CliError};
+
+#[derive(Args, Clone)]
+pub struct NqArgs {
+    /// NeuronCore.
+    #[arg(long, default_value_t = 0)]
+    nc: usize,
+    /// Simulator only: first run a small sequencer program on every TPB engine of the NC
+    /// that posts START, CUSTOM and END records into rings this process owns.
+    #[arg(long)]
+    demo: bool,
+}
+
+#[derive(Subcommand)]
+pub enum NqCmd {
+    /// Programmed slots (base, size, head, tail, status) and the records between head and tail.
+    Dump(NqArgs),
+    /// Poll and print new records until --count records or --timeout-ms.
+    Watch {
+        #[command(flatten)]
+        a: NqArgs,
+        /// Stop after this many records.
+        #[arg(long)]
+        count: Option<u64>,
+        /// Stop after this long.
+        #[arg(long, default_value_t = 10_000)]
+        timeout_ms: u64,
+        /// Poll period.
+        #[arg(long, default_value_t = 50)]
+        interval_ms: u64,
+    },
+}
+
+pub fn run(cmd: NqCmd, spec: &DeviceSpec, timing: SimTiming, json: bool) -> Result<(), CliError> {
+    match cmd {
+        NqCmd::Dump(a) => dump(spec, timing, &a, json),
+        NqCmd::Watch { a, count, timeout_ms, interval_ms } => {
+            watch(spec, timing, &a, count, timeout_ms, interval_ms, json)
+        }
+    }
+}
+
+/// The pointers of one NOTIFIC slot.
+#[derive(Debug, Clone, Copy)]
+struct SlotState {
+    slot: u64,
+    base: u64,
+    size: u64,
+    head: u64,
+    tail: u64,
+    overflow: bool,
+    dropped: u32,
+}
+
+fn read_slot(dev: &Device, nc: usize, slot: u64) -> Result<SlotState, CliError> {
+    let regs = dev.regs();
+    let s = regs.notific(nc as u64)?.nq(slot)?;
+    let st = s.status().read()?;
+    Ok(SlotState {
+        slot,
+        base: ((s.base_hi().read()?.0 as u64) << 32) | s.base_lo().read()?.0 as u64,
+        size: s.size().read()?.0 as u64,
+        head: s.head().read()?.0 as u64,
+        tail: s.tail().read()?.0 as u64,
+        overflow: st.overflow() != 0,
+        dropped: st.dropped(),
+    })
+}
+
+fn programmed(dev: &Device, nc: usize) -> Result<Vec<SlotState>, CliError> {
+    let mut out = Vec::new();
+    for slot in 0..dev.arch().counts.nq_slots {
+        let s = read_slot(dev, nc, slot)?;
+        if s.size != 0 || s.base != 0 {
+            out.push(s);
+        }
+    }
+    Ok(out)
+}
+
+fn type_name(kind: u64) -> &'static str {
+    match kind {
+        nqc::TYPE_TRACE => "trace",
+        nqc::TYPE_NOTIFY => "notify",
+        nqc::TYPE_EVENT => "event",
+        nqc::TYPE_ERROR => "error",
+        nqc::TYPE_TRACE_DMA => "trace_dma",
+        nqc::TYPE_THROTTLE => "throttle",
+        _ => "unknown",
+    }
+}
+
+fn subtype_name(s: Subtype) -> String {
+    match s {
+        Subtype::Start => "START".into(),
+        Subtype::End => "END".into(),
+        Subtype::Custom => "CUSTOM".into(),
+        Subtype::CcStart => "CC_START".into(),
+        Subtype::CcEnd => "CC_END".into(),
+        Subtype::Unexpected(v) => format!("UNEXPECTED({v})"),
+    }
+}
+
+/// (engine name, record kind) of an ISA notific_type tag.
+fn tag_info(tag: u8) -> (Option<&'static str>, &'static str) {
+    let n = seqc::ENGINES.len() as u8;
+    if (ntype::ENGINE_BASE..ntype::engine(n, 0)).contains(&tag) {
+        // Types per engine, from the format's own layout.
+        let per = ntype::engine(1, 0) - ntype::engine(0, 0);
+        let e = (tag - ntype::ENGINE_BASE) / per;
+        let kind = match (tag - ntype::ENGINE_BASE) % per {
+            ntype::INST_START => "inst_start",
+            ntype::INST_END => "inst_end",
+            ntype::EXPLICIT => "explicit",
+            _ => "evt_sem",
+        };
+        return (seqc::ENGINES.get(e as usize).copied(), kind);
+    }
+    let kind = match tag {
+        ntype::DMA => "dma",
+        ntype::ERROR => "error",
+        ntype::TPB_AXI_EVT_SEM => "tpb_axi_evt_sem",
+        ntype::TPB_HAM => "tpb_ham",
+        ntype::TPB_ERROR => "tpb_error",
+        _ => "unknown",
+    };
+    (None, kind)
+}
+
+fn record_json(slot: u64, pos: u64, b: &[u8; RECORD_BYTES]) -> Value {
+    let r = InferStatus::decode(b);
+    let (engine, kind) = tag_info(r.tag);
+    json!({
+        "slot": slot,
+        "pos": pos,
+        "engine": engine,
+        "tag": r.tag,
+        "tag_kind": kind,
+        "subtype": subtype_name(r.kind()),
+        "sub_id": r.sub_id,
+        "line": r.line,
+        "timestamp_ps": r.timestamp,
+        "phase": r.phase,
+        "sw_overflow": r.sw_overflow,
+        "hw_overflow": r.hw_overflow,
+        "raw": b.iter().map(|x| format!("{x:02x}")).collect::<String>(),
+    })
+}
+
+fn record_text(v: &Value) -> String {
+    format!(
+        "  slot {:>2} @{:#06x}  {:<5} {:<10} {:<8} sub_id {:<3} line {:<5} ts {:>14} ps  phase {} ovf sw={} hw={}",
+        v["slot"],
+        v["pos"].as_u64().unwrap_or(0),
+        v["engine"].as_str().unwrap_or("-"),
+        v["tag_kind"].as_str().unwrap_or("?"),
+        v["subtype"].as_str().unwrap_or("?"),
+        v["sub_id"],
+        v["line"],
+        v["timestamp_ps"],
+        v["phase"].as_bool().map(u8::from).unwrap_or(0),
+        v["sw_overflow"].as_bool().map(u8::from).unwrap_or(0),
+        v["hw_overflow"].as_bool().map(u8::from).unwrap_or(0),
+    )
+}
+
+/// Rings and streams of the `--demo` program (kept alive while records are read).
+struct Demo {
+    rings: BTreeMap<u64, NqRing>,
+    streams: Vec<Stream>,
+    /// Records each engine posts per pass (one per slot of the program).
+    per_pass: u64,
+}
+
+impl Demo {
+    /// One stream per TPB engine: START (trace on the first slot), a CUSTOM debug record
+    /// carrying the engine number, a CUSTOM tensor-completion record, END (trace on the last).
+    fn start(dev: &Device, nc: usize) -> Result<Self, CliError> {
+        let mut rings = BTreeMap::new();
+        let mut streams = Vec::new();
+        let mut per_pass = 0;
+        for e in 0..seqc::ENGINES.len() {
+            let slot = dev.infer_slot(e);
+            rings.insert(slot, dev.nq_ring(NqOwner::Nc(nc), slot, 64)?);
+            let prog = [
+                events_only(Opcode::Nop, TraceMode::OnStart as u8, Events::NONE),
+                NotifyOp::new(Events::NONE, custom::DEBUG, e as u32).encode(),
+                NotifyOp::new(Events::NONE, custom::TENSOR_COMPLETION, e as u32).encode(),
+                events_only(Opcode::Nop, TraceMode::OnEnd as u8, Events::NONE),
+            ];
+            per_pass = prog.len() as u64;
+            let bytes: Vec<u8> = prog.iter().flatten().copied().collect();
+            streams.push(dev.load_stream(nc, e, &bytes, false)?);
+        }
+        Ok(Self { rings, streams, per_pass })
+    }
+
+    /// Run every stream once (engines that are still running are left alone).
+    fn kick(&self, dev: &Device) -> Result<(), CliError> {
+        let regs = dev.regs();
+        for s in &self.streams {
+            if dev.engine_status(s.nc, s.engine)?.state != seqc::STATE_RUNNING {
+                s.enable(&regs, false)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Wait until every ring's tail has moved `records` entries (or a deadline).
+    fn wait(&self, dev: &Device, nc: usize, records: u64) -> Result<(), CliError> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let mut done = true;
+            for slot in self.rings.keys() {
+                done &= read_slot(dev, nc, *slot)?.tail >= records * RECORD_BYTES as u64;
+            }
+            if done {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(CliError::new(
+                    crate::report::NrtStatus::Timeout,
+                    "the demo program did not post its records within 5 s",
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    fn stop(self, dev: &Device) {
+        let regs = dev.regs();
+        for s in self.streams {
+            let _ = s.unload(&regs);
+        }
+        for r in self.rings.values() {
+            let _ = r.halt(&regs);
+        }
+    }
+}
+
+/// Where a slot's ring is and whether its records can be read from here.
+fn location(dev: &Device, s: &SlotState, own: bool) -> &'static str {
+    if own {
+        "host (this process)"
+    } else if dev.arch().dev_to_hbm(s.base).is_some() {
+        "device memory"
+    } else if dev.arch().dev_to_host_iova(s.base).is_some() {
+        "host (another process: not reachable)"
+    } else {
+        "unknown"
+    }
+}
+
+/// Records of a device-memory ring between byte positions `from` and `to` (with wrap).
+fn device_records(
+    dev: &Device,
+    nc: usize,
+    s: &SlotState,
+    from: u64,
+    to: u64,
+) -> Result<Vec<(u64, [u8; 16])>, CliError> {
+    let mut out = Vec::new();
+    if s.size < RECORD_BYTES as u64 || !s.size.is_power_of_two() {
+        return Ok(out);
+    }
+    let mut pos = from % s.size;
+    let end = to % s.size;
+    let mut guard = s.size / RECORD_BYTES as u64;
+    while pos != end && guard > 0 {
+        let mut b = [0u8; RECORD_BYTES];
+        dev.read_device(nc, s.base + pos, &mut b)?;
+        out.push((pos, b));
+        pos = (pos + RECORD_BYTES as u64) % s.size;
+        guard -= 1;
+    }
+    Ok(out)
+}
+
+fn slot_json(dev: &Device, s: &SlotState, own: bool, records: Option<Vec<Value>>) -> Value {
+    json!({
+        "slot": s.slot,
+        "type": type_name(s.slot / nqc::ENGINES_PER_TYPE),
+        "index": s.slot % nqc::ENGINES_PER_TYPE,
+        "base": s.base,
+        "size": s.size,
+        "head": s.head,
+        "tail": s.tail,
+        "status": {"overflow": s.overflow, "dropped": s.dropped},
+        "location": location(dev, s, own),
+        "records": records,
+    })
+}
+
+fn open_for(spec: &DeviceSpec, timing: SimTiming, a: &NqArgs) -> Result<device::Opened, CliError> {
+    let o = device::open(spec, timing)?;
+    if a.nc >= o.dev.nc_count() {
+        return Err(CliError::invalid(format!(
+            "NeuronCore {} does not exist ({} has {})",
+            a.nc,
+            o.dev.arch().name,
+            o.dev.nc_count()
+        )));
+    }
+    if a.demo && !o.is_sim() {
+        return Err(CliError::invalid("--demo runs only on the simulator (--device sim…)"));
+    }
+    Ok(o)
+}
+
+fn dump(spec: &DeviceSpec, timing: SimTiming, a: &NqArgs, json: bool) -> Result<(), CliError> {
+    let o = open_for(spec, timing, a)?;
+    let dev = &o.dev;
+    let mut demo = if a.demo { Some(Demo::start(dev, a.nc)?) } else { None };
+    if let Some(d) = &demo {
+        d.kick(dev)?;
+        d.wait(dev, a.nc, d.per_pass)?;
+    }
+    let slots = programmed(dev, a.nc)?;
+    let regs = dev.regs();
+    let mut out = Vec::new();
+    for s in &slots {
+        let own = demo.as_mut().and_then(|d| d.rings.get_mut(&s.slot));
+        let is_own = own.is_some();
+        let records = if let Some(ring) = own {
+            let mut recs = Vec::new();
+            ring.poll(&regs, &mut recs, usize::MAX)?;
+            let mut pos = s.head;
+            let mut v = Vec::new();
+            for r in &recs {
+                v.push(record_json(s.slot, pos, r));
+                pos = (pos + RECORD_BYTES as u64) % s.size.max(1);
+            }
+            Some(v)
+        } else if dev.arch().dev_to_hbm(s.base).is_some() {
+            let recs = device_records(dev, a.nc, s, s.head, s.tail)?;
+            Some(recs.iter().map(|(p, b)| record_json(s.slot, *p, b)).collect())
+        } else {
+            None
+        };
+        out.push(slot_json(dev, s, is_own, records));
+    }
+    let overflow = dev.nq_overflow(a.nc)?;
+    if let Some(d) = demo {
+        d.stop(dev);
+    }
+    if json {
+        print_json(&json!({"device": o.label, "nc": a.nc, "nq_overflow": overflow, "slots": out}));
+        return Ok(());
+    }
+    println!(
+        "{} NC {}: {} programmed notification queue(s){}",
+        o.label,
+        a.nc,
+        out.len(),
+        if overflow { "; NQ overflow latched" } else { "" }
+    );
+    for s in &out {
+        println!(
+            "slot {:>2} ({} {}): base {:#x} size {} head {:#x} tail {:#x} overflow {} dropped {} — {}",
+            s["slot"],
+            s["type"].as_str().unwrap_or("?"),
+            s["index"],
+            s["base"].as_u64().unwrap_or(0),
+            s["size"],
+            s["head"].as_u64().unwrap_or(0),
+            s["tail"].as_u64().unwrap_or(0),
+            s["status"]["overflow"],
+            s["status"]["dropped"],
+            s["location"].as_str().unwrap_or("?"),
+        );
+        for r in s["records"].as_array().into_iter().flatten() {
+            println!("{}", record_text(r));
+        }
+    }
+    Ok(())
+}
+
+fn watch(
+    spec: &DeviceSpec,
+    timing: SimTiming,
+    a: &NqArgs,
+    count: Option<u64>,
+    timeout_ms: u64,
+    interval_ms: u64,
+    json: bool,
+) -> Result<(), CliError> {
+    let o = open_for(spec, timing, a)?;
+    let dev = &o.dev;
+    let mut demo = if a.demo { Some(Demo::start(dev, a.nc)?) } else { None };
+    // Device-memory rings are followed from their current tail (new records only).
+    let mut followed: BTreeMap<u64, (SlotState, u64)> = BTreeMap::new();
+    for s in programmed(dev, a.nc)? {
+        if demo.as_ref().is_some_and(|d| d.rings.contains_key(&s.slot)) {
+            continue;
+        }
+        if dev.arch().dev_to_hbm(s.base).is_some() {
+            followed.insert(s.slot, (s, s.tail));
+        } else {
+            tracing::warn!("slot {} ring at {:#x} is not reachable from this process", s.slot, s.base);
+        }
+    }
+    if demo.is_none() && followed.is_empty() {
+        eprintln!("notice: NC {} has no notification queue this process can read (try --demo on the simulator)", a.nc);
+    }
+    let start = Instant::now();
+    let regs = dev.regs();
+    let mut seen = 0u64;
+    let mut buf = Vec::new();
+    let done = |seen: u64| count.is_some_and(|c| seen >= c);
+    'outer: while !done(seen) && start.elapsed() < Duration::from_millis(timeout_ms) {
+        if let Some(d) = &demo {
+            d.kick(dev)?;
+        }
+        let mut new: Vec<Value> = Vec::new();
+        if let Some(d) = demo.as_mut() {
+            for (slot, ring) in d.rings.iter_mut() {
+                buf.clear();
+                let before = read_slot(dev, a.nc, *slot)?.head;
+                ring.poll(&regs, &mut buf, usize::MAX)?;
+                let size = ring.size().max(1);
+                for (k, r) in buf.iter().enumerate() {
+                    new.push(record_json(*slot, (before + (k * RECORD_BYTES) as u64) % size, r));
+                }
+            }
+        }
+        for (slot, (s, pos)) in followed.iter_mut() {
+            let tail = read_slot(dev, a.nc, *slot)?.tail;
+            for (p, b) in device_records(dev, a.nc, s, *pos, tail)? {
+                new.push(record_json(*slot, p, &b));
+            }
+            *pos = tail;
+        }
+        for r in new {
+            let mut r = r;
+            r["t_ms"] = json!(start.elapsed().as_millis() as u64);
+            if json {
+                print_json(&r);
+            } else {
+                println!("[{:>7} ms]{}", r["t_ms"], record_text(&r));
+            }
+            seen += 1;
+            if done(seen) {
+                break 'outer;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(interval_ms.max(1)));
+    }
+    if let Some(d) = demo {
+        d.stop(dev);
+    }
+    if !json {
+        println!(
+            "{seen} record(s) in {} ms{}",
+            start.elapsed().as_millis(),
+            if done(seen) { "" } else { " (timeout)" }
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,142 @@
+//! Helpers shared by the CLI tests: the binary, JSON parsing, a fabricated sysfs tree.
+#![allow(dead_code)]
+
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+
+use assert_cmd::Command;
+use serde_json::Value;
+
+pub fn cli() -> Command {
+    let mut c = Command::cargo_bin("neuron-vfio").expect("binary");
+    c.env_remove("NEURON_RT_LOG_LEVEL");
+    c
+}
+
+/// Run with `args`, expect success, parse stdout as one JSON value.
+pub fn json_ok(args: &[&str]) -> Value {
+    let out = cli().args(args).output().expect("run");
+    assert!(
+        out.status.success(),
+        "{args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{args:?}: {e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+/// Run with `args`, expect failure, return the single stderr line.
+pub fn err_line(cmd: &mut Command) -> String {
+    let out = cmd.output().expect("run");
+    assert!(!out.status.success(), "expected failure: {}", String::from_utf8_lossy(&out.stdout));
+    let e = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(e.lines().count(), 1, "one error line expected: {e}");
+    e
+}
+
+/// A sysfs tree in a temporary directory: PCI functions with IDs, drivers and IOMMU
+/// groups, the driver directories' bind/unbind files and drivers_probe.
+pub struct FakeTree {
+    pub root: PathBuf,
+}
+
+impl Drop for FakeTree {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+impl FakeTree {
+    pub fn new(tag: &str) -> Self {
+        let root = std::env::temp_dir().join(format!("neuron-cli-sysfs-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        for d in [
+            "sys/bus/pci/devices",
+            "sys/bus/pci/drivers/vfio-pci",
+            "sys/kernel/iommu_groups",
+            "sys/devices/pci0000:00",
+            "dev",
+            "state",
+        ] {
+            std::fs::create_dir_all(root.join(d)).expect("mkdir");
+        }
+        std::fs::write(root.join("sys/bus/pci/drivers_probe"), "").expect("probe");
+        for f in ["bind", "unbind"] {
+            std::fs::write(root.join("sys/bus/pci/drivers/vfio-pci").join(f), "").expect("vfio files");
+        }
+        Self { root }
+    }
+
+    pub fn sys(&self) -> PathBuf {
+        self.root.join("sys")
+    }
+
+    /// Make /dev/vfio/vfio exist.
+    pub fn with_vfio_node(&self) {
+        std::fs::create_dir_all(self.root.join("dev/vfio")).expect("mkdir");
+        std::fs::write(self.root.join("dev/vfio/vfio"), "").expect("node");
+    }
+
+    fn dev_dir(&self, bdf: &str) -> PathBuf {
+        self.sys().join("devices/pci0000:00").join(bdf)
+    }
+
+    pub fn add(&self, bdf: &str, vendor: u16, device: u16, driver: Option<&str>, group: Option<u32>) {
+        let d = self.dev_dir(bdf);
+        std::fs::create_dir_all(&d).expect("mkdir");
+        for (name, v) in [
+            ("vendor", format!("{vendor:#06x}")),
+            ("device", format!("{device:#06x}")),
+            ("class", "0x088000".to_string()),
+            ("numa_node", "0".to_string()),
+            ("driver_override", "(null)".to_string()),
+        ] {
+            std::fs::write(d.join(name), v + "\n").expect("attr");
+        }
+        symlink(&d, self.sys().join("bus/pci/devices").join(bdf)).expect("link");
+        self.set_driver(bdf, driver);
+        if let Some(g) = group {
+            let gd = self.sys().join("kernel/iommu_groups").join(g.to_string());
+            std::fs::create_dir_all(gd.join("devices")).expect("group");
+            symlink(&gd, d.join("iommu_group")).expect("link");
+            symlink(&d, gd.join("devices").join(bdf)).expect("link");
+        }
+    }
+
+    pub fn set_driver(&self, bdf: &str, driver: Option<&str>) {
+        let d = self.dev_dir(bdf);
+        let _ = std::fs::remove_file(d.join("driver"));
+        if let Some(drv) = driver {
+            let dd = self.sys().join("bus/pci/drivers").join(drv);
+            std::fs::create_dir_all(&dd).expect("driver dir");
+            for f in ["bind", "unbind"] {
+                if !dd.join(f).exists() {
+                    std::fs::write(dd.join(f), "").expect("driver files");
+                }
+            }
+            symlink(&dd, d.join("driver")).expect("link");
+        }
+    }
+
+    pub fn read(&self, rel: &str) -> String {
+        std::fs::read_to_string(self.root.join(rel)).unwrap_or_default()
+    }
+
+    /// The binary with this tree as sysfs, /dev and state dir.
+    pub fn cmd(&self) -> Command {
+        let mut c = cli();
+        c.env("NEURON_VFIO_SYSFS", self.sys())
+            .env("NEURON_VFIO_DEVDIR", self.root.join("dev"))
+            .env("NEURON_VFIO_STATE_DIR", self.root.join("state"));
+        c
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.root.join(rel)
+    }
+}
+
+pub fn exists(p: &Path) -> bool {
+    p.exists()
+}

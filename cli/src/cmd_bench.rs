@@ -27,6 +27,21 @@ use crate::report::CliError;
 /// Heap allocations made by this process (counted by [`Counting`]).
 pub static ALLOCS: AtomicU64 = AtomicU64::new(0);
 
+thread_local! {
+    /// Heap allocations made by the current thread.
+    static THREAD_ALLOCS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+fn count() {
+    ALLOCS.fetch_add(1, Ordering::Relaxed);
+    let _ = THREAD_ALLOCS.try_with(|c| c.set(c.get() + 1));
+}
+
+/// Allocations made by the calling thread so far.
+pub fn thread_allocs() -> u64 {
+    THREAD_ALLOCS.try_with(|c| c.get()).unwrap_or(0)
+}
+
 /// A global allocator that counts allocations and delegates to the system allocator.
 pub struct Counting;
 
@@ -34,17 +49,17 @@ pub struct Counting;
 // counter is a relaxed atomic with no effect on memory safety.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        count();
         // SAFETY: same contract as the caller's.
         unsafe { System.alloc(l) }
     }
     unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        count();
         // SAFETY: same contract as the caller's.
         unsafe { System.alloc_zeroed(l) }
     }
     unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        count();
         // SAFETY: same contract as the caller's.
         unsafe { System.realloc(p, l, n) }
     }
@@ -75,7 +90,8 @@ fn pct(v: &mut [u64], p: f64) -> u64 {
 
 fn proc_io() -> (u64, u64) {
     let s = std::fs::read_to_string("/proc/self/io").unwrap_or_default();
-    let get = |k: &str| s.lines().find_map(|l| l.strip_prefix(k)).and_then(|v| v.trim().parse::<u64>().ok()).unwrap_or(0);
+    let get =
+        |k: &str| s.lines().find_map(|l| l.strip_prefix(k)).and_then(|v| v.trim().parse::<u64>().ok()).unwrap_or(0);
     (get("syscr:"), get("syscw:"))
 }
 
@@ -121,18 +137,37 @@ fn exec(s: &Setup) -> Result<runtime::ExecTimings, CliError> {
     Ok(t)
 }
 
-fn lag_run(arch: &'static csr_maps::Arch, poll: PollPolicy, iters: u32) -> Result<(u64, u64), CliError> {
+/// Per-thread voluntary context switches of the calling thread.
+fn thread_switches() -> u64 {
+    let s = std::fs::read_to_string("/proc/thread-self/status").unwrap_or_default();
+    s.lines().find_map(|l| l.strip_prefix("voluntary_ctxt_switches:")).and_then(|v| v.trim().parse().ok()).unwrap_or(0)
+}
+
+struct LagRun {
+    p50: u64,
+    p99: u64,
+    /// Host-thread allocations per execute.
+    allocs: f64,
+    /// Host-thread voluntary context switches (blocking syscalls) per execute.
+    switches: f64,
+}
+
+fn lag_run(arch: &'static csr_maps::Arch, poll: PollPolicy, iters: u32) -> Result<LagRun, CliError> {
     let s = setup(arch, Timing::Threaded, poll)?;
     for _ in 0..iters.min(200) {
         exec(&s)?;
     }
     let mut lags = Vec::with_capacity(iters as usize);
+    let a0 = thread_allocs();
+    let c0 = thread_switches();
     for _ in 0..iters {
         lags.push(exec(&s)?.completion_lag_ns);
     }
+    let allocs = (thread_allocs() - a0) as f64 / iters as f64;
+    let switches = thread_switches().saturating_sub(c0) as f64 / iters as f64;
     s.rt.unload(&s.m).map_err(|e| CliError::new(e.status, e.message))?;
     let _ = s.rt.close();
-    Ok((pct(&mut lags, 0.5), pct(&mut lags, 0.99)))
+    Ok(LagRun { p50: pct(&mut lags, 0.5), p99: pct(&mut lags, 0.99), allocs, switches })
 }
 
 /// Run the benchmark and print figures.
@@ -166,8 +201,9 @@ pub fn exec_bench(a: ExecBenchArgs, json_out: bool) -> Result<(), CliError> {
     let (t50, t99) = (pct(&mut total, 0.5), pct(&mut total, 0.99));
     // 2. Completion latency: spin vs usleep(1) (Threaded simulator).
     let lag_iters = iters.min(5000);
-    let (spin50, spin99) = lag_run(arch, PollPolicy::Spin, lag_iters)?;
-    let (us50, us99) = lag_run(arch, PollPolicy::Usleep1, lag_iters.min(2000))?;
+    let spin = lag_run(arch, PollPolicy::Spin, lag_iters)?;
+    let us = lag_run(arch, PollPolicy::Usleep1, lag_iters.min(2000))?;
+    let (spin50, spin99, us50, us99) = (spin.p50, spin.p99, us.p50, us.p99);
     let per = |x: u64| x as f64 / iters as f64;
     if json_out {
         println!(
@@ -177,7 +213,9 @@ pub fn exec_bench(a: ExecBenchArgs, json_out: bool) -> Result<(), CliError> {
                 "host_overhead_ns": {"p50": p50, "p99": p99},
                 "total_inline_ns": {"p50": t50, "p99": t99},
                 "completion_lag_ns": {"spin": {"p50": spin50, "p99": spin99}, "usleep1": {"p50": us50, "p99": us99}},
-                "allocs_per_exec": per(allocs),
+                "allocs_per_exec_inline_incl_device": per(allocs),
+                "host_thread_allocs_per_exec": spin.allocs,
+                "host_thread_blocking_switches_per_exec": spin.switches,
                 "read_write_syscalls_per_exec": per(io_calls),
                 "voluntary_ctx_switches_per_exec": per(vcs),
             })
@@ -189,7 +227,11 @@ pub fn exec_bench(a: ExecBenchArgs, json_out: bool) -> Result<(), CliError> {
         println!("  completion lag after the END record (threaded sim):  spin p50 {spin50} ns p99 {spin99} ns");
         println!("                                                    usleep(1) p50 {us50} ns p99 {us99} ns");
         println!(
-            "  per execute: {:.3} heap allocations, {:.3} read/write syscalls, {:.3} voluntary context switches",
+            "  per execute, host thread (threaded sim, spin): {:.3} heap allocations, {:.3} blocking context switches",
+            spin.allocs, spin.switches
+        );
+        println!(
+            "  per execute, whole process (inline sim, device work included): {:.3} allocations, {:.3} read/write syscalls, {:.3} voluntary context switches",
             per(allocs),
             per(io_calls),
             per(vcs)

@@ -52,8 +52,11 @@ pub struct RunArgs {
     pub device_tensors: bool,
 }
 
+/// The platforms to hand to the runtime, and the simulators behind them (empty on VFIO).
+pub type Platforms = (Vec<Arc<dyn Platform>>, Vec<SimDevice>);
+
 /// Platforms behind `--device` (every device of a simulated topology) and the simulators.
-pub fn platforms(spec: Option<&str>, timing: SimTiming) -> Result<(Vec<Arc<dyn Platform>>, Vec<SimDevice>), CliError> {
+pub fn platforms(spec: Option<&str>, timing: SimTiming) -> Result<Platforms, CliError> {
     let spec = match DeviceSpec::parse(spec)? {
         DeviceSpec::Default => device::resolve_default(&device::sysfs())?,
         s => s,
@@ -68,7 +71,8 @@ pub fn platforms(spec: Option<&str>, timing: SimTiming) -> Result<(Vec<Arc<dyn P
             let sys = device::sysfs();
             let (f, _) = device::check_usable(&sys, addr)?;
             let opts = vfio::OpenOptions { sysfs: sys.clone(), dev: device::dev_dir(), ..Default::default() };
-            let p = vfio::VfioPlatform::open(f.address, &opts).map_err(|e| CliError::failure(format!("{addr}: {e}")))?;
+            let p =
+                vfio::VfioPlatform::open(f.address, &opts).map_err(|e| CliError::failure(format!("{addr}: {e}")))?;
             Ok((vec![Arc::new(p) as Arc<dyn Platform>], Vec::new()))
         }
         DeviceSpec::Default => Err(CliError::failure("device selection did not resolve")),
@@ -140,7 +144,8 @@ pub fn run(a: RunArgs, device: Option<&str>, timing: SimTiming, json_out: bool) 
         }
         cfg.exec_timeout = std::time::Duration::from_secs_f64(t);
     }
-    let faults: Vec<FaultSpec> = a.sim_faults.iter().map(|s| s.parse().map_err(CliError::invalid)).collect::<Result<_, _>>()?;
+    let faults: Vec<FaultSpec> =
+        a.sim_faults.iter().map(|s| s.parse().map_err(CliError::invalid)).collect::<Result<_, _>>()?;
     let (rt, sims) = start(device, timing, cfg)?;
     if !faults.is_empty() && sims.is_empty() {
         return Err(CliError::invalid("--sim-fault needs a simulated device (--device sim…)"));
@@ -149,25 +154,33 @@ pub fn run(a: RunArgs, device: Option<&str>, timing: SimTiming, json_out: bool) 
     let nc = m.ncs.first().copied().unwrap_or(0);
     let mut given: Vec<(String, Vec<u8>)> = Vec::new();
     for s in &a.inputs {
-        let (name, path) = s.split_once('=').ok_or_else(|| CliError::invalid(format!("bad --input `{s}`: expected NAME=FILE")))?;
+        let (name, path) =
+            s.split_once('=').ok_or_else(|| CliError::invalid(format!("bad --input `{s}`: expected NAME=FILE")))?;
         given.push((name.to_string(), input_bytes(path)?));
     }
     let mut ins = TensorSet::new();
     for t in &m.inputs {
-        let data = given
-            .iter()
-            .find(|(n, _)| *n == t.name)
-            .map(|(_, d)| d)
-            .ok_or_else(|| CliError::new(NrtStatus::ExecBadInput, format!("no --input for model input `{}` ({} bytes)", t.name, t.size)))?;
+        let data = given.iter().find(|(n, _)| *n == t.name).map(|(_, d)| d).ok_or_else(|| {
+            CliError::new(
+                NrtStatus::ExecBadInput,
+                format!("no --input for model input `{}` ({} bytes)", t.name, t.size),
+            )
+        })?;
         if data.len() as u64 != t.size {
-            return Err(CliError::new(NrtStatus::ExecBadInput, format!("input `{}`: {} bytes given, model expects {}", t.name, data.len(), t.size)));
+            return Err(CliError::new(
+                NrtStatus::ExecBadInput,
+                format!("input `{}`: {} bytes given, model expects {}", t.name, data.len(), t.size),
+            ));
         }
         let tensor = rt.alloc_tensor(&t.name, t.size, a.device_tensors, nc).map_err(rt_err)?;
         tensor.write(0, data).map_err(rt_err)?;
         ins.add(&t.name, tensor);
     }
     if let Some((n, _)) = given.iter().find(|(n, _)| !m.inputs.iter().any(|t| t.name == *n)) {
-        return Err(CliError::invalid(format!("model has no input `{n}` (inputs: {})", m.inputs.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", "))));
+        return Err(CliError::invalid(format!(
+            "model has no input `{n}` (inputs: {})",
+            m.inputs.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", ")
+        )));
     }
     let mut outs = TensorSet::new();
     for t in &m.outputs {
@@ -209,15 +222,28 @@ pub fn run(a: RunArgs, device: Option<&str>, timing: SimTiming, json_out: bool) 
         "mean_completion_lag_ns": mean(|t| t.completion_lag_ns),
     });
     if json_out {
-        println!("{}", json!({"status": status.name(), "code": status.code(), "model": m.name, "ncs": m.ncs, "outputs": outputs, "timings": tj}));
+        println!(
+            "{}",
+            json!({"status": status.name(), "code": status.code(), "model": m.name, "ncs": m.ncs, "outputs": outputs, "timings": tj})
+        );
     } else {
-        println!("{} ({}) — model {} on NC {:?}, {} execution(s)", status.name(), status.code(), m.name, m.ncs, timings.len());
+        println!(
+            "{} ({}) — model {} on NC {:?}, {} execution(s)",
+            status.name(),
+            status.code(),
+            m.name,
+            m.ncs,
+            timings.len()
+        );
         for (name, o) in &outputs {
             let vals = o.get("values").map(|v| v.to_string()).unwrap_or_default();
             let path = o.get("path").and_then(|p| p.as_str()).map(|p| format!(" → {p}")).unwrap_or_default();
             println!("  output {name}: {} bytes{path} {vals}", o["size"]);
         }
-        println!("  timings: mean total {} ns, device {} ns, completion lag {} ns", tj["mean_total_ns"], tj["mean_device_ns"], tj["mean_completion_lag_ns"]);
+        println!(
+            "  timings: mean total {} ns, device {} ns, completion lag {} ns",
+            tj["mean_total_ns"], tj["mean_device_ns"], tj["mean_completion_lag_ns"]
+        );
     }
     let _ = rt.unload(&m);
     let _ = rt.close();

@@ -1,10 +1,12 @@
 //! `neuron-vfio`: bring-up, debug and run tool for AWS Neuron devices without the kmod.
 
+mod cmd_bench;
 mod cmd_csr;
 mod cmd_dev;
 mod cmd_dma;
 mod cmd_neff;
 mod cmd_nq;
+mod cmd_run;
 mod device;
 mod report;
 
@@ -66,6 +68,10 @@ enum Cmd {
     /// NEFF model files: inspect, disassemble.
     #[command(subcommand)]
     Neff(cmd_neff::NeffCmd),
+    /// Validate and stage a NEFF on the device; print its tensors.
+    Load(cmd_run::LoadArgs),
+    /// Load a NEFF, bind inputs, execute, write outputs; print status and timings.
+    Run(cmd_run::RunArgs),
     /// Benchmarks (commands that print figures).
     #[command(subcommand)]
     Bench(BenchCmd),
@@ -75,6 +81,8 @@ enum Cmd {
 enum BenchCmd {
     /// Parse + verify a NEFF with 1 GiB of weights vs raw inflate of its gzip payload.
     NeffLoad(cmd_neff::BenchNeffLoadArgs),
+    /// Host overhead, completion latency (spin vs usleep(1)), allocations and syscalls per execute.
+    Exec(cmd_bench::ExecBenchArgs),
 }
 
 /// Logs to stderr at NEURON_RT_LOG_LEVEL (default warn).
@@ -106,9 +114,15 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Cmd::Nq(c) => cmd_nq::run(c, &spec()?, t, json),
         Cmd::Dma(c) => cmd_dma::run(c, &spec()?, t, json),
         Cmd::Neff(c) => cmd_neff::run_neff(c, json),
+        Cmd::Load(a) => cmd_run::load(a, cli.device.as_deref(), t, json),
+        Cmd::Run(a) => cmd_run::run(a, cli.device.as_deref(), t, json),
         Cmd::Bench(BenchCmd::NeffLoad(a)) => cmd_neff::bench_neff_load(a, json),
+        Cmd::Bench(BenchCmd::Exec(a)) => cmd_bench::exec_bench(a, json),
     }
 }
+
+#[global_allocator]
+static ALLOC: cmd_bench::Counting = cmd_bench::Counting;
 
 fn main() {
     // Die quietly on a closed stdout (`neuron-vfio csr list | head`) like other CLI tools.

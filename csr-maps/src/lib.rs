@@ -157,7 +157,9 @@ impl Arch {
 
     /// BAR offset of instance `i` of `name`.
     pub fn instance_base(&self, name: &str, i: u64) -> Result<u64, CsrError> {
-        self.instance(name).and_then(|d| d.base(i)).ok_or(CsrError::NoInstance { name: name.to_string(), index: i })
+        self.instance(name)
+            .and_then(|d| d.base(i))
+            .ok_or_else(|| CsrError::NoInstance { name: name.to_string(), index: i })
     }
 
     /// Every register instance on this arch, in description order.
@@ -204,7 +206,7 @@ impl Arch {
             None if inst.count() == 1 => inst.indices()[0],
             None => return Err(bad(format!("`{first}` has {} instances: give an index", inst.count()))),
         };
-        let mut base = inst.base(i).ok_or(CsrError::NoInstance { name: first.clone(), index: i })?;
+        let mut base = inst.base(i).ok_or_else(|| CsrError::NoInstance { name: first.clone(), index: i })?;
         let mut block = meta::block(inst.block).ok_or_else(|| CsrError::UnknownName(path.to_string()))?;
         let mut canon = if inst.count() == 1 && i == 0 { first.clone() } else { format!("{first}[{i}]") };
         for (n, (name, idx)) in parts.iter().enumerate().skip(1) {

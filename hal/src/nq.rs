@@ -28,6 +28,8 @@ pub struct NqRing {
     head: u64,
     phase: bool,
     head_reg: u64,
+    /// Head value last written to the device.
+    head_written: u64,
 }
 
 impl NqRing {
@@ -53,7 +55,7 @@ impl NqRing {
         s.base_lo().write(ns::BaseLo(a as u32))?;
         s.size().write(ns::Size(size as u32))?;
         s.head().write(ns::Head(0))?;
-        Ok(Self { buf, size, owner, slot, head: 0, phase: true, head_reg: s.head().offset() })
+        Ok(Self { buf, size, owner, slot, head: 0, phase: true, head_reg: s.head().offset(), head_written: 0 })
     }
 
     /// NOTIFIC slot.
@@ -69,8 +71,11 @@ impl NqRing {
         self.size
     }
 
-    /// Append up to `max` new records (oldest first); write the consumer head back once.
-    /// No allocation when `out` has capacity; no syscalls.
+    /// Append up to `max` new records (oldest first). The consumer head is written back to
+    /// the device only once a quarter of the ring has been consumed since the last write
+    /// (the device needs it to detect a full ring), so a harvest normally makes no MMIO
+    /// access at all; [`NqRing::sync_head`] writes it explicitly. No allocation when `out`
+    /// has capacity; no syscalls.
     pub fn poll(&mut self, regs: &Regs<'_>, out: &mut Vec<[u8; RECORD_BYTES]>, max: usize) -> Result<usize> {
         let mut n = 0;
         while n < max {
@@ -91,10 +96,20 @@ impl NqRing {
                 self.phase = !self.phase;
             }
         }
-        if n > 0 {
-            regs.mmio.write32(self.head_reg, self.head as u32)?;
+        let unwritten = (self.head + self.size - self.head_written) % self.size;
+        if unwritten >= self.size / 4 {
+            self.sync_head(regs)?;
         }
         Ok(n)
+    }
+
+    /// Write the consumer head to the device if it moved.
+    pub fn sync_head(&mut self, regs: &Regs<'_>) -> Result<()> {
+        if self.head_written != self.head {
+            regs.mmio.write32(self.head_reg, self.head as u32)?;
+            self.head_written = self.head;
+        }
+        Ok(())
     }
 
     /// Halt the slot (base 0, size 0).

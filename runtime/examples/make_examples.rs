@@ -11,7 +11,9 @@ use neff::builder;
 
 fn main() -> ExitCode {
     let dir = std::env::args().nth(1).unwrap_or_else(|| "examples".into());
-    for (name, mut m) in [("allreduce_1nc.neff", builder::allreduce_model(1)), ("allreduce_2nc.neff", builder::allreduce_model(2))] {
+    for (name, mut m) in
+        [("allreduce_1nc.neff", builder::allreduce_model(1)), ("allreduce_2nc.neff", builder::allreduce_model(2))]
+    {
         m.target = "*".into();
         let path = std::path::Path::new(&dir).join(name);
         match m.build().map(|b| std::fs::write(&path, b)) {

@@ -657,7 +657,10 @@ impl Model {
 fn wait(p: PollPolicy, steps: u64) {
     match p {
         PollPolicy::Spin => {
-            if steps.is_multiple_of(64) {
+            // Spin (no syscalls) for the fast path; yield only once an execution has been
+            // in flight for a long while (≈ 2^16 steps), so a long model does not burn a core
+            // without ever letting others run.
+            if steps > 1 << 16 && steps.is_multiple_of(64) {
                 std::thread::yield_now();
             } else {
                 std::hint::spin_loop();
@@ -672,12 +675,22 @@ fn bind_inputs(m: &Model, ex: &mut ExecState, inputs: &TensorSet, outputs: &Tens
         for b in s.bind.iter_mut() {
             *b = None;
         }
+        // Hand the consumed ring space back to the device while it is idle.
+        let regs = s.dev.regs();
+        for r in s.infer_rings.iter_mut().chain(std::iter::once(&mut s.err_ring)) {
+            r.sync_head(&regs)?;
+        }
         for info in &m.inputs {
-            let t = inputs.get(&info.name).ok_or_else(|| RtError::new(NrtStatus::ExecBadInput, format!("input {} is not bound", info.name)))?;
+            let t = inputs
+                .get(&info.name)
+                .ok_or_else(|| RtError::new(NrtStatus::ExecBadInput, format!("input {} is not bound", info.name)))?;
             let Some(i) = s.var_index(&info.name) else { continue };
             let v = &s.vars[i];
             if t.size != v.size {
-                return Err(RtError::new(NrtStatus::ExecBadInput, format!("input {}: tensor of {} bytes, model expects {}", info.name, t.size, v.size)));
+                return Err(RtError::new(
+                    NrtStatus::ExecBadInput,
+                    format!("input {}: tensor of {} bytes, model expects {}", info.name, t.size, v.size),
+                ));
             }
             if s.dma_only[i] {
                 // The model reads the input only through DMA: point the descriptors at the tensor.

@@ -362,7 +362,8 @@ pub fn stage_graph(dev: &Device, g: &Graph, p: &GraphPlacement) -> Result<Staged
                 let mut xfers = Vec::new();
                 let mut refs = Vec::new();
                 for (k, d) in b.descs.iter().enumerate() {
-                    let (fi, ti) = (vars.iter().position(|v| v.name == d.from), vars.iter().position(|v| v.name == d.to));
+                    let (fi, ti) =
+                        (vars.iter().position(|v| v.name == d.from), vars.iter().position(|v| v.name == d.to));
                     if d.op != neff::DmaOp::Copy {
                         return Err(StageError::invalid(format!(
                             "queue {} block {}: DMA op {} is not supported",

@@ -109,7 +109,8 @@ fn committed_examples_are_current_and_run_on_every_arch() {
             outs.add("output", to.clone());
             let (s, _) = rt.execute(&m, &ins, &outs).unwrap();
             assert_eq!(s, NrtStatus::Success);
-            let out: Vec<f32> = to.to_vec().unwrap().chunks(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+            let out: Vec<f32> =
+                to.to_vec().unwrap().chunks(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
             assert_eq!(out, want.iter().map(|x| x * factor).collect::<Vec<_>>(), "{arch} x{factor}");
             rt.unload(&m).unwrap();
         }

@@ -124,6 +124,9 @@ pub(crate) struct State {
     pub seq: Vec<[SeqEng; 5]>,
     /// Work pending per NC (doorbells, semaphore changes, collective completions).
     pub pending: Vec<bool>,
+    /// Per NC and semaphore: bumped on every change, so a waiting engine re-evaluates its
+    /// wait only when the semaphore it waits on changed.
+    pub sem_gen: Vec<Vec<u32>>,
     pub faults: Vec<FaultSpec>,
     pub coll_seq: HashMap<(u32, u32), u32>,
     pub fw_busy_until: Option<Instant>,
@@ -187,7 +190,23 @@ impl Dev {
         self.epoch.elapsed().as_nanos() as u64
     }
 
+    /// The state lock. Contended acquisitions spin briefly before blocking: device work
+    /// holds the lock for microseconds, and parking the host thread in the kernel would add
+    /// a wake-up to its next register access.
     pub fn lock(&self) -> MutexGuard<'_, State> {
+        for i in 0..4096u32 {
+            match self.st.try_lock() {
+                Ok(g) => return g,
+                Err(std::sync::TryLockError::Poisoned(e)) => return e.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    if i < 4000 {
+                        std::hint::spin_loop();
+                    } else {
+                        std::thread::yield_now();
+                    }
+                }
+            }
+        }
         self.st.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -376,6 +395,9 @@ impl Dev {
                 }
                 if hit.kind == Kind::TpbSem {
                     st.pending[nc] = true;
+                    if let Some(g) = st.sem_gen.get_mut(nc).and_then(|g| g.get_mut(i)) {
+                        *g = g.wrapping_add(1);
+                    }
                 }
             }
             Kind::Udma => crate::udma::reg_write(self, st, &hit, off, val),
@@ -496,9 +518,17 @@ impl Dev {
                 self.n.device_ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
             }
             Timing::Threaded => {
-                let wake: Vec<usize> = (0..self.ncs()).filter(|&nc| st.pending[nc]).collect();
+                // NCs to wake, without allocating (a device has at most 64 NCs here).
+                let mut wake = 0u64;
+                for nc in 0..self.ncs().min(64) {
+                    if st.pending[nc] {
+                        wake |= 1 << nc;
+                    }
+                }
                 drop(st);
-                for nc in wake {
+                while wake != 0 {
+                    let nc = wake.trailing_zeros() as usize;
+                    wake &= wake - 1;
                     self.ensure_thread(nc);
                     self.cvs[nc].notify_one();
                 }
@@ -585,6 +615,9 @@ impl Dev {
     /// Reset one NC: semaphores, events, sequencers, its DMA engines' queues, NQs, INTC.
     pub fn reset_nc_state(&self, st: &mut State, nc: usize) {
         st.sems[nc].fill(0);
+        for g in st.sem_gen[nc].iter_mut() {
+            *g = g.wrapping_add(1);
+        }
         st.events[nc].fill(0);
         for e in st.seq[nc].iter_mut() {
             *e = SeqEng::default();
@@ -747,6 +780,7 @@ impl SimDevice {
             nq: HashMap::new(),
             seq: (0..ncs).map(|_| Default::default()).collect(),
             pending: vec![false; ncs],
+            sem_gen: vec![vec![0; sems]; ncs],
             faults: Vec::new(),
             coll_seq: HashMap::new(),
             fw_busy_until: None,

@@ -41,6 +41,9 @@ pub(crate) struct SeqEng {
     pub started: bool,
     pub coll_wait: bool,
     pub coll_done: bool,
+    /// The semaphore it waits on and its generation when the wait was last unsatisfied.
+    pub wait_sem: u8,
+    pub wait_gen: u32,
 }
 
 fn eng_regs(dev: &Dev, nc: usize, e: usize) -> Option<csr_maps::blocks::seq_engine::Block<'_>> {
@@ -228,7 +231,16 @@ fn wait_ok(st: &State, nc: usize, ev: &Events) -> Option<bool> {
     })
 }
 
+fn bump(st: &mut State, nc: usize, i: u8) {
+    if let Some(g) = st.sem_gen.get_mut(nc).and_then(|g| g.get_mut(i as usize)) {
+        *g = g.wrapping_add(1);
+    }
+}
+
 fn apply_update(st: &mut State, nc: usize, ev: &Events) -> bool {
+    if ev.update_mode != UpdateMode::None {
+        bump(st, nc, ev.update_idx);
+    }
     let Some(s) = st.sems[nc].get_mut(ev.update_idx as usize) else { return false };
     match ev.update_mode {
         UpdateMode::None => {}
@@ -244,6 +256,11 @@ fn apply_update(st: &mut State, nc: usize, ev: &Events) -> bool {
 fn step(dev: &Dev, st: &mut State, nc: usize, e: usize, out: &mut Vec<Delivery>) -> bool {
     let s = st.seq[nc][e];
     if !matches!(s.state, seqc::STATE_RUNNING | seqc::STATE_WAITING) || s.hang {
+        return false;
+    }
+    // Nothing it waits on changed since it last checked: do not refetch.
+    let gen = |st: &State, i: u8| st.sem_gen[nc].get(i as usize).copied().unwrap_or(0);
+    if s.state == seqc::STATE_WAITING && s.wait_gen == gen(st, s.wait_sem) && !(s.coll_wait && s.coll_done) {
         return false;
     }
     let Some(r) = eng_regs(dev, nc, e) else { return false };
@@ -273,7 +290,11 @@ fn step(dev: &Dev, st: &mut State, nc: usize, e: usize, out: &mut Vec<Delivery>)
             return true;
         }
         Some(false) => {
-            st.seq[nc][e].state = seqc::STATE_WAITING;
+            let g = gen(st, ev.wait_idx);
+            let w = &mut st.seq[nc][e];
+            w.state = seqc::STATE_WAITING;
+            w.wait_sem = ev.wait_idx;
+            w.wait_gen = g;
             return false;
         }
         Some(true) => {}
@@ -346,7 +367,11 @@ fn step(dev: &Dev, st: &mut State, nc: usize, e: usize, out: &mut Vec<Delivery>)
                 return true;
             }
             if !eng.coll_done {
-                st.seq[nc][e].state = seqc::STATE_WAITING;
+                let g = gen(st, ev.wait_idx);
+                let w = &mut st.seq[nc][e];
+                w.state = seqc::STATE_WAITING;
+                w.wait_sem = ev.wait_idx;
+                w.wait_gen = g;
                 return false;
             }
             st.seq[nc][e].coll_wait = false;
@@ -467,6 +492,7 @@ fn dma2d(dev: &Dev, st: &mut State, nc: usize, e: usize, d: &Dma2d) -> Result<()
         if let Some(s) = st.sems[nc].get_mut(d.semaphore as usize) {
             *s = s.wrapping_add(d.sem_increment as i32);
         }
+        bump(st, nc, d.semaphore);
     }
     Ok(())
 }

@@ -45,5 +45,8 @@ fn readme_main_job_runs_on_the_simulator() {
     assert!(stdout.contains("\"status\":\"NRT_SUCCESS\""), "{stdout}");
     let input = std::fs::read(root().join("examples/input_32xf32.bin")).unwrap();
     let first = f32::from_le_bytes([input[0], input[1], input[2], input[3]]);
-    assert!(stdout.contains(&format!("[{first:?}")) || stdout.contains(&format!("[{first}")), "identity output: {stdout}");
+    assert!(
+        stdout.contains(&format!("[{first:?}")) || stdout.contains(&format!("[{first}")),
+        "identity output: {stdout}"
+    );
 }

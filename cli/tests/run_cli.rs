@@ -1,0 +1,117 @@
+//! `load`, `run` and `bench exec` on the simulator.
+
+use assert_cmd::Command;
+
+fn cli() -> Command {
+    let mut c = Command::cargo_bin("neuron-vfio").expect("binary");
+    c.current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+    c
+}
+
+const ONE: &str = "examples/allreduce_1nc.neff";
+const TWO: &str = "examples/allreduce_2nc.neff";
+const INPUT: &str = "input=examples/input_32xf32.bin";
+
+fn input() -> Vec<f32> {
+    let b = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/input_32xf32.bin")).unwrap();
+    b.chunks(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+}
+
+fn values(v: &serde_json::Value) -> Vec<f32> {
+    v["outputs"]["output"]["values"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect()
+}
+
+#[test]
+fn load_prints_tensor_info() {
+    let out = cli().args(["--json", "--device", "sim", "load", TWO]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["ncs"], serde_json::json!([0, 1]));
+    assert_eq!(v["inputs"][0]["name"], "input");
+    assert_eq!(v["inputs"][0]["size"], 128);
+    assert_eq!(v["outputs"][0]["dtype"], "float32");
+    assert_eq!(v["outputs"][0]["shape"], serde_json::json!([1, 32]));
+}
+
+#[test]
+fn run_on_every_arch_with_exact_outputs() {
+    for (dev, model, factor) in [("sim", ONE, 1.0f32), ("sim:cayman", TWO, 2.0), ("sim:mariana", ONE, 1.0)] {
+        let tmp = std::env::temp_dir().join(format!("nv-run-{}-{}", std::process::id(), dev.replace(':', "_")));
+        let out = cli()
+            .args(["--json", "--device", dev, "run", model, "--input", INPUT, "--repeat", "3", "--output-dir"])
+            .arg(&tmp)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{dev}: {}", String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["status"], "NRT_SUCCESS");
+        assert_eq!(v["code"], 0);
+        assert_eq!(v["timings"]["executions"], 3);
+        let want: Vec<f32> = input().iter().map(|x| x * factor).collect();
+        assert_eq!(values(&v), want, "{dev}");
+        let file = std::fs::read(tmp.join("output.bin")).unwrap();
+        assert_eq!(file, want.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<_>>());
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+}
+
+#[test]
+fn run_with_a_fault_reports_the_status_and_exits_nonzero() {
+    let out = cli()
+        .args([
+            "--json",
+            "--device",
+            "sim",
+            "run",
+            ONE,
+            "--input",
+            INPUT,
+            "--sim-fault",
+            "hbm-ue@nc0",
+            "--timeout",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["status"], "NRT_EXEC_HW_ERR_HBM_UE");
+    assert_eq!(v["code"], 1201);
+    let out = cli()
+        .args(["--device", "sim", "run", ONE, "--input", INPUT, "--sim-fault", "fp-nan@nc0:act"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("NRT_EXEC_COMPLETED_WITH_NUM_ERR (1003)"));
+}
+
+#[test]
+fn run_errors_are_one_line() {
+    let out = cli().args(["--json", "--device", "sim", "run", ONE]).output().unwrap();
+    assert!(!out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["status"], "NRT_EXEC_BAD_INPUT");
+    let out = cli()
+        .args(["--device", "sim", "run", ONE, "--input", "nope=examples/input_32xf32.bin", "--input", INPUT])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("model has no input `nope`"), "{e}");
+    let out =
+        cli().args(["--device", "sim", "run", ONE, "--input", INPUT, "--sim-fault", "bogus@nc0"]).output().unwrap();
+    assert!(!out.status.success());
+    let out = cli().args(["--json", "--device", "sim", "run", "Cargo.toml"]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["status"], "NRT_INVALID");
+}
+
+#[test]
+fn bench_exec_prints_figures() {
+    let out = cli().args(["--json", "bench", "exec", "--iters", "200"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["host_overhead_ns"]["p50"].as_u64().unwrap() > 0);
+    assert!(v["completion_lag_ns"]["usleep1"]["p50"].as_u64().is_some());
+    assert!(v["host_thread_allocs_per_exec"].as_f64().is_some());
+}

@@ -9,6 +9,7 @@
 
 pub mod error;
 pub mod fwio;
+pub mod irq;
 pub mod mem;
 pub mod nq;
 pub mod q7;
@@ -26,6 +27,7 @@ use platform::{Mmio, Platform};
 
 pub use error::{HalError, Result};
 pub use fwio::{PollTiming, ResetKind};
+pub use irq::Irq;
 pub use mem::{DevAllocator, DevBuf, HostBuf, HostPool};
 pub use nq::{NqOwner, NqRing};
 pub use seq::{EngineStatus, Stream};
@@ -404,6 +406,12 @@ impl Device {
         let mem = self.alloc_device(self.hbm_for_nc(nc), slots.len() as u64, 4096)?;
         self.write_device(nc, mem.addr(), slots)?;
         Stream::program(&self.regs(), nc, engine, mem, slots.len(), self.infer_slot(engine), looped)
+    }
+
+    /// The interrupt of NC `nc` (vector = NC index), if the platform delivers one.
+    pub fn irq(&self, nc: usize) -> Result<Option<Irq>> {
+        self.check_nc(nc)?;
+        Ok(self.inner.platform.irq_eventfd(nc as u32)?.map(|fd| Irq::new(fd, nc as u32)))
     }
 
     /// The NC's current device timestamp (notification-timestamp ticks).

@@ -67,6 +67,9 @@ pub enum PollPolicy {
     Spin,
     /// `usleep(1)` between steps, as libnrt's synchronous driver does.
     Usleep1,
+    /// Sleep on the NC's interrupt eventfd where the platform offers one (the simulator
+    /// raises it on every notification record), else spin.
+    Interrupt,
 }
 
 /// Runtime configuration (environment knobs are read by [`RuntimeConfig::from_env`]).
@@ -214,6 +217,8 @@ pub struct ExecTimings {
 /// An executing model's device state (one lock: executions of a model are serialized).
 struct ExecState {
     ncs: Vec<StagedNc>,
+    /// NC 0's interrupt (PollPolicy::Interrupt).
+    irq: Option<hal::Irq>,
     tracker: ExecTracker,
     seq: u64,
     /// Device → host time of NC 0 (seed 001 timestamp rescale), taken at load.
@@ -437,10 +442,13 @@ impl Runtime {
                 drop(s.teardown(d));
             }
             let _ = life.load_failed();
-            let mut owners = lock(&self.owners);
-            for &c in &picked {
-                owners[c] = None;
+            {
+                let mut owners = lock(&self.owners);
+                for &c in &picked {
+                    owners[c] = None;
+                }
             }
+            self.release_idle();
             return Err(e);
         }
         let mut tc = TrackerConfig::new(arch, cfg.exec_timeout);
@@ -452,6 +460,10 @@ impl Runtime {
             clocks: [crate::timestamp::EngineClock::nominal(t0); 5],
             sync: crate::timestamp::SyncPoint { device_ns: 0, cpu_ns: self.epoch.elapsed().as_nanos() as u64 },
         };
+        let irq = match (cfg.poll, staged.first()) {
+            (PollPolicy::Interrupt, Some(s)) => s.dev.irq(s.nc)?,
+            _ => None,
+        };
         life.load_succeeded()?;
         let model = Arc::new(Model {
             id,
@@ -460,7 +472,7 @@ impl Runtime {
             outputs: n.outputs.clone(),
             ncs: picked,
             lifecycle: Mutex::new(life),
-            exec: Mutex::new(Some(ExecState { ncs: staged, tracker, seq: 0, sync })),
+            exec: Mutex::new(Some(ExecState { irq, ncs: staged, tracker, seq: 0, sync })),
             poll: cfg.poll,
             devices: devs,
             epoch: self.epoch,
@@ -487,16 +499,19 @@ impl Runtime {
         self.retire_workers();
         self.teardown(m);
         let _ = lock(&m.lifecycle).finish_teardown();
-        // The last model off a device releases its host-transfer rings and idle DMA memory.
+        self.release_idle();
+        Ok(())
+    }
+
+    /// Devices with no model loaded release their host-transfer rings and idle DMA memory.
+    fn release_idle(&self) {
         let devs = lock(&self.devices).clone();
         let models = lock(&self.models);
         for d in &devs {
-            let used = models.values().any(|x| x.devices.iter().any(|y| y.same(d)));
-            if !used {
+            if !models.values().any(|x| x.devices.iter().any(|y| y.same(d))) {
                 d.close();
             }
         }
-        Ok(())
     }
 
     fn teardown(&self, m: &Model) {
@@ -544,12 +559,21 @@ impl Runtime {
         let mut g = lock(&m.exec);
         let ex = g.as_mut().ok_or_else(|| RtError::new(NrtStatus::InvalidHandle, "model unloaded"))?;
         bind_inputs(m, ex, inputs, outputs)?;
+        if let Some(irq) = &ex.irq {
+            irq.drain();
+        }
         kick(ex)?;
         let mut steps = 0u64;
         let step = loop {
             steps += 1;
             match ex.tracker.step(&mut ex.ncs, Instant::now()) {
-                Step::InFlight => wait(m.poll, steps),
+                Step::InFlight => match (&ex.irq, m.poll) {
+                    // Bounded sleep: a device that never raises still reaches the timeout.
+                    (Some(irq), PollPolicy::Interrupt) => {
+                        irq.wait(Duration::from_millis(1));
+                    }
+                    _ => wait(m.poll, steps),
+                },
                 s => break s,
             }
         };
@@ -667,6 +691,7 @@ fn wait(p: PollPolicy, steps: u64) {
             }
         }
         PollPolicy::Usleep1 => std::thread::sleep(Duration::from_micros(1)),
+        PollPolicy::Interrupt => std::hint::spin_loop(),
     }
 }
 

@@ -126,6 +126,9 @@ pub struct StagedNc {
     /// Semaphores the model uses (reset by SP after every execution).
     pub model_sems: BTreeSet<u8>,
     pub dge_core: Option<hal::q7::UcodeCore>,
+    /// The Q7 pool core claimed for the model's ucode libraries, and the staged libraries.
+    pub q7_core: Option<hal::q7::UcodeCore>,
+    pub ucode: Vec<hal::q7::LoadableLib>,
     /// The device (for the completion engine's register probes).
     pub dev: Device,
     /// Scratch for raw records (preallocated; the hot path does not allocate).
@@ -528,6 +531,9 @@ pub fn stage_graph(dev: &Device, g: &Graph, p: &GraphPlacement) -> Result<Staged
             Err(e) => return Err(StageError { status: NrtStatus::Resource, message: format!("NC {nc}: {e}") }),
         }
     };
+    // Q7 ucode: each ucode_lib's prelinked UCPL image is staged in device memory and handed
+    // to Q7 pool core 0 (claimed for the model's lifetime; released at unload).
+    let (q7_core, ucode) = stage_ucode(dev, g, nc)?;
     let kick_off = dev.sem_inc_offset(nc, sems::KICK as u64)?;
     // Vars that instructions address directly cannot be rebound to a tensor per execution.
     let mut by_insn: BTreeSet<u32> = BTreeSet::new();
@@ -565,11 +571,55 @@ pub fn stage_graph(dev: &Device, g: &Graph, p: &GraphPlacement) -> Result<Staged
         kick_off,
         model_sems,
         dge_core,
+        q7_core,
+        ucode,
         dev: dev.clone(),
         raw: Vec::with_capacity(RING_RECORDS as usize),
         bind,
         dma_only,
     })
+}
+
+/// Stage the graph's ucode libraries on Q7 pool core 0 of `nc`.
+fn stage_ucode(
+    dev: &Device,
+    g: &Graph,
+    nc: usize,
+) -> Result<(Option<hal::q7::UcodeCore>, Vec<hal::q7::LoadableLib>), StageError> {
+    use csr_maps::formats::ucpl::UcplHeader;
+    let libs: Vec<&neff::UcodeLib> = g.ucode_libs.iter().filter(|l| l.content.is_some()).collect();
+    if libs.is_empty() {
+        return Ok((None, Vec::new()));
+    }
+    let ucode_err = |name: &str, e: hal::q7::UcodeError| {
+        let status =
+            if e.code == csr_maps::consts::q7::ERR_TOO_LARGE { NrtStatus::Resource } else { NrtStatus::Invalid };
+        StageError { status, message: format!("ucode library {name}: {e}") }
+    };
+    let ctx = hal::q7::UcodeContext::new(csr_maps::consts::q7::API_LEVEL).map_err(|e| ucode_err("context", e))?;
+    let mut core = hal::q7::UcodeCore::new(&ctx, dev, nc, hal::q7::CoreKind::Q7Pool { core: 0 })
+        .map_err(|e| ucode_err("core", e))?;
+    core.on_ucode_booted()
+        .map_err(|e| StageError { status: NrtStatus::Resource, message: format!("NC {nc} Q7 pool core 0: {e}") })?;
+    let mut staged = Vec::new();
+    for l in libs {
+        let Some(content) = &l.content else { continue };
+        let bytes: &[u8] = content.as_ref();
+        if UcplHeader::decode(bytes).is_err() {
+            return Err(StageError::invalid(format!(
+                "ucode library {}: not a prelinked UCPL image (prelinking Xtensa ELF objects is not supported; ship the prelinked image)",
+                l.name
+            )));
+        }
+        let ll = match hal::q7::LoadableLib::create(&ctx, dev, nc, &l.name, bytes) {
+            Ok(ll) => ll,
+            Err(hal::HalError::Ucode(e)) => return Err(ucode_err(&l.name, e)),
+            Err(e) => return Err(e.into()),
+        };
+        core.attach(&ll).map_err(|e| ucode_err(&l.name, e))?;
+        staged.push(ll);
+    }
+    Ok((Some(core), staged))
 }
 
 const fn sp_index_check() -> usize {

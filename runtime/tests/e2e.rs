@@ -119,3 +119,96 @@ fn committed_examples_are_current_and_run_on_every_arch() {
         assert_eq!((st.iommu_mappings, st.device_bytes), (0, 0));
     }
 }
+
+#[test]
+fn interrupt_poll_policy() {
+    use runtime::PollPolicy;
+    let sim = SimDevice::new(SimConfig::new(&CAYMAN).timing(Timing::Threaded).hbm_bytes(1 << 28)).unwrap();
+    let rt = Runtime::new();
+    let cfg = RuntimeConfig {
+        poll: PollPolicy::Interrupt,
+        exec_timeout: std::time::Duration::from_millis(300),
+        ..RuntimeConfig::default()
+    };
+    let opts = hal::DeviceOptions { hbm_limit: Some(1 << 28), ..Default::default() };
+    rt.init(vec![Arc::new(sim.clone()) as Arc<dyn Platform>], cfg, opts).unwrap();
+    let m = rt.load(&model(builder::single_nc_allreduce(), &CAYMAN), None, None).unwrap();
+    for round in 0..5 {
+        let (s, input, out) = run_allreduce(&rt, &m, false, round as f32);
+        assert_eq!(s, NrtStatus::Success);
+        assert_eq!(out, input);
+    }
+    // A device that never finishes still times out (the wait is bounded).
+    sim.inject("hang@nc0:dve".parse().unwrap());
+    let (s, _, _) = run_allreduce(&rt, &m, false, 9.0);
+    assert_eq!(s, NrtStatus::Timeout);
+    rt.unload(&m).unwrap();
+    rt.close().unwrap();
+}
+
+#[test]
+fn ucode_libraries_are_staged_on_a_claimed_q7_core() {
+    use csr_maps::consts::q7 as q7c;
+    use csr_maps::formats::ucpl::UcplHeader;
+    let (rt, sim) = rt(&SUNDA, Timing::Inline);
+    let lib = |size: usize| {
+        let h = UcplHeader::for_segments(0x1000, (size as u32).saturating_sub(0x1020), 0x100_0000, 0, 0x100_0000);
+        let mut img = h.encode().to_vec();
+        img.resize(h.image_size() as usize, 0x90);
+        img
+    };
+    let with_lib = |content: Vec<u8>| {
+        let mut d = builder::single_nc_allreduce();
+        d.target = "sunda".into();
+        d.graphs[0].ucode_libs.push(builder::UcodeLibDesc {
+            name: "ext".into(),
+            library: "sg00/ext.ucpl".into(),
+            version: "1.0.0.0".into(),
+            opcode: 0x40,
+            cpu_id: 0,
+            total_cpus: 8,
+            functions: vec![("custom_add".into(), 0xF0, Some(1))],
+            content,
+        });
+        d.build().unwrap()
+    };
+    let claim = || {
+        let bar = sim.bar(0).unwrap();
+        csr_maps::Regs::new(&SUNDA, bar.as_ref()).q7(0).unwrap().claim().read().unwrap().0
+    };
+    let m = rt.load(&with_lib(lib(0x8000)), None, None).unwrap();
+    assert_eq!(claim(), q7c::CLAIMED, "Q7 pool core 0 claimed while the model is loaded");
+    let (s, input, out) = run_allreduce(&rt, &m, false, 1.0);
+    assert_eq!((s, out), (NrtStatus::Success, input));
+    rt.unload(&m).unwrap();
+    assert_eq!(claim(), q7c::READY, "released at unload");
+    // 64 KiB + 1: refused, and the failed load leaves nothing behind.
+    let e = rt.load(&with_lib(lib(0x10001)), None, None).unwrap_err();
+    assert_eq!(e.status, NrtStatus::Resource, "{e}");
+    assert_eq!(claim(), q7c::READY);
+    let st = sim.stats();
+    assert_eq!((st.iommu_mappings, st.device_bytes), (0, 0), "failed load leaked: {st:?}");
+    // Not a prelinked image.
+    let e = rt.load(&with_lib(b"\x7fELF not prelinked".to_vec()), None, None).unwrap_err();
+    assert_eq!(e.status, NrtStatus::Invalid);
+    rt.close().unwrap();
+}
+
+#[test]
+fn failed_load_unwinds_everything() {
+    let (rt, sim) = rt(&CAYMAN, Timing::Threaded);
+    let mut d = builder::single_nc_allreduce();
+    d.target = "cayman".into();
+    d.graphs[0].vars.push(builder::VarDesc::new("huge", neff::VarKind::TmpBuf, 1 << 30));
+    let e = rt.load(&d.build().unwrap(), None, None).unwrap_err();
+    assert_eq!(e.status, NrtStatus::Resource, "{e}");
+    let st = sim.stats();
+    assert_eq!((st.iommu_mappings, st.device_bytes), (0, 0), "{st:?}");
+    assert_eq!(rt.workers(), 0);
+    // The NC is free again.
+    let m = rt.load(&model(builder::single_nc_allreduce(), &CAYMAN), Some(0), None).unwrap();
+    let (s, input, out) = run_allreduce(&rt, &m, true, 3.0);
+    assert_eq!((s, out), (NrtStatus::Success, input));
+    rt.unload(&m).unwrap();
+    rt.close().unwrap();
+}

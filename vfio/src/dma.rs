@@ -118,7 +118,10 @@ impl DmaUnmap for DmaSpace {
         // An unmap can only fail if the device (and with it the IOMMU domain) is already
         // gone, in which case the kernel dropped the mapping itself.
         let _ = self.iommu.unmap(iova, len);
-        self.lock().free(iova);
+        // No-IOMMU mappings sit at physical addresses, not in the allocator.
+        if self.iommu.backend() != Backend::NoIommu {
+            self.lock().free(iova);
+        }
         self.pinned.fetch_sub(len.min(self.pinned()), Ordering::Relaxed);
     }
 }

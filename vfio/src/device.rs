@@ -47,11 +47,24 @@ pub struct OpenOptions {
     pub dev: PathBuf,
     /// Restrict IOVAs to this window (for devices with a narrow DMA mask).
     pub iova_window: Option<IovaRange>,
+    /// Open a device that no IOMMU translates in VFIO no-IOMMU mode ([`Backend::NoIommu`])
+    /// instead of failing with [`Error::NoIommu`]. UNSAFE: the device gets physical
+    /// addresses and can reach all memory. Needs the vfio module parameter
+    /// `enable_unsafe_noiommu_mode=1` (set before binding to vfio-pci), CAP_SYS_RAWIO for the
+    /// group node and CAP_SYS_ADMIN for physical addresses. Devices with an IOMMU are opened
+    /// through `backend` as usual. Default: false.
+    pub allow_noiommu: bool,
 }
 
 impl Default for OpenOptions {
     fn default() -> Self {
-        Self { backend: Backend::Container, sysfs: Sysfs::default(), dev: "/dev".into(), iova_window: None }
+        Self {
+            backend: Backend::Container,
+            sysfs: Sysfs::default(),
+            dev: "/dev".into(),
+            iova_window: None,
+            allow_noiommu: false,
+        }
     }
 }
 
@@ -128,6 +141,7 @@ pub struct IrqInfo {
 pub(crate) enum DevFd {
     Group(vfio_ioctls::VfioDevice),
     Cdev(File),
+    NoIommu(File),
 }
 
 impl DevFd {
@@ -135,7 +149,7 @@ impl DevFd {
         match self {
             // SAFETY: the VfioDevice owns the fd and outlives the borrow (behind &self).
             DevFd::Group(d) => unsafe { BorrowedFd::borrow_raw(d.as_raw_fd()) },
-            DevFd::Cdev(f) => f.as_fd(),
+            DevFd::Cdev(f) | DevFd::NoIommu(f) => f.as_fd(),
         }
     }
     fn pread(&self, buf: &mut [u8], off: u64) -> std::io::Result<()> {
@@ -247,14 +261,21 @@ fn cdev_node(sysfs: &Sysfs, dev: &Path, addr: PciAddress) -> Result<PathBuf> {
 }
 
 impl Device {
-    /// Open `addr` (already bound to vfio-pci) through `opts.backend`.
+    /// Open `addr` (already bound to vfio-pci) through `opts.backend`, or, for a device
+    /// without an IOMMU and only with `opts.allow_noiommu`, in no-IOMMU mode (with a warning
+    /// on stderr).
     pub fn open(addr: PciAddress, opts: &OpenOptions) -> Result<Self> {
         let f = opts.sysfs.function(addr)?;
-        let group = f.iommu_group.ok_or(Error::NoIommu(addr))?;
+        let (backend, group) = crate::noiommu::select_backend(&opts.sysfs, addr, opts)?;
         if f.driver.as_deref() != Some("vfio-pci") {
             return Err(Error::BindFailed { addr, now: f.driver.unwrap_or_else(|| "none".into()) });
         }
-        let (fd, iommu) = match opts.backend {
+        let (fd, iommu) = match backend {
+            Backend::NoIommu => {
+                crate::noiommu::warn(addr);
+                let (container, group_fd, dev) = crate::noiommu::open(&opts.dev, group, addr)?;
+                (DevFd::NoIommu(dev), Iommu::noiommu(container, group_fd))
+            }
             Backend::Container => {
                 opts.sysfs.check_group_viable(addr)?;
                 let node = opts.dev.join("vfio/vfio");

@@ -1,5 +1,5 @@
 //! DMA: pin host memory and map it at IOVAs from an allocator bounded by the IOMMU's valid
-//! ranges. Every mapping is undone when its [`DmaMapping`] drops (also on error paths and
+//! ranges (in no-IOMMU mode: pin it and use its physical address, see [`crate::noiommu`]). Every mapping is undone when its [`DmaMapping`] drops (also on error paths and
 //! panics), before its memory is freed.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use platform::{DmaDir, DmaMapping, DmaUnmap, HostMem};
 
 use crate::error::{Error, Result};
-use crate::iommu::{Iommu, IommuInfo};
+use crate::iommu::{Backend, Iommu, IommuInfo};
 use crate::iova::IovaAllocator;
 
 /// The IOVA space of one device (or of the devices sharing its IOMMU context).
@@ -58,6 +58,12 @@ impl DmaSpace {
     pub fn map(self: &Arc<Self>, mem: HostMem, dir: DmaDir) -> Result<DmaMapping> {
         let len = mem.len() as u64;
         crate::bind::check_memlock(self.pinned(), len)?;
+        if self.iommu.backend() == Backend::NoIommu {
+            // SAFETY: as below; `mem` was just handed to us, nobody else accesses it.
+            let phys = unsafe { self.iommu.map_phys(mem.as_ptr() as u64, len) }?;
+            self.pinned.fetch_add(len, Ordering::Relaxed);
+            return Ok(DmaMapping::new(mem, phys, dir, self.clone()));
+        }
         let align = (mem.page_size().bytes() as u64).max(4096);
         let iova = self.lock().alloc(len, align)?;
         // SAFETY: `mem` moves into the DmaMapping returned below, which unmaps this IOVA range
@@ -112,7 +118,10 @@ impl DmaUnmap for DmaSpace {
         // An unmap can only fail if the device (and with it the IOMMU domain) is already
         // gone, in which case the kernel dropped the mapping itself.
         let _ = self.iommu.unmap(iova, len);
-        self.lock().free(iova);
+        // No-IOMMU mappings sit at physical addresses, not in the allocator.
+        if self.iommu.backend() != Backend::NoIommu {
+            self.lock().free(iova);
+        }
         self.pinned.fetch_sub(len.min(self.pinned()), Ordering::Relaxed);
     }
 }

@@ -15,8 +15,18 @@ pub enum Error {
     BadAddress(String),
     #[error("no PCI function {0} in sysfs")]
     NoSuchDevice(PciAddress),
-    #[error("{0}: no IOMMU group; the kernel has no IOMMU for it (boot with intel_iommu=on / amd_iommu=on, check the firmware's VT-d/AMD-Vi). No-IOMMU mode is unsafe and only used when asked for explicitly")]
+    #[error("{0}: no IOMMU translates its DMA (no IOMMU group, or only the one the kernel fabricates for no-IOMMU mode); boot with intel_iommu=on / amd_iommu=on and check the firmware's VT-d/AMD-Vi. No-IOMMU mode (unprotected DMA to physical addresses) is only used when asked for explicitly: load vfio with enable_unsafe_noiommu_mode=1 (modprobe vfio enable_unsafe_noiommu_mode=1, /sys/module/vfio/parameters/enable_unsafe_noiommu_mode), bind the device to vfio-pci after that, and open it with OpenOptions::allow_noiommu")]
     NoIommu(PciAddress),
+    #[error("{addr}: no-IOMMU mode was allowed but is unavailable: {reason}")]
+    NoIommuUnavailable { addr: PciAddress, reason: String },
+    #[error("no-IOMMU DMA needs physical addresses, which /proc/self/pagemap shows only to processes with CAP_SYS_ADMIN{}", cause.as_ref().map(|e| format!(" ({e})")).unwrap_or_default())]
+    PagemapDenied { cause: Option<std::io::Error> },
+    #[error("pagemap of the buffer at {vaddr:#x}: {reason}")]
+    Pagemap { vaddr: u64, reason: String },
+    #[error("no-IOMMU DMA needs physically contiguous memory: the {len:#x}-byte buffer at {vaddr:#x} is not contiguous from offset {offset:#x}; use a hugepage-backed buffer no larger than one hugepage, or a single 4 KiB page")]
+    NotContiguous { vaddr: u64, len: u64, offset: u64 },
+    #[error("no-IOMMU mode: the IOVA of a mapping is the physical address ({phys:#x}), {iova:#x} cannot be chosen")]
+    NoIommuIova { iova: u64, phys: u64 },
     #[error("{addr}: IOMMU group {group} is not viable: every member must be bound to vfio-pci (or have no driver); bind or unbind these first: {}", others.iter().map(|(a, d)| format!("{a} (driver {d})")).collect::<Vec<_>>().join(", "))]
     GroupNotViable { addr: PciAddress, group: u32, others: Vec<(PciAddress, String)> },
     #[error("{} is missing: load the VFIO modules first (modprobe vfio-pci && modprobe vfio_iommu_type1; vfio-pci brings vfio, vfio-pci-core and irqbypass)", path.display())]

@@ -1,8 +1,10 @@
-//! The IOMMU side of a VFIO device: the legacy type1v2 container or an iommufd IOAS, behind
-//! one interface (map, unmap, valid IOVA ranges).
+//! The IOMMU side of a VFIO device: the legacy type1v2 container, an iommufd IOAS, or no
+//! IOMMU at all (no-IOMMU mode: pinned memory at its physical address), behind one
+//! interface (map, unmap, valid IOVA ranges).
 
+use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use vfio_bindings::bindings::vfio::{
     vfio_iommu_type1_dma_map, vfio_iommu_type1_dma_unmap, vfio_iommu_type1_info, VFIO_DMA_MAP_FLAG_READ,
@@ -25,6 +27,10 @@ pub enum Backend {
     Container,
     /// `/dev/iommu` + `/dev/vfio/devices/vfioN`.
     Iommufd,
+    /// `/dev/vfio/vfio` + `/dev/vfio/noiommu-N` with the VFIO_NOIOMMU_IOMMU type: no DMA
+    /// translation or isolation, IOVAs are physical addresses. Only with
+    /// [`crate::OpenOptions::allow_noiommu`]; see [`crate::noiommu`].
+    NoIommu,
 }
 
 impl std::fmt::Display for Backend {
@@ -32,6 +38,7 @@ impl std::fmt::Display for Backend {
         f.write_str(match self {
             Backend::Container => "container",
             Backend::Iommufd => "iommufd",
+            Backend::NoIommu => "noiommu",
         })
     }
 }
@@ -51,7 +58,17 @@ pub struct IommuInfo {
 
 pub(crate) enum Inner {
     Container(Arc<vfio_ioctls::VfioContainer>),
-    Iommufd { fd: OwnedFd, ioas: u32 },
+    Iommufd {
+        fd: OwnedFd,
+        ioas: u32,
+    },
+    /// The group fd keeps the container set; `pins` maps each mapping's physical address to
+    /// its pinned `(vaddr, len)`.
+    NoIommu {
+        container: OwnedFd,
+        _group: OwnedFd,
+        pins: Mutex<HashMap<u64, (u64, u64)>>,
+    },
 }
 
 /// An IOMMU address space shared by the devices opened in it.
@@ -90,6 +107,7 @@ impl Iommu {
         match self.inner {
             Inner::Container(_) => Backend::Container,
             Inner::Iommufd { .. } => Backend::Iommufd,
+            Inner::NoIommu { .. } => Backend::NoIommu,
         }
     }
 
@@ -98,6 +116,7 @@ impl Iommu {
             // SAFETY: the container owns this fd and outlives the borrow (it is behind &self).
             Inner::Container(c) => unsafe { BorrowedFd::borrow_raw(c.as_raw_fd()) },
             Inner::Iommufd { fd, .. } => fd.as_fd(),
+            Inner::NoIommu { container, .. } => container.as_fd(),
         }
     }
 
@@ -120,9 +139,19 @@ impl Iommu {
         Ok(Self { inner: Inner::Iommufd { fd, ioas: alloc.out_ioas_id } })
     }
 
+    pub(crate) fn noiommu(container: OwnedFd, group: OwnedFd) -> Self {
+        Self { inner: Inner::NoIommu { container, _group: group, pins: Mutex::new(HashMap::new()) } }
+    }
+
     /// The valid IOVA ranges and page sizes.
     pub fn info(&self) -> Result<IommuInfo> {
         match &self.inner {
+            // No translation: IOVAs are physical addresses (52 bits on x86-64), any page size.
+            Inner::NoIommu { .. } => Ok(IommuInfo {
+                valid: vec![IovaRange { start: 0, last: (1 << 52) - 1 }],
+                page_sizes: 0,
+                dma_avail: None,
+            }),
             Inner::Container(_) => {
                 let mut len = std::mem::size_of::<vfio_iommu_type1_info>();
                 loop {
@@ -178,6 +207,14 @@ impl Iommu {
     /// access it at any time).
     pub unsafe fn map(&self, vaddr: u64, iova: u64, len: u64, read: bool, write: bool) -> Result<()> {
         match &self.inner {
+            Inner::NoIommu { .. } => {
+                // SAFETY: forwarded from the caller.
+                let phys = unsafe { self.map_phys(vaddr, len) }?;
+                if phys != iova {
+                    self.unmap(phys, len)?;
+                    return Err(Error::NoIommuIova { iova, phys });
+                }
+            }
             Inner::Container(_) => {
                 let mut flags = 0;
                 if read {
@@ -222,9 +259,30 @@ impl Iommu {
         Ok(())
     }
 
+    /// No-IOMMU mode: pin `[vaddr, vaddr + len)` and return its physical address, the
+    /// IOVA the device must use. The range must be physically contiguous.
+    ///
+    /// # Safety
+    /// As for [`Iommu::map`]; besides, nobody else may access the range during the call.
+    pub unsafe fn map_phys(&self, vaddr: u64, len: u64) -> Result<u64> {
+        let Inner::NoIommu { pins, .. } = &self.inner else {
+            return Err(Error::ioctl("map_phys", std::io::Error::other("not in no-IOMMU mode")));
+        };
+        // SAFETY: forwarded from the caller.
+        let phys = unsafe { crate::noiommu::pin_and_translate(vaddr, len) }?;
+        pins.lock().unwrap_or_else(|e| e.into_inner()).insert(phys, (vaddr, len));
+        Ok(phys)
+    }
+
     /// Unmap `[iova, iova + len)`.
     pub fn unmap(&self, iova: u64, len: u64) -> Result<()> {
         match &self.inner {
+            Inner::NoIommu { pins, .. } => {
+                // Nothing is mapped anywhere: only the pin is undone.
+                if let Some((vaddr, plen)) = pins.lock().unwrap_or_else(|e| e.into_inner()).remove(&iova) {
+                    crate::noiommu::unpin(vaddr, plen);
+                }
+            }
             Inner::Container(_) => {
                 let mut u = vfio_iommu_type1_dma_unmap {
                     argsz: std::mem::size_of::<vfio_iommu_type1_dma_unmap>() as u32,

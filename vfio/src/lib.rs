@@ -6,6 +6,8 @@
 //! - [`device`]: [`Device::open`] through the legacy container or iommufd + device cdev
 //!   ([`Backend`]), regions, config space, interrupts, reset;
 //! - [`dma`]: [`DmaSpace`], pinned host memory mapped at IOVAs from an [`IovaAllocator`];
+//! - [`noiommu`]: VFIO no-IOMMU mode, only with [`OpenOptions::allow_noiommu`] (physical
+//!   addresses from /proc/self/pagemap, no isolation);
 //! - [`VfioPlatform`]: the [`platform::Platform`] implementation.
 //!
 //! Built on rust-vmm's `vfio-ioctls` (container, group and device setup) and
@@ -19,6 +21,7 @@ pub mod dma;
 pub mod error;
 pub mod iommu;
 pub mod iova;
+pub mod noiommu;
 pub mod sysfs;
 pub mod uapi;
 mod vfio_platform;

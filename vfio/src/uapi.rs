@@ -16,7 +16,10 @@ const fn io(nr: u64) -> u64 {
 
 pub const VFIO_GET_API_VERSION: u64 = io(VFIO_BASE);
 pub const VFIO_CHECK_EXTENSION: u64 = io(VFIO_BASE + 1);
+pub const VFIO_SET_IOMMU: u64 = io(VFIO_BASE + 2);
 pub const VFIO_GROUP_GET_STATUS: u64 = io(VFIO_BASE + 3);
+pub const VFIO_GROUP_SET_CONTAINER: u64 = io(VFIO_BASE + 4);
+pub const VFIO_GROUP_GET_DEVICE_FD: u64 = io(VFIO_BASE + 6);
 pub const VFIO_DEVICE_GET_INFO: u64 = io(VFIO_BASE + 7);
 pub const VFIO_DEVICE_GET_REGION_INFO: u64 = io(VFIO_BASE + 8);
 pub const VFIO_DEVICE_GET_IRQ_INFO: u64 = io(VFIO_BASE + 9);
@@ -35,6 +38,17 @@ pub const IOMMU_IOAS_UNMAP: u64 = io(0x86);
 pub const IOMMU_IOAS_MAP_FIXED_IOVA: u32 = 1 << 0;
 pub const IOMMU_IOAS_MAP_WRITEABLE: u32 = 1 << 1;
 pub const IOMMU_IOAS_MAP_READABLE: u32 = 1 << 2;
+
+/// `VFIO_GROUP_FLAGS_VIABLE` of `struct vfio_group_status`.
+pub const VFIO_GROUP_FLAGS_VIABLE: u32 = 1 << 0;
+
+/// `struct vfio_group_status`.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy)]
+pub struct VfioGroupStatus {
+    pub argsz: u32,
+    pub flags: u32,
+}
 
 /// `struct iommu_destroy`.
 #[repr(C)]
@@ -240,6 +254,10 @@ mod tests {
         assert_eq!(VFIO_IOMMU_GET_INFO, 0x3b70);
         assert_eq!(VFIO_DEVICE_BIND_IOMMUFD, 0x3b76);
         assert_eq!(IOMMU_IOAS_MAP, 0x3b85);
+        assert_eq!(VFIO_SET_IOMMU, 0x3b66);
+        assert_eq!(VFIO_GROUP_SET_CONTAINER, 0x3b68);
+        assert_eq!(VFIO_GROUP_GET_DEVICE_FD, 0x3b6a);
+        assert_eq!(std::mem::size_of::<VfioGroupStatus>(), 8);
         assert_eq!(std::mem::size_of::<IommuIoasMap>(), 40);
         assert_eq!(std::mem::size_of::<IommuIoasIovaRanges>(), 32);
         assert_eq!(std::mem::size_of::<IommuIoasUnmap>(), 24);

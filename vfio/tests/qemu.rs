@@ -12,6 +12,13 @@
 //! kernel has CONFIG_IOMMUFD and CONFIG_VFIO_DEVICE_CDEV=y (Ubuntu's, setup.sh's default),
 //! or when NEURON_VFIO_REQUIRE_IOMMUFD=1. Otherwise (Debian's kernel, the fallback) the guest
 //! must say why the iommufd path was skipped.
+//!
+//! A second edu sits behind a pxb-pcie expander bridge with `bypass_iommu=true`: no IOMMU
+//! translates it. vfio is loaded with `enable_unsafe_noiommu_mode=1` (modprobe.d). The guest
+//! must refuse it without `OpenOptions::allow_noiommu` (always), and, when the kernel has
+//! no-IOMMU mode (CONFIG_VFIO_NOIOMMU=y in the config, the guest reporting support, or
+//! NEURON_VFIO_REQUIRE_NOIOMMU=1), open it in no-IOMMU mode: MMIO, factorial and a DMA round
+//! trip at physical addresses. Otherwise it must say why that part was skipped.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -41,6 +48,25 @@ fn config_has_iommufd(config: &str) -> bool {
     set("CONFIG_IOMMUFD", &["y", "m"]) && set("CONFIG_VFIO_DEVICE_CDEV", &["y"])
 }
 
+/// Whether a kernel config has VFIO no-IOMMU mode.
+fn config_has_noiommu(config: &str) -> bool {
+    config.lines().any(|l| l.trim() == "CONFIG_VFIO_NOIOMMU=y")
+}
+
+/// The no-IOMMU checks that must pass when the kernel has no-IOMMU mode.
+const NOIOMMU_CHECKS: &[&str] = &[
+    "noiommu.discover",
+    "noiommu.refused",
+    "noiommu.bind",
+    "noiommu.refused_bound",
+    "noiommu.open",
+    "noiommu.bar0",
+    "noiommu.id",
+    "noiommu.factorial",
+    "noiommu.dma.roundtrip",
+    "noiommu.unbind",
+];
+
 /// The per-backend checks that must pass (prefixed with `container.` / `iommufd.`).
 const BACKEND_CHECKS: &[&str] = &[
     "open",
@@ -69,6 +95,9 @@ fn kernel_config_detection() {
     assert!(!config_has_iommufd("# CONFIG_IOMMUFD is not set\nCONFIG_VFIO_CONTAINER=y\n"));
     assert!(!config_has_iommufd("CONFIG_IOMMUFD=m\n# CONFIG_VFIO_DEVICE_CDEV is not set\n"));
     assert!(!config_has_iommufd(""));
+    assert!(config_has_noiommu("CONFIG_VFIO=m\nCONFIG_VFIO_NOIOMMU=y\n"));
+    assert!(!config_has_noiommu("# CONFIG_VFIO_NOIOMMU is not set\n"));
+    assert!(!config_has_noiommu(""));
 }
 
 #[test]
@@ -86,13 +115,16 @@ fn edu_through_vfio_in_qemu() {
     let config = std::fs::read_to_string(kdir.join("config")).unwrap_or_default();
     let require_iommufd =
         config_has_iommufd(&config) || std::env::var("NEURON_VFIO_REQUIRE_IOMMUFD").as_deref() == Ok("1");
+    let config_noiommu =
+        config_has_noiommu(&config) || std::env::var("NEURON_VFIO_REQUIRE_NOIOMMU").as_deref() == Ok("1");
     let source = std::fs::read_to_string(kdir.join("source")).unwrap_or_default();
     let source = source.lines().map(|l| l.split_whitespace().take(2).collect::<Vec<_>>().join(" "));
     let head = format!(
-        "QEMU VFIO test: kernel {} ({}); iommufd path {}\n",
+        "QEMU VFIO test: kernel {} ({}); iommufd path {}; no-IOMMU mode {}\n",
         std::fs::read_to_string(kdir.join("version")).unwrap_or_default().trim(),
         source.collect::<Vec<_>>().join(", "),
-        if require_iommufd { "required" } else { "optional (kernel without CONFIG_IOMMUFD/VFIO_DEVICE_CDEV)" }
+        if require_iommufd { "required" } else { "optional (kernel without CONFIG_IOMMUFD/VFIO_DEVICE_CDEV)" },
+        if config_noiommu { "required" } else { "required if the guest reports it" }
     );
     let _ = std::io::Write::write_all(&mut std::io::stderr(), head.as_bytes());
 
@@ -109,12 +141,16 @@ fn edu_through_vfio_in_qemu() {
          echo \"VFIO-EXIT $?\"\n",
     )
     .unwrap();
+    // The no-IOMMU edu: vfio must create noiommu groups when vfio-pci binds it.
+    let modconf = work.join("vfio.conf");
+    std::fs::write(&modconf, "options vfio enable_unsafe_noiommu_mode=1\n").unwrap();
     let initrd = work.join("initramfs.cpio");
     let mk = Command::new("bash")
         .arg(repo().join("scripts/image/mkinitramfs.sh"))
         .args(["-k", kdir.to_str().unwrap(), "-o", initrd.to_str().unwrap()])
         .args(["-m", "irqbypass", "-m", "vfio", "-m", "vfio_iommu_type1", "-m", "vfio-pci", "-m", "iommufd"])
         .args(["-b", env!("CARGO_BIN_EXE_vfio-guest"), "-s", boot.to_str().unwrap()])
+        .args(["-f", &format!("{}:/etc/modprobe.d/vfio.conf", modconf.display())])
         .output()
         .expect("run mkinitramfs.sh");
     assert!(mk.status.success(), "mkinitramfs failed:\n{}", String::from_utf8_lossy(&mk.stderr));
@@ -134,6 +170,12 @@ fn edu_through_vfio_in_qemu() {
         // edu alone behind a PCIe root port: a secondary bus reset then gives it a reset method.
         .args(["-device", "intel-iommu,intremap=on,caching-mode=on"])
         .args(["-device", "pcie-root-port,id=rp0,chassis=1,slot=1", "-device", "edu,bus=rp0"])
+        // A second edu that no IOMMU translates: an expander root bus that bypasses the
+        // IOMMU (the DMAR tables then leave it out of every scope), a root port, and an edu
+        // whose DMA mask covers all guest RAM (it is given physical addresses).
+        .args(["-device", "pxb-pcie,id=pxb1,bus_nr=0x80,bus=pcie.0,bypass_iommu=true"])
+        .args(["-device", "pcie-root-port,id=rp1,bus=pxb1,chassis=2,slot=2"])
+        .args(["-device", "edu,bus=rp1,dma_mask=0xffffffff"])
         .args(["-kernel", kernel.to_str().unwrap(), "-initrd", initrd.to_str().unwrap()])
         .args(["-append", "console=ttyS0 intel_iommu=on iommu=nopt panic=-1 quiet loglevel=4"])
         .args(["-nographic", "-no-reboot", "-nic", "none", "-serial", "stdio", "-monitor", "none"])
@@ -185,6 +227,9 @@ fn edu_through_vfio_in_qemu() {
             || l.starts_with("VFIO-INFO")
             || l.starts_with("VFIO-CHECK ok iommufd.open")
             || l.starts_with("VFIO-CHECK ok container.open")
+            || l.starts_with("VFIO-CHECK ok noiommu.open")
+            || l.starts_with("VFIO-CHECK ok noiommu.id")
+            || l.starts_with("VFIO-CHECK ok noiommu.dma.roundtrip")
             || l.starts_with("VFIO-RESULT")
     }) {
         summary.push_str(l.trim_end());
@@ -230,9 +275,30 @@ fn edu_through_vfio_in_qemu() {
     if !log.lines().any(|l| l.starts_with("VFIO-BENCH")) {
         fail("no benchmark figures");
     }
+    // No-IOMMU: the refusal always; the rest whenever the kernel has the mode.
+    let noiommu_reported = log.lines().any(|l| l.trim() == "VFIO-INFO noiommu supported");
+    let require_noiommu = config_noiommu || noiommu_reported;
+    for name in ["noiommu.discover", "noiommu.refused"] {
+        if !ok(name) {
+            fail(&format!("check {name} did not pass"));
+        }
+    }
+    if require_noiommu {
+        if let Some(l) = log.lines().find(|l| l.starts_with("VFIO-CHECK skip noiommu")) {
+            fail(&format!("no-IOMMU mode is required (kernel config, guest report or NEURON_VFIO_REQUIRE_NOIOMMU=1) but the guest skipped it: {l}"));
+        }
+        for name in NOIOMMU_CHECKS {
+            if !ok(name) {
+                fail(&format!("check {name} did not pass"));
+            }
+        }
+    } else if !ok("noiommu.unavailable") || !log.lines().any(|l| l.starts_with("VFIO-CHECK skip noiommu:")) {
+        fail("no-IOMMU mode neither passed nor reported why it is unavailable");
+    }
     let done = format!(
-        "QEMU VFIO test: every guest check passed (backends: {}); boot-to-poweroff wall {:.1}s\n",
+        "QEMU VFIO test: every guest check passed (backends: {}; no-IOMMU mode {}); boot-to-poweroff wall {:.1}s\n",
         backends.join(", "),
+        if require_noiommu { "checked" } else { "skipped: kernel without it" },
         wall.as_secs_f64()
     );
     let _ = std::io::Write::write_all(&mut std::io::stderr(), done.as_bytes());

@@ -2,7 +2,8 @@
 //! device): end-to-end checks of the vfio crate against a real kernel, and the DMA
 //! map/unmap benchmark.
 //!
-//!   vfio-guest check   # discover edu → bind → open (container, iommufd) → MMIO → DMA → MSI → fault → reset → unbind
+//!   vfio-guest check   # discover edu → bind → open (container, iommufd) → MMIO → DMA → MSI → fault → reset → unbind,
+//!                      # then a second edu without an IOMMU: refused without the opt-in, no-IOMMU mode with it
 //!   vfio-guest bench   # DMA map+unmap throughput and ioctls per GiB, 4 KiB vs 2 MiB pages, per backend
 //!   vfio-guest all     # both
 //!
@@ -338,9 +339,215 @@ impl<T> std::fmt::Display for Wrap<T> {
     }
 }
 
-fn find_edu(sysfs: &Sysfs) -> Res<vfio::PciFunction> {
+/// The edu behind the IOMMU (with an IOMMU group), or without one.
+fn find_edu_where(sysfs: &Sysfs, with_iommu: bool) -> Res<vfio::PciFunction> {
     let found = sysfs.find(&Filter::ids(EDU_VENDOR, Some(EDU_DEVICE))).map_err(s)?;
-    found.into_iter().next().ok_or_else(|| "no edu device (1234:11e8) found".to_string())
+    let n = found.len();
+    found.into_iter().find(|f| f.iommu_group.is_some() == with_iommu).ok_or_else(|| {
+        format!("no edu device (1234:11e8) {} an IOMMU group among {n}", if with_iommu { "with" } else { "without" })
+    })
+}
+
+fn find_edu(sysfs: &Sysfs) -> Res<vfio::PciFunction> {
+    find_edu_where(sysfs, true)
+}
+
+/// The edu that no IOMMU translates (QEMU: behind a pxb-pcie with bypass_iommu=true):
+/// refused without the opt-in; with it, no-IOMMU mode with DMA at physical addresses.
+fn noiommu(rep: &mut Report, sysfs: &Sysfs) {
+    let Some(f) = rep.check(
+        "noiommu.discover",
+        find_edu_where(sysfs, false).map(|f| {
+            let d = format!("{} driver {:?} group {:?}", f.address, f.driver, f.iommu_group);
+            Wrap(f, d)
+        }),
+    ) else {
+        return;
+    };
+    let f = f.0;
+    let param = vfio::noiommu::param_enabled(sysfs);
+    println!("VFIO-INFO noiommu: {} = {param:?}", vfio::noiommu::PARAM);
+    // Without the flag the device is refused, with the error saying how to opt in (checked
+    // before binding: it needs nothing but sysfs).
+    let refused = |rep: &mut Report, name: &str, addr: PciAddress| {
+        rep.check(
+            name,
+            match Device::open(addr, &OpenOptions::default()) {
+                Err(e @ vfio::Error::NoIommu(_)) => {
+                    let m = e.to_string();
+                    if m.contains("enable_unsafe_noiommu_mode") && m.contains("allow_noiommu") {
+                        Ok(m)
+                    } else {
+                        Err(format!("NoIommu error does not say how to opt in: {m}"))
+                    }
+                }
+                Err(e) => Err(format!("expected the NoIommu error, got: {e}")),
+                Ok(d) => Err(format!("opened without allow_noiommu through {}", d.backend())),
+            },
+        );
+    };
+    refused(rep, "noiommu.refused", f.address);
+    let allow = OpenOptions { allow_noiommu: true, ..Default::default() };
+    if param != Some(true) {
+        // The opt-in alone is not enough: the error names the module parameter.
+        rep.check(
+            "noiommu.unavailable",
+            match Device::open(f.address, &allow) {
+                Err(e @ vfio::Error::NoIommuUnavailable { .. })
+                    if e.to_string().contains("enable_unsafe_noiommu_mode") =>
+                {
+                    Ok(e.to_string())
+                }
+                Err(e) => Err(format!("expected NoIommuUnavailable naming the parameter, got: {e}")),
+                Ok(_) => Err("opened although no-IOMMU mode is off".to_string()),
+            },
+        );
+        rep.skip(
+            "noiommu",
+            &format!(
+                "no-IOMMU mode unavailable in this kernel ({} is {}); only the refusals were checked",
+                vfio::noiommu::PARAM,
+                match param {
+                    None => "absent: CONFIG_VFIO_NOIOMMU not set",
+                    _ => "N",
+                }
+            ),
+        );
+        return;
+    }
+    println!("VFIO-INFO noiommu supported");
+    let Some(binding) = rep.check(
+        "noiommu.bind",
+        Binding::bind(sysfs, f.address).and_then(|b| {
+            let g = sysfs.function(f.address)?.iommu_group;
+            let name = g.and_then(|g| {
+                std::fs::read_to_string(format!("/sys/kernel/iommu_groups/{g}/name")).ok().map(|n| n.trim().to_string())
+            });
+            Ok(Wrap(b, format!("vfio-pci; group {g:?} named {name:?}")))
+        }),
+    ) else {
+        return;
+    };
+    refused(rep, "noiommu.refused_bound", f.address);
+    let mut kmsg = open_kmsg();
+    match Device::open(f.address, &allow) {
+        Err(e) => {
+            rep.check::<&str, _>("noiommu.open", Err(e));
+        }
+        Ok(dev) => {
+            rep.check(
+                "noiommu.open",
+                if dev.backend() == Backend::NoIommu {
+                    std::thread::sleep(Duration::from_millis(20));
+                    let mut kernel = String::new();
+                    if let Some(k) = &mut kmsg {
+                        let mut line = String::new();
+                        while matches!(k.read_line(&mut line), Ok(n) if n > 0) {
+                            if line.contains("noiommu") {
+                                kernel = line.trim().rsplit(';').next().unwrap_or("").to_string();
+                            }
+                            line.clear();
+                        }
+                    }
+                    Ok(format!("backend {}, regions/irqs {:?}; kernel: {kernel}", dev.backend(), dev.counts()))
+                } else {
+                    Err(format!("opened through {}, expected noiommu", dev.backend()))
+                },
+            );
+            noiommu_device(rep, &dev);
+        }
+    }
+    rep.check(
+        "noiommu.unbind",
+        (|| -> Res<_> {
+            binding.0.restore().map_err(s)?;
+            let after = sysfs.function(f.address).map_err(s)?;
+            if after.driver != f.driver || after.driver_override != f.driver_override {
+                return Err(format!(
+                    "driver {:?} override {:?}, expected {:?}",
+                    after.driver, after.driver_override, f.driver
+                ));
+            }
+            Ok(format!("driver back to {:?}", after.driver))
+        })(),
+    );
+}
+
+/// MMIO and a DMA round trip at physical addresses on an edu opened in no-IOMMU mode.
+fn noiommu_device(rep: &mut Report, dev: &Device) {
+    let Some(bar) = rep.check("noiommu.bar0", dev.map_region(0).map(|m| Wrap(m, "mapped".into()))) else {
+        return;
+    };
+    let bar = bar.0;
+    rep.check(
+        "noiommu.id",
+        (|| -> Res<_> {
+            let id = bar.read32(R_ID).map_err(s)?;
+            if id != EDU_ID {
+                return Err(format!("ID register {id:#010x}, expected {EDU_ID:#010x}"));
+            }
+            Ok(format!("{id:#010x}"))
+        })(),
+    );
+    rep.check(
+        "noiommu.factorial",
+        (|| -> Res<_> {
+            let n = 12u32;
+            bar.write32(R_FACT, n).map_err(s)?;
+            wait_until("factorial", Duration::from_secs(5), || Ok(bar.read32(R_STATUS).map_err(s)? & 1 == 0))?;
+            let got = bar.read32(R_FACT).map_err(s)?;
+            if got != 479_001_600 {
+                return Err(format!("{n}! read {got}, expected 479001600"));
+            }
+            Ok(format!("{n}! = {got}"))
+        })(),
+    );
+    // RAM (a 2 MiB hugepage) -> edu -> RAM (a single 4 KiB page), at physical addresses.
+    const N: usize = 4000;
+    const SRC_OFF: usize = 0x12_3000;
+    rep.check(
+        "noiommu.dma.roundtrip",
+        (|| -> Res<_> {
+            dev.set_bus_master(true).map_err(s)?;
+            let dma = dev.dma();
+            let huge = HostMem::alloc_with(2 << 20, PageSize::Huge2M).map_err(|e| format!("2 MiB hugepage: {e}"))?;
+            let src = dma.map(huge, DmaDir::ToDevice).map_err(s)?;
+            let page = HostMem::alloc_with(4096, PageSize::Base4K).map_err(s)?;
+            let dst = dma.map(page, DmaDir::FromDevice).map_err(s)?;
+            if src.iova() % (2 << 20) != 0 || dst.iova() % 4096 != 0 {
+                return Err(format!("physical addresses {:#x} / {:#x} misaligned", src.iova(), dst.iova()));
+            }
+            let data = pattern(7, N);
+            src.mem().write(SRC_OFF, &data).map_err(s)?;
+            dst.mem().fill(0, 4096, 0).map_err(s)?;
+            let t1 = edu_dma(bar.as_ref(), src.iova() + SRC_OFF as u64, EDU_BUF, N as u64, 0)?;
+            let t2 = edu_dma(bar.as_ref(), EDU_BUF, dst.iova(), N as u64, DMA_TO_RAM)?;
+            let mut got = vec![0u8; N];
+            dst.mem().read(0, &mut got).map_err(s)?;
+            if got != data {
+                let first = got.iter().zip(&data).position(|(a, b)| a != b).unwrap_or(0);
+                return Err(format!("data mismatch at byte {first}: {:#x} != {:#x}", got[first], data[first]));
+            }
+            Ok(format!(
+                "{N} bytes from physical {:#x} (2 MiB hugepage {:#x} + {SRC_OFF:#x}) -> edu -> physical {:#x} (4 KiB page) verified ({t1:?}, {t2:?}); pinned {} bytes",
+                src.iova() + SRC_OFF as u64,
+                src.iova(),
+                dst.iova(),
+                dma.pinned()
+            ))
+        })(),
+    );
+    // Not a check (4 KiB pages of a fresh buffer may happen to be contiguous): what a
+    // multi-page 4 KiB buffer gives.
+    match HostMem::alloc_with(64 << 10, PageSize::Base4K)
+        .map_err(s)
+        .and_then(|m| dev.dma().map(m, DmaDir::ToDevice).map_err(s))
+    {
+        Ok(m) => {
+            println!("VFIO-INFO noiommu: a 64 KiB buffer of 4 KiB pages happened to be contiguous at {:#x}", m.iova())
+        }
+        Err(e) => println!("VFIO-INFO noiommu: a 64 KiB buffer of 4 KiB pages: {e}"),
+    }
 }
 
 fn check(rep: &mut Report) {
@@ -392,6 +599,7 @@ fn check(rep: &mut Report) {
             Ok(format!("driver back to {:?}, override cleared", after.driver))
         })(),
     );
+    noiommu(rep, &sysfs);
 }
 
 /// DMA map+unmap throughput, per buffer and per page, for 4 KiB and 2 MiB pages.

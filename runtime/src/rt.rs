@@ -700,11 +700,8 @@ fn bind_inputs(m: &Model, ex: &mut ExecState, inputs: &TensorSet, outputs: &Tens
         for b in s.bind.iter_mut() {
             *b = None;
         }
-        // Hand the consumed ring space back to the device while it is idle.
-        let regs = s.dev.regs();
-        for r in s.infer_rings.iter_mut().chain(std::iter::once(&mut s.err_ring)) {
-            r.sync_head(&regs)?;
-        }
+        // Consumed ring space is handed back to the device by the harvest itself once a
+        // quarter of a ring is consumed (hal::NqRing::poll), so binding makes no MMIO access.
         for info in &m.inputs {
             let t = inputs
                 .get(&info.name)

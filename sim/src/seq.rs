@@ -231,6 +231,15 @@ fn wait_ok(st: &State, nc: usize, ev: &Events) -> Option<bool> {
     })
 }
 
+/// Put engine `e` in WAITING on semaphore `sem` (re-evaluated when that semaphore changes).
+fn park(st: &mut State, nc: usize, e: usize, sem: u8) {
+    let g = st.sem_gen[nc].get(sem as usize).copied().unwrap_or(0);
+    let w = &mut st.seq[nc][e];
+    w.state = seqc::STATE_WAITING;
+    w.wait_sem = sem;
+    w.wait_gen = g;
+}
+
 fn bump(st: &mut State, nc: usize, i: u8) {
     if let Some(g) = st.sem_gen.get_mut(nc).and_then(|g| g.get_mut(i as usize)) {
         *g = g.wrapping_add(1);
@@ -290,11 +299,7 @@ fn step(dev: &Dev, st: &mut State, nc: usize, e: usize, out: &mut Vec<Delivery>)
             return true;
         }
         Some(false) => {
-            let g = gen(st, ev.wait_idx);
-            let w = &mut st.seq[nc][e];
-            w.state = seqc::STATE_WAITING;
-            w.wait_sem = ev.wait_idx;
-            w.wait_gen = g;
+            park(st, nc, e, ev.wait_idx);
             return false;
         }
         Some(true) => {}
@@ -367,11 +372,7 @@ fn step(dev: &Dev, st: &mut State, nc: usize, e: usize, out: &mut Vec<Delivery>)
                 return true;
             }
             if !eng.coll_done {
-                let g = gen(st, ev.wait_idx);
-                let w = &mut st.seq[nc][e];
-                w.state = seqc::STATE_WAITING;
-                w.wait_sem = ev.wait_idx;
-                w.wait_gen = g;
+                park(st, nc, e, ev.wait_idx);
                 return false;
             }
             st.seq[nc][e].coll_wait = false;

@@ -20,29 +20,26 @@ use super::slot::{Events, Opcode, SlotHeader, SLOT_BYTES};
 /// Update mode 0x14: decrement on completion (modeled).
 pub const UPDATE_DEC_COMPLETE: u8 = 0x14;
 
-/// Collective ALU ops (ADD 0x04, MAX 0x08 from NRT_FACTS §2.4; MIN modeled 0x0C).
+/// Collective ALU ops: ADD and MAX are the documented codes of PSEUDO_TRIGGER_COLLECTIVE
+/// (`slot::coll_op`, NRT_FACTS §2.4); MIN is modeled.
 pub mod alu {
-    pub const ADD: u8 = 0x04;
-    pub const MAX: u8 = 0x08;
+    pub use crate::formats::slot::coll_op::{ADD, MAX};
     /// Modeled.
     pub const MIN: u8 = 0x0C;
 }
 
-/// Collective kinds (ALL_REDUCE 0x01 from NRT_FACTS §2.4; the others modeled).
+/// Collective kinds: ALL_REDUCE is documented (`slot::coll_type`); the others are modeled.
 pub mod ctype {
-    pub const ALL_REDUCE: u8 = 0x01;
+    pub use crate::formats::slot::coll_type::ALL_REDUCE;
     /// Modeled.
     pub const ALL_GATHER: u8 = 0x02;
     /// Modeled.
     pub const REDUCE_SCATTER: u8 = 0x03;
 }
 
-/// Collective data types (DTYPE codes, NRT_FACTS §2.4).
+/// Collective data types: the DTYPE codes of `slot::coll_dtype` (NRT_FACTS §2.4).
 pub mod dtype {
-    pub const BF16: u8 = 0x06;
-    pub const FP16: u8 = 0x07;
-    pub const INT32: u8 = 0x08;
-    pub const FP32: u8 = 0x0A;
+    pub use crate::formats::slot::coll_dtype::{BF16, FP16, FP32, INT32};
 
     /// Element size in bytes, or `None` for an unsupported type.
     pub fn size(d: u8) -> Option<usize> {

@@ -1,0 +1,110 @@
+//! Opaque handles for C.
+//!
+//! A handle is the address of a `Box<V>` made by [`Registry::insert`]; the registry keeps a
+//! clone of `V` keyed by that address. Lookups go through the map and never dereference the
+//! caller's pointer, so a null, stale (freed) or foreign pointer is simply "not found"
+//! (→ NRT_INVALID_HANDLE) instead of undefined behaviour. The box is reclaimed exactly once,
+//! by [`Registry::remove`] / [`Registry::clear`], under the registry lock.
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard};
+
+/// Live handles of one kind.
+pub struct Registry<V: Clone> {
+    map: Mutex<BTreeMap<usize, V>>,
+}
+
+impl<V: Clone> Default for Registry<V> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<V: Clone> Registry<V> {
+    /// An empty registry (usable in a `static`).
+    pub const fn new() -> Self {
+        Self { map: Mutex::new(BTreeMap::new()) }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<usize, V>> {
+        self.map.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Register `v`; the returned pointer is its handle (never null).
+    pub fn insert<T>(&self, v: V) -> *mut T {
+        // A zero-sized box has no unique address, so it could not serve as a handle.
+        const { assert!(std::mem::size_of::<V>() > 0) };
+        let p = Box::into_raw(Box::new(v.clone()));
+        self.lock().insert(p as usize, v);
+        p.cast()
+    }
+
+    /// The value behind handle `p`, if `p` is a live handle of this registry.
+    pub fn get<T>(&self, p: *const T) -> Option<V> {
+        if p.is_null() {
+            return None;
+        }
+        self.lock().get(&(p as usize)).cloned()
+    }
+
+    /// Unregister handle `p` and free its box; the value, if `p` was live.
+    pub fn remove<T>(&self, p: *const T) -> Option<V> {
+        if p.is_null() {
+            return None;
+        }
+        let v = self.lock().remove(&(p as usize))?;
+        // SAFETY: `p` was a key of the map, and keys are only ever the addresses returned by
+        // `Box::into_raw(Box<V>)` in `insert`; removing the key under the lock guarantees this
+        // is the one and only reclaim of that box.
+        drop(unsafe { Box::from_raw(p as *mut V) });
+        Some(v)
+    }
+
+    /// Free every handle (nrt_close for models).
+    pub fn clear(&self) {
+        let all = std::mem::take(&mut *self.lock());
+        for (addr, _) in all {
+            // SAFETY: as in `remove`: every key is a live `Box<V>` address from `insert`, taken
+            // out of the map under the lock, so each box is reclaimed once.
+            drop(unsafe { Box::from_raw(addr as *mut V) });
+        }
+    }
+
+    /// Live handles.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// No live handles.
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn handles_are_validated_not_dereferenced() {
+        let r: Registry<Arc<u32>> = Registry::new();
+        let a: *mut u8 = r.insert(Arc::new(7));
+        let b: *mut u8 = r.insert(Arc::new(8));
+        assert!(!a.is_null() && a != b);
+        assert_eq!(r.get(a).as_deref(), Some(&7));
+        assert_eq!(r.get(std::ptr::null::<u8>()), None);
+        // A foreign pointer is "not found", never read.
+        let foreign = 0x1000 as *const u8;
+        assert_eq!(r.get(foreign), None);
+        assert_eq!(r.remove(foreign), None);
+        assert_eq!(r.remove(a).as_deref(), Some(&7));
+        // Stale after free.
+        assert_eq!(r.get(a), None);
+        assert_eq!(r.remove(a), None);
+        assert_eq!(r.len(), 1);
+        r.clear();
+        assert!(r.is_empty());
+        assert_eq!(r.get(b), None);
+    }
+}

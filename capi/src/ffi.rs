@@ -244,8 +244,13 @@ fn total_ncs() -> Result<usize, RtError> {
 // ------------------------------------------------------------------ lifecycle
 
 /// `nrt_init`: open the device named by `NEURON_VFIO_DEVICE` and initialise the runtime.
+///
+/// # Safety
+/// Pointer arguments are as nrt.h requires: NULL (rejected with NRT_INVALID where nrt.h
+/// makes the argument mandatory) or valid for the reads/writes nrt.h describes. Handles
+/// are validated against the live-handle registry, never dereferenced.
 #[no_mangle]
-pub extern "C" fn nrt_init(
+pub unsafe extern "C" fn nrt_init(
     framework: nrt_framework_type_t,
     fw_version: *const c_char,
     fal_version: *const c_char,
@@ -289,8 +294,13 @@ pub extern "C" fn nrt_close() {
 }
 
 /// `nrt_get_version`: fill up to `size` bytes of `ver`.
+///
+/// # Safety
+/// Pointer arguments are as nrt.h requires: NULL (rejected with NRT_INVALID where nrt.h
+/// makes the argument mandatory) or valid for the reads/writes nrt.h describes. Handles
+/// are validated against the live-handle registry, never dereferenced.
 #[no_mangle]
-pub extern "C" fn nrt_get_version(ver: *mut nrt_version_t, size: usize) -> NRT_STATUS {
+pub unsafe extern "C" fn nrt_get_version(ver: *mut nrt_version_t, size: usize) -> NRT_STATUS {
     entry("nrt_get_version", || {
         need(ver, "ver")?;
         let mut v = nrt_version_t {
@@ -322,7 +332,9 @@ fn copy_cstr(dst: &mut [c_char], s: &str) {
     }
 }
 
-fn nc_count_out(func: &str, out: *mut u32, visible: bool) -> NRT_STATUS {
+/// # Safety
+/// `out` is NULL or a writable `uint32_t`.
+unsafe fn nc_count_out(func: &str, out: *mut u32, visible: bool) -> NRT_STATUS {
     entry(func, || {
         need(out, "vnc_count")?;
         let total = total_ncs()?;
@@ -342,32 +354,58 @@ fn nc_count_out(func: &str, out: *mut u32, visible: bool) -> NRT_STATUS {
 }
 
 /// `nrt_get_total_nc_count` (may be called before `nrt_init`).
+///
+/// # Safety
+/// Pointer arguments are as nrt.h requires: NULL (rejected with NRT_INVALID where nrt.h
+/// makes the argument mandatory) or valid for the reads/writes nrt.h describes. Handles
+/// are validated against the live-handle registry, never dereferenced.
 #[no_mangle]
-pub extern "C" fn nrt_get_total_nc_count(vnc_count: *mut u32) -> NRT_STATUS {
-    nc_count_out("nrt_get_total_nc_count", vnc_count, false)
+pub unsafe extern "C" fn nrt_get_total_nc_count(vnc_count: *mut u32) -> NRT_STATUS {
+    // SAFETY: forwarded from this function's own contract.
+    unsafe { nc_count_out("nrt_get_total_nc_count", vnc_count, false) }
 }
 
 /// `nrt_get_total_vnc_count` (may be called before `nrt_init`).
+///
+/// # Safety
+/// Pointer arguments are as nrt.h requires: NULL (rejected with NRT_INVALID where nrt.h
+/// makes the argument mandatory) or valid for the reads/writes nrt.h describes. Handles
+/// are validated against the live-handle registry, never dereferenced.
 #[no_mangle]
-pub extern "C" fn nrt_get_total_vnc_count(vnc_count: *mut u32) -> NRT_STATUS {
-    nc_count_out("nrt_get_total_vnc_count", vnc_count, false)
+pub unsafe extern "C" fn nrt_get_total_vnc_count(vnc_count: *mut u32) -> NRT_STATUS {
+    // SAFETY: forwarded from this function's own contract.
+    unsafe { nc_count_out("nrt_get_total_vnc_count", vnc_count, false) }
 }
 
 /// `nrt_get_visible_nc_count`: NCs after `NEURON_RT_VISIBLE_CORES`.
+///
+/// # Safety
+/// Pointer arguments are as nrt.h requires: NULL (rejected with NRT_INVALID where nrt.h
+/// makes the argument mandatory) or valid for the reads/writes nrt.h describes. Handles
+/// are validated against the live-handle registry, never dereferenced.
 #[no_mangle]
-pub extern "C" fn nrt_get_visible_nc_count(vnc_count: *mut u32) -> NRT_STATUS {
-    nc_count_out("nrt_get_visible_nc_count", vnc_count, true)
+pub unsafe extern "C" fn nrt_get_visible_nc_count(vnc_count: *mut u32) -> NRT_STATUS {
+    // SAFETY: forwarded from this function's own contract.
+    unsafe { nc_count_out("nrt_get_visible_nc_count", vnc_count, true) }
 }
 
 /// `nrt_get_visible_vnc_count`.
+///
+/// # Safety
+/// Pointer arguments are as nrt.h requires: NULL (rejected with NRT_INVALID where nrt.h
+/// makes the argument mandatory) or valid for the reads/writes nrt.h describes. Handles
+/// are validated against the live-handle registry, never dereferenced.
 #[no_mangle]
-pub extern "C" fn nrt_get_visible_vnc_count(vnc_count: *mut u32) -> NRT_STATUS {
-    nc_count_out("nrt_get_visible_vnc_count", vnc_count, true)
+pub unsafe extern "C" fn nrt_get_visible_vnc_count(vnc_count: *mut u32) -> NRT_STATUS {
+    // SAFETY: forwarded from this function's own contract.
+    unsafe { nc_count_out("nrt_get_visible_vnc_count", vnc_count, true) }
 }
 
 // ------------------------------------------------------------------ models
 
-fn load(
+/// # Safety
+/// `neff_bytes` is NULL or `size` readable bytes; `model` is NULL or a writable pointer.
+unsafe fn load(
     func: &str,
     neff_bytes: *const c_void,
     size: usize,
@@ -403,22 +441,33 @@ fn load(
 
 /// `nrt_load`: load a NEFF on `vnc` (-1: the first free NCs); `vnc_count` is deprecated
 /// (-1), a positive value is passed on as the NC count.
+///
+/// # Safety
+/// Pointer arguments are as nrt.h requires: NULL (rejected with NRT_INVALID where nrt.h
+/// makes the argument mandatory) or valid for the reads/writes nrt.h describes. Handles
+/// are validated against the live-handle registry, never dereferenced.
 #[no_mangle]
-pub extern "C" fn nrt_load(
+pub unsafe extern "C" fn nrt_load(
     neff_bytes: *const c_void,
     size: usize,
     vnc: i32,
     vnc_count: i32,
     model: *mut *mut nrt_model_t,
 ) -> NRT_STATUS {
-    load("nrt_load", neff_bytes, size, vnc, vnc_count, model, || Ok(()))
+    // SAFETY: forwarded from this function's own contract.
+    unsafe { load("nrt_load", neff_bytes, size, vnc, vnc_count, model, || Ok(())) }
 }
 
 /// `nrt_load_collectives`: as `nrt_load` for a single-device context. The NEFF's collectives
 /// run between the NCs it is loaded on, inside this process; multi-process communicators
 /// (`ctx_device_count` > 1) are not supported (NRT_INVALID).
+///
+/// # Safety
+/// Pointer arguments are as nrt.h requires: NULL (rejected with NRT_INVALID where nrt.h
+/// makes the argument mandatory) or valid for the reads/writes nrt.h describes. Handles
+/// are validated against the live-handle registry, never dereferenced.
 #[no_mangle]
-pub extern "C" fn nrt_load_collectives(
+pub unsafe extern "C" fn nrt_load_collectives(
     neff_bytes: *const c_void,
     size: usize,
     vnc: i32,
@@ -427,17 +476,20 @@ pub extern "C" fn nrt_load_collectives(
     ctx_device_count: u32,
     model: *mut *mut nrt_model_t,
 ) -> NRT_STATUS {
-    load("nrt_load_collectives", neff_bytes, size, vnc, vnc_count, model, || {
-        if ctx_device_count != 1 || ctx_device_id != 0 {
-            return Err(err(
+    // SAFETY: forwarded from this function's own contract.
+    unsafe {
+        load("nrt_load_collectives", neff_bytes, size, vnc, vnc_count, model, || {
+            if ctx_device_count != 1 || ctx_device_id != 0 {
+                return Err(err(
                 NrtStatus::Invalid,
                 format!(
                     "ctx_device_id {ctx_device_id} of {ctx_device_count}: only a single-device context (0 of 1) is supported"
                 ),
             ));
-        }
-        Ok(())
-    })
+            }
+            Ok(())
+        })
+    }
 }
 
 /// `nrt_unload`: unload a model and free its handle.
@@ -452,7 +504,9 @@ pub extern "C" fn nrt_unload(model: *mut nrt_model_t) -> NRT_STATUS {
     })
 }
 
-fn model_ncs(func: &str, model: *const nrt_model_t, out: *mut u32) -> NRT_STATUS {
+/// # Safety
+/// `out` is NULL or a writable `uint32_t`.
+unsafe fn model_ncs(func: &str, model: *const nrt_model_t, out: *mut u32) -> NRT_STATUS {
     entry(func, || {
         guard()?;
         let m = model_of(model)?;
@@ -465,19 +519,33 @@ fn model_ncs(func: &str, model: *const nrt_model_t, out: *mut u32) -> NRT_STATUS
 }
 
 /// `nrt_get_model_nc_count`.
+///
+/// # Safety
+/// Pointer arguments are as nrt.h requires: NULL (rejected with NRT_INVALID where nrt.h
+/// makes the argument mandatory) or valid for the reads/writes nrt.h describes. Handles
+/// are validated against the live-handle registry, never dereferenced.
 #[no_mangle]
-pub extern "C" fn nrt_get_model_nc_count(model: *const nrt_model_t, vnc_count: *mut u32) -> NRT_STATUS {
-    model_ncs("nrt_get_model_nc_count", model, vnc_count)
+pub unsafe extern "C" fn nrt_get_model_nc_count(model: *const nrt_model_t, vnc_count: *mut u32) -> NRT_STATUS {
+    // SAFETY: forwarded from this function's own contract.
+    unsafe { model_ncs("nrt_get_model_nc_count", model, vnc_count) }
 }
 
 /// `nrt_get_model_vnc_count`.
+///
+/// # Safety
+/// Pointer arguments are as nrt.h requires: NULL (rejected with NRT_INVALID where nrt.h
+/// makes the argument mandatory) or valid for the reads/writes nrt.h describes. Handles
+/// are validated against the live-handle registry, never dereferenced.
 #[no_mangle]
-pub extern "C" fn nrt_get_model_vnc_count(model: *const nrt_model_t, vnc_count: *mut u32) -> NRT_STATUS {
-    model_ncs("nrt_get_model_vnc_count", model, vnc_count)
+pub unsafe extern "C" fn nrt_get_model_vnc_count(model: *const nrt_model_t, vnc_count: *mut u32) -> NRT_STATUS {
+    // SAFETY: forwarded from this function's own contract.
+    unsafe { model_ncs("nrt_get_model_vnc_count", model, vnc_count) }
 }
 
 /// Build a `nrt_tensor_info_array_t` (malloc'd, released by `nrt_free_model_tensor_info`).
-fn tensor_info_array(infos: &[(&neff::TensorInfo, nrt_tensor_usage_t)]) -> Result<*mut nrt_tensor_info_array_t, RtError> {
+fn tensor_info_array(
+    infos: &[(&neff::TensorInfo, nrt_tensor_usage_t)],
+) -> Result<*mut nrt_tensor_info_array_t, RtError> {
     let oom = || err(NrtStatus::Resource, "out of host memory for tensor info");
     let head = std::mem::offset_of!(nrt_tensor_info_array_t, tensor_array);
     let bytes = std::mem::size_of::<nrt_tensor_info_t>()
@@ -541,8 +609,13 @@ unsafe fn free_info_array(arr: *mut nrt_tensor_info_array_t) {
 }
 
 /// `nrt_get_model_tensor_info`: inputs (usage INPUT) then outputs (usage OUTPUT).
+///
+/// # Safety
+/// Pointer arguments are as nrt.h requires: NULL (rejected with NRT_INVALID where nrt.h
+/// makes the argument mandatory) or valid for the reads/writes nrt.h describes. Handles
+/// are validated against the live-handle registry, never dereferenced.
 #[no_mangle]
-pub extern "C" fn nrt_get_model_tensor_info(
+pub unsafe extern "C" fn nrt_get_model_tensor_info(
     model: *mut nrt_model_t,
     tensor_info: *mut *mut nrt_tensor_info_array_t,
 ) -> NRT_STATUS {
@@ -565,8 +638,13 @@ pub extern "C" fn nrt_get_model_tensor_info(
 }
 
 /// `nrt_free_model_tensor_info`.
+///
+/// # Safety
+/// Pointer arguments are as nrt.h requires: NULL (rejected with NRT_INVALID where nrt.h
+/// makes the argument mandatory) or valid for the reads/writes nrt.h describes. Handles
+/// are validated against the live-handle registry, never dereferenced.
 #[no_mangle]
-pub extern "C" fn nrt_free_model_tensor_info(tensor_info: *mut nrt_tensor_info_array_t) -> NRT_STATUS {
+pub unsafe extern "C" fn nrt_free_model_tensor_info(tensor_info: *mut nrt_tensor_info_array_t) -> NRT_STATUS {
     entry("nrt_free_model_tensor_info", || {
         need(tensor_info, "tensor_info")?;
         if !lock(&INFOS).remove(&(tensor_info as usize)) {
@@ -624,8 +702,13 @@ pub extern "C" fn nrt_execute_repeat(
 
 /// `nrt_tensor_allocate`: DEVICE → HBM of `vnc`'s device; HOST and VIRTUAL → host DMA
 /// memory of `vnc`'s device (vnc -1: NC 0).
+///
+/// # Safety
+/// Pointer arguments are as nrt.h requires: NULL (rejected with NRT_INVALID where nrt.h
+/// makes the argument mandatory) or valid for the reads/writes nrt.h describes. Handles
+/// are validated against the live-handle registry, never dereferenced.
 #[no_mangle]
-pub extern "C" fn nrt_tensor_allocate(
+pub unsafe extern "C" fn nrt_tensor_allocate(
     tensor_placement: nrt_tensor_placement_t,
     vnc: c_int,
     size: usize,
@@ -656,8 +739,13 @@ pub extern "C" fn nrt_tensor_allocate(
 }
 
 /// `nrt_tensor_free`: free the tensor and NULL the caller's pointer (NULL is a no-op).
+///
+/// # Safety
+/// Pointer arguments are as nrt.h requires: NULL (rejected with NRT_INVALID where nrt.h
+/// makes the argument mandatory) or valid for the reads/writes nrt.h describes. Handles
+/// are validated against the live-handle registry, never dereferenced.
 #[no_mangle]
-pub extern "C" fn nrt_tensor_free(tensor: *mut *mut nrt_tensor_t) {
+pub unsafe extern "C" fn nrt_tensor_free(tensor: *mut *mut nrt_tensor_t) {
     entry_value((), || {
         if tensor.is_null() {
             return;
@@ -682,8 +770,18 @@ fn io_range(t: &CTensor, offset: usize, size: usize) -> Result<(), RtError> {
 }
 
 /// `nrt_tensor_read`: `size` bytes at `offset` into `buf`.
+///
+/// # Safety
+/// Pointer arguments are as nrt.h requires: NULL (rejected with NRT_INVALID where nrt.h
+/// makes the argument mandatory) or valid for the reads/writes nrt.h describes. Handles
+/// are validated against the live-handle registry, never dereferenced.
 #[no_mangle]
-pub extern "C" fn nrt_tensor_read(tensor: *const nrt_tensor_t, buf: *mut c_void, offset: usize, size: usize) -> NRT_STATUS {
+pub unsafe extern "C" fn nrt_tensor_read(
+    tensor: *const nrt_tensor_t,
+    buf: *mut c_void,
+    offset: usize,
+    size: usize,
+) -> NRT_STATUS {
     entry("nrt_tensor_read", || {
         guard()?;
         let t = tensor_of(tensor)?;
@@ -700,8 +798,18 @@ pub extern "C" fn nrt_tensor_read(tensor: *const nrt_tensor_t, buf: *mut c_void,
 }
 
 /// `nrt_tensor_write`: `size` bytes from `buf` at `offset`.
+///
+/// # Safety
+/// Pointer arguments are as nrt.h requires: NULL (rejected with NRT_INVALID where nrt.h
+/// makes the argument mandatory) or valid for the reads/writes nrt.h describes. Handles
+/// are validated against the live-handle registry, never dereferenced.
 #[no_mangle]
-pub extern "C" fn nrt_tensor_write(tensor: *mut nrt_tensor_t, buf: *const c_void, offset: usize, size: usize) -> NRT_STATUS {
+pub unsafe extern "C" fn nrt_tensor_write(
+    tensor: *mut nrt_tensor_t,
+    buf: *const c_void,
+    offset: usize,
+    size: usize,
+) -> NRT_STATUS {
     entry("nrt_tensor_write", || {
         guard()?;
         let t = tensor_of(tensor)?;
@@ -726,8 +834,13 @@ pub extern "C" fn nrt_tensor_get_size(tensor: *const nrt_tensor_t) -> usize {
 // ------------------------------------------------------------------ tensor sets
 
 /// `nrt_allocate_tensor_set`.
+///
+/// # Safety
+/// Pointer arguments are as nrt.h requires: NULL (rejected with NRT_INVALID where nrt.h
+/// makes the argument mandatory) or valid for the reads/writes nrt.h describes. Handles
+/// are validated against the live-handle registry, never dereferenced.
 #[no_mangle]
-pub extern "C" fn nrt_allocate_tensor_set(result: *mut *mut nrt_tensor_set_t) -> NRT_STATUS {
+pub unsafe extern "C" fn nrt_allocate_tensor_set(result: *mut *mut nrt_tensor_set_t) -> NRT_STATUS {
     entry("nrt_allocate_tensor_set", || {
         need(result, "result")?;
         let h = SETS.insert(Arc::new(Mutex::new(CSet::default())));
@@ -738,8 +851,13 @@ pub extern "C" fn nrt_allocate_tensor_set(result: *mut *mut nrt_tensor_set_t) ->
 }
 
 /// `nrt_destroy_tensor_set`: free the set (not its tensors) and NULL the caller's pointer.
+///
+/// # Safety
+/// Pointer arguments are as nrt.h requires: NULL (rejected with NRT_INVALID where nrt.h
+/// makes the argument mandatory) or valid for the reads/writes nrt.h describes. Handles
+/// are validated against the live-handle registry, never dereferenced.
 #[no_mangle]
-pub extern "C" fn nrt_destroy_tensor_set(tensor_set: *mut *mut nrt_tensor_set_t) {
+pub unsafe extern "C" fn nrt_destroy_tensor_set(tensor_set: *mut *mut nrt_tensor_set_t) {
     entry_value((), || {
         if tensor_set.is_null() {
             return;
@@ -754,8 +872,13 @@ pub extern "C" fn nrt_destroy_tensor_set(tensor_set: *mut *mut nrt_tensor_set_t)
 }
 
 /// `nrt_add_tensor_to_tensor_set`: bind `tensor` under `tensor_name` (replacing).
+///
+/// # Safety
+/// Pointer arguments are as nrt.h requires: NULL (rejected with NRT_INVALID where nrt.h
+/// makes the argument mandatory) or valid for the reads/writes nrt.h describes. Handles
+/// are validated against the live-handle registry, never dereferenced.
 #[no_mangle]
-pub extern "C" fn nrt_add_tensor_to_tensor_set(
+pub unsafe extern "C" fn nrt_add_tensor_to_tensor_set(
     tensor_set: *mut nrt_tensor_set_t,
     tensor_name: *const c_char,
     tensor: *mut nrt_tensor_t,
@@ -774,8 +897,13 @@ pub extern "C" fn nrt_add_tensor_to_tensor_set(
 }
 
 /// `nrt_get_tensor_from_tensor_set`: the tensor bound to `tensor_name` (NRT_INVALID if none).
+///
+/// # Safety
+/// Pointer arguments are as nrt.h requires: NULL (rejected with NRT_INVALID where nrt.h
+/// makes the argument mandatory) or valid for the reads/writes nrt.h describes. Handles
+/// are validated against the live-handle registry, never dereferenced.
 #[no_mangle]
-pub extern "C" fn nrt_get_tensor_from_tensor_set(
+pub unsafe extern "C" fn nrt_get_tensor_from_tensor_set(
     tensor_set: *mut nrt_tensor_set_t,
     tensor_name: *const c_char,
     tensor: *mut *mut nrt_tensor_t,
@@ -842,101 +970,123 @@ mod tests {
 
     #[test]
     fn null_and_foreign_handles_never_crash() {
-        let bogus = 0x10 as *mut nrt_tensor_t;
-        assert_eq!(nrt_tensor_get_size(std::ptr::null()), 0);
-        assert_eq!(nrt_tensor_get_size(bogus), 0);
-        nrt_tensor_free(std::ptr::null_mut());
-        let mut t = bogus;
-        nrt_tensor_free(&mut t);
-        assert_eq!(t, bogus, "a foreign pointer is left alone");
-        nrt_destroy_tensor_set(std::ptr::null_mut());
-        assert_eq!(nrt_allocate_tensor_set(std::ptr::null_mut()), NRT_INVALID);
-        assert_eq!(nrt_get_version(std::ptr::null_mut(), 0), NRT_INVALID);
-        assert_eq!(nrt_free_model_tensor_info(std::ptr::null_mut()), NRT_INVALID);
-        assert_eq!(nrt_free_model_tensor_info(8 as *mut nrt_tensor_info_array_t), NRT_INVALID_HANDLE);
-        assert_eq!(nrt_get_total_nc_count(std::ptr::null_mut()), NRT_INVALID);
+        // SAFETY: every pointer passed is NULL, a live local of the right type, or a bogus
+        // handle value that the library only looks up in its registry.
+        unsafe {
+            let bogus = 0x10 as *mut nrt_tensor_t;
+            assert_eq!(nrt_tensor_get_size(std::ptr::null()), 0);
+            assert_eq!(nrt_tensor_get_size(bogus), 0);
+            nrt_tensor_free(std::ptr::null_mut());
+            let mut t = bogus;
+            nrt_tensor_free(&mut t);
+            assert_eq!(t, bogus, "a foreign pointer is left alone");
+            nrt_destroy_tensor_set(std::ptr::null_mut());
+            assert_eq!(nrt_allocate_tensor_set(std::ptr::null_mut()), NRT_INVALID);
+            assert_eq!(nrt_get_version(std::ptr::null_mut(), 0), NRT_INVALID);
+            assert_eq!(nrt_free_model_tensor_info(std::ptr::null_mut()), NRT_INVALID);
+            assert_eq!(
+                nrt_free_model_tensor_info(std::ptr::dangling_mut::<nrt_tensor_info_array_t>()),
+                NRT_INVALID_HANDLE
+            );
+            assert_eq!(nrt_get_total_nc_count(std::ptr::null_mut()), NRT_INVALID);
+        }
     }
 
     #[test]
     fn tensor_sets_hold_handles() {
-        let mut s: *mut nrt_tensor_set_t = std::ptr::null_mut();
-        assert_eq!(nrt_allocate_tensor_set(&mut s), NRT_SUCCESS);
-        assert!(!s.is_null());
-        let name = c"input";
-        let bogus = 0x20 as *mut nrt_tensor_t;
-        assert_eq!(nrt_add_tensor_to_tensor_set(s, name.as_ptr(), bogus), NRT_INVALID_HANDLE);
-        assert_eq!(nrt_add_tensor_to_tensor_set(s, name.as_ptr(), std::ptr::null_mut()), NRT_INVALID);
-        assert_eq!(nrt_add_tensor_to_tensor_set(s, std::ptr::null(), bogus), NRT_INVALID);
-        let mut out: *mut nrt_tensor_t = std::ptr::null_mut();
-        assert_eq!(nrt_get_tensor_from_tensor_set(s, name.as_ptr(), &mut out), NRT_INVALID);
-        assert_eq!(nrt_get_tensor_from_tensor_set(bogus.cast(), name.as_ptr(), &mut out), NRT_INVALID_HANDLE);
-        let mut s2 = s;
-        nrt_destroy_tensor_set(&mut s2);
-        assert!(s2.is_null());
-        assert_eq!(nrt_get_tensor_from_tensor_set(s, name.as_ptr(), &mut out), NRT_INVALID_HANDLE, "stale set");
+        // SAFETY: every pointer passed is NULL, a live local of the right type, or a bogus
+        // handle value that the library only looks up in its registry.
+        unsafe {
+            let mut s: *mut nrt_tensor_set_t = std::ptr::null_mut();
+            assert_eq!(nrt_allocate_tensor_set(&mut s), NRT_SUCCESS);
+            assert!(!s.is_null());
+            let name = c"input";
+            let bogus = 0x20 as *mut nrt_tensor_t;
+            assert_eq!(nrt_add_tensor_to_tensor_set(s, name.as_ptr(), bogus), NRT_INVALID_HANDLE);
+            assert_eq!(nrt_add_tensor_to_tensor_set(s, name.as_ptr(), std::ptr::null_mut()), NRT_INVALID);
+            assert_eq!(nrt_add_tensor_to_tensor_set(s, std::ptr::null(), bogus), NRT_INVALID);
+            let mut out: *mut nrt_tensor_t = std::ptr::null_mut();
+            assert_eq!(nrt_get_tensor_from_tensor_set(s, name.as_ptr(), &mut out), NRT_INVALID);
+            assert_eq!(nrt_get_tensor_from_tensor_set(bogus.cast(), name.as_ptr(), &mut out), NRT_INVALID_HANDLE);
+            let mut s2 = s;
+            nrt_destroy_tensor_set(&mut s2);
+            assert!(s2.is_null());
+            assert_eq!(nrt_get_tensor_from_tensor_set(s, name.as_ptr(), &mut out), NRT_INVALID_HANDLE, "stale set");
+        }
     }
 
     #[test]
     fn version_respects_size() {
-        let mut v = nrt_version_t {
-            rt_major: 99,
-            rt_minor: 99,
-            rt_patch: 99,
-            rt_maintenance: 99,
-            rt_detail: [1; RT_VERSION_DETAIL_LEN],
-            git_hash: [1; GIT_HASH_LEN],
-        };
-        assert_eq!(nrt_get_version(&mut v, 8), NRT_SUCCESS);
-        assert_eq!((v.rt_major, v.rt_minor), (2, 99), "only 8 bytes written");
-        assert_eq!(nrt_get_version(&mut v, size_of::<nrt_version_t>()), NRT_SUCCESS);
-        assert_eq!((v.rt_major, v.rt_minor), (RT_VERSION.0, RT_VERSION.1));
-        // SAFETY: copy_cstr NUL-terminated the field.
-        let d = unsafe { CStr::from_ptr(v.rt_detail.as_ptr()) };
-        assert!(d.to_string_lossy().starts_with("neuron-vfio capi"));
+        // SAFETY: every pointer passed is NULL, a live local of the right type, or a bogus
+        // handle value that the library only looks up in its registry.
+        unsafe {
+            let mut v = nrt_version_t {
+                rt_major: 99,
+                rt_minor: 99,
+                rt_patch: 99,
+                rt_maintenance: 99,
+                rt_detail: [1; RT_VERSION_DETAIL_LEN],
+                git_hash: [1; GIT_HASH_LEN],
+            };
+            assert_eq!(nrt_get_version(&mut v, 8), NRT_SUCCESS);
+            assert_eq!((v.rt_major, v.rt_minor), (2, 99), "only 8 bytes written");
+            assert_eq!(nrt_get_version(&mut v, size_of::<nrt_version_t>()), NRT_SUCCESS);
+            assert_eq!((v.rt_major, v.rt_minor), (RT_VERSION.0, RT_VERSION.1));
+            // copy_cstr NUL-terminated the field (the enclosing SAFETY covers this read).
+            let d = CStr::from_ptr(v.rt_detail.as_ptr());
+            assert!(d.to_string_lossy().starts_with("neuron-vfio capi"));
+        }
     }
 
     /// The process-global lifecycle on the simulator (one test: the state is global).
     #[test]
     fn lifecycle_on_the_simulator() {
-        // Only this test reads the device variable.
-        std::env::set_var(crate::device::DEVICE_VAR, "sim");
-        let neff = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/allreduce_1nc.neff")).unwrap();
-        let mut m: *mut nrt_model_t = std::ptr::null_mut();
-        let load = |m: &mut *mut nrt_model_t| nrt_load(neff.as_ptr().cast(), neff.len(), -1, -1, m);
-        assert_eq!(load(&mut m), NRT_UNINITIALIZED);
-        let mut n = 0u32;
-        assert_eq!(nrt_get_total_nc_count(&mut n), NRT_SUCCESS, "callable before nrt_init");
-        assert!(n >= 1);
-        assert_eq!(nrt_init(1, std::ptr::null(), std::ptr::null()), NRT_SUCCESS);
-        assert_eq!(nrt_init(1, std::ptr::null(), std::ptr::null()), NRT_FAILURE, "double init");
-        assert_eq!(load(&mut m), NRT_SUCCESS);
-        assert_eq!(MODELS.len(), 1);
-        let mut k = 0u32;
-        assert_eq!(nrt_get_model_nc_count(m, &mut k), NRT_SUCCESS);
-        assert_eq!(k, 1);
-        assert_eq!(nrt_unload(std::ptr::null_mut()), NRT_INVALID);
-        assert_eq!(nrt_unload(0x40 as *mut nrt_model_t), NRT_INVALID_HANDLE);
-        let mut t: *mut nrt_tensor_t = std::ptr::null_mut();
-        assert_eq!(nrt_tensor_allocate(7, 0, 128, std::ptr::null(), &mut t), NRT_INVALID, "bad placement");
-        assert_eq!(nrt_tensor_allocate(NRT_TENSOR_PLACEMENT_DEVICE, -1, 128, std::ptr::null(), &mut t), NRT_INVALID);
-        assert_eq!(nrt_tensor_allocate(NRT_TENSOR_PLACEMENT_HOST, -1, 128, std::ptr::null(), &mut t), NRT_SUCCESS);
-        assert_eq!(nrt_tensor_get_size(t), 128);
-        let buf = [7u8; 16];
-        assert_eq!(nrt_tensor_write(t, buf.as_ptr().cast(), 120, 16), NRT_INVALID, "out of range");
-        assert_eq!(nrt_tensor_write(t, std::ptr::null(), 0, 16), NRT_INVALID, "null buffer");
-        assert_eq!(nrt_tensor_write(t, buf.as_ptr().cast(), 112, 16), NRT_SUCCESS);
-        let mut back = [0u8; 16];
-        assert_eq!(nrt_tensor_read(t, back.as_mut_ptr().cast(), 112, 16), NRT_SUCCESS);
-        assert_eq!(back, buf);
-        assert_eq!(nrt_unload(m), NRT_SUCCESS);
-        assert_eq!(nrt_unload(m), NRT_INVALID_HANDLE, "stale model");
-        assert_eq!(load(&mut m), NRT_SUCCESS);
-        nrt_close();
-        assert!(MODELS.is_empty(), "nrt_close frees model handles");
-        assert_eq!(nrt_unload(m), NRT_CLOSED);
-        assert_eq!(nrt_tensor_read(t, back.as_mut_ptr().cast(), 0, 16), NRT_CLOSED);
-        nrt_tensor_free(&mut t);
-        assert!(t.is_null());
-        assert_eq!(load(&mut m), NRT_CLOSED);
+        // SAFETY: every pointer passed is NULL, a live local of the right type, or a bogus
+        // handle value that the library only looks up in its registry.
+        unsafe {
+            // Only this test reads the device variable.
+            std::env::set_var(crate::device::DEVICE_VAR, "sim");
+            let neff = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/allreduce_1nc.neff")).unwrap();
+            let mut m: *mut nrt_model_t = std::ptr::null_mut();
+            let load = |m: &mut *mut nrt_model_t| nrt_load(neff.as_ptr().cast(), neff.len(), -1, -1, m);
+            assert_eq!(load(&mut m), NRT_UNINITIALIZED);
+            let mut n = 0u32;
+            assert_eq!(nrt_get_total_nc_count(&mut n), NRT_SUCCESS, "callable before nrt_init");
+            assert!(n >= 1);
+            assert_eq!(nrt_init(1, std::ptr::null(), std::ptr::null()), NRT_SUCCESS);
+            assert_eq!(nrt_init(1, std::ptr::null(), std::ptr::null()), NRT_FAILURE, "double init");
+            assert_eq!(load(&mut m), NRT_SUCCESS);
+            assert_eq!(MODELS.len(), 1);
+            let mut k = 0u32;
+            assert_eq!(nrt_get_model_nc_count(m, &mut k), NRT_SUCCESS);
+            assert_eq!(k, 1);
+            assert_eq!(nrt_unload(std::ptr::null_mut()), NRT_INVALID);
+            assert_eq!(nrt_unload(0x40 as *mut nrt_model_t), NRT_INVALID_HANDLE);
+            let mut t: *mut nrt_tensor_t = std::ptr::null_mut();
+            assert_eq!(nrt_tensor_allocate(7, 0, 128, std::ptr::null(), &mut t), NRT_INVALID, "bad placement");
+            assert_eq!(
+                nrt_tensor_allocate(NRT_TENSOR_PLACEMENT_DEVICE, -1, 128, std::ptr::null(), &mut t),
+                NRT_INVALID
+            );
+            assert_eq!(nrt_tensor_allocate(NRT_TENSOR_PLACEMENT_HOST, -1, 128, std::ptr::null(), &mut t), NRT_SUCCESS);
+            assert_eq!(nrt_tensor_get_size(t), 128);
+            let buf = [7u8; 16];
+            assert_eq!(nrt_tensor_write(t, buf.as_ptr().cast(), 120, 16), NRT_INVALID, "out of range");
+            assert_eq!(nrt_tensor_write(t, std::ptr::null(), 0, 16), NRT_INVALID, "null buffer");
+            assert_eq!(nrt_tensor_write(t, buf.as_ptr().cast(), 112, 16), NRT_SUCCESS);
+            let mut back = [0u8; 16];
+            assert_eq!(nrt_tensor_read(t, back.as_mut_ptr().cast(), 112, 16), NRT_SUCCESS);
+            assert_eq!(back, buf);
+            assert_eq!(nrt_unload(m), NRT_SUCCESS);
+            assert_eq!(nrt_unload(m), NRT_INVALID_HANDLE, "stale model");
+            assert_eq!(load(&mut m), NRT_SUCCESS);
+            nrt_close();
+            assert!(MODELS.is_empty(), "nrt_close frees model handles");
+            assert_eq!(nrt_unload(m), NRT_CLOSED);
+            assert_eq!(nrt_tensor_read(t, back.as_mut_ptr().cast(), 0, 16), NRT_CLOSED);
+            nrt_tensor_free(&mut t);
+            assert!(t.is_null());
+            assert_eq!(load(&mut m), NRT_CLOSED);
+        }
     }
 }

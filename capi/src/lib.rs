@@ -16,6 +16,7 @@
 //! include libnrt's header paths).
 
 #![allow(non_camel_case_types)]
+#![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod device;
 pub mod ffi;

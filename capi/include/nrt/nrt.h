@@ -1,0 +1,3 @@
+/* Forwarding header: libnrt include path "nrt/nrt.h". */
+#pragma once
+#include "../nrt.h"

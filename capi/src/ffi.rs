@@ -148,7 +148,9 @@ fn guard() -> Result<(), RtError> {
 }
 
 fn log_error(func: &str, e: &RtError) {
-    if std::env::var("NEURON_RT_LOG_LEVEL").is_ok_and(|v| v.eq_ignore_ascii_case("off")) {
+    // NEURON_RT_LOG_LEVEL has no "off" (the runtime rejects unknown levels), so silencing
+    // the library's error lines is a knob of its own.
+    if std::env::var("NEURON_VFIO_NRT_QUIET").is_ok_and(|v| v == "1") {
         return;
     }
     let _ = writeln!(std::io::stderr(), "nrt: {func}: {}: {}", e.status.name(), e.message);

@@ -9,7 +9,6 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use neff::NrtStatus;
 use runtime::{ModelHandle, RtError, Runtime, RuntimeConfig, Tensor, TensorSet};
 
-use crate::device::DeviceSpec;
 use crate::handles::Registry;
 
 // ------------------------------------------------------------------ C types
@@ -240,7 +239,7 @@ fn total_ncs() -> Result<usize, RtError> {
     if guard().is_ok() {
         return Ok(rt().nc_count());
     }
-    DeviceSpec::from_env()?.nc_count()
+    crate::device::nc_count(&crate::device::from_env()?)
 }
 
 // ------------------------------------------------------------------ lifecycle
@@ -272,7 +271,7 @@ pub unsafe extern "C" fn nrt_init(
             Life::Start | Life::Closed => {}
         }
         let cfg = RuntimeConfig::from_env()?;
-        let platforms = DeviceSpec::from_env()?.resolve()?.platforms()?;
+        let platforms = crate::device::platforms(&crate::device::from_env()?)?;
         rt().init(platforms, cfg, hal::DeviceOptions::default())?;
         *life = Life::Init { pid: std::process::id() };
         Ok(())

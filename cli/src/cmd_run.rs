@@ -8,7 +8,7 @@ use clap::Args;
 use platform::Platform;
 use runtime::{NrtStatus, Runtime, RuntimeConfig, TensorSet};
 use serde_json::{json, Value};
-use sim::{FaultSpec, SimConfig, SimDevice, SimTopology};
+use sim::{FaultSpec, SimDevice};
 
 use crate::device::{self, DeviceSpec, SimTiming};
 use crate::report::CliError;
@@ -57,26 +57,11 @@ pub type Platforms = (Vec<Arc<dyn Platform>>, Vec<SimDevice>);
 
 /// Platforms behind `--device` (every device of a simulated topology) and the simulators.
 pub fn platforms(spec: Option<&str>, timing: SimTiming) -> Result<Platforms, CliError> {
-    let spec = match DeviceSpec::parse(spec)? {
+    let spec = match device::parse(spec)? {
         DeviceSpec::Default => device::resolve_default(&device::sysfs())?,
         s => s,
     };
-    match spec {
-        DeviceSpec::Sim { arch, n } => {
-            let topo = SimTopology::new(SimConfig::new(arch).timing(timing.into()), n).map_err(CliError::failure)?;
-            let ps = topo.devices.iter().map(|d| Arc::new(d.clone()) as Arc<dyn Platform>).collect();
-            Ok((ps, topo.devices))
-        }
-        DeviceSpec::Pci(addr) => {
-            let sys = device::sysfs();
-            let (f, _) = device::check_usable(&sys, addr)?;
-            let opts = vfio::OpenOptions { sysfs: sys.clone(), dev: device::dev_dir(), ..Default::default() };
-            let p =
-                vfio::VfioPlatform::open(f.address, &opts).map_err(|e| CliError::failure(format!("{addr}: {e}")))?;
-            Ok((vec![Arc::new(p) as Arc<dyn Platform>], Vec::new()))
-        }
-        DeviceSpec::Default => Err(CliError::failure("device selection did not resolve")),
-    }
+    Ok(hal::select::open_platforms(&spec, timing.into())?)
 }
 
 fn rt_err(e: runtime::RtError) -> CliError {

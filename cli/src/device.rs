@@ -7,61 +7,28 @@
 //! - `NEURON_VFIO_STATE_DIR`: where `bind` records the driver it replaced (default
 //!   `/run/neuron-vfio`).
 
-use std::path::PathBuf;
-use std::sync::Arc;
-
 use csr_maps::Arch;
+use hal::select::{self, SelectError};
 use hal::{Device, DeviceOptions};
-use sim::{SimConfig, SimDevice, SimTopology, Timing};
-use vfio::{Filter, PciAddress, PciFunction, Sysfs};
+use sim::{SimDevice, Timing};
+use vfio::{PciAddress, PciFunction, Sysfs};
 
 use crate::report::CliError;
-#[cfg(test)]
-use crate::report::NrtStatus;
 
-/// The driver a device must be bound to for this tool.
-pub const VFIO_PCI: &str = "vfio-pci";
+pub use hal::select::{Spec as DeviceSpec, VFIO_PCI};
 
-/// What `--device` asked for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DeviceSpec {
-    /// Nothing: the first Neuron device on vfio-pci, else the simulator.
-    Default,
-    /// `sim[:ARCH[:N]]`: a topology of `n` simulated devices.
-    Sim { arch: &'static Arch, n: usize },
-    /// A PCI function.
-    Pci(PciAddress),
+impl From<SelectError> for CliError {
+    fn from(e: SelectError) -> Self {
+        match e {
+            SelectError::Invalid(m) => CliError::invalid(m),
+            SelectError::Unusable(m) => CliError::failure(m),
+        }
+    }
 }
 
-impl DeviceSpec {
-    /// Parse the `--device` value.
-    pub fn parse(s: Option<&str>) -> Result<Self, CliError> {
-        let Some(s) = s.map(str::trim) else { return Ok(Self::Default) };
-        if s == "sim" || s.starts_with("sim:") {
-            let mut it = s.split(':').skip(1);
-            let arch = match it.next() {
-                None | Some("") => &csr_maps::SUNDA,
-                Some(a) => Arch::by_name(a)?,
-            };
-            let n = match it.next() {
-                None => 1,
-                Some(n) => n
-                    .parse::<usize>()
-                    .ok()
-                    .filter(|n| (1..=16).contains(n))
-                    .ok_or_else(|| CliError::invalid(format!("bad device count `{n}` in `{s}` (1 to 16)")))?,
-            };
-            if it.next().is_some() {
-                return Err(CliError::invalid(format!("bad device `{s}`: expected sim[:ARCH[:N]] or a PCI address")));
-            }
-            return Ok(Self::Sim { arch, n });
-        }
-        s.parse::<PciAddress>().map(Self::Pci).map_err(|_| {
-            CliError::invalid(format!(
-                "bad device `{s}`: expected sim[:ARCH[:N]] or a PCI address (DDDD:BB:DD.F or BB:DD.F)"
-            ))
-        })
-    }
+/// Parse the `--device` value.
+pub fn parse(s: Option<&str>) -> Result<DeviceSpec, CliError> {
+    Ok(DeviceSpec::parse(s)?)
 }
 
 /// How the simulator runs device work.
@@ -83,69 +50,38 @@ impl From<SimTiming> for Timing {
     }
 }
 
-/// The sysfs tree to use.
+/// The sysfs tree to use (NEURON_VFIO_SYSFS).
 pub fn sysfs() -> Sysfs {
-    Sysfs::new(std::env::var_os("NEURON_VFIO_SYSFS").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/sys")))
+    select::sysfs()
 }
 
-/// The /dev root to check for VFIO nodes.
-pub fn dev_dir() -> PathBuf {
-    std::env::var_os("NEURON_VFIO_DEVDIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/dev"))
+/// The /dev root to check for VFIO nodes (NEURON_VFIO_DEVDIR).
+pub fn dev_dir() -> std::path::PathBuf {
+    select::dev_dir()
 }
 
-/// Vendor IDs of the arches csr-maps knows.
-fn neuron_vendors() -> Vec<u16> {
-    let mut v: Vec<u16> = csr_maps::ARCHES.iter().map(|a| a.pci_vendor).collect();
-    v.sort_unstable();
-    v.dedup();
-    v
-}
-
-/// Every Neuron PCI function in sysfs (any driver), sorted by address. A sysfs without a
-/// PCI bus (a container) has none.
+/// Every Neuron PCI function in sysfs (any driver), sorted by address.
 pub fn neuron_functions(sys: &Sysfs) -> Result<Vec<PciFunction>, CliError> {
-    if !sys.root().join("bus/pci/devices").is_dir() {
-        tracing::debug!(root = %sys.root().display(), "no PCI bus in sysfs");
-        return Ok(Vec::new());
-    }
-    let mut out = Vec::new();
-    for v in neuron_vendors() {
-        out.extend(sys.find(&Filter::ids(v, None)).map_err(CliError::failure)?);
-    }
-    out.sort_by_key(|f| f.address);
-    Ok(out)
+    Ok(select::neuron_functions(sys)?)
 }
 
 /// The arch of a PCI function, if it is a Neuron device csr-maps knows.
 pub fn arch_of(f: &PciFunction) -> Option<&'static Arch> {
-    Arch::by_pci_id(f.vendor, f.device)
+    select::arch_of(f)
 }
 
 /// One PCI function by address, with the error lines the CLI promises.
 pub fn function(sys: &Sysfs, addr: PciAddress) -> Result<PciFunction, CliError> {
-    match sys.function(addr) {
-        Ok(f) => Ok(f),
-        Err(vfio::Error::NoSuchDevice(_)) => {
-            Err(CliError::invalid(format!("no PCI device {addr} (nothing at {})", sys.device_path(addr).display())))
-        }
-        Err(e) => Err(CliError::failure(e)),
-    }
+    Ok(select::function(sys, addr)?)
 }
 
-/// Where `Default` resolves to.
+/// Where `Default` resolves to (prints the fallback notice on stderr).
 pub fn resolve_default(sys: &Sysfs) -> Result<DeviceSpec, CliError> {
-    let fs = neuron_functions(sys)?;
-    if let Some(f) = fs.iter().find(|f| f.driver.as_deref() == Some(VFIO_PCI) && arch_of(f).is_some()) {
-        tracing::info!(bdf = %f.address, "using the first Neuron device bound to vfio-pci");
-        return Ok(DeviceSpec::Pci(f.address));
+    let (spec, notice) = select::resolve_default(sys)?;
+    if let Some(n) = notice {
+        eprintln!("notice: {n}");
     }
-    let why = if fs.is_empty() {
-        "no Neuron device found".to_string()
-    } else {
-        format!("{} Neuron device(s) found, none bound to vfio-pci (neuron-vfio bind <BDF>)", fs.len())
-    };
-    eprintln!("notice: {why}; using the simulator (--device sim)");
-    Ok(DeviceSpec::Sim { arch: &csr_maps::SUNDA, n: 1 })
+    Ok(spec)
 }
 
 /// An opened device (device 0 of a simulated topology).
@@ -165,71 +101,39 @@ impl Opened {
     }
 }
 
-/// Open what `spec` names (a `Default` spec is resolved first).
+/// Open what `spec` names (a `Default` spec is resolved first): device 0 of a simulated
+/// topology, or the PCI function through VFIO.
 pub fn open(spec: &DeviceSpec, timing: SimTiming) -> Result<Opened, CliError> {
-    match spec {
-        DeviceSpec::Default => open(&resolve_default(&sysfs())?, timing),
-        DeviceSpec::Sim { arch, n } => {
-            let topo = SimTopology::new(SimConfig::new(arch).timing(timing.into()), *n).map_err(CliError::failure)?;
-            let first = topo.devices.first().cloned().ok_or_else(|| CliError::failure("empty simulated topology"))?;
-            let dev = Device::open(Arc::new(first), DeviceOptions::default())?;
-            dev.init()?;
-            tracing::debug!(arch = arch.name, n, "opened the simulator");
-            Ok(Opened { dev, sims: topo.devices, label: "sim:0".into() })
-        }
-        DeviceSpec::Pci(addr) => {
-            let sys = sysfs();
-            let (f, _arch) = check_usable(&sys, *addr)?;
-            let opts = vfio::OpenOptions { sysfs: sys.clone(), dev: dev_dir(), ..Default::default() };
-            let p =
-                vfio::VfioPlatform::open(f.address, &opts).map_err(|e| CliError::failure(format!("{addr}: {e}")))?;
-            let dev = Device::open(Arc::new(p), DeviceOptions::default())?;
-            dev.init()?;
-            tracing::debug!(bdf = %addr, "opened through VFIO");
-            Ok(Opened { dev, sims: Vec::new(), label: addr.to_string() })
-        }
+    let spec = match spec {
+        DeviceSpec::Default => resolve_default(&sysfs())?,
+        s => s.clone(),
+    };
+    let (ps, sims) = select::open_platforms(&spec, timing.into())?;
+    let first = ps.into_iter().next().ok_or_else(|| CliError::failure("no device opened"))?;
+    let label = match &spec {
+        DeviceSpec::Pci(a) => a.to_string(),
+        _ => "sim:0".into(),
+    };
+    let dev = Device::open(first, DeviceOptions::default())?;
+    dev.init()?;
+    if sims.is_empty() {
+        tracing::debug!(bdf = %label, "opened through VFIO");
+    } else {
+        tracing::debug!(n = sims.len(), "opened the simulator");
     }
-}
-
-/// Everything checkable before opening a PCI function: it exists, is a Neuron device,
-/// is bound to vfio-pci, VFIO is there and its IOMMU group is viable.
-pub fn check_usable(sys: &Sysfs, addr: PciAddress) -> Result<(PciFunction, &'static Arch), CliError> {
-    let f = function(sys, addr)?;
-    let arch = arch_of(&f).ok_or_else(|| {
-        CliError::invalid(format!("{addr} is not a Neuron device (PCI id {:04x}:{:04x})", f.vendor, f.device))
-    })?;
-    match f.driver.as_deref() {
-        Some(VFIO_PCI) => {}
-        Some(d) => {
-            return Err(CliError::failure(format!("{addr} is bound to {d}; run: neuron-vfio bind {addr}")));
-        }
-        None => {
-            return Err(CliError::failure(format!("{addr} is not bound to any driver; run: neuron-vfio bind {addr}")));
-        }
-    }
-    vfio::check_vfio_available(sys, &dev_dir()).map_err(CliError::failure)?;
-    sys.check_group_viable(addr).map_err(CliError::failure)?;
-    Ok((f, arch))
+    Ok(Opened { dev, sims, label })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::NrtStatus;
 
     #[test]
-    fn parses_specs() {
-        assert_eq!(DeviceSpec::parse(None).ok(), Some(DeviceSpec::Default));
-        assert_eq!(DeviceSpec::parse(Some("sim")).ok(), Some(DeviceSpec::Sim { arch: &csr_maps::SUNDA, n: 1 }));
-        assert_eq!(DeviceSpec::parse(Some("sim:cayman")).ok(), Some(DeviceSpec::Sim { arch: &csr_maps::CAYMAN, n: 1 }));
-        assert_eq!(
-            DeviceSpec::parse(Some("sim:mariana:2")).ok(),
-            Some(DeviceSpec::Sim { arch: &csr_maps::MARIANA, n: 2 })
-        );
-        assert_eq!(DeviceSpec::parse(Some("sim::3")).ok(), Some(DeviceSpec::Sim { arch: &csr_maps::SUNDA, n: 3 }));
-        assert!(matches!(DeviceSpec::parse(Some("3b:00.1")), Ok(DeviceSpec::Pci(_))));
-        for bad in ["sim:inf1", "sim:sunda:0", "sim:sunda:17", "sim:sunda:2:1", "0000:zz:00.0", "gpu0"] {
-            let e = DeviceSpec::parse(Some(bad)).err();
-            assert_eq!(e.map(|e| e.status), Some(NrtStatus::Invalid), "{bad}");
+    fn bad_specs_are_invalid_input() {
+        assert_eq!(parse(Some("sim:cayman")).ok(), Some(DeviceSpec::Sim { arch: &csr_maps::CAYMAN, n: 1 }));
+        for bad in ["sim:inf1", "sim:sunda:17", "gpu0"] {
+            assert_eq!(parse(Some(bad)).err().map(|e| e.status), Some(NrtStatus::Invalid), "{bad}");
         }
     }
 }

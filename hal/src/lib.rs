@@ -13,6 +13,7 @@ pub mod irq;
 pub mod mem;
 pub mod nq;
 pub mod q7;
+pub mod select;
 pub mod seq;
 pub mod udma;
 

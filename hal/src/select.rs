@@ -1,0 +1,217 @@
+//! Device selection shared by every front end (the CLI's `--device`, the C ABI's
+//! `NEURON_VFIO_DEVICE`): `sim[:ARCH[:N]] | <PCI BDF>`, or by default the first Neuron device
+//! bound to vfio-pci, else the simulator.
+//!
+//! Environment (for fabricated trees in tests and for appliance images): `NEURON_VFIO_SYSFS`
+//! (sysfs root, default `/sys`) and `NEURON_VFIO_DEVDIR` (device-node root, default `/dev`).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use csr_maps::Arch;
+use platform::Platform;
+use sim::{SimConfig, SimDevice, SimTopology, Timing};
+use vfio::{Filter, PciAddress, PciFunction, Sysfs};
+
+/// The driver a device must be bound to.
+pub const VFIO_PCI: &str = "vfio-pci";
+
+/// Why a device cannot be selected or opened.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SelectError {
+    /// Bad input: an unparsable spec, an unknown address, not a Neuron device.
+    #[error("{0}")]
+    Invalid(String),
+    /// The device exists but cannot be used (binding, VFIO, IOMMU group, open failure).
+    #[error("{0}")]
+    Unusable(String),
+}
+
+/// A device selection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Spec {
+    /// Nothing given: the first Neuron device on vfio-pci, else the simulator.
+    Default,
+    /// `sim[:ARCH[:N]]`: a topology of `n` simulated devices.
+    Sim { arch: &'static Arch, n: usize },
+    /// A PCI function through VFIO.
+    Pci(PciAddress),
+}
+
+impl Spec {
+    /// Parse a selection (None or empty = [`Spec::Default`]).
+    pub fn parse(s: Option<&str>) -> Result<Self, SelectError> {
+        let s = match s.map(str::trim) {
+            None | Some("") => return Ok(Self::Default),
+            Some(s) => s,
+        };
+        let bad = |why: String| SelectError::Invalid(format!("bad device `{s}`: {why}"));
+        if s == "sim" || s.starts_with("sim:") {
+            let mut it = s.split(':').skip(1);
+            let arch = match it.next() {
+                None | Some("") => &csr_maps::SUNDA,
+                Some(a) => Arch::by_name(a).map_err(|e| bad(e.to_string()))?,
+            };
+            let n = match it.next() {
+                None => 1,
+                Some(n) => n
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=16).contains(n))
+                    .ok_or_else(|| bad(format!("device count `{n}` is not 1 to 16")))?,
+            };
+            if it.next().is_some() {
+                return Err(bad("expected sim[:ARCH[:N]] or a PCI address".into()));
+            }
+            return Ok(Self::Sim { arch, n });
+        }
+        s.parse::<PciAddress>()
+            .map(Self::Pci)
+            .map_err(|_| bad("expected sim[:ARCH[:N]] or a PCI address (DDDD:BB:DD.F or BB:DD.F)".into()))
+    }
+}
+
+/// The sysfs tree to use.
+pub fn sysfs() -> Sysfs {
+    Sysfs::new(std::env::var_os("NEURON_VFIO_SYSFS").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/sys")))
+}
+
+/// The /dev root to check for VFIO nodes.
+pub fn dev_dir() -> PathBuf {
+    std::env::var_os("NEURON_VFIO_DEVDIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/dev"))
+}
+
+/// The arch of a PCI function, if it is a Neuron device csr-maps knows.
+pub fn arch_of(f: &PciFunction) -> Option<&'static Arch> {
+    Arch::by_pci_id(f.vendor, f.device)
+}
+
+/// Every Neuron PCI function in sysfs (any driver), sorted by address. A sysfs without a PCI
+/// bus (a container) has none.
+pub fn neuron_functions(sys: &Sysfs) -> Result<Vec<PciFunction>, SelectError> {
+    if !sys.root().join("bus/pci/devices").is_dir() {
+        return Ok(Vec::new());
+    }
+    let mut vendors: Vec<u16> = csr_maps::ARCHES.iter().map(|a| a.pci_vendor).collect();
+    vendors.sort_unstable();
+    vendors.dedup();
+    let mut out = Vec::new();
+    for v in vendors {
+        out.extend(sys.find(&Filter::ids(v, None)).map_err(|e| SelectError::Unusable(e.to_string()))?);
+    }
+    out.sort_by_key(|f| f.address);
+    Ok(out)
+}
+
+/// One PCI function by address.
+pub fn function(sys: &Sysfs, addr: PciAddress) -> Result<PciFunction, SelectError> {
+    match sys.function(addr) {
+        Ok(f) => Ok(f),
+        Err(vfio::Error::NoSuchDevice(_)) => {
+            Err(SelectError::Invalid(format!("no PCI device {addr} (nothing at {})", sys.device_path(addr).display())))
+        }
+        Err(e) => Err(SelectError::Unusable(format!("{addr}: {e}"))),
+    }
+}
+
+/// What [`Spec::Default`] resolves to, with the notice to show when it falls back to the
+/// simulator.
+pub fn resolve_default(sys: &Sysfs) -> Result<(Spec, Option<String>), SelectError> {
+    let fs = neuron_functions(sys)?;
+    if let Some(f) = fs.iter().find(|f| f.driver.as_deref() == Some(VFIO_PCI) && arch_of(f).is_some()) {
+        tracing::info!(bdf = %f.address, "using the first Neuron device bound to vfio-pci");
+        return Ok((Spec::Pci(f.address), None));
+    }
+    let why = if fs.is_empty() {
+        "no Neuron device found".to_string()
+    } else {
+        format!("{} Neuron device(s) found, none bound to vfio-pci (neuron-vfio bind <BDF>)", fs.len())
+    };
+    Ok((Spec::Sim { arch: &csr_maps::SUNDA, n: 1 }, Some(format!("{why}; using the simulator (--device sim)"))))
+}
+
+/// Everything checkable before opening a PCI function: it exists, is a Neuron device, is
+/// bound to vfio-pci, VFIO is there and its IOMMU group is viable.
+pub fn check_usable(sys: &Sysfs, addr: PciAddress) -> Result<(PciFunction, &'static Arch), SelectError> {
+    let f = function(sys, addr)?;
+    let arch = arch_of(&f).ok_or_else(|| {
+        SelectError::Invalid(format!("{addr} is not a Neuron device (PCI id {:04x}:{:04x})", f.vendor, f.device))
+    })?;
+    match f.driver.as_deref() {
+        Some(VFIO_PCI) => {}
+        Some(d) => return Err(SelectError::Unusable(format!("{addr} is bound to {d}; run: neuron-vfio bind {addr}"))),
+        None => {
+            return Err(SelectError::Unusable(format!(
+                "{addr} is not bound to any driver; run: neuron-vfio bind {addr}"
+            )))
+        }
+    }
+    vfio::check_vfio_available(sys, &dev_dir()).map_err(|e| SelectError::Unusable(e.to_string()))?;
+    sys.check_group_viable(addr).map_err(|e| SelectError::Unusable(e.to_string()))?;
+    Ok((f, arch))
+}
+
+/// Platforms to hand to a driver or runtime, and the simulators among them (kept alive).
+pub type Opened = (Vec<Arc<dyn Platform>>, Vec<SimDevice>);
+
+/// Open the platforms behind a resolved `spec` (every device of a simulated topology) and
+/// the simulators among them. `Spec::Default` is resolved first (its notice is logged).
+pub fn open_platforms(spec: &Spec, timing: Timing) -> Result<Opened, SelectError> {
+    match spec {
+        Spec::Default => {
+            let (s, notice) = resolve_default(&sysfs())?;
+            if let Some(n) = notice {
+                tracing::info!("{n}");
+            }
+            open_platforms(&s, timing)
+        }
+        Spec::Sim { arch, n } => {
+            let topo = SimTopology::new(SimConfig::new(arch).timing(timing), *n)
+                .map_err(|e| SelectError::Unusable(format!("simulator: {e}")))?;
+            let ps = topo.devices.iter().map(|d| Arc::new(d.clone()) as Arc<dyn Platform>).collect();
+            Ok((ps, topo.devices))
+        }
+        Spec::Pci(addr) => {
+            let sys = sysfs();
+            let (f, _) = check_usable(&sys, *addr)?;
+            let opts = vfio::OpenOptions { sysfs: sys.clone(), dev: dev_dir(), ..Default::default() };
+            let p = vfio::VfioPlatform::open(f.address, &opts)
+                .map_err(|e| SelectError::Unusable(format!("{addr}: {e}")))?;
+            Ok((vec![Arc::new(p) as Arc<dyn Platform>], Vec::new()))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_specs() {
+        assert_eq!(Spec::parse(None), Ok(Spec::Default));
+        assert_eq!(Spec::parse(Some(" ")), Ok(Spec::Default));
+        assert_eq!(Spec::parse(Some("sim")), Ok(Spec::Sim { arch: &csr_maps::SUNDA, n: 1 }));
+        assert_eq!(Spec::parse(Some("sim:cayman")), Ok(Spec::Sim { arch: &csr_maps::CAYMAN, n: 1 }));
+        assert_eq!(Spec::parse(Some("sim:mariana:2")), Ok(Spec::Sim { arch: &csr_maps::MARIANA, n: 2 }));
+        assert_eq!(Spec::parse(Some("sim::3")), Ok(Spec::Sim { arch: &csr_maps::SUNDA, n: 3 }));
+        assert!(matches!(Spec::parse(Some("3b:00.1")), Ok(Spec::Pci(_))));
+        for bad in ["sim:inf1", "sim:sunda:0", "sim:sunda:17", "sim:sunda:2:1", "0000:zz:00.0", "gpu0"] {
+            assert!(matches!(Spec::parse(Some(bad)), Err(SelectError::Invalid(_))), "{bad}");
+        }
+    }
+
+    #[test]
+    fn opens_a_simulated_topology() {
+        let (ps, sims) = open_platforms(&Spec::Sim { arch: &csr_maps::CAYMAN, n: 2 }, Timing::Inline).unwrap();
+        assert_eq!((ps.len(), sims.len()), (2, 2));
+        assert_eq!(ps[1].identity().location, "sim1");
+    }
+
+    #[test]
+    fn empty_sysfs_falls_back_to_the_simulator() {
+        let sys = Sysfs::new("/nonexistent-sysfs-root");
+        let (s, notice) = resolve_default(&sys).unwrap();
+        assert_eq!(s, Spec::Sim { arch: &csr_maps::SUNDA, n: 1 });
+        assert!(notice.unwrap().contains("no Neuron device found"));
+    }
+}

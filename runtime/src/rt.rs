@@ -223,6 +223,8 @@ struct ExecState {
     seq: u64,
     /// Device → host time of NC 0 (seed 001 timestamp rescale), taken at load.
     sync: crate::timestamp::TimestampSync,
+    /// An async execution has been kicked off and is not complete yet.
+    busy: bool,
 }
 
 /// A loaded model.
@@ -472,7 +474,7 @@ impl Runtime {
             outputs: n.outputs.clone(),
             ncs: picked,
             lifecycle: Mutex::new(life),
-            exec: Mutex::new(Some(ExecState { irq, ncs: staged, tracker, seq: 0, sync })),
+            exec: Mutex::new(Some(ExecState { irq, ncs: staged, tracker, seq: 0, sync, busy: false })),
             poll: cfg.poll,
             devices: devs,
             epoch: self.epoch,
@@ -556,7 +558,16 @@ impl Runtime {
             return Ok((NrtStatus::ExecUnitUnrecoverable, ExecTimings::default()));
         }
         let t0 = Instant::now();
+        // Executions of a model are serialized: wait for an async execution in flight.
         let mut g = lock(&m.exec);
+        while g.as_ref().is_some_and(|e| e.busy) {
+            drop(g);
+            if t0.elapsed() > lock(&self.cfg).exec_timeout {
+                return Ok((NrtStatus::ExecNcBusy, ExecTimings::default()));
+            }
+            std::thread::yield_now();
+            g = lock(&m.exec);
+        }
         let ex = g.as_mut().ok_or_else(|| RtError::new(NrtStatus::InvalidHandle, "model unloaded"))?;
         bind_inputs(m, ex, inputs, outputs)?;
         if let Some(irq) = &ex.irq {
@@ -826,9 +837,15 @@ pub struct AsyncReq {
 /// An in-flight async execution.
 pub struct AsyncTok {
     req: AsyncReq,
+    /// Bound and kicked off (the first step does it, so executions of a model never overlap).
+    started: bool,
+    /// A bind/kick failure to report.
+    error: Option<NrtStatus>,
 }
 
-/// The XU's executor: stage + doorbell on submit, one-step on step.
+/// The XU's executor. The XU submits every scheduled request before stepping the oldest;
+/// since a model's rings and completion state serve one execution at a time, the bind and
+/// the kickoff happen at a request's first step (when it is the oldest in flight).
 pub struct XuExec;
 
 impl Executor for XuExec {
@@ -839,27 +856,50 @@ impl Executor for XuExec {
         if lock(&req.model.lifecycle).poisoned().is_some() {
             return Err(NrtStatus::ExecUnitUnrecoverable);
         }
-        {
-            let mut g = lock(&req.model.exec);
-            let ex = g.as_mut().ok_or(NrtStatus::InvalidHandle)?;
-            bind_inputs(&req.model, ex, &req.inputs, &req.outputs).map_err(|e| e.status)?;
-            kick(ex).map_err(|e| e.status)?;
-        }
-        Ok(AsyncTok { req })
+        Ok(AsyncTok { req, started: false, error: None })
     }
 
     fn step(&mut self, tok: &mut AsyncTok) -> Step {
-        let mut g = lock(&tok.req.model.exec);
-        match g.as_mut() {
-            Some(ex) => ex.tracker.step(&mut ex.ncs, Instant::now()),
-            None => Step::DoneWithError,
+        if tok.error.is_some() {
+            return Step::DoneWithError;
         }
+        let m = tok.req.model.clone();
+        let mut g = lock(&m.exec);
+        let Some(ex) = g.as_mut() else {
+            tok.error = Some(NrtStatus::InvalidHandle);
+            return Step::DoneWithError;
+        };
+        if !tok.started {
+            if ex.busy {
+                return Step::InFlight;
+            }
+            let r = bind_inputs(&m, ex, &tok.req.inputs, &tok.req.outputs).and_then(|_| {
+                if let Some(irq) = &ex.irq {
+                    irq.drain();
+                }
+                kick(ex)
+            });
+            if let Err(e) = r {
+                tok.error = Some(e.status);
+                return Step::DoneWithError;
+            }
+            ex.busy = true;
+            tok.started = true;
+            return Step::InFlight;
+        }
+        ex.tracker.step(&mut ex.ncs, Instant::now())
     }
 
     fn complete(&mut self, tok: AsyncTok) -> NrtStatus {
         let m = &tok.req.model;
         let mut g = lock(&m.exec);
         let Some(ex) = g.as_mut() else { return NrtStatus::InvalidHandle };
+        if tok.started {
+            ex.busy = false;
+        }
+        if let Some(s) = tok.error {
+            return s;
+        }
         let status = ex.tracker.status();
         if ex.tracker.verdict() == Some(Step::DoneWithError) {
             drop(g);
@@ -872,5 +912,11 @@ impl Executor for XuExec {
         }
     }
 
-    fn abandon(&mut self, _tok: AsyncTok) {}
+    fn abandon(&mut self, tok: AsyncTok) {
+        if tok.started {
+            if let Some(ex) = lock(&tok.req.model.exec).as_mut() {
+                ex.busy = false;
+            }
+        }
+    }
 }

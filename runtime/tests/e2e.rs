@@ -212,3 +212,30 @@ fn failed_load_unwinds_everything() {
     rt.unload(&m).unwrap();
     rt.close().unwrap();
 }
+
+/// Several async requests queued at once: each runs with its own tensors, in order, and
+/// a sync execute in between waits for the model to be free.
+#[test]
+fn queued_async_requests_each_get_their_own_result() {
+    let (rt, _sim) = rt(&CAYMAN, Timing::Threaded);
+    let m = rt.load(&model(builder::single_nc_allreduce(), &CAYMAN), None, None).unwrap();
+    let mut pending = Vec::new();
+    for k in 0..6u8 {
+        let ti = rt.alloc_tensor("input", 128, k % 2 == 0, m.ncs[0]).unwrap();
+        ti.write(0, &[k + 1; 128]).unwrap();
+        let to = rt.alloc_tensor("output", 128, k % 2 == 1, m.ncs[0]).unwrap();
+        let mut ins = TensorSet::new();
+        ins.add("input", ti);
+        let mut outs = TensorSet::new();
+        outs.add("output", to.clone());
+        pending.push((k, rt.execute_async(&m, &ins, &outs).unwrap(), to));
+    }
+    let (s, input, out) = run_allreduce(&rt, &m, false, 5.0);
+    assert_eq!((s, out), (NrtStatus::Success, input));
+    for (k, t, to) in pending {
+        assert_eq!(t.wait(), NrtStatus::Success, "request {k}");
+        assert_eq!(to.to_vec().unwrap(), vec![k + 1; 128], "request {k} got another request's data");
+    }
+    rt.unload(&m).unwrap();
+    rt.close().unwrap();
+}

@@ -203,36 +203,27 @@ fn async_queue_full_7_empty_15_and_unrecoverable_101() {
     let (i, o) = io(&rt, &m);
     let t1 = rt.execute_async(&m, &i, &o).unwrap();
     assert_eq!(rt.poll(&t1), NrtStatus::QueueEmpty, "not done yet");
-    let _t2 = rt.execute_async(&m, &i, &o).unwrap();
+    let t2 = rt.execute_async(&m, &i, &o).unwrap();
     let e = rt.execute_async(&m, &i, &o).unwrap_err();
-    assert_eq!(e.status, NrtStatus::QueueFull);
+    assert_eq!(e.status, NrtStatus::QueueFull, "capacity 2: one running, one queued");
     assert_eq!(t1.wait(), NrtStatus::Success);
     assert_eq!(rt.poll(&t1), NrtStatus::Success);
+    assert_eq!(t2.wait(), NrtStatus::Success);
     assert_eq!(o.get("output").unwrap().to_vec().unwrap(), vec![1u8; 128]);
-    // A fatal execution poisons the execution unit: later submits get 101.
+    // A fatal execution poisons the execution unit: it returns its status, later submits 101.
     sim.inject("hang@nc0:pe".parse().unwrap());
-    let rt2_status = {
-        let t = loop {
-            match rt.execute_async(&m, &i, &o) {
-                Ok(t) => break t,
-                Err(e) if e.status == NrtStatus::QueueFull => std::thread::sleep(Duration::from_millis(5)),
-                Err(e) => panic!("{e}"),
-            }
-        };
-        t.wait()
-    };
-    assert!(matches!(rt2_status, NrtStatus::Success | NrtStatus::Timeout));
-    let t = rt.execute_async(&m, &i, &o);
-    let s = match t {
-        Ok(t) => t.wait(),
-        Err(e) => e.status,
-    };
-    assert!(matches!(s, NrtStatus::Timeout | NrtStatus::ExecUnitUnrecoverable), "{s:?}");
+    let t3 = rt.execute_async(&m, &i, &o).unwrap();
+    assert_eq!(t3.wait(), NrtStatus::Timeout);
     let s = match rt.execute_async(&m, &i, &o) {
         Ok(t) => t.wait(),
         Err(e) => e.status,
     };
     assert_eq!(s, NrtStatus::ExecUnitUnrecoverable);
+    assert_eq!(
+        rt.execute(&m, &i, &o).unwrap().0,
+        NrtStatus::ExecUnitUnrecoverable,
+        "sync execute on the poisoned model"
+    );
     rt.unload(&m).unwrap();
     assert_eq!(rt.workers(), 0, "no worker threads after unload");
     rt.close().unwrap();

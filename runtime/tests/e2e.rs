@@ -127,7 +127,7 @@ fn interrupt_poll_policy() {
     let rt = Runtime::new();
     let cfg = RuntimeConfig {
         poll: PollPolicy::Interrupt,
-        exec_timeout: std::time::Duration::from_millis(300),
+        exec_timeout: std::time::Duration::from_millis(1000),
         ..RuntimeConfig::default()
     };
     let opts = hal::DeviceOptions { hbm_limit: Some(1 << 28), ..Default::default() };

@@ -22,6 +22,10 @@
 //!
 //! An e1000e (edu has MSI only) carries the MSI-X check: two vectors to eventfds, a cause
 //! routed to vector 1 must fire its eventfd and only it, and nothing while it is masked.
+//!
+//! After vfio-guest, `tests/guest-scripts.sh` runs the operator scripts (scripts/vfio-bind.sh,
+//! vfio-unbind.sh, hugepages.sh) in the guest: bind/rebind/unbind the e1000e, refusal of the
+//! no-IOMMU edu, a hugepage reservation.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -73,6 +77,13 @@ const NOIOMMU_CHECKS: &[&str] = &[
 /// The MSI-X checks (e1000e), always required.
 const MSIX_CHECKS: &[&str] =
     &["msix.discover", "msix.bind", "msix.open", "msix.delivered", "msix.disable", "msix.unbind"];
+
+/// The operator scripts copied into the guest.
+const SCRIPTS: &[&str] = &["vfio-bind.sh", "vfio-unbind.sh", "hugepages.sh"];
+
+/// The operator-script checks (`vfio/tests/guest-scripts.sh`), always required.
+const SCRIPT_CHECKS: &[&str] =
+    &["script.bind", "script.rebind", "script.unbind", "script.refuse_noiommu", "script.hugepages"];
 
 /// The per-backend checks that must pass (prefixed with `container.` / `iommufd.`).
 const BACKEND_CHECKS: &[&str] = &[
@@ -151,6 +162,9 @@ fn edu_through_vfio_in_qemu() {
     // The no-IOMMU edu: vfio must create noiommu groups when vfio-pci binds it.
     let modconf = work.join("vfio.conf");
     std::fs::write(&modconf, "options vfio enable_unsafe_noiommu_mode=1\n").unwrap();
+    let Some(bash) = which("bash") else { return unavailable("bash not found") };
+    let scripts_boot = work.join("60-scripts");
+    std::fs::copy(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guest-scripts.sh"), &scripts_boot).unwrap();
     let initrd = work.join("initramfs.cpio");
     let mk = Command::new("bash")
         .arg(repo().join("scripts/image/mkinitramfs.sh"))
@@ -158,6 +172,11 @@ fn edu_through_vfio_in_qemu() {
         .args(["-m", "irqbypass", "-m", "vfio", "-m", "vfio_iommu_type1", "-m", "vfio-pci", "-m", "iommufd"])
         .args(["-b", env!("CARGO_BIN_EXE_vfio-guest"), "-s", boot.to_str().unwrap()])
         .args(["-f", &format!("{}:/etc/modprobe.d/vfio.conf", modconf.display())])
+        // The operator scripts, run by a second boot script after vfio-guest.
+        .args(["-b", &bash.display().to_string(), "-s", scripts_boot.to_str().unwrap()])
+        .args(SCRIPTS.iter().flat_map(|n| {
+            ["-f".to_string(), format!("{}:/opt/neuron-vfio/scripts/{n}", repo().join("scripts").join(n).display())]
+        }))
         .output()
         .expect("run mkinitramfs.sh");
     assert!(mk.status.success(), "mkinitramfs failed:\n{}", String::from_utf8_lossy(&mk.stderr));
@@ -240,6 +259,7 @@ fn edu_through_vfio_in_qemu() {
             || l.starts_with("VFIO-CHECK ok noiommu.id")
             || l.starts_with("VFIO-CHECK ok noiommu.dma.roundtrip")
             || l.starts_with("VFIO-CHECK ok msix.delivered")
+            || l.starts_with("VFIO-CHECK ok script.")
             || l.starts_with("VFIO-RESULT")
     }) {
         summary.push_str(l.trim_end());
@@ -254,7 +274,11 @@ fn edu_through_vfio_in_qemu() {
         fail("the guest did not report VFIO-RESULT PASS");
     }
     let ok = |name: &str| log.lines().any(|l| l.starts_with(&format!("VFIO-CHECK ok {name}:")));
-    for name in ["env", "discover", "bind", "group_viable", "unbind", "bench.unbind"].iter().chain(MSIX_CHECKS) {
+    for name in ["env", "discover", "bind", "group_viable", "unbind", "bench.unbind"]
+        .iter()
+        .chain(MSIX_CHECKS)
+        .chain(SCRIPT_CHECKS)
+    {
         if !ok(name) {
             fail(&format!("check {name} did not pass"));
         }
@@ -306,7 +330,7 @@ fn edu_through_vfio_in_qemu() {
         fail("no-IOMMU mode neither passed nor reported why it is unavailable");
     }
     let done = format!(
-        "QEMU VFIO test: every guest check passed (backends: {}; MSI-X; no-IOMMU mode {}); boot-to-poweroff wall {:.1}s\n",
+        "QEMU VFIO test: every guest check passed (backends: {}; MSI-X; operator scripts; no-IOMMU mode {}); boot-to-poweroff wall {:.1}s\n",
         backends.join(", "),
         if require_noiommu { "checked" } else { "skipped: kernel without it" },
         wall.as_secs_f64()

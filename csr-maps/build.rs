@@ -300,15 +300,20 @@ fn main() {
     // ---- Block modules ----
     out.push_str("/// One module per register block: register value types with typed fields, and a block handle.\npub mod blocks {\n");
     for b in blocks.values() {
-        let _ =
-            writeln!(out, "/// {} (source: {}{})", b.description, b.source, if b.modeled { "; modeled" } else { "" });
+        let _ = writeln!(
+            out,
+            "/// {} (source: {}{})",
+            md(&b.description),
+            md(&b.source),
+            if b.modeled { "; modeled" } else { "" }
+        );
         let _ = writeln!(out, "pub mod {} {{", b.name);
         out.push_str("#![allow(clippy::identity_op, clippy::unusual_byte_groupings)]\n#[allow(unused_imports)]\nuse crate::regs::{Reg, RegArray, RegValue};\nuse platform::Mmio;\n\n");
         let _ = writeln!(out, "/// Size of the block in bytes.\npub const SIZE: u64 = {:#x};", b.size);
         for r in &b.reg {
             let ty = camel(&r.name);
             let raw = if r.width == 64 { "u64" } else { "u32" };
-            let _ = writeln!(out, "/// `{}`: {}", r.name, r.desc);
+            let _ = writeln!(out, "/// `{}`: {}", r.name, md(&r.desc));
             let _ = writeln!(out, "#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]\npub struct {ty}(pub {raw});");
             let _ = writeln!(out, "impl RegValue for {ty} {{\n    const WIDTH: u8 = {};\n    const RESET: u64 = {:#x};\n    fn from_bits(bits: u64) -> Self {{ Self(bits as {raw}) }}\n    fn bits(&self) -> u64 {{ self.0 as u64 }}\n}}", r.width, r.reset);
             let _ = writeln!(out, "impl {ty} {{");
@@ -322,11 +327,11 @@ fn main() {
                 let fid = ident(&f.name);
                 let _ = writeln!(
                     out,
-                    "    /// Field `{}` [{}:{}]. {}",
+                    "    /// Field `{}` `[{}:{}]`. {}",
                     f.name,
                     f.lsb as u32 + f.width as u32 - 1,
                     f.lsb,
-                    f.desc
+                    md(&f.desc)
                 );
                 let _ = writeln!(out, "    pub const fn {fid}(self) -> {raw} {{ (self.0 >> {}) & {mask:#x} }}", f.lsb);
                 let _ = writeln!(out, "    /// Set field `{}` (excess bits are masked off).", f.name);
@@ -418,7 +423,7 @@ fn main() {
     }
     out.push_str("}\n/// Per-arch constants: addresses, sizes, masks (one field per `[consts]` key).\n#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]\npub struct Consts {\n");
     for (k, c) in &a0.consts {
-        let _ = writeln!(out, "    /// {}\n    pub {}: u64,", c.desc, ident(k));
+        let _ = writeln!(out, "    /// {}\n    pub {}: u64,", md(&c.desc), ident(k));
     }
     out.push_str(
         "}\n/// BAR roles.\n#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]\npub struct Bars {\n",
@@ -491,4 +496,10 @@ fn main() {
     out = out.replace("CsrError>", "crate::CsrError>");
     let dst = Path::new(&std::env::var("OUT_DIR").expect("OUT_DIR")).join("generated.rs");
     std::fs::write(dst, out).expect("write generated.rs");
+}
+
+/// A description as one line of rustdoc Markdown: brackets and angle brackets escaped (they
+/// are register paths and ranges, not links or HTML).
+fn md(s: &str) -> String {
+    s.replace('\n', " ").replace('[', "\\[").replace(']', "\\]").replace('<', "&lt;").replace('>', "&gt;")
 }

@@ -1,5 +1,9 @@
 //! `neuron-vfio`: bring-up, debug and run tool for AWS Neuron devices without the kmod.
 
+// Doc comments on the argument types are clap's --help text, written for a terminal
+// (`sim[:ARCH[:N]]`, `<PCI BDF>`), not rustdoc Markdown.
+#![allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
+
 mod cmd_bench;
 mod cmd_csr;
 mod cmd_dev;

@@ -674,7 +674,7 @@ fn copy_desc(from: &str, to: &str, bytes: u64) -> DmaDesc {
 ///
 /// vars: 0 `input` (input, 32 × fp32), 1 `output` (output), 2 `gradient_in`, 3 `gradient_out`
 /// (tmp-buf). Queues (owner POOL): `q_gradient_in` (in, semaphore 10), `q_gradient_out` (out,
-/// semaphore 11); each has DMA block 0 (128-byte copy, sizes [128,1] steps [1,128]).
+/// semaphore 11); each has DMA block 0 (128-byte copy, sizes `[128,1]` steps `[1,128]`).
 /// Programs:
 /// - POOL 0: `PSEUDO_DMA_TRIGGER q_gradient_in block_id=0;` (input → gradient_in; the queue's
 ///   completion increments `$S[10]`)

@@ -8,7 +8,7 @@
 //! | [`completion`] | the one-step completion harvest (seed 001 §1–§5) |
 //! | [`timestamp`] | device → CPU timestamp rescale (seed 001 §3, "Per-engine timestamp decode") |
 //! | [`xu`] | the execution-unit queue and its per-vNC worker (seed 001 §6, NRT_FACTS §4.6, §8) |
-//! | [`env`] | `NEURON_RT_EXEC_TIMEOUT`, `NEURON_RT_VISIBLE_CORES`, `NEURON_RT_LOG_LEVEL` |
+//! | [`env`](mod@env) | `NEURON_RT_EXEC_TIMEOUT`, `NEURON_RT_VISIBLE_CORES`, `NEURON_RT_LOG_LEVEL` |
 //!
 //! Everything here is pure Rust behind small traits ([`completion::NotificationSource`],
 //! [`xu::Executor`]); the device layer implements them.

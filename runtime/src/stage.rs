@@ -15,12 +15,12 @@
 //! device cleans up after itself (semaphores `$S[250..=255]` are reserved):
 //!
 //! - SP (the sync engine) runs a runtime-generated program: take one token of `$S[KICK]`
-//!   (wait ≥ 1, decrement) [INST_START]; hand one start token to each of PE, ACT, POOL, DVE
+//!   (wait ≥ 1, decrement) (`INST_START`); hand one start token to each of PE, ACT, POOL, DVE
 //!   (`$S[START_e] += 1`); wait until all four report done (`$S[DONE] ≥ 4`); reset every
 //!   semaphore the model uses and `$S[DONE]` to 0 (WRITEs to the `sem_set` window)
-//!   [INST_END]. The NEFF's own sp.bin (8-byte SP ISA) is not executed.
-//! - PE/ACT/POOL/DVE: take their start token [INST_START] → the lowered program →
-//!   `$S[DONE] += 1` [INST_END].
+//!   (`INST_END`). The NEFF's own sp.bin (8-byte SP ISA) is not executed.
+//! - PE/ACT/POOL/DVE: take their start token (`INST_START`) → the lowered program →
+//!   `$S[DONE] += 1` (`INST_END`).
 //!
 //! All programs loop, so the next kickoff re-runs them without reprogramming.
 

@@ -79,15 +79,15 @@ impl TpbErrorRecord {
     pub fn id(&self) -> ErrorId {
         ErrorId::from_u8(self.error_id)
     }
-    /// Sequencer metadata: block id (modeled bits [3:0] of metadata_hi).
+    /// Sequencer metadata: block id (modeled bits `[3:0]` of metadata_hi).
     pub fn block_id(&self) -> u8 {
         (self.metadata_hi & 0xF) as u8
     }
-    /// Sequencer metadata: program counter (modeled bits [15:4]).
+    /// Sequencer metadata: program counter (modeled bits `[15:4]`).
     pub fn program_counter(&self) -> u16 {
         ((self.metadata_hi >> 4) & 0xFFF) as u16
     }
-    /// Sequencer metadata: info byte (modeled bits [23:16]).
+    /// Sequencer metadata: info byte (modeled bits `[23:16]`).
     pub fn info(&self) -> u8 {
         (self.metadata_hi >> 16) as u8
     }

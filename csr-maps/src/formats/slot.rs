@@ -76,7 +76,7 @@ impl EngineClass {
     }
 }
 
-/// Trace mode, `debug_cmd` bits [1:0] (§2.1).
+/// Trace mode, `debug_cmd` bits `[1:0]` (§2.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TraceMode {
     Off = 0,
@@ -92,7 +92,7 @@ pub struct SlotHeader {
     pub opcode: u8,
     /// Length in 4-byte words, always 0x10 in valid streams.
     pub inst_word_len: u8,
-    /// bits [1:0] trace mode, bit 7 halt_en.
+    /// bits `[1:0]` trace mode, bit 7 halt_en.
     pub debug_cmd: u8,
     /// Software hint.
     pub debug_hint: u8,
@@ -437,7 +437,7 @@ impl EventsOnly {
     }
 }
 
-/// PSEUDO_DMA_TRIGGER (0xC1), 8-byte-events dialect (§2.4, SEQ/FR/CC): queue name char[32] at
+/// PSEUDO_DMA_TRIGGER (0xC1), 8-byte-events dialect (§2.4, SEQ/FR/CC): queue name `char[32]` at
 /// +0x0C, use_raw_count u32 at +0x2C, block_id / count u32 at +0x30, reserved +0x34..+0x40.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct DmaTrigger {
@@ -623,7 +623,7 @@ impl Dma2dLeg {
 pub struct Dma2d {
     pub header: SlotHeader,
     pub events: Events,
-    /// bits [2:0] priority_class (0..4), bits [7:3] reserved.
+    /// bits `[2:0]` priority_class (0..4), bits `[7:3]` reserved.
     pub dma_configs: u8,
     pub semaphore: u8,
     pub sem_increment: u8,

@@ -1,7 +1,7 @@
 //! The 16-byte UDMA descriptor (NEURON_HW_FACTS §3.4, NRT_FACTS §4.5 "UDMA").
 //!
 //! ```text
-//! word0 (len/ctrl): [15:0] length (0 = 65536) | 23 META | [25:24] ring id | 26 FIRST | 27 LAST
+//! word0 (len/ctrl): `[15:0]` length (0 = 65536) | 23 META | `[25:24]` ring id | 26 FIRST | 27 LAST
 //!                   | 28 INT_EN | 29 STRONG_ORDER_WR (RX, V3+) | 30 DMB (TX) | 31 CONCAT
 //! word1:            TX metadata (SDMA command) / RX second buffer pointer low (0)
 //! bytes 8..15:      buffer device address (u64)
@@ -30,7 +30,7 @@ pub mod meta {
     pub const FIRST_BLOCK: u32 = 1 << 1;
     /// bit19 copy source data.
     pub const COPY_SOURCE: u32 = 1 << 19;
-    /// [25:23] op; the driver uses 0b010.
+    /// `[25:23]` op; the driver uses 0b010.
     pub const OP_SHIFT: u32 = 23;
     /// bit26 write barrier (last descriptor of a batch on V2/V3).
     pub const WRITE_BARRIER: u32 = 1 << 26;
@@ -58,7 +58,7 @@ pub struct DescCtrl {
     pub dmb: bool,
     /// Continues into the next descriptor (transfers > 64 KiB).
     pub concat: bool,
-    /// Bits [22:16], undefined by the sources; kept so decode/encode round-trips.
+    /// Bits `[22:16]`, undefined by the sources; kept so decode/encode round-trips.
     pub reserved: u8,
 }
 

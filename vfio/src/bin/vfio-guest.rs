@@ -49,7 +49,7 @@ const E1000E_IMC: u64 = 0x00d8;
 const E1000E_IVAR: u64 = 0x00e4;
 /// ICR.RxQ0: receive queue 0 interrupt cause.
 const E1000E_ICR_RXQ0: u32 = 1 << 20;
-/// IVAR INT_Alloc[0] (RxQ0): vector in bits 2:0, bit 3 = valid.
+/// IVAR `INT_Alloc[0]` (RxQ0): vector in bits 2:0, bit 3 = valid.
 const E1000E_IVAR_RXQ0_VALID: u32 = 1 << 3;
 
 struct Report {

@@ -14,7 +14,7 @@ use platform::{DeviceIdentity, DmaDir, DmaMapping, DmaUnmap, HostMem, MemMmio, M
 use crate::decode::{Decoder, Hit, Kind};
 use crate::fault::{FaultKind, FaultSpec};
 use crate::hub::{Delivery, Hub};
-use crate::iommu::{translate, DmaFault, Iommu, Mapping, Pieces};
+use crate::iommu::{translate, DmaFault, Iommu, Mapping};
 use crate::nq::NqSlot;
 use crate::seq::SeqEng;
 use crate::udma::Engine;
@@ -132,6 +132,37 @@ pub(crate) struct State {
     pub fw_busy_until: Option<Instant>,
     pub dge_bytes: Vec<u64>,
     pub scratch: Vec<u8>,
+    /// Reusable segment lists (device accesses resolve into them without allocating).
+    pub seg_pool: Vec<Vec<Seg>>,
+    /// Reusable descriptor lists (UDMA packets are gathered into them without allocating).
+    pub desc_pool: Vec<Vec<csr_maps::formats::udma::UdmaDesc>>,
+}
+
+impl State {
+    /// An empty segment list from the pool.
+    pub fn take_segs(&mut self) -> Vec<Seg> {
+        let mut v = self.seg_pool.pop().unwrap_or_default();
+        v.clear();
+        v
+    }
+    /// Return a segment list to the pool.
+    pub fn give_segs(&mut self, v: Vec<Seg>) {
+        if self.seg_pool.len() < 8 {
+            self.seg_pool.push(v);
+        }
+    }
+    /// An empty descriptor list from the pool.
+    pub fn take_descs(&mut self) -> Vec<csr_maps::formats::udma::UdmaDesc> {
+        let mut v = self.desc_pool.pop().unwrap_or_default();
+        v.clear();
+        v
+    }
+    /// Return a descriptor list to the pool.
+    pub fn give_descs(&mut self, v: Vec<csr_maps::formats::udma::UdmaDesc>) {
+        if self.desc_pool.len() < 8 {
+            self.desc_pool.push(v);
+        }
+    }
 }
 
 /// One piece of a device access.
@@ -226,10 +257,8 @@ impl Dev {
             return Ok(());
         }
         if let Some(iova) = self.arch.dev_to_host_iova(addr) {
-            let mut p: Pieces = Vec::new();
-            translate(maps, iova, len, write, &mut p)?;
-            out.extend(p.into_iter().map(|(h, l)| Seg::Mem(h, l)));
-            return Ok(());
+            // On a fault the caller discards `out` (the access aborts).
+            return translate(maps, iova, len, write, &mut |h, l| out.push(Seg::Mem(h, l)));
         }
         if let Some((k, off)) = self.arch.dev_to_hbm(addr) {
             let end = off.checked_add(len).ok_or(DmaFault::Decode { addr })?;
@@ -269,10 +298,14 @@ impl Dev {
     /// Read device memory (not CSRs) at a device address.
     pub fn dev_read(&self, st: &mut State, addr: u64, buf: &mut [u8]) -> Result<(), DmaFault> {
         let maps = self.iommu.maps.read().unwrap_or_else(|e| e.into_inner());
-        let mut segs = Vec::new();
-        self.resolve(&maps, addr, buf.len() as u64, false, &mut segs)?;
+        let mut segs = st.take_segs();
+        let r = self.resolve(&maps, addr, buf.len() as u64, false, &mut segs);
+        if let Err(f) = r {
+            st.give_segs(segs);
+            return Err(f);
+        }
         let mut o = 0;
-        for s in segs {
+        for &s in &segs {
             match s {
                 Seg::Mem(p, l) => {
                     // SAFETY: `p..p+l` lies inside a live HostMem (HBM, state buffer, or a host
@@ -291,16 +324,21 @@ impl Dev {
             }
         }
         std::sync::atomic::fence(Ordering::Acquire);
+        st.give_segs(segs);
         Ok(())
     }
 
     /// Write at a device address (memory or CSRs).
     pub fn dev_write(&self, st: &mut State, addr: u64, data: &[u8]) -> Result<(), DmaFault> {
         let maps = self.iommu.maps.read().unwrap_or_else(|e| e.into_inner());
-        let mut segs = Vec::new();
-        self.resolve(&maps, addr, data.len() as u64, true, &mut segs)?;
+        let mut segs = st.take_segs();
+        let r = self.resolve(&maps, addr, data.len() as u64, true, &mut segs);
+        if let Err(f) = r {
+            st.give_segs(segs);
+            return Err(f);
+        }
         let mut o = 0;
-        for s in segs {
+        for &s in &segs {
             match s {
                 Seg::Mem(p, l) => {
                     // SAFETY: as in `dev_read`; the destination is device-writable memory.
@@ -314,6 +352,7 @@ impl Dev {
             }
         }
         std::sync::atomic::fence(Ordering::Release);
+        st.give_segs(segs);
         Ok(())
     }
 
@@ -786,6 +825,8 @@ impl SimDevice {
             fw_busy_until: None,
             dge_bytes: vec![0; arch.counts.dma_engines_per_nc as usize],
             scratch: Vec::new(),
+            seg_pool: Vec::new(),
+            desc_pool: Vec::new(),
         };
         let dev = Arc::new_cyclic(|me| Dev {
             arch,

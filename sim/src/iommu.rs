@@ -32,9 +32,6 @@ pub(crate) struct Iommu {
     free: std::sync::Mutex<BTreeMap<u64, u64>>,
 }
 
-/// Translated pieces of an access: (host address, length).
-pub(crate) type Pieces = Vec<(usize, usize)>;
-
 impl Iommu {
     /// An IOMMU with IOVAs allocatable in `[lo, hi)`.
     pub fn new(lo: u64, hi: u64) -> Self {
@@ -96,7 +93,7 @@ pub(crate) fn translate(
     iova: u64,
     len: u64,
     write: bool,
-    out: &mut Pieces,
+    out: &mut impl FnMut(usize, usize),
 ) -> Result<(), DmaFault> {
     let mut cur = iova;
     let end = iova.checked_add(len).ok_or(DmaFault::Unmapped { iova })?;
@@ -109,7 +106,7 @@ pub(crate) fn translate(
             return Err(DmaFault::Permission { iova: cur, write });
         }
         let n = (end - cur).min(base + m.len - cur);
-        out.push((m.host + (cur - base) as usize, n as usize));
+        out(m.host + (cur - base) as usize, n as usize);
         cur += n;
     }
     Ok(())
@@ -138,14 +135,14 @@ mod tests {
         maps.insert(0x1000, Mapping { len: 0x1000, host: 0x7000_0000, readable: true, writable: true });
         maps.insert(0x2000, Mapping { len: 0x1000, host: 0x9000_0000, readable: true, writable: false });
         let mut out = vec![];
-        translate(&maps, 0x1ff0, 0x20, false, &mut out).unwrap();
+        translate(&maps, 0x1ff0, 0x20, false, &mut |h, l| out.push((h, l))).unwrap();
         assert_eq!(out, vec![(0x7000_0ff0, 0x10), (0x9000_0000, 0x10)]);
         out.clear();
         assert_eq!(
-            translate(&maps, 0x1ff0, 0x20, true, &mut out),
+            translate(&maps, 0x1ff0, 0x20, true, &mut |h, l| out.push((h, l))),
             Err(DmaFault::Permission { iova: 0x2000, write: true })
         );
-        assert_eq!(translate(&maps, 0x2ff0, 0x20, false, &mut vec![]), Err(DmaFault::Unmapped { iova: 0x3000 }));
-        assert_eq!(translate(&maps, 0x500, 4, false, &mut vec![]), Err(DmaFault::Unmapped { iova: 0x500 }));
+        assert_eq!(translate(&maps, 0x2ff0, 0x20, false, &mut |_, _| ()), Err(DmaFault::Unmapped { iova: 0x3000 }));
+        assert_eq!(translate(&maps, 0x500, 4, false, &mut |_, _| ()), Err(DmaFault::Unmapped { iova: 0x500 }));
     }
 }

@@ -346,9 +346,24 @@ fn collect(
 }
 
 fn process_packet(dev: &Dev, st: &mut State, e: usize, q: usize) -> bool {
-    let mut md = Vec::new();
-    let mut sd = Vec::new();
-    let m = match collect(dev, st, e, q, Half::M2s, &mut md) {
+    let mut md = st.take_descs();
+    let mut sd = st.take_descs();
+    let r = process_packet_with(dev, st, e, q, &mut md, &mut sd);
+    st.give_descs(md);
+    st.give_descs(sd);
+    r
+}
+
+/// `process_packet` with the descriptor lists to gather into (empty, from the state's pool).
+fn process_packet_with(
+    dev: &Dev,
+    st: &mut State,
+    e: usize,
+    q: usize,
+    md: &mut Vec<UdmaDesc>,
+    sd: &mut Vec<UdmaDesc>,
+) -> bool {
+    let m = match collect(dev, st, e, q, Half::M2s, md) {
         Ok(Some(x)) => x,
         Ok(None) => return false,
         Err(a) => {
@@ -357,7 +372,7 @@ fn process_packet(dev: &Dev, st: &mut State, e: usize, q: usize) -> bool {
             return false;
         }
     };
-    let s = match collect(dev, st, e, q, Half::S2m, &mut sd) {
+    let s = match collect(dev, st, e, q, Half::S2m, sd) {
         Ok(Some(x)) => x,
         Ok(None) => return false,
         Err(a) => {
@@ -387,7 +402,7 @@ fn process_packet(dev: &Dev, st: &mut State, e: usize, q: usize) -> bool {
         abort(dev, st, e, q, Abort::LenMismatch, None);
         return false;
     }
-    if let Err((a, f)) = copy(dev, st, &md, &sd, total) {
+    if let Err((a, f)) = copy(dev, st, md, sd, total) {
         abort(dev, st, e, q, a, Some(f));
         return false;
     }
@@ -421,19 +436,35 @@ fn max_desc_per_pkt(dev: &Dev, st: &State, e: usize) -> u32 {
 
 /// Copy `total` bytes from the M2S descriptors' buffers into the S2M descriptors' buffers.
 fn copy(dev: &Dev, st: &mut State, md: &[UdmaDesc], sd: &[UdmaDesc], total: u64) -> Result<(), (Abort, DmaFault)> {
+    let mut src = st.take_segs();
+    let mut dst = st.take_segs();
+    let r = copy_with(dev, st, md, sd, total, &mut src, &mut dst);
+    st.give_segs(src);
+    st.give_segs(dst);
+    r
+}
+
+/// `copy` with the segment lists to resolve into (empty, from the state's pool).
+fn copy_with(
+    dev: &Dev,
+    st: &mut State,
+    md: &[UdmaDesc],
+    sd: &[UdmaDesc],
+    total: u64,
+    src: &mut Vec<Seg>,
+    dst: &mut Vec<Seg>,
+) -> Result<(), (Abort, DmaFault)> {
     let maps = dev.iommu.maps.read().unwrap_or_else(|e| e.into_inner());
-    let mut src = Vec::new();
     for d in md {
-        dev.resolve(&maps, d.addr, d.ctrl.len as u64, false, &mut src).map_err(|f| (Abort::M2sData, f))?;
+        dev.resolve(&maps, d.addr, d.ctrl.len as u64, false, src).map_err(|f| (Abort::M2sData, f))?;
     }
-    let mut dst = Vec::new();
     let mut left = total;
     for d in sd {
         if left == 0 {
             break;
         }
         let n = left.min(d.ctrl.len as u64);
-        dev.resolve(&maps, d.addr, n, true, &mut dst).map_err(|f| (Abort::S2mData, f))?;
+        dev.resolve(&maps, d.addr, n, true, dst).map_err(|f| (Abort::S2mData, f))?;
         left -= n;
     }
     let all_mem = src.iter().chain(dst.iter()).all(|s| matches!(s, Seg::Mem(..)));

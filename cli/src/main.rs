@@ -33,8 +33,8 @@ struct Cli {
     #[arg(long, global = true)]
     json: bool,
     /// sim[:ARCH[:N]] | <PCI BDF> (default: the first Neuron device bound to vfio-pci, else
-    /// the simulator with a notice). `sim:mariana:2` is a topology of 2 devices; commands act
-    /// on device 0 unless they list.
+    /// the simulator with a notice). `sim:mariana:2` is a topology of 2 devices: `ls` lists
+    /// them all, other commands act on device 0.
     #[arg(long, global = true, value_name = "DEVICE")]
     device: Option<String>,
     /// How the simulator runs device work.

@@ -26,7 +26,9 @@ use report::CliError;
     about = "Userspace driver and runtime for AWS Neuron devices (VFIO or the built-in simulator)",
     after_help = "Logging: NEURON_RT_LOG_LEVEL=error|warn|info|debug|trace (default warn), to stderr.\n\
                   Environment: NEURON_VFIO_SYSFS (sysfs root), NEURON_VFIO_DEVDIR (/dev root), \
-                  NEURON_VFIO_STATE_DIR (where bind records the replaced driver)."
+                  NEURON_VFIO_STATE_DIR (where bind records the replaced driver), \
+                  NEURON_VFIO_BACKEND=auto|container|iommufd (the VFIO interface; auto: the \
+                  container where the kernel has it, else iommufd)."
 )]
 struct Cli {
     /// Machine-readable JSON output (errors too: {"status","code","error"}).

@@ -4,6 +4,9 @@
 //!
 //! Environment (for fabricated trees in tests and for appliance images): `NEURON_VFIO_SYSFS`
 //! (sysfs root, default `/sys`) and `NEURON_VFIO_DEVDIR` (device-node root, default `/dev`).
+//! `NEURON_VFIO_BACKEND` chooses the VFIO interface: `container` (legacy `/dev/vfio/vfio`),
+//! `iommufd` (`/dev/iommu` + the VFIO device cdev) or `auto` (default: the container where the
+//! kernel has it, else iommufd — kernels built without CONFIG_VFIO_CONTAINER).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -11,7 +14,7 @@ use std::sync::Arc;
 use csr_maps::Arch;
 use platform::Platform;
 use sim::{SimConfig, SimDevice, SimTopology, Timing};
-use vfio::{Filter, PciAddress, PciFunction, Sysfs};
+use vfio::{Backend, Filter, PciAddress, PciFunction, Sysfs, VfioSupport};
 
 /// The driver a device must be bound to.
 pub const VFIO_PCI: &str = "vfio-pci";
@@ -151,6 +154,39 @@ pub fn check_usable(sys: &Sysfs, addr: PciAddress) -> Result<(PciFunction, &'sta
     Ok((f, arch))
 }
 
+/// The VFIO backend for `requested` (`NEURON_VFIO_BACKEND`: None or `auto`, `container`,
+/// `iommufd`) given what the system offers.
+pub fn choose_backend(requested: Option<&str>, support: &VfioSupport) -> Result<Backend, SelectError> {
+    match requested.map(str::trim) {
+        None | Some("") | Some("auto") => {
+            if support.container {
+                Ok(Backend::Container)
+            } else if support.iommufd {
+                Ok(Backend::Iommufd)
+            } else {
+                Err(SelectError::Unusable(
+                    "neither /dev/vfio/vfio nor /dev/iommu exists: modprobe vfio-pci (and iommufd)".into(),
+                ))
+            }
+        }
+        Some("container") if support.container => Ok(Backend::Container),
+        Some("container") => Err(SelectError::Unusable(
+            "NEURON_VFIO_BACKEND=container but /dev/vfio/vfio is missing (kernel without \
+             CONFIG_VFIO_CONTAINER, or vfio not loaded); use iommufd or auto"
+                .into(),
+        )),
+        Some("iommufd") if support.iommufd => Ok(Backend::Iommufd),
+        Some("iommufd") => Err(SelectError::Unusable(
+            "NEURON_VFIO_BACKEND=iommufd but /dev/iommu is missing (modprobe iommufd; the kernel \
+             needs CONFIG_IOMMUFD and CONFIG_VFIO_DEVICE_CDEV)"
+                .into(),
+        )),
+        Some(other) => {
+            Err(SelectError::Invalid(format!("NEURON_VFIO_BACKEND={other:?}: expected auto, container or iommufd")))
+        }
+    }
+}
+
 /// Platforms to hand to a driver or runtime, and the simulators among them (kept alive).
 pub type Opened = (Vec<Arc<dyn Platform>>, Vec<SimDevice>);
 
@@ -174,7 +210,11 @@ pub fn open_platforms(spec: &Spec, timing: Timing) -> Result<Opened, SelectError
         Spec::Pci(addr) => {
             let sys = sysfs();
             let (f, _) = check_usable(&sys, *addr)?;
-            let opts = vfio::OpenOptions { sysfs: sys.clone(), dev: dev_dir(), ..Default::default() };
+            let dev = dev_dir();
+            let requested = std::env::var("NEURON_VFIO_BACKEND").ok();
+            let backend = choose_backend(requested.as_deref(), &vfio::probe_support(&sys, &dev))?;
+            tracing::info!(bdf = %f.address, %backend, "opening through VFIO");
+            let opts = vfio::OpenOptions { backend, sysfs: sys.clone(), dev, ..Default::default() };
             let p = vfio::VfioPlatform::open(f.address, &opts)
                 .map_err(|e| SelectError::Unusable(format!("{addr}: {e}")))?;
             Ok((vec![Arc::new(p) as Arc<dyn Platform>], Vec::new()))
@@ -198,6 +238,23 @@ mod tests {
         for bad in ["sim:inf1", "sim:sunda:0", "sim:sunda:17", "sim:sunda:2:1", "0000:zz:00.0", "gpu0"] {
             assert!(matches!(Spec::parse(Some(bad)), Err(SelectError::Invalid(_))), "{bad}");
         }
+    }
+
+    #[test]
+    fn chooses_the_vfio_backend() {
+        let s = |container, iommufd| VfioSupport { container, iommufd, vfio_pci: true };
+        assert_eq!(choose_backend(None, &s(true, true)), Ok(Backend::Container));
+        assert_eq!(choose_backend(Some("auto"), &s(false, true)), Ok(Backend::Iommufd));
+        assert_eq!(choose_backend(Some("iommufd"), &s(true, true)), Ok(Backend::Iommufd));
+        assert_eq!(choose_backend(Some("container"), &s(true, false)), Ok(Backend::Container));
+        assert!(matches!(choose_backend(None, &s(false, false)), Err(SelectError::Unusable(_))));
+        assert!(
+            matches!(choose_backend(Some("container"), &s(false, true)), Err(SelectError::Unusable(m)) if m.contains("CONFIG_VFIO_CONTAINER"))
+        );
+        assert!(
+            matches!(choose_backend(Some("iommufd"), &s(true, false)), Err(SelectError::Unusable(m)) if m.contains("/dev/iommu"))
+        );
+        assert!(matches!(choose_backend(Some("noiommu"), &s(true, true)), Err(SelectError::Invalid(_))));
     }
 
     #[test]

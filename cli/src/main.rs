@@ -27,8 +27,9 @@ use report::CliError;
     after_help = "Logging: NEURON_RT_LOG_LEVEL=error|warn|info|debug|trace (default warn), to stderr.\n\
                   Environment: NEURON_VFIO_SYSFS (sysfs root), NEURON_VFIO_DEVDIR (/dev root), \
                   NEURON_VFIO_STATE_DIR (where bind records the replaced driver), \
-                  NEURON_VFIO_BACKEND=auto|container|iommufd (the VFIO interface; auto: the \
-                  container where the kernel has it, else iommufd)."
+                  NEURON_VFIO_BACKEND=auto|container|iommufd|noiommu (the VFIO interface; auto: \
+                  the container where the kernel has it, else iommufd; noiommu: UNSAFE opt-in to \
+                  vfio's no-IOMMU mode for a device no IOMMU translates, e.g. in a VM without a vIOMMU)."
 )]
 struct Cli {
     /// Machine-readable JSON output (errors too: {"status","code","error"}).

@@ -102,7 +102,12 @@ pub struct Device {
 impl Device {
     /// Open the device behind `platform`: identify the arch, map BARs, wait for the
     /// firmware. Call [`Device::init`] to bring up the DMA engines.
-    pub fn open(platform: Arc<dyn Platform>, opts: DeviceOptions) -> Result<Self> {
+    pub fn open(platform: Arc<dyn Platform>, mut opts: DeviceOptions) -> Result<Self> {
+        // Host chunks (and bounce buffers) must fit in one DMA mapping of the platform (one
+        // hugepage in VFIO's no-IOMMU mode).
+        if let Some(max) = platform.max_dma_mapping() {
+            opts.host_chunk = opts.host_chunk.min(max.max(4096));
+        }
         let id = platform.identity();
         let arch = Arch::by_pci_id(id.vendor, id.device)
             .ok_or(HalError::UnknownDevice { vendor: id.vendor, device: id.device })?;

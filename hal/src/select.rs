@@ -6,7 +6,10 @@
 //! (sysfs root, default `/sys`) and `NEURON_VFIO_DEVDIR` (device-node root, default `/dev`).
 //! `NEURON_VFIO_BACKEND` chooses the VFIO interface: `container` (legacy `/dev/vfio/vfio`),
 //! `iommufd` (`/dev/iommu` + the VFIO device cdev) or `auto` (default: the container where the
-//! kernel has it, else iommufd — kernels built without CONFIG_VFIO_CONTAINER).
+//! kernel has it, else iommufd — kernels built without CONFIG_VFIO_CONTAINER), or `noiommu`:
+//! the explicit, UNSAFE opt-in for hosts whose IOMMU does not translate the device (e.g. VMs
+//! without a virtual IOMMU): vfio's no-IOMMU mode (loaded with enable_unsafe_noiommu_mode=1),
+//! DMA at physical addresses, no isolation; a device behind a real IOMMU still uses it.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -155,9 +158,22 @@ pub fn check_usable(sys: &Sysfs, addr: PciAddress) -> Result<(PciFunction, &'sta
 }
 
 /// The VFIO backend for `requested` (`NEURON_VFIO_BACKEND`: None or `auto`, `container`,
-/// `iommufd`) given what the system offers.
-pub fn choose_backend(requested: Option<&str>, support: &VfioSupport) -> Result<Backend, SelectError> {
-    match requested.map(str::trim) {
+/// `iommufd`, `noiommu`) given what the system offers, and whether no-IOMMU mode is allowed.
+pub fn choose_backend(requested: Option<&str>, support: &VfioSupport) -> Result<(Backend, bool), SelectError> {
+    if requested.map(str::trim) == Some("noiommu") {
+        // vfio picks no-IOMMU mode only for a device no IOMMU translates (and refuses it
+        // unless vfio was loaded with enable_unsafe_noiommu_mode=1); others use the container.
+        return if support.container {
+            Ok((Backend::Container, true))
+        } else {
+            Err(SelectError::Unusable(
+                "NEURON_VFIO_BACKEND=noiommu needs /dev/vfio/vfio: modprobe vfio enable_unsafe_noiommu_mode=1 \
+                 && modprobe vfio-pci"
+                    .into(),
+            ))
+        };
+    }
+    let backend = match requested.map(str::trim) {
         None | Some("") | Some("auto") => {
             if support.container {
                 Ok(Backend::Container)
@@ -181,10 +197,11 @@ pub fn choose_backend(requested: Option<&str>, support: &VfioSupport) -> Result<
              needs CONFIG_IOMMUFD and CONFIG_VFIO_DEVICE_CDEV)"
                 .into(),
         )),
-        Some(other) => {
-            Err(SelectError::Invalid(format!("NEURON_VFIO_BACKEND={other:?}: expected auto, container or iommufd")))
-        }
-    }
+        Some(other) => Err(SelectError::Invalid(format!(
+            "NEURON_VFIO_BACKEND={other:?}: expected auto, container, iommufd or noiommu"
+        ))),
+    }?;
+    Ok((backend, false))
 }
 
 /// Platforms to hand to a driver or runtime, and the simulators among them (kept alive).
@@ -212,9 +229,9 @@ pub fn open_platforms(spec: &Spec, timing: Timing) -> Result<Opened, SelectError
             let (f, _) = check_usable(&sys, *addr)?;
             let dev = dev_dir();
             let requested = std::env::var("NEURON_VFIO_BACKEND").ok();
-            let backend = choose_backend(requested.as_deref(), &vfio::probe_support(&sys, &dev))?;
-            tracing::info!(bdf = %f.address, %backend, "opening through VFIO");
-            let opts = vfio::OpenOptions { backend, sysfs: sys.clone(), dev, ..Default::default() };
+            let (backend, allow_noiommu) = choose_backend(requested.as_deref(), &vfio::probe_support(&sys, &dev))?;
+            tracing::info!(bdf = %f.address, %backend, allow_noiommu, "opening through VFIO");
+            let opts = vfio::OpenOptions { backend, sysfs: sys.clone(), dev, allow_noiommu, ..Default::default() };
             let p = vfio::VfioPlatform::open(f.address, &opts)
                 .map_err(|e| SelectError::Unusable(format!("{addr}: {e}")))?;
             Ok((vec![Arc::new(p) as Arc<dyn Platform>], Vec::new()))
@@ -243,10 +260,12 @@ mod tests {
     #[test]
     fn chooses_the_vfio_backend() {
         let s = |container, iommufd| VfioSupport { container, iommufd, vfio_pci: true };
-        assert_eq!(choose_backend(None, &s(true, true)), Ok(Backend::Container));
-        assert_eq!(choose_backend(Some("auto"), &s(false, true)), Ok(Backend::Iommufd));
-        assert_eq!(choose_backend(Some("iommufd"), &s(true, true)), Ok(Backend::Iommufd));
-        assert_eq!(choose_backend(Some("container"), &s(true, false)), Ok(Backend::Container));
+        assert_eq!(choose_backend(None, &s(true, true)), Ok((Backend::Container, false)));
+        assert_eq!(choose_backend(Some("auto"), &s(false, true)), Ok((Backend::Iommufd, false)));
+        assert_eq!(choose_backend(Some("iommufd"), &s(true, true)), Ok((Backend::Iommufd, false)));
+        assert_eq!(choose_backend(Some("container"), &s(true, false)), Ok((Backend::Container, false)));
+        assert_eq!(choose_backend(Some("noiommu"), &s(true, false)), Ok((Backend::Container, true)));
+        assert!(matches!(choose_backend(Some("noiommu"), &s(false, true)), Err(SelectError::Unusable(_))));
         assert!(matches!(choose_backend(None, &s(false, false)), Err(SelectError::Unusable(_))));
         assert!(
             matches!(choose_backend(Some("container"), &s(false, true)), Err(SelectError::Unusable(m)) if m.contains("CONFIG_VFIO_CONTAINER"))
@@ -254,7 +273,7 @@ mod tests {
         assert!(
             matches!(choose_backend(Some("iommufd"), &s(true, false)), Err(SelectError::Unusable(m)) if m.contains("/dev/iommu"))
         );
-        assert!(matches!(choose_backend(Some("noiommu"), &s(true, true)), Err(SelectError::Invalid(_))));
+        assert!(matches!(choose_backend(Some("type1"), &s(true, true)), Err(SelectError::Invalid(_))));
     }
 
     #[test]

@@ -345,3 +345,65 @@ fn unknown_pci_id_is_refused() {
     let e = Device::open(Arc::new(Fake(sim)), DeviceOptions::default()).err().unwrap();
     assert!(matches!(e, HalError::UnknownDevice { vendor: 0x1234, device: 0x11e8 }));
 }
+
+/// A platform whose DMA mappings are limited in size, like VFIO's no-IOMMU mode (one
+/// hugepage): host chunks and bounce buffers must fit, so transfers larger than the limit
+/// still work.
+#[test]
+fn platform_dma_mapping_limit_is_honoured() {
+    const LIMIT: usize = 1 << 20;
+    struct Limited(SimDevice);
+    impl Platform for Limited {
+        fn identity(&self) -> platform::DeviceIdentity {
+            self.0.identity()
+        }
+        fn bar(&self, i: u8) -> Result<Arc<dyn platform::Mmio>, platform::PlatformError> {
+            self.0.bar(i)
+        }
+        fn dma_map(
+            &self,
+            m: platform::HostMem,
+            d: platform::DmaDir,
+        ) -> Result<platform::DmaMapping, platform::PlatformError> {
+            if m.len() > LIMIT {
+                return Err(platform::PlatformError::DmaMap(format!(
+                    "{} bytes exceed the {LIMIT}-byte limit",
+                    m.len()
+                )));
+            }
+            self.0.dma_map(m, d)
+        }
+        fn irq_eventfd(&self, v: u32) -> Result<Option<std::os::fd::OwnedFd>, platform::PlatformError> {
+            self.0.irq_eventfd(v)
+        }
+        fn reset(&self) -> Result<(), platform::PlatformError> {
+            self.0.reset()
+        }
+        fn account_device_memory(&self, delta: i64) {
+            self.0.account_device_memory(delta)
+        }
+        fn max_dma_mapping(&self) -> Option<usize> {
+            Some(LIMIT)
+        }
+    }
+    let sim = SimDevice::new(SimConfig::new(&CAYMAN).hbm_bytes(1 << 26)).unwrap();
+    let opts = DeviceOptions { hbm_limit: Some(1 << 26), ..Default::default() };
+    assert!(opts.host_chunk > LIMIT, "the default chunk must exceed the limit for this test to mean anything");
+    let dev = Device::open(Arc::new(Limited(sim.clone())), opts).unwrap();
+    dev.init().unwrap();
+    let len = 3 * LIMIT + 1;
+    let a = dev.alloc_device(dev.hbm_for_nc(0), len as u64, 4096).unwrap();
+    let data = pattern(len, 7);
+    dev.write_device(0, a.addr(), &data).unwrap();
+    let mut back = vec![0u8; len];
+    dev.read_device(0, a.addr(), &mut back).unwrap();
+    assert!(back == data);
+    // Small host buffers share chunks that fit the limit; one larger than it is refused.
+    let small: Vec<_> = (0..8).map(|_| dev.alloc_host(4096, 64).unwrap()).collect();
+    assert!(matches!(dev.alloc_host(LIMIT + 1, 64), Err(HalError::Platform(_))));
+    drop(small);
+    drop(a);
+    dev.close();
+    drop(dev);
+    assert_clean(&sim);
+}

@@ -79,4 +79,11 @@ pub trait Platform: Send + Sync {
     /// (positive) or freed (negative). Hardware ignores it; the simulator audits it so
     /// tests can prove that nothing leaks.
     fn account_device_memory(&self, _delta: i64) {}
+
+    /// The largest buffer one [`Platform::dma_map`] can cover, when the platform limits it
+    /// (`None`: any size). VFIO's no-IOMMU mode gives the device physical addresses, so a
+    /// mapping must be physically contiguous: one hugepage at most.
+    fn max_dma_mapping(&self) -> Option<usize> {
+        None
+    }
 }

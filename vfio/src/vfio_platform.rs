@@ -80,6 +80,10 @@ impl VfioPlatform {
 }
 
 impl Platform for VfioPlatform {
+    fn max_dma_mapping(&self) -> Option<usize> {
+        (self.device.backend() == crate::Backend::NoIommu).then(|| platform::PageSize::Huge2M.bytes())
+    }
+
     fn identity(&self) -> DeviceIdentity {
         self.identity.clone()
     }

@@ -71,6 +71,7 @@ const NOIOMMU_CHECKS: &[&str] = &[
     "noiommu.id",
     "noiommu.factorial",
     "noiommu.dma.roundtrip",
+    "noiommu.platform",
     "noiommu.unbind",
 ];
 

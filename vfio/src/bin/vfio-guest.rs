@@ -473,6 +473,26 @@ fn noiommu(rep: &mut Report, sysfs: &Sysfs) {
             noiommu_device(rep, &dev);
         }
     }
+    // As a Platform (what hal drives): mappings are limited to one hugepage, and one that
+    // size maps at a physical address.
+    rep.check(
+        "noiommu.platform",
+        (|| -> Res<_> {
+            use platform::Platform;
+            let p = vfio::VfioPlatform::open(f.address, &allow).map_err(s)?;
+            let max = p.max_dma_mapping();
+            if max != Some(PageSize::Huge2M.bytes()) {
+                return Err(format!("max_dma_mapping {max:?}, expected one 2 MiB hugepage"));
+            }
+            let m =
+                p.dma_map(HostMem::alloc(PageSize::Huge2M.bytes()).map_err(s)?, DmaDir::Bidirectional).map_err(s)?;
+            Ok(format!(
+                "max_dma_mapping {max:?}; a 2 MiB buffer ({:?} pages) maps at {:#x}",
+                m.mem().page_size(),
+                m.iova()
+            ))
+        })(),
+    );
     rep.check(
         "noiommu.unbind",
         (|| -> Res<_> {

@@ -124,8 +124,8 @@ typedef struct nrt_version {
 /* ---- lifecycle --------------------------------------------------------------------- */
 
 /* Open the device (NEURON_VFIO_DEVICE=sim[:ARCH[:N]] | BDF; default: the first Neuron
- * device bound to vfio-pci, else the simulator) and initialise the runtime. Version
- * strings may be NULL. */
+ * device bound to vfio-pci, else the simulator; NEURON_VFIO_BACKEND=auto|container|iommufd|
+ * noiommu picks the VFIO interface) and initialise the runtime. Version strings may be NULL. */
 NRT_STATUS nrt_init(nrt_framework_type_t framework, const char *fw_version, const char *fal_version);
 
 /* Unload all models and release the devices. Later calls return NRT_CLOSED. */

@@ -2,8 +2,9 @@
 //! first Neuron device bound to vfio-pci, else the simulator — the same selection as the
 //! CLI's `--device` (both use `hal::select`).
 //!
-//! Other knobs: `NEURON_VFIO_SYSFS`, `NEURON_VFIO_DEVDIR` (see `hal::select`) and, for the
-//! simulator, `NEURON_VFIO_SIM_TIMING=inline|threaded` (default `inline`).
+//! Other knobs: `NEURON_VFIO_SYSFS`, `NEURON_VFIO_DEVDIR`, `NEURON_VFIO_BACKEND` (see
+//! `hal::select`) and, for the simulator, `NEURON_VFIO_SIM_TIMING=inline|threaded` (default
+//! `inline`).
 
 use std::sync::Arc;
 

@@ -3,8 +3,9 @@
 //!
 //! - [`UcodeContext`]: created only at API level 3 (else error 4).
 //! - [`UcodeCore`]: one core (a Q7 pool core or an NX engine core); `on_ucode_booted`
-//!   performs the claim handshake (READY 0x6099CB34 → CLAIMED 0x502B2DA1; already
-//!   claimed → 8); dropping a booted core releases it (writes READY back).
+//!   performs the claim handshake (`READY` → `CLAIMED`, the words in
+//!   [`csr_maps::consts::q7`]; already claimed → 8); dropping a booted core releases it
+//!   (writes `READY` back).
 //! - [`LoadableLib`]: a prelinked UCPL image staged in device memory (> 64 KiB → 7).
 //! - [`Opset`]: 256 opcode slots, each optionally a 256-bit specialisation bitmap.
 //! - DGE: priority-class map and mailboxes, gated to NX_POOL coretypes (violation → 8).

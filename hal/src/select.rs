@@ -160,48 +160,34 @@ pub fn check_usable(sys: &Sysfs, addr: PciAddress) -> Result<(PciFunction, &'sta
 /// The VFIO backend for `requested` (`NEURON_VFIO_BACKEND`: None or `auto`, `container`,
 /// `iommufd`, `noiommu`) given what the system offers, and whether no-IOMMU mode is allowed.
 pub fn choose_backend(requested: Option<&str>, support: &VfioSupport) -> Result<(Backend, bool), SelectError> {
-    if requested.map(str::trim) == Some("noiommu") {
+    let missing = |m: &str| Err(SelectError::Unusable(m.into()));
+    match requested.map(str::trim) {
+        None | Some("") | Some("auto") if support.container => Ok((Backend::Container, false)),
+        None | Some("") | Some("auto") if support.iommufd => Ok((Backend::Iommufd, false)),
+        None | Some("") | Some("auto") => {
+            missing("neither /dev/vfio/vfio nor /dev/iommu exists: modprobe vfio-pci (and iommufd)")
+        }
+        Some("container") if support.container => Ok((Backend::Container, false)),
+        Some("container") => missing(
+            "NEURON_VFIO_BACKEND=container but /dev/vfio/vfio is missing (kernel without \
+             CONFIG_VFIO_CONTAINER, or vfio not loaded); use iommufd or auto",
+        ),
+        Some("iommufd") if support.iommufd => Ok((Backend::Iommufd, false)),
+        Some("iommufd") => missing(
+            "NEURON_VFIO_BACKEND=iommufd but /dev/iommu is missing (modprobe iommufd; the kernel \
+             needs CONFIG_IOMMUFD and CONFIG_VFIO_DEVICE_CDEV)",
+        ),
         // vfio picks no-IOMMU mode only for a device no IOMMU translates (and refuses it
         // unless vfio was loaded with enable_unsafe_noiommu_mode=1); others use the container.
-        return if support.container {
-            Ok((Backend::Container, true))
-        } else {
-            Err(SelectError::Unusable(
-                "NEURON_VFIO_BACKEND=noiommu needs /dev/vfio/vfio: modprobe vfio enable_unsafe_noiommu_mode=1 \
-                 && modprobe vfio-pci"
-                    .into(),
-            ))
-        };
-    }
-    let backend = match requested.map(str::trim) {
-        None | Some("") | Some("auto") => {
-            if support.container {
-                Ok(Backend::Container)
-            } else if support.iommufd {
-                Ok(Backend::Iommufd)
-            } else {
-                Err(SelectError::Unusable(
-                    "neither /dev/vfio/vfio nor /dev/iommu exists: modprobe vfio-pci (and iommufd)".into(),
-                ))
-            }
-        }
-        Some("container") if support.container => Ok(Backend::Container),
-        Some("container") => Err(SelectError::Unusable(
-            "NEURON_VFIO_BACKEND=container but /dev/vfio/vfio is missing (kernel without \
-             CONFIG_VFIO_CONTAINER, or vfio not loaded); use iommufd or auto"
-                .into(),
-        )),
-        Some("iommufd") if support.iommufd => Ok(Backend::Iommufd),
-        Some("iommufd") => Err(SelectError::Unusable(
-            "NEURON_VFIO_BACKEND=iommufd but /dev/iommu is missing (modprobe iommufd; the kernel \
-             needs CONFIG_IOMMUFD and CONFIG_VFIO_DEVICE_CDEV)"
-                .into(),
-        )),
+        Some("noiommu") if support.container => Ok((Backend::Container, true)),
+        Some("noiommu") => missing(
+            "NEURON_VFIO_BACKEND=noiommu needs /dev/vfio/vfio: modprobe vfio enable_unsafe_noiommu_mode=1 \
+             && modprobe vfio-pci",
+        ),
         Some(other) => Err(SelectError::Invalid(format!(
             "NEURON_VFIO_BACKEND={other:?}: expected auto, container, iommufd or noiommu"
         ))),
-    }?;
-    Ok((backend, false))
+    }
 }
 
 /// Platforms to hand to a driver or runtime, and the simulators among them (kept alive).

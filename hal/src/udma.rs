@@ -109,7 +109,8 @@ pub struct Ring {
     pub queue: u64,
     m2s_ring: HostBuf,
     s2m_ring: HostBuf,
-    /// Two words: marker source (0xABCDEF01) and completion destination.
+    /// Two words: marker source ([`csr_maps::consts::udma::COMPLETION_MARKER`]) and
+    /// completion destination.
     marker: HostBuf,
     ndesc: u32,
     next: u32,

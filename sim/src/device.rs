@@ -133,34 +133,31 @@ pub(crate) struct State {
     pub dge_bytes: Vec<u64>,
     pub scratch: Vec<u8>,
     /// Reusable segment lists (device accesses resolve into them without allocating).
-    pub seg_pool: Vec<Vec<Seg>>,
+    pub seg_pool: ListPool<Seg>,
     /// Reusable descriptor lists (UDMA packets are gathered into them without allocating).
-    pub desc_pool: Vec<Vec<csr_maps::formats::udma::UdmaDesc>>,
+    pub desc_pool: ListPool<csr_maps::formats::udma::UdmaDesc>,
 }
 
-impl State {
-    /// An empty segment list from the pool.
-    pub fn take_segs(&mut self) -> Vec<Seg> {
-        let mut v = self.seg_pool.pop().unwrap_or_default();
+/// Emptied lists kept for reuse, so the device's hot paths do not allocate.
+pub(crate) struct ListPool<T>(Vec<Vec<T>>);
+
+impl<T> Default for ListPool<T> {
+    fn default() -> Self {
+        Self(Vec::new())
+    }
+}
+
+impl<T> ListPool<T> {
+    /// An empty list (a pooled one when available).
+    pub fn take(&mut self) -> Vec<T> {
+        let mut v = self.0.pop().unwrap_or_default();
         v.clear();
         v
     }
-    /// Return a segment list to the pool.
-    pub fn give_segs(&mut self, v: Vec<Seg>) {
-        if self.seg_pool.len() < 8 {
-            self.seg_pool.push(v);
-        }
-    }
-    /// An empty descriptor list from the pool.
-    pub fn take_descs(&mut self) -> Vec<csr_maps::formats::udma::UdmaDesc> {
-        let mut v = self.desc_pool.pop().unwrap_or_default();
-        v.clear();
-        v
-    }
-    /// Return a descriptor list to the pool.
-    pub fn give_descs(&mut self, v: Vec<csr_maps::formats::udma::UdmaDesc>) {
-        if self.desc_pool.len() < 8 {
-            self.desc_pool.push(v);
+    /// Return a list for reuse (a few are kept).
+    pub fn give(&mut self, v: Vec<T>) {
+        if self.0.len() < 8 {
+            self.0.push(v);
         }
     }
 }
@@ -295,64 +292,70 @@ impl Dev {
         })
     }
 
+    /// Resolve `[addr, addr+len)` into a pooled segment list and run `f` on it while the
+    /// IOMMU read guard is held (host pieces stay mapped for the whole access).
+    fn with_segs<R>(
+        &self,
+        st: &mut State,
+        addr: u64,
+        len: u64,
+        write: bool,
+        f: impl FnOnce(&mut State, &[Seg]) -> R,
+    ) -> Result<R, DmaFault> {
+        let maps = self.iommu.maps.read().unwrap_or_else(|e| e.into_inner());
+        let mut segs = st.seg_pool.take();
+        let r = self.resolve(&maps, addr, len, write, &mut segs).map(|()| f(st, &segs));
+        st.seg_pool.give(segs);
+        r
+    }
+
     /// Read device memory (not CSRs) at a device address.
     pub fn dev_read(&self, st: &mut State, addr: u64, buf: &mut [u8]) -> Result<(), DmaFault> {
-        let maps = self.iommu.maps.read().unwrap_or_else(|e| e.into_inner());
-        let mut segs = st.take_segs();
-        let r = self.resolve(&maps, addr, buf.len() as u64, false, &mut segs);
-        if let Err(f) = r {
-            st.give_segs(segs);
-            return Err(f);
-        }
-        let mut o = 0;
-        for &s in &segs {
-            match s {
-                Seg::Mem(p, l) => {
-                    // SAFETY: `p..p+l` lies inside a live HostMem (HBM, state buffer, or a host
-                    // buffer kept mapped by the held IOMMU read guard); `buf` is distinct.
-                    unsafe { std::ptr::copy_nonoverlapping(p as *const u8, buf[o..o + l].as_mut_ptr(), l) };
-                    o += l;
-                }
-                Seg::Csr(off, l) => {
-                    for w in 0..l.div_ceil(4) {
-                        let v = self.reg_read(st, off + 4 * w as u64).to_le_bytes();
-                        let n = (l - 4 * w).min(4);
-                        buf[o + 4 * w..o + 4 * w + n].copy_from_slice(&v[..n]);
+        self.with_segs(st, addr, buf.len() as u64, false, |st, segs| {
+            let mut o = 0;
+            for &s in segs {
+                match s {
+                    Seg::Mem(p, l) => {
+                        // SAFETY: `p..p+l` lies inside a live HostMem (HBM, state buffer, or a
+                        // host buffer kept mapped by the IOMMU read guard `with_segs` holds);
+                        // `buf` is distinct.
+                        unsafe { std::ptr::copy_nonoverlapping(p as *const u8, buf[o..o + l].as_mut_ptr(), l) };
+                        o += l;
                     }
-                    o += l;
+                    Seg::Csr(off, l) => {
+                        for w in 0..l.div_ceil(4) {
+                            let v = self.reg_read(st, off + 4 * w as u64).to_le_bytes();
+                            let n = (l - 4 * w).min(4);
+                            buf[o + 4 * w..o + 4 * w + n].copy_from_slice(&v[..n]);
+                        }
+                        o += l;
+                    }
                 }
             }
-        }
+        })?;
         std::sync::atomic::fence(Ordering::Acquire);
-        st.give_segs(segs);
         Ok(())
     }
 
     /// Write at a device address (memory or CSRs).
     pub fn dev_write(&self, st: &mut State, addr: u64, data: &[u8]) -> Result<(), DmaFault> {
-        let maps = self.iommu.maps.read().unwrap_or_else(|e| e.into_inner());
-        let mut segs = st.take_segs();
-        let r = self.resolve(&maps, addr, data.len() as u64, true, &mut segs);
-        if let Err(f) = r {
-            st.give_segs(segs);
-            return Err(f);
-        }
-        let mut o = 0;
-        for &s in &segs {
-            match s {
-                Seg::Mem(p, l) => {
-                    // SAFETY: as in `dev_read`; the destination is device-writable memory.
-                    unsafe { std::ptr::copy_nonoverlapping(data[o..o + l].as_ptr(), p as *mut u8, l) };
-                    o += l;
-                }
-                Seg::Csr(off, l) => {
-                    drop_guard_write(self, st, off, &data[o..o + l]);
-                    o += l;
+        self.with_segs(st, addr, data.len() as u64, true, |st, segs| {
+            let mut o = 0;
+            for &s in segs {
+                match s {
+                    Seg::Mem(p, l) => {
+                        // SAFETY: as in `dev_read`; the destination is device-writable memory.
+                        unsafe { std::ptr::copy_nonoverlapping(data[o..o + l].as_ptr(), p as *mut u8, l) };
+                        o += l;
+                    }
+                    Seg::Csr(off, l) => {
+                        write_csr_bytes(self, st, off, &data[o..o + l]);
+                        o += l;
+                    }
                 }
             }
-        }
+        })?;
         std::sync::atomic::fence(Ordering::Release);
-        st.give_segs(segs);
         Ok(())
     }
 
@@ -724,8 +727,9 @@ fn is_iofic(hit: &Hit<'_>) -> bool {
         || (hit.kind == Kind::Udma && hit.reg.sub("gen").is_some() && hit.reg.path.len() >= 2)
 }
 
-/// Register writes coming from the device side (DMA to a CSR, WRITE instruction).
-fn drop_guard_write(dev: &Dev, st: &mut State, off: u64, data: &[u8]) {
+/// Register writes coming from the device side (DMA to a CSR, WRITE instruction): 4 bytes at a
+/// time, a partial last word zero-padded.
+fn write_csr_bytes(dev: &Dev, st: &mut State, off: u64, data: &[u8]) {
     for (w, chunk) in data.chunks(4).enumerate() {
         let mut b = [0u8; 4];
         b[..chunk.len()].copy_from_slice(chunk);
@@ -825,8 +829,8 @@ impl SimDevice {
             fw_busy_until: None,
             dge_bytes: vec![0; arch.counts.dma_engines_per_nc as usize],
             scratch: Vec::new(),
-            seg_pool: Vec::new(),
-            desc_pool: Vec::new(),
+            seg_pool: ListPool::default(),
+            desc_pool: ListPool::default(),
         };
         let dev = Arc::new_cyclic(|me| Dev {
             arch,

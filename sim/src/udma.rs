@@ -346,11 +346,11 @@ fn collect(
 }
 
 fn process_packet(dev: &Dev, st: &mut State, e: usize, q: usize) -> bool {
-    let mut md = st.take_descs();
-    let mut sd = st.take_descs();
+    let mut md = st.desc_pool.take();
+    let mut sd = st.desc_pool.take();
     let r = process_packet_with(dev, st, e, q, &mut md, &mut sd);
-    st.give_descs(md);
-    st.give_descs(sd);
+    st.desc_pool.give(md);
+    st.desc_pool.give(sd);
     r
 }
 
@@ -436,11 +436,11 @@ fn max_desc_per_pkt(dev: &Dev, st: &State, e: usize) -> u32 {
 
 /// Copy `total` bytes from the M2S descriptors' buffers into the S2M descriptors' buffers.
 fn copy(dev: &Dev, st: &mut State, md: &[UdmaDesc], sd: &[UdmaDesc], total: u64) -> Result<(), (Abort, DmaFault)> {
-    let mut src = st.take_segs();
-    let mut dst = st.take_segs();
+    let mut src = st.seg_pool.take();
+    let mut dst = st.seg_pool.take();
     let r = copy_with(dev, st, md, sd, total, &mut src, &mut dst);
-    st.give_segs(src);
-    st.give_segs(dst);
+    st.seg_pool.give(src);
+    st.seg_pool.give(dst);
     r
 }
 

@@ -179,15 +179,8 @@ fn to_file(dev: &Device, nc: usize, addr: u64, len: u64, out: &std::path::Path, 
 
 fn copy(a: CopyArgs, spec: &DeviceSpec, timing: SimTiming, json: bool) -> Result<(), CliError> {
     let o = device::open(spec, timing)?;
+    o.check_nc(a.nc)?;
     let dev = &o.dev;
-    if a.nc >= dev.nc_count() {
-        return Err(CliError::invalid(format!(
-            "NeuronCore {} does not exist ({} has {})",
-            a.nc,
-            dev.arch().name,
-            dev.nc_count()
-        )));
-    }
     let start = Instant::now();
     let (dir, addr, len) = if let Some(path) = &a.to_device {
         let addr_s = a.addr.as_deref().ok_or_else(|| CliError::invalid("--to-device needs --addr ADDR"))?;
@@ -261,15 +254,8 @@ fn bench(a: BenchArgs, spec: &DeviceSpec, timing: SimTiming, json: bool) -> Resu
         return Err(CliError::invalid("--iters must be at least 1"));
     }
     let o = device::open(spec, timing)?;
+    o.check_nc(a.nc)?;
     let dev = &o.dev;
-    if a.nc >= dev.nc_count() {
-        return Err(CliError::invalid(format!(
-            "NeuronCore {} does not exist ({} has {})",
-            a.nc,
-            dev.arch().name,
-            dev.nc_count()
-        )));
-    }
     let n = size as usize;
     let chan = dev.hbm_for_nc(a.nc);
     // Pinned (DMA-mapped) host buffers: what the engines move.

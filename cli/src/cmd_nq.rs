@@ -311,14 +311,7 @@ fn slot_json(dev: &Device, s: &SlotState, own: bool, records: Option<Vec<Value>>
 
 fn open_for(spec: &DeviceSpec, timing: SimTiming, a: &NqArgs) -> Result<device::Opened, CliError> {
     let o = device::open(spec, timing)?;
-    if a.nc >= o.dev.nc_count() {
-        return Err(CliError::invalid(format!(
-            "NeuronCore {} does not exist ({} has {})",
-            a.nc,
-            o.dev.arch().name,
-            o.dev.nc_count()
-        )));
-    }
+    o.check_nc(a.nc)?;
     if a.demo && !o.is_sim() {
         return Err(CliError::invalid("--demo runs only on the simulator (--device sim…)"));
     }

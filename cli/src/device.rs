@@ -99,6 +99,17 @@ impl Opened {
     pub fn is_sim(&self) -> bool {
         !self.sims.is_empty()
     }
+    /// `nc` if the device has it, else the error line naming how many it has.
+    pub fn check_nc(&self, nc: usize) -> Result<usize, CliError> {
+        if nc < self.dev.nc_count() {
+            return Ok(nc);
+        }
+        Err(CliError::invalid(format!(
+            "NeuronCore {nc} does not exist ({} has {})",
+            self.dev.arch().name,
+            self.dev.nc_count()
+        )))
+    }
 }
 
 /// Open what `spec` names (a `Default` spec is resolved first): device 0 of a simulated

@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 use csr_maps::consts::seq as seqc;
 use csr_maps::Arch;
 use serde_json::{json, Value};
-use sim::SimTopology;
 use vfio::{Binding, PciAddress, PciFunction, Sysfs};
 
 use crate::device::{self, DeviceSpec, SimTiming, VFIO_PCI};
@@ -54,10 +53,10 @@ fn pci_row(f: &PciFunction, arch: &'static Arch) -> Row {
 }
 
 fn sim_rows(arch: &'static Arch, n: usize, timing: SimTiming) -> Result<Vec<Row>, CliError> {
-    let topo = SimTopology::new(sim::SimConfig::new(arch).timing(timing.into()), n).map_err(CliError::failure)?;
+    let opened = select::open_platforms(&DeviceSpec::Sim { arch, n }, timing.into())?;
     let mut rows = Vec::new();
-    for (i, d) in topo.devices.iter().enumerate() {
-        let id = platform::Platform::identity(d);
+    for (i, d) in opened.platforms.iter().enumerate() {
+        let id = d.identity();
         let arch = Arch::by_pci_id(id.vendor, id.device)
             .ok_or_else(|| CliError::failure(format!("simulated device {i} has an unknown PCI id")))?;
         rows.push(Row {

@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 
 use clap::{Args, Subcommand};
 use csr_maps::consts::{nq as nqc, seq as seqc};
-use csr_maps::formats::device_ops::{events_only, NotifyOp};
+use isa::device_ops::{events_only, NotifyOp};
 use csr_maps::formats::notify::{custom, ntype, InferStatus, Subtype, RECORD_BYTES};
-use csr_maps::formats::slot::{Events, Opcode, TraceMode};
+use isa::slot::{Events, Opcode, TraceMode};
 use hal::{Device, NqOwner, NqRing, Stream};
 use serde_json::{json, Value};
 

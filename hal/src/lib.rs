@@ -13,7 +13,6 @@ pub mod irq;
 pub mod mem;
 pub mod nq;
 pub mod q7;
-pub mod select;
 pub mod seq;
 pub mod udma;
 
@@ -22,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use csr_maps::blocks::tpb_sem as ts;
 use csr_maps::consts::{fwio as fwc, nq as nqc};
-use csr_maps::formats::slot::SLOT_BYTES;
+use isa::slot::SLOT_BYTES;
 use csr_maps::{Arch, Regs};
 use platform::{Mmio, Platform};
 

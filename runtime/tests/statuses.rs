@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use csr_maps::formats::neff_header::NeffHeader;
+use neff::header::NeffHeader;
 use csr_maps::{Arch, CAYMAN, SUNDA};
 use neff::builder;
 use platform::Platform;

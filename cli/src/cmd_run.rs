@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use clap::Args;
 use runtime::{NrtStatus, Runtime, RuntimeConfig, TensorSet};
-use serde_json::{json, Value};
 use select::Opened;
+use serde_json::{json, Value};
 
 use crate::device::{self, DeviceSpec, SimTiming};
 use crate::report::CliError;
@@ -81,7 +81,9 @@ fn parse_faults(specs: &[String]) -> Result<Vec<sim::FaultSpec>, CliError> {
 fn parse_faults(specs: &[String]) -> Result<Vec<std::convert::Infallible>, CliError> {
     match specs.first() {
         None => Ok(Vec::new()),
-        Some(s) => Err(CliError::invalid(format!("--sim-fault {s}: built without the simulator (cargo feature `sim`)"))),
+        Some(s) => {
+            Err(CliError::invalid(format!("--sim-fault {s}: built without the simulator (cargo feature `sim`)")))
+        }
     }
 }
 

@@ -133,11 +133,7 @@ pub fn open(spec: &DeviceSpec, timing: SimTiming) -> Result<Opened, CliError> {
     } else {
         tracing::debug!(bdf = %label, "opened through VFIO");
     }
-    Ok(Opened {
-        dev,
-        simulated,
-        label,
-    })
+    Ok(Opened { dev, simulated, label })
 }
 
 #[cfg(test)]

@@ -3,14 +3,14 @@
 use std::sync::Arc;
 
 use csr_maps::consts::{q7 as q7c, seq as seqc};
-use isa::device_ops::{events_only, NotifyOp};
 use csr_maps::formats::dge::DgeMailbox;
 use csr_maps::formats::notify::{custom, InferStatus, Subtype};
-use isa::slot::{Events, Opcode, UpdateMode};
 use csr_maps::formats::ucpl::UcplHeader;
 use csr_maps::{Arch, CAYMAN, MARIANA, SUNDA};
 use hal::q7::{CoreKind, LoadableLib, UcodeContext, UcodeCore};
 use hal::{Device, DeviceOptions, HalError, NqOwner, Xfer};
+use isa::device_ops::{events_only, NotifyOp};
+use isa::slot::{Events, Opcode, UpdateMode};
 use platform::Platform;
 use sim::{SimConfig, SimDevice, Timing};
 

@@ -34,9 +34,9 @@ use std::io::Read;
 
 pub use arch::{arch_by_name, Arch, Target};
 pub use container::{Blob, MemberInfo, ReadOptions, DEFAULT_MEM_CAP};
+pub use error::NeffError;
 pub use header::NeffHeader;
 pub use isa::slot::{Instruction, SpSlot};
-pub use error::NeffError;
 pub use model::*;
 pub use status::NrtStatus;
 

@@ -1,9 +1,9 @@
 //! Reader tests: every gate, member rule, manifest rule and both def.json shapes, on NEFFs made
 //! by the writer and on hand-corrupted bytes.
 
-use neff::header::NeffHeader;
 use isa::slot::{Instruction, WaitMode};
 use neff::builder::{self, pack, Body, ModelDesc, WriteOptions};
+use neff::header::NeffHeader;
 use neff::*;
 use serde_json::{json, Value};
 

@@ -27,9 +27,9 @@
 use std::collections::BTreeSet;
 
 use csr_maps::consts::seq::ENGINES;
+use hal::{DevBuf, Device, HostBuf, NqOwner, NqRing, Ring, Stream, Xfer};
 use isa::device_ops::{self, CollectiveOp, WriteOp, UPDATE_DEC_COMPLETE};
 use isa::slot::{Dma2d, Dma2dLeg, Events, Instruction, Opcode, UpdateMode, WaitMode, SLOT_BYTES};
-use hal::{DevBuf, Device, HostBuf, NqOwner, NqRing, Ring, Stream, Xfer};
 use neff::{EngineKind, Graph, NrtStatus, Program, VarKind};
 
 /// Reserved semaphores (the top of the 256).

@@ -476,7 +476,9 @@ fn tensor_completions_recorded() {
 
 #[test]
 fn non_sunda_engine2_custom_tag_fixup() {
-    for (arch, engine, want) in [(&csr_maps::CAYMAN, 2, 0x0E), (&csr_maps::SUNDA, 2, 0x05), (&csr_maps::CAYMAN, 3, 0x05)] {
+    for (arch, engine, want) in
+        [(&csr_maps::CAYMAN, 2, 0x0E), (&csr_maps::SUNDA, 2, 0x05), (&csr_maps::CAYMAN, 3, 0x05)]
+    {
         let mut t = ExecTracker::new(1, TrackerConfig::new(arch, TIMEOUT)).unwrap();
         let mut s = [clean(1)];
         let mut r = custom(7, 1);

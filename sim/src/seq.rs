@@ -8,14 +8,14 @@
 use std::sync::atomic::Ordering;
 
 use csr_maps::consts::{q7 as q7c, seq as seqc};
-use isa::device_ops::{CollectiveOp, NotifyOp, WriteOp, UPDATE_DEC_COMPLETE};
 use csr_maps::formats::dge::{allowed_channels, DgeMailbox, MAILBOXES};
 use csr_maps::formats::error::{ErrorId, TpbErrorRecord};
 use csr_maps::formats::notify::{custom, ntype, InferStatus, Subtype};
+use csr_maps::formats::ucpl::{UcplHeader, HEADER_BYTES, MAX_IMAGE_BYTES};
+use isa::device_ops::{CollectiveOp, NotifyOp, WriteOp, UPDATE_DEC_COMPLETE};
 use isa::slot::{
     Dma2d, Dma2dLeg, Events, Instruction, Opcode, TraceMode, UpdateMode, WaitMode, SLOT_BYTES, SLOT_WORDS,
 };
-use csr_maps::formats::ucpl::{UcplHeader, HEADER_BYTES, MAX_IMAGE_BYTES};
 
 use csr_maps::blocks::seq_engine as se;
 

@@ -3,14 +3,14 @@
 mod common;
 use common::*;
 use csr_maps::consts::{fwio as fwc, q7 as q7c};
-use isa::device_ops::NotifyOp;
 use csr_maps::formats::dge::DgeMailbox;
 use csr_maps::formats::error::{ErrorId, TpbErrorRecord};
 use csr_maps::formats::fwio::FwHeader;
 use csr_maps::formats::notify::{custom, Subtype};
-use isa::slot::{Dma2d, Dma2dLeg, Events, Opcode, SlotHeader, SLOT_BYTES};
 use csr_maps::formats::ucpl::UcplHeader;
 use csr_maps::{CAYMAN, MARIANA, SUNDA};
+use isa::device_ops::NotifyOp;
+use isa::slot::{Dma2d, Dma2dLeg, Events, Opcode, SlotHeader, SLOT_BYTES};
 use sim::FaultSpec;
 
 fn notify(sub: u16, v: u32) -> [u8; SLOT_BYTES] {

@@ -3,11 +3,11 @@
 mod common;
 use common::*;
 use csr_maps::consts::seq::{STATE_HALTED, STATE_WAITING};
-use isa::device_ops::{alu, ctype, dtype, CollectiveOp, WriteOp};
 use csr_maps::formats::notify::{ntype, Subtype};
-use isa::slot::{Events, Opcode, SlotHeader, SLOT_BYTES};
 use csr_maps::formats::udma::UdmaDesc;
 use csr_maps::{Arch, CAYMAN, MARIANA, SUNDA};
+use isa::device_ops::{alu, ctype, dtype, CollectiveOp, WriteOp};
+use isa::slot::{Events, Opcode, SlotHeader, SLOT_BYTES};
 use sim::{SimConfig, SimTopology, Timing};
 
 const PE: u64 = 0;

@@ -437,6 +437,23 @@ fn gate11_arch_target() {
 }
 
 #[test]
+fn gate11_unknown_generation_is_invalid_not_the_newest_arch() {
+    // A generation csr-maps does not describe is refused with the target gate's status on
+    // every device, never read as mariana (or any other known arch).
+    for t in ["v1", "v5", "v9"] {
+        let b = with_json("kelf-a.json", |v| v["target"] = json!(t));
+        expect_err(&b, &opts(), NrtStatus::Invalid, &format!("Invalid target {t:?}"));
+        for arch in csr_maps::ARCHES {
+            let o = ReadOptions { arch: Some(arch), allow_legacy: true, ..opts() };
+            expect_err(&b, &o, NrtStatus::Invalid, &format!("Invalid target {t:?}"));
+        }
+    }
+    let b = with_json("kelf-a.json", |v| v["target"] = json!("v4"));
+    let n = Neff::parse(&b, &opts()).expect("v4 is mariana");
+    assert_eq!(n.kelf.target, Target::Arch(&csr_maps::MARIANA));
+}
+
+#[test]
 fn gate12_var_table() {
     let b = with_json("sg00/def.json", |v| {
         v.as_object_mut().map(|o| o.remove("var"));

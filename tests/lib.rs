@@ -1,1 +1,3 @@
 //! Helpers shared by the end-to-end tests.
+
+#![forbid(unsafe_code)]

@@ -1,18 +1,17 @@
 //! Which device `nrt_init` opens: `NEURON_VFIO_DEVICE=sim[:ARCH[:N]] | <PCI BDF>`; unset, the
 //! first Neuron device bound to vfio-pci, else the simulator — the same selection as the
-//! CLI's `--device` (both use `hal::select`).
+//! CLI's `--device` (both use the `select` crate).
 //!
 //! Other knobs: `NEURON_VFIO_SYSFS`, `NEURON_VFIO_DEVDIR`, `NEURON_VFIO_BACKEND` (see
-//! `hal::select`) and, for the simulator, `NEURON_VFIO_SIM_TIMING=inline|threaded` (default
+//! `select`) and, for the simulator, `NEURON_VFIO_SIM_TIMING=inline|threaded` (default
 //! `inline`).
 
 use std::sync::Arc;
 
-use hal::select::{self, SelectError, Spec};
 use neff::NrtStatus;
 use platform::Platform;
 use runtime::RtError;
-use sim::Timing;
+use select::{SelectError, SimTiming, Spec};
 
 /// The device-selection environment variable.
 pub const DEVICE_VAR: &str = "NEURON_VFIO_DEVICE";
@@ -23,6 +22,7 @@ fn rt(e: SelectError) -> RtError {
     match e {
         SelectError::Invalid(m) => RtError::new(NrtStatus::Invalid, format!("{DEVICE_VAR}: {m}")),
         SelectError::Unusable(m) => RtError::new(NrtStatus::Failure, m),
+        e @ SelectError::NoSimulator(_) => RtError::new(NrtStatus::Invalid, format!("{DEVICE_VAR}: {e}")),
     }
 }
 
@@ -65,10 +65,10 @@ pub fn nc_count(spec: &Spec) -> Result<usize, RtError> {
     }
 }
 
-fn sim_timing() -> Result<Timing, RtError> {
+fn sim_timing() -> Result<SimTiming, RtError> {
     match std::env::var(SIM_TIMING_VAR).as_deref() {
-        Err(_) | Ok("") | Ok("inline") => Ok(Timing::Inline),
-        Ok("threaded") => Ok(Timing::Threaded),
+        Err(_) | Ok("") | Ok("inline") => Ok(SimTiming::Inline),
+        Ok("threaded") => Ok(SimTiming::Threaded),
         Ok(v) => Err(RtError::new(NrtStatus::Invalid, format!("{SIM_TIMING_VAR}={v}: expected inline or threaded"))),
     }
 }
@@ -76,7 +76,7 @@ fn sim_timing() -> Result<Timing, RtError> {
 /// Open the platforms (every device of a simulated topology).
 pub fn platforms(spec: &Spec) -> Result<Vec<Arc<dyn Platform>>, RtError> {
     let spec = resolve(spec.clone())?;
-    Ok(select::open_platforms(&spec, sim_timing()?).map_err(rt)?.0)
+    Ok(select::open_platforms(&spec, sim_timing()?).map_err(rt)?.platforms)
 }
 
 #[cfg(test)]
@@ -93,5 +93,13 @@ mod tests {
     fn bad_specs_are_nrt_invalid() {
         let e = Spec::parse(Some("sim:inf1")).map_err(rt).err().map(|e| e.status);
         assert_eq!(e, Some(NrtStatus::Invalid));
+    }
+
+    #[cfg(not(feature = "sim"))]
+    #[test]
+    fn without_the_simulator_a_sim_device_is_nrt_invalid() {
+        let e = Spec::parse(Some("sim")).map_err(rt).err();
+        assert_eq!(e.as_ref().map(|e| e.status), Some(NrtStatus::Invalid));
+        assert!(e.is_some_and(|e| e.to_string().contains("built without the simulator")));
     }
 }

@@ -9,65 +9,24 @@
 //!   the lag from the last END record's device timestamp (rescaled to host time through the
 //!   sync point taken at load) to the host seeing completion, with the spin policy and with
 //!   `usleep(1)` between steps.
-//! - Allocations: a counting global allocator; syscalls: read/write syscalls from
+//! - Allocations: a counting global allocator, installed only in the `neuron-vfio-bench`
+//!   binary (`neuron-vfio bench` runs it when it is installed alongside; otherwise
+//!   allocations are reported as not counted); syscalls: read/write syscalls from
 //!   /proc/self/io and voluntary context switches (getrusage) around the measured loop.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-
 use clap::Args;
-use platform::Platform;
-use runtime::{NrtStatus, PollPolicy, Runtime, RuntimeConfig, TensorSet};
-use serde_json::json;
-use sim::{SimConfig, SimDevice, Timing};
+#[cfg(feature = "sim")]
+use {
+    platform::Platform,
+    runtime::{NrtStatus, PollPolicy, Runtime, RuntimeConfig, TensorSet},
+    serde_json::json,
+    sim::{SimConfig, SimDevice, Timing},
+    std::sync::Arc,
+};
 
+#[cfg(feature = "sim")]
+use crate::alloc_count;
 use crate::report::CliError;
-
-/// Heap allocations made by this process (counted by [`Counting`]).
-pub static ALLOCS: AtomicU64 = AtomicU64::new(0);
-
-thread_local! {
-    /// Heap allocations made by the current thread.
-    static THREAD_ALLOCS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
-}
-
-fn count() {
-    ALLOCS.fetch_add(1, Ordering::Relaxed);
-    let _ = THREAD_ALLOCS.try_with(|c| c.set(c.get() + 1));
-}
-
-/// Allocations made by the calling thread so far.
-pub fn thread_allocs() -> u64 {
-    THREAD_ALLOCS.try_with(|c| c.get()).unwrap_or(0)
-}
-
-/// A global allocator that counts allocations and delegates to the system allocator.
-pub struct Counting;
-
-// SAFETY: every method forwards to `System` with the caller's arguments unchanged; the
-// counter is a relaxed atomic with no effect on memory safety.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        count();
-        // SAFETY: same contract as the caller's.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
-        count();
-        // SAFETY: same contract as the caller's.
-        unsafe { System.alloc_zeroed(l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        count();
-        // SAFETY: same contract as the caller's.
-        unsafe { System.realloc(p, l, n) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        // SAFETY: same contract as the caller's.
-        unsafe { System.dealloc(p, l) }
-    }
-}
 
 /// Arguments of `bench exec`.
 #[derive(Args, Debug)]
@@ -80,6 +39,7 @@ pub struct ExecBenchArgs {
     pub arch: String,
 }
 
+#[cfg(feature = "sim")]
 fn pct(v: &mut [u64], p: f64) -> u64 {
     if v.is_empty() {
         return 0;
@@ -88,6 +48,7 @@ fn pct(v: &mut [u64], p: f64) -> u64 {
     v[((v.len() - 1) as f64 * p).round() as usize]
 }
 
+#[cfg(feature = "sim")]
 fn proc_io() -> (u64, u64) {
     let s = std::fs::read_to_string("/proc/self/io").unwrap_or_default();
     let get =
@@ -95,11 +56,13 @@ fn proc_io() -> (u64, u64) {
     (get("syscr:"), get("syscw:"))
 }
 
+#[cfg(feature = "sim")]
 fn voluntary_switches() -> u64 {
     let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     s.lines().find_map(|l| l.strip_prefix("voluntary_ctxt_switches:")).and_then(|v| v.trim().parse().ok()).unwrap_or(0)
 }
 
+#[cfg(feature = "sim")]
 struct Setup {
     rt: Runtime,
     sim: SimDevice,
@@ -108,6 +71,7 @@ struct Setup {
     outs: TensorSet,
 }
 
+#[cfg(feature = "sim")]
 fn setup(arch: &'static csr_maps::Arch, timing: Timing, poll: PollPolicy) -> Result<Setup, CliError> {
     let sim = SimDevice::new(SimConfig::new(arch).timing(timing).hbm_bytes(1 << 28)).map_err(CliError::failure)?;
     let rt = Runtime::new();
@@ -129,6 +93,7 @@ fn setup(arch: &'static csr_maps::Arch, timing: Timing, poll: PollPolicy) -> Res
     Ok(Setup { rt, sim, m, ins, outs })
 }
 
+#[cfg(feature = "sim")]
 fn exec(s: &Setup) -> Result<runtime::ExecTimings, CliError> {
     let (st, t) = s.rt.execute(&s.m, &s.ins, &s.outs).map_err(|e| CliError::new(e.status, e.message))?;
     if st != NrtStatus::Success {
@@ -138,11 +103,13 @@ fn exec(s: &Setup) -> Result<runtime::ExecTimings, CliError> {
 }
 
 /// Per-thread voluntary context switches of the calling thread.
+#[cfg(feature = "sim")]
 fn thread_switches() -> u64 {
     let s = std::fs::read_to_string("/proc/thread-self/status").unwrap_or_default();
     s.lines().find_map(|l| l.strip_prefix("voluntary_ctxt_switches:")).and_then(|v| v.trim().parse().ok()).unwrap_or(0)
 }
 
+#[cfg(feature = "sim")]
 struct LagRun {
     p50: u64,
     p99: u64,
@@ -154,6 +121,7 @@ struct LagRun {
     switches: u64,
 }
 
+#[cfg(feature = "sim")]
 fn lag_run(arch: &'static csr_maps::Arch, poll: PollPolicy, iters: u32) -> Result<LagRun, CliError> {
     let s = setup(arch, Timing::Threaded, poll)?;
     for _ in 0..iters.min(200) {
@@ -162,11 +130,11 @@ fn lag_run(arch: &'static csr_maps::Arch, poll: PollPolicy, iters: u32) -> Resul
     let mut lags = Vec::with_capacity(iters as usize);
     // Instrumentation reads (/proc, a String) stay outside the counted window.
     let c0 = thread_switches();
-    let a0 = thread_allocs();
+    let a0 = alloc_count::thread_allocs();
     for _ in 0..iters {
         lags.push(exec(&s)?.completion_lag_ns);
     }
-    let allocs = thread_allocs() - a0;
+    let allocs = alloc_count::thread_allocs() - a0;
     let switches = thread_switches().saturating_sub(c0);
     s.rt.unload(&s.m).map_err(|e| CliError::new(e.status, e.message))?;
     let _ = s.rt.close();
@@ -174,6 +142,7 @@ fn lag_run(arch: &'static csr_maps::Arch, poll: PollPolicy, iters: u32) -> Resul
 }
 
 /// Run the benchmark and print figures.
+#[cfg(feature = "sim")]
 pub fn exec_bench(a: ExecBenchArgs, json_out: bool) -> Result<(), CliError> {
     let arch = csr_maps::Arch::by_name(&a.arch)?;
     let iters = a.iters.max(100);
@@ -192,7 +161,7 @@ pub fn exec_bench(a: ExecBenchArgs, json_out: bool) -> Result<(), CliError> {
     let (c1, _) = proc_io();
     let probe_reads = c1.saturating_sub(c0);
     let (r0, w0) = proc_io();
-    let a0 = ALLOCS.load(Ordering::Relaxed);
+    let a0 = alloc_count::process_allocs();
     for _ in 0..iters {
         let d0 = s.sim.device_ns();
         let t = exec(&s)?;
@@ -200,7 +169,7 @@ pub fn exec_bench(a: ExecBenchArgs, json_out: bool) -> Result<(), CliError> {
         host.push(t.total_ns.saturating_sub(dev));
         total.push(t.total_ns);
     }
-    let allocs = ALLOCS.load(Ordering::Relaxed) - a0;
+    let allocs = alloc_count::process_allocs() - a0;
     let (r1, w1) = proc_io();
     let vcs = voluntary_switches() - v0;
     s.rt.unload(&s.m).map_err(|e| CliError::new(e.status, e.message))?;
@@ -214,19 +183,23 @@ pub fn exec_bench(a: ExecBenchArgs, json_out: bool) -> Result<(), CliError> {
     let us = lag_run(arch, PollPolicy::Usleep1, lag_iters.min(2000))?;
     let (spin50, spin99, us50, us99) = (spin.p50, spin.p99, us.p50, us.p99);
     let per = |x: u64| x as f64 / iters as f64;
+    // Allocation figures exist only under the counting allocator (neuron-vfio-bench).
+    let counted = alloc_count::active();
+    let when = |v: f64| counted.then_some(v);
     if json_out {
         println!(
             "{}",
             json!({
                 "arch": arch.name, "iters": iters,
+                "allocations_counted": counted,
                 "host_overhead_ns": {"p50": p50, "p99": p99},
                 "total_inline_ns": {"p50": t50, "p99": t99},
                 "completion_lag_ns": {"spin": {"p50": spin50, "p99": spin99}, "usleep1": {"p50": us50, "p99": us99}},
-                "allocs_per_exec_inline_incl_device": per(allocs),
-                "host_thread_allocs_per_exec": spin.allocs as f64 / f64::from(spin.iters),
+                "allocs_per_exec_inline_incl_device": when(per(allocs)),
+                "host_thread_allocs_per_exec": when(spin.allocs as f64 / f64::from(spin.iters)),
                 "host_thread_blocking_switches_per_exec": spin.switches as f64 / f64::from(spin.iters),
-                "host_thread_counts": {"executes": spin.iters, "allocs": spin.allocs, "blocking_switches": spin.switches},
-                "process_counts": {"executes": iters, "allocs_incl_device": allocs, "read_write_syscalls": io_calls, "voluntary_switches": vcs},
+                "host_thread_counts": {"executes": spin.iters, "allocs": counted.then_some(spin.allocs), "blocking_switches": spin.switches},
+                "process_counts": {"executes": iters, "allocs_incl_device": counted.then_some(allocs), "read_write_syscalls": io_calls, "voluntary_switches": vcs},
                 "read_write_syscalls_per_exec": per(io_calls),
                 "voluntary_ctx_switches_per_exec": per(vcs),
             })
@@ -237,15 +210,27 @@ pub fn exec_bench(a: ExecBenchArgs, json_out: bool) -> Result<(), CliError> {
         println!("  total per execute incl. inline device work:                   p50 {t50} ns, p99 {t99} ns");
         println!("  completion lag after the END record (threaded sim):  spin p50 {spin50} ns p99 {spin99} ns");
         println!("                                                    usleep(1) p50 {us50} ns p99 {us99} ns");
+        let (host_allocs, proc_allocs) = if counted {
+            (
+                format!("{} heap allocations", spin.allocs),
+                format!(", {allocs} allocations ({:.1} per execute, all in the simulator's device work)", per(allocs)),
+            )
+        } else {
+            ("heap allocations not counted (no neuron-vfio-bench)".to_string(), String::new())
+        };
         println!(
-            "  host thread (threaded sim, spin), {} executes: {} heap allocations, {} blocking context switches",
-            spin.iters, spin.allocs, spin.switches
+            "  host thread (threaded sim, spin), {} executes: {host_allocs}, {} blocking context switches",
+            spin.iters, spin.switches
         );
         println!(
-            "  whole process (inline sim), {iters} executes: {io_calls} read/write syscalls, {vcs} voluntary context switches, {} allocations ({:.1} per execute, all in the simulator's device work)",
-            allocs,
-            per(allocs)
+            "  whole process (inline sim), {iters} executes: {io_calls} read/write syscalls, {vcs} voluntary context switches{proc_allocs}"
         );
     }
     Ok(())
+}
+
+/// `bench exec` measures the runtime on the simulator: without it there is nothing to run.
+#[cfg(not(feature = "sim"))]
+pub fn exec_bench(_: ExecBenchArgs, _json_out: bool) -> Result<(), CliError> {
+    Err(CliError::invalid("bench exec runs on the simulator: built without it (cargo feature `sim`)"))
 }

@@ -2,13 +2,12 @@
 //! and back.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use csr_maps::consts::seq as seqc;
 use csr_maps::Arch;
 use serde_json::{json, Value};
-use sim::SimTopology;
-use vfio::{Binding, PciAddress, PciFunction, Sysfs};
+use vfio::{Binding, PciAddress, PciFunction, Released, Sysfs};
 
 use crate::device::{self, DeviceSpec, SimTiming, VFIO_PCI};
 use crate::report::{print_json, CliError};
@@ -54,10 +53,10 @@ fn pci_row(f: &PciFunction, arch: &'static Arch) -> Row {
 }
 
 fn sim_rows(arch: &'static Arch, n: usize, timing: SimTiming) -> Result<Vec<Row>, CliError> {
-    let topo = SimTopology::new(sim::SimConfig::new(arch).timing(timing.into()), n).map_err(CliError::failure)?;
+    let opened = select::open_platforms(&DeviceSpec::Sim { arch, n }, timing.into())?;
     let mut rows = Vec::new();
-    for (i, d) in topo.devices.iter().enumerate() {
-        let id = platform::Platform::identity(d);
+    for (i, d) in opened.platforms.iter().enumerate() {
+        let id = d.identity();
         let arch = Arch::by_pci_id(id.vendor, id.device)
             .ok_or_else(|| CliError::failure(format!("simulated device {i} has an unknown PCI id")))?;
         rows.push(Row {
@@ -121,17 +120,6 @@ pub fn ls(spec: &DeviceSpec, timing: SimTiming, json: bool) -> Result<(), CliErr
     Ok(())
 }
 
-fn state_name(s: u32) -> &'static str {
-    match s {
-        seqc::STATE_IDLE => "idle",
-        seqc::STATE_RUNNING => "running",
-        seqc::STATE_WAITING => "waiting",
-        seqc::STATE_HALTED => "halted",
-        seqc::STATE_FAULT => "fault",
-        _ => "unknown",
-    }
-}
-
 /// `info`: identity, counts, firmware, HBM, ECC and engine states of the device.
 pub fn info(spec: &DeviceSpec, timing: SimTiming, json: bool) -> Result<(), CliError> {
     let o = device::open(spec, timing)?;
@@ -163,7 +151,7 @@ pub fn info(spec: &DeviceSpec, timing: SimTiming, json: bool) -> Result<(), CliE
         for (e, name) in seqc::ENGINES.iter().enumerate() {
             let s = dev.engine_status(nc, e)?;
             engines.push(json!({
-                "engine": name, "state": state_name(s.state), "fault_code": s.fault_code, "pc": s.pc, "passes": s.passes,
+                "engine": name, "state": seqc::state_name(s.state), "fault_code": s.fault_code, "pc": s.pc, "passes": s.passes,
             }));
         }
         let c = dev.fatal_causes(nc)?;
@@ -327,14 +315,13 @@ pub fn bind(bdf: &str, json: bool) -> Result<(), CliError> {
     }
     vfio::check_vfio_available(&sys, &device::dev_dir()).map_err(CliError::failure)?;
     sys.check_group_viable(addr).map_err(CliError::failure)?;
+    // Keep the device on vfio-pci after this process exits: the binding is not undone.
     let b = Binding::bind(&sys, addr).map_err(CliError::failure)?;
-    if let Some(orig) = b.original_driver() {
-        if let Err(e) = remember(addr, orig) {
+    if let Some(orig) = b.persist() {
+        if let Err(e) = remember(addr, &orig) {
             tracing::warn!("cannot record the original driver of {addr} ({e}); unbind will reprobe instead");
         }
     }
-    // Keep the device on vfio-pci after this process exits: the binding is not undone.
-    std::mem::forget(b);
     let prev = f.driver.clone();
     say(
         json,
@@ -347,10 +334,6 @@ pub fn bind(bdf: &str, json: bool) -> Result<(), CliError> {
 fn remember(addr: PciAddress, driver: &str) -> std::io::Result<()> {
     std::fs::create_dir_all(state_dir())?;
     std::fs::write(state_file(addr), driver)
-}
-
-fn sysfs_write(path: &Path, text: &str) -> Result<(), CliError> {
-    std::fs::write(path, text).map_err(|e| CliError::failure(format!("{}: {e}", path.display())))
 }
 
 /// `unbind BDF`: give the device back to the driver it had before `bind`, or (unknown)
@@ -374,23 +357,12 @@ pub fn unbind(bdf: &str, json: bool) -> Result<(), CliError> {
         .ok()
         .map(|s| s.trim().to_string())
         .filter(|s| !s.is_empty() && s != VFIO_PCI);
-    let dev = sys.device_path(addr);
-    sysfs_write(&dev.join("driver_override"), "\n")?;
-    sysfs_write(&sys.driver_path(VFIO_PCI).join("unbind"), &addr.to_string())?;
-    let probe = sys.root().join("bus/pci/drivers_probe");
-    let how = match &recorded {
-        Some(d) if sys.driver_path(d).join("bind").exists() => {
-            match sysfs_write(&sys.driver_path(d).join("bind"), &addr.to_string()) {
-                Ok(()) => format!("rebound to {d}"),
-                Err(e) => {
-                    tracing::warn!("{e}; reprobing instead");
-                    sysfs_write(&probe, &addr.to_string())?;
-                    "reprobed".to_string()
-                }
+    let how = match vfio::release(&sys, addr, recorded.as_deref()).map_err(CliError::failure)? {
+        Released::Rebound(d) => format!("rebound to {d}"),
+        Released::Reprobed(bind_error) => {
+            if let Some(e) = bind_error {
+                tracing::warn!("{e}; reprobing instead");
             }
-        }
-        _ => {
-            sysfs_write(&probe, &addr.to_string())?;
             "reprobed".to_string()
         }
     };

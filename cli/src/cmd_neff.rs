@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use clap::{Args, Subcommand};
 use neff::builder::{self, WriteOptions};
-use neff::{Arch, Neff, NrtStatus, Program, ReadOptions, WeightFormat};
+use neff::{arch_by_name, Neff, NrtStatus, Program, ReadOptions, WeightFormat};
 use serde_json::{json, Value};
 
 use crate::report::CliError as CmdError;
@@ -45,7 +45,7 @@ pub fn run_neff(cmd: NeffCmd, json: bool) -> Result<(), CmdError> {
             let arch = match arch {
                 None => None,
                 Some(a) => Some(
-                    Arch::from_name(&a)
+                    arch_by_name(&a)
                         .ok_or_else(|| CmdError::opt(Some(NrtStatus::Invalid), format!("unknown arch {a:?}")))?,
                 ),
             };

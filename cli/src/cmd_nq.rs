@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 
 use clap::{Args, Subcommand};
 use csr_maps::consts::{nq as nqc, seq as seqc};
-use csr_maps::formats::device_ops::{events_only, NotifyOp};
-use csr_maps::formats::notify::{custom, ntype, InferStatus, Subtype, RECORD_BYTES};
-use csr_maps::formats::slot::{Events, Opcode, TraceMode};
+use csr_maps::formats::notify::{custom, ntype, InferStatus, RECORD_BYTES};
 use hal::{Device, NqOwner, NqRing, Stream};
+use isa::device_ops::{events_only, NotifyOp};
+use isa::slot::{Events, Opcode, TraceMode};
 use serde_json::{json, Value};
 
 use crate::device::{self, DeviceSpec, SimTiming};
@@ -96,65 +96,16 @@ fn programmed(dev: &Device, nc: usize) -> Result<Vec<SlotState>, CliError> {
     Ok(out)
 }
 
-fn type_name(kind: u64) -> &'static str {
-    match kind {
-        nqc::TYPE_TRACE => "trace",
-        nqc::TYPE_NOTIFY => "notify",
-        nqc::TYPE_EVENT => "event",
-        nqc::TYPE_ERROR => "error",
-        nqc::TYPE_TRACE_DMA => "trace_dma",
-        nqc::TYPE_THROTTLE => "throttle",
-        _ => "unknown",
-    }
-}
-
-fn subtype_name(s: Subtype) -> String {
-    match s {
-        Subtype::Start => "START".into(),
-        Subtype::End => "END".into(),
-        Subtype::Custom => "CUSTOM".into(),
-        Subtype::CcStart => "CC_START".into(),
-        Subtype::CcEnd => "CC_END".into(),
-        Subtype::Unexpected(v) => format!("UNEXPECTED({v})"),
-    }
-}
-
-/// (engine name, record kind) of an ISA notific_type tag.
-fn tag_info(tag: u8) -> (Option<&'static str>, &'static str) {
-    let n = seqc::ENGINES.len() as u8;
-    if (ntype::ENGINE_BASE..ntype::engine(n, 0)).contains(&tag) {
-        // Types per engine, from the format's own layout.
-        let per = ntype::engine(1, 0) - ntype::engine(0, 0);
-        let e = (tag - ntype::ENGINE_BASE) / per;
-        let kind = match (tag - ntype::ENGINE_BASE) % per {
-            ntype::INST_START => "inst_start",
-            ntype::INST_END => "inst_end",
-            ntype::EXPLICIT => "explicit",
-            _ => "evt_sem",
-        };
-        return (seqc::ENGINES.get(e as usize).copied(), kind);
-    }
-    let kind = match tag {
-        ntype::DMA => "dma",
-        ntype::ERROR => "error",
-        ntype::TPB_AXI_EVT_SEM => "tpb_axi_evt_sem",
-        ntype::TPB_HAM => "tpb_ham",
-        ntype::TPB_ERROR => "tpb_error",
-        _ => "unknown",
-    };
-    (None, kind)
-}
-
 fn record_json(slot: u64, pos: u64, b: &[u8; RECORD_BYTES]) -> Value {
     let r = InferStatus::decode(b);
-    let (engine, kind) = tag_info(r.tag);
+    let (engine, kind) = ntype::describe(r.tag);
     json!({
         "slot": slot,
         "pos": pos,
         "engine": engine,
         "tag": r.tag,
         "tag_kind": kind,
-        "subtype": subtype_name(r.kind()),
+        "subtype": r.kind().to_string(),
         "sub_id": r.sub_id,
         "line": r.line,
         "timestamp_ps": r.timestamp,
@@ -297,7 +248,7 @@ fn device_records(
 fn slot_json(dev: &Device, s: &SlotState, own: bool, records: Option<Vec<Value>>) -> Value {
     json!({
         "slot": s.slot,
-        "type": type_name(s.slot / nqc::ENGINES_PER_TYPE),
+        "type": nqc::type_name(s.slot / nqc::ENGINES_PER_TYPE),
         "index": s.slot % nqc::ENGINES_PER_TYPE,
         "base": s.base,
         "size": s.size,

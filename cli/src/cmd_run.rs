@@ -2,13 +2,11 @@
 //! on the selected device (the simulator by default).
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use clap::Args;
-use platform::Platform;
 use runtime::{NrtStatus, Runtime, RuntimeConfig, TensorSet};
+use select::Opened;
 use serde_json::{json, Value};
-use sim::{FaultSpec, SimDevice};
 
 use crate::device::{self, DeviceSpec, SimTiming};
 use crate::report::CliError;
@@ -52,27 +50,58 @@ pub struct RunArgs {
     pub device_tensors: bool,
 }
 
-/// The platforms to hand to the runtime, and the simulators behind them (empty on VFIO).
-pub type Platforms = (Vec<Arc<dyn Platform>>, Vec<SimDevice>);
-
 /// Platforms behind `--device` (every device of a simulated topology) and the simulators.
-pub fn platforms(spec: Option<&str>, timing: SimTiming) -> Result<Platforms, CliError> {
+pub fn platforms(spec: Option<&str>, timing: SimTiming) -> Result<Opened, CliError> {
     let spec = match device::parse(spec)? {
         DeviceSpec::Default => device::resolve_default(&device::sysfs())?,
         s => s,
     };
-    Ok(hal::select::open_platforms(&spec, timing.into())?)
+    Ok(select::open_platforms(&spec, timing.into())?)
 }
 
 fn rt_err(e: runtime::RtError) -> CliError {
     CliError::new(e.status, e.message)
 }
 
-fn start(device: Option<&str>, timing: SimTiming, cfg: RuntimeConfig) -> Result<(Runtime, Vec<SimDevice>), CliError> {
-    let (ps, sims) = platforms(device, timing)?;
+fn start(device: Option<&str>, timing: SimTiming, cfg: RuntimeConfig) -> Result<(Runtime, Opened), CliError> {
+    let opened = platforms(device, timing)?;
     let rt = Runtime::new();
-    rt.init(ps, cfg, hal::DeviceOptions::default()).map_err(rt_err)?;
-    Ok((rt, sims))
+    rt.init(opened.platforms.clone(), cfg, hal::DeviceOptions::default()).map_err(rt_err)?;
+    Ok((rt, opened))
+}
+
+/// `--sim-fault` specs, parsed before anything is opened.
+#[cfg(feature = "sim")]
+fn parse_faults(specs: &[String]) -> Result<Vec<sim::FaultSpec>, CliError> {
+    specs.iter().map(|s| s.parse().map_err(CliError::invalid)).collect()
+}
+
+/// Built without the simulator, there is nothing to inject faults into.
+#[cfg(not(feature = "sim"))]
+fn parse_faults(specs: &[String]) -> Result<Vec<std::convert::Infallible>, CliError> {
+    match specs.first() {
+        None => Ok(Vec::new()),
+        Some(s) => {
+            Err(CliError::invalid(format!("--sim-fault {s}: built without the simulator (cargo feature `sim`)")))
+        }
+    }
+}
+
+/// Inject the faults into the first simulated device.
+#[cfg(feature = "sim")]
+fn inject(opened: &Opened, faults: Vec<sim::FaultSpec>) {
+    if let Some(s) = opened.sims.first() {
+        for f in faults {
+            s.inject(f);
+        }
+    }
+}
+
+#[cfg(not(feature = "sim"))]
+fn inject(_: &Opened, faults: Vec<std::convert::Infallible>) {
+    if let Some(f) = faults.into_iter().next() {
+        match f {}
+    }
 }
 
 fn read_model(p: &PathBuf) -> Result<Vec<u8>, CliError> {
@@ -87,7 +116,7 @@ fn tensor_json(t: &neff::TensorInfo) -> Value {
 pub fn load(a: LoadArgs, device: Option<&str>, timing: SimTiming, json_out: bool) -> Result<(), CliError> {
     let bytes = read_model(&a.model)?;
     let cfg = RuntimeConfig::from_env().map_err(rt_err)?;
-    let (rt, _sims) = start(device, timing, cfg)?;
+    let (rt, _opened) = start(device, timing, cfg)?;
     let m = rt.load(&bytes, a.nc, None).map_err(rt_err)?;
     if json_out {
         println!(
@@ -129,10 +158,9 @@ pub fn run(a: RunArgs, device: Option<&str>, timing: SimTiming, json_out: bool) 
         }
         cfg.exec_timeout = std::time::Duration::from_secs_f64(t);
     }
-    let faults: Vec<FaultSpec> =
-        a.sim_faults.iter().map(|s| s.parse().map_err(CliError::invalid)).collect::<Result<_, _>>()?;
-    let (rt, sims) = start(device, timing, cfg)?;
-    if !faults.is_empty() && sims.is_empty() {
+    let faults = parse_faults(&a.sim_faults)?;
+    let (rt, opened) = start(device, timing, cfg)?;
+    if !faults.is_empty() && !opened.is_sim() {
         return Err(CliError::invalid("--sim-fault needs a simulated device (--device sim…)"));
     }
     let m = rt.load(&bytes, a.nc, None).map_err(rt_err)?;
@@ -171,11 +199,7 @@ pub fn run(a: RunArgs, device: Option<&str>, timing: SimTiming, json_out: bool) 
     for t in &m.outputs {
         outs.add(&t.name, rt.alloc_tensor(&t.name, t.size, a.device_tensors, nc).map_err(rt_err)?);
     }
-    for f in faults {
-        if let Some(s) = sims.first() {
-            s.inject(f);
-        }
-    }
+    inject(&opened, faults);
     let (status, timings) = rt.execute_repeat(&m, &ins, &outs, a.repeat.max(1)).map_err(rt_err)?;
     let mut outputs = serde_json::Map::new();
     if status == NrtStatus::Success {

@@ -8,20 +8,20 @@
 //!   `/run/neuron-vfio`).
 
 use csr_maps::Arch;
-use hal::select::{self, SelectError};
 use hal::{Device, DeviceOptions};
-use sim::{SimDevice, Timing};
+use select::SelectError;
 use vfio::{PciAddress, PciFunction, Sysfs};
 
 use crate::report::CliError;
 
-pub use hal::select::{Spec as DeviceSpec, VFIO_PCI};
+pub use select::{Spec as DeviceSpec, VFIO_PCI};
 
 impl From<SelectError> for CliError {
     fn from(e: SelectError) -> Self {
         match e {
             SelectError::Invalid(m) => CliError::invalid(m),
             SelectError::Unusable(m) => CliError::failure(m),
+            e @ SelectError::NoSimulator(_) => CliError::invalid(e.to_string()),
         }
     }
 }
@@ -41,11 +41,11 @@ pub enum SimTiming {
     Threaded,
 }
 
-impl From<SimTiming> for Timing {
+impl From<SimTiming> for select::SimTiming {
     fn from(t: SimTiming) -> Self {
         match t {
-            SimTiming::Inline => Timing::Inline,
-            SimTiming::Threaded => Timing::Threaded,
+            SimTiming::Inline => select::SimTiming::Inline,
+            SimTiming::Threaded => select::SimTiming::Threaded,
         }
     }
 }
@@ -88,8 +88,8 @@ pub fn resolve_default(sys: &Sysfs) -> Result<DeviceSpec, CliError> {
 pub struct Opened {
     /// The device commands act on.
     pub dev: Device,
-    /// The simulated devices (empty on VFIO); kept alive for the device's lifetime.
-    pub sims: Vec<SimDevice>,
+    /// Whether the device is simulated.
+    simulated: bool,
     /// `sim:0` or the BDF.
     pub label: String,
 }
@@ -97,7 +97,7 @@ pub struct Opened {
 impl Opened {
     /// Whether this is the simulator.
     pub fn is_sim(&self) -> bool {
-        !self.sims.is_empty()
+        self.simulated
     }
     /// `nc` if the device has it, else the error line naming how many it has.
     pub fn check_nc(&self, nc: usize) -> Result<usize, CliError> {
@@ -119,20 +119,21 @@ pub fn open(spec: &DeviceSpec, timing: SimTiming) -> Result<Opened, CliError> {
         DeviceSpec::Default => resolve_default(&sysfs())?,
         s => s.clone(),
     };
-    let (ps, sims) = select::open_platforms(&spec, timing.into())?;
-    let first = ps.into_iter().next().ok_or_else(|| CliError::failure("no device opened"))?;
+    let opened = select::open_platforms(&spec, timing.into())?;
+    let simulated = opened.is_sim();
+    let first = opened.platforms.first().cloned().ok_or_else(|| CliError::failure("no device opened"))?;
     let label = match &spec {
         DeviceSpec::Pci(a) => a.to_string(),
         _ => "sim:0".into(),
     };
     let dev = Device::open(first, DeviceOptions::default())?;
     dev.init()?;
-    if sims.is_empty() {
-        tracing::debug!(bdf = %label, "opened through VFIO");
+    if simulated {
+        tracing::debug!(n = opened.platforms.len(), "opened the simulator");
     } else {
-        tracing::debug!(n = sims.len(), "opened the simulator");
+        tracing::debug!(bdf = %label, "opened through VFIO");
     }
-    Ok(Opened { dev, sims, label })
+    Ok(Opened { dev, simulated, label })
 }
 
 #[cfg(test)]

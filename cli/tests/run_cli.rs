@@ -113,7 +113,43 @@ fn bench_exec_prints_figures() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(v["host_overhead_ns"]["p50"].as_u64().unwrap() > 0);
     assert!(v["completion_lag_ns"]["usleep1"]["p50"].as_u64().is_some());
+    // `neuron-vfio bench` ran neuron-vfio-bench (installed alongside), which counts.
+    assert_eq!(v["allocations_counted"], true, "{v}");
     // Steady state: the host thread never allocates, and no read/write syscalls are made.
     assert_eq!(v["host_thread_counts"]["allocs"], 0, "{v}");
     assert_eq!(v["process_counts"]["read_write_syscalls"], 0, "{v}");
+}
+
+#[test]
+fn bench_binary_counts_allocations_and_runs_only_bench() {
+    let bench = || Command::cargo_bin("neuron-vfio-bench").expect("bench binary");
+    let out = bench().args(["--json", "bench", "exec", "--iters", "100"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["allocations_counted"], true, "{v}");
+    assert_eq!(v["host_thread_counts"]["allocs"], 0, "{v}");
+    // The simulator's device work allocates on the inline path: counting is really on.
+    assert!(v["process_counts"]["allocs_incl_device"].as_u64().is_some(), "{v}");
+    let out = bench().args(["--device", "sim", "ls"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("runs only the `bench` commands"));
+}
+
+#[test]
+fn without_the_bench_binary_nothing_is_counted() {
+    // The production binary alone in a directory: it benchmarks without a counting
+    // allocator and says so, reporting no allocation figures rather than zeros.
+    let dir = std::env::temp_dir().join(format!("neuron-cli-nobench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = dir.join("neuron-vfio");
+    std::fs::copy(assert_cmd::cargo::cargo_bin("neuron-vfio"), &exe).unwrap();
+    let out = std::process::Command::new(&exe).args(["--json", "bench", "exec", "--iters", "100"]).output().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["allocations_counted"], false, "{v}");
+    assert!(v["host_thread_counts"]["allocs"].is_null(), "{v}");
+    assert!(v["allocs_per_exec_inline_incl_device"].is_null(), "{v}");
+    assert!(v["host_overhead_ns"]["p50"].as_u64().unwrap() > 0);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("without allocation counting"));
 }

@@ -81,6 +81,19 @@ pub mod nq {
     pub const DRAIN_MS: u64 = 1;
     /// Records libnrt reads per engine per sweep (NRT_FACTS §5.4).
     pub const LIBNRT_SWEEP: usize = 16;
+
+    /// The name of NQ type `kind` (`trace`, `notify`, … ; `unknown` for another value).
+    pub fn type_name(kind: u64) -> &'static str {
+        match kind {
+            TYPE_TRACE => "trace",
+            TYPE_NOTIFY => "notify",
+            TYPE_EVENT => "event",
+            TYPE_ERROR => "error",
+            TYPE_TRACE_DMA => "trace_dma",
+            TYPE_THROTTLE => "throttle",
+            _ => "unknown",
+        }
+    }
 }
 
 /// FW-IO mailbox protocol (NEURON_HW_FACTS §6.1-6.2).
@@ -174,6 +187,18 @@ pub mod seq {
     /// Fault (SEQUENCER_FATAL posted).
     pub const STATE_FAULT: u32 = 4;
 
+    /// The name of engine state `s` (`idle`, `running`, … ; `unknown` for another value).
+    pub fn state_name(s: u32) -> &'static str {
+        match s {
+            STATE_IDLE => "idle",
+            STATE_RUNNING => "running",
+            STATE_WAITING => "waiting",
+            STATE_HALTED => "halted",
+            STATE_FAULT => "fault",
+            _ => "unknown",
+        }
+    }
+
     /// Modeled fault codes: `seq_engine.status.fault_code` and the info byte of the
     /// SEQUENCER_FATAL / SEQUENCER_NONFATAL error record's sequencer metadata.
     pub mod fault {
@@ -211,4 +236,17 @@ pub mod addr8 {
     pub const OFFSET_MASK: u64 = 0xFFFF_FFFF;
     /// The address-mode bits of the high byte (mask 0xFC); 0 = immediate.
     pub const MODE_SHIFT: u32 = 56;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        let types: Vec<_> = (0..7).map(nq::type_name).collect();
+        assert_eq!(types, ["trace", "notify", "event", "error", "trace_dma", "throttle", "unknown"]);
+        let states: Vec<_> = (0..6).map(seq::state_name).collect();
+        assert_eq!(states, ["idle", "running", "waiting", "halted", "fault", "unknown"]);
+    }
 }

@@ -6,14 +6,17 @@
 //! and device↔device copies on the arch's host-facing engines, notification rings
 //! ([`nq`]), semaphores and events, sequencer streams ([`seq`]), FW-IO and resets
 //! ([`fwio`]), Q7 / DGE ([`q7`]). Arch differences come from csr-maps data.
+//!
+//! Safe Rust only: the unsafe edges (MMIO, DMA memory, interrupt eventfds) are the
+//! platform's.
+
+#![forbid(unsafe_code)]
 
 pub mod error;
 pub mod fwio;
-pub mod irq;
 pub mod mem;
 pub mod nq;
 pub mod q7;
-pub mod select;
 pub mod seq;
 pub mod udma;
 
@@ -22,15 +25,15 @@ use std::time::{Duration, Instant};
 
 use csr_maps::blocks::tpb_sem as ts;
 use csr_maps::consts::{fwio as fwc, nq as nqc};
-use csr_maps::formats::slot::SLOT_BYTES;
 use csr_maps::{Arch, Regs};
+use isa::slot::SLOT_BYTES;
 use platform::{Mmio, Platform};
 
 pub use error::{HalError, Result};
 pub use fwio::{PollTiming, ResetKind};
-pub use irq::Irq;
 pub use mem::{DevAllocator, DevBuf, HostBuf, HostPool};
 pub use nq::{NqOwner, NqRing};
+pub use platform::Irq;
 pub use seq::{EngineStatus, Stream};
 pub use udma::{Ring, Xfer};
 

@@ -4,8 +4,8 @@
 
 use csr_maps::blocks::seq_engine as se;
 use csr_maps::consts::seq as seqc;
-use csr_maps::formats::slot::SLOT_BYTES;
 use csr_maps::Regs;
+use isa::slot::SLOT_BYTES;
 
 use crate::error::{HalError, Result};
 use crate::mem::DevBuf;

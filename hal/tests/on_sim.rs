@@ -3,14 +3,14 @@
 use std::sync::Arc;
 
 use csr_maps::consts::{q7 as q7c, seq as seqc};
-use csr_maps::formats::device_ops::{events_only, NotifyOp};
 use csr_maps::formats::dge::DgeMailbox;
 use csr_maps::formats::notify::{custom, InferStatus, Subtype};
-use csr_maps::formats::slot::{Events, Opcode, UpdateMode};
 use csr_maps::formats::ucpl::UcplHeader;
 use csr_maps::{Arch, CAYMAN, MARIANA, SUNDA};
 use hal::q7::{CoreKind, LoadableLib, UcodeContext, UcodeCore};
 use hal::{Device, DeviceOptions, HalError, NqOwner, Xfer};
+use isa::device_ops::{events_only, NotifyOp};
+use isa::slot::{Events, Opcode, UpdateMode};
 use platform::Platform;
 use sim::{SimConfig, SimDevice, Timing};
 
@@ -133,9 +133,9 @@ fn sequencer_stream_kickoff_and_harvest() {
             // engine ($S[2 + e]); engines 0..3 wait on their own token. One MMIO write
             // (sem_inc $S[1] += 1) starts an execution; tokens cannot be stolen.
             let take = |s: u8| Events {
-                wait_mode: csr_maps::formats::slot::WaitMode::GeImm,
+                wait_mode: isa::slot::WaitMode::GeImm,
                 wait_idx: s,
-                update_mode: UpdateMode::Other(csr_maps::formats::device_ops::UPDATE_DEC_COMPLETE),
+                update_mode: UpdateMode::Other(isa::device_ops::UPDATE_DEC_COMPLETE),
                 update_idx: s,
                 semaphore_value: 1,
             };

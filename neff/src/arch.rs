@@ -1,56 +1,25 @@
 //! Architectures and the KELF `target` gate (NRT_FACTS.md §1.7).
+//!
+//! The architecture is csr-maps' [`Arch`] (one description per NeuronCore generation); a KELF
+//! `target` names one by codename or generation (`sunda`/`v2`, `cayman`/`v3`, `mariana`/`v4`).
+//! A generation csr-maps does not describe is an invalid target, never a guess.
 
 use std::fmt;
 
-/// NeuronCore generations (`al_hal_tpb_arch_type`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Arch {
-    /// NeuronCore-v2 (Trn1, Inf2), arch_type 2.
-    Sunda,
-    /// NeuronCore-v3 (Trn2), arch_type 3.
-    Cayman,
-    /// NeuronCore-v4, arch_type 4.
-    Mariana,
-}
+pub use csr_maps::Arch;
 
-impl Arch {
-    /// `al_hal_tpb_arch_type` value.
-    pub fn arch_type(self) -> u32 {
-        match self {
-            Arch::Sunda => 2,
-            Arch::Cayman => 3,
-            Arch::Mariana => 4,
-        }
-    }
-    pub fn name(self) -> &'static str {
-        match self {
-            Arch::Sunda => "sunda",
-            Arch::Cayman => "cayman",
-            Arch::Mariana => "mariana",
-        }
-    }
-    /// Parses an arch name (`sunda`/`v2`, `cayman`/`v3`, `mariana`/`v4`).
-    pub fn from_name(s: &str) -> Option<Self> {
-        match s {
-            "sunda" | "v2" => Some(Arch::Sunda),
-            "cayman" | "v3" => Some(Arch::Cayman),
-            "mariana" | "v4" => Some(Arch::Mariana),
-            _ => None,
-        }
-    }
-}
-
-impl fmt::Display for Arch {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
+/// The arch a KELF `target` (or a tool's `--arch`) names: a codename or `v<generation>`;
+/// `None` for anything else (an unknown generation included).
+pub fn arch_by_name(s: &str) -> Option<&'static Arch> {
+    let generation = s.strip_prefix('v').and_then(|v| v.parse::<u8>().ok());
+    csr_maps::ARCHES.iter().copied().find(|a| a.name == s || generation == Some(a.nc_version))
 }
 
 /// What a KELF `target` string selects.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Target {
     /// One architecture (`""` means Sunda).
-    Arch(Arch),
+    Arch(&'static Arch),
     /// `"*"`: whatever the hardware is.
     Any,
 }
@@ -60,11 +29,11 @@ impl Target {
     pub fn parse(s: &str) -> Option<Self> {
         match s {
             "*" => Some(Target::Any),
-            "" => Some(Target::Arch(Arch::Sunda)),
-            s => Arch::from_name(s).map(Target::Arch),
+            "" => Some(Target::Arch(&csr_maps::SUNDA)),
+            s => arch_by_name(s).map(Target::Arch),
         }
     }
-    pub fn matches(self, arch: Arch) -> bool {
+    pub fn matches(self, arch: &Arch) -> bool {
         match self {
             Target::Any => true,
             Target::Arch(a) => a == arch,
@@ -77,6 +46,22 @@ impl fmt::Display for Target {
         match self {
             Target::Any => f.write_str("*"),
             Target::Arch(a) => a.fmt(f),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_name_known_generations_only() {
+        assert_eq!(Target::parse(""), Some(Target::Arch(&csr_maps::SUNDA)));
+        assert_eq!(Target::parse("v3"), Some(Target::Arch(&csr_maps::CAYMAN)));
+        assert_eq!(Target::parse("mariana"), Some(Target::Arch(&csr_maps::MARIANA)));
+        assert_eq!(Target::parse("*"), Some(Target::Any));
+        for bad in ["v1", "v5", "v9", "v", "trn1", "sunda2"] {
+            assert_eq!(Target::parse(bad), None, "{bad}");
         }
     }
 }

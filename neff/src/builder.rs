@@ -7,8 +7,8 @@
 
 use std::io::{self, Read, Seek, SeekFrom, Write};
 
-use csr_maps::formats::neff_header::{NeffHeader, NEFF_HEADER_SIZE, PKG_VERSION_GZIP_MD5, PKG_VERSION_TAR_SHA256};
-use csr_maps::formats::slot::{
+use crate::header::{NeffHeader, NEFF_HEADER_SIZE, PKG_VERSION_GZIP_MD5, PKG_VERSION_TAR_SHA256};
+use isa::slot::{
     coll_dtype, coll_op, coll_type, DmaTrigger, Events, EventsOnly, Instruction, Opcode, SlotHeader, TriggerCollective,
     SLOT_BYTES,
 };

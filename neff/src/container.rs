@@ -13,7 +13,7 @@ use std::ops::{Deref, Range};
 use std::sync::mpsc::{sync_channel, Receiver};
 use std::sync::Arc;
 
-use csr_maps::formats::neff_header::{
+use crate::header::{
     NeffHeader, FEATURE_BITS_TRAPDOOR_MASK, NEFF_HEADER_SIZE, NEFF_VERSION_MAJOR_MAX, PKG_VERSION_GZIP_MD5,
     PKG_VERSION_TAR_SHA256,
 };
@@ -35,7 +35,7 @@ pub struct ReadOptions {
     /// Check the header digest (`nrt_load`'s verify flag).
     pub verify: bool,
     /// The live architecture for the KELF target gate; `None` skips the gate (inspection).
-    pub arch: Option<Arch>,
+    pub arch: Option<&'static Arch>,
     /// Cap on the inflated payload in bytes.
     pub mem_cap: u64,
     /// `NEURON_RT_ALLOW_LEGACY_NEFF=1`: relaxes the arch gate and the Cayman SB-reservation guard.

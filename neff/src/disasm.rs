@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use csr_maps::formats::slot::{
+use isa::slot::{
     coll_dtype, coll_op, coll_type, Dma2d, Dma2dLeg, Events, Instruction, SpSlot, TraceMode, UpdateMode, WaitMode,
 };
 
@@ -173,7 +173,7 @@ pub fn disassemble(neff: &Neff) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use csr_maps::formats::slot::{DmaTrigger, EventsOnly, Opcode};
+    use isa::slot::{DmaTrigger, EventsOnly, Opcode};
 
     #[test]
     fn fixture_line() {

@@ -24,6 +24,7 @@ pub mod builder;
 pub mod container;
 pub mod disasm;
 pub mod error;
+pub mod header;
 pub mod manifest;
 pub mod model;
 pub mod npy;
@@ -31,11 +32,11 @@ pub mod status;
 
 use std::io::Read;
 
-pub use arch::{Arch, Target};
+pub use arch::{arch_by_name, Arch, Target};
 pub use container::{Blob, MemberInfo, ReadOptions, DEFAULT_MEM_CAP};
-pub use csr_maps::formats::neff_header::NeffHeader;
-pub use csr_maps::formats::slot::{Instruction, SpSlot};
 pub use error::NeffError;
+pub use header::NeffHeader;
+pub use isa::slot::{Instruction, SpSlot};
 pub use model::*;
 pub use status::NrtStatus;
 

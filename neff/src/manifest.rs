@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use csr_maps::formats::slot::{Instruction, SpSlot, SLOT_BYTES, SLOT_WORDS, SP_SLOT_BYTES};
+use isa::slot::{Instruction, SpSlot, SLOT_BYTES, SLOT_WORDS, SP_SLOT_BYTES};
 use serde_json::{Map, Value};
 
 use crate::arch::{Arch, Target};
@@ -302,7 +302,7 @@ fn tensor_infos(root: &Obj, nodes: &[Value], m: &str) -> Result<(Vec<TensorInfo>
 fn parse_graph(
     c: &Container,
     opts: &ReadOptions,
-    arch: Option<Arch>,
+    arch: Option<&'static Arch>,
     kelf_member: &str,
     def: &str,
     kelf_gname: Option<String>,
@@ -379,7 +379,7 @@ fn parse_graph(
     // 8. runtime_statebuffer_reservation (gates 14, 15)
     let sb_reservations = match d.get("runtime_statebuffer_reservation") {
         None => {
-            if arch == Some(Arch::Cayman) && !opts.allow_legacy {
+            if arch == Some(&csr_maps::CAYMAN) && !opts.allow_legacy {
                 return Err(bad(
                     m,
                     "runtime_statebuffer_reservation",

@@ -1,7 +1,7 @@
 //! The loaded model: what the reader produces (NRT_FACTS.md §1.5-§1.6, §2).
 
-use csr_maps::formats::neff_header::NeffHeader;
-use csr_maps::formats::slot::{Instruction, SpSlot};
+use crate::header::NeffHeader;
+use isa::slot::{Instruction, SpSlot};
 
 use crate::arch::Target;
 use crate::container::{Blob, MemberInfo};

@@ -1,9 +1,9 @@
 //! Reader tests: every gate, member rule, manifest rule and both def.json shapes, on NEFFs made
 //! by the writer and on hand-corrupted bytes.
 
-use csr_maps::formats::neff_header::NeffHeader;
-use csr_maps::formats::slot::{Instruction, WaitMode};
+use isa::slot::{Instruction, WaitMode};
 use neff::builder::{self, pack, Body, ModelDesc, WriteOptions};
+use neff::header::NeffHeader;
 use neff::*;
 use serde_json::{json, Value};
 
@@ -71,7 +71,7 @@ fn single_nc_round_trip() {
     assert_eq!(n.header.pkg_version, 2);
     assert_eq!(n.header.name_str(), m.name);
     assert_eq!(n.manifest_member, "neff.json");
-    assert_eq!(n.kelf.target, Target::Arch(Arch::Sunda));
+    assert_eq!(n.kelf.target, Target::Arch(&csr_maps::SUNDA));
     assert_eq!(n.inputs.len(), 1);
     assert_eq!(n.inputs[0].name, "input");
     assert_eq!((n.inputs[0].nrt_dtype, n.inputs[0].size), (10, 128));
@@ -423,17 +423,34 @@ fn kelf_node_and_member_rules() {
 #[test]
 fn gate11_arch_target() {
     let b = builder::single_nc_allreduce().build().expect("build");
-    let cayman = ReadOptions { arch: Some(Arch::Cayman), ..opts() };
+    let cayman = ReadOptions { arch: Some(&csr_maps::CAYMAN), ..opts() };
     expect_err(&b, &cayman, NrtStatus::Invalid, "NEFF_ARCH_INCOMPAT");
     assert!(Neff::parse(&b, &ReadOptions { allow_legacy: true, ..cayman.clone() }).is_ok());
-    assert!(Neff::parse(&b, &ReadOptions { arch: Some(Arch::Sunda), ..opts() }).is_ok());
+    assert!(Neff::parse(&b, &ReadOptions { arch: Some(&csr_maps::SUNDA), ..opts() }).is_ok());
     for (t, ok_on_sunda) in [("v2", true), ("", true), ("*", true), ("mariana", false), ("v3", false)] {
         let b = with_json("kelf-a.json", |v| v["target"] = json!(t));
-        let r = Neff::parse(&b, &ReadOptions { arch: Some(Arch::Sunda), ..opts() });
+        let r = Neff::parse(&b, &ReadOptions { arch: Some(&csr_maps::SUNDA), ..opts() });
         assert_eq!(r.is_ok(), ok_on_sunda, "target {t:?}: {r:?}");
     }
     let b = with_json("kelf-a.json", |v| v["target"] = json!("tonga"));
     expect_err(&b, &opts(), NrtStatus::Invalid, "Invalid target \"tonga\"");
+}
+
+#[test]
+fn gate11_unknown_generation_is_invalid_not_the_newest_arch() {
+    // A generation csr-maps does not describe is refused with the target gate's status on
+    // every device, never read as mariana (or any other known arch).
+    for t in ["v1", "v5", "v9"] {
+        let b = with_json("kelf-a.json", |v| v["target"] = json!(t));
+        expect_err(&b, &opts(), NrtStatus::Invalid, &format!("Invalid target {t:?}"));
+        for arch in csr_maps::ARCHES {
+            let o = ReadOptions { arch: Some(arch), allow_legacy: true, ..opts() };
+            expect_err(&b, &o, NrtStatus::Invalid, &format!("Invalid target {t:?}"));
+        }
+    }
+    let b = with_json("kelf-a.json", |v| v["target"] = json!("v4"));
+    let n = Neff::parse(&b, &opts()).expect("v4 is mariana");
+    assert_eq!(n.kelf.target, Target::Arch(&csr_maps::MARIANA));
 }
 
 #[test]

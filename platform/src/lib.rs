@@ -4,17 +4,19 @@
 //! A backend offers exactly what a userspace driver has on VFIO:
 //! - BARs as [`Mmio`] regions (32/64-bit reads and writes at byte offsets);
 //! - DMA mapping of host memory ([`HostMem`]) to device-visible IOVAs ([`DmaMapping`]);
-//! - interrupt eventfds;
+//! - interrupt eventfds (waited on through [`Irq`]);
 //! - device reset.
 //!
 //! This crate knows nothing of Neuron. `unsafe` lives only in [`mmio::VolatileMmio`]
-//! (volatile access to a mapped BAR) and [`dma::HostMem`] (anonymous mappings shared
-//! with a device).
+//! (volatile access to a mapped BAR), [`dma::HostMem`] (anonymous mappings shared
+//! with a device) and [`Irq`] (poll and read on an eventfd).
 
 pub mod dma;
+pub mod irq;
 pub mod mmio;
 
 pub use dma::{DmaDir, DmaMapping, DmaUnmap, HostMem, HostMemError, PageSize};
+pub use irq::Irq;
 pub use mmio::{MemMmio, Mmio, MmioError, VolatileMmio};
 
 use std::os::fd::OwnedFd;

@@ -178,7 +178,7 @@ pub enum TrackerError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TrackerConfig {
     /// Architecture (CUSTOM tag fix-up; error decode).
-    pub arch: Arch,
+    pub arch: &'static Arch,
     /// Core-phase timeout (`1000 × model timeout seconds` ms; see [`crate::env::core_timeout`]).
     pub timeout: Duration,
     /// Engines expected to report START/END, per NC (all five in libnrt).
@@ -199,7 +199,7 @@ pub struct TrackerConfig {
 
 impl TrackerConfig {
     /// libnrt defaults for `arch` and `timeout`.
-    pub fn new(arch: Arch, timeout: Duration) -> Self {
+    pub fn new(arch: &'static Arch, timeout: Duration) -> Self {
         Self {
             arch,
             timeout,
@@ -690,7 +690,7 @@ impl ExecTracker {
 
     fn custom(&mut self, nc: usize, engine: usize, rec: &InferStatus) -> Result<(), NrtStatus> {
         let mut tag = rec.tag;
-        if self.cfg.arch != Arch::Sunda && engine == TAG_FIXUP_ENGINE {
+        if *self.cfg.arch != csr_maps::SUNDA && engine == TAG_FIXUP_ENGINE {
             tag = TAG_FIXUP_VALUE;
         }
         let line = u32::from(rec.line) | (u32::from(rec.line_hi) << 16);

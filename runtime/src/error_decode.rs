@@ -88,7 +88,7 @@ pub struct ErrorDecodeConfig {
 }
 
 /// `v2_error_get_infer_error_subtype`.
-pub fn infer_error_subtype(rec: &TpbErrorRecord, _arch: Arch, cfg: &ErrorDecodeConfig) -> InferErrorSubtype {
+pub fn infer_error_subtype(rec: &TpbErrorRecord, _arch: &Arch, cfg: &ErrorDecodeConfig) -> InferErrorSubtype {
     let id = rec.error_id;
     let mask = rec.metadata_lo;
     if id > 11 {
@@ -128,7 +128,7 @@ impl ErrorBlock {
         Self::default()
     }
     /// Consume one record.
-    pub fn consume(&mut self, rec: &TpbErrorRecord, arch: Arch, cfg: &ErrorDecodeConfig) -> InferErrorSubtype {
+    pub fn consume(&mut self, rec: &TpbErrorRecord, arch: &Arch, cfg: &ErrorDecodeConfig) -> InferErrorSubtype {
         self.records += 1;
         let sub = infer_error_subtype(rec, arch, cfg);
         if sub == InferErrorSubtype::None || self.flags[sub.index()] {
@@ -156,7 +156,7 @@ mod tests {
     #[test]
     fn table_and_special_cases() {
         let c = ErrorDecodeConfig::default();
-        let s = |id, m| infer_error_subtype(&rec(id, m), Arch::Sunda, &c) as u8;
+        let s = |id, m| infer_error_subtype(&rec(id, m), &csr_maps::SUNDA, &c) as u8;
         assert_eq!(
             (0..12)
                 .map(|id| if id == 1 || id == 4 { SUNDA_ERROR_SUBTYPES[id as usize] } else { s(id, 0) })
@@ -171,18 +171,18 @@ mod tests {
         assert_eq!(s(1, 0x0001), 1);
         assert_eq!(s(12, 0xFFFF), 0);
         let c2 = ErrorDecodeConfig { dve_spurious_mask: 0x0001 };
-        assert_eq!(infer_error_subtype(&rec(1, 0x0001), Arch::Sunda, &c2), InferErrorSubtype::None);
+        assert_eq!(infer_error_subtype(&rec(1, 0x0001), &csr_maps::SUNDA, &c2), InferErrorSubtype::None);
     }
 
     #[test]
     fn block_dedups_and_last_new_subtype_assigns() {
         let c = ErrorDecodeConfig::default();
         let mut b = ErrorBlock::new();
-        b.consume(&rec(9, 0), Arch::Sunda, &c); // transient → 1004
+        b.consume(&rec(9, 0), &csr_maps::SUNDA, &c); // transient → 1004
         assert_eq!(b.status, Some(NrtStatus::ExecCompletedWithErr));
-        b.consume(&rec(1, 1), Arch::Sunda, &c); // numerical → 1003
+        b.consume(&rec(1, 1), &csr_maps::SUNDA, &c); // numerical → 1003
         assert_eq!(b.status, Some(NrtStatus::ExecCompletedWithNumErr));
-        b.consume(&rec(9, 0), Arch::Sunda, &c); // already logged → unchanged
+        b.consume(&rec(9, 0), &csr_maps::SUNDA, &c); // already logged → unchanged
         assert_eq!(b.status, Some(NrtStatus::ExecCompletedWithNumErr));
         assert!(b.seen(InferErrorSubtype::Transient) && b.seen(InferErrorSubtype::Numerical));
         assert_eq!(b.records, 3);

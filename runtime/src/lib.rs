@@ -13,6 +13,8 @@
 //! Everything here is pure Rust behind small traits ([`completion::NotificationSource`],
 //! [`xu::Executor`]); the device layer implements them.
 
+#![forbid(unsafe_code)]
+
 pub mod completion;
 pub mod env;
 pub mod error_decode;

@@ -385,11 +385,7 @@ impl Runtime {
         let cfg = lock(&self.cfg).clone();
         let devices = lock(&self.devices).clone();
         let first = devices.first().ok_or_else(|| RtError::new(NrtStatus::Failure, "no devices"))?;
-        let arch = match first.arch().nc_version {
-            2 => neff::Arch::Sunda,
-            3 => neff::Arch::Cayman,
-            _ => neff::Arch::Mariana,
-        };
+        let arch = first.arch();
         let opts = ReadOptions { verify: cfg.verify, arch: Some(arch), ..ReadOptions::default() };
         let n = Neff::parse(bytes, &opts).map_err(|e| RtError::new(e.status(), e.to_string()))?;
         let required = nc_count.unwrap_or(n.graphs.len()).max(n.graphs.len());

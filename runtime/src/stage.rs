@@ -1,7 +1,7 @@
 //! Staging one graph of a NEFF on one NeuronCore through hal: device memory for the
 //! vars, DMA rings for the queues, lowered engine programs, notification rings.
 //!
-//! # Lowering (the device forms are defined once in `csr_maps::formats::device_ops`)
+//! # Lowering (the device forms are defined once in `isa::device_ops`)
 //!
 //! | NEFF slot | becomes |
 //! |---|---|
@@ -27,9 +27,9 @@
 use std::collections::BTreeSet;
 
 use csr_maps::consts::seq::ENGINES;
-use csr_maps::formats::device_ops::{self, CollectiveOp, WriteOp, UPDATE_DEC_COMPLETE};
-use csr_maps::formats::slot::{Dma2d, Dma2dLeg, Events, Instruction, Opcode, UpdateMode, WaitMode, SLOT_BYTES};
 use hal::{DevBuf, Device, HostBuf, NqOwner, NqRing, Ring, Stream, Xfer};
+use isa::device_ops::{self, CollectiveOp, WriteOp, UPDATE_DEC_COMPLETE};
+use isa::slot::{Dma2d, Dma2dLeg, Events, Instruction, Opcode, UpdateMode, WaitMode, SLOT_BYTES};
 use neff::{EngineKind, Graph, NrtStatus, Program, VarKind};
 
 /// Reserved semaphores (the top of the 256).
@@ -49,7 +49,7 @@ pub const SP: usize = 4;
 /// Records per INFER_STATUS ring and per error ring.
 pub const RING_RECORDS: u64 = 256;
 use csr_maps::consts::addr8;
-use csr_maps::formats::slot::TraceMode;
+use isa::slot::TraceMode;
 
 /// Trace bits of a slot header (debug_cmd [1:0]).
 const TRACE_START: u8 = TraceMode::OnStart as u8;
@@ -696,7 +696,7 @@ fn lower(
                 return Err(StageError::invalid(format!("{what}: replica group of {size}")));
             }
             let op = CollectiveOp {
-                header: csr_maps::formats::slot::SlotHeader::new(Opcode::Sb2sbCollective),
+                header: isa::slot::SlotHeader::new(Opcode::Sb2sbCollective),
                 events: c.events,
                 op: c.op,
                 dtype: c.dtype,
@@ -726,7 +726,7 @@ fn lower(
                 Ok(Dma2dLeg { start_addr: a, ..*l })
             };
             let low = Dma2d {
-                header: csr_maps::formats::slot::SlotHeader::new(Opcode::DmaMemcpy),
+                header: isa::slot::SlotHeader::new(Opcode::DmaMemcpy),
                 events: d.events,
                 op: if matches!(i, Instruction::PseudoDmaDirect2d(_)) { 0 } else { d.op },
                 src: reloc(&d.src)?,

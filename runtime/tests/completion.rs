@@ -2,7 +2,6 @@
 
 use csr_maps::formats::error::TpbErrorRecord;
 use csr_maps::formats::notify::InferStatus;
-use neff::Arch;
 use runtime::completion::*;
 use runtime::state::{ExecFatalStatus, ExecState};
 use runtime::NrtStatus;
@@ -109,7 +108,7 @@ fn clean(base: u64) -> Fake {
 const TIMEOUT: Duration = Duration::from_secs(2);
 
 fn tracker(ncs: usize) -> ExecTracker {
-    ExecTracker::new(ncs, TrackerConfig::new(Arch::Sunda, TIMEOUT)).unwrap()
+    ExecTracker::new(ncs, TrackerConfig::new(&csr_maps::SUNDA, TIMEOUT)).unwrap()
 }
 
 /// Step INIT and WAIT_BARRIER_PROXY (clear) at t0; returns t0.
@@ -356,7 +355,7 @@ fn error_ring_subtype_flags_recorded() {
 
 #[test]
 fn error_ring_swept_in_batches_and_bounded() {
-    let mut cfg = TrackerConfig::new(Arch::Sunda, TIMEOUT);
+    let mut cfg = TrackerConfig::new(&csr_maps::SUNDA, TIMEOUT);
     cfg.max_error_records = 40;
     let mut t = ExecTracker::new(1, cfg).unwrap();
     let mut s = [clean(1)];
@@ -477,7 +476,9 @@ fn tensor_completions_recorded() {
 
 #[test]
 fn non_sunda_engine2_custom_tag_fixup() {
-    for (arch, engine, want) in [(Arch::Cayman, 2, 0x0E), (Arch::Sunda, 2, 0x05), (Arch::Cayman, 3, 0x05)] {
+    for (arch, engine, want) in
+        [(&csr_maps::CAYMAN, 2, 0x0E), (&csr_maps::SUNDA, 2, 0x05), (&csr_maps::CAYMAN, 3, 0x05)]
+    {
         let mut t = ExecTracker::new(1, TrackerConfig::new(arch, TIMEOUT)).unwrap();
         let mut s = [clean(1)];
         let mut r = custom(7, 1);
@@ -582,7 +583,7 @@ fn per_sweep_cap_honoured() {
     assert!(s[0].max_args.iter().all(|&m| m == DEFAULT_READS_PER_SWEEP));
     assert_eq!(t.debug_notifications(0), Some(38));
 
-    let mut cfg = TrackerConfig::new(Arch::Sunda, TIMEOUT);
+    let mut cfg = TrackerConfig::new(&csr_maps::SUNDA, TIMEOUT);
     cfg.reads_per_sweep = 8;
     let mut t = ExecTracker::new(1, cfg).unwrap();
     let mut s = [build()];
@@ -596,7 +597,7 @@ fn per_sweep_cap_honoured() {
 
 #[test]
 fn expected_engine_mask() {
-    let mut cfg = TrackerConfig::new(Arch::Sunda, TIMEOUT);
+    let mut cfg = TrackerConfig::new(&csr_maps::SUNDA, TIMEOUT);
     cfg.engines = [true, false, false, false, true];
     let mut t = ExecTracker::new(1, cfg).unwrap();
     let mut s = [Fake::default()];
@@ -628,7 +629,7 @@ fn done_is_sticky_and_reset_rearms() {
 
 #[test]
 fn config_and_source_count_errors() {
-    let cfg = TrackerConfig::new(Arch::Sunda, TIMEOUT);
+    let cfg = TrackerConfig::new(&csr_maps::SUNDA, TIMEOUT);
     assert_eq!(ExecTracker::new(0, cfg.clone()).unwrap_err(), TrackerError::NoNc);
     let mut c = cfg.clone();
     c.engines = [false; TPB_ENGINES];

@@ -3,9 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use csr_maps::formats::neff_header::NeffHeader;
 use csr_maps::{Arch, CAYMAN, SUNDA};
 use neff::builder;
+use neff::header::NeffHeader;
 use platform::Platform;
 use runtime::{ModelHandle, NrtStatus, PollPolicy, Runtime, RuntimeConfig, TensorSet};
 use sim::{FaultSpec, SimConfig, SimDevice, Timing};

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, Weak};
 
-use csr_maps::formats::device_ops::{alu, ctype, dtype};
+use isa::device_ops::{alu, ctype, dtype};
 
 use crate::device::Dev;
 

@@ -8,14 +8,14 @@
 use std::sync::atomic::Ordering;
 
 use csr_maps::consts::{q7 as q7c, seq as seqc};
-use csr_maps::formats::device_ops::{CollectiveOp, NotifyOp, WriteOp, UPDATE_DEC_COMPLETE};
 use csr_maps::formats::dge::{allowed_channels, DgeMailbox, MAILBOXES};
 use csr_maps::formats::error::{ErrorId, TpbErrorRecord};
 use csr_maps::formats::notify::{custom, ntype, InferStatus, Subtype};
-use csr_maps::formats::slot::{
+use csr_maps::formats::ucpl::{UcplHeader, HEADER_BYTES, MAX_IMAGE_BYTES};
+use isa::device_ops::{CollectiveOp, NotifyOp, WriteOp, UPDATE_DEC_COMPLETE};
+use isa::slot::{
     Dma2d, Dma2dLeg, Events, Instruction, Opcode, TraceMode, UpdateMode, WaitMode, SLOT_BYTES, SLOT_WORDS,
 };
-use csr_maps::formats::ucpl::{UcplHeader, HEADER_BYTES, MAX_IMAGE_BYTES};
 
 use csr_maps::blocks::seq_engine as se;
 
@@ -415,7 +415,7 @@ fn step(dev: &Dev, st: &mut State, nc: usize, e: usize, out: &mut Vec<Delivery>)
 }
 
 fn arrive(dev: &Dev, st: &mut State, nc: usize, e: usize, c: &CollectiveOp) -> Result<Vec<Delivery>, u8> {
-    let es = csr_maps::formats::device_ops::dtype::size(c.dtype).ok_or(code::COLLECTIVE)?;
+    let es = isa::device_ops::dtype::size(c.dtype).ok_or(code::COLLECTIVE)?;
     let bytes = (c.num_elements as usize).checked_mul(es).filter(|&b| b <= 1 << 30).ok_or(code::COLLECTIVE)?;
     let mut data = vec![0u8; bytes];
     dev.dev_read(st, c.src, &mut data).map_err(|_| code::MEMORY)?;

@@ -3,14 +3,14 @@
 mod common;
 use common::*;
 use csr_maps::consts::{fwio as fwc, q7 as q7c};
-use csr_maps::formats::device_ops::NotifyOp;
 use csr_maps::formats::dge::DgeMailbox;
 use csr_maps::formats::error::{ErrorId, TpbErrorRecord};
 use csr_maps::formats::fwio::FwHeader;
 use csr_maps::formats::notify::{custom, Subtype};
-use csr_maps::formats::slot::{Dma2d, Dma2dLeg, Events, Opcode, SlotHeader, SLOT_BYTES};
 use csr_maps::formats::ucpl::UcplHeader;
 use csr_maps::{CAYMAN, MARIANA, SUNDA};
+use isa::device_ops::NotifyOp;
+use isa::slot::{Dma2d, Dma2dLeg, Events, Opcode, SlotHeader, SLOT_BYTES};
 use sim::FaultSpec;
 
 fn notify(sub: u16, v: u32) -> [u8; SLOT_BYTES] {
@@ -67,8 +67,8 @@ fn simple_program(t: &T, nc: u64) -> (Vec<platform::DmaMapping>, platform::DmaMa
     let err = t.err_ring(nc, 16);
     for e in 0..5 {
         let prog = [
-            csr_maps::formats::device_ops::events_only(Opcode::Nop, 1, Events::NONE),
-            csr_maps::formats::device_ops::events_only(Opcode::Nop, 2, Events::NONE),
+            isa::device_ops::events_only(Opcode::Nop, 1, Events::NONE),
+            isa::device_ops::events_only(Opcode::Nop, 2, Events::NONE),
         ];
         t.load_program(nc, e, nc_area(t, nc, 0x1000 * e), &prog, false);
     }
@@ -234,7 +234,7 @@ fn q7_claim_ucpl_cap_and_dge_gate() {
             0,
             2,
             nc_area(&t, 0, 0),
-            &[mk(3).encode(), csr_maps::formats::device_ops::events_only(Opcode::Nop, 0, Events::NONE)],
+            &[mk(3).encode(), isa::device_ops::events_only(Opcode::Nop, 0, Events::NONE)],
             false,
         );
         t.start(0, 2, false);

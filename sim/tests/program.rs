@@ -3,11 +3,11 @@
 mod common;
 use common::*;
 use csr_maps::consts::seq::{STATE_HALTED, STATE_WAITING};
-use csr_maps::formats::device_ops::{alu, ctype, dtype, CollectiveOp, WriteOp};
 use csr_maps::formats::notify::{ntype, Subtype};
-use csr_maps::formats::slot::{Events, Opcode, SlotHeader, SLOT_BYTES};
 use csr_maps::formats::udma::UdmaDesc;
 use csr_maps::{Arch, CAYMAN, MARIANA, SUNDA};
+use isa::device_ops::{alu, ctype, dtype, CollectiveOp, WriteOp};
+use isa::slot::{Events, Opcode, SlotHeader, SLOT_BYTES};
 use sim::{SimConfig, SimTopology, Timing};
 
 const PE: u64 = 0;
@@ -17,7 +17,7 @@ const TRACE_END: u8 = 2;
 const TRACE_BOTH: u8 = 3;
 
 fn ev_only(op: Opcode, trace: u8, ev: Events) -> [u8; SLOT_BYTES] {
-    csr_maps::formats::device_ops::events_only(op, trace, ev)
+    isa::device_ops::events_only(op, trace, ev)
 }
 
 fn write_slot(trace: u8, ev: Events, addr: u64, value: u32) -> [u8; SLOT_BYTES] {
@@ -208,7 +208,7 @@ fn unknown_and_unlowered_slots_post_sequencer_fatal() {
         let ring = t.infer_ring(0, 1, 16);
         let mut garbage = [0xA5u8; SLOT_BYTES];
         garbage[1] = 0x10;
-        let trigger = csr_maps::formats::slot::DmaTrigger::new(Events::NONE, "q_in", 0).encode();
+        let trigger = isa::slot::DmaTrigger::new(Events::NONE, "q_in", 0).encode();
         t.load_program(
             0,
             1,

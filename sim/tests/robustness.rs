@@ -92,7 +92,7 @@ fn interrupt_eventfd_fires_on_notification() {
     let fd = t.dev.irq_eventfd(1).unwrap().unwrap();
     assert!(t.dev.irq_eventfd(2).is_err());
     let _ring = t.infer_ring(1, 0, 16);
-    let prog = [csr_maps::formats::device_ops::NotifyOp::new(csr_maps::formats::slot::Events::NONE, 6, 1).encode()];
+    let prog = [isa::device_ops::NotifyOp::new(isa::slot::Events::NONE, 6, 1).encode()];
     t.load_program(1, 0, nc_area(&t, 1, 0), &prog, false);
     t.start(1, 0, false);
     let mut v = [0u8; 8];

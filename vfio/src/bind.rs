@@ -75,6 +75,13 @@ impl Binding {
         self.restore_inner()
     }
 
+    /// Leave the function on vfio-pci beyond this process (a later [`release`] gives it
+    /// back); returns the driver it had.
+    pub fn persist(mut self) -> Option<String> {
+        self.restored = true;
+        self.original_driver.take()
+    }
+
     fn restore_inner(&mut self) -> Result<()> {
         if self.restored {
             return Ok(());
@@ -107,6 +114,37 @@ impl Drop for Binding {
     fn drop(&mut self) {
         let _ = self.restore_inner();
     }
+}
+
+/// How [`release`] left a function.
+#[derive(Debug)]
+pub enum Released {
+    /// Bound to the requested driver.
+    Rebound(String),
+    /// Handed to the kernel's probe (`drivers_probe`): no driver was requested, it is not
+    /// registered, or binding it failed (the error).
+    Reprobed(Option<Error>),
+}
+
+/// Take a function off vfio-pci (one a [`Binding::persist`] left there): clear
+/// `driver_override`, unbind it from vfio-pci, then bind `driver` when given and registered,
+/// else (or when that bind fails) let the kernel reprobe it.
+pub fn release(sysfs: &Sysfs, address: PciAddress, driver: Option<&str>) -> Result<Released> {
+    let addr = address.to_string();
+    // An empty write clears the override.
+    write(&sysfs.device_path(address).join("driver_override"), "\n")?;
+    write(&sysfs.driver_path(VFIO_PCI).join("unbind"), &addr)?;
+    let probe = || write(&sysfs.root().join("bus/pci/drivers_probe"), &addr);
+    let bind_error = match driver.filter(|d| *d != VFIO_PCI) {
+        Some(d) if sysfs.driver_path(d).join("bind").exists() => match write(&sysfs.driver_path(d).join("bind"), &addr)
+        {
+            Ok(()) => return Ok(Released::Rebound(d.to_string())),
+            Err(e) => Some(e),
+        },
+        _ => None,
+    };
+    probe()?;
+    Ok(Released::Reprobed(bind_error))
 }
 
 /// Which VFIO interfaces this system offers.
@@ -217,6 +255,41 @@ mod tests {
         b.restore().unwrap();
         assert_eq!(rd("bus/pci/drivers/vfio-pci/unbind"), "0000:00:03.0");
         assert_eq!(rd("bus/pci/drivers/edu/bind"), "0000:00:03.0");
+    }
+
+    #[test]
+    fn persist_keeps_the_binding_and_release_gives_it_back() {
+        let t = FakeSysfs::new("release");
+        t.add("0000:00:03.0", 0x1234, 0x11e8, 0, Some("vfio-pci"), Some(3));
+        let s = t.sysfs();
+        let a: PciAddress = "0000:00:03.0".parse().unwrap();
+        let rd = |p: &str| std::fs::read_to_string(t.dir.join(p)).unwrap();
+        // Already on vfio-pci: persisting writes nothing on drop.
+        let b = Binding::bind(&s, a).unwrap();
+        assert_eq!(b.persist().as_deref(), Some("vfio-pci"));
+        assert_eq!(rd("bus/pci/drivers/vfio-pci/unbind"), "");
+
+        // Back to a registered driver.
+        t.set_driver("0000:00:03.0", Some("edu"));
+        t.set_driver("0000:00:03.0", Some("vfio-pci"));
+        assert!(matches!(release(&s, a, Some("edu")).unwrap(), Released::Rebound(d) if d == "edu"));
+        assert_eq!(rd("devices/pci0000:00/0000:00:03.0/driver_override"), "\n");
+        assert_eq!(rd("bus/pci/drivers/vfio-pci/unbind"), "0000:00:03.0");
+        assert_eq!(rd("bus/pci/drivers/edu/bind"), "0000:00:03.0");
+        assert_eq!(rd("bus/pci/drivers_probe"), "");
+
+        // No recorded driver, or one that is not registered: the kernel reprobes.
+        for driver in [None, Some("gone")] {
+            std::fs::write(t.dir.join("bus/pci/drivers_probe"), "").unwrap();
+            assert!(matches!(release(&s, a, driver).unwrap(), Released::Reprobed(None)));
+            assert_eq!(rd("bus/pci/drivers_probe"), "0000:00:03.0");
+        }
+        // A bind that fails falls back to the probe and reports the error.
+        std::fs::remove_file(t.dir.join("bus/pci/drivers/edu/bind")).unwrap();
+        std::fs::create_dir(t.dir.join("bus/pci/drivers/edu/bind")).unwrap();
+        std::fs::write(t.dir.join("bus/pci/drivers_probe"), "").unwrap();
+        assert!(matches!(release(&s, a, Some("edu")).unwrap(), Released::Reprobed(Some(Error::Sysfs { .. }))));
+        assert_eq!(rd("bus/pci/drivers_probe"), "0000:00:03.0");
     }
 
     #[test]

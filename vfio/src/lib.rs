@@ -26,7 +26,7 @@ pub mod sysfs;
 pub mod uapi;
 mod vfio_platform;
 
-pub use bind::{check_memlock, check_vfio_available, probe_support, Binding, VfioSupport};
+pub use bind::{check_memlock, check_vfio_available, probe_support, release, Binding, Released, VfioSupport};
 pub use device::{Device, EventFd, IrqInfo, OpenOptions, RegionInfo, RegionMmio, IRQ_INTX, IRQ_MSI, IRQ_MSIX};
 pub use dma::DmaSpace;
 pub use error::{Error, Result};

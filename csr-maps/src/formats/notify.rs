@@ -43,6 +43,32 @@ pub mod ntype {
     pub const fn engine(engine: u8, kind: u8) -> u8 {
         ENGINE_BASE + 4 * engine + kind
     }
+
+    /// What a notific_type tag names: the TPB engine (`consts::seq::ENGINES`) for a
+    /// per-engine type, and the record kind (`inst_start`, `dma`, … ; `unknown`).
+    pub fn describe(tag: u8) -> (Option<&'static str>, &'static str) {
+        use crate::consts::seq::ENGINES;
+        let per = engine(1, 0) - engine(0, 0);
+        let end = engine(ENGINES.len() as u8, 0);
+        if (ENGINE_BASE..end).contains(&tag) {
+            let kind = match (tag - ENGINE_BASE) % per {
+                INST_START => "inst_start",
+                INST_END => "inst_end",
+                EXPLICIT => "explicit",
+                _ => "evt_sem",
+            };
+            return (ENGINES.get(usize::from((tag - ENGINE_BASE) / per)).copied(), kind);
+        }
+        let kind = match tag {
+            DMA => "dma",
+            ERROR => "error",
+            TPB_AXI_EVT_SEM => "tpb_axi_evt_sem",
+            TPB_HAM => "tpb_ham",
+            TPB_ERROR => "tpb_error",
+            _ => "unknown",
+        };
+        (None, kind)
+    }
 }
 
 /// INFER_STATUS subtype at +6 (NRT_FACTS §5.4).
@@ -55,6 +81,20 @@ pub enum Subtype {
     CcEnd,
     /// 0, 1, 4, 5 or > 8: unexpected.
     Unexpected(u16),
+}
+
+impl std::fmt::Display for Subtype {
+    /// libnrt's names: `START`, `END`, `CUSTOM`, `CC_START`, `CC_END`, `UNEXPECTED(v)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Subtype::Start => f.write_str("START"),
+            Subtype::End => f.write_str("END"),
+            Subtype::Custom => f.write_str("CUSTOM"),
+            Subtype::CcStart => f.write_str("CC_START"),
+            Subtype::CcEnd => f.write_str("CC_END"),
+            Subtype::Unexpected(v) => write!(f, "UNEXPECTED({v})"),
+        }
+    }
 }
 
 impl Subtype {
@@ -224,6 +264,19 @@ impl InferStatus {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn names() {
+        assert_eq!(ntype::describe(ntype::engine(0, ntype::INST_START)), (Some("pe"), "inst_start"));
+        assert_eq!(ntype::describe(ntype::engine(2, ntype::INST_END)), (Some("pool"), "inst_end"));
+        assert_eq!(ntype::describe(ntype::engine(4, ntype::EVT_SEM)), (Some("sp"), "evt_sem"));
+        assert_eq!(ntype::describe(ntype::engine(3, ntype::EXPLICIT)), (Some("dve"), "explicit"));
+        assert_eq!(ntype::describe(ntype::engine(5, 0)), (None, "unknown"));
+        assert_eq!(ntype::describe(ntype::DMA), (None, "dma"));
+        assert_eq!(ntype::describe(ntype::TPB_ERROR), (None, "tpb_error"));
+        let names: Vec<String> = [2, 3, 6, 7, 8, 5].map(|v| Subtype::from_u16(v).to_string()).into();
+        assert_eq!(names, ["START", "END", "CUSTOM", "CC_START", "CC_END", "UNEXPECTED(5)"]);
+    }
 
     #[test]
     fn positions_pinned() {

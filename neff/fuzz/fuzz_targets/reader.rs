@@ -13,7 +13,7 @@ fuzz_target!(|data: &[u8]| {
     let Some((&mode, rest)) = data.split_first() else { return };
     let opts = ReadOptions {
         verify: mode & 2 != 0,
-        arch: if mode & 4 != 0 { Some(Arch::Sunda) } else { None },
+        arch: if mode & 4 != 0 { neff::arch_by_name("sunda") } else { None },
         mem_cap: 32 << 20,
         allow_legacy: mode & 8 != 0,
     };

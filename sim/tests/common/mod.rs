@@ -102,7 +102,7 @@ pub fn write_descs(ring: &DmaMapping, start: usize, d: &[UdmaDesc]) {
 }
 
 use csr_maps::formats::notify::InferStatus;
-use csr_maps::formats::slot::SLOT_BYTES;
+use isa::slot::SLOT_BYTES;
 
 /// Device address of HBM stack 0 offset `off` of NC `nc`'s private 64 MiB area.
 pub fn nc_area(t: &T, nc: u64, off: u64) -> u64 {

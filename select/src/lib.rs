@@ -2,6 +2,10 @@
 //! `NEURON_VFIO_DEVICE`): `sim[:ARCH[:N]] | <PCI BDF>`, or by default the first Neuron device
 //! bound to vfio-pci, else the simulator.
 //!
+//! The simulator is behind the cargo feature `sim` (default on). Built without it, nothing
+//! links the sim crate: a `sim` spec, and the default when no Neuron device is bound to
+//! vfio-pci, are [`SelectError::NoSimulator`].
+//!
 //! Environment (for fabricated trees in tests and for appliance images): `NEURON_VFIO_SYSFS`
 //! (sysfs root, default `/sys`) and `NEURON_VFIO_DEVDIR` (device-node root, default `/dev`).
 //! `NEURON_VFIO_BACKEND` chooses the VFIO interface: `container` (legacy `/dev/vfio/vfio`),
@@ -11,12 +15,13 @@
 //! without a virtual IOMMU): vfio's no-IOMMU mode (loaded with enable_unsafe_noiommu_mode=1),
 //! DMA at physical addresses, no isolation; a device behind a real IOMMU still uses it.
 
+#![forbid(unsafe_code)]
+
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use csr_maps::Arch;
 use platform::Platform;
-use sim::{SimConfig, SimDevice, SimTopology, Timing};
 use vfio::{Backend, Filter, PciAddress, PciFunction, Sysfs, VfioSupport};
 
 /// The driver a device must be bound to.
@@ -31,7 +36,35 @@ pub enum SelectError {
     /// The device exists but cannot be used (binding, VFIO, IOMMU group, open failure).
     #[error("{0}")]
     Unusable(String),
+    /// The simulator was selected (or is the only fallback: the reason is given) but this
+    /// build has no simulator (the `sim` cargo feature is off).
+    #[error("{0}: built without the simulator (cargo feature `sim`)")]
+    NoSimulator(String),
 }
+
+/// How the simulator runs device work.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SimTiming {
+    /// Device work runs inside the MMIO write that triggers it (deterministic, no thread
+    /// wake-ups).
+    #[default]
+    Inline,
+    /// One device thread per NeuronCore.
+    Threaded,
+}
+
+#[cfg(feature = "sim")]
+impl From<SimTiming> for sim::Timing {
+    fn from(t: SimTiming) -> Self {
+        match t {
+            SimTiming::Inline => sim::Timing::Inline,
+            SimTiming::Threaded => sim::Timing::Threaded,
+        }
+    }
+}
+
+/// Whether this build includes the simulator (cargo feature `sim`).
+pub const HAS_SIMULATOR: bool = cfg!(feature = "sim");
 
 /// A device selection.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,6 +101,9 @@ impl Spec {
             };
             if it.next().is_some() {
                 return Err(bad("expected sim[:ARCH[:N]] or a PCI address".into()));
+            }
+            if !HAS_SIMULATOR {
+                return Err(SelectError::NoSimulator(format!("device `{s}`")));
             }
             return Ok(Self::Sim { arch, n });
         }
@@ -121,7 +157,7 @@ pub fn function(sys: &Sysfs, addr: PciAddress) -> Result<PciFunction, SelectErro
 }
 
 /// What [`Spec::Default`] resolves to, with the notice to show when it falls back to the
-/// simulator.
+/// simulator (built without it: [`SelectError::NoSimulator`] naming why no device was usable).
 pub fn resolve_default(sys: &Sysfs) -> Result<(Spec, Option<String>), SelectError> {
     let fs = neuron_functions(sys)?;
     if let Some(f) = fs.iter().find(|f| f.driver.as_deref() == Some(VFIO_PCI) && arch_of(f).is_some()) {
@@ -133,6 +169,9 @@ pub fn resolve_default(sys: &Sysfs) -> Result<(Spec, Option<String>), SelectErro
     } else {
         format!("{} Neuron device(s) found, none bound to vfio-pci (neuron-vfio bind <BDF>)", fs.len())
     };
+    if !HAS_SIMULATOR {
+        return Err(SelectError::NoSimulator(why));
+    }
     Ok((Spec::Sim { arch: &csr_maps::SUNDA, n: 1 }, Some(format!("{why}; using the simulator (--device sim)"))))
 }
 
@@ -190,12 +229,29 @@ pub fn choose_backend(requested: Option<&str>, support: &VfioSupport) -> Result<
     }
 }
 
-/// Platforms to hand to a driver or runtime, and the simulators among them (kept alive).
-pub type Opened = (Vec<Arc<dyn Platform>>, Vec<SimDevice>);
+/// Platforms to hand to a driver or runtime, and the simulators among them.
+pub struct Opened {
+    /// One per device: every device of a simulated topology, or the VFIO device.
+    pub platforms: Vec<Arc<dyn Platform>>,
+    /// The simulated devices behind `platforms` (empty on VFIO), for fault injection and
+    /// statistics.
+    #[cfg(feature = "sim")]
+    pub sims: Vec<sim::SimDevice>,
+}
+
+impl Opened {
+    /// Whether the platforms are simulated devices.
+    pub fn is_sim(&self) -> bool {
+        #[cfg(feature = "sim")]
+        return !self.sims.is_empty();
+        #[cfg(not(feature = "sim"))]
+        return false;
+    }
+}
 
 /// Open the platforms behind a resolved `spec` (every device of a simulated topology) and
 /// the simulators among them. `Spec::Default` is resolved first (its notice is logged).
-pub fn open_platforms(spec: &Spec, timing: Timing) -> Result<Opened, SelectError> {
+pub fn open_platforms(spec: &Spec, timing: SimTiming) -> Result<Opened, SelectError> {
     match spec {
         Spec::Default => {
             let (s, notice) = resolve_default(&sysfs())?;
@@ -204,12 +260,7 @@ pub fn open_platforms(spec: &Spec, timing: Timing) -> Result<Opened, SelectError
             }
             open_platforms(&s, timing)
         }
-        Spec::Sim { arch, n } => {
-            let topo = SimTopology::new(SimConfig::new(arch).timing(timing), *n)
-                .map_err(|e| SelectError::Unusable(format!("simulator: {e}")))?;
-            let ps = topo.devices.iter().map(|d| Arc::new(d.clone()) as Arc<dyn Platform>).collect();
-            Ok((ps, topo.devices))
-        }
+        Spec::Sim { arch, n } => open_sim(arch, *n, timing),
         Spec::Pci(addr) => {
             let sys = sysfs();
             let (f, _) = check_usable(&sys, *addr)?;
@@ -220,15 +271,33 @@ pub fn open_platforms(spec: &Spec, timing: Timing) -> Result<Opened, SelectError
             let opts = vfio::OpenOptions { backend, sysfs: sys.clone(), dev, allow_noiommu, ..Default::default() };
             let p = vfio::VfioPlatform::open(f.address, &opts)
                 .map_err(|e| SelectError::Unusable(format!("{addr}: {e}")))?;
-            Ok((vec![Arc::new(p) as Arc<dyn Platform>], Vec::new()))
+            Ok(Opened {
+                platforms: vec![Arc::new(p) as Arc<dyn Platform>],
+                #[cfg(feature = "sim")]
+                sims: Vec::new(),
+            })
         }
     }
+}
+
+#[cfg(feature = "sim")]
+fn open_sim(arch: &'static Arch, n: usize, timing: SimTiming) -> Result<Opened, SelectError> {
+    let topo = sim::SimTopology::new(sim::SimConfig::new(arch).timing(timing.into()), n)
+        .map_err(|e| SelectError::Unusable(format!("simulator: {e}")))?;
+    let platforms = topo.devices.iter().map(|d| Arc::new(d.clone()) as Arc<dyn Platform>).collect();
+    Ok(Opened { platforms, sims: topo.devices })
+}
+
+#[cfg(not(feature = "sim"))]
+fn open_sim(arch: &'static Arch, n: usize, _timing: SimTiming) -> Result<Opened, SelectError> {
+    Err(SelectError::NoSimulator(format!("device `sim:{}:{n}`", arch.name)))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    #[cfg(feature = "sim")]
     #[test]
     fn parses_specs() {
         assert_eq!(Spec::parse(None), Ok(Spec::Default));
@@ -262,13 +331,32 @@ mod tests {
         assert!(matches!(choose_backend(Some("type1"), &s(true, true)), Err(SelectError::Invalid(_))));
     }
 
+    #[cfg(feature = "sim")]
     #[test]
     fn opens_a_simulated_topology() {
-        let (ps, sims) = open_platforms(&Spec::Sim { arch: &csr_maps::CAYMAN, n: 2 }, Timing::Inline).unwrap();
-        assert_eq!((ps.len(), sims.len()), (2, 2));
-        assert_eq!(ps[1].identity().location, "sim1");
+        let o = open_platforms(&Spec::Sim { arch: &csr_maps::CAYMAN, n: 2 }, SimTiming::Inline).unwrap();
+        assert_eq!((o.platforms.len(), o.sims.len()), (2, 2));
+        assert!(o.is_sim());
+        assert_eq!(o.platforms[1].identity().location, "sim1");
     }
 
+    #[cfg(not(feature = "sim"))]
+    #[test]
+    fn without_the_simulator_sim_specs_are_refused() {
+        for spec in ["sim", "sim:cayman", "sim:mariana:2"] {
+            let e = Spec::parse(Some(spec)).unwrap_err();
+            assert!(matches!(&e, SelectError::NoSimulator(_)), "{spec}: {e:?}");
+            assert!(e.to_string().contains("built without the simulator"), "{e}");
+        }
+        // Malformed sim specs are still bad input.
+        assert!(matches!(Spec::parse(Some("sim:inf1")), Err(SelectError::Invalid(_))));
+        let e = open_platforms(&Spec::Sim { arch: &csr_maps::SUNDA, n: 1 }, SimTiming::Inline).err();
+        assert!(matches!(e, Some(SelectError::NoSimulator(_))));
+        let e = resolve_default(&Sysfs::new("/nonexistent-sysfs-root")).unwrap_err();
+        assert!(matches!(&e, SelectError::NoSimulator(m) if m.contains("no Neuron device found")), "{e:?}");
+    }
+
+    #[cfg(feature = "sim")]
     #[test]
     fn empty_sysfs_falls_back_to_the_simulator() {
         let sys = Sysfs::new("/nonexistent-sysfs-root");

@@ -23,14 +23,14 @@ pub const UPDATE_DEC_COMPLETE: u8 = 0x14;
 /// Collective ALU ops: ADD and MAX are the documented codes of PSEUDO_TRIGGER_COLLECTIVE
 /// (`slot::coll_op`, NRT_FACTS §2.4); MIN is modeled.
 pub mod alu {
-    pub use crate::formats::slot::coll_op::{ADD, MAX};
+    pub use crate::slot::coll_op::{ADD, MAX};
     /// Modeled.
     pub const MIN: u8 = 0x0C;
 }
 
 /// Collective kinds: ALL_REDUCE is documented (`slot::coll_type`); the others are modeled.
 pub mod ctype {
-    pub use crate::formats::slot::coll_type::ALL_REDUCE;
+    pub use crate::slot::coll_type::ALL_REDUCE;
     /// Modeled.
     pub const ALL_GATHER: u8 = 0x02;
     /// Modeled.
@@ -39,7 +39,7 @@ pub mod ctype {
 
 /// Collective data types: the DTYPE codes of `slot::coll_dtype` (NRT_FACTS §2.4).
 pub mod dtype {
-    pub use crate::formats::slot::coll_dtype::{BF16, FP16, FP32, INT32};
+    pub use crate::slot::coll_dtype::{BF16, FP16, FP32, INT32};
 
     /// Element size in bytes, or `None` for an unsupported type.
     pub fn size(d: u8) -> Option<usize> {

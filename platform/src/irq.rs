@@ -1,4 +1,5 @@
-//! Interrupts: a platform eventfd signalled when the device raises a vector.
+//! Interrupts: the eventfd a platform signals when the device raises a vector (from
+//! [`Platform::irq_eventfd`](crate::Platform::irq_eventfd)).
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::Duration;
@@ -10,7 +11,7 @@ pub struct Irq {
 }
 
 impl Irq {
-    /// Wrap an eventfd from `Platform::irq_eventfd`.
+    /// Wrap an eventfd from [`Platform::irq_eventfd`](crate::Platform::irq_eventfd).
     pub fn new(fd: OwnedFd, vector: u32) -> Self {
         Self { fd, vector }
     }

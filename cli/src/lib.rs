@@ -1,0 +1,206 @@
+//! `neuron-vfio`: bring-up, debug and run tool for AWS Neuron devices without the kmod.
+//!
+//! Two binaries share this code: `neuron-vfio` (system allocator) and `neuron-vfio-bench`,
+//! which runs the `bench` commands under a counting global allocator
+//! ([`alloc_count::Counting`]). `neuron-vfio bench …` runs `neuron-vfio-bench` when it is
+//! installed next to it, else runs the benchmark itself without allocation counting.
+
+// Doc comments on the argument types are clap's --help text, written for a terminal
+// (`sim[:ARCH[:N]]`, `<PCI BDF>`), not rustdoc Markdown.
+#![allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
+
+pub mod alloc_count;
+mod cmd_bench;
+mod cmd_csr;
+mod cmd_dev;
+mod cmd_dma;
+mod cmd_neff;
+mod cmd_nq;
+mod cmd_run;
+mod device;
+mod report;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+
+use device::{DeviceSpec, SimTiming};
+use report::CliError;
+
+#[derive(Parser)]
+#[command(
+    name = "neuron-vfio",
+    version,
+    about = "Userspace driver and runtime for AWS Neuron devices (VFIO or the built-in simulator)",
+    after_help = "Logging: NEURON_RT_LOG_LEVEL=error|warn|info|debug|trace (default warn), to stderr.\n\
+                  Environment: NEURON_VFIO_SYSFS (sysfs root), NEURON_VFIO_DEVDIR (/dev root), \
+                  NEURON_VFIO_STATE_DIR (where bind records the replaced driver), \
+                  NEURON_VFIO_BACKEND=auto|container|iommufd|noiommu (the VFIO interface; auto: \
+                  the container where the kernel has it, else iommufd; noiommu: UNSAFE opt-in to \
+                  vfio's no-IOMMU mode for a device no IOMMU translates, e.g. in a VM without a vIOMMU)."
+)]
+struct Cli {
+    /// Machine-readable JSON output (errors too: {"status","code","error"}).
+    #[arg(long, global = true)]
+    json: bool,
+    /// sim[:ARCH[:N]] | <PCI BDF> (default: the first Neuron device bound to vfio-pci, else
+    /// the simulator with a notice). `sim:mariana:2` is a topology of 2 devices: `ls` lists
+    /// them all, other commands act on device 0.
+    #[arg(long, global = true, value_name = "DEVICE")]
+    device: Option<String>,
+    /// How the simulator runs device work.
+    #[arg(long, global = true, value_enum, default_value = "inline")]
+    sim_timing: SimTiming,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// List Neuron devices: BDF, arch, NCs, HBM, driver, IOMMU group.
+    Ls,
+    /// Identity, counts, firmware, HBM, ECC counters and engine states of the device.
+    Info,
+    /// Bind a device to vfio-pci (remembering its driver for `unbind`).
+    Bind {
+        /// PCI address (DDDD:BB:DD.F or BB:DD.F).
+        bdf: String,
+    },
+    /// Give a device back to its original driver (or clear driver_override and reprobe).
+    Unbind {
+        /// PCI address.
+        bdf: String,
+    },
+    /// Registers: list, decode (offline); read/write/dump/watch on a device.
+    #[command(subcommand)]
+    Csr(cmd_csr::CsrCmd),
+    /// Notification queues: programmed slots and decoded records.
+    #[command(subcommand)]
+    Nq(cmd_nq::NqCmd),
+    /// DMA: copy files to/from device memory; bandwidth benchmark.
+    #[command(subcommand)]
+    Dma(cmd_dma::DmaCmd),
+    /// NEFF model files: inspect, disassemble.
+    #[command(subcommand)]
+    Neff(cmd_neff::NeffCmd),
+    /// Validate and stage a NEFF on the device; print its tensors.
+    Load(cmd_run::LoadArgs),
+    /// Load a NEFF, bind inputs, execute, write outputs; print status and timings.
+    Run(cmd_run::RunArgs),
+    /// Benchmarks (commands that print figures).
+    #[command(subcommand)]
+    Bench(BenchCmd),
+}
+
+#[derive(Subcommand)]
+enum BenchCmd {
+    /// Parse + verify a NEFF with 1 GiB of weights vs raw inflate of its gzip payload.
+    NeffLoad(cmd_neff::BenchNeffLoadArgs),
+    /// Host overhead, completion latency (spin vs usleep(1)), allocations and syscalls per execute.
+    Exec(cmd_bench::ExecBenchArgs),
+}
+
+/// Logs to stderr at NEURON_RT_LOG_LEVEL (default warn).
+fn init_logging() {
+    let raw = std::env::var("NEURON_RT_LOG_LEVEL").unwrap_or_default();
+    let lower = raw.trim().to_ascii_lowercase();
+    let known = ["error", "warn", "info", "debug", "trace"];
+    let level = known.iter().copied().find(|l| *l == lower).unwrap_or("warn");
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(tracing_subscriber::EnvFilter::new(level))
+        .with_target(false)
+        .try_init();
+    if !lower.is_empty() && !known.contains(&lower.as_str()) {
+        tracing::warn!("NEURON_RT_LOG_LEVEL={raw} is not error|warn|info|debug|trace; using warn");
+    }
+}
+
+fn run(cli: Cli) -> Result<(), CliError> {
+    let json = cli.json;
+    let spec = || DeviceSpec::parse(cli.device.as_deref());
+    let t = cli.sim_timing;
+    match cli.cmd {
+        Cmd::Ls => cmd_dev::ls(&spec()?, t, json),
+        Cmd::Info => cmd_dev::info(&spec()?, t, json),
+        Cmd::Bind { bdf } => cmd_dev::bind(&bdf, json),
+        Cmd::Unbind { bdf } => cmd_dev::unbind(&bdf, json),
+        Cmd::Csr(c) => cmd_csr::run(c, &spec()?, t, json),
+        Cmd::Nq(c) => cmd_nq::run(c, &spec()?, t, json),
+        Cmd::Dma(c) => cmd_dma::run(c, &spec()?, t, json),
+        Cmd::Neff(c) => cmd_neff::run_neff(c, json),
+        Cmd::Load(a) => cmd_run::load(a, cli.device.as_deref(), t, json),
+        Cmd::Run(a) => cmd_run::run(a, cli.device.as_deref(), t, json),
+        Cmd::Bench(BenchCmd::NeffLoad(a)) => cmd_neff::bench_neff_load(a, json),
+        Cmd::Bench(BenchCmd::Exec(a)) => cmd_bench::exec_bench(a, json),
+    }
+}
+
+/// The benchmark binary, installed next to `neuron-vfio`.
+pub const BENCH_BIN: &str = "neuron-vfio-bench";
+
+/// `neuron-vfio-bench` next to the running executable, if installed.
+fn bench_binary() -> Option<PathBuf> {
+    let p = std::env::current_exe().ok()?.with_file_name(BENCH_BIN);
+    p.is_file().then_some(p)
+}
+
+/// Run `bench …` in `neuron-vfio-bench` (replacing this process) so allocations are
+/// counted; returns only when that is not possible, with the reason.
+fn exec_bench_binary(args: &[OsString]) -> String {
+    use std::os::unix::process::CommandExt;
+    match bench_binary() {
+        Some(p) => {
+            let e = std::process::Command::new(&p).args(args).exec();
+            format!("cannot run {}: {e}", p.display())
+        }
+        None => format!("{BENCH_BIN} is not installed next to this executable"),
+    }
+}
+
+/// Restore the default SIGPIPE disposition: die quietly on a closed stdout
+/// (`neuron-vfio csr list | head`) like other CLI tools.
+fn default_sigpipe() {
+    // SAFETY: `signal` with SIG_DFL installs no handler and touches no Rust state; called
+    // first thing in `main`, before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+fn finish(cli: Cli) {
+    let json = cli.json;
+    if let Err(e) = run(cli) {
+        e.report(json);
+        std::process::exit(e.exit_code());
+    }
+}
+
+/// `neuron-vfio`'s `main`.
+pub fn main() {
+    default_sigpipe();
+    let cli = Cli::parse();
+    init_logging();
+    if matches!(cli.cmd, Cmd::Bench(_)) && !alloc_count::active() {
+        let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+        let why = exec_bench_binary(&args);
+        eprintln!("notice: {why}; benchmarking without allocation counting");
+    }
+    finish(cli)
+}
+
+/// `neuron-vfio-bench`'s `main` (its global allocator is [`alloc_count::Counting`]): the
+/// `bench` commands only, with `neuron-vfio`'s arguments.
+pub fn main_bench() {
+    default_sigpipe();
+    let matches = Cli::command().name(BENCH_BIN).bin_name(BENCH_BIN).get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    init_logging();
+    if !matches!(cli.cmd, Cmd::Bench(_)) {
+        let e = CliError::invalid(format!("{BENCH_BIN} runs only the `bench` commands; use neuron-vfio"));
+        e.report(cli.json);
+        std::process::exit(e.exit_code());
+    }
+    finish(cli)
+}

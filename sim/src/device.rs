@@ -10,7 +10,7 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use csr_maps::meta::RegionDef;
-use csr_maps::{Arch, Regs};
+use csr_maps::{blocks, Arch, InstanceId};
 use platform::{HostMem, MemMmio};
 
 use crate::decode::Decoder;
@@ -174,6 +174,14 @@ pub(crate) struct Layout {
     pub hbm: &'static RegionDef,
     /// BAR4 size: the end of the last HBM aperture.
     pub bar4_size: u64,
+    /// BAR0 bases of the modelled block instances, by instance index.
+    udma: Vec<Option<u64>>,
+    seq: Vec<Option<u64>>,
+    notific: Vec<Option<u64>>,
+    nc_intc: Vec<Option<u64>>,
+    q7: Vec<Option<u64>>,
+    nx: Vec<Option<u64>>,
+    misc_ram: u64,
 }
 
 impl Layout {
@@ -182,8 +190,37 @@ impl Layout {
         let sbuf = region("sbuf")?;
         let hbm = region("hbm")?;
         let bar4_size = hbm.groups.iter().map(|g| g.base + g.count * g.stride.max(hbm.size)).max().unwrap_or(0);
-        Ok(Self { sbuf, hbm, bar4_size })
+        let placed = |id: InstanceId| {
+            let inst = arch
+                .instances
+                .iter()
+                .find(|i| i.id == id && i.bar == arch.bars.apb)
+                .ok_or(SimError::MissingInstance { arch: arch.name, instance: id })?;
+            let n = inst.indices().last().map_or(0, |&i| i + 1);
+            Ok::<_, SimError>((0..n).map(|i| inst.base(i)).collect::<Vec<_>>())
+        };
+        let misc_ram = placed(InstanceId::MiscRam)?
+            .first()
+            .copied()
+            .flatten()
+            .ok_or(SimError::MissingInstance { arch: arch.name, instance: InstanceId::MiscRam })?;
+        Ok(Self {
+            sbuf,
+            hbm,
+            bar4_size,
+            udma: placed(InstanceId::Udma)?,
+            seq: placed(InstanceId::Seq)?,
+            notific: placed(InstanceId::Notific)?,
+            nc_intc: placed(InstanceId::NcIntc)?,
+            q7: placed(InstanceId::Q7)?,
+            nx: placed(InstanceId::Nx)?,
+            misc_ram,
+        })
     }
+}
+
+fn at(v: &[Option<u64>], i: usize) -> Option<u64> {
+    v.get(i).copied().flatten()
 }
 
 pub(crate) struct Dev {
@@ -206,13 +243,38 @@ pub(crate) struct Dev {
     /// Interrupt eventfds by vector (one vector per NC).
     pub irq: Mutex<HashMap<u32, nix::sys::eventfd::EventFd>>,
     pub me: Weak<Dev>,
-    /// A zero-sized MMIO used only to compute typed register offsets.
+    /// A zero-sized MMIO: block handles on it only compute typed register offsets.
     pub null: MemMmio,
 }
 
 impl Dev {
-    pub fn regs(&self) -> Regs<'_> {
-        Regs::new(self.arch, &self.null)
+    /// UDMA engine `e`.
+    pub fn udma(&self, e: usize) -> Option<blocks::udma::Block<'_>> {
+        at(&self.layout.udma, e).map(|b| blocks::udma::Block::at(&self.null, b))
+    }
+    /// The sequencer block of NC `nc`.
+    pub fn seq(&self, nc: usize) -> Option<blocks::seq::Block<'_>> {
+        at(&self.layout.seq, nc).map(|b| blocks::seq::Block::at(&self.null, b))
+    }
+    /// The notification queues of NC `nc`.
+    pub fn notific(&self, nc: usize) -> Option<blocks::notific::Block<'_>> {
+        at(&self.layout.notific, nc).map(|b| blocks::notific::Block::at(&self.null, b))
+    }
+    /// The interrupt controller of NC `nc`.
+    pub fn nc_intc(&self, nc: usize) -> Option<blocks::nc_intc::Block<'_>> {
+        at(&self.layout.nc_intc, nc).map(|b| blocks::nc_intc::Block::at(&self.null, b))
+    }
+    /// Q7 (pool core) control block `i`.
+    pub fn q7(&self, i: usize) -> Option<blocks::q7::Block<'_>> {
+        at(&self.layout.q7, i).map(|b| blocks::q7::Block::at(&self.null, b))
+    }
+    /// NX (engine core) control block `i`.
+    pub fn nx(&self, i: usize) -> Option<blocks::q7::Block<'_>> {
+        at(&self.layout.nx, i).map(|b| blocks::q7::Block::at(&self.null, b))
+    }
+    /// The misc RAM (FW-IO mailbox, device identity, reset requests).
+    pub fn misc_ram(&self) -> blocks::misc_ram::Block<'_> {
+        blocks::misc_ram::Block::at(&self.null, self.layout.misc_ram)
     }
 
     pub fn ncs(&self) -> usize {

@@ -172,12 +172,11 @@ pub(crate) fn arm(dev: &Dev, st: &mut State, f: FaultSpec) {
         return;
     }
     let nc = f.nc;
-    let r = dev.regs();
     // HBM stack of an NC (default NCs of HBM h: NC h on V2, NCs 2h, 2h+1 on V3/V4).
     let stack = (nc as u64 * dev.arch.counts.hbm_stacks / dev.arch.counts.ncs).min(dev.arch.counts.hbm_stacks - 1);
     match f.kind {
         FaultKind::HbmUe | FaultKind::HbmUeRepairable | FaultKind::NcUe => {
-            let Ok(m) = r.misc_ram(0) else { return };
+            let m = dev.misc_ram();
             match f.kind {
                 FaultKind::HbmUe => {
                     if let Ok(e) = m.hbm_ecc(stack) {

@@ -26,7 +26,7 @@ pub(crate) fn reg_write(dev: &Dev, st: &mut State, hit: &Hit, r: M, val: u32) {
         }
         M::ResetRequest if val == fwc::RESET_DEVICE || val == fwc::RESET_TPB => {
             // The firmware takes the request (clears it) and performs the reset.
-            let Ok(m) = dev.regs().misc_ram(0) else { return };
+            let m = dev.misc_ram();
             if val == fwc::RESET_DEVICE {
                 dev.reset_all(st);
                 dev.hub.forget(&dev.me);
@@ -46,7 +46,7 @@ pub(crate) fn reg_write(dev: &Dev, st: &mut State, hit: &Hit, r: M, val: u32) {
 }
 
 fn request(dev: &Dev, st: &mut State) {
-    let Ok(m) = dev.regs().misc_ram(0) else { return };
+    let m = dev.misc_ram();
     dev.n.fwio.fetch_add(1, Ordering::Relaxed);
     let hdr = FwHeader::decode(dev.reg_value(st, m.req_hdr0().offset()));
     let crc = dev.reg_value(st, m.req_hdr1().offset());

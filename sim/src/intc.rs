@@ -128,7 +128,7 @@ impl Dev {
 
     /// Latch NC INTC line `line` of NC `nc`.
     pub fn intc(&self, st: &mut State, nc: usize, line: Line) {
-        let Ok(b) = self.regs().nc_intc(nc as u64) else { return };
+        let Some(b) = self.nc_intc(nc) else { return };
         let (group, bits) = line.cause();
         let off = if group == 0 { b.g0().cause().offset() } else { b.g1().cause().offset() };
         self.latch(st, off, bits);

@@ -49,4 +49,6 @@ pub enum SimError {
     Arch(#[from] csr_maps::CsrError),
     #[error("the `{arch}` description has no `{name}` region, which the simulator models")]
     MissingRegion { arch: &'static str, name: &'static str },
+    #[error("the `{arch}` description places no {instance:?} block in BAR0, which the simulator models")]
+    MissingInstance { arch: &'static str, instance: csr_maps::InstanceId },
 }

@@ -49,8 +49,7 @@ pub(crate) fn reg_write(dev: &Dev, st: &mut State, hit: &Hit, r: ns::RegId, val:
 
 /// BAR0 base of NOTIFIC slot `slot` of NC `nc`.
 pub(crate) fn nc_slot(dev: &Dev, nc: usize, slot: u64) -> Option<u64> {
-    let r = dev.regs();
-    r.notific(nc as u64).ok()?.nq(slot).ok().map(|s| s.base())
+    dev.notific(nc)?.nq(slot).ok().map(|s| s.base())
 }
 
 /// Write `rec` to the NQ whose slot registers start at BAR0 offset `slot_off` (owned by NC

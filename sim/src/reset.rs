@@ -43,7 +43,6 @@ impl Dev {
         for e in st.seq[nc].iter_mut() {
             *e = SeqEng::default();
         }
-        let r = self.regs();
         let clear: Vec<(u64, u64)> = [InstanceId::Seq, InstanceId::NcIntc, InstanceId::Notific]
             .into_iter()
             .filter_map(|inst| self.dec.span(inst, nc as u32))
@@ -55,14 +54,14 @@ impl Dev {
         st.regs.retain(|k, _| !clear.iter().any(|(a, b)| k >= a && k < b));
         st.nq.retain(|k, _| !clear.iter().any(|(a, b)| k >= a && k < b));
         for c in 0..q7c::POOL_CORES {
-            if let Ok(q) = r.q7(nc as u64 * q7c::POOL_CORES + c) {
+            if let Some(q) = self.q7((nc as u64 * q7c::POOL_CORES + c) as usize) {
                 st.regs.retain(|k, _| *k < q.base() || *k >= q.base() + csr_maps::blocks::q7::SIZE);
                 st.regs.insert(q.claim().offset(), q7c::READY);
             }
         }
         let nx = seqc::ENGINES.len() as u64;
         for c in 0..nx {
-            if let Ok(q) = r.nx(nc as u64 * nx + c) {
+            if let Some(q) = self.nx((nc as u64 * nx + c) as usize) {
                 st.regs.retain(|k, _| *k < q.base() || *k >= q.base() + csr_maps::blocks::q7::SIZE);
                 st.regs.insert(q.claim().offset(), q7c::READY);
             }
@@ -73,19 +72,17 @@ impl Dev {
 
     /// Power-on register contents that differ from the description's reset values.
     pub fn init_regs(&self, st: &mut State) {
-        let r = self.regs();
-        if let Ok(m) = r.misc_ram(0) {
-            st.regs.insert(m.device_id().offset(), self.cfg.device_index);
-            st.regs.insert(m.fw_api_version().offset(), self.cfg.fw_api_version);
-            st.regs.insert(m.serial_lo().offset(), self.cfg.device_index);
-        }
+        let m = self.misc_ram();
+        st.regs.insert(m.device_id().offset(), self.cfg.device_index);
+        st.regs.insert(m.fw_api_version().offset(), self.cfg.fw_api_version);
+        st.regs.insert(m.serial_lo().offset(), self.cfg.device_index);
         for i in 0..(self.ncs() as u64 * q7c::POOL_CORES) {
-            if let Ok(q) = r.q7(i) {
+            if let Some(q) = self.q7(i as usize) {
                 st.regs.insert(q.claim().offset(), q7c::READY);
             }
         }
         for i in 0..(self.ncs() as u64 * seqc::ENGINES.len() as u64) {
-            if let Ok(q) = r.nx(i) {
+            if let Some(q) = self.nx(i as usize) {
                 st.regs.insert(q.claim().offset(), q7c::READY);
             }
         }

@@ -49,7 +49,7 @@ pub(crate) struct SeqEng {
 }
 
 fn eng_regs(dev: &Dev, nc: usize, e: usize) -> Option<csr_maps::blocks::seq_engine::Block<'_>> {
-    dev.regs().seq(nc as u64).ok()?.eng(e as u64).ok()
+    dev.seq(nc)?.eng(e as u64).ok()
 }
 
 pub(crate) fn reg_read(dev: &Dev, st: &mut State, hit: &Hit, nc: u32, r: seq::RegId) -> u32 {
@@ -124,7 +124,7 @@ pub(crate) fn q7_write(dev: &Dev, st: &mut State, hit: &Hit, val: u32) {
 }
 
 fn timestamp(dev: &Dev, st: &State, nc: usize) -> u64 {
-    let per = dev.regs().seq(nc as u64).map(|s| dev.reg_value(st, s.ts_per_ns().offset())).unwrap_or(1);
+    let per = dev.seq(nc).map(|s| dev.reg_value(st, s.ts_per_ns().offset())).unwrap_or(1);
     dev.now_ns().wrapping_mul(per as u64)
 }
 
@@ -166,7 +166,7 @@ fn force_overflow(dev: &Dev, st: &mut State, nc: usize, slot: u64) {
 
 /// Post a TPB error record on the NC's error ring.
 pub(crate) fn post_error(dev: &Dev, st: &mut State, nc: usize, e: usize, id: ErrorId, pc: u32, info: u8) {
-    let Ok(s) = dev.regs().seq(nc as u64) else { return };
+    let Some(s) = dev.seq(nc) else { return };
     let slot = dev.reg_value(st, s.err_nq_slot().offset()) as u64;
     let rec = TpbErrorRecord {
         error_id: id.to_u8(),
@@ -457,7 +457,7 @@ fn dma2d(dev: &Dev, st: &mut State, nc: usize, e: usize, d: &Dma2d) -> Result<()
     let channel = if prio == 0 {
         0
     } else {
-        let q = dev.regs().nx(nc as u64 * NX_CORES + NX_POOL).map_err(|_| code::MALFORMED)?;
+        let q = dev.nx((nc as u64 * NX_CORES + NX_POOL) as usize).ok_or(code::MALFORMED)?;
         let mbs: Vec<DgeMailbox> = (0..MAILBOXES as u64)
             .filter_map(|i| q.dge_mailbox(i).ok())
             .map(|r| DgeMailbox::decode(dev.stored(st, r.offset(), csr_maps::formats::dge::MAILBOX_RESET as u64)))

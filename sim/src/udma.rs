@@ -225,8 +225,7 @@ struct QRegs {
 }
 
 fn qregs(dev: &Dev, e: usize, half: Half, q: usize) -> Option<QRegs> {
-    let r = dev.regs();
-    let u = r.udma(e as u64).ok()?;
+    let u = dev.udma(e)?;
     Some(if half == Half::M2s {
         let b = u.m2s().q(q as u64).ok()?;
         QRegs {
@@ -271,8 +270,7 @@ enum Abort {
 
 /// Latch the cause; abort the queue pair if the abort mask lets the cause abort.
 fn abort(dev: &Dev, st: &mut State, e: usize, q: usize, why: Abort, fault: Option<DmaFault>) -> bool {
-    let r = dev.regs();
-    let Ok(u) = r.udma(e as u64) else { return false };
+    let Some(u) = dev.udma(e) else { return false };
     let g = u.gen();
     let (m2s_err, s2m_err) = (iofic_m2s_err::Cause(0), iofic_s2m_err::Cause(0));
     let (sec_a, sec_b) = (iofic_summary::Cause(0).with_sec_a(1).0, iofic_summary::Cause(0).with_sec_b(1).0);
@@ -464,8 +462,7 @@ fn process_packet_with(
 }
 
 fn max_desc_per_pkt(dev: &Dev, st: &State, e: usize) -> u32 {
-    let r = dev.regs();
-    let Ok(u) = r.udma(e as u64) else { return u32::MAX };
+    let Some(u) = dev.udma(e) else { return u32::MAX };
     let v = csr_maps::blocks::udma_m2s::DescPrefCfg2(dev.stored(st, u.m2s().desc_pref_cfg2().offset(), 0))
         .max_desc_per_pkt();
     // Unprogrammed (0): no limit enforced beyond the ring.

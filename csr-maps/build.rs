@@ -349,6 +349,7 @@ fn main() {
                 let _ = writeln!(out, "/// Elements in the `{}` array.\npub const {}_COUNT: u64 = {};\n/// Stride of the `{}` array.\npub const {}_STRIDE: u64 = {:#x};", r.name, r.name.to_uppercase(), r.count, r.name, r.name.to_uppercase(), r.stride);
             }
         }
+        emit_reg_id(&mut out, b, &blocks);
         let _ = writeln!(out, "/// Handle on one instance of the `{}` block.\n#[derive(Clone, Copy)]\npub struct Block<'a> {{ mmio: &'a dyn Mmio, base: u64 }}", b.name);
         let _ = writeln!(out, "impl<'a> Block<'a> {{");
         let _ = writeln!(out, "    /// The block at byte `base` of `mmio`.\n    pub fn at(mmio: &'a dyn Mmio, base: u64) -> Self {{ Self {{ mmio, base }} }}");
@@ -382,28 +383,9 @@ fn main() {
     for b in blocks.values() {
         let _ = writeln!(
             out,
-            "crate::meta::BlockDef {{ name: {:?}, description: {:?}, size: {:#x}, source: {:?}, modeled: {}, regs: &[",
-            b.name, b.description, b.size, b.source, b.modeled
+            "crate::meta::BlockDef {{ name: {:?}, description: {:?}, size: {:#x}, source: {:?}, modeled: {}, regs: &blocks::{}::REGS, subs: &[",
+            b.name, b.description, b.size, b.source, b.modeled, b.name
         );
-        for r in &b.reg {
-            let access = match r.access.as_str() {
-                "rw" => "ReadWrite",
-                "ro" => "ReadOnly",
-                "wo" => "WriteOnly",
-                "w1c" => "WriteOneToClear",
-                _ => "WriteOneToSet",
-            };
-            let _ = write!(out, "crate::meta::RegDef {{ name: {:?}, offset: {:#x}, width: {}, access: crate::meta::Access::{access}, reset: {:#x}, count: {}, stride: {:#x}, blocked: {}, modeled: {}, source: {:?}, desc: {:?}, arches: &{:?}, fields: &[", r.name, r.offset, r.width, r.reset, r.count, r.stride, r.blocked, r.modeled || b.modeled, r.source.clone().unwrap_or_else(|| b.source.clone()), r.desc, r.arches);
-            for f in &r.fields {
-                let _ = write!(
-                    out,
-                    "crate::meta::FieldDef {{ name: {:?}, lsb: {}, width: {}, desc: {:?} }},",
-                    f.name, f.lsb, f.width, f.desc
-                );
-            }
-            out.push_str("] },\n");
-        }
-        out.push_str("], subs: &[");
         for s in &b.sub {
             let _ = write!(
                 out,
@@ -414,6 +396,7 @@ fn main() {
         out.push_str("] },\n");
     }
     out.push_str("];\n\n");
+    emit_instance_ids(&mut out, &blocks, &inst_names);
 
     // ---- Arch data ----
     let a0 = &arches[0];
@@ -464,7 +447,7 @@ fn main() {
         }
         out.push_str("], instances: &[");
         for i in &a.instance {
-            let _ = write!(out, "crate::meta::InstanceDef {{ name: {:?}, block: {:?}, bar: {}, source: {:?}, modeled: {}, desc: {:?}, groups: &[", i.name, i.block, i.bar, i.source, i.modeled, i.desc);
+            let _ = write!(out, "crate::meta::InstanceDef {{ name: {:?}, id: crate::InstanceId::{}, block: {:?}, bar: {}, source: {:?}, modeled: {}, desc: {:?}, groups: &[", i.name, camel(&i.name), i.block, i.bar, i.source, i.modeled, i.desc);
             for g in &i.groups {
                 let _ = write!(
                     out,
@@ -502,4 +485,222 @@ fn main() {
 /// are register paths and ranges, not links or HTML).
 fn md(s: &str) -> String {
     s.replace('\n', " ").replace('[', "\\[").replace(']', "\\]").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+/// The `RegDef` table of block `b` (what `BLOCKS[..].regs` points at and `RegId::def` indexes).
+fn emit_reg_defs(out: &mut String, b: &BlockFile) {
+    let _ = writeln!(out, "/// Metadata of the registers of this block, in description order.\npub static REGS: [crate::meta::RegDef; {}] = [", b.reg.len());
+    {
+        for r in &b.reg {
+            let access = match r.access.as_str() {
+                "rw" => "ReadWrite",
+                "ro" => "ReadOnly",
+                "wo" => "WriteOnly",
+                "w1c" => "WriteOneToClear",
+                _ => "WriteOneToSet",
+            };
+            let _ = write!(out, "crate::meta::RegDef {{ name: {:?}, offset: {:#x}, width: {}, access: crate::meta::Access::{access}, reset: {:#x}, count: {}, stride: {:#x}, blocked: {}, modeled: {}, source: {:?}, desc: {:?}, arches: &{:?}, fields: &[", r.name, r.offset, r.width, r.reset, r.count, r.stride, r.blocked, r.modeled || b.modeled, r.source.clone().unwrap_or_else(|| b.source.clone()), r.desc, r.arches);
+            for f in &r.fields {
+                let _ = write!(
+                    out,
+                    "crate::meta::FieldDef {{ name: {:?}, lsb: {}, width: {}, desc: {:?} }},",
+                    f.name, f.lsb, f.width, f.desc
+                );
+            }
+            out.push_str("] },\n");
+        }
+    }
+    out.push_str("];\n");
+}
+
+/// Block `b`'s register identities: `enum RegId` (one variant per register, carrying the
+/// element index of an array, and per sub-block, carrying its index and the register in it),
+/// the offset decoder `RegId::at` and the way back (`offset`, `def`, `leaf`), so that code
+/// can `match` on registers and a renamed register is a compile error.
+fn emit_reg_id(out: &mut String, b: &BlockFile, blocks: &BTreeMap<String, BlockFile>) {
+    emit_reg_defs(out, b);
+    out.push_str("/// Identity of a register of this block: one variant per register (with the element index of\n/// an array) and per sub-block (with its index, if an array, and the register inside it).\n#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]\npub enum RegId {\n");
+    for r in &b.reg {
+        let idx = if r.count > 1 { "(u32)" } else { "" };
+        let _ = writeln!(
+            out,
+            "    /// Register `{}`{}.\n    {}{idx},",
+            r.name,
+            if r.count > 1 { "`[i]`" } else { "" },
+            camel(&r.name)
+        );
+    }
+    for s in &b.sub {
+        let inner = format!("super::{}::RegId", s.block);
+        let fields = if s.count > 1 { format!("(u32, {inner})") } else { format!("({inner})") };
+        let _ = writeln!(
+            out,
+            "    /// A register of sub-block `{}` (block `{}`).\n    {}{fields},",
+            s.name,
+            s.block,
+            camel(&s.name)
+        );
+    }
+    out.push_str("}\n\nimpl RegId {\n");
+    // at
+    out.push_str("    /// The register starting at byte `rel` of the block, if one does (whatever the arch:\n    /// see [`crate::meta::RegDef::on_arch`]).\n    pub fn at(rel: u64) -> Option<Self> {\n");
+    let singles: Vec<&RegFile> = b.reg.iter().filter(|r| r.count == 1).collect();
+    if !singles.is_empty() {
+        out.push_str("        match rel {\n");
+        for r in &singles {
+            let _ = writeln!(out, "            {:#x} => return Some(Self::{}),", r.offset, camel(&r.name));
+        }
+        out.push_str("            _ => {}\n        }\n");
+    }
+    for r in b.reg.iter().filter(|r| r.count > 1) {
+        let _ = writeln!(
+            out,
+            "        if let Some(d) = rel.checked_sub({off:#x}) {{ if d < {span:#x} && d % {st:#x} == 0 {{ return Some(Self::{v}((d / {st:#x}) as u32)); }} }}",
+            off = r.offset,
+            span = r.count * r.stride,
+            st = r.stride,
+            v = camel(&r.name)
+        );
+    }
+    for s in &b.sub {
+        let sb = &blocks[&s.block];
+        if s.count > 1 {
+            let _ = writeln!(
+                out,
+                "        if let Some(d) = rel.checked_sub({off:#x}) {{ let k = d / {st:#x}; if k < {n} && d - k * {st:#x} < {size:#x} {{ if let Some(r) = super::{blk}::RegId::at(d - k * {st:#x}) {{ return Some(Self::{v}(k as u32, r)); }} }} }}",
+                off = s.offset,
+                st = s.stride,
+                n = s.count,
+                size = sb.size,
+                blk = s.block,
+                v = camel(&s.name)
+            );
+        } else {
+            let _ = writeln!(
+                out,
+                "        if let Some(d) = rel.checked_sub({off:#x}) {{ if d < {size:#x} {{ if let Some(r) = super::{blk}::RegId::at(d) {{ return Some(Self::{v}(r)); }} }} }}",
+                off = s.offset,
+                size = sb.size,
+                blk = s.block,
+                v = camel(&s.name)
+            );
+        }
+    }
+    out.push_str("        None\n    }\n");
+    // offset
+    out.push_str("    /// Byte offset of the register within the block.\n    pub fn offset(self) -> u64 {\n        match self {\n");
+    for r in &b.reg {
+        if r.count > 1 {
+            let _ = writeln!(
+                out,
+                "            Self::{}(i) => {:#x} + i as u64 * {:#x},",
+                camel(&r.name),
+                r.offset,
+                r.stride
+            );
+        } else {
+            let _ = writeln!(out, "            Self::{} => {:#x},", camel(&r.name), r.offset);
+        }
+    }
+    for s in &b.sub {
+        if s.count > 1 {
+            let _ = writeln!(
+                out,
+                "            Self::{}(k, r) => {:#x} + k as u64 * {:#x} + r.offset(),",
+                camel(&s.name),
+                s.offset,
+                s.stride
+            );
+        } else {
+            let _ = writeln!(out, "            Self::{}(r) => {:#x} + r.offset(),", camel(&s.name), s.offset);
+        }
+    }
+    out.push_str("        }\n    }\n");
+    // def
+    out.push_str("    /// The register's description.\n    pub fn def(self) -> &'static crate::meta::RegDef {\n        match self {\n");
+    for (j, r) in b.reg.iter().enumerate() {
+        let pat = if r.count > 1 { "(_)" } else { "" };
+        let _ = writeln!(out, "            Self::{}{pat} => &REGS[{j}],", camel(&r.name));
+    }
+    for s in &b.sub {
+        let pat = if s.count > 1 { "(_, r)" } else { "(r)" };
+        let _ = writeln!(out, "            Self::{}{pat} => r.def(),", camel(&s.name));
+    }
+    out.push_str("        }\n    }\n");
+    // elem
+    out.push_str("    /// Element index of a register array (0 for a single register), innermost block.\n    pub fn elem(self) -> u32 {\n        match self {\n");
+    for r in &b.reg {
+        if r.count > 1 {
+            let _ = writeln!(out, "            Self::{}(i) => i,", camel(&r.name));
+        } else {
+            let _ = writeln!(out, "            Self::{} => 0,", camel(&r.name));
+        }
+    }
+    for s in &b.sub {
+        let pat = if s.count > 1 { "(_, r)" } else { "(r)" };
+        let _ = writeln!(out, "            Self::{}{pat} => r.elem(),", camel(&s.name));
+    }
+    out.push_str("        }\n    }\n");
+    // leaf
+    out.push_str("    /// The register as a member of its innermost block.\n    pub fn leaf(self) -> crate::LeafReg {\n        match self {\n");
+    for s in &b.sub {
+        let pat = if s.count > 1 { "(_, r)" } else { "(r)" };
+        let _ = writeln!(out, "            Self::{}{pat} => r.leaf(),", camel(&s.name));
+    }
+    if !b.reg.is_empty() {
+        let _ = writeln!(out, "            own => crate::LeafReg::{}(own),", camel(&b.name));
+    }
+    out.push_str("        }\n    }\n}\n");
+}
+
+/// Instance identities (`InstanceId`), placed-register identities (`RegId`: instance, index,
+/// register within the block) and innermost-block identities (`LeafReg`).
+fn emit_instance_ids(out: &mut String, blocks: &BTreeMap<String, BlockFile>, inst_names: &BTreeMap<String, String>) {
+    out.push_str("/// Every named block instance of the arch descriptions (`[[instance]]`, over all arches).\n#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]\npub enum InstanceId {\n");
+    for (n, blk) in inst_names {
+        let _ = writeln!(out, "    /// `{n}[i]` (block `{blk}`).\n    {},", camel(n));
+    }
+    out.push_str("}\n\n/// A register of a placed block instance: the instance, its index and the register within\n/// the block. Built from a BAR offset by [`RegId::new`] after the instance is found.\n#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]\npub enum RegId {\n");
+    for (n, blk) in inst_names {
+        let _ = writeln!(out, "    /// A register of `{n}[i]`.\n    {}(u32, blocks::{blk}::RegId),", camel(n));
+    }
+    out.push_str("}\n\nimpl RegId {\n    /// The register at byte `rel` of instance `index` of `inst`, if one starts there.\n    pub fn new(inst: InstanceId, index: u32, rel: u64) -> Option<Self> {\n        match inst {\n");
+    for (n, blk) in inst_names {
+        let v = camel(n);
+        let _ =
+            writeln!(out, "            InstanceId::{v} => blocks::{blk}::RegId::at(rel).map(|r| Self::{v}(index, r)),");
+    }
+    out.push_str("        }\n    }\n    /// The instance the register belongs to.\n    pub fn instance(self) -> InstanceId {\n        match self {\n");
+    for n in inst_names.keys() {
+        let v = camel(n);
+        let _ = writeln!(out, "            Self::{v}(..) => InstanceId::{v},");
+    }
+    out.push_str(
+        "        }\n    }\n    /// Index of the instance.\n    pub fn index(self) -> u32 {\n        match self {\n",
+    );
+    for n in inst_names.keys() {
+        let _ = writeln!(out, "            Self::{}(i, _) => i,", camel(n));
+    }
+    for (name, expr) in [
+        ("/// Byte offset of the register within its instance.\n    pub fn offset(self) -> u64", "r.offset()"),
+        ("/// The register's description.\n    pub fn def(self) -> &'static crate::meta::RegDef", "r.def()"),
+        ("/// The register as a member of its innermost block.\n    pub fn leaf(self) -> LeafReg", "r.leaf()"),
+        ("/// Element index of a register array (0 for a single register), innermost block.\n    pub fn elem(self) -> u32", "r.elem()"),
+    ] {
+        let _ = writeln!(out, "        }}\n    }}\n    {name} {{\n        match self {{");
+        for n in inst_names.keys() {
+            let _ = writeln!(out, "            Self::{}(_, r) => {expr},", camel(n));
+        }
+    }
+    out.push_str("        }\n    }\n}\n\n/// A register as a member of its innermost block (one variant per block with registers):\n/// what code that models a block's layout, whatever contains it, matches on.\n#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]\npub enum LeafReg {\n");
+    for b in blocks.values().filter(|b| !b.reg.is_empty()) {
+        let _ = writeln!(
+            out,
+            "    /// A register of block `{}`.\n    {}(blocks::{}::RegId),",
+            b.name,
+            camel(&b.name),
+            b.name
+        );
+    }
+    out.push_str("}\n\n");
 }

@@ -28,7 +28,7 @@ mod generated {
     #![allow(clippy::all, missing_docs)]
     include!(concat!(env!("OUT_DIR"), "/generated.rs"));
 }
-pub use generated::{blocks, Bars, Consts, Counts, ARCHES, BLOCKS, CAYMAN, MARIANA, SUNDA};
+pub use generated::{blocks, Bars, Consts, Counts, InstanceId, LeafReg, RegId, ARCHES, BLOCKS, CAYMAN, MARIANA, SUNDA};
 
 use meta::{Access, BlockDef, ConstDef, FieldDef, InstanceDef, RegDef, RegionDef};
 

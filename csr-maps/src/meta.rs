@@ -134,6 +134,8 @@ pub struct Group {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct InstanceDef {
     pub name: &'static str,
+    /// Typed identity of the instance name (for `match`).
+    pub id: crate::InstanceId,
     pub block: &'static str,
     pub bar: u8,
     pub source: &'static str,

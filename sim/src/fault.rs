@@ -24,6 +24,7 @@ use std::sync::atomic::Ordering;
 use csr_maps::consts::seq::ENGINES;
 
 use crate::device::{Dev, State};
+use crate::intc::Line;
 
 /// A fault kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -171,12 +172,11 @@ pub(crate) fn arm(dev: &Dev, st: &mut State, f: FaultSpec) {
         return;
     }
     let nc = f.nc;
-    let r = dev.regs();
     // HBM stack of an NC (default NCs of HBM h: NC h on V2, NCs 2h, 2h+1 on V3/V4).
     let stack = (nc as u64 * dev.arch.counts.hbm_stacks / dev.arch.counts.ncs).min(dev.arch.counts.hbm_stacks - 1);
     match f.kind {
         FaultKind::HbmUe | FaultKind::HbmUeRepairable | FaultKind::NcUe => {
-            let Ok(m) = r.misc_ram(0) else { return };
+            let m = dev.misc_ram();
             match f.kind {
                 FaultKind::HbmUe => {
                     if let Ok(e) = m.hbm_ecc(stack) {
@@ -184,7 +184,7 @@ pub(crate) fn arm(dev: &Dev, st: &mut State, f: FaultSpec) {
                         let n = v.with_uncorrectable(v.uncorrectable().saturating_add(1).min(0xF));
                         st.regs.insert(e.offset(), n.0);
                     }
-                    dev.intc(st, nc, 0, "hbm_ue");
+                    dev.intc(st, nc, Line::HbmUe);
                 }
                 FaultKind::HbmUeRepairable => {
                     if let Ok(e) = m.hbm_ecc(stack) {
@@ -193,17 +193,17 @@ pub(crate) fn arm(dev: &Dev, st: &mut State, f: FaultSpec) {
                         st.regs.insert(e.offset(), n.0);
                     }
                     st.regs.insert(m.hbm_repair_state().offset(), 1);
-                    dev.intc(st, nc, 0, "hbm_ue_repairable");
+                    dev.intc(st, nc, Line::HbmUeRepairable);
                 }
                 _ => {
                     let v = csr_maps::blocks::misc_ram::SramEcc(dev.reg_value(st, m.sram_ecc().offset()));
                     st.regs.insert(m.sram_ecc().offset(), v.with_uncorrected(v.uncorrected().saturating_add(1)).0);
-                    dev.intc(st, nc, 0, "nc_ue");
+                    dev.intc(st, nc, Line::NcUe);
                 }
             }
         }
-        FaultKind::CcError => dev.intc(st, nc, 0, "cc_error"),
-        FaultKind::NetProxy => dev.intc(st, nc, 0, "net_proxy_fail"),
+        FaultKind::CcError => dev.intc(st, nc, Line::CcError),
+        FaultKind::NetProxy => dev.intc(st, nc, Line::NetProxyFail),
         FaultKind::DmaAbort => {
             // The NC's own engines (not the host-facing ones it shares).
             let per = dev.arch.counts.dma_engines_per_nc as usize;

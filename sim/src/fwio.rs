@@ -1,31 +1,32 @@
 //! Misc RAM: the firmware side of the FW-IO mailbox (new protocol, FW API ≥ 7) and the
-//! reset requests (NEURON_HW_FACTS §6).
+//! reset requests (the kmod's `neuron_fw_io.c` and `neuron_reset.c`).
 
 use std::sync::atomic::Ordering;
 
+use csr_maps::blocks::misc_ram::RegId as M;
 use csr_maps::consts::fwio as fwc;
 use csr_maps::formats::fwio::FwHeader;
 
 use crate::decode::Hit;
 use crate::device::{Dev, State};
 
-pub(crate) fn reg_read(dev: &Dev, st: &mut State, hit: &Hit<'_>, off: u64) -> u32 {
-    if hit.reg.name() == "fw_status" {
+pub(crate) fn reg_read(dev: &Dev, st: &mut State, hit: &Hit, r: M) -> u32 {
+    if r == M::FwStatus {
         let busy = st.fw_busy_until.is_some_and(|t| std::time::Instant::now() < t);
         return if busy { fwc::FW_STATUS_RESET_BUSY } else { 0 };
     }
-    dev.generic_read(st, hit, off)
+    dev.generic_read(st, hit)
 }
 
-pub(crate) fn reg_write(dev: &Dev, st: &mut State, hit: &Hit<'_>, off: u64, val: u32) {
-    match hit.reg.name() {
-        "trigger" if val & 1 != 0 => {
-            dev.generic_write(st, hit, off, val);
+pub(crate) fn reg_write(dev: &Dev, st: &mut State, hit: &Hit, r: M, val: u32) {
+    match r {
+        M::Trigger if val & 1 != 0 => {
+            dev.generic_write(st, hit, val);
             request(dev, st);
         }
-        "reset_request" if val == fwc::RESET_DEVICE || val == fwc::RESET_TPB => {
+        M::ResetRequest if val == fwc::RESET_DEVICE || val == fwc::RESET_TPB => {
             // The firmware takes the request (clears it) and performs the reset.
-            let Ok(m) = dev.regs().misc_ram(0) else { return };
+            let m = dev.misc_ram();
             if val == fwc::RESET_DEVICE {
                 dev.reset_all(st);
                 dev.hub.forget(&dev.me);
@@ -38,14 +39,14 @@ pub(crate) fn reg_write(dev: &Dev, st: &mut State, hit: &Hit<'_>, off: u64, val:
                 }
                 dev.n.resets.fetch_add(1, Ordering::Relaxed);
             }
-            st.regs.insert(off, 0);
+            st.regs.insert(hit.off, 0);
         }
-        _ => dev.generic_write(st, hit, off, val),
+        _ => dev.generic_write(st, hit, val),
     }
 }
 
 fn request(dev: &Dev, st: &mut State) {
-    let Ok(m) = dev.regs().misc_ram(0) else { return };
+    let m = dev.misc_ram();
     dev.n.fwio.fetch_add(1, Ordering::Relaxed);
     let hdr = FwHeader::decode(dev.reg_value(st, m.req_hdr0().offset()));
     let crc = dev.reg_value(st, m.req_hdr1().offset());

@@ -15,17 +15,26 @@
 
 mod decode;
 mod device;
+mod exec;
 mod fault;
 mod fwio;
 mod hub;
+mod intc;
 mod iommu;
 mod nq;
+mod platform_impl;
+mod regs;
+mod reset;
+mod sem;
 mod seq;
+mod space;
+mod topology;
 mod udma;
 
-pub use device::{SimConfig, SimDevice, SimStats, SimTopology, Timing};
+pub use device::{SimConfig, SimDevice, SimStats, Timing};
 pub use fault::{FaultKind, FaultSpec, FaultSpecError};
 pub use iommu::DmaFault;
+pub use topology::SimTopology;
 
 /// Errors creating a simulated device.
 #[derive(Debug, thiserror::Error)]
@@ -38,4 +47,8 @@ pub enum SimError {
     Spec(String),
     #[error(transparent)]
     Arch(#[from] csr_maps::CsrError),
+    #[error("the `{arch}` description has no `{name}` region, which the simulator models")]
+    MissingRegion { arch: &'static str, name: &'static str },
+    #[error("the `{arch}` description places no {instance:?} block in BAR0, which the simulator models")]
+    MissingInstance { arch: &'static str, instance: csr_maps::InstanceId },
 }

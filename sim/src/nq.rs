@@ -8,8 +8,9 @@ use std::sync::atomic::Ordering;
 use csr_maps::blocks::notific_slot as ns;
 use csr_maps::formats::notify::{NotifRecord, RECORD_BYTES};
 
-use crate::decode::{Hit, Kind};
+use crate::decode::Hit;
 use crate::device::{Dev, State};
+use crate::intc::Line;
 
 /// Device-side state of one NQ slot (keyed by the slot's BAR0 base).
 #[derive(Debug, Clone, Copy)]
@@ -27,45 +28,37 @@ impl Default for NqSlot {
     }
 }
 
-/// BAR0 offset of slot register 0 for a hit inside a notific slot.
-fn slot_base(hit: &Hit<'_>, off: u64) -> u64 {
-    off - hit.reg.def.offset
-}
-
-pub(crate) fn reg_read(dev: &Dev, st: &mut State, hit: &Hit<'_>, off: u64) -> u32 {
-    let s = st.nq.get(&slot_base(hit, off)).copied().unwrap_or_default();
-    match hit.reg.name() {
-        "tail" => s.tail as u32,
-        "status" => ns::Status(0).with_overflow(s.overflowed as u32).with_dropped(s.dropped.min(u16::MAX as u32)).0,
-        _ => dev.generic_read(st, hit, off),
+pub(crate) fn reg_read(dev: &Dev, st: &mut State, hit: &Hit, r: ns::RegId) -> u32 {
+    let s = st.nq.get(&hit.leaf_base(r.offset())).copied().unwrap_or_default();
+    match r {
+        ns::RegId::Tail => s.tail as u32,
+        ns::RegId::Status => {
+            ns::Status(0).with_overflow(s.overflowed as u32).with_dropped(s.dropped.min(u16::MAX as u32)).0
+        }
+        _ => dev.generic_read(st, hit),
     }
 }
 
-pub(crate) fn reg_write(dev: &Dev, st: &mut State, hit: &Hit<'_>, off: u64, val: u32) {
-    match hit.reg.name() {
-        "base_lo" | "base_hi" | "size" => {
-            dev.generic_write(st, hit, off, val);
-            st.nq.insert(slot_base(hit, off), NqSlot::default());
-        }
-        _ => dev.generic_write(st, hit, off, val),
+pub(crate) fn reg_write(dev: &Dev, st: &mut State, hit: &Hit, r: ns::RegId, val: u32) {
+    dev.generic_write(st, hit, val);
+    if matches!(r, ns::RegId::BaseLo | ns::RegId::BaseHi | ns::RegId::Size) {
+        // Reprogramming the ring restarts the device side.
+        st.nq.insert(hit.leaf_base(r.offset()), NqSlot::default());
     }
 }
 
 /// BAR0 base of NOTIFIC slot `slot` of NC `nc`.
 pub(crate) fn nc_slot(dev: &Dev, nc: usize, slot: u64) -> Option<u64> {
-    let r = dev.regs();
-    r.notific(nc as u64).ok()?.nq(slot).ok().map(|s| s.base_lo().offset())
+    dev.notific(nc)?.nq(slot).ok().map(|s| s.base())
 }
 
-/// Write `rec` to the NQ whose slot registers start at `slot_off` (owned by NC `nc`).
-/// Returns false if the record was dropped.
+/// Write `rec` to the NQ whose slot registers start at BAR0 offset `slot_off` (owned by NC
+/// `nc`). Returns false if the record was dropped.
 pub(crate) fn post(dev: &Dev, st: &mut State, nc: usize, slot_off: u64, mut rec: [u8; RECORD_BYTES]) -> bool {
-    let Some(hit) = dev.dec.decode(slot_off) else { return false };
-    debug_assert!(matches!(hit.kind, Kind::Notific | Kind::NotificTopsp | Kind::Sdma));
-    let lo = dev.stored(st, slot_off, 0) as u64;
-    let hi = dev.stored(st, slot_off + 4, 0) as u64;
-    let size = dev.stored(st, slot_off + 8, 0) as u64;
-    let head = dev.stored(st, slot_off + 12, 0) as u64;
+    let lo = dev.stored(st, slot_off + ns::BASE_LO_OFFSET, 0) as u64;
+    let hi = dev.stored(st, slot_off + ns::BASE_HI_OFFSET, 0) as u64;
+    let size = dev.stored(st, slot_off + ns::SIZE_OFFSET, 0) as u64;
+    let head = dev.stored(st, slot_off + ns::HEAD_OFFSET, 0) as u64;
     let base = lo | (hi << 32);
     let s = st.nq.entry(slot_off).or_default();
     if size < RECORD_BYTES as u64 || !size.is_power_of_two() || base == 0 {
@@ -80,7 +73,7 @@ pub(crate) fn post(dev: &Dev, st: &mut State, nc: usize, slot_off: u64, mut rec:
         s.overflowed = true;
         s.overflow_pending = true;
         dev.n.dropped_records.fetch_add(1, Ordering::Relaxed);
-        dev.intc(st, nc, 1, "sw_nq_overflow");
+        dev.intc(st, nc, Line::SwNqOverflow);
         return false;
     }
     let mut r = NotifRecord::decode(&rec);
@@ -96,7 +89,7 @@ pub(crate) fn post(dev: &Dev, st: &mut State, nc: usize, slot_off: u64, mut rec:
     let ok = dev.dev_write(st, at, &body).is_ok() && dev.dev_write(st, at + 3, &rec[3..4]).is_ok();
     if !ok {
         dev.n.dma_faults.fetch_add(1, Ordering::Relaxed);
-        dev.intc(st, nc, 0, "dma_fault");
+        dev.intc(st, nc, Line::DmaFault);
         return false;
     }
     let s = st.nq.entry(slot_off).or_default();

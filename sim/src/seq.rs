@@ -17,9 +17,11 @@ use isa::slot::{
     Dma2d, Dma2dLeg, Events, Instruction, Opcode, TraceMode, UpdateMode, WaitMode, SLOT_BYTES, SLOT_WORDS,
 };
 
-use csr_maps::blocks::seq_engine as se;
+use csr_maps::blocks::{q7, seq, seq_engine as se};
+use csr_maps::RegId;
 
 use crate::decode::Hit;
+use crate::intc::Line;
 
 /// NX engine cores per NC and the POOL engine's index (`al_hal_tpb_eng_type`).
 const NX_CORES: u64 = 5;
@@ -47,53 +49,46 @@ pub(crate) struct SeqEng {
 }
 
 fn eng_regs(dev: &Dev, nc: usize, e: usize) -> Option<csr_maps::blocks::seq_engine::Block<'_>> {
-    dev.regs().seq(nc as u64).ok()?.eng(e as u64).ok()
+    dev.seq(nc)?.eng(e as u64).ok()
 }
 
-pub(crate) fn reg_read(dev: &Dev, st: &mut State, hit: &Hit<'_>, off: u64) -> u32 {
-    let nc = hit.index as usize;
-    match hit.reg.name() {
-        "ts_lo" => {
+pub(crate) fn reg_read(dev: &Dev, st: &mut State, hit: &Hit, nc: u32, r: seq::RegId) -> u32 {
+    let nc = nc as usize;
+    match r {
+        seq::RegId::TsLo => {
             let now = timestamp(dev, st, nc);
-            if let Ok(s) = dev.regs().seq(nc as u64) {
-                st.regs.insert(s.ts_hi().offset(), (now >> 32) as u32);
-            }
-            return now as u32;
+            // Reading the low half latches the high half.
+            st.regs.insert(hit.leaf_base(r.offset()) + seq::TS_HI_OFFSET, (now >> 32) as u32);
+            now as u32
         }
-        "ts_hi" => return dev.generic_read(st, hit, off),
-        _ => {}
-    }
-    if let Some(e) = hit.reg.sub("eng") {
-        let Some(s) = st.seq.get(nc).map(|x| x[e as usize]) else { return 0 };
-        return match hit.reg.name() {
-            "status" => {
-                csr_maps::blocks::seq_engine::Status(0).with_state(s.state).with_fault_code(s.fault_code as u32).0
+        seq::RegId::Eng(e, er) => {
+            let Some(s) = st.seq.get(nc).and_then(|x| x.get(e as usize)).copied() else { return 0 };
+            match er {
+                se::RegId::Status => se::Status(0).with_state(s.state).with_fault_code(s.fault_code as u32).0,
+                se::RegId::Pc => s.pc,
+                se::RegId::Passes => s.passes,
+                _ => dev.generic_read(st, hit),
             }
-            "pc" => s.pc,
-            "passes" => s.passes,
-            _ => dev.generic_read(st, hit, off),
-        };
+        }
+        _ => dev.generic_read(st, hit),
     }
-    dev.generic_read(st, hit, off)
 }
 
-pub(crate) fn reg_write(dev: &Dev, st: &mut State, hit: &Hit<'_>, off: u64, val: u32) {
-    let nc = hit.index as usize;
-    let Some(e) = hit.reg.sub("eng").map(|e| e as usize) else { return dev.generic_write(st, hit, off, val) };
-    if hit.reg.name() != "ctrl" || nc >= st.seq.len() {
-        return dev.generic_write(st, hit, off, val);
-    }
-    let def = hit.reg.def;
-    let bit = |n: &str| def.fields.iter().find(|f| f.name == n).map(|f| 1u32 << f.lsb).unwrap_or(0);
-    let (enable, reset) = (bit("enable"), bit("reset"));
-    if val & reset != 0 {
+pub(crate) fn reg_write(dev: &Dev, st: &mut State, hit: &Hit, nc: u32, r: seq::RegId, val: u32) {
+    let nc = nc as usize;
+    let (seq::RegId::Eng(e, se::RegId::Ctrl), true) = (r, nc < st.seq.len()) else {
+        return dev.generic_write(st, hit, val);
+    };
+    let e = e as usize;
+    let ctrl = se::Ctrl(val);
+    if ctrl.reset() != 0 {
         st.seq[nc][e] = SeqEng::default();
-        st.regs.insert(off, 0);
+        st.regs.insert(hit.off, 0);
         return;
     }
-    st.regs.insert(off, val);
+    st.regs.insert(hit.off, val);
     let s = &mut st.seq[nc][e];
-    if val & enable != 0 {
+    if ctrl.enable() != 0 {
         if matches!(s.state, seqc::STATE_IDLE | seqc::STATE_HALTED) {
             *s = SeqEng { state: seqc::STATE_RUNNING, passes: s.passes, ..SeqEng::default() };
             st.pending[nc] = true;
@@ -103,13 +98,11 @@ pub(crate) fn reg_write(dev: &Dev, st: &mut State, hit: &Hit<'_>, off: u64, val:
     }
 }
 
-/// Q7 control block writes: the loadable-library staging check on `ll_size`.
-pub(crate) fn q7_write(dev: &Dev, st: &mut State, hit: &Hit<'_>, off: u64, val: u32) {
-    dev.generic_write(st, hit, off, val);
-    if hit.reg.name() != "ll_size" {
-        return;
-    }
-    let Ok(q) = dev.regs().q7(hit.index as u64) else { return };
+/// Q7 / NX control block writes: the loadable-library staging check on `ll_size`.
+pub(crate) fn q7_write(dev: &Dev, st: &mut State, hit: &Hit, val: u32) {
+    dev.generic_write(st, hit, val);
+    let (RegId::Q7(_, r @ q7::RegId::LlSize) | RegId::Nx(_, r @ q7::RegId::LlSize)) = hit.id else { return };
+    let q = q7::Block::at(&dev.null, hit.leaf_base(r.offset()));
     let claim = dev.stored(st, q.claim().offset(), 0);
     let addr =
         dev.stored(st, q.ll_addr().offset(), 0) as u64 | ((dev.stored(st, q.ll_addr().offset() + 4, 0) as u64) << 32);
@@ -131,7 +124,7 @@ pub(crate) fn q7_write(dev: &Dev, st: &mut State, hit: &Hit<'_>, off: u64, val: 
 }
 
 fn timestamp(dev: &Dev, st: &State, nc: usize) -> u64 {
-    let per = dev.regs().seq(nc as u64).map(|s| dev.reg_value(st, s.ts_per_ns().offset())).unwrap_or(1);
+    let per = dev.seq(nc).map(|s| dev.reg_value(st, s.ts_per_ns().offset())).unwrap_or(1);
     dev.now_ns().wrapping_mul(per as u64)
 }
 
@@ -168,12 +161,12 @@ fn force_overflow(dev: &Dev, st: &mut State, nc: usize, slot: u64) {
         s.overflow_pending = true;
     }
     dev.n.dropped_records.fetch_add(1, Ordering::Relaxed);
-    dev.intc(st, nc, 1, "sw_nq_overflow");
+    dev.intc(st, nc, Line::SwNqOverflow);
 }
 
 /// Post a TPB error record on the NC's error ring.
 pub(crate) fn post_error(dev: &Dev, st: &mut State, nc: usize, e: usize, id: ErrorId, pc: u32, info: u8) {
-    let Ok(s) = dev.regs().seq(nc as u64) else { return };
+    let Some(s) = dev.seq(nc) else { return };
     let slot = dev.reg_value(st, s.err_nq_slot().offset()) as u64;
     let rec = TpbErrorRecord {
         error_id: id.to_u8(),
@@ -195,7 +188,7 @@ pub(crate) fn fault_engine(dev: &Dev, st: &mut State, nc: usize, e: usize, code:
         s.state = seqc::STATE_FAULT;
         s.fault_code = code;
     }
-    dev.intc(st, nc, 0, "seq_fatal");
+    dev.intc(st, nc, Line::SeqFatal);
 }
 
 /// Run the engines of `nc` until none can make progress. Returns whether any did.
@@ -464,7 +457,7 @@ fn dma2d(dev: &Dev, st: &mut State, nc: usize, e: usize, d: &Dma2d) -> Result<()
     let channel = if prio == 0 {
         0
     } else {
-        let q = dev.regs().nx(nc as u64 * NX_CORES + NX_POOL).map_err(|_| code::MALFORMED)?;
+        let q = dev.nx((nc as u64 * NX_CORES + NX_POOL) as usize).ok_or(code::MALFORMED)?;
         let mbs: Vec<DgeMailbox> = (0..MAILBOXES as u64)
             .filter_map(|i| q.dge_mailbox(i).ok())
             .map(|r| DgeMailbox::decode(dev.stored(st, r.offset(), csr_maps::formats::dge::MAILBOX_RESET as u64)))

@@ -1,7 +1,7 @@
 //! UDMA engines: queue registers, doorbells, descriptor processing, aborts.
 //!
 //! A memory-to-memory copy is an M2S packet (FIRST..LAST source descriptors) matched
-//! with an S2M packet on the same queue index (NEURON_HW_FACTS §3). The engine fetches
+//! with an S2M packet on the same queue index (the kmod's `udma_main.c`). The engine fetches
 //! descriptors from the ring (host memory through the IOMMU, or device memory), checks
 //! each descriptor's ring id against the pass it expects, reads the source buffers and
 //! writes the destination buffers (which may be CSRs: a 4-byte write to a semaphore
@@ -12,11 +12,15 @@ use std::sync::atomic::Ordering;
 use csr_maps::consts::udma as udc;
 use csr_maps::formats::udma::{UdmaDesc, DESC_BYTES};
 
-use csr_maps::blocks::udma_m2s_q as mq;
+use csr_maps::blocks::{
+    iofic_m2s_err, iofic_s2m_err, iofic_summary, udma, udma_m2s, udma_m2s_q as mq, udma_s2m, udma_s2m_q as sq,
+};
 
 use crate::decode::Hit;
-use crate::device::{Dev, Seg, State};
+use crate::device::{Dev, State};
+use crate::intc::Line;
 use crate::iommu::DmaFault;
+use crate::space::Seg;
 
 /// One half-queue's hardware pointers.
 #[derive(Debug, Clone, Copy)]
@@ -59,96 +63,158 @@ enum Half {
     S2m,
 }
 
-fn half_of(hit: &Hit<'_>) -> Option<Half> {
-    if hit.reg.sub("m2s").is_some() {
-        Some(Half::M2s)
-    } else if hit.reg.sub("s2m").is_some() {
-        Some(Half::S2m)
-    } else {
-        None
+/// What a UDMA register is to the engine model.
+enum Role {
+    /// A register of queue `q` of a half.
+    Queue(Half, usize, QReg),
+    /// The half's `state` (read: every unit's state).
+    State(Half),
+    /// The half's `change_state` (abort / back to normal).
+    ChangeState(Half),
+    /// Another register of a half (stored).
+    HalfOther,
+    /// Outside the halves (`gen`, `gen_ex`): stored, or an IOFIC group.
+    Other,
+}
+
+/// Queue registers with behaviour; both halves share the layout.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum QReg {
+    /// `head` or `current`: the hardware head pointer.
+    Head,
+    Tail,
+    Status,
+    TailInc,
+    SwCtrl,
+    Other,
+}
+
+fn role(r: udma::RegId) -> Role {
+    use udma::RegId as U;
+    let m2s_q = |r: mq::RegId| match r {
+        mq::RegId::Head | mq::RegId::Current => QReg::Head,
+        mq::RegId::Tail => QReg::Tail,
+        mq::RegId::Status => QReg::Status,
+        mq::RegId::TailInc => QReg::TailInc,
+        mq::RegId::SwCtrl => QReg::SwCtrl,
+        _ => QReg::Other,
+    };
+    let s2m_q = |r: sq::RegId| match r {
+        sq::RegId::Head | sq::RegId::Current => QReg::Head,
+        sq::RegId::Tail => QReg::Tail,
+        sq::RegId::Status => QReg::Status,
+        sq::RegId::TailInc => QReg::TailInc,
+        sq::RegId::SwCtrl => QReg::SwCtrl,
+        _ => QReg::Other,
+    };
+    match r {
+        U::M2s(udma_m2s::RegId::Q(q, r)) => Role::Queue(Half::M2s, q as usize, m2s_q(r)),
+        U::S2m(udma_s2m::RegId::Q(q, r)) => Role::Queue(Half::S2m, q as usize, s2m_q(r)),
+        U::M2s(udma_m2s::RegId::State) => Role::State(Half::M2s),
+        U::S2m(udma_s2m::RegId::State) => Role::State(Half::S2m),
+        U::M2s(udma_m2s::RegId::ChangeState) => Role::ChangeState(Half::M2s),
+        U::S2m(udma_s2m::RegId::ChangeState) => Role::ChangeState(Half::S2m),
+        U::M2s(_) | U::S2m(_) => Role::HalfOther,
+        U::Gen(_) | U::GenEx(_) => Role::Other,
     }
 }
 
-pub(crate) fn reg_read(dev: &Dev, st: &mut State, hit: &Hit<'_>, off: u64) -> u32 {
-    let e = hit.index as usize;
-    let (Some(half), Some(eng)) = (half_of(hit), st.udma.get(e)) else { return dev.generic_read(st, hit, off) };
-    if let Some(q) = hit.reg.sub("q") {
-        let qs = if half == Half::M2s { &eng.m2s[q as usize] } else { &eng.s2m[q as usize] };
-        let ptr = |idx: u32, rid: u8| mq::Head(0).with_idx(idx).with_ring_id(rid as u32).0;
-        return match hit.reg.name() {
-            "head" | "current" => ptr(qs.head, qs.head_rid),
-            "tail" => ptr(qs.tail, qs.tail_rid),
-            "status" => qs.aborted as u32,
-            _ => dev.generic_read(st, hit, off),
-        };
+pub(crate) fn reg_read(dev: &Dev, st: &mut State, hit: &Hit, e: u32, r: udma::RegId) -> u32 {
+    let Some(eng) = st.udma.get(e as usize) else { return dev.generic_read(st, hit) };
+    match role(r) {
+        Role::Queue(half, q, qr) => {
+            let qs = if half == Half::M2s { &eng.m2s[q] } else { &eng.s2m[q] };
+            let ptr = |idx: u32, rid: u8| mq::Head(0).with_idx(idx).with_ring_id(rid as u32).0;
+            match qr {
+                QReg::Head => ptr(qs.head, qs.head_rid),
+                QReg::Tail => ptr(qs.tail, qs.tail_rid),
+                QReg::Status => qs.aborted as u32,
+                QReg::TailInc | QReg::SwCtrl | QReg::Other => dev.generic_read(st, hit),
+            }
+        }
+        Role::State(half) => {
+            let abort = if half == Half::M2s { eng.m2s_abort } else { eng.s2m_abort };
+            let f = if abort { udc::FIELD_ABORT } else { udc::FIELD_NORMAL };
+            // All four 2-bit fields (completion, stream, data, prefetch) report the same state.
+            hit.def.fields.iter().fold(0, |acc, fd| acc | (f << fd.lsb))
+        }
+        Role::ChangeState(_) | Role::HalfOther | Role::Other => dev.generic_read(st, hit),
     }
-    if hit.reg.name() == "state" {
-        let abort = if half == Half::M2s { eng.m2s_abort } else { eng.s2m_abort };
-        let f = if abort { udc::FIELD_ABORT } else { udc::FIELD_NORMAL };
-        // All four 2-bit fields (completion, stream, data, prefetch) report the same state.
-        let def = hit.reg.def;
-        return def.fields.iter().fold(0, |acc, fd| acc | (f << fd.lsb));
-    }
-    dev.generic_read(st, hit, off)
 }
 
-pub(crate) fn reg_write(dev: &Dev, st: &mut State, hit: &Hit<'_>, off: u64, val: u32) {
-    let e = hit.index as usize;
-    let Some(half) = half_of(hit) else { return dev.generic_write(st, hit, off, val) };
+pub(crate) fn reg_write(dev: &Dev, st: &mut State, hit: &Hit, e: u32, r: udma::RegId, val: u32) {
+    let e = e as usize;
+    let role = role(r);
+    if matches!(role, Role::Other) {
+        return dev.generic_write(st, hit, val);
+    }
     if e >= st.udma.len() {
         return;
     }
     let nc = dev.nc_of_engine(e);
-    if let Some(q) = hit.reg.sub("q") {
-        let q = q as usize;
-        match hit.reg.name() {
-            "tail_inc" => {
-                let n = mq::TailInc(val).count();
-                let len = ring_len(dev, st, e, half, q);
-                let eng = &mut st.udma[e];
-                let qs = if half == Half::M2s { &mut eng.m2s[q] } else { &mut eng.s2m[q] };
-                if n == 0 || len == 0 || n > len || qs.pending + n > len {
-                    // The doorbell value must be 1..ring size (NEURON_HW_FACTS §3.7): ignored.
-                    dev.n.unclaimed.fetch_add(1, Ordering::Relaxed);
-                    return;
-                }
-                qs.pending += n;
-                let t = qs.tail + n;
-                if t >= len {
-                    qs.tail = t - len;
-                    qs.tail_rid = (qs.tail_rid + 1) & 3;
-                } else {
-                    qs.tail = t;
-                }
-                st.pending[nc] = true;
+    match role {
+        Role::Queue(half, q, QReg::TailInc) => {
+            let n = mq::TailInc(val).count();
+            let len = ring_len(dev, st, e, half, q);
+            let enabled = queue_enabled(dev, st, e, half, q);
+            let eng = &mut st.udma[e];
+            let qs = if half == Half::M2s { &mut eng.m2s[q] } else { &mut eng.s2m[q] };
+            if n == 0 || len == 0 || n > len || qs.pending + n > len {
+                // The doorbell value must be 1..ring size (`udma_m2m_copy_start` in the kmod's
+                // `udma_main.c`): ignored.
+                dev.n.unclaimed.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(
+                    reg = hit.def.name,
+                    id = ?hit.id,
+                    count = n,
+                    ring_len = len,
+                    pending = qs.pending,
+                    "sim: UDMA doorbell ignored (count 0, ring unprogrammed, or more than the ring holds)"
+                );
+                return;
             }
-            "sw_ctrl" => {
-                if mq::SwCtrl(val).rst_q() != 0 {
-                    let eng = &mut st.udma[e];
-                    let qs = if half == Half::M2s { &mut eng.m2s[q] } else { &mut eng.s2m[q] };
-                    *qs = Queue::default();
-                }
+            if !enabled || qs.aborted {
+                tracing::debug!(
+                    reg = hit.def.name,
+                    id = ?hit.id,
+                    count = n,
+                    aborted = qs.aborted,
+                    "sim: UDMA doorbell on a disabled or aborted queue: descriptors wait until it runs"
+                );
             }
-            _ => dev.generic_write(st, hit, off, val),
-        }
-        return;
-    }
-    if hit.reg.name() == "change_state" {
-        let eng = &mut st.udma[e];
-        let (abort, queues) =
-            if half == Half::M2s { (&mut eng.m2s_abort, &mut eng.m2s) } else { (&mut eng.s2m_abort, &mut eng.s2m) };
-        if val & udc::STATE_ABORT != 0 {
-            *abort = true;
-        } else if val & udc::STATE_NORMAL != 0 {
-            *abort = false;
-            for q in queues.iter_mut() {
-                q.aborted = false;
+            qs.pending += n;
+            let t = qs.tail + n;
+            if t >= len {
+                qs.tail = t - len;
+                qs.tail_rid = (qs.tail_rid + 1) & 3;
+            } else {
+                qs.tail = t;
             }
             st.pending[nc] = true;
         }
-        return;
+        Role::Queue(half, q, QReg::SwCtrl) => {
+            if mq::SwCtrl(val).rst_q() != 0 {
+                let eng = &mut st.udma[e];
+                let qs = if half == Half::M2s { &mut eng.m2s[q] } else { &mut eng.s2m[q] };
+                *qs = Queue::default();
+            }
+        }
+        Role::ChangeState(half) => {
+            let eng = &mut st.udma[e];
+            let (abort, queues) =
+                if half == Half::M2s { (&mut eng.m2s_abort, &mut eng.m2s) } else { (&mut eng.s2m_abort, &mut eng.s2m) };
+            if val & udc::STATE_ABORT != 0 {
+                *abort = true;
+            } else if val & udc::STATE_NORMAL != 0 {
+                *abort = false;
+                for q in queues.iter_mut() {
+                    q.aborted = false;
+                }
+                st.pending[nc] = true;
+            }
+        }
+        Role::Queue(..) | Role::State(_) | Role::HalfOther | Role::Other => dev.generic_write(st, hit, val),
     }
-    dev.generic_write(st, hit, off, val)
 }
 
 struct QRegs {
@@ -159,8 +225,7 @@ struct QRegs {
 }
 
 fn qregs(dev: &Dev, e: usize, half: Half, q: usize) -> Option<QRegs> {
-    let r = dev.regs();
-    let u = r.udma(e as u64).ok()?;
+    let u = dev.udma(e)?;
     Some(if half == Half::M2s {
         let b = u.m2s().q(q as u64).ok()?;
         QRegs {
@@ -184,13 +249,11 @@ fn ring_len(dev: &Dev, st: &State, e: usize, half: Half, q: usize) -> u32 {
     qregs(dev, e, half, q).map(|r| mq::RingLen(dev.stored(st, r.len, 0)).count()).unwrap_or(0)
 }
 
-/// Cause bits (from csr-maps field names) latched on a fault.
-fn cause_bit(block: &str, field: &str) -> u32 {
-    csr_maps::meta::block(block)
-        .and_then(|b| b.regs.iter().find(|r| r.name == "cause"))
-        .and_then(|r| r.fields.iter().find(|f| f.name == field))
-        .map(|f| 1u32 << f.lsb)
-        .unwrap_or(0)
+/// Whether the queue's `cfg` enables it.
+fn queue_enabled(dev: &Dev, st: &State, e: usize, half: Half, q: usize) -> bool {
+    qregs(dev, e, half, q)
+        .map(|r| dev.stored(st, r.cfg, mq::Cfg::reset_value().0 as u64) & udc::Q_CFG_ENABLE == udc::Q_CFG_ENABLE)
+        .unwrap_or(false)
 }
 
 enum Abort {
@@ -207,65 +270,42 @@ enum Abort {
 
 /// Latch the cause; abort the queue pair if the abort mask lets the cause abort.
 fn abort(dev: &Dev, st: &mut State, e: usize, q: usize, why: Abort, fault: Option<DmaFault>) -> bool {
-    let r = dev.regs();
-    let Ok(u) = r.udma(e as u64) else { return false };
+    let Some(u) = dev.udma(e) else { return false };
     let g = u.gen();
+    let (m2s_err, s2m_err) = (iofic_m2s_err::Cause(0), iofic_s2m_err::Cause(0));
+    let (sec_a, sec_b) = (iofic_summary::Cause(0).with_sec_a(1).0, iofic_summary::Cause(0).with_sec_b(1).0);
     let (cause_off, abort_off, bit, summary) = match why {
-        Abort::M2sDesc => (
-            g.sec_a().cause().offset(),
-            g.sec_a().abort_mask().offset(),
-            cause_bit("iofic_m2s_err", "pref_axi_resp"),
-            "sec_a",
-        ),
-        Abort::M2sData | Abort::Injected => (
-            g.sec_a().cause().offset(),
-            g.sec_a().abort_mask().offset(),
-            cause_bit("iofic_m2s_err", "data_axi_resp"),
-            "sec_a",
-        ),
-        Abort::TooManyDesc => (
-            g.sec_a().cause().offset(),
-            g.sec_a().abort_mask().offset(),
-            cause_bit("iofic_m2s_err", "too_many_desc"),
-            "sec_a",
-        ),
-        Abort::RingIdM2s => (
-            g.sec_a().cause().offset(),
-            g.sec_a().abort_mask().offset(),
-            cause_bit("iofic_m2s_err", "pref_ring_id"),
-            "sec_a",
-        ),
-        Abort::S2mDesc => (
-            g.sec_b().cause().offset(),
-            g.sec_b().abort_mask().offset(),
-            cause_bit("iofic_s2m_err", "pref_axi_resp"),
-            "sec_b",
-        ),
-        Abort::S2mData => (
-            g.sec_b().cause().offset(),
-            g.sec_b().abort_mask().offset(),
-            cause_bit("iofic_s2m_err", "data_axi_resp"),
-            "sec_b",
-        ),
-        Abort::LenMismatch => (
-            g.sec_b().cause().offset(),
-            g.sec_b().abort_mask().offset(),
-            cause_bit("iofic_s2m_err", "pkt_len_mismatch"),
-            "sec_b",
-        ),
-        Abort::RingIdS2m => (
-            g.sec_b().cause().offset(),
-            g.sec_b().abort_mask().offset(),
-            cause_bit("iofic_s2m_err", "pref_ring_id"),
-            "sec_b",
-        ),
+        Abort::M2sDesc => {
+            (g.sec_a().cause().offset(), g.sec_a().abort_mask().offset(), m2s_err.with_pref_axi_resp(1).0, sec_a)
+        }
+        Abort::M2sData | Abort::Injected => {
+            (g.sec_a().cause().offset(), g.sec_a().abort_mask().offset(), m2s_err.with_data_axi_resp(1).0, sec_a)
+        }
+        Abort::TooManyDesc => {
+            (g.sec_a().cause().offset(), g.sec_a().abort_mask().offset(), m2s_err.with_too_many_desc(1).0, sec_a)
+        }
+        Abort::RingIdM2s => {
+            (g.sec_a().cause().offset(), g.sec_a().abort_mask().offset(), m2s_err.with_pref_ring_id(1).0, sec_a)
+        }
+        Abort::S2mDesc => {
+            (g.sec_b().cause().offset(), g.sec_b().abort_mask().offset(), s2m_err.with_pref_axi_resp(1).0, sec_b)
+        }
+        Abort::S2mData => {
+            (g.sec_b().cause().offset(), g.sec_b().abort_mask().offset(), s2m_err.with_data_axi_resp(1).0, sec_b)
+        }
+        Abort::LenMismatch => {
+            (g.sec_b().cause().offset(), g.sec_b().abort_mask().offset(), s2m_err.with_pkt_len_mismatch(1).0, sec_b)
+        }
+        Abort::RingIdS2m => {
+            (g.sec_b().cause().offset(), g.sec_b().abort_mask().offset(), s2m_err.with_pref_ring_id(1).0, sec_b)
+        }
     };
     dev.latch(st, cause_off, bit);
-    dev.latch(st, g.pri_d().cause().offset(), cause_bit("iofic_summary", summary));
+    dev.latch(st, g.pri_d().cause().offset(), summary);
     let nc = dev.nc_of_engine(e);
     if fault.is_some() {
         dev.n.dma_faults.fetch_add(1, Ordering::Relaxed);
-        dev.intc(st, nc, 0, "dma_fault");
+        dev.intc(st, nc, Line::DmaFault);
     }
     // abort_mask: 0 = this cause aborts (the driver clears the bits it wants to abort on).
     let aborts =
@@ -277,7 +317,7 @@ fn abort(dev: &Dev, st: &mut State, e: usize, q: usize, why: Abort, fault: Optio
         eng.m2s_abort = true;
         eng.s2m_abort = true;
         dev.n.dma_aborts.fetch_add(1, Ordering::Relaxed);
-        dev.intc(st, nc, 0, "dma_abort");
+        dev.intc(st, nc, Line::DmaAbort);
     }
     aborts
 }
@@ -422,8 +462,7 @@ fn process_packet_with(
 }
 
 fn max_desc_per_pkt(dev: &Dev, st: &State, e: usize) -> u32 {
-    let r = dev.regs();
-    let Ok(u) = r.udma(e as u64) else { return u32::MAX };
+    let Some(u) = dev.udma(e) else { return u32::MAX };
     let v = csr_maps::blocks::udma_m2s::DescPrefCfg2(dev.stored(st, u.m2s().desc_pref_cfg2().offset(), 0))
         .max_desc_per_pkt();
     // Unprogrammed (0): no limit enforced beyond the ring.

@@ -1,0 +1,142 @@
+//! Execution and scheduling: when device work runs relative to the host ([`Timing`]):
+//! inline inside the MMIO write that triggers it, on one device thread per NC, or when a
+//! test steps the device; and the hand-over of collective results between devices.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, MutexGuard};
+use std::time::Instant;
+
+use crate::device::{Dev, State, Timing};
+use crate::hub::Delivery;
+
+impl Dev {
+    /// Run everything pending on `nc` until no progress; collect deliveries.
+    pub fn run_nc(&self, st: &mut State, nc: usize, out: &mut Vec<Delivery>) {
+        let mut rounds = 0u32;
+        loop {
+            st.pending[nc] = false;
+            let mut progress = crate::udma::run(self, st, nc);
+            progress |= crate::seq::run(self, st, nc, out);
+            rounds += 1;
+            if !progress && !st.pending[nc] {
+                break;
+            }
+            if rounds > 1_000_000 {
+                // A program that spins forever without blocking (e.g. a loop of NOPs):
+                // leave it pending for the next kick.
+                break;
+            }
+        }
+    }
+
+    /// After a host-triggered change: run (inline), wake threads, or do nothing (step).
+    pub fn after(&self, mut st: MutexGuard<'_, State>) {
+        match self.cfg.timing {
+            Timing::Step => {}
+            Timing::Inline => {
+                if !st.pending.iter().any(|&p| p) {
+                    return;
+                }
+                let t0 = Instant::now();
+                let mut out = Vec::new();
+                for nc in 0..self.ncs() {
+                    if st.pending[nc] {
+                        self.run_nc(&mut st, nc, &mut out);
+                    }
+                }
+                drop(st);
+                self.deliver(out);
+                self.n.device_ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            }
+            Timing::Threaded => {
+                // NCs to wake, without allocating (a device has at most 64 NCs here).
+                let mut wake = 0u64;
+                for nc in 0..self.ncs().min(64) {
+                    if st.pending[nc] {
+                        wake |= 1 << nc;
+                    }
+                }
+                drop(st);
+                while wake != 0 {
+                    let nc = wake.trailing_zeros() as usize;
+                    wake &= wake - 1;
+                    self.ensure_thread(nc);
+                    self.cvs[nc].notify_one();
+                }
+            }
+        }
+    }
+
+    /// Hand collective results to their devices (never called with a state lock held).
+    pub fn deliver(&self, mut work: Vec<Delivery>) {
+        while let Some(d) = work.pop() {
+            let Some(dev) = d.dev.upgrade() else { continue };
+            let mut st = dev.lock();
+            if let Err(f) = dev.dev_write(&mut st, d.dst, &d.data) {
+                dev.n.dma_faults.fetch_add(1, Ordering::Relaxed);
+                crate::seq::fault_engine(&dev, &mut st, d.nc, d.engine, crate::seq::code::MEMORY, Some(f));
+            }
+            if let Some(e) = st.seq.get_mut(d.nc).and_then(|s| s.get_mut(d.engine)) {
+                e.coll_done = true;
+            }
+            st.pending[d.nc] = true;
+            match dev.cfg.timing {
+                Timing::Inline => {
+                    let mut more = Vec::new();
+                    dev.run_nc(&mut st, d.nc, &mut more);
+                    drop(st);
+                    work.extend(more);
+                }
+                Timing::Threaded => {
+                    drop(st);
+                    dev.ensure_thread(d.nc);
+                    dev.cvs[d.nc].notify_one();
+                }
+                Timing::Step => {}
+            }
+        }
+    }
+
+    fn ensure_thread(&self, nc: usize) {
+        let mut t = self.threads.lock().unwrap_or_else(|e| e.into_inner());
+        if t[nc].is_some() || self.shutdown.load(Ordering::Acquire) {
+            return;
+        }
+        let Some(me) = self.me.upgrade() else { return };
+        let h = std::thread::Builder::new().name(format!("sim-nc{nc}")).spawn(move || nc_thread(me, nc));
+        if let Ok(h) = h {
+            self.n.threads.fetch_add(1, Ordering::Relaxed);
+            t[nc] = Some(h);
+        }
+    }
+
+    /// Post to the interrupt eventfd of `vector` (an NC), if one was requested.
+    pub fn raise_irq(&self, vector: u32) {
+        let m = self.irq.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(fd) = m.get(&vector) {
+            // A full counter (EAGAIN) already signals the waiter.
+            let _ = fd.write(1);
+        }
+    }
+}
+
+fn nc_thread(dev: Arc<Dev>, nc: usize) {
+    let mut st = dev.lock();
+    loop {
+        if dev.shutdown.load(Ordering::Acquire) {
+            break;
+        }
+        if !st.pending[nc] {
+            st = dev.cvs[nc].wait(st).unwrap_or_else(|e| e.into_inner());
+            continue;
+        }
+        let mut out = Vec::new();
+        dev.run_nc(&mut st, nc, &mut out);
+        if !out.is_empty() {
+            drop(st);
+            dev.deliver(out);
+            st = dev.lock();
+        }
+    }
+    dev.n.threads.fetch_sub(1, Ordering::Relaxed);
+}

@@ -1,0 +1,91 @@
+//! Device creation resolves the arch names it models once (and refuses an arch description
+//! that lacks one); registers are dispatched by identity, per instance; what hardware would
+//! ignore is logged with the register's name.
+
+mod common;
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use common::*;
+use csr_maps::consts::q7 as q7c;
+use csr_maps::formats::ucpl::UcplHeader;
+use csr_maps::{Arch, InstanceId, CAYMAN, SUNDA};
+use sim::{SimConfig, SimDevice, SimError};
+
+fn leak(a: Arch) -> &'static Arch {
+    Box::leak(Box::new(a))
+}
+
+#[test]
+fn an_arch_without_a_modelled_region_or_block_is_refused() {
+    let regions: Vec<_> = SUNDA.regions.iter().filter(|r| r.name != "sbuf").copied().collect();
+    let no_sbuf = leak(Arch { regions: Box::leak(regions.into_boxed_slice()), ..SUNDA });
+    match SimDevice::new(SimConfig::new(no_sbuf)) {
+        Err(SimError::MissingRegion { name: "sbuf", .. }) => {}
+        other => panic!("expected MissingRegion(sbuf), got {:?}", other.err()),
+    }
+    let insts: Vec<_> = SUNDA.instances.iter().filter(|i| i.id != InstanceId::MiscRam).copied().collect();
+    let no_misc = leak(Arch { instances: Box::leak(insts.into_boxed_slice()), ..SUNDA });
+    match SimDevice::new(SimConfig::new(no_misc)) {
+        Err(e @ SimError::MissingInstance { instance: InstanceId::MiscRam, .. }) => {
+            assert!(e.to_string().contains("MiscRam"), "{e}");
+        }
+        other => panic!("expected MissingInstance(MiscRam), got {:?}", other.err()),
+    }
+}
+
+#[test]
+fn nx_staging_check_uses_the_nx_block_itself() {
+    for arch in [&SUNDA, &CAYMAN] {
+        let t = T::new(arch);
+        let (nx, q7) = (t.regs().nx(2).unwrap(), t.regs().q7(2).unwrap());
+        nx.claim().write(csr_maps::blocks::q7::Claim(q7c::CLAIMED)).unwrap();
+        let img = t.hbm(0x100_0000);
+        let h = UcplHeader::for_segments(0x8000, 0x7000, 0x100_0000, 0, 0x100_0000);
+        t.write_dev(img, &h.encode());
+        nx.ll_addr().write(csr_maps::blocks::q7::LlAddr(img)).unwrap();
+        nx.ll_size().write(csr_maps::blocks::q7::LlSize(h.image_size() as u32)).unwrap();
+        assert_eq!(nx.ll_status().read().unwrap().code(), 1, "{arch}");
+        assert_eq!(q7.ll_status().read().unwrap().0, 0, "{arch}: the Q7 block with the same index is untouched");
+    }
+}
+
+/// A log sink for one thread's tracing output.
+#[derive(Clone, Default)]
+struct Sink(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Sink {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn ignored_accesses_are_logged_with_the_register_name() {
+    let sink = Sink::default();
+    let w = sink.clone();
+    let sub = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_ansi(false)
+        .with_writer(move || w.clone())
+        .finish();
+    let t = T::new(&SUNDA);
+    tracing::subscriber::with_default(sub, || {
+        let m = t.regs().misc_ram(0).unwrap();
+        m.device_id().write(csr_maps::blocks::misc_ram::DeviceId(7)).unwrap();
+        // A doorbell on a queue whose ring was never programmed.
+        let q = t.regs().udma(0).unwrap().m2s().q(1).unwrap();
+        q.tail_inc().write(csr_maps::blocks::udma_m2s_q::TailInc(1)).unwrap();
+        // An offset inside an instance where no register starts.
+        platform::Mmio::write32(t.bar.as_ref(), m.base() + csr_maps::blocks::misc_ram::SIZE - 4, 1).unwrap();
+    });
+    let log = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
+    assert!(log.contains("read-only") && log.contains("device_id"), "{log}");
+    assert!(log.contains("doorbell ignored") && log.contains("tail_inc"), "{log}");
+    assert!(log.contains("unknown BAR0 offset"), "{log}");
+    assert_eq!(t.regs().misc_ram(0).unwrap().device_id().read().unwrap().0, 0, "the write had no effect");
+}

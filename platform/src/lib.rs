@@ -14,7 +14,7 @@
 pub mod dma;
 pub mod mmio;
 
-pub use dma::{DmaDir, DmaMapping, DmaUnmap, HostMem, HostMemError, PageSize};
+pub use dma::{DmaDir, DmaMapping, DmaPerm, DmaUnmap, HostMem, HostMemError, PageSize};
 pub use mmio::{MemMmio, Mmio, MmioError, VolatileMmio};
 
 use std::os::fd::OwnedFd;

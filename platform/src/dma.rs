@@ -336,6 +336,35 @@ mod tests {
         assert!(HostMem::alloc(0).is_err());
     }
 
+    #[test]
+    fn directions_grant_permissions() {
+        assert_eq!(DmaDir::ToDevice.perm(), DmaPerm::READ);
+        assert_eq!(DmaDir::FromDevice.perm(), DmaPerm::WRITE);
+        assert_eq!(DmaDir::Bidirectional.perm(), DmaPerm::all());
+        assert!(DmaDir::ToDevice.device_reads() && !DmaDir::ToDevice.device_writes());
+        assert!(!DmaDir::FromDevice.device_reads() && DmaDir::FromDevice.device_writes());
+    }
+
+    #[test]
+    fn hugepage_buffers_are_whole_pages_or_a_clean_error() {
+        assert_eq!((PageSize::Base4K.shift(), PageSize::Huge2M.shift(), PageSize::Huge1G.shift()), (12, 21, 30));
+        // The hugepage pool may be empty here: then mmap fails cleanly (no SIGBUS later).
+        match HostMem::alloc_with(100, PageSize::Huge2M) {
+            Ok(m) => {
+                assert_eq!(m.len(), 2 << 20);
+                assert_eq!(m.as_ptr() as usize % (2 << 20), 0);
+                m.write_u32(m.len() - 4, 0x1234_5678).unwrap();
+                assert_eq!(m.read_u32(m.len() - 4).unwrap(), 0x1234_5678);
+            }
+            Err(e) => assert!(matches!(e, HostMemError::Mmap { len: 0x20_0000, page: PageSize::Huge2M, .. }), "{e}"),
+        }
+        // Fresh base pages read as zero.
+        let m = HostMem::alloc_with(3 * 4096 + 1, PageSize::Base4K).unwrap();
+        assert_eq!(m.len(), 4 * 4096);
+        assert_eq!(m.read_u64(4 * 4096 - 8).unwrap(), 0);
+        assert!(matches!(HostMem::alloc_with(usize::MAX, PageSize::Huge2M), Err(HostMemError::Mmap { .. })));
+    }
+
     struct Rec(Mutex<Vec<(u64, u64)>>);
     impl DmaUnmap for Rec {
         fn unmap(&self, iova: u64, len: u64) {

@@ -3,13 +3,14 @@
 //!
 //! A backend offers exactly what a userspace driver has on VFIO:
 //! - BARs as [`Mmio`] regions (32/64-bit reads and writes at byte offsets);
-//! - DMA mapping of host memory ([`HostMem`]) to device-visible IOVAs ([`DmaMapping`]);
+//! - DMA mapping of host memory ([`HostMem`]) to device-visible IOVAs ([`DmaMapping`]),
+//!   with the device's access as a [`DmaPerm`] set;
 //! - interrupt eventfds;
 //! - device reset.
 //!
 //! This crate knows nothing of Neuron. `unsafe` lives only in [`mmio::VolatileMmio`]
-//! (volatile access to a mapped BAR) and [`dma::HostMem`] (anonymous mappings shared
-//! with a device).
+//! (volatile access to a mapped BAR) and [`dma::HostMem`] (raw copies and atomics on
+//! anonymous `memmap2` mappings shared with a device).
 
 pub mod dma;
 pub mod mmio;

@@ -134,7 +134,7 @@ pub(crate) fn open(dev: &Path, group: u32, addr: PciAddress) -> Result<(OwnedFd,
             std::io::Error::other(format!("API version {version}, expected 0")),
         ));
     }
-    let has = uapi::ioctl_ulong(container.as_fd(), uapi::VFIO_CHECK_EXTENSION, VFIO_NOIOMMU_IOMMU)
+    let has = uapi::container_ioctl(container.as_fd(), uapi::ContainerValueIoctl::CheckExtension, VFIO_NOIOMMU_IOMMU)
         .map_err(|e| Error::ioctl("VFIO_CHECK_EXTENSION", e))?;
     if has != 1 {
         return Err(Error::NoIommuUnavailable {
@@ -156,7 +156,7 @@ pub(crate) fn open(dev: &Path, group: u32, addr: PciAddress) -> Result<(OwnedFd,
     // pointer.
     unsafe { uapi::vfio_group_set_container(group_fd.as_raw_fd(), &cfd) }
         .map_err(|e| Error::ioctl("VFIO_GROUP_SET_CONTAINER", e))?;
-    uapi::ioctl_ulong(container.as_fd(), uapi::VFIO_SET_IOMMU, VFIO_NOIOMMU_IOMMU)
+    uapi::container_ioctl(container.as_fd(), uapi::ContainerValueIoctl::SetIommu, VFIO_NOIOMMU_IOMMU)
         .map_err(|e| Error::ioctl("VFIO_SET_IOMMU(VFIO_NOIOMMU_IOMMU)", e))?;
     let mut name = addr.to_string().into_bytes();
     name.push(0);

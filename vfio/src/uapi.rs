@@ -273,14 +273,26 @@ nix::ioctl_readwrite_bad!(
     IommuIoasUnmap
 );
 
-/// Issue an ioctl whose argument is an `unsigned long` value, not a pointer
-/// (`VFIO_CHECK_EXTENSION`, `VFIO_SET_IOMMU`), and turn -1 into the errno.
-pub fn ioctl_ulong(fd: BorrowedFd<'_>, req: u64, val: std::ffi::c_ulong) -> std::io::Result<i32> {
-    // SAFETY: the requests used with this helper take an integer, not a pointer, so the kernel
-    // reads nothing from our memory; `fd` is open for the borrow. Raw libc because nix's
-    // integer-argument ioctl wrapper passes a C `int`, while these requests read the full
-    // `unsigned long` register.
-    let r = unsafe { libc::ioctl(fd.as_raw_fd(), req as _, val) };
+/// The two container ioctls whose argument is an `unsigned long` value, not a pointer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContainerValueIoctl {
+    /// `VFIO_CHECK_EXTENSION`: 1 when the container offers the IOMMU type (or extension).
+    CheckExtension,
+    /// `VFIO_SET_IOMMU`: give the container an IOMMU type.
+    SetIommu,
+}
+
+/// Issue `req` with the integer argument `val` on `fd` and turn -1 into the errno.
+pub fn container_ioctl(fd: BorrowedFd<'_>, req: ContainerValueIoctl, val: std::ffi::c_ulong) -> std::io::Result<i32> {
+    let nr = match req {
+        ContainerValueIoctl::CheckExtension => VFIO_CHECK_EXTENSION,
+        ContainerValueIoctl::SetIommu => VFIO_SET_IOMMU,
+    };
+    // SAFETY: both requests take an integer, not a pointer, so the kernel reads nothing from
+    // our memory (on a fd of another kind they fail with an errno); `fd` is open for the
+    // borrow. Raw libc because nix's integer-argument ioctl wrapper passes a C `int`, while
+    // these requests read the full `unsigned long` argument.
+    let r = unsafe { libc::ioctl(fd.as_raw_fd(), nr as _, val) };
     Ok(nix::errno::Errno::result(r)?)
 }
 

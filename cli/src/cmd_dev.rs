@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use csr_maps::consts::seq as seqc;
 use csr_maps::Arch;
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 use vfio::{Binding, PciAddress, PciFunction, Released, Sysfs};
 
 use crate::device::{self, DeviceSpec, SimTiming, VFIO_PCI};
@@ -155,14 +155,15 @@ pub fn info(spec: &DeviceSpec, timing: SimTiming, json: bool) -> Result<(), CliE
             }));
         }
         let c = dev.fatal_causes(nc)?;
+        // Every cause by name (lower case), latched or not.
+        let fatal: Map<String, Value> = hal::FatalCauses::all()
+            .iter_names()
+            .map(|(name, f)| (name.to_ascii_lowercase(), c.contains(f).into()))
+            .collect();
         ncs.push(json!({
             "nc": nc,
             "engines": engines,
-            "fatal": {
-                "seq_fatal": c.seq_fatal, "dma_abort": c.dma_abort, "dma_fault": c.dma_fault, "hbm_ue": c.hbm_ue,
-                "hbm_ue_repairable": c.hbm_ue_repairable, "nc_ue": c.nc_ue, "cc_error": c.cc_error,
-                "net_proxy": c.net_proxy,
-            },
+            "fatal": fatal,
             "nq_overflow": dev.nq_overflow(nc)?,
         }));
     }

@@ -65,17 +65,21 @@ impl Default for DeviceOptions {
     }
 }
 
-/// Fatal hardware causes latched in an NC's error-trigger block.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct FatalCauses {
-    pub seq_fatal: bool,
-    pub dma_abort: bool,
-    pub dma_fault: bool,
-    pub hbm_ue: bool,
-    pub hbm_ue_repairable: bool,
-    pub nc_ue: bool,
-    pub cc_error: bool,
-    pub net_proxy: bool,
+bitflags::bitflags! {
+    /// Fatal hardware causes latched in an NC's error-trigger block (its interrupt
+    /// controller's group-0 cause register). The bit values are this type's own; the
+    /// register's field positions live in csr-maps.
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+    pub struct FatalCauses: u8 {
+        const SEQ_FATAL = 1 << 0;
+        const DMA_ABORT = 1 << 1;
+        const DMA_FAULT = 1 << 2;
+        const HBM_UE = 1 << 3;
+        const HBM_UE_REPAIRABLE = 1 << 4;
+        const NC_UE = 1 << 5;
+        const CC_ERROR = 1 << 6;
+        const NET_PROXY = 1 << 7;
+    }
 }
 
 /// A host-transfer ring keyed by (engine, queue).
@@ -385,16 +389,16 @@ impl Device {
     /// Fatal causes latched on NC `nc`.
     pub fn fatal_causes(&self, nc: usize) -> Result<FatalCauses> {
         let c = self.regs().nc_intc(nc as u64)?.g0().cause().read()?;
-        Ok(FatalCauses {
-            seq_fatal: c.seq_fatal() != 0,
-            dma_abort: c.dma_abort() != 0,
-            dma_fault: c.dma_fault() != 0,
-            hbm_ue: c.hbm_ue() != 0,
-            hbm_ue_repairable: c.hbm_ue_repairable() != 0,
-            nc_ue: c.nc_ue() != 0,
-            cc_error: c.cc_error() != 0,
-            net_proxy: c.net_proxy_fail() != 0,
-        })
+        let mut causes = FatalCauses::empty();
+        causes.set(FatalCauses::SEQ_FATAL, c.seq_fatal() != 0);
+        causes.set(FatalCauses::DMA_ABORT, c.dma_abort() != 0);
+        causes.set(FatalCauses::DMA_FAULT, c.dma_fault() != 0);
+        causes.set(FatalCauses::HBM_UE, c.hbm_ue() != 0);
+        causes.set(FatalCauses::HBM_UE_REPAIRABLE, c.hbm_ue_repairable() != 0);
+        causes.set(FatalCauses::NC_UE, c.nc_ue() != 0);
+        causes.set(FatalCauses::CC_ERROR, c.cc_error() != 0);
+        causes.set(FatalCauses::NET_PROXY, c.net_proxy_fail() != 0);
+        Ok(causes)
     }
     /// Clear every latched cause of NC `nc` (write 1 to clear).
     pub fn clear_causes(&self, nc: usize) -> Result<()> {

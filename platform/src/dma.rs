@@ -1,6 +1,5 @@
 //! Host memory shared with a device, and its IOVA mappings.
 
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -24,6 +23,11 @@ impl PageSize {
             PageSize::Huge1G => 1 << 30,
         }
     }
+
+    /// log2 of [`PageSize::bytes`].
+    pub fn shift(self) -> u8 {
+        self.bytes().trailing_zeros() as u8
+    }
 }
 
 /// Host memory allocation failures.
@@ -43,17 +47,13 @@ pub enum HostMemError {
 ///
 /// All accessors are bounds-checked and use raw copies or atomics, because the
 /// device may access the memory concurrently.
+///
+/// The mapping is a [`memmap2::MmapRaw`]: it hands out raw pointers only (no `&[u8]` that
+/// the device could change underneath), is `Send + Sync`, and is unmapped on drop.
 pub struct HostMem {
-    ptr: NonNull<u8>,
-    len: usize,
+    map: memmap2::MmapRaw,
     page: PageSize,
 }
-
-// SAFETY: HostMem owns its mapping; access goes through raw copies/atomics, never
-// through long-lived references, so sharing across threads is sound.
-unsafe impl Send for HostMem {}
-// SAFETY: as above.
-unsafe impl Sync for HostMem {}
 
 impl HostMem {
     /// Allocate `len` bytes (rounded up to whole pages) of zeroed memory, trying
@@ -81,38 +81,31 @@ impl HostMem {
         let rounded = len.checked_add(pb - 1).map(|v| v / pb * pb).ok_or(HostMemError::Mmap {
             len,
             page,
-            source: std::io::Error::from_raw_os_error(libc::ENOMEM),
+            source: std::io::Error::from(nix::errno::Errno::ENOMEM),
         })?;
-        let mut flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+        // A private anonymous read-write mapping (MAP_PRIVATE | MAP_ANONYMOUS).
+        let mut opts = memmap2::MmapOptions::new();
+        opts.len(rounded);
         match page {
             // Base pages are reserved lazily (sparse device models rely on it). Hugepages
             // must be reserved at mmap time: with MAP_NORESERVE an empty pool would turn
             // the first touch into SIGBUS instead of a clean mmap failure.
-            PageSize::Base4K => flags |= libc::MAP_NORESERVE,
-            PageSize::Huge2M => flags |= libc::MAP_HUGETLB | (21 << libc::MAP_HUGE_SHIFT),
-            PageSize::Huge1G => flags |= libc::MAP_HUGETLB | (30 << libc::MAP_HUGE_SHIFT),
-        }
-        // SAFETY: anonymous mapping with no address hint; the result is checked.
-        let p = unsafe { libc::mmap(std::ptr::null_mut(), rounded, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0) };
-        if p == libc::MAP_FAILED {
-            return Err(HostMemError::Mmap { len: rounded, page, source: std::io::Error::last_os_error() });
-        }
-        let ptr = NonNull::new(p as *mut u8).ok_or(HostMemError::Mmap {
-            len: rounded,
-            page,
-            source: std::io::Error::from_raw_os_error(libc::ENOMEM),
-        })?;
-        Ok(Self { ptr, len: rounded, page })
+            PageSize::Base4K => opts.no_reserve_swap(),
+            // MAP_HUGETLB with the page size's log2 in the MAP_HUGE_SHIFT field.
+            PageSize::Huge2M | PageSize::Huge1G => opts.huge(Some(page.shift())),
+        };
+        let map = opts.map_anon().map_err(|source| HostMemError::Mmap { len: rounded, page, source })?;
+        Ok(Self { map: map.into(), page })
     }
 
     /// Length in bytes (whole pages).
     pub fn len(&self) -> usize {
-        self.len
+        self.map.len()
     }
 
     /// Always false: empty buffers cannot be allocated.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.map.len() == 0
     }
 
     /// Page size backing this buffer.
@@ -122,13 +115,13 @@ impl HostMem {
 
     /// Host virtual address (for the kernel's DMA map call or a simulator's IOMMU).
     pub fn as_ptr(&self) -> *mut u8 {
-        self.ptr.as_ptr()
+        self.map.as_mut_ptr()
     }
 
     fn check(&self, offset: usize, len: usize) -> Result<(), HostMemError> {
         match offset.checked_add(len) {
-            Some(end) if end <= self.len => Ok(()),
-            _ => Err(HostMemError::OutOfRange { offset, len, size: self.len }),
+            Some(end) if end <= self.len() => Ok(()),
+            _ => Err(HostMemError::OutOfRange { offset, len, size: self.len() }),
         }
     }
 
@@ -137,7 +130,7 @@ impl HostMem {
         self.check(offset, buf.len())?;
         std::sync::atomic::fence(Ordering::Acquire);
         // SAFETY: range checked above; `buf` is a distinct Rust allocation.
-        unsafe { std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(offset), buf.as_mut_ptr(), buf.len()) };
+        unsafe { std::ptr::copy_nonoverlapping(self.as_ptr().add(offset), buf.as_mut_ptr(), buf.len()) };
         Ok(())
     }
 
@@ -145,7 +138,7 @@ impl HostMem {
     pub fn write(&self, offset: usize, data: &[u8]) -> Result<(), HostMemError> {
         self.check(offset, data.len())?;
         // SAFETY: range checked above; `data` is a distinct Rust allocation.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.as_ptr().add(offset), data.len()) };
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.as_ptr().add(offset), data.len()) };
         std::sync::atomic::fence(Ordering::Release);
         Ok(())
     }
@@ -154,7 +147,7 @@ impl HostMem {
     pub fn fill(&self, offset: usize, len: usize, byte: u8) -> Result<(), HostMemError> {
         self.check(offset, len)?;
         // SAFETY: range checked above.
-        unsafe { std::ptr::write_bytes(self.ptr.as_ptr().add(offset), byte, len) };
+        unsafe { std::ptr::write_bytes(self.as_ptr().add(offset), byte, len) };
         std::sync::atomic::fence(Ordering::Release);
         Ok(())
     }
@@ -167,7 +160,7 @@ impl HostMem {
             return Err(HostMemError::Misaligned { offset, align: 4 });
         }
         // SAFETY: in range, 4-aligned (the mapping is page aligned), lives as long as &self.
-        Ok(unsafe { AtomicU32::from_ptr(self.ptr.as_ptr().add(offset) as *mut u32) })
+        Ok(unsafe { AtomicU32::from_ptr(self.as_ptr().add(offset) as *mut u32) })
     }
 
     /// Atomic view of the aligned 64-bit word at `offset`.
@@ -177,7 +170,7 @@ impl HostMem {
             return Err(HostMemError::Misaligned { offset, align: 8 });
         }
         // SAFETY: in range, 8-aligned, lives as long as &self.
-        Ok(unsafe { AtomicU64::from_ptr(self.ptr.as_ptr().add(offset) as *mut u64) })
+        Ok(unsafe { AtomicU64::from_ptr(self.as_ptr().add(offset) as *mut u64) })
     }
 
     /// Read a little-endian u32 at `offset` (any alignment).
@@ -205,16 +198,13 @@ impl HostMem {
     }
 }
 
-impl Drop for HostMem {
-    fn drop(&mut self) {
-        // SAFETY: we own this mapping of `len` bytes and nothing refers to it any more.
-        unsafe { libc::munmap(self.ptr.as_ptr() as *mut libc::c_void, self.len) };
-    }
-}
-
 impl std::fmt::Debug for HostMem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HostMem").field("ptr", &self.ptr).field("len", &self.len).field("page", &self.page).finish()
+        f.debug_struct("HostMem")
+            .field("ptr", &self.as_ptr())
+            .field("len", &self.len())
+            .field("page", &self.page)
+            .finish()
     }
 }
 
@@ -229,14 +219,33 @@ pub enum DmaDir {
     Bidirectional,
 }
 
+bitflags::bitflags! {
+    /// What a device may do with a DMA mapping: the permission set an IOMMU mapping grants.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub struct DmaPerm: u8 {
+        /// The device may read the memory (host → device transfers).
+        const READ = 1 << 0;
+        /// The device may write the memory (device → host transfers).
+        const WRITE = 1 << 1;
+    }
+}
+
 impl DmaDir {
+    /// The permissions the device needs for this direction.
+    pub fn perm(self) -> DmaPerm {
+        match self {
+            DmaDir::ToDevice => DmaPerm::READ,
+            DmaDir::FromDevice => DmaPerm::WRITE,
+            DmaDir::Bidirectional => DmaPerm::READ | DmaPerm::WRITE,
+        }
+    }
     /// Whether the device may read the mapping.
     pub fn device_reads(self) -> bool {
-        !matches!(self, DmaDir::FromDevice)
+        self.perm().contains(DmaPerm::READ)
     }
     /// Whether the device may write the mapping.
     pub fn device_writes(self) -> bool {
-        !matches!(self, DmaDir::ToDevice)
+        self.perm().contains(DmaPerm::WRITE)
     }
 }
 
@@ -325,6 +334,35 @@ mod tests {
         assert_eq!(m.atomic_u64(16).unwrap().load(Ordering::Acquire), 0xABCD_EF01);
         assert!(m.atomic_u32(18).is_err());
         assert!(HostMem::alloc(0).is_err());
+    }
+
+    #[test]
+    fn directions_grant_permissions() {
+        assert_eq!(DmaDir::ToDevice.perm(), DmaPerm::READ);
+        assert_eq!(DmaDir::FromDevice.perm(), DmaPerm::WRITE);
+        assert_eq!(DmaDir::Bidirectional.perm(), DmaPerm::all());
+        assert!(DmaDir::ToDevice.device_reads() && !DmaDir::ToDevice.device_writes());
+        assert!(!DmaDir::FromDevice.device_reads() && DmaDir::FromDevice.device_writes());
+    }
+
+    #[test]
+    fn hugepage_buffers_are_whole_pages_or_a_clean_error() {
+        assert_eq!((PageSize::Base4K.shift(), PageSize::Huge2M.shift(), PageSize::Huge1G.shift()), (12, 21, 30));
+        // The hugepage pool may be empty here: then mmap fails cleanly (no SIGBUS later).
+        match HostMem::alloc_with(100, PageSize::Huge2M) {
+            Ok(m) => {
+                assert_eq!(m.len(), 2 << 20);
+                assert_eq!(m.as_ptr() as usize % (2 << 20), 0);
+                m.write_u32(m.len() - 4, 0x1234_5678).unwrap();
+                assert_eq!(m.read_u32(m.len() - 4).unwrap(), 0x1234_5678);
+            }
+            Err(e) => assert!(matches!(e, HostMemError::Mmap { len: 0x20_0000, page: PageSize::Huge2M, .. }), "{e}"),
+        }
+        // Fresh base pages read as zero.
+        let m = HostMem::alloc_with(3 * 4096 + 1, PageSize::Base4K).unwrap();
+        assert_eq!(m.len(), 4 * 4096);
+        assert_eq!(m.read_u64(4 * 4096 - 8).unwrap(), 0);
+        assert!(matches!(HostMem::alloc_with(usize::MAX, PageSize::Huge2M), Err(HostMemError::Mmap { .. })));
     }
 
     struct Rec(Mutex<Vec<(u64, u64)>>);

@@ -3,19 +3,20 @@
 //!
 //! A backend offers exactly what a userspace driver has on VFIO:
 //! - BARs as [`Mmio`] regions (32/64-bit reads and writes at byte offsets);
-//! - DMA mapping of host memory ([`HostMem`]) to device-visible IOVAs ([`DmaMapping`]);
+//! - DMA mapping of host memory ([`HostMem`]) to device-visible IOVAs ([`DmaMapping`]),
+//!   with the device's access as a [`DmaPerm`] set;
 //! - interrupt eventfds (waited on through [`Irq`]);
 //! - device reset.
 //!
 //! This crate knows nothing of Neuron. `unsafe` lives only in [`mmio::VolatileMmio`]
-//! (volatile access to a mapped BAR), [`dma::HostMem`] (anonymous mappings shared
-//! with a device) and [`Irq`] (poll and read on an eventfd).
+//! (volatile access to a mapped BAR) and [`dma::HostMem`] (raw copies and atomics on
+//! anonymous `memmap2` mappings shared with a device); [`Irq`] waits on an eventfd through `nix`.
 
 pub mod dma;
 pub mod irq;
 pub mod mmio;
 
-pub use dma::{DmaDir, DmaMapping, DmaUnmap, HostMem, HostMemError, PageSize};
+pub use dma::{DmaDir, DmaMapping, DmaPerm, DmaUnmap, HostMem, HostMemError, PageSize};
 pub use irq::Irq;
 pub use mmio::{MemMmio, Mmio, MmioError, VolatileMmio};
 

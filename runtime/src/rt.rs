@@ -805,12 +805,12 @@ impl NotificationSource for StagedNc {
     fn fatal_causes(&mut self) -> FatalCauses {
         let c = self.dev.fatal_causes(self.nc).unwrap_or_default();
         FatalCauses {
-            hbm_ue: c.hbm_ue,
-            repairable_hbm_ue: c.hbm_ue_repairable,
-            nc_ue: c.nc_ue,
-            dma_abort: c.dma_abort,
-            collectives: c.cc_error,
-            network_proxy: c.net_proxy,
+            hbm_ue: c.contains(hal::FatalCauses::HBM_UE),
+            repairable_hbm_ue: c.contains(hal::FatalCauses::HBM_UE_REPAIRABLE),
+            nc_ue: c.contains(hal::FatalCauses::NC_UE),
+            dma_abort: c.contains(hal::FatalCauses::DMA_ABORT),
+            collectives: c.contains(hal::FatalCauses::CC_ERROR),
+            network_proxy: c.contains(hal::FatalCauses::NET_PROXY),
         }
     }
     fn barrier_proxy(&mut self) -> ProxyPoll {

@@ -193,12 +193,9 @@ pub fn memlock_verdict(limit: Option<u64>, cap_ipc_lock: bool, locked: u64, requ
 
 /// The process's RLIMIT_MEMLOCK soft limit (`None` = unlimited).
 pub fn memlock_limit() -> Result<Option<u64>> {
-    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: getrlimit writes one rlimit into the struct we pass.
-    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut r) } != 0 {
-        return Err(Error::Io(std::io::Error::last_os_error()));
-    }
-    Ok((r.rlim_cur != libc::RLIM_INFINITY).then_some(r.rlim_cur))
+    use nix::sys::resource::{getrlimit, Resource, RLIM_INFINITY};
+    let (soft, _hard) = getrlimit(Resource::RLIMIT_MEMLOCK).map_err(|e| Error::Io(e.into()))?;
+    Ok((soft != RLIM_INFINITY).then_some(soft))
 }
 
 /// Whether the process has CAP_IPC_LOCK in its effective set (then pins are not limited).

@@ -3,18 +3,24 @@
 //! container or through iommufd and the device cdev.
 
 use std::fs::File;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
-use std::os::unix::fs::FileExt;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::Arc;
 use std::time::Duration;
 
+use nix::errno::Errno;
+use nix::poll::{PollFd, PollFlags, PollTimeout};
+use nix::sys::eventfd::EfdFlags;
 use platform::{Mmio, MmioError, VolatileMmio};
 use vfio_bindings::bindings::vfio::{
-    vfio_device_info, vfio_irq_info, vfio_region_info, VFIO_DEVICE_FLAGS_RESET, VFIO_IRQ_SET_ACTION_MASK,
-    VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_ACTION_UNMASK, VFIO_IRQ_SET_DATA_EVENTFD, VFIO_IRQ_SET_DATA_NONE,
-    VFIO_REGION_INFO_FLAG_CAPS, VFIO_REGION_INFO_FLAG_MMAP, VFIO_REGION_INFO_FLAG_READ, VFIO_REGION_INFO_FLAG_WRITE,
+    vfio_device_info, vfio_irq_info, vfio_region_info, VFIO_DEVICE_FLAGS_AMBA, VFIO_DEVICE_FLAGS_AP,
+    VFIO_DEVICE_FLAGS_CAPS, VFIO_DEVICE_FLAGS_CCW, VFIO_DEVICE_FLAGS_CDX, VFIO_DEVICE_FLAGS_FSL_MC,
+    VFIO_DEVICE_FLAGS_PCI, VFIO_DEVICE_FLAGS_PLATFORM, VFIO_DEVICE_FLAGS_RESET, VFIO_IRQ_INFO_AUTOMASKED,
+    VFIO_IRQ_INFO_EVENTFD, VFIO_IRQ_INFO_MASKABLE, VFIO_IRQ_INFO_NORESIZE, VFIO_IRQ_SET_ACTION_MASK,
+    VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_ACTION_UNMASK, VFIO_IRQ_SET_DATA_BOOL, VFIO_IRQ_SET_DATA_EVENTFD,
+    VFIO_IRQ_SET_DATA_NONE, VFIO_REGION_INFO_FLAG_CAPS, VFIO_REGION_INFO_FLAG_MMAP, VFIO_REGION_INFO_FLAG_READ,
+    VFIO_REGION_INFO_FLAG_WRITE,
 };
 
 use crate::dma::DmaSpace;
@@ -35,6 +41,64 @@ const PCI_COMMAND: u64 = 0x04;
 const PCI_COMMAND_MASTER: u16 = 1 << 2;
 const CAP_SPARSE_MMAP: u16 = 1;
 const CAP_TYPE: u16 = 2;
+
+bitflags::bitflags! {
+    /// `flags` of `struct vfio_device_info`.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct DeviceFlags: u32 {
+        /// VFIO_DEVICE_RESET is supported.
+        const RESET = VFIO_DEVICE_FLAGS_RESET;
+        const PCI = VFIO_DEVICE_FLAGS_PCI;
+        const PLATFORM = VFIO_DEVICE_FLAGS_PLATFORM;
+        const AMBA = VFIO_DEVICE_FLAGS_AMBA;
+        const CCW = VFIO_DEVICE_FLAGS_CCW;
+        const AP = VFIO_DEVICE_FLAGS_AP;
+        const FSL_MC = VFIO_DEVICE_FLAGS_FSL_MC;
+        /// The info struct has a capability chain.
+        const CAPS = VFIO_DEVICE_FLAGS_CAPS;
+        const CDX = VFIO_DEVICE_FLAGS_CDX;
+    }
+}
+
+bitflags::bitflags! {
+    /// `flags` of `struct vfio_region_info`.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct RegionFlags: u32 {
+        const READ = VFIO_REGION_INFO_FLAG_READ;
+        const WRITE = VFIO_REGION_INFO_FLAG_WRITE;
+        const MMAP = VFIO_REGION_INFO_FLAG_MMAP;
+        /// The info struct has a capability chain.
+        const CAPS = VFIO_REGION_INFO_FLAG_CAPS;
+    }
+}
+
+bitflags::bitflags! {
+    /// `flags` of `struct vfio_irq_info`.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct IrqInfoFlags: u32 {
+        /// Vectors can be signalled through eventfds.
+        const EVENTFD = VFIO_IRQ_INFO_EVENTFD;
+        /// Vectors can be masked and unmasked.
+        const MASKABLE = VFIO_IRQ_INFO_MASKABLE;
+        /// The kernel masks a vector when it fires (INTx).
+        const AUTOMASKED = VFIO_IRQ_INFO_AUTOMASKED;
+        /// The vector count cannot change once enabled.
+        const NORESIZE = VFIO_IRQ_INFO_NORESIZE;
+    }
+}
+
+bitflags::bitflags! {
+    /// `flags` of `struct vfio_irq_set`: one data type and one action.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    struct IrqSetFlags: u32 {
+        const DATA_NONE = VFIO_IRQ_SET_DATA_NONE;
+        const DATA_BOOL = VFIO_IRQ_SET_DATA_BOOL;
+        const DATA_EVENTFD = VFIO_IRQ_SET_DATA_EVENTFD;
+        const ACTION_MASK = VFIO_IRQ_SET_ACTION_MASK;
+        const ACTION_UNMASK = VFIO_IRQ_SET_ACTION_UNMASK;
+        const ACTION_TRIGGER = VFIO_IRQ_SET_ACTION_TRIGGER;
+    }
+}
 
 /// How to open a device.
 #[derive(Debug, Clone)]
@@ -72,7 +136,7 @@ impl Default for OpenOptions {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RegionInfo {
     pub index: u32,
-    pub flags: u32,
+    pub flags: RegionFlags,
     pub size: u64,
     /// Offset of the region in the device fd.
     pub offset: u64,
@@ -85,19 +149,19 @@ pub struct RegionInfo {
 
 impl RegionInfo {
     pub fn readable(&self) -> bool {
-        self.flags & VFIO_REGION_INFO_FLAG_READ != 0
+        self.flags.contains(RegionFlags::READ)
     }
     pub fn writable(&self) -> bool {
-        self.flags & VFIO_REGION_INFO_FLAG_WRITE != 0
+        self.flags.contains(RegionFlags::WRITE)
     }
     pub fn mmappable(&self) -> bool {
-        self.flags & VFIO_REGION_INFO_FLAG_MMAP != 0
+        self.flags.contains(RegionFlags::MMAP)
     }
 }
 
 /// Parse a `VFIO_DEVICE_GET_REGION_INFO` buffer (struct + capability chain).
 pub fn parse_region_info(buf: &[u8]) -> RegionInfo {
-    let flags = uapi::u32_at(buf, 4).unwrap_or(0);
+    let flags = RegionFlags::from_bits_retain(uapi::u32_at(buf, 4).unwrap_or(0));
     let size = uapi::u64_at(buf, 16).unwrap_or(0);
     let mut info = RegionInfo {
         index: uapi::u32_at(buf, 8).unwrap_or(0),
@@ -108,7 +172,7 @@ pub fn parse_region_info(buf: &[u8]) -> RegionInfo {
         region_type: None,
     };
     let mut sparse = None;
-    if flags & VFIO_REGION_INFO_FLAG_CAPS != 0 {
+    if flags.contains(RegionFlags::CAPS) {
         for cap in uapi::capabilities(buf, uapi::u32_at(buf, 12).unwrap_or(0)) {
             match cap.id {
                 CAP_SPARSE_MMAP => sparse = Some(uapi::pairs_after_count(cap.data)),
@@ -117,7 +181,7 @@ pub fn parse_region_info(buf: &[u8]) -> RegionInfo {
             }
         }
     }
-    if flags & VFIO_REGION_INFO_FLAG_MMAP != 0 {
+    if flags.contains(RegionFlags::MMAP) {
         info.mmap_areas = match sparse {
             Some(areas) => {
                 areas.into_iter().filter(|&(o, s)| s > 0 && o.checked_add(s).is_some_and(|e| e <= size)).collect()
@@ -133,7 +197,7 @@ pub fn parse_region_info(buf: &[u8]) -> RegionInfo {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IrqInfo {
     pub index: u32,
-    pub flags: u32,
+    pub flags: IrqInfoFlags,
     /// Number of vectors (0 = not supported).
     pub count: u32,
 }
@@ -152,68 +216,82 @@ impl DevFd {
             DevFd::Cdev(f) | DevFd::NoIommu(f) => f.as_fd(),
         }
     }
-    fn pread(&self, buf: &mut [u8], off: u64) -> std::io::Result<()> {
-        // SAFETY: the fd is valid for the borrow; ManuallyDrop keeps the File from closing it.
-        let f = std::mem::ManuallyDrop::new(unsafe { File::from_raw_fd(self.fd().as_raw_fd()) });
-        f.read_exact_at(buf, off)
+    /// Read all of `buf` at `off` (pread, retried on EINTR and short reads).
+    fn pread(&self, mut buf: &mut [u8], mut off: u64) -> std::io::Result<()> {
+        while !buf.is_empty() {
+            match nix::sys::uio::pread(self.fd(), buf, file_offset(off)?) {
+                Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+                Ok(n) => {
+                    buf = &mut buf[n..];
+                    off += n as u64;
+                }
+                Err(Errno::EINTR) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
     }
-    fn pwrite(&self, buf: &[u8], off: u64) -> std::io::Result<()> {
-        // SAFETY: as in pread.
-        let f = std::mem::ManuallyDrop::new(unsafe { File::from_raw_fd(self.fd().as_raw_fd()) });
-        f.write_all_at(buf, off)
+    /// Write all of `buf` at `off` (pwrite, retried on EINTR and short writes).
+    fn pwrite(&self, mut buf: &[u8], mut off: u64) -> std::io::Result<()> {
+        while !buf.is_empty() {
+            match nix::sys::uio::pwrite(self.fd(), buf, file_offset(off)?) {
+                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+                Ok(n) => {
+                    buf = &buf[n..];
+                    off += n as u64;
+                }
+                Err(Errno::EINTR) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
     }
 }
 
-/// An eventfd for interrupt delivery.
+/// A device fd offset as `off_t` (VFIO region offsets are below 2^63).
+fn file_offset(off: u64) -> std::io::Result<nix::libc::off_t> {
+    nix::libc::off_t::try_from(off).map_err(|_| std::io::Error::from(Errno::EINVAL))
+}
+
+/// An eventfd for interrupt delivery (non-blocking, close-on-exec).
 #[derive(Debug)]
-pub struct EventFd(OwnedFd);
+pub struct EventFd(nix::sys::eventfd::EventFd);
 
 impl EventFd {
     /// A new non-blocking eventfd.
     pub fn new() -> Result<Self> {
-        // SAFETY: eventfd creates a new fd; the result is checked before use.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        if fd < 0 {
-            return Err(Error::Io(std::io::Error::last_os_error()));
-        }
-        // SAFETY: `fd` was just created and is owned by nobody else.
-        Ok(Self(unsafe { OwnedFd::from_raw_fd(fd) }))
+        let fd = nix::sys::eventfd::EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)
+            .map_err(std::io::Error::from)?;
+        Ok(Self(fd))
     }
     /// Wait up to `timeout` for the counter to become non-zero; return and reset it
     /// (0 on timeout).
     pub fn wait(&self, timeout: Duration) -> Result<u64> {
-        let mut p = libc::pollfd { fd: self.0.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: one valid pollfd.
-        let r = unsafe { libc::poll(&mut p, 1, ms) };
-        if r < 0 {
-            return Err(Error::Io(std::io::Error::last_os_error()));
+        if poll_in(self.0.as_fd(), timeout).map_err(std::io::Error::from)? {
+            self.take()
+        } else {
+            Ok(0)
         }
-        if r == 0 {
-            return Ok(0);
-        }
-        self.take()
     }
     /// Read and reset the counter without waiting (0 if nothing arrived).
     pub fn take(&self) -> Result<u64> {
-        let mut v = 0u64;
-        // SAFETY: reads 8 bytes into `v`.
-        let n = unsafe { libc::read(self.0.as_raw_fd(), &mut v as *mut u64 as *mut libc::c_void, 8) };
-        if n == 8 {
-            Ok(v)
-        } else {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::WouldBlock {
-                Ok(0)
-            } else {
-                Err(Error::Io(e))
-            }
+        match self.0.read() {
+            Ok(v) => Ok(v),
+            Err(Errno::EAGAIN) => Ok(0),
+            Err(e) => Err(Error::Io(e.into())),
         }
     }
     /// A second handle to the same eventfd.
     pub fn try_clone(&self) -> Result<OwnedFd> {
-        Ok(self.0.try_clone()?)
+        Ok(self.0.as_fd().try_clone_to_owned()?)
     }
+}
+
+/// Wait up to `timeout` (whole milliseconds, at most `i32::MAX`) for `fd` to become readable.
+pub fn poll_in(fd: BorrowedFd<'_>, timeout: Duration) -> nix::Result<bool> {
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+    Ok(nix::poll::poll(&mut fds, PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX))? > 0)
 }
 
 impl AsFd for EventFd {
@@ -228,7 +306,7 @@ pub struct Device {
     fd: Arc<DevFd>,
     dma: Arc<DmaSpace>,
     address: PciAddress,
-    flags: u32,
+    flags: DeviceFlags,
     num_regions: u32,
     num_irqs: u32,
 }
@@ -309,23 +387,26 @@ impl Device {
                     iommufd: ifd.as_raw_fd(),
                     out_devid: 0,
                 };
-                // SAFETY: `bind` is the (minimum-size) struct VFIO_DEVICE_BIND_IOMMUFD takes.
-                unsafe { uapi::ioctl(file.as_fd(), uapi::VFIO_DEVICE_BIND_IOMMUFD, &mut bind) }
+                // SAFETY: `file` is a device cdev; `bind` is the (minimum-size) struct
+                // VFIO_DEVICE_BIND_IOMMUFD takes, its argsz its own size.
+                unsafe { uapi::vfio_device_bind_iommufd(file.as_raw_fd(), &mut bind) }
                     .map_err(|e| Error::ioctl("VFIO_DEVICE_BIND_IOMMUFD", e))?;
                 let mut attach = uapi::VfioDeviceAttachIommufdPt {
                     argsz: std::mem::size_of::<uapi::VfioDeviceAttachIommufdPt>() as u32,
                     flags: 0,
                     pt_id: *ioas,
                 };
-                // SAFETY: `attach` is the (minimum-size) struct VFIO_DEVICE_ATTACH_IOMMUFD_PT takes.
-                unsafe { uapi::ioctl(file.as_fd(), uapi::VFIO_DEVICE_ATTACH_IOMMUFD_PT, &mut attach) }
+                // SAFETY: `file` is a bound device cdev; `attach` is the (minimum-size) struct
+                // VFIO_DEVICE_ATTACH_IOMMUFD_PT takes, its argsz its own size.
+                unsafe { uapi::vfio_device_attach_iommufd_pt(file.as_raw_fd(), &mut attach) }
                     .map_err(|e| Error::ioctl("VFIO_DEVICE_ATTACH_IOMMUFD_PT", e))?;
                 (DevFd::Cdev(file), iommu)
             }
         };
         let mut info = vfio_device_info { argsz: std::mem::size_of::<vfio_device_info>() as u32, ..Default::default() };
-        // SAFETY: `info` is the struct VFIO_DEVICE_GET_INFO takes.
-        unsafe { uapi::ioctl(fd.fd(), uapi::VFIO_DEVICE_GET_INFO, &mut info) }
+        // SAFETY: `fd` is a device fd; `info` is the struct VFIO_DEVICE_GET_INFO takes, its
+        // argsz its own size.
+        unsafe { uapi::vfio_device_get_info(fd.fd().as_raw_fd(), &mut info) }
             .map_err(|e| Error::ioctl("VFIO_DEVICE_GET_INFO", e))?;
         let iinfo = iommu.info()?;
         let alloc = IovaAllocator::new(&iinfo.valid, opts.iova_window);
@@ -334,7 +415,7 @@ impl Device {
             fd: Arc::new(fd),
             dma,
             address: addr,
-            flags: info.flags,
+            flags: DeviceFlags::from_bits_retain(info.flags),
             num_regions: info.num_regions,
             num_irqs: info.num_irqs,
         })
@@ -354,7 +435,7 @@ impl Device {
     }
     /// Whether VFIO_DEVICE_RESET is available.
     pub fn can_reset(&self) -> bool {
-        self.flags & VFIO_DEVICE_FLAGS_RESET != 0
+        self.flags.contains(DeviceFlags::RESET)
     }
     /// The DMA address space of this device.
     pub fn dma(&self) -> &Arc<DmaSpace> {
@@ -372,9 +453,9 @@ impl Device {
             let mut buf = uapi::IoctlBuf::new(len);
             buf.put_u32(0, len as u32);
             buf.put_u32(8, index);
-            // SAFETY: the buffer holds `len` bytes starting with a struct vfio_region_info whose
-            // argsz is `len`; the kernel writes at most argsz bytes.
-            unsafe { uapi::ioctl(self.fd.fd(), uapi::VFIO_DEVICE_GET_REGION_INFO, buf.as_mut_ptr::<u8>()) }
+            // SAFETY: a device fd; the buffer holds `len` bytes (8-byte aligned) starting with a
+            // struct vfio_region_info whose argsz is `len`; the kernel writes at most argsz bytes.
+            unsafe { uapi::vfio_device_get_region_info(self.fd.fd().as_raw_fd(), buf.as_mut_ptr()) }
                 .map_err(|e| Error::Region { index, reason: format!("VFIO_DEVICE_GET_REGION_INFO: {e}") })?;
             let need = uapi::u32_at(buf.bytes(), 0).unwrap_or(0) as usize;
             if need > len && len < (1 << 20) {
@@ -436,37 +517,30 @@ impl Device {
         if info.size == 0 {
             return Err(Error::Region { index, reason: "region is absent (size 0)".into() });
         }
-        let mut prot = 0;
-        if info.readable() {
-            prot |= libc::PROT_READ;
-        }
-        if info.writable() {
-            prot |= libc::PROT_WRITE;
-        }
         let mut areas = Vec::new();
-        for &(off, size) in &info.mmap_areas {
+        // Shared mappings of the device fd: read-write for a read-write region, read-only for
+        // a read-only one. A region that is not readable is accessed through pread/pwrite
+        // only (vfio-pci refuses a mapping with more access than the region's flags allow).
+        let writable = info.writable();
+        let areas_to_map = if info.readable() { info.mmap_areas.as_slice() } else { &[] };
+        for &(off, size) in areas_to_map {
             let len = usize::try_from(size).map_err(|_| Error::Region { index, reason: "area too large".into() })?;
-            // SAFETY: a shared mapping of the device fd at the offset the kernel gave for
-            // this region; the result is checked and owned by MmapArea (munmap on drop).
-            let p = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    len,
-                    prot,
-                    libc::MAP_SHARED,
-                    self.fd.fd().as_raw_fd(),
-                    (info.offset + off) as libc::off_t,
-                )
-            };
-            if p == libc::MAP_FAILED {
-                let e = std::io::Error::last_os_error();
-                return Err(Error::Region { index, reason: format!("mmap of {size:#x} bytes at {off:#x}: {e}") });
-            }
-            let ptr = NonNull::new(p as *mut u8)
+            let file_off = info.offset.checked_add(off).ok_or_else(|| Error::Region {
+                index,
+                reason: format!("area at {off:#x} overflows the fd offset {:#x}", info.offset),
+            })?;
+            let mut opts = memmap2::MmapOptions::new();
+            opts.offset(file_off).len(len);
+            let fd = self.fd.fd();
+            let mapped = if writable { opts.map_raw(&fd) } else { opts.map_raw_read_only(&fd) };
+            let map = mapped
+                .map_err(|e| Error::Region { index, reason: format!("mmap of {size:#x} bytes at {off:#x}: {e}") })?;
+            let ptr = NonNull::new(map.as_mut_ptr())
                 .ok_or_else(|| Error::Region { index, reason: "mmap returned null".into() })?;
-            // SAFETY: `ptr` maps `size` bytes, kept mapped until MmapArea drops (after `mmio`).
+            // SAFETY: `ptr` maps `size` bytes owned by `map`, which MmapArea keeps (and so
+            // keeps mapped) as long as `mmio`; the area is only accessed through `mmio`.
             let mmio = unsafe { VolatileMmio::new(ptr, size) };
-            areas.push(MmapArea { mmio, ptr, len, offset: off });
+            areas.push(MmapArea { mmio, _map: map, offset: off });
         }
         Ok(Arc::new(RegionMmio { fd: self.fd.clone(), index, file_offset: info.offset, size: info.size, areas }))
     }
@@ -474,17 +548,18 @@ impl Device {
     /// Interrupt index info.
     pub fn irq_info(&self, index: u32) -> Result<IrqInfo> {
         let mut i = vfio_irq_info { argsz: std::mem::size_of::<vfio_irq_info>() as u32, index, ..Default::default() };
-        // SAFETY: `i` is the struct VFIO_DEVICE_GET_IRQ_INFO takes.
-        unsafe { uapi::ioctl(self.fd.fd(), uapi::VFIO_DEVICE_GET_IRQ_INFO, &mut i) }
+        // SAFETY: a device fd; `i` is the struct VFIO_DEVICE_GET_IRQ_INFO takes, its argsz its
+        // own size.
+        unsafe { uapi::vfio_device_get_irq_info(self.fd.fd().as_raw_fd(), &mut i) }
             .map_err(|e| Error::Irq { index, reason: format!("VFIO_DEVICE_GET_IRQ_INFO: {e}") })?;
-        Ok(IrqInfo { index, flags: i.flags, count: i.count })
+        Ok(IrqInfo { index, flags: IrqInfoFlags::from_bits_retain(i.flags), count: i.count })
     }
 
-    fn set_irqs(&self, index: u32, flags: u32, start: u32, count: u32, data: &[u8]) -> Result<()> {
+    fn set_irqs(&self, index: u32, flags: IrqSetFlags, start: u32, count: u32, data: &[u8]) -> Result<()> {
         const HDR: usize = 20;
         let mut buf = uapi::IoctlBuf::new(HDR + data.len());
         buf.put_u32(0, (HDR + data.len()) as u32);
-        buf.put_u32(4, flags);
+        buf.put_u32(4, flags.bits());
         buf.put_u32(8, index);
         buf.put_u32(12, start);
         buf.put_u32(16, count);
@@ -493,8 +568,9 @@ impl Device {
             w[..chunk.len()].copy_from_slice(chunk);
             buf.put_u32(HDR + i * 4, u32::from_ne_bytes(w));
         }
-        // SAFETY: the buffer is a struct vfio_irq_set followed by `data`, argsz covers both.
-        unsafe { uapi::ioctl(self.fd.fd(), uapi::VFIO_DEVICE_SET_IRQS, buf.as_mut_ptr::<u8>()) }
+        // SAFETY: a device fd; the buffer (8-byte aligned) is a struct vfio_irq_set followed by
+        // `data`, and argsz covers exactly both; the kernel only reads it.
+        unsafe { uapi::vfio_device_set_irqs(self.fd.fd().as_raw_fd(), buf.as_mut_ptr()) }
             .map_err(|e| Error::Irq { index, reason: format!("VFIO_DEVICE_SET_IRQS: {e}") })?;
         Ok(())
     }
@@ -510,22 +586,22 @@ impl Device {
             });
         }
         let data: Vec<u8> = fds.iter().flat_map(|f| f.as_raw_fd().to_ne_bytes()).collect();
-        self.set_irqs(index, VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER, start, fds.len() as u32, &data)
+        self.set_irqs(index, IrqSetFlags::DATA_EVENTFD | IrqSetFlags::ACTION_TRIGGER, start, fds.len() as u32, &data)
     }
 
     /// Disable all vectors of `index`.
     pub fn disable_irq(&self, index: u32) -> Result<()> {
-        self.set_irqs(index, VFIO_IRQ_SET_DATA_NONE | VFIO_IRQ_SET_ACTION_TRIGGER, 0, 0, &[])
+        self.set_irqs(index, IrqSetFlags::DATA_NONE | IrqSetFlags::ACTION_TRIGGER, 0, 0, &[])
     }
 
     /// Mask vectors `start..start + count` (INTx only on vfio-pci; MSI/MSI-X return an error).
     pub fn mask_irq(&self, index: u32, start: u32, count: u32) -> Result<()> {
-        self.set_irqs(index, VFIO_IRQ_SET_DATA_NONE | VFIO_IRQ_SET_ACTION_MASK, start, count, &[])
+        self.set_irqs(index, IrqSetFlags::DATA_NONE | IrqSetFlags::ACTION_MASK, start, count, &[])
     }
 
     /// Unmask vectors `start..start + count` (INTx is auto-masked on delivery).
     pub fn unmask_irq(&self, index: u32, start: u32, count: u32) -> Result<()> {
-        self.set_irqs(index, VFIO_IRQ_SET_DATA_NONE | VFIO_IRQ_SET_ACTION_UNMASK, start, count, &[])
+        self.set_irqs(index, IrqSetFlags::DATA_NONE | IrqSetFlags::ACTION_UNMASK, start, count, &[])
     }
 
     /// Reset the function (VFIO_DEVICE_RESET: FLR, PM or bus reset, as the kernel can).
@@ -533,7 +609,9 @@ impl Device {
         if !self.can_reset() {
             return Err(Error::ResetUnsupported);
         }
-        uapi::ioctl_val(self.fd.fd(), uapi::VFIO_DEVICE_RESET, 0).map_err(|e| Error::ioctl("VFIO_DEVICE_RESET", e))?;
+        // SAFETY: a device fd; VFIO_DEVICE_RESET takes no argument.
+        unsafe { uapi::vfio_device_reset(self.fd.fd().as_raw_fd()) }
+            .map_err(|e| Error::ioctl("VFIO_DEVICE_RESET", e))?;
         Ok(())
     }
 }
@@ -548,23 +626,12 @@ fn check_span(r: &RegionInfo, offset: u64, len: usize) -> Result<()> {
     }
 }
 
+/// One mmap'd area of a region. Field order matters: `mmio` drops before `_map`, whose drop
+/// unmaps the area.
 struct MmapArea {
     mmio: VolatileMmio,
-    ptr: NonNull<u8>,
-    len: usize,
+    _map: memmap2::MmapRaw,
     offset: u64,
-}
-
-// SAFETY: the mapping is device memory only accessed through VolatileMmio (itself Send+Sync).
-unsafe impl Send for MmapArea {}
-// SAFETY: as above.
-unsafe impl Sync for MmapArea {}
-
-impl Drop for MmapArea {
-    fn drop(&mut self) {
-        // SAFETY: we own this mapping; `mmio` (the only user) is dropped with us and not used after.
-        unsafe { libc::munmap(self.ptr.as_ptr() as *mut libc::c_void, self.len) };
-    }
 }
 
 /// A device region as an [`Mmio`]: volatile access to its mmap'd areas, pread/pwrite elsewhere.
@@ -589,7 +656,7 @@ impl RegionMmio {
         self.area(offset, width).is_some()
     }
     fn area(&self, offset: u64, width: u64) -> Option<&MmapArea> {
-        self.areas.iter().find(|a| offset >= a.offset && offset + width <= a.offset + a.len as u64)
+        self.areas.iter().find(|a| offset >= a.offset && offset + width <= a.offset + a.mmio.size())
     }
     fn slow_read<const N: usize>(&self, offset: u64) -> [u8; N] {
         let mut b = [0xffu8; N];
@@ -678,9 +745,7 @@ mod tests {
         let e = EventFd::new().unwrap();
         assert_eq!(e.wait(Duration::from_millis(1)).unwrap(), 0);
         let w = e.try_clone().unwrap();
-        let one = 1u64.to_ne_bytes();
-        // SAFETY: writes 8 bytes from `one` to a valid eventfd.
-        assert_eq!(unsafe { libc::write(w.as_raw_fd(), one.as_ptr() as *const libc::c_void, 8) }, 8);
+        assert_eq!(nix::unistd::write(&w, &1u64.to_ne_bytes()).unwrap(), 8);
         assert_eq!(e.wait(Duration::from_millis(100)).unwrap(), 1);
         assert_eq!(e.take().unwrap(), 0);
     }

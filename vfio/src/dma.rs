@@ -68,7 +68,7 @@ impl DmaSpace {
         let iova = self.lock().alloc(len, align)?;
         // SAFETY: `mem` moves into the DmaMapping returned below, which unmaps this IOVA range
         // (DmaUnmap::unmap) before freeing the memory; HostMem gives out no references.
-        let mapped = unsafe { self.iommu.map(mem.as_ptr() as u64, iova, len, dir.device_reads(), dir.device_writes()) };
+        let mapped = unsafe { self.iommu.map(mem.as_ptr() as u64, iova, len, dir.perm()) };
         self.ioctls.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = mapped {
             self.lock().free(iova);
@@ -86,7 +86,7 @@ impl DmaSpace {
     /// range and be accessed only through raw pointers meanwhile.
     pub unsafe fn map_raw(&self, vaddr: u64, iova: u64, len: u64, dir: DmaDir) -> Result<()> {
         // SAFETY: forwarded from the caller.
-        let r = unsafe { self.iommu.map(vaddr, iova, len, dir.device_reads(), dir.device_writes()) };
+        let r = unsafe { self.iommu.map(vaddr, iova, len, dir.perm()) };
         self.ioctls.fetch_add(1, Ordering::Relaxed);
         r
     }

@@ -60,8 +60,8 @@ pub enum Error {
 }
 
 impl Error {
-    pub(crate) fn ioctl(op: &'static str, source: std::io::Error) -> Self {
-        Error::Ioctl { op, source }
+    pub(crate) fn ioctl(op: &'static str, source: impl Into<std::io::Error>) -> Self {
+        Error::Ioctl { op, source: source.into() }
     }
 }
 

@@ -3,9 +3,11 @@
 //! interface (map, unmap, valid IOVA ranges).
 
 use std::collections::HashMap;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Mutex};
 
+use nix::errno::Errno;
+use platform::DmaPerm;
 use vfio_bindings::bindings::vfio::{
     vfio_iommu_type1_dma_map, vfio_iommu_type1_dma_unmap, vfio_iommu_type1_info, VFIO_DMA_MAP_FLAG_READ,
     VFIO_DMA_MAP_FLAG_WRITE, VFIO_IOMMU_INFO_CAPS, VFIO_IOMMU_INFO_PGSIZES,
@@ -15,8 +17,6 @@ use crate::error::{Error, Result};
 use crate::iova::IovaRange;
 use crate::uapi;
 
-const VFIO_IOMMU_MAP_DMA: u64 = uapi::VFIO_IOMMU_GET_INFO + 1;
-const VFIO_IOMMU_UNMAP_DMA: u64 = uapi::VFIO_IOMMU_GET_INFO + 2;
 const CAP_IOVA_RANGE: u16 = 1;
 const CAP_DMA_AVAIL: u16 = 3;
 
@@ -111,12 +111,12 @@ impl Iommu {
         }
     }
 
-    fn fd(&self) -> BorrowedFd<'_> {
+    /// The container or iommufd, valid while `self` lives (the raw ioctl wrappers take it).
+    fn fd(&self) -> RawFd {
         match &self.inner {
-            // SAFETY: the container owns this fd and outlives the borrow (it is behind &self).
-            Inner::Container(c) => unsafe { BorrowedFd::borrow_raw(c.as_raw_fd()) },
-            Inner::Iommufd { fd, .. } => fd.as_fd(),
-            Inner::NoIommu { container, .. } => container.as_fd(),
+            Inner::Container(c) => c.as_raw_fd(),
+            Inner::Iommufd { fd, .. } => fd.as_raw_fd(),
+            Inner::NoIommu { container, .. } => container.as_raw_fd(),
         }
     }
 
@@ -133,8 +133,9 @@ impl Iommu {
         let fd = OwnedFd::from(file);
         let mut alloc =
             uapi::IommuIoasAlloc { size: std::mem::size_of::<uapi::IommuIoasAlloc>() as u32, ..Default::default() };
-        // SAFETY: IOMMU_IOAS_ALLOC takes a struct iommu_ioas_alloc, which `alloc` is.
-        unsafe { uapi::ioctl(fd.as_fd(), uapi::IOMMU_IOAS_ALLOC, &mut alloc) }
+        // SAFETY: `fd` is an iommufd; IOMMU_IOAS_ALLOC takes a struct iommu_ioas_alloc, which
+        // `alloc` is, its size field its own size.
+        unsafe { uapi::iommu_ioas_alloc(fd.as_raw_fd(), &mut alloc) }
             .map_err(|e| Error::ioctl("IOMMU_IOAS_ALLOC", e))?;
         Ok(Self { inner: Inner::Iommufd { fd, ioas: alloc.out_ioas_id } })
     }
@@ -157,9 +158,10 @@ impl Iommu {
                 loop {
                     let mut buf = uapi::IoctlBuf::new(len);
                     buf.put_u32(0, len as u32);
-                    // SAFETY: the buffer holds `len` bytes, argsz says so, and starts with a
-                    // struct vfio_iommu_type1_info; the kernel writes at most argsz bytes.
-                    unsafe { uapi::ioctl(self.fd(), uapi::VFIO_IOMMU_GET_INFO, buf.as_mut_ptr::<u8>()) }
+                    // SAFETY: a container fd; the buffer holds `len` bytes (8-byte aligned),
+                    // argsz says so, and starts with a struct vfio_iommu_type1_info; the kernel
+                    // writes at most argsz bytes.
+                    unsafe { uapi::vfio_iommu_get_info(self.fd(), buf.as_mut_ptr()) }
                         .map_err(|e| Error::ioctl("VFIO_IOMMU_GET_INFO", e))?;
                     let need = uapi::u32_at(buf.bytes(), 0).unwrap_or(0) as usize;
                     if need > len && len < (1 << 20) {
@@ -179,22 +181,22 @@ impl Iommu {
                 for _ in 0..4 {
                     q.num_iovas = ranges.len() as u32;
                     q.allowed_iovas = ranges.as_mut_ptr() as u64;
-                    // SAFETY: `q` is a struct iommu_ioas_iova_ranges whose allowed_iovas points
-                    // at `num_iovas` writable iommu_iova_range entries.
-                    match unsafe { uapi::ioctl(fd.as_fd(), uapi::IOMMU_IOAS_IOVA_RANGES, &mut q) } {
+                    // SAFETY: an iommufd; `q` is a struct iommu_ioas_iova_ranges whose
+                    // allowed_iovas points at `num_iovas` writable iommu_iova_range entries.
+                    match unsafe { uapi::iommu_ioas_iova_ranges(fd.as_raw_fd(), &mut q) } {
                         Ok(_) => {
                             ranges.truncate(q.num_iovas as usize);
                             let valid = ranges.iter().map(|r| IovaRange { start: r.start, last: r.last }).collect();
                             let align = q.out_iova_alignment.max(4096);
                             return Ok(IommuInfo { valid, page_sizes: !(align - 1), dma_avail: None });
                         }
-                        Err(e) if e.raw_os_error() == Some(libc::EMSGSIZE) => {
+                        Err(Errno::EMSGSIZE) => {
                             ranges = vec![uapi::IommuIovaRange::default(); q.num_iovas as usize];
                         }
                         Err(e) => return Err(Error::ioctl("IOMMU_IOAS_IOVA_RANGES", e)),
                     }
                 }
-                Err(Error::ioctl("IOMMU_IOAS_IOVA_RANGES", std::io::Error::from_raw_os_error(libc::EMSGSIZE)))
+                Err(Error::ioctl("IOMMU_IOAS_IOVA_RANGES", Errno::EMSGSIZE))
             }
         }
     }
@@ -205,7 +207,7 @@ impl Iommu {
     /// The host range must stay mapped (not munmapped or remapped) until [`Iommu::unmap`] of the
     /// same IOVA range, and is only accessed through raw pointers meanwhile (the device may
     /// access it at any time).
-    pub unsafe fn map(&self, vaddr: u64, iova: u64, len: u64, read: bool, write: bool) -> Result<()> {
+    pub unsafe fn map(&self, vaddr: u64, iova: u64, len: u64, perm: DmaPerm) -> Result<()> {
         match &self.inner {
             Inner::NoIommu { .. } => {
                 // SAFETY: forwarded from the caller.
@@ -217,42 +219,40 @@ impl Iommu {
             }
             Inner::Container(_) => {
                 let mut flags = 0;
-                if read {
+                if perm.contains(DmaPerm::READ) {
                     flags |= VFIO_DMA_MAP_FLAG_READ;
                 }
-                if write {
+                if perm.contains(DmaPerm::WRITE) {
                     flags |= VFIO_DMA_MAP_FLAG_WRITE;
                 }
-                let mut m = vfio_iommu_type1_dma_map {
+                let m = vfio_iommu_type1_dma_map {
                     argsz: std::mem::size_of::<vfio_iommu_type1_dma_map>() as u32,
                     flags,
                     vaddr,
                     iova,
                     size: len,
                 };
-                // SAFETY: `m` is the struct VFIO_IOMMU_MAP_DMA takes; the caller keeps the range alive.
-                unsafe { uapi::ioctl(self.fd(), VFIO_IOMMU_MAP_DMA, &mut m) }
+                // SAFETY: a container fd; `m` is the struct VFIO_IOMMU_MAP_DMA takes (argsz its own
+                // size); the caller keeps the host range mapped until the unmap.
+                unsafe { uapi::vfio_iommu_map_dma(self.fd(), &m) }
                     .map_err(|e| Error::ioctl("VFIO_IOMMU_MAP_DMA", e))?;
             }
             Inner::Iommufd { fd, ioas } => {
-                let mut flags = uapi::IOMMU_IOAS_MAP_FIXED_IOVA;
-                if read {
-                    flags |= uapi::IOMMU_IOAS_MAP_READABLE;
-                }
-                if write {
-                    flags |= uapi::IOMMU_IOAS_MAP_WRITEABLE;
-                }
+                let mut flags = uapi::IoasMapFlags::FIXED_IOVA;
+                flags.set(uapi::IoasMapFlags::READABLE, perm.contains(DmaPerm::READ));
+                flags.set(uapi::IoasMapFlags::WRITEABLE, perm.contains(DmaPerm::WRITE));
                 let mut m = uapi::IommuIoasMap {
                     size: std::mem::size_of::<uapi::IommuIoasMap>() as u32,
-                    flags,
+                    flags: flags.bits(),
                     ioas_id: *ioas,
                     reserved: 0,
                     user_va: vaddr,
                     length: len,
                     iova,
                 };
-                // SAFETY: `m` is the struct IOMMU_IOAS_MAP takes; the caller keeps the range alive.
-                unsafe { uapi::ioctl(fd.as_fd(), uapi::IOMMU_IOAS_MAP, &mut m) }
+                // SAFETY: an iommufd; `m` is the struct IOMMU_IOAS_MAP takes (size its own size);
+                // the caller keeps the host range mapped until the unmap.
+                unsafe { uapi::iommu_ioas_map(fd.as_raw_fd(), &mut m) }
                     .map_err(|e| Error::ioctl("IOMMU_IOAS_MAP", e))?;
             }
         }
@@ -291,8 +291,9 @@ impl Iommu {
                     size: len,
                     ..Default::default()
                 };
-                // SAFETY: `u` is the struct VFIO_IOMMU_UNMAP_DMA takes (no bitmap requested).
-                unsafe { uapi::ioctl(self.fd(), VFIO_IOMMU_UNMAP_DMA, &mut u) }
+                // SAFETY: a container fd; `u` is the struct VFIO_IOMMU_UNMAP_DMA takes (argsz its
+                // own size, no bitmap requested).
+                unsafe { uapi::vfio_iommu_unmap_dma(self.fd(), &mut u) }
                     .map_err(|e| Error::ioctl("VFIO_IOMMU_UNMAP_DMA", e))?;
             }
             Inner::Iommufd { fd, ioas } => {
@@ -302,8 +303,8 @@ impl Iommu {
                     iova,
                     length: len,
                 };
-                // SAFETY: `u` is the struct IOMMU_IOAS_UNMAP takes.
-                unsafe { uapi::ioctl(fd.as_fd(), uapi::IOMMU_IOAS_UNMAP, &mut u) }
+                // SAFETY: an iommufd; `u` is the struct IOMMU_IOAS_UNMAP takes (size its own size).
+                unsafe { uapi::iommu_ioas_unmap(fd.as_raw_fd(), &mut u) }
                     .map_err(|e| Error::ioctl("IOMMU_IOAS_UNMAP", e))?;
             }
         }
@@ -314,9 +315,10 @@ impl Iommu {
 impl Drop for Iommu {
     fn drop(&mut self) {
         if let Inner::Iommufd { fd, ioas } = &self.inner {
-            let mut d = uapi::IommuDestroy { size: std::mem::size_of::<uapi::IommuDestroy>() as u32, id: *ioas };
-            // SAFETY: `d` is the struct IOMMU_DESTROY takes. Closing the fd would free it anyway.
-            let _ = unsafe { uapi::ioctl(fd.as_fd(), uapi::IOMMU_DESTROY, &mut d) };
+            let d = uapi::IommuDestroy { size: std::mem::size_of::<uapi::IommuDestroy>() as u32, id: *ioas };
+            // SAFETY: an iommufd; `d` is the struct IOMMU_DESTROY takes (size its own size).
+            // Closing the fd would free the IOAS anyway.
+            let _ = unsafe { uapi::iommu_destroy(fd.as_raw_fd(), &d) };
         }
     }
 }

@@ -12,8 +12,11 @@
 //!
 //! Built on rust-vmm's `vfio-ioctls` (container, group and device setup) and
 //! `vfio-bindings` (the kernel structs); iommufd and what `vfio-ioctls` does not expose
-//! (IOVA ranges, region capabilities, IRQ masking, reset status) use raw ioctls in
-//! [`uapi`], each `unsafe` block with its safety argument.
+//! (IOVA ranges, region capabilities, IRQ masking, reset status) use the typed ioctl
+//! functions in [`uapi`] (generated with `nix`), each call's `unsafe` block with its safety
+//! argument. Region mmaps go through `memmap2`; eventfds, poll, pread/pwrite, mlock and
+//! getrlimit through `nix`. Kernel flag words are `bitflags` types ([`device::RegionFlags`],
+//! [`device::IrqInfoFlags`], [`device::DeviceFlags`], [`uapi::IoasMapFlags`]).
 
 pub mod bind;
 pub mod device;

@@ -8,10 +8,12 @@
 //! must be physically contiguous: a hugepage-backed buffer up to the hugepage size, or a
 //! single 4 KiB page.
 
+use std::ffi::c_void;
 use std::fs::File;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
 
 use crate::device::OpenOptions;
 use crate::error::{Error, Result};
@@ -24,7 +26,8 @@ pub const PARAM: &str = "module/vfio/parameters/enable_unsafe_noiommu_mode";
 /// The name the kernel gives the IOMMU groups it fabricates for no-IOMMU devices.
 pub const GROUP_NAME: &str = "vfio-noiommu";
 /// `VFIO_NOIOMMU_IOMMU`: the container IOMMU type of no-IOMMU groups.
-pub const VFIO_NOIOMMU_IOMMU: libc::c_ulong = 8;
+pub const VFIO_NOIOMMU_IOMMU: std::ffi::c_ulong =
+    vfio_bindings::bindings::vfio::VFIO_NOIOMMU_IOMMU as std::ffi::c_ulong;
 
 const PAGE: u64 = 4096;
 const PM_PRESENT: u64 = 1 << 63;
@@ -122,7 +125,8 @@ pub(crate) fn open(dev: &Path, group: u32, addr: PciAddress) -> Result<(OwnedFd,
         })
     };
     let container = OwnedFd::from(rw(&dev.join("vfio/vfio"))?);
-    let version = uapi::ioctl_val(container.as_fd(), uapi::VFIO_GET_API_VERSION, 0)
+    // SAFETY: a container fd; VFIO_GET_API_VERSION takes no argument.
+    let version = unsafe { uapi::vfio_get_api_version(container.as_raw_fd()) }
         .map_err(|e| Error::ioctl("VFIO_GET_API_VERSION", e))?;
     if version != 0 {
         return Err(Error::ioctl(
@@ -130,7 +134,7 @@ pub(crate) fn open(dev: &Path, group: u32, addr: PciAddress) -> Result<(OwnedFd,
             std::io::Error::other(format!("API version {version}, expected 0")),
         ));
     }
-    let has = uapi::ioctl_val(container.as_fd(), uapi::VFIO_CHECK_EXTENSION, VFIO_NOIOMMU_IOMMU)
+    let has = uapi::container_ioctl(container.as_fd(), uapi::ContainerValueIoctl::CheckExtension, VFIO_NOIOMMU_IOMMU)
         .map_err(|e| Error::ioctl("VFIO_CHECK_EXTENSION", e))?;
     if has != 1 {
         return Err(Error::NoIommuUnavailable {
@@ -140,26 +144,28 @@ pub(crate) fn open(dev: &Path, group: u32, addr: PciAddress) -> Result<(OwnedFd,
     }
     let group_fd = OwnedFd::from(rw(&group_node(dev, group))?);
     let mut status = uapi::VfioGroupStatus { argsz: std::mem::size_of::<uapi::VfioGroupStatus>() as u32, flags: 0 };
-    // SAFETY: VFIO_GROUP_GET_STATUS takes a struct vfio_group_status, which `status` is.
-    unsafe { uapi::ioctl(group_fd.as_fd(), uapi::VFIO_GROUP_GET_STATUS, &mut status) }
+    // SAFETY: a group fd; VFIO_GROUP_GET_STATUS takes a struct vfio_group_status, which
+    // `status` is, its argsz its own size.
+    unsafe { uapi::vfio_group_get_status(group_fd.as_raw_fd(), &mut status) }
         .map_err(|e| Error::ioctl("VFIO_GROUP_GET_STATUS", e))?;
-    if status.flags & uapi::VFIO_GROUP_FLAGS_VIABLE == 0 {
+    if !uapi::GroupFlags::from_bits_retain(status.flags).contains(uapi::GroupFlags::VIABLE) {
         return Err(Error::GroupNotViable { addr, group, others: Vec::new() });
     }
-    let mut cfd: libc::c_int = std::os::fd::AsRawFd::as_raw_fd(&container);
-    // SAFETY: VFIO_GROUP_SET_CONTAINER reads one int (the container fd) from the pointer.
-    unsafe { uapi::ioctl(group_fd.as_fd(), uapi::VFIO_GROUP_SET_CONTAINER, &mut cfd) }
+    let cfd: std::ffi::c_int = container.as_raw_fd();
+    // SAFETY: a group fd; VFIO_GROUP_SET_CONTAINER reads one int (the container fd) from the
+    // pointer.
+    unsafe { uapi::vfio_group_set_container(group_fd.as_raw_fd(), &cfd) }
         .map_err(|e| Error::ioctl("VFIO_GROUP_SET_CONTAINER", e))?;
-    uapi::ioctl_val(container.as_fd(), uapi::VFIO_SET_IOMMU, VFIO_NOIOMMU_IOMMU)
+    uapi::container_ioctl(container.as_fd(), uapi::ContainerValueIoctl::SetIommu, VFIO_NOIOMMU_IOMMU)
         .map_err(|e| Error::ioctl("VFIO_SET_IOMMU(VFIO_NOIOMMU_IOMMU)", e))?;
     let mut name = addr.to_string().into_bytes();
     name.push(0);
-    // SAFETY: VFIO_GROUP_GET_DEVICE_FD reads a NUL-terminated device name, which `name` is;
-    // the kernel does not write to it.
-    let fd = unsafe { uapi::ioctl(group_fd.as_fd(), uapi::VFIO_GROUP_GET_DEVICE_FD, name.as_mut_ptr()) }
+    // SAFETY: a group fd; VFIO_GROUP_GET_DEVICE_FD reads a NUL-terminated device name, which
+    // `name` is; the kernel does not write to it.
+    let fd = unsafe { uapi::vfio_group_get_device_fd(group_fd.as_raw_fd(), name.as_ptr().cast()) }
         .map_err(|e| Error::ioctl("VFIO_GROUP_GET_DEVICE_FD", e))?;
-    // SAFETY: the ioctl returned a new fd that nothing else owns.
-    let device = File::from(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) });
+    // SAFETY: the ioctl succeeded, so `fd` is a new fd that nothing else owns.
+    let device = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
     Ok((container, group_fd, device))
 }
 
@@ -240,10 +246,9 @@ pub unsafe fn pin_and_translate(vaddr: u64, len: u64) -> Result<u64> {
         // write of the same value faults in a private page (not the shared zero page).
         unsafe { p.write_volatile(p.read_volatile()) };
     }
-    // SAFETY: mlock only changes residency of the caller's mapped range.
-    if unsafe { libc::mlock(vaddr as *const libc::c_void, len as usize) } != 0 {
-        return Err(Error::Io(std::io::Error::last_os_error()));
-    }
+    let addr = NonNull::new(vaddr as *mut c_void).ok_or(Error::Io(nix::errno::Errno::ENOMEM.into()))?;
+    // SAFETY: mlock only changes the residency of the caller's mapped range.
+    unsafe { nix::sys::mman::mlock(addr, len as usize) }.map_err(|e| Error::Io(e.into()))?;
     let phys = read_pagemap(Path::new("/proc/self/pagemap"), vaddr, len).and_then(|e| contiguous_phys(vaddr, &e));
     if phys.is_err() {
         unpin(vaddr, len);
@@ -253,8 +258,10 @@ pub unsafe fn pin_and_translate(vaddr: u64, len: u64) -> Result<u64> {
 
 /// Undo the mlock of [`pin_and_translate`].
 pub fn unpin(vaddr: u64, len: u64) {
-    // SAFETY: munlock only changes residency; an unmapped range just returns ENOMEM.
-    unsafe { libc::munlock(vaddr as *const libc::c_void, len as usize) };
+    let Some(addr) = NonNull::new(vaddr as *mut c_void) else { return };
+    // SAFETY: munlock only changes residency; an unmapped range just returns ENOMEM (ignored:
+    // there is nothing left to unpin then).
+    let _ = unsafe { nix::sys::mman::munlock(addr, len as usize) };
 }
 
 #[cfg(test)]

@@ -135,10 +135,15 @@ fn link_name(path: &Path) -> Option<String> {
     std::fs::read_link(path).ok()?.file_name().map(|n| n.to_string_lossy().into_owned())
 }
 
-/// IORESOURCE flag bits used in sysfs `resource` lines.
-const IORESOURCE_IO: u64 = 0x100;
-const IORESOURCE_PREFETCH: u64 = 0x2000;
-const IORESOURCE_MEM_64: u64 = 0x0010_0000;
+bitflags::bitflags! {
+    /// The IORESOURCE flag bits (`include/linux/ioport.h`) used in sysfs `resource` lines.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    struct IoResource: u64 {
+        const IO = 0x100;
+        const PREFETCH = 0x2000;
+        const MEM_64 = 0x0010_0000;
+    }
+}
 
 /// Parse the sysfs `resource` file: one `start end flags` line per resource; lines 0–5 are BARs.
 pub fn parse_resource(path: &Path, text: &str) -> Result<Vec<BarInfo>> {
@@ -150,7 +155,7 @@ pub fn parse_resource(path: &Path, text: &str) -> Result<Vec<BarInfo>> {
         }
         let start = parse_hex(path, "resource start", f[0])?;
         let end = parse_hex(path, "resource end", f[1])?;
-        let flags = parse_hex(path, "resource flags", f[2])?;
+        let flags = IoResource::from_bits_retain(parse_hex(path, "resource flags", f[2])?);
         if end == 0 && start == 0 {
             continue;
         }
@@ -158,9 +163,9 @@ pub fn parse_resource(path: &Path, text: &str) -> Result<Vec<BarInfo>> {
             index: i as u8,
             start,
             size: end.saturating_sub(start) + 1,
-            io: flags & IORESOURCE_IO != 0,
-            prefetchable: flags & IORESOURCE_PREFETCH != 0,
-            mem64: flags & IORESOURCE_MEM_64 != 0,
+            io: flags.contains(IoResource::IO),
+            prefetchable: flags.contains(IoResource::PREFETCH),
+            mem64: flags.contains(IoResource::MEM_64),
         });
     }
     Ok(bars)

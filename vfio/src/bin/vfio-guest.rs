@@ -117,7 +117,11 @@ fn dmar_faults(kmsg: &mut Option<std::io::BufReader<std::fs::File>>) -> Vec<Stri
 
 fn open_kmsg() -> Option<std::io::BufReader<std::fs::File>> {
     use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open("/dev/kmsg").ok()?;
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
+        .open("/dev/kmsg")
+        .ok()?;
     f.seek(std::io::SeekFrom::End(0)).ok()?;
     Some(std::io::BufReader::new(f))
 }
@@ -231,7 +235,7 @@ fn run_backend(rep: &mut Report, addr: PciAddress, backend: Backend, seed: u8) {
             let ev = EventFd::new().map_err(s)?;
             use std::os::fd::AsFd;
             dev.enable_irq(IRQ_MSI, 0, &[ev.as_fd()]).map_err(s)?;
-            Ok(Wrap(ev, format!("{} vector(s), flags {:#x}", i.count, i.flags)))
+            Ok(Wrap(ev, format!("{} vector(s), flags {:#x}", i.count, i.flags.bits())))
         })(),
     );
 

@@ -65,7 +65,7 @@ pub fn platforms(spec: Option<&str>, timing: SimTiming) -> Result<Platforms, Cli
 }
 
 fn rt_err(e: runtime::RtError) -> CliError {
-    CliError::new(e.status, e.message)
+    CliError::new(e.status, e.message())
 }
 
 fn start(device: Option<&str>, timing: SimTiming, cfg: RuntimeConfig) -> Result<(Runtime, Vec<SimDevice>), CliError> {

@@ -778,13 +778,16 @@ impl ExecTracker {
         }
     }
 
-    fn sweep_errors<S: NotificationSource>(&mut self, nc: usize, src: &mut S) {
+    /// Sweep NC `nc`'s error ring; `false` if the source failed.
+    fn sweep_errors<S: NotificationSource>(&mut self, nc: usize, src: &mut S) -> bool {
         let mut buf = std::mem::take(&mut self.error_buf);
         let mut consumed = 0usize;
+        let mut ok = true;
         loop {
             buf.clear();
             if let Err(e) = src.poll_errors(&mut buf, self.cfg.error_batch) {
                 self.source_failed(nc, &e);
+                ok = false;
                 break;
             }
             if buf.is_empty() {
@@ -801,6 +804,7 @@ impl ExecTracker {
         }
         buf.clear();
         self.error_buf = buf;
+        ok
     }
 
     fn classify_causes(n: &mut NcState) {
@@ -849,7 +853,8 @@ impl ExecTracker {
         let mut hw_fault = false;
         let nc_count = self.ncs.len();
         for (nc, src) in sources.iter_mut().enumerate().take(nc_count) {
-            self.sweep_errors(nc, src);
+            // A failed sweep is fatal like a latched cause (the NC's result holds its status).
+            hw_fault |= !self.sweep_errors(nc, src);
             let causes = src.fatal_causes();
             let n = &mut self.ncs[nc];
             if let Some(s) = n.errors.status {

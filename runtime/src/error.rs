@@ -184,10 +184,7 @@ mod tests {
         let r = RtError::from(hal::HalError::OutOfDeviceMemory { chan: 1, size: 8, free: 4 });
         assert_eq!(r.status, NrtStatus::Resource);
         assert!(matches!(r.kind, RtErrorKind::Device(_)));
-        assert_eq!(
-            r.to_string(),
-            "NRT_RESOURCE: device memory exhausted on HBM channel 1: 8 bytes requested, 4 free"
-        );
+        assert_eq!(r.to_string(), "NRT_RESOURCE: device memory exhausted on HBM channel 1: 8 bytes requested, 4 free");
     }
 
     #[test]

@@ -477,7 +477,7 @@ fn timeout_branch_classification() {
     let mut t = tracker(1);
     let mut s = [stuck()];
     s[0].errors.push_back(TpbErrorRecord { error_id: 9, ..Default::default() });
-    s[0].causes.collectives = true;
+    s[0].causes.cc_error = true;
     let t0 = to_wait_core(&mut t, &mut s);
     assert_eq!(t.step(&mut s, t0 + TIMEOUT), Step::DoneWithError);
     assert_eq!(t.status(), NrtStatus::ExecCompletedWithErr);

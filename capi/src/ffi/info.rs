@@ -117,7 +117,6 @@ pub unsafe extern "C" fn nrt_get_visible_vnc_count(vnc_count: *mut u32) -> NRT_S
     unsafe { nc_count_out("nrt_get_visible_vnc_count", vnc_count, true) }
 }
 
-
 /// Build a `nrt_tensor_info_array_t` (malloc'd, released by `nrt_free_model_tensor_info`).
 fn tensor_info_array(
     infos: &[(&neff::TensorInfo, nrt_tensor_usage_t)],

@@ -44,4 +44,3 @@ pub extern "C" fn nrt_close() {
         MODELS.clear();
     })
 }
-

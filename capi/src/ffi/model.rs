@@ -142,7 +142,6 @@ pub unsafe extern "C" fn nrt_get_model_vnc_count(model: *const nrt_model_t, vnc_
     unsafe { model_ncs("nrt_get_model_vnc_count", model, vnc_count) }
 }
 
-
 fn execute(func: &str, model: *mut nrt_model_t, ins: *const c_void, outs: *mut c_void, n: c_int) -> NRT_STATUS {
     entry(func, || {
         guard()?;

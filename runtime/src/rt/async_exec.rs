@@ -18,14 +18,16 @@ impl Runtime {
     pub fn execute_async(&self, m: &ModelHandle, inputs: &TensorSet, outputs: &TensorSet) -> Result<Ticket, RtError> {
         self.guard()?;
         lock(&m.lifecycle).check_executable()?;
-        let nc = m.ncs.first().copied().ok_or_else(|| RtError::with(NrtStatus::InvalidHandle, RtErrorKind::Handle("model has no NC".into())))?;
+        let nc =
+            m.ncs.first().copied().ok_or_else(|| {
+                RtError::with(NrtStatus::InvalidHandle, RtErrorKind::Handle("model has no NC".into()))
+            })?;
         let xu = {
             let mut xus = lock(&self.xus);
             if let Some(x) = xus.get(&nc) {
                 x.clone()
             } else {
-                let id =
-                    XuId::compute(0, (nc % 256) as u8).map_err(|e| RtError::internal(e.to_string()))?;
+                let id = XuId::compute(0, (nc % 256) as u8).map_err(|e| RtError::internal(e.to_string()))?;
                 let cap = lock(&self.cfg).async_capacity;
                 let xu = Xu::spawn(id, cap, XuExec).map_err(|e| RtError::internal(e.to_string()))?;
                 let x = Arc::new(NcXu { xu });
@@ -37,8 +39,6 @@ impl Runtime {
             .submit(AsyncReq { model: m.clone(), inputs: inputs.clone(), outputs: outputs.clone() })
             .map_err(|s| RtError::with(s, RtErrorKind::Resource("execution unit refused the request".into())))
     }
-
-
 
     /// Status of an async execution: its result, or NRT_QUEUE_EMPTY while it is not done.
     pub fn poll(&self, t: &Ticket) -> NrtStatus {

@@ -35,7 +35,9 @@ impl Runtime {
             std::thread::yield_now();
             g = lock(&m.exec);
         }
-        let ex = g.as_mut().ok_or_else(|| RtError::with(NrtStatus::InvalidHandle, RtErrorKind::Handle("model unloaded".into())))?;
+        let ex = g
+            .as_mut()
+            .ok_or_else(|| RtError::with(NrtStatus::InvalidHandle, RtErrorKind::Handle("model unloaded".into())))?;
         bind_inputs(m, ex, inputs, outputs)?;
         if let Some(irq) = &ex.irq {
             irq.drain();
@@ -92,7 +94,6 @@ impl Runtime {
         }
         Ok((NrtStatus::Success, t))
     }
-
 }
 
 fn wait(p: PollPolicy, steps: u64) {
@@ -117,7 +118,12 @@ fn bad_input(message: String) -> RtError {
     RtError::with(NrtStatus::ExecBadInput, RtErrorKind::InvalidArgument(message))
 }
 
-pub(super) fn bind_inputs(m: &Model, ex: &mut ExecState, inputs: &TensorSet, outputs: &TensorSet) -> Result<(), RtError> {
+pub(super) fn bind_inputs(
+    m: &Model,
+    ex: &mut ExecState,
+    inputs: &TensorSet,
+    outputs: &TensorSet,
+) -> Result<(), RtError> {
     for (k, s) in ex.ncs.iter_mut().enumerate() {
         for b in s.bind.iter_mut() {
             *b = None;
@@ -125,14 +131,14 @@ pub(super) fn bind_inputs(m: &Model, ex: &mut ExecState, inputs: &TensorSet, out
         // Consumed ring space is handed back to the device by the harvest itself once a
         // quarter of a ring is consumed (hal::NqRing::poll), so binding makes no MMIO access.
         for info in &m.inputs {
-            let t = inputs
-                .get(&info.name)
-                .ok_or_else(|| bad_input(format!("input {} is not bound", info.name)))?;
+            let t = inputs.get(&info.name).ok_or_else(|| bad_input(format!("input {} is not bound", info.name)))?;
             let Some(i) = s.var_index(&info.name) else { continue };
             let v = &s.vars[i];
             if t.size != v.size {
-                return Err(bad_input(format!("input {}: tensor of {} bytes, model expects {}", info.name, t.size, v.size),
-                ));
+                return Err(bad_input(format!(
+                    "input {}: tensor of {} bytes, model expects {}",
+                    info.name, t.size, v.size
+                )));
             }
             if s.dma_only[i] {
                 // The model reads the input only through DMA: point the descriptors at the tensor.
@@ -147,8 +153,10 @@ pub(super) fn bind_inputs(m: &Model, ex: &mut ExecState, inputs: &TensorSet, out
                 let Some(t) = outputs.get(&info.name) else { continue };
                 let Some(i) = s.var_index(&info.name) else { continue };
                 if t.size != s.vars[i].size {
-                    return Err(bad_input(format!("output {}: tensor of {} bytes, model produces {}", info.name, t.size, s.vars[i].size),
-                    ));
+                    return Err(bad_input(format!(
+                        "output {}: tensor of {} bytes, model produces {}",
+                        info.name, t.size, s.vars[i].size
+                    )));
                 }
                 if s.dma_only[i] {
                     s.bind[i] = Some(t.dev_addr());

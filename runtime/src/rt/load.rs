@@ -43,8 +43,7 @@ impl Runtime {
         let comm_id = (id as u32).wrapping_mul(2654435761) ^ (std::process::id() << 8);
         let res: Result<(), RtError> = (|| {
             for (rank, g) in n.graphs.iter().enumerate() {
-                let (dev, local) =
-                    self.device_of(picked[rank]).ok_or_else(|| RtError::internal("NC vanished"))?;
+                let (dev, local) = self.device_of(picked[rank]).ok_or_else(|| RtError::internal("NC vanished"))?;
                 let s = stage_graph(&dev, g, &GraphPlacement { nc: local, rank, comm_id })
                     .map_err(|e| RtError::with(e.status, RtErrorKind::Stage { graph: g.name.clone(), source: e }))?;
                 staged.push(s);
@@ -68,8 +67,7 @@ impl Runtime {
         }
         let mut tc = TrackerConfig::new(arch, cfg.exec_timeout);
         tc.reads_per_sweep = crate::stage::RING_RECORDS as usize;
-        let tracker =
-            ExecTracker::new(staged.len(), tc).map_err(|e| RtError::internal(e.to_string()))?;
+        let tracker = ExecTracker::new(staged.len(), tc).map_err(|e| RtError::internal(e.to_string()))?;
         let t0 = staged.first().map(|s| s.dev.device_time(s.nc)).transpose()?.unwrap_or(0);
         let sync = crate::timestamp::TimestampSync {
             clocks: [crate::timestamp::EngineClock::nominal(t0); 5],

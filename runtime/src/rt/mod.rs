@@ -271,7 +271,6 @@ impl Runtime {
         None
     }
 
-
     /// Models currently loaded.
     pub fn loaded_models(&self) -> usize {
         lock(&self.models).len()

@@ -23,7 +23,6 @@
 //!
 //! All programs loop, so the next kickoff re-runs them without reprogramming.
 
-
 use std::collections::BTreeSet;
 
 use csr_maps::consts::addr8;
@@ -73,15 +72,8 @@ pub fn lower_programs(
         let kind = [EngineKind::Pe, EngineKind::Act, EngineKind::Pool, EngineKind::Dve][e];
         if let Some(ep) = g.engines.iter().find(|x| x.kind == kind) {
             if let Program::Tpb(ins) = &ep.program {
-                let mut cx = LowerCtx {
-                    regs: &regs,
-                    g,
-                    p,
-                    engine: ep.kind.name(),
-                    queues,
-                    vars,
-                    trig_count: &mut trig_count,
-                };
+                let mut cx =
+                    LowerCtx { regs: &regs, g, p, engine: ep.kind.name(), queues, vars, trig_count: &mut trig_count };
                 for (pc, i) in ins.iter().enumerate() {
                     lower(&mut cx, i, pc, &mut slots)?;
                 }
@@ -95,12 +87,8 @@ pub fn lower_programs(
     for s in START {
         sp.push(device_ops::events_only(Opcode::Nop, 0, inc(s)));
     }
-    let gate = Events {
-        wait_mode: WaitMode::GeImm,
-        wait_idx: DONE,
-        semaphore_value: START.len() as u32,
-        ..Events::NONE
-    };
+    let gate =
+        Events { wait_mode: WaitMode::GeImm, wait_idx: DONE, semaphore_value: START.len() as u32, ..Events::NONE };
     sp.push(device_ops::events_only(Opcode::EventSemaphore, 0, gate));
     let sem_set = |s: u8| -> Result<u64, StageError> {
         let off = regs
@@ -249,4 +237,3 @@ fn leg_span(l: &Dma2dLeg, es: u64) -> u64 {
     let last = |n: u16, s: i32| (n.saturating_sub(1) as i64 * s as i64).max(0) as u64;
     (last(l.num_elem[0], l.step_elem[0]) + last(l.num_elem[1], l.step_elem[1]) + 1) * es
 }
-

@@ -157,7 +157,6 @@ pub fn runs(sizes: &[u64], steps: &[i64], what: &str) -> Result<Vec<(i64, u64)>,
     Ok(out)
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -21,11 +21,7 @@ pub fn dge_mailboxes(dev: &Device, nc: usize) -> Result<UcodeCore, StageError> {
 }
 
 /// Stage the graph's ucode libraries on Q7 pool core 0 of `nc`.
-pub fn stage_ucode(
-    dev: &Device,
-    g: &Graph,
-    nc: usize,
-) -> Result<(Option<UcodeCore>, Vec<LoadableLib>), StageError> {
+pub fn stage_ucode(dev: &Device, g: &Graph, nc: usize) -> Result<(Option<UcodeCore>, Vec<LoadableLib>), StageError> {
     use csr_maps::formats::ucpl::UcplHeader;
     let libs: Vec<&neff::UcodeLib> = g.ucode_libs.iter().filter(|l| l.content.is_some()).collect();
     if libs.is_empty() {
@@ -37,8 +33,7 @@ pub fn stage_ucode(
         StageError::ucode(status, format!("ucode library {name}"), e)
     };
     let ctx = UcodeContext::new(csr_maps::consts::q7::API_LEVEL).map_err(|e| ucode_err("context", e))?;
-    let mut core = UcodeCore::new(&ctx, dev, nc, CoreKind::Q7Pool { core: 0 })
-        .map_err(|e| ucode_err("core", e))?;
+    let mut core = UcodeCore::new(&ctx, dev, nc, CoreKind::Q7Pool { core: 0 }).map_err(|e| ucode_err("core", e))?;
     core.on_ucode_booted().map_err(|e| StageError::ucode(NrtStatus::Resource, format!("NC {nc} Q7 pool core 0"), e))?;
     let mut staged = Vec::new();
     for l in libs {
@@ -60,4 +55,3 @@ pub fn stage_ucode(
     }
     Ok((Some(core), staged))
 }
-

@@ -77,7 +77,7 @@ fn setup(arch: &'static csr_maps::Arch, timing: Timing, poll: PollPolicy) -> Res
     let rt = Runtime::new();
     let cfg = RuntimeConfig { poll, ..RuntimeConfig::default() };
     let opts = hal::DeviceOptions { hbm_limit: Some(1 << 28), ..Default::default() };
-    let e = |e: runtime::RtError| CliError::new(e.status, e.message);
+    let e = |e: runtime::RtError| CliError::new(e.status, e.message());
     rt.init(vec![Arc::new(sim.clone()) as Arc<dyn Platform>], cfg, opts).map_err(e)?;
     let mut d = neff::builder::single_nc_allreduce();
     d.target = "*".into();
@@ -95,7 +95,7 @@ fn setup(arch: &'static csr_maps::Arch, timing: Timing, poll: PollPolicy) -> Res
 
 #[cfg(feature = "sim")]
 fn exec(s: &Setup) -> Result<runtime::ExecTimings, CliError> {
-    let (st, t) = s.rt.execute(&s.m, &s.ins, &s.outs).map_err(|e| CliError::new(e.status, e.message))?;
+    let (st, t) = s.rt.execute(&s.m, &s.ins, &s.outs).map_err(|e| CliError::new(e.status, e.message()))?;
     if st != NrtStatus::Success {
         return Err(CliError::new(st, "execution failed during the benchmark"));
     }
@@ -136,7 +136,7 @@ fn lag_run(arch: &'static csr_maps::Arch, poll: PollPolicy, iters: u32) -> Resul
     }
     let allocs = alloc_count::thread_allocs() - a0;
     let switches = thread_switches().saturating_sub(c0);
-    s.rt.unload(&s.m).map_err(|e| CliError::new(e.status, e.message))?;
+    s.rt.unload(&s.m).map_err(|e| CliError::new(e.status, e.message()))?;
     let _ = s.rt.close();
     Ok(LagRun { p50: pct(&mut lags, 0.5), p99: pct(&mut lags, 0.99), iters, allocs, switches })
 }
@@ -172,7 +172,7 @@ pub fn exec_bench(a: ExecBenchArgs, json_out: bool) -> Result<(), CliError> {
     let allocs = alloc_count::process_allocs() - a0;
     let (r1, w1) = proc_io();
     let vcs = voluntary_switches() - v0;
-    s.rt.unload(&s.m).map_err(|e| CliError::new(e.status, e.message))?;
+    s.rt.unload(&s.m).map_err(|e| CliError::new(e.status, e.message()))?;
     let _ = s.rt.close();
     let io_calls = (r1 - r0).saturating_sub(probe_reads) + (w1 - w0);
     let (p50, p99) = (pct(&mut host, 0.5), pct(&mut host, 0.99));

@@ -60,7 +60,7 @@ pub fn platforms(spec: Option<&str>, timing: SimTiming) -> Result<Opened, CliErr
 }
 
 fn rt_err(e: runtime::RtError) -> CliError {
-    CliError::new(e.status, e.message)
+    CliError::new(e.status, e.message())
 }
 
 fn start(device: Option<&str>, timing: SimTiming, cfg: RuntimeConfig) -> Result<(Runtime, Opened), CliError> {

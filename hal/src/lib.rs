@@ -82,6 +82,26 @@ bitflags::bitflags! {
     }
 }
 
+/// A semaphore increment register resolved for the hot path ([`Device::kick_slot`],
+/// [`Device::kick`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KickSlot {
+    nc: usize,
+    sem: u64,
+    off: u64,
+}
+
+impl KickSlot {
+    /// The NeuronCore.
+    pub fn nc(&self) -> usize {
+        self.nc
+    }
+    /// The semaphore index.
+    pub fn sem(&self) -> u64 {
+        self.sem
+    }
+}
+
 /// A host-transfer ring keyed by (engine, queue).
 type H2tEntry = ((u64, u64), Arc<Mutex<Ring>>);
 
@@ -346,6 +366,17 @@ impl Device {
     /// BAR0 offset of semaphore `i`'s increment register (for precomputed kickoffs).
     pub fn sem_inc_offset(&self, nc: usize, i: u64) -> Result<u64> {
         Ok(self.regs().tpb_sem(nc as u64)?.sem_inc(i)?.offset())
+    }
+    /// A kickoff handle: semaphore `i`'s increment register on NC `nc`, resolved once (at
+    /// load) so that [`Device::kick`] is a single MMIO write.
+    pub fn kick_slot(&self, nc: usize, i: u64) -> Result<KickSlot> {
+        self.check_nc(nc)?;
+        Ok(KickSlot { nc, sem: i, off: self.sem_inc_offset(nc, i)? })
+    }
+    /// The kickoff: increment the semaphore behind `k` by one. One 32-bit MMIO write — no
+    /// allocation, no syscall, no lock.
+    pub fn kick(&self, k: &KickSlot) -> Result<()> {
+        Ok(self.inner.bar0.write32(k.off, ts::SemInc(1).0)?)
     }
     /// Device address of semaphore `i`'s increment register (a DMA or WRITE target).
     pub fn sem_inc_dev_addr(&self, nc: usize, i: u64) -> Result<u64> {

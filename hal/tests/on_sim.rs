@@ -113,6 +113,14 @@ fn semaphores_and_events() {
         assert!(dev.event(nc, 200).unwrap());
         assert!(dev.sem_read(nc, 256).is_err());
         assert!(matches!(dev.sem_read(99, 0), Err(HalError::Csr(_))));
+        // A kick slot resolved once increments its semaphore by one per kick.
+        let k = dev.kick_slot(nc, 9).unwrap();
+        assert_eq!((k.nc(), k.sem()), (nc, 9));
+        dev.kick(&k).unwrap();
+        dev.kick(&k).unwrap();
+        assert_eq!(dev.sem_read(nc, 9).unwrap(), 2);
+        assert!(matches!(dev.kick_slot(99, 0), Err(HalError::NoSuchNc { .. })));
+        assert!(dev.kick_slot(nc, 256).is_err());
     }
 }
 

@@ -35,6 +35,11 @@
 //!   1200 merge by priority; NC UE 1202 and network proxy 1206 merge by priority on both paths.
 //!   The NC results are reconciled with [`crate::status::worst`].
 //!
+//! A source that cannot read the device ([`SourceError`]: an MMIO or host-memory failure in
+//! [`NotificationSource::poll_infer`], `drain_infer` or `poll_errors`) ends the execution at
+//! once through FINALIZE with [`SourceError::status`] (NRT_FAILURE unless a more specific
+//! status applies) merged into that NC's result — an error, never a silent timeout.
+//!
 //! "Generic fault" = a fault that does not set the NC's result; FINALIZE then falls back to
 //! `NRT_FAILURE` unless another NC/error-ring status is set (the seed's "failed but error not set").
 //!
@@ -77,27 +82,58 @@ pub enum ProxyPoll {
     Failed,
 }
 
-/// Fatal hardware causes latched for an NC.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct FatalCauses {
-    /// Uncorrectable HBM error → 1201.
-    pub hbm_ue: bool,
-    /// Uncorrectable HBM error in a repairable region → 1205.
-    pub repairable_hbm_ue: bool,
-    /// Uncorrectable NeuronCore memory error → 1202.
-    pub nc_ue: bool,
-    /// DMA engine aborted → 1203.
-    pub dma_abort: bool,
-    /// Collectives / fabric fault → 1200.
-    pub collectives: bool,
-    /// Network-proxy failure → 1206.
-    pub network_proxy: bool,
+/// Fatal hardware causes latched for an NC: the device's own record ([`hal::FatalCauses`]).
+/// FINALIZE classifies six of them: `HBM_UE` → 1201, `HBM_UE_REPAIRABLE` → 1205, `NC_UE` →
+/// 1202, `DMA_ABORT` → 1203, `CC_ERROR` → 1200, `NET_PROXY` → 1206 ([`classified`]).
+pub use hal::FatalCauses;
+
+/// Whether any cause FINALIZE classifies is latched (`SEQ_FATAL` and `DMA_FAULT` are reported
+/// through the notification and error rings instead).
+pub fn classified(c: &FatalCauses) -> bool {
+    c.intersects(
+        FatalCauses::HBM_UE
+            | FatalCauses::HBM_UE_REPAIRABLE
+            | FatalCauses::NC_UE
+            | FatalCauses::DMA_ABORT
+            | FatalCauses::CC_ERROR
+            | FatalCauses::NET_PROXY,
+    )
 }
 
-impl FatalCauses {
-    /// Any cause latched?
-    pub fn any(&self) -> bool {
-        self.hbm_ue || self.repairable_hbm_ue || self.nc_ue || self.dma_abort || self.collectives || self.network_proxy
+/// A notification source could not read the device (an MMIO or host-memory failure while
+/// harvesting a ring). The completion engine ends the execution with [`SourceError::status`]
+/// instead of waiting for a timeout.
+#[derive(Debug, Error)]
+pub enum SourceError {
+    /// Reading TPB engine `engine`'s INFER_STATUS ring failed.
+    #[error("INFER_STATUS ring of engine {engine}: {source}")]
+    InferRing {
+        engine: usize,
+        #[source]
+        source: hal::HalError,
+    },
+    /// Reading the TPB error ring failed.
+    #[error("error ring: {source}")]
+    ErrorRing {
+        #[source]
+        source: hal::HalError,
+    },
+}
+
+impl SourceError {
+    /// The device failure behind the error.
+    pub fn hal(&self) -> &hal::HalError {
+        match self {
+            SourceError::InferRing { source, .. } | SourceError::ErrorRing { source } => source,
+        }
+    }
+    /// The status the execution ends with: NRT_EXEC_HW_ERR_DMA_ABORT for an aborted DMA
+    /// engine, else NRT_FAILURE.
+    pub fn status(&self) -> NrtStatus {
+        match self.hal() {
+            hal::HalError::DmaAbort { .. } => NrtStatus::ExecHwErrDmaAbort,
+            _ => NrtStatus::Failure,
+        }
     }
 }
 
@@ -105,12 +141,13 @@ impl FatalCauses {
 pub trait NotificationSource {
     /// Append up to `max` new INFER_STATUS records of TPB engine `engine`, oldest first.
     /// Must not allocate in steady state (`out` is reused and has capacity `max`). Records are
-    /// consumed from the ring by this call; every record appended is processed.
-    fn poll_infer(&mut self, engine: usize, out: &mut Vec<InferStatus>, max: usize);
+    /// consumed from the ring by this call; every record appended is processed. A device
+    /// failure is an `Err` (the records appended by the failed call are not processed).
+    fn poll_infer(&mut self, engine: usize, out: &mut Vec<InferStatus>, max: usize) -> Result<(), SourceError>;
     /// The engine completed: flush whatever remains in its INFER_STATUS ring (`notification_drain`).
-    fn drain_infer(&mut self, engine: usize);
+    fn drain_infer(&mut self, engine: usize) -> Result<(), SourceError>;
     /// Append up to `max` new records of the NC's TPB error ring.
-    fn poll_errors(&mut self, out: &mut Vec<TpbErrorRecord>, max: usize);
+    fn poll_errors(&mut self, out: &mut Vec<TpbErrorRecord>, max: usize) -> Result<(), SourceError>;
     /// INTC cause bit 29 (software NQ overflow). Probed only on timeout / out-of-order records.
     fn nq_overflow(&mut self) -> bool;
     /// Fatal hardware causes latched since the last clear. Read once per NC at FINALIZE.
@@ -610,7 +647,10 @@ impl ExecTracker {
                 continue;
             }
             buf.clear();
-            src.poll_infer(engine, &mut buf, self.cfg.reads_per_sweep);
+            if let Err(e) = src.poll_infer(engine, &mut buf, self.cfg.reads_per_sweep) {
+                result = Err(self.source_failed(nc, &e));
+                break 'engines;
+            }
             for rec in buf.iter() {
                 if self.ncs[nc].engines[engine] == EngineState::Complete {
                     self.ncs[nc].discarded += 1;
@@ -621,13 +661,25 @@ impl ExecTracker {
                     break 'engines;
                 }
                 if self.ncs[nc].engines[engine] == EngineState::Complete {
-                    src.drain_infer(engine);
+                    if let Err(e) = src.drain_infer(engine) {
+                        result = Err(self.source_failed(nc, &e));
+                        break 'engines;
+                    }
                 }
             }
         }
         buf.clear();
         self.infer_buf = buf;
         result
+    }
+
+    /// A source failure on NC `nc`: logged, merged into the NC's result; its status.
+    fn source_failed(&mut self, nc: usize, e: &SourceError) -> NrtStatus {
+        let status = e.status();
+        tracing::error!(nc, error = %e, "notification harvest failed");
+        let n = &mut self.ncs[nc];
+        n.ret = worse(n.ret, status);
+        status
     }
 
     fn out_of_order<S: NotificationSource>(&mut self, nc: usize, engine: usize, what: &str, src: &mut S) -> NrtStatus {
@@ -733,12 +785,18 @@ impl ExecTracker {
         }
     }
 
-    fn sweep_errors<S: NotificationSource>(&mut self, nc: usize, src: &mut S) {
+    /// Sweep NC `nc`'s error ring; `false` if the source failed.
+    fn sweep_errors<S: NotificationSource>(&mut self, nc: usize, src: &mut S) -> bool {
         let mut buf = std::mem::take(&mut self.error_buf);
         let mut consumed = 0usize;
+        let mut ok = true;
         loop {
             buf.clear();
-            src.poll_errors(&mut buf, self.cfg.error_batch);
+            if let Err(e) = src.poll_errors(&mut buf, self.cfg.error_batch) {
+                self.source_failed(nc, &e);
+                ok = false;
+                break;
+            }
             if buf.is_empty() {
                 break;
             }
@@ -753,20 +811,21 @@ impl ExecTracker {
         }
         buf.clear();
         self.error_buf = buf;
+        ok
     }
 
     fn classify_causes(n: &mut NcState) {
         let c = n.causes;
-        if c.hbm_ue || c.repairable_hbm_ue {
+        if c.contains(FatalCauses::HBM_UE) || c.contains(FatalCauses::HBM_UE_REPAIRABLE) {
             tracing::error!("(FATAL-RT-UNDEFINED-STATE) Uncorrectable HBM memory error is detected");
         }
         if n.fatal.get(ExecFatalStatus::Timeout) {
             // exec_request_process_errors, timeout branch: only 1201 is tested (seed 001 COMPLETE-1).
-            let chosen = if c.hbm_ue {
+            let chosen = if c.contains(FatalCauses::HBM_UE) {
                 Some(NrtStatus::ExecHwErrHbmUe)
-            } else if c.dma_abort {
+            } else if c.contains(FatalCauses::DMA_ABORT) {
                 Some(NrtStatus::ExecHwErrDmaAbort)
-            } else if c.collectives {
+            } else if c.contains(FatalCauses::CC_ERROR) {
                 tracing::error!("(FATAL-RT-UNDEFINED-STATE) Suspected hang in collectives");
                 Some(NrtStatus::ExecHwErrCollectives)
             } else {
@@ -778,21 +837,21 @@ impl ExecTracker {
             }
         } else {
             for (set, s) in [
-                (c.hbm_ue, NrtStatus::ExecHwErrHbmUe),
-                (c.repairable_hbm_ue, NrtStatus::ExecHwErrRepairableHbmUe),
-                (c.dma_abort, NrtStatus::ExecHwErrDmaAbort),
-                (c.collectives, NrtStatus::ExecHwErrCollectives),
+                (c.contains(FatalCauses::HBM_UE), NrtStatus::ExecHwErrHbmUe),
+                (c.contains(FatalCauses::HBM_UE_REPAIRABLE), NrtStatus::ExecHwErrRepairableHbmUe),
+                (c.contains(FatalCauses::DMA_ABORT), NrtStatus::ExecHwErrDmaAbort),
+                (c.contains(FatalCauses::CC_ERROR), NrtStatus::ExecHwErrCollectives),
             ] {
                 if set {
                     n.ret = worse(n.ret, s);
                 }
             }
         }
-        if c.nc_ue {
+        if c.contains(FatalCauses::NC_UE) {
             tracing::error!("(FATAL-RT-UNDEFINED-STATE) Uncorrectable memory error is detected");
             n.ret = worse(n.ret, NrtStatus::ExecHwErrNcUe);
         }
-        if c.network_proxy {
+        if c.contains(FatalCauses::NET_PROXY) {
             n.ret = worse(n.ret, NrtStatus::NetworkProxyFailure);
         }
     }
@@ -801,14 +860,15 @@ impl ExecTracker {
         let mut hw_fault = false;
         let nc_count = self.ncs.len();
         for (nc, src) in sources.iter_mut().enumerate().take(nc_count) {
-            self.sweep_errors(nc, src);
+            // A failed sweep is fatal like a latched cause (the NC's result holds its status).
+            hw_fault |= !self.sweep_errors(nc, src);
             let causes = src.fatal_causes();
             let n = &mut self.ncs[nc];
             if let Some(s) = n.errors.status {
                 n.ret = worse(n.ret, s);
             }
             n.causes = causes;
-            hw_fault |= causes.any();
+            hw_fault |= classified(&causes);
             Self::classify_causes(n);
         }
         let best = worst(self.ncs.iter().map(|n| n.ret));

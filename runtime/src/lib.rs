@@ -5,6 +5,9 @@
 //! | [`status`] | `NRT_STATUS` re-export and the multi-NC status-priority mapper (seed 000 §4.1–4.2) |
 //! | [`state`] | `NRT_INIT_STATE` API guard, `DLR_MODEL_STATE` with ref-counted unload, `exec_state`, `ERP_STEP`, `exec_fatal_status` (seed 000 §1, §3, §4.4) |
 //! | [`error_decode`] | TPB error-ring record → `INFER_ERROR_SUBTYPE` → status (seed 000 §4.5, seed 001 §4) |
+//! | [`error`] | [`RtError`], [`stage::StageError`] and their one `hal::HalError` → status mapping |
+//! | [`rt`] | the runtime object: lifecycle, tensors, vNC admission, load, execute (sync and async) |
+//! | [`stage`] | staging a graph on a NeuronCore, in named steps |
 //! | [`completion`] | the one-step completion harvest (seed 001 §1–§5) |
 //! | [`timestamp`] | device → CPU timestamp rescale (seed 001 §3, "Per-engine timestamp decode") |
 //! | [`xu`] | the execution-unit queue and its per-vNC worker (seed 001 §6, NRT_FACTS §4.6, §8) |
@@ -17,6 +20,7 @@
 
 pub mod completion;
 pub mod env;
+pub mod error;
 pub mod error_decode;
 pub mod rt;
 pub mod stage;
@@ -25,5 +29,6 @@ pub mod status;
 pub mod timestamp;
 pub mod xu;
 
-pub use rt::{ExecTimings, Model, ModelHandle, PollPolicy, RtError, Runtime, RuntimeConfig, Tensor, TensorSet};
+pub use error::{RtError, RtErrorKind};
+pub use rt::{ExecTimings, Model, ModelHandle, PollPolicy, Runtime, RuntimeConfig, Tensor, TensorSet};
 pub use status::{NrtStatus, Priority};

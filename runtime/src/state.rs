@@ -108,18 +108,27 @@ impl RuntimeState {
     pub fn state(&self) -> NrtInitState {
         self.state
     }
-    /// `nrt_init` by process `pid`: START or CLOSED → INIT. Re-initializing after close is
-    /// allowed (a new runtime instance); INIT or CHILD → error.
-    pub fn init(&mut self, pid: u32) -> Result<(), StateError> {
+    /// Whether `nrt_init` by process `pid` may proceed (START or CLOSED), without changing
+    /// state — except that INIT seen from another pid latches CHILD, as the guard does.
+    /// INIT → [`StateError::AlreadyInitialized`]; CHILD → [`StateError::ForkedChild`].
+    pub fn check_init(&mut self, pid: u32) -> Result<(), StateError> {
+        if self.state == NrtInitState::Init && pid != self.owner_pid {
+            self.state = NrtInitState::Child;
+        }
         match self.state {
-            NrtInitState::Start | NrtInitState::Closed => {
-                self.state = NrtInitState::Init;
-                self.owner_pid = pid;
-                Ok(())
-            }
+            NrtInitState::Start | NrtInitState::Closed => Ok(()),
             NrtInitState::Init => Err(StateError::AlreadyInitialized),
             NrtInitState::Child => Err(StateError::ForkedChild { owner: self.owner_pid, caller: pid }),
         }
+    }
+    /// `nrt_init` by process `pid`: START or CLOSED → INIT. Re-initializing after close is
+    /// allowed (a new runtime instance); INIT (or INIT of another process, i.e. a forked
+    /// child) or CHILD → error, as in [`RuntimeState::check_init`].
+    pub fn init(&mut self, pid: u32) -> Result<(), StateError> {
+        self.check_init(pid)?;
+        self.state = NrtInitState::Init;
+        self.owner_pid = pid;
+        Ok(())
     }
     /// `nrt_close` by `pid`: passes the guard, then INIT → CLOSED.
     pub fn close(&mut self, pid: u32) -> Result<(), StateError> {

@@ -23,29 +23,46 @@ struct Fake {
     overflow_probes: u32,
     barrier_polls: u32,
     cause_reads: u32,
+    /// Fail the next INFER_STATUS poll of this engine (a device read error).
+    fail_infer: Option<usize>,
+    /// Fail error-ring polls.
+    fail_errors: bool,
+}
+
+fn mmio_failure() -> hal::HalError {
+    hal::HalError::Mmio(platform::MmioError::OutOfRange { offset: 0x40, width: 4, size: 0x10 })
 }
 
 impl NotificationSource for Fake {
-    fn poll_infer(&mut self, engine: usize, out: &mut Vec<InferStatus>, max: usize) {
+    fn poll_infer(&mut self, engine: usize, out: &mut Vec<InferStatus>, max: usize) -> Result<(), SourceError> {
         self.polls[engine] += 1;
         self.max_args.push(max);
+        if self.fail_infer == Some(engine) {
+            return Err(SourceError::InferRing { engine, source: mmio_failure() });
+        }
         for _ in 0..max {
             match self.infer[engine].pop_front() {
                 Some(r) => out.push(r),
                 None => break,
             }
         }
+        Ok(())
     }
-    fn drain_infer(&mut self, engine: usize) {
+    fn drain_infer(&mut self, engine: usize) -> Result<(), SourceError> {
         self.drains[engine] += 1;
+        Ok(())
     }
-    fn poll_errors(&mut self, out: &mut Vec<TpbErrorRecord>, max: usize) {
+    fn poll_errors(&mut self, out: &mut Vec<TpbErrorRecord>, max: usize) -> Result<(), SourceError> {
+        if self.fail_errors {
+            return Err(SourceError::ErrorRing { source: mmio_failure() });
+        }
         for _ in 0..max {
             match self.errors.pop_front() {
                 Some(r) => out.push(r),
                 None => break,
             }
         }
+        Ok(())
     }
     fn nq_overflow(&mut self) -> bool {
         self.overflow_probes += 1;
@@ -196,6 +213,45 @@ fn timeout_is_measured_from_core_start_and_yields_5() {
     assert_eq!(s[0].overflow_probes, 1);
     let f = t.fatal_flags(0).unwrap();
     assert!(f.get(ExecFatalStatus::Timeout) && !f.get(ExecFatalStatus::SwNqOverflow));
+}
+
+#[test]
+fn failing_infer_poll_ends_the_execution_with_nrt_failure_not_a_timeout() {
+    // NC 1's ACT ring cannot be read: the first sweep ends the execution, long before the
+    // timeout, with NRT_FAILURE; the error rings are still swept and the causes read.
+    let mut t = tracker(2);
+    let mut s = [clean(1), clean(2)];
+    s[1].fail_infer = Some(1);
+    let t0 = to_wait_core(&mut t, &mut s);
+    assert_eq!(t.step(&mut s, t0), Step::DoneWithError);
+    assert_eq!(t.status(), NrtStatus::Failure);
+    assert_eq!(t.nc_status(1), Some(NrtStatus::Failure));
+    assert_eq!(t.nc_status(0), Some(NrtStatus::Success));
+    assert_eq!((s[0].cause_reads, s[1].cause_reads), (1, 1));
+    assert_eq!(s[1].polls[2], 0, "the sweep stops at the failed engine");
+    // A failure outranked by a fatal cause reports the cause.
+    let mut t = tracker(1);
+    let mut s = [clean(1)];
+    s[0].fail_infer = Some(0);
+    s[0].causes = FatalCauses::HBM_UE;
+    let t0 = to_wait_core(&mut t, &mut s);
+    assert_eq!(t.step(&mut s, t0), Step::DoneWithError);
+    assert_eq!(t.status(), NrtStatus::ExecHwErrHbmUe);
+}
+
+#[test]
+fn failing_error_ring_poll_is_a_failure_even_after_a_clean_harvest() {
+    let mut t = tracker(1);
+    let mut s = [clean(1)];
+    s[0].fail_errors = true;
+    let t0 = to_wait_core(&mut t, &mut s);
+    assert_eq!(run(&mut t, &mut s, t0), Step::DoneWithError);
+    assert_eq!(t.status(), NrtStatus::Failure);
+    // The source error's status: NRT_FAILURE, or the DMA-abort status for an aborted engine.
+    let e = SourceError::ErrorRing { source: mmio_failure() };
+    assert_eq!(e.status(), NrtStatus::Failure);
+    let abort = hal::HalError::DmaAbort { engine: 1, queue: 0, m2s_cause: 1, s2m_cause: 0 };
+    assert_eq!(SourceError::InferRing { engine: 0, source: abort }.status(), NrtStatus::ExecHwErrDmaAbort);
 }
 
 #[test]
@@ -381,46 +437,43 @@ fn with_causes(causes: FatalCauses, stuck_engine: bool) -> (Step, NrtStatus) {
 fn each_fatal_cause_maps_to_its_status() {
     let c = FatalCauses::default();
     let cases = [
-        (FatalCauses { hbm_ue: true, ..c }, NrtStatus::ExecHwErrHbmUe),
-        (FatalCauses { repairable_hbm_ue: true, ..c }, NrtStatus::ExecHwErrRepairableHbmUe),
-        (FatalCauses { nc_ue: true, ..c }, NrtStatus::ExecHwErrNcUe),
-        (FatalCauses { dma_abort: true, ..c }, NrtStatus::ExecHwErrDmaAbort),
-        (FatalCauses { collectives: true, ..c }, NrtStatus::ExecHwErrCollectives),
-        (FatalCauses { network_proxy: true, ..c }, NrtStatus::NetworkProxyFailure),
+        (c | FatalCauses::HBM_UE, NrtStatus::ExecHwErrHbmUe),
+        (c | FatalCauses::HBM_UE_REPAIRABLE, NrtStatus::ExecHwErrRepairableHbmUe),
+        (c | FatalCauses::NC_UE, NrtStatus::ExecHwErrNcUe),
+        (c | FatalCauses::DMA_ABORT, NrtStatus::ExecHwErrDmaAbort),
+        (c | FatalCauses::CC_ERROR, NrtStatus::ExecHwErrCollectives),
+        (c | FatalCauses::NET_PROXY, NrtStatus::NetworkProxyFailure),
     ];
     for (causes, status) in cases {
         assert_eq!(with_causes(causes, false), (Step::DoneWithError, status), "{causes:?}");
     }
     // Several at once: priority decides (CRITICAL beats HIGH; first CRITICAL wins a tie).
-    let all = FatalCauses { collectives: true, dma_abort: true, hbm_ue: true, ..c };
+    let all = c | FatalCauses::CC_ERROR | FatalCauses::DMA_ABORT | FatalCauses::HBM_UE;
     assert_eq!(with_causes(all, false).1, NrtStatus::ExecHwErrHbmUe);
-    assert_eq!(
-        with_causes(FatalCauses { collectives: true, dma_abort: true, ..c }, false).1,
-        NrtStatus::ExecHwErrDmaAbort
-    );
+    assert_eq!(with_causes(c | FatalCauses::CC_ERROR | FatalCauses::DMA_ABORT, false).1, NrtStatus::ExecHwErrDmaAbort);
 }
 
 #[test]
 fn timeout_branch_classification() {
     let c = FatalCauses::default();
-    assert_eq!(with_causes(FatalCauses { hbm_ue: true, ..c }, true).1, NrtStatus::ExecHwErrHbmUe);
-    assert_eq!(with_causes(FatalCauses { dma_abort: true, ..c }, true).1, NrtStatus::ExecHwErrDmaAbort);
+    assert_eq!(with_causes(c | FatalCauses::HBM_UE, true).1, NrtStatus::ExecHwErrHbmUe);
+    assert_eq!(with_causes(c | FatalCauses::DMA_ABORT, true).1, NrtStatus::ExecHwErrDmaAbort);
     // A collectives cause replaces the timeout on this branch (hang in collectives).
-    assert_eq!(with_causes(FatalCauses { collectives: true, ..c }, true).1, NrtStatus::ExecHwErrCollectives);
+    assert_eq!(with_causes(c | FatalCauses::CC_ERROR, true).1, NrtStatus::ExecHwErrCollectives);
     // libnrt 2.31 tests only for 1201 here: a repairable HBM UE is not propagated.
-    assert_eq!(with_causes(FatalCauses { repairable_hbm_ue: true, ..c }, true).1, NrtStatus::Timeout);
+    assert_eq!(with_causes(c | FatalCauses::HBM_UE_REPAIRABLE, true).1, NrtStatus::Timeout);
     assert_eq!(
-        with_causes(FatalCauses { repairable_hbm_ue: true, dma_abort: true, ..c }, true).1,
+        with_causes(c | FatalCauses::HBM_UE_REPAIRABLE | FatalCauses::DMA_ABORT, true).1,
         NrtStatus::ExecHwErrDmaAbort
     );
-    assert_eq!(with_causes(FatalCauses { nc_ue: true, ..c }, true).1, NrtStatus::ExecHwErrNcUe);
+    assert_eq!(with_causes(c | FatalCauses::NC_UE, true).1, NrtStatus::ExecHwErrNcUe);
     assert_eq!(with_causes(c, true), (Step::DoneWithError, NrtStatus::Timeout));
     // The error ring is swept first; 1004 (CRITICAL) outranks the timeout (HIGH) and the
     // collectives classification (HIGH), but the verdict stays fatal.
     let mut t = tracker(1);
     let mut s = [stuck()];
     s[0].errors.push_back(TpbErrorRecord { error_id: 9, ..Default::default() });
-    s[0].causes.collectives = true;
+    s[0].causes |= FatalCauses::CC_ERROR;
     let t0 = to_wait_core(&mut t, &mut s);
     assert_eq!(t.step(&mut s, t0 + TIMEOUT), Step::DoneWithError);
     assert_eq!(t.status(), NrtStatus::ExecCompletedWithErr);
@@ -541,7 +594,7 @@ fn multi_nc_reconciliation() {
     let mut t = tracker(2);
     let mut s = [stuck(), stuck()];
     s[0].overflow = true;
-    s[1].causes.dma_abort = true;
+    s[1].causes |= FatalCauses::DMA_ABORT;
     let t0 = to_wait_core(&mut t, &mut s);
     assert_eq!(t.step(&mut s, t0 + TIMEOUT), Step::DoneWithError);
     assert_eq!(t.nc_status(0), Some(NrtStatus::ExecSwNqOverflow));

@@ -92,6 +92,15 @@ fn forked_child_is_fenced() {
     // CHILD is latched: even the original pid's view in this copy is fenced.
     assert_eq!(rt.guard(100).unwrap_err().status(), NrtStatus::Uninitialized);
     assert!(rt.init(101).is_err());
+    // nrt_init from a forked child of an initialised parent is NRT_UNINITIALIZED too.
+    let mut parent = RuntimeState::new();
+    parent.init(100).unwrap();
+    assert_eq!(parent.check_init(101).unwrap_err(), StateError::ForkedChild { owner: 100, caller: 101 });
+    assert_eq!(parent.init(101).unwrap_err().status(), NrtStatus::Uninitialized);
+    let mut again = RuntimeState::new();
+    again.init(100).unwrap();
+    assert_eq!(again.check_init(100).unwrap_err(), StateError::AlreadyInitialized);
+    assert_eq!(again.state(), NrtInitState::Init, "check_init by the owner changes nothing");
     let mut here = RuntimeState::new();
     here.init(std::process::id()).unwrap();
     here.guard_current().unwrap();

@@ -148,10 +148,10 @@ fn lifecycle_misuse_13_14_9_2_10() {
     // 9: three NCs on a two-NC device; and NEURON_RT_VISIBLE_CORES-style restriction.
     let e = rt.load(&model(3, &SUNDA), None, None).unwrap_err();
     assert_eq!(e.status, NrtStatus::LoadNotEnoughNc);
-    assert_eq!(e.message, "Insufficient number of pncs, required: 3, available: 2");
+    assert_eq!(e.message(), "Insufficient number of pncs, required: 3, available: 2");
     let m = rt.load(&bytes, Some(1), None).unwrap();
     let e = rt.load(&model(2, &SUNDA), None, None).unwrap_err();
-    assert_eq!(e.message, "Insufficient number of pncs, required: 2, available: 1");
+    assert_eq!(e.message(), "Insufficient number of pncs, required: 2, available: 1");
     rt.unload(&m).unwrap();
     // 2: corrupted bytes; 10: major version 3.
     let mut bad = bytes.clone();
@@ -170,7 +170,7 @@ fn lifecycle_misuse_13_14_9_2_10() {
     let c = RuntimeConfig { visible_cores: Some(vec![1]), ..cfg() };
     vis.init(vec![Arc::new(sim.clone()) as Arc<dyn Platform>], c, opts).unwrap();
     let e = vis.load(&model(2, &SUNDA), None, None).unwrap_err();
-    assert_eq!(e.message, "Insufficient number of pncs, required: 2, available: 1");
+    assert_eq!(e.message(), "Insufficient number of pncs, required: 2, available: 1");
     let m = vis.load(&bytes, None, None).unwrap();
     assert_eq!(m.ncs, vec![1]);
     vis.unload(&m).unwrap();

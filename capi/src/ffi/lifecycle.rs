@@ -1,0 +1,46 @@
+//! Lifecycle: `nrt_init`, `nrt_close`. The NRT_INIT_STATE machine is the runtime's own
+//! ([`runtime::Runtime::guard`], [`runtime::Runtime::check_init`]); these calls only
+//! serialize against each other and add the C API's device selection.
+
+use super::*;
+
+/// `nrt_init`: open the device named by `NEURON_VFIO_DEVICE` and initialise the runtime.
+///
+/// # Safety
+/// Pointer arguments are as nrt.h requires: NULL (rejected with NRT_INVALID where nrt.h
+/// makes the argument mandatory) or valid for the reads/writes nrt.h describes. Handles
+/// are validated against the live-handle registry, never dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn nrt_init(
+    framework: nrt_framework_type_t,
+    fw_version: *const c_char,
+    fal_version: *const c_char,
+) -> NRT_STATUS {
+    entry("nrt_init", || {
+        // SAFETY: nrt.h: the version strings are NULL or NUL-terminated.
+        let (fw, fal) = unsafe { (opt_cstr(fw_version), opt_cstr(fal_version)) };
+        tracing::debug!(framework, ?fw, ?fal, "nrt_init");
+        let _serial = lock(&LIFECYCLE);
+        // Refuse (already initialised, forked child) before any device is opened.
+        rt().check_init()?;
+        let cfg = RuntimeConfig::from_env()?;
+        let platforms = crate::device::platforms(&crate::device::from_env()?)?;
+        rt().init(platforms, cfg, hal::DeviceOptions::default())
+    })
+}
+
+/// `nrt_close`: unload every model and release the devices.
+#[no_mangle]
+pub extern "C" fn nrt_close() {
+    entry_value((), || {
+        let _serial = lock(&LIFECYCLE);
+        // Before init, after close and in a forked child, nrt_close does nothing.
+        if rt().guard().is_err() {
+            return;
+        }
+        if let Err(e) = rt().close() {
+            log_error("nrt_close", &e);
+        }
+        MODELS.clear();
+    })
+}

@@ -1,0 +1,194 @@
+//! Synchronous execution: bind inputs (DMA, or descriptors pointed at the tensors), stage
+//! the DMA rings, kick off each NC (one MMIO write through [`hal::Device::kick`]), step the
+//! completion engine until done, copy outputs back.
+
+use std::time::{Duration, Instant};
+
+use hal::Xfer;
+use neff::NrtStatus;
+
+use super::{lock, ExecState, ExecTimings, Model, ModelHandle, PollPolicy, RtError, RtErrorKind, Runtime, TensorSet};
+use crate::completion::Step;
+
+impl Runtime {
+    /// `nrt_execute` (synchronous): returns the execution's status (NRT_SUCCESS or the
+    /// error) and timings; API misuse is an `Err`.
+    pub fn execute(
+        &self,
+        m: &ModelHandle,
+        inputs: &TensorSet,
+        outputs: &TensorSet,
+    ) -> Result<(NrtStatus, ExecTimings), RtError> {
+        self.guard()?;
+        lock(&m.lifecycle).check_executable()?;
+        if lock(&m.lifecycle).poisoned().is_some() {
+            return Ok((NrtStatus::ExecUnitUnrecoverable, ExecTimings::default()));
+        }
+        let t0 = Instant::now();
+        // Executions of a model are serialized: wait for an async execution in flight.
+        let mut g = lock(&m.exec);
+        while g.as_ref().is_some_and(|e| e.busy) {
+            drop(g);
+            if t0.elapsed() > lock(&self.cfg).exec_timeout {
+                return Ok((NrtStatus::ExecNcBusy, ExecTimings::default()));
+            }
+            std::thread::yield_now();
+            g = lock(&m.exec);
+        }
+        let ex = g
+            .as_mut()
+            .ok_or_else(|| RtError::with(NrtStatus::InvalidHandle, RtErrorKind::Handle("model unloaded".into())))?;
+        bind_inputs(m, ex, inputs, outputs)?;
+        if let Some(irq) = &ex.irq {
+            irq.drain();
+        }
+        kick(ex)?;
+        let mut steps = 0u64;
+        let step = loop {
+            steps += 1;
+            match ex.tracker.step(&mut ex.ncs, Instant::now()) {
+                Step::InFlight => match (&ex.irq, m.poll) {
+                    // Bounded sleep: a device that never raises still reaches the timeout.
+                    (Some(irq), PollPolicy::Interrupt) => {
+                        irq.wait(Duration::from_millis(1));
+                    }
+                    _ => wait(m.poll, steps),
+                },
+                s => break s,
+            }
+        };
+        let observed = m.epoch.elapsed().as_nanos() as u64;
+        let status = ex.tracker.status();
+        if step == Step::DoneWithError {
+            drop(g);
+            lock(&m.lifecycle).poison(status);
+            let timings = ExecTimings { total_ns: t0.elapsed().as_nanos() as u64, steps, ..Default::default() };
+            return Ok((status, timings));
+        }
+        let timing = ex.tracker.timing(0).unwrap_or_default();
+        let device_ns = timing.duration().unwrap_or(0) / 1000;
+        let last_end = timing.engines.iter().enumerate().filter_map(|(e, t)| t.end.map(|v| (e, v))).max_by_key(|x| x.1);
+        let completion_lag_ns = last_end
+            .and_then(|(e, ts)| ex.sync.to_cpu_ns(e, ts).ok())
+            .map(|end| observed.saturating_sub(end))
+            .unwrap_or(0);
+        read_outputs(m, ex, outputs)?;
+        Ok((status, ExecTimings { total_ns: t0.elapsed().as_nanos() as u64, device_ns, steps, completion_lag_ns }))
+    }
+
+    /// `nrt_execute_repeat`: `n` executions; stops at the first non-success status.
+    pub fn execute_repeat(
+        &self,
+        m: &ModelHandle,
+        inputs: &TensorSet,
+        outputs: &TensorSet,
+        n: u32,
+    ) -> Result<(NrtStatus, Vec<ExecTimings>), RtError> {
+        let mut t = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            let (s, tm) = self.execute(m, inputs, outputs)?;
+            t.push(tm);
+            if s != NrtStatus::Success {
+                return Ok((s, t));
+            }
+        }
+        Ok((NrtStatus::Success, t))
+    }
+}
+
+fn wait(p: PollPolicy, steps: u64) {
+    match p {
+        PollPolicy::Spin => {
+            // Spin (no syscalls) for the fast path; yield only once an execution has been
+            // in flight for a long while (≈ 2^16 steps), so a long model does not burn a core
+            // without ever letting others run.
+            if steps > 1 << 16 && steps.is_multiple_of(64) {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+        PollPolicy::Usleep1 => std::thread::sleep(Duration::from_micros(1)),
+        PollPolicy::Interrupt => std::hint::spin_loop(),
+    }
+}
+
+/// NRT_EXEC_BAD_INPUT: an input or output tensor does not fit the model.
+fn bad_input(message: String) -> RtError {
+    RtError::with(NrtStatus::ExecBadInput, RtErrorKind::InvalidArgument(message))
+}
+
+pub(super) fn bind_inputs(
+    m: &Model,
+    ex: &mut ExecState,
+    inputs: &TensorSet,
+    outputs: &TensorSet,
+) -> Result<(), RtError> {
+    for (k, s) in ex.ncs.iter_mut().enumerate() {
+        for b in s.bind.iter_mut() {
+            *b = None;
+        }
+        // Consumed ring space is handed back to the device by the harvest itself once a
+        // quarter of a ring is consumed (hal::NqRing::poll), so binding makes no MMIO access.
+        for info in &m.inputs {
+            let t = inputs.get(&info.name).ok_or_else(|| bad_input(format!("input {} is not bound", info.name)))?;
+            let Some(i) = s.var_index(&info.name) else { continue };
+            let v = &s.vars[i];
+            if t.size != v.size {
+                return Err(bad_input(format!(
+                    "input {}: tensor of {} bytes, model expects {}",
+                    info.name, t.size, v.size
+                )));
+            }
+            if s.dma_only[i] {
+                // The model reads the input only through DMA: point the descriptors at the tensor.
+                s.bind[i] = Some(t.dev_addr());
+            } else {
+                let (src, dst, len) = (t.dev_addr(), v.addr, v.size);
+                m.devices[k].copy(s.nc, &[Xfer { src, dst, len }])?;
+            }
+        }
+        if k == 0 {
+            for info in &m.outputs {
+                let Some(t) = outputs.get(&info.name) else { continue };
+                let Some(i) = s.var_index(&info.name) else { continue };
+                if t.size != s.vars[i].size {
+                    return Err(bad_input(format!(
+                        "output {}: tensor of {} bytes, model produces {}",
+                        info.name, t.size, s.vars[i].size
+                    )));
+                }
+                if s.dma_only[i] {
+                    s.bind[i] = Some(t.dev_addr());
+                }
+            }
+        }
+        s.stage_rings()?;
+    }
+    ex.tracker.reset();
+    ex.seq += 1;
+    Ok(())
+}
+
+/// The kickoff: one MMIO write per NC (the kick slot was resolved at load).
+pub(super) fn kick(ex: &ExecState) -> Result<(), RtError> {
+    for s in &ex.ncs {
+        s.dev.kick(&s.kick)?;
+    }
+    Ok(())
+}
+
+/// Copy outputs that were not bound by address.
+pub(super) fn read_outputs(m: &Model, ex: &mut ExecState, outputs: &TensorSet) -> Result<(), RtError> {
+    let Some(s) = ex.ncs.first() else { return Ok(()) };
+    for info in &m.outputs {
+        let Some(t) = outputs.get(&info.name) else { continue };
+        let Some(i) = s.var_index(&info.name) else { continue };
+        if s.bind[i].is_some() {
+            continue;
+        }
+        let v = &s.vars[i];
+        m.devices[0].copy(s.nc, &[Xfer { src: v.addr, dst: t.dev_addr(), len: v.size }])?;
+    }
+    Ok(())
+}

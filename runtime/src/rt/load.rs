@@ -1,0 +1,153 @@
+//! Load, share, unload and teardown: NEFF gates → vNC admission → one staged graph per NC
+//! ([`crate::stage`]) → model RUNNING. A failed load unwinds everything it made; unload is
+//! ref-counted and tears the device state down at zero.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use neff::{Neff, ReadOptions};
+
+use super::{lock, ExecState, Model, ModelHandle, PollPolicy, RtError, RtErrorKind, Runtime};
+use crate::completion::{ExecTracker, TrackerConfig};
+use crate::stage::{stage_graph, GraphPlacement, StagedNc};
+use crate::state::{ModelLifecycle, Unload};
+
+impl Runtime {
+    /// `nrt_load`: parse and stage `neff` on `nc_count` NCs starting at `start_nc`
+    /// (None = the first free visible NCs). `nc_count` None = one NC per graph.
+    pub fn load(&self, bytes: &[u8], start_nc: Option<usize>, nc_count: Option<usize>) -> Result<ModelHandle, RtError> {
+        self.guard()?;
+        let cfg = lock(&self.cfg).clone();
+        let devices = lock(&self.devices).clone();
+        let first = devices.first().ok_or_else(|| RtError::internal("no devices"))?;
+        let arch = first.arch();
+        let opts = ReadOptions { verify: cfg.verify, arch: Some(arch), ..ReadOptions::default() };
+        let n = Neff::parse(bytes, &opts)?;
+        let required = nc_count.unwrap_or(n.graphs.len()).max(n.graphs.len());
+        let picked = self.admit(&cfg, start_nc, required)?;
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        {
+            let mut owners = lock(&self.owners);
+            for &c in &picked {
+                owners[c] = Some(id);
+            }
+        }
+        let mut life = ModelLifecycle::new();
+        life.begin_load()?;
+        let mut staged: Vec<StagedNc> = Vec::new();
+        let mut devs = Vec::new();
+        let comm_id = (id as u32).wrapping_mul(2654435761) ^ (std::process::id() << 8);
+        let res: Result<(), RtError> = (|| {
+            for (rank, g) in n.graphs.iter().enumerate() {
+                let (dev, local) = self.device_of(picked[rank]).ok_or_else(|| RtError::internal("NC vanished"))?;
+                let s = stage_graph(&dev, g, &GraphPlacement { nc: local, rank, comm_id })
+                    .map_err(|e| RtError::with(e.status, RtErrorKind::Stage { graph: g.name.clone(), source: e }))?;
+                staged.push(s);
+                devs.push(dev);
+            }
+            Ok(())
+        })();
+        if let Err(e) = res {
+            for (s, d) in staged.into_iter().zip(devs.iter()) {
+                drop(s.teardown(d));
+            }
+            let _ = life.load_failed();
+            {
+                let mut owners = lock(&self.owners);
+                for &c in &picked {
+                    owners[c] = None;
+                }
+            }
+            self.release_idle();
+            return Err(e);
+        }
+        let mut tc = TrackerConfig::new(arch, cfg.exec_timeout);
+        tc.reads_per_sweep = crate::stage::RING_RECORDS as usize;
+        let tracker = ExecTracker::new(staged.len(), tc).map_err(|e| RtError::internal(e.to_string()))?;
+        let t0 = staged.first().map(|s| s.dev.device_time(s.nc)).transpose()?.unwrap_or(0);
+        let sync = crate::timestamp::TimestampSync {
+            clocks: [crate::timestamp::EngineClock::nominal(t0); 5],
+            sync: crate::timestamp::SyncPoint { device_ns: 0, cpu_ns: self.epoch.elapsed().as_nanos() as u64 },
+        };
+        let irq = match (cfg.poll, staged.first()) {
+            (PollPolicy::Interrupt, Some(s)) => s.dev.irq(s.nc)?,
+            _ => None,
+        };
+        life.load_succeeded()?;
+        let model = Arc::new(Model {
+            id,
+            name: n.header.name_str().to_string(),
+            inputs: n.inputs.clone(),
+            outputs: n.outputs.clone(),
+            ncs: picked,
+            lifecycle: Mutex::new(life),
+            exec: Mutex::new(Some(ExecState { irq, ncs: staged, tracker, seq: 0, sync, busy: false })),
+            poll: cfg.poll,
+            devices: devs,
+            epoch: self.epoch,
+        });
+        lock(&self.models).insert(id, model.clone());
+        Ok(model)
+    }
+
+    /// Take another reference on a loaded model (a shared model is torn down at zero).
+    pub fn share(&self, m: &ModelHandle) -> Result<ModelHandle, RtError> {
+        self.guard()?;
+        lock(&m.lifecycle).acquire()?;
+        Ok(m.clone())
+    }
+
+    /// `nrt_unload`.
+    pub fn unload(&self, m: &ModelHandle) -> Result<(), RtError> {
+        self.guard()?;
+        match lock(&m.lifecycle).unload()? {
+            Unload::StillReferenced { .. } => return Ok(()),
+            Unload::Teardown => {}
+        }
+        lock(&self.models).remove(&m.id);
+        self.retire_workers();
+        self.teardown(m);
+        let _ = lock(&m.lifecycle).finish_teardown();
+        self.release_idle();
+        Ok(())
+    }
+
+    /// Devices with no model loaded release their host-transfer rings and idle DMA memory.
+    pub(super) fn release_idle(&self) {
+        let devs = lock(&self.devices).clone();
+        let models = lock(&self.models);
+        for d in &devs {
+            if !models.values().any(|x| x.devices.iter().any(|y| y.same(d))) {
+                d.close();
+            }
+        }
+    }
+
+    pub(super) fn teardown(&self, m: &Model) {
+        let poisoned = lock(&m.lifecycle).poisoned().is_some();
+        if let Some(ex) = lock(&m.exec).take() {
+            for (s, d) in ex.ncs.into_iter().zip(m.devices.iter()) {
+                let nc = s.nc;
+                drop(s.teardown(d));
+                // libnrt leaves a faulted core to the management firmware; we reset the NCs of
+                // a poisoned model through the firmware at unload so the next load on them
+                // starts clean. Healthy NCs only get their latched causes cleared.
+                if poisoned {
+                    if let Err(e) = d.reset_nc(nc) {
+                        tracing::warn!("NC {nc}: reset after a fatal execution failed: {e}");
+                    }
+                }
+                let _ = d.clear_causes(nc);
+            }
+        }
+        for d in &m.devices {
+            d.trim();
+        }
+        let mut owners = lock(&self.owners);
+        for &c in &m.ncs {
+            if owners.get(c).copied().flatten() == Some(m.id) {
+                owners[c] = None;
+            }
+        }
+    }
+}

@@ -1,0 +1,285 @@
+//! The runtime: libnrt's lifecycle, load/unload, tensors and execute over hal devices.
+//!
+//! - [`Runtime::init`] / [`Runtime::close`] with the NRT_INIT_STATE guard on every call
+//!   (before init → NRT_UNINITIALIZED 13, after close → NRT_CLOSED 14, a forked child is
+//!   fenced).
+//! - [`Runtime::load`]: NEFF gates → vNC admission (NEURON_RT_VISIBLE_CORES; too few →
+//!   NRT_LOAD_NOT_ENOUGH_NC 9, "Insufficient number of pncs, required: %u, available: %u")
+//!   → staging per NC ([`crate::stage`]). A failed load unwinds everything it made.
+//! - [`Runtime::execute`] (sync): bind inputs (DMA), stage the DMA rings, kick off each NC
+//!   with one MMIO write, run the one-step completion engine until done, copy outputs back.
+//! - [`Runtime::execute_async`]: the same through the NC's execution unit (XU) worker.
+//! - Fail-stop: a fatal status poisons the model — it stays RUNNING, later executes return
+//!   NRT_EXEC_UNIT_UNRECOVERABLE (101) like libnrt's FATAL_SHUTDOWN XU, unload works, and a
+//!   fresh load on the same NCs runs.
+
+//!
+//! | module | holds |
+//! |---|---|
+//! | [`tensor`] | [`Tensor`], [`TensorSet`], [`Runtime::alloc_tensor`] |
+//! | [`admission`] | vNC admission (NEURON_RT_VISIBLE_CORES, NRT_LOAD_NOT_ENOUGH_NC) |
+//! | [`load`] | [`Runtime::load`], [`Runtime::share`], [`Runtime::unload`], teardown |
+//! | [`execute`] | [`Runtime::execute`], [`Runtime::execute_repeat`]: bind inputs, kick, complete, read outputs |
+//! | [`async_exec`] | [`Runtime::execute_async`] and the execution-unit glue ([`AsyncReq`], [`AsyncTok`], [`XuExec`]) |
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use hal::Device;
+use neff::{NrtStatus, TensorInfo};
+use platform::Platform;
+
+use crate::completion::ExecTracker;
+use crate::stage::StagedNc;
+use crate::state::{ModelLifecycle, RuntimeState};
+use crate::xu::Xu;
+
+pub mod admission;
+pub mod async_exec;
+pub mod execute;
+pub mod load;
+pub mod tensor;
+
+pub use crate::error::{RtError, RtErrorKind};
+pub use async_exec::{AsyncReq, AsyncTok, XuExec};
+pub use tensor::{Tensor, TensorMem, TensorSet};
+
+/// How the host waits between completion steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PollPolicy {
+    /// Spin, then yield (default): no syscalls on the fast path.
+    Spin,
+    /// `usleep(1)` between steps, as libnrt's synchronous driver does.
+    Usleep1,
+    /// Sleep on the NC's interrupt eventfd where the platform offers one (the simulator
+    /// raises it on every notification record), else spin.
+    Interrupt,
+}
+
+/// Runtime configuration (environment knobs are read by [`RuntimeConfig::from_env`]).
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    /// Model execution timeout (NEURON_RT_EXEC_TIMEOUT, seconds).
+    pub exec_timeout: Duration,
+    /// Global NC indices the runtime may use (NEURON_RT_VISIBLE_CORES); None = all.
+    pub visible_cores: Option<Vec<usize>>,
+    pub poll: PollPolicy,
+    /// XU queue capacity for async executes.
+    pub async_capacity: usize,
+    /// Verify the NEFF digest at load.
+    pub verify: bool,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        Self {
+            exec_timeout: crate::env::core_timeout(600) / 1000,
+            visible_cores: None,
+            poll: PollPolicy::Spin,
+            async_capacity: 64,
+            verify: true,
+        }
+    }
+}
+
+impl RuntimeConfig {
+    /// Defaults overridden by NEURON_RT_EXEC_TIMEOUT and NEURON_RT_VISIBLE_CORES.
+    pub fn from_env() -> Result<Self, RtError> {
+        let env = crate::env::RtEnv::from_env().map_err(|e| RtError::invalid(e.to_string()))?;
+        Ok(Self {
+            exec_timeout: Duration::from_secs(env.exec_timeout_secs as u64),
+            visible_cores: env.visible_cores.map(|v| v.into_iter().map(|c| c as usize).collect()),
+            ..Self::default()
+        })
+    }
+}
+
+/// Timings of one execution.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ExecTimings {
+    /// Host wall time of the whole call.
+    pub total_ns: u64,
+    /// Device time of NC 0: latest END − earliest START (device timestamps, ns).
+    pub device_ns: u64,
+    /// Completion-engine steps taken.
+    pub steps: u64,
+    /// From the last END record's device timestamp (rescaled to host time) to the host
+    /// observing completion, ns.
+    pub completion_lag_ns: u64,
+}
+
+/// An executing model's device state (one lock: executions of a model are serialized).
+struct ExecState {
+    ncs: Vec<StagedNc>,
+    /// NC 0's interrupt (PollPolicy::Interrupt).
+    irq: Option<hal::Irq>,
+    tracker: ExecTracker,
+    seq: u64,
+    /// Device → host time of NC 0 (seed 001 timestamp rescale), taken at load.
+    sync: crate::timestamp::TimestampSync,
+    /// An async execution has been kicked off and is not complete yet.
+    busy: bool,
+}
+
+/// A loaded model.
+pub struct Model {
+    pub id: u64,
+    pub name: String,
+    pub inputs: Vec<TensorInfo>,
+    pub outputs: Vec<TensorInfo>,
+    /// Global NC indices.
+    pub ncs: Vec<usize>,
+    lifecycle: Mutex<ModelLifecycle>,
+    exec: Mutex<Option<ExecState>>,
+    poll: PollPolicy,
+    devices: Vec<Device>,
+    epoch: Instant,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl std::fmt::Debug for Model {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Model").field("id", &self.id).field("name", &self.name).field("ncs", &self.ncs).finish()
+    }
+}
+
+/// A handle to a loaded model (libnrt's `nrt_model_t*`).
+pub type ModelHandle = Arc<Model>;
+
+struct NcXu {
+    xu: Xu<XuExec>,
+}
+
+/// The runtime (libnrt's global state, as an object).
+pub struct Runtime {
+    state: Mutex<RuntimeState>,
+    devices: Mutex<Vec<Device>>,
+    cfg: Mutex<RuntimeConfig>,
+    owners: Mutex<Vec<Option<u64>>>,
+    models: Mutex<HashMap<u64, Arc<Model>>>,
+    xus: Mutex<HashMap<usize, Arc<NcXu>>>,
+    next_id: AtomicU64,
+    pid: AtomicU64,
+    closed_devices: AtomicBool,
+    epoch: Instant,
+}
+
+impl Default for Runtime {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Runtime {
+    /// A runtime in NRT_STATE_START.
+    pub fn new() -> Self {
+        Self {
+            state: Mutex::new(RuntimeState::new()),
+            devices: Mutex::new(Vec::new()),
+            cfg: Mutex::new(RuntimeConfig::default()),
+            owners: Mutex::new(Vec::new()),
+            models: Mutex::new(HashMap::new()),
+            xus: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            pid: AtomicU64::new(std::process::id() as u64),
+            closed_devices: AtomicBool::new(false),
+            epoch: Instant::now(),
+        }
+    }
+
+    /// The NRT_INIT_STATE guard at the top of every API entry: Ok in INIT for the process
+    /// that ran `init`; before init NRT_UNINITIALIZED (13), after close NRT_CLOSED (14), in a
+    /// forked child NRT_UNINITIALIZED.
+    pub fn guard(&self) -> Result<(), RtError> {
+        Ok(lock(&self.state).guard(std::process::id())?)
+    }
+
+    /// Whether [`Runtime::init`] may proceed now (START or CLOSED), so a front end can
+    /// refuse early, before it opens any device. Same errors as `init`'s state check.
+    pub fn check_init(&self) -> Result<(), RtError> {
+        Ok(lock(&self.state).check_init(std::process::id())?)
+    }
+
+    /// `nrt_init`: open and initialise the devices behind `platforms`.
+    pub fn init(
+        &self,
+        platforms: Vec<Arc<dyn Platform>>,
+        cfg: RuntimeConfig,
+        opts: hal::DeviceOptions,
+    ) -> Result<(), RtError> {
+        let mut st = lock(&self.state);
+        st.init(std::process::id())?;
+        let mut devs = Vec::new();
+        for p in platforms {
+            let d = Device::open(p, opts.clone()).and_then(|d| d.init().map(|_| d));
+            match d {
+                Ok(d) => devs.push(d),
+                Err(e) => {
+                    let _ = st.close(std::process::id());
+                    *st = RuntimeState::new();
+                    return Err(e.into());
+                }
+            }
+        }
+        let ncs: usize = devs.iter().map(|d| d.nc_count()).sum();
+        *lock(&self.owners) = vec![None; ncs];
+        *lock(&self.devices) = devs;
+        *lock(&self.cfg) = cfg;
+        self.pid.store(std::process::id() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// `nrt_close`: unload everything, stop workers, release the devices.
+    pub fn close(&self) -> Result<(), RtError> {
+        self.guard()?;
+        let xus: Vec<Arc<NcXu>> = lock(&self.xus).drain().map(|(_, x)| x).collect();
+        for x in xus {
+            if let Ok(x) = Arc::try_unwrap(x) {
+                let _ = x.xu.shutdown();
+            }
+        }
+        let models: Vec<Arc<Model>> = lock(&self.models).drain().map(|(_, m)| m).collect();
+        for m in models {
+            self.teardown(&m);
+        }
+        for d in lock(&self.devices).drain(..) {
+            d.close();
+        }
+        self.closed_devices.store(true, Ordering::Relaxed);
+        Ok(lock(&self.state).close(std::process::id())?)
+    }
+
+    /// Global NCs of the runtime's devices.
+    pub fn nc_count(&self) -> usize {
+        lock(&self.owners).len()
+    }
+
+    fn device_of(&self, global_nc: usize) -> Option<(Device, usize)> {
+        let devs = lock(&self.devices);
+        let mut base = 0;
+        for d in devs.iter() {
+            if global_nc < base + d.nc_count() {
+                return Some((d.clone(), global_nc - base));
+            }
+            base += d.nc_count();
+        }
+        None
+    }
+
+    /// Models currently loaded.
+    pub fn loaded_models(&self) -> usize {
+        lock(&self.models).len()
+    }
+}
+
+impl Model {
+    /// Whether a fatal status poisoned the model (and which).
+    pub fn poisoned(&self) -> Option<NrtStatus> {
+        lock(&self.lifecycle).poisoned()
+    }
+}

@@ -1,0 +1,116 @@
+//! Tensors (named bytes in host DMA memory or device memory), tensor sets, and their
+//! allocation on the device of a global NC.
+
+use std::sync::Arc;
+
+use hal::{DevBuf, Device, HostBuf};
+
+use super::{RtError, Runtime};
+
+/// Where a tensor lives.
+pub enum TensorMem {
+    Host(HostBuf),
+    Device(DevBuf),
+}
+
+/// A tensor: named bytes in host DMA memory or device memory.
+pub struct Tensor {
+    pub name: String,
+    pub size: u64,
+    mem: TensorMem,
+    dev: Device,
+}
+
+impl Tensor {
+    /// Device address (host window bit included for host tensors).
+    pub fn dev_addr(&self) -> u64 {
+        match &self.mem {
+            TensorMem::Host(b) => self.dev.host_addr(b),
+            TensorMem::Device(d) => d.addr(),
+        }
+    }
+    /// Whether the tensor is in host memory.
+    pub fn is_host(&self) -> bool {
+        matches!(self.mem, TensorMem::Host(_))
+    }
+    /// Write `data` at `off`.
+    pub fn write(&self, off: u64, data: &[u8]) -> Result<(), RtError> {
+        if off.checked_add(data.len() as u64).is_none_or(|e| e > self.size) {
+            return Err(RtError::invalid(format!(
+                "write of {} bytes at {off} outside tensor {} ({} bytes)",
+                data.len(),
+                self.name,
+                self.size
+            )));
+        }
+        match &self.mem {
+            TensorMem::Host(b) => b.write(off as usize, data)?,
+            TensorMem::Device(d) => self.dev.write_device(0, d.addr() + off, data)?,
+        }
+        Ok(())
+    }
+    /// Read into `out` from `off`.
+    pub fn read(&self, off: u64, out: &mut [u8]) -> Result<(), RtError> {
+        if off.checked_add(out.len() as u64).is_none_or(|e| e > self.size) {
+            return Err(RtError::invalid(format!(
+                "read of {} bytes at {off} outside tensor {} ({} bytes)",
+                out.len(),
+                self.name,
+                self.size
+            )));
+        }
+        match &self.mem {
+            TensorMem::Host(b) => b.read(off as usize, out)?,
+            TensorMem::Device(d) => self.dev.read_device(0, d.addr() + off, out)?,
+        }
+        Ok(())
+    }
+    /// The whole tensor.
+    pub fn to_vec(&self) -> Result<Vec<u8>, RtError> {
+        let mut v = vec![0u8; self.size as usize];
+        self.read(0, &mut v)?;
+        Ok(v)
+    }
+}
+
+/// Named tensors bound to a model's inputs or outputs.
+#[derive(Default, Clone)]
+pub struct TensorSet {
+    tensors: Vec<(String, Arc<Tensor>)>,
+}
+
+impl TensorSet {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Bind `t` under `name` (replacing an earlier binding).
+    pub fn add(&mut self, name: &str, t: Arc<Tensor>) {
+        self.tensors.retain(|(n, _)| n != name);
+        self.tensors.push((name.to_string(), t));
+    }
+    /// The tensor bound to `name`.
+    pub fn get(&self, name: &str) -> Option<&Arc<Tensor>> {
+        self.tensors.iter().find(|(n, _)| n == name).map(|(_, t)| t)
+    }
+    /// Number of tensors.
+    pub fn len(&self) -> usize {
+        self.tensors.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.tensors.is_empty()
+    }
+}
+
+impl Runtime {
+    /// Allocate a tensor on the device of global NC `nc` (host DMA memory or HBM).
+    pub fn alloc_tensor(&self, name: &str, size: u64, on_device: bool, nc: usize) -> Result<Arc<Tensor>, RtError> {
+        self.guard()?;
+        let (dev, local) = self.device_of(nc).ok_or_else(|| RtError::invalid(format!("no NC {nc}")))?;
+        let mem = if on_device {
+            TensorMem::Device(dev.alloc_device(dev.hbm_for_nc(local), size.max(1), 64)?)
+        } else {
+            TensorMem::Host(dev.alloc_host(size.max(1) as usize, 64)?)
+        };
+        Ok(Arc::new(Tensor { name: name.to_string(), size, mem, dev }))
+    }
+}

@@ -1,0 +1,237 @@
+//! Step 4, lower programs: the engine programs the NC runs for one execution.
+//!
+//! # Lowering (the device forms are defined once in `isa::device_ops`)
+//!
+//! | NEFF slot | becomes |
+//! |---|---|
+//! | PSEUDO_DMA_TRIGGER `q block` | two WRITEs: the queue's S2M tail-increment register, then its M2S one, each by the block's descriptor-pair count (the first keeps the slot's wait, the second its update). The block's descriptors are staged in the ring, in trigger order, before every execution. |
+//! | PSEUDO_TRIGGER_COLLECTIVE | SB2SB_COLLECTIVE with var ids relocated to device addresses (+ element offsets), the replica group's size and this graph's rank, and the load's communicator id |
+//! | PSEUDO_DMA_DIRECT2D (dge_op DIRECT2D) | DMAMEMCPY (0xB8) with PSEUDO_ADDR8 addresses (marker bit 0x10: var id in bits 32..48, byte offset in bits 0..32) relocated and bounds-checked |
+//! | EVENT_SEMAPHORE, NOP, NOTIFY, WRITE, semaphore ops, EXTENDED_INST, DMAMEMCPY with immediate addresses | unchanged (trace bits cleared) |
+//! | anything else | load error NRT_INVALID ("Unsupported hardware operator code") |
+//!
+//! Every engine program is wrapped so that one MMIO write starts an execution and the
+//! device cleans up after itself (semaphores `$S[250..=255]` are reserved):
+//!
+//! - SP (the sync engine) runs a runtime-generated program: take one token of `$S[KICK]`
+//!   (wait ≥ 1, decrement) (`INST_START`); hand one start token to each of PE, ACT, POOL, DVE
+//!   (`$S[START_e] += 1`); wait until all four report done (`$S[DONE] ≥ 4`); reset every
+//!   semaphore the model uses and `$S[DONE]` to 0 (WRITEs to the `sem_set` window)
+//!   (`INST_END`). The NEFF's own sp.bin (8-byte SP ISA) is not executed.
+//! - PE/ACT/POOL/DVE: take their start token (`INST_START`) → the lowered program →
+//!   `$S[DONE] += 1` (`INST_END`).
+//!
+//! All programs loop, so the next kickoff re-runs them without reprogramming.
+
+use std::collections::BTreeSet;
+
+use csr_maps::consts::addr8;
+use hal::Device;
+use isa::device_ops::{self, CollectiveOp, WriteOp, UPDATE_DEC_COMPLETE};
+use isa::slot::{Dma2d, Dma2dLeg, Events, Instruction, Opcode, TraceMode, UpdateMode, WaitMode, SLOT_BYTES};
+use neff::{EngineKind, Graph, Program};
+
+use super::sems::{DONE, KICK, START};
+use super::vars::addr_of;
+use super::{GraphPlacement, StageError, StagedQueue, StagedVar};
+
+/// Trace bits of a slot header (debug_cmd [1:0]).
+const TRACE_START: u8 = TraceMode::OnStart as u8;
+const TRACE_END: u8 = TraceMode::OnEnd as u8;
+
+/// One engine program: its 64-byte slots.
+pub type Slots = Vec<[u8; SLOT_BYTES]>;
+
+/// The five programs (PE, ACT, POOL, DVE, then SP) of graph `g` on `p.nc`: the wrapped,
+/// lowered NEFF programs and the runtime's SP program, which resets `model_sems` after
+/// every execution.
+pub fn lower_programs(
+    dev: &Device,
+    g: &Graph,
+    p: &GraphPlacement,
+    vars: &[StagedVar],
+    queues: &[StagedQueue],
+    model_sems: &BTreeSet<u8>,
+) -> Result<Vec<Slots>, StageError> {
+    let arch = dev.arch();
+    let regs = dev.regs();
+    let take = |s: u8| Events {
+        wait_mode: WaitMode::GeImm,
+        wait_idx: s,
+        update_mode: UpdateMode::Other(UPDATE_DEC_COMPLETE),
+        update_idx: s,
+        semaphore_value: 1,
+    };
+    let inc = |s: u8| Events { update_mode: UpdateMode::IncComplete, update_idx: s, ..Events::NONE };
+    let mut progs: Vec<Slots> = Vec::new();
+    let mut trig_count = vec![0usize; queues.len()];
+    for (e, start) in START.iter().enumerate() {
+        let mut slots = vec![device_ops::events_only(Opcode::EventSemaphore, TRACE_START, take(*start))];
+        let kind = [EngineKind::Pe, EngineKind::Act, EngineKind::Pool, EngineKind::Dve][e];
+        if let Some(ep) = g.engines.iter().find(|x| x.kind == kind) {
+            if let Program::Tpb(ins) = &ep.program {
+                let mut cx =
+                    LowerCtx { regs: &regs, g, p, engine: ep.kind.name(), queues, vars, trig_count: &mut trig_count };
+                for (pc, i) in ins.iter().enumerate() {
+                    lower(&mut cx, i, pc, &mut slots)?;
+                }
+            }
+        }
+        slots.push(device_ops::events_only(Opcode::Nop, TRACE_END, inc(DONE)));
+        progs.push(slots);
+    }
+    // SP: the sync master.
+    let mut sp = vec![device_ops::events_only(Opcode::EventSemaphore, TRACE_START, take(KICK))];
+    for s in START {
+        sp.push(device_ops::events_only(Opcode::Nop, 0, inc(s)));
+    }
+    let gate =
+        Events { wait_mode: WaitMode::GeImm, wait_idx: DONE, semaphore_value: START.len() as u32, ..Events::NONE };
+    sp.push(device_ops::events_only(Opcode::EventSemaphore, 0, gate));
+    let sem_set = |s: u8| -> Result<u64, StageError> {
+        let off = regs
+            .tpb_sem(p.nc as u64)
+            .and_then(|b| b.sem_set(s as u64))
+            .map_err(|e| StageError::invalid(e.to_string()))?
+            .offset();
+        arch.bar0_to_dev(off).ok_or_else(|| StageError::invalid("semaphore window has no device address"))
+    };
+    for &s in model_sems {
+        sp.push(WriteOp::new(Events::NONE, sem_set(s)?, 0).encode());
+    }
+    let mut last = WriteOp::new(Events::NONE, sem_set(DONE)?, 0);
+    last.header.debug_cmd = TRACE_END;
+    sp.push(last.encode());
+    progs.push(sp);
+    Ok(progs)
+}
+
+/// What lowering one engine's instructions needs: the device's registers, the graph and its
+/// placement, the staged queues and vars, and how many triggers each queue has seen.
+pub struct LowerCtx<'a> {
+    pub regs: &'a csr_maps::Regs<'a>,
+    pub g: &'a Graph,
+    pub p: &'a GraphPlacement,
+    /// Engine name (for messages).
+    pub engine: &'a str,
+    pub queues: &'a [StagedQueue],
+    pub vars: &'a [StagedVar],
+    /// Per queue: triggers lowered so far (the next one fires `order[count]`).
+    pub trig_count: &'a mut [usize],
+}
+
+/// Lower instruction `i` (slot `pc` of the context's engine) into `out`.
+pub fn lower(cx: &mut LowerCtx<'_>, i: &Instruction, pc: usize, out: &mut Slots) -> Result<(), StageError> {
+    let what = format!("{} slot {pc}", cx.engine);
+    let (g, p, queues, vars) = (cx.g, cx.p, cx.queues, cx.vars);
+    let mut clear = |mut b: [u8; SLOT_BYTES]| {
+        b[2] &= !(TraceMode::Both as u8); // trace bits belong to the runtime's preamble/postamble
+        out.push(b);
+    };
+    match i {
+        Instruction::DmaTrigger(t) => {
+            let name = t.queue();
+            let qi = queues
+                .iter()
+                .position(|q| q.name == name)
+                .ok_or_else(|| StageError::invalid(format!("{what}: unknown DMA queue {name}")))?;
+            let q = &queues[qi];
+            let k = cx.trig_count[qi];
+            cx.trig_count[qi] += 1;
+            let b = q
+                .order
+                .get(k)
+                .copied()
+                .ok_or_else(|| StageError::invalid(format!("{what}: trigger order mismatch")))?;
+            let pairs = q.blocks[b].pairs;
+            let (s2m, m2s) = q.ring.doorbell_dev_addrs(cx.regs)?;
+            let wait = Events { update_mode: UpdateMode::None, update_idx: 0, ..t.events };
+            let update = Events { wait_mode: WaitMode::None, wait_idx: 0, ..t.events };
+            clear(WriteOp::new(wait, s2m, pairs).encode());
+            clear(WriteOp::new(update, m2s, pairs).encode());
+        }
+        Instruction::TriggerCollective(c) => {
+            let es = device_ops::dtype::size(c.dtype)
+                .ok_or_else(|| StageError::invalid(format!("{what}: collective dtype {:#x} unsupported", c.dtype)))?
+                as u64;
+            let bytes = c
+                .num_elements
+                .checked_mul(es)
+                .ok_or_else(|| StageError::invalid(format!("{what}: element count overflows")))?;
+            let src = addr_of(vars, c.input_tensor_id, c.src_offset_elems.saturating_mul(es), bytes, &what)?;
+            let dst = addr_of(vars, c.output_tensor_id, c.dst_offset_elems.saturating_mul(es), bytes, &what)?;
+            let group = g.replica_groups.get(c.group_id as usize);
+            let (rank, size) = match group {
+                None => (0, 1),
+                Some(gr) if gr.is_empty() => (0, 1),
+                Some(gr) => {
+                    let r = gr.iter().position(|&x| x as usize == p.rank).ok_or_else(|| {
+                        StageError::invalid(format!("{what}: graph {} is not in replica group {:?}", p.rank, gr))
+                    })?;
+                    (r, gr.len())
+                }
+            };
+            if size > u8::MAX as usize {
+                return Err(StageError::invalid(format!("{what}: replica group of {size}")));
+            }
+            let op = CollectiveOp {
+                header: isa::slot::SlotHeader::new(Opcode::Sb2sbCollective),
+                events: c.events,
+                op: c.op,
+                dtype: c.dtype,
+                ctype: c.ctype,
+                rank: rank as u8,
+                group_size: size as u8,
+                comm_id: p.comm_id.wrapping_mul(256).wrapping_add(c.group_id as u32),
+                src,
+                dst,
+                num_elements: c.num_elements,
+            };
+            clear(op.encode());
+        }
+        Instruction::PseudoDmaDirect2d(d) | Instruction::DmaMemcpy(d) => {
+            if matches!(i, Instruction::PseudoDmaDirect2d(_)) && d.op != 0 {
+                return Err(StageError::invalid(format!("{what}: DGE op {} is not supported (DIRECT2D only)", d.op)));
+            }
+            let reloc = |l: &Dma2dLeg| -> Result<Dma2dLeg, StageError> {
+                if l.start_addr & addr8::VAR_MARKER == 0 {
+                    return Ok(*l);
+                }
+                let id = ((l.start_addr >> addr8::VAR_ID_SHIFT) & addr8::VAR_ID_MASK) as u32;
+                let off = l.start_addr & addr8::OFFSET_MASK;
+                let es = if l.elem_size == 0 { 65536 } else { l.elem_size as u64 };
+                let span = leg_span(l, es);
+                let a = addr_of(vars, id, off, span, &what)?;
+                Ok(Dma2dLeg { start_addr: a, ..*l })
+            };
+            let low = Dma2d {
+                header: isa::slot::SlotHeader::new(Opcode::DmaMemcpy),
+                events: d.events,
+                op: if matches!(i, Instruction::PseudoDmaDirect2d(_)) { 0 } else { d.op },
+                src: reloc(&d.src)?,
+                dst: reloc(&d.dst)?,
+                ..*d
+            };
+            clear(low.encode());
+        }
+        Instruction::EventSemaphore(_)
+        | Instruction::Nop(_)
+        | Instruction::Notify(_)
+        | Instruction::Write(_)
+        | Instruction::Semaphore(_)
+        | Instruction::ExtendedInst(_) => clear(i.encode()),
+        Instruction::Raw { header, .. } => {
+            return Err(StageError::invalid(format!(
+                "{what}: Unsupported hardware operator code {:#04x}",
+                header.opcode
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Bytes from the start of a 2-D leg to the end of its last element (non-negative steps).
+fn leg_span(l: &Dma2dLeg, es: u64) -> u64 {
+    let last = |n: u16, s: i32| (n.saturating_sub(1) as i64 * s as i64).max(0) as u64;
+    (last(l.num_elem[0], l.step_elem[0]) + last(l.num_elem[1], l.step_elem[1]) + 1) * es
+}

@@ -1,0 +1,190 @@
+//! Staging one graph of a NEFF on one NeuronCore through hal, in named steps:
+//!
+//! 1. [`vars::place_vars`] — device memory (or state buffer) for every var;
+//! 2. [`sems::collect_semaphores`] — the semaphores the model uses (reset after every execution);
+//! 3. [`queues::build_queues`] — a DMA ring per queue and its prebuilt transfers;
+//! 4. [`lower::lower_programs`] — the engine programs, lowered to device form and wrapped so
+//!    one MMIO write starts an execution (the lowering is documented in [`lower`]);
+//! 5. [`rings::arm_rings`] — notification rings, then the programs as enabled looping streams;
+//! 6. [`ucode::dge_mailboxes`], [`ucode::stage_ucode`] — DGE mailboxes and Q7 ucode libraries.
+//!
+//! [`stage_graph`] runs them in that order and resolves the kickoff slot. A staged NC is the
+//! completion engine's [`crate::completion::NotificationSource`] ([`source`]).
+
+use std::collections::BTreeSet;
+
+use csr_maps::consts::seq::ENGINES;
+use hal::{DevBuf, Device, HostBuf, NqRing, Ring, Stream, Xfer};
+use neff::{Graph, VarKind};
+
+pub mod lower;
+pub mod queues;
+pub mod rings;
+pub mod sems;
+pub mod source;
+pub mod ucode;
+pub mod vars;
+
+pub use crate::error::{StageError, StageErrorKind};
+
+/// Index of the SP engine (the sync master).
+pub const SP: usize = 4;
+/// Records per INFER_STATUS ring and per error ring.
+pub const RING_RECORDS: u64 = 256;
+
+const _: () = assert!(SP == ENGINES.len() - 1);
+
+/// A var placed in device memory.
+pub struct StagedVar {
+    pub name: String,
+    pub var_id: u32,
+    pub kind: VarKind,
+    pub size: u64,
+    /// Device address.
+    pub addr: u64,
+    /// Owning allocation (None for state-buffer and virtual vars).
+    pub mem: Option<DevBuf>,
+}
+
+/// One prebuilt DMA block: its transfers and the completion-semaphore pair.
+pub struct StagedBlock {
+    pub id: u32,
+    pub xfers: Vec<Xfer>,
+    /// For each transfer: the var index its source / destination lies in (None for the
+    /// semaphore pair), so a bound tensor can replace the var at bind time.
+    pub refs: Vec<(Option<usize>, Option<usize>)>,
+    pub pairs: u32,
+}
+
+/// A model DMA queue on a hardware queue pair.
+pub struct StagedQueue {
+    pub name: String,
+    pub ring: Ring,
+    pub blocks: Vec<StagedBlock>,
+    /// Block indices in the order the owner engine's program triggers them.
+    pub order: Vec<usize>,
+}
+
+/// Everything a graph holds on one NC while loaded.
+pub struct StagedNc {
+    pub nc: usize,
+    pub vars: Vec<StagedVar>,
+    pub queues: Vec<StagedQueue>,
+    pub streams: Vec<Stream>,
+    pub infer_rings: Vec<NqRing>,
+    pub err_ring: NqRing,
+    /// Host word holding 1: source of the semaphore-increment pairs.
+    pub one: HostBuf,
+    /// `$S[KICK]`'s increment register: the kickoff ([`hal::Device::kick`]).
+    pub kick: hal::KickSlot,
+    /// Semaphores the model uses (reset by SP after every execution).
+    pub model_sems: BTreeSet<u8>,
+    pub dge_core: Option<hal::q7::UcodeCore>,
+    /// The Q7 pool core claimed for the model's ucode libraries, and the staged libraries.
+    pub q7_core: Option<hal::q7::UcodeCore>,
+    pub ucode: Vec<hal::q7::LoadableLib>,
+    /// The device (for the completion engine's register probes).
+    pub dev: Device,
+    /// Scratch for raw records (preallocated; the hot path does not allocate).
+    pub raw: Vec<[u8; 16]>,
+    /// Per var: a tensor address bound for the next execution (replaces the var in DMA
+    /// descriptors), set by the runtime's bind step.
+    pub bind: Vec<Option<u64>>,
+    /// Per var: referenced only by DMA descriptors (so binding by address is possible).
+    pub dma_only: Vec<bool>,
+}
+
+impl StagedNc {
+    /// A var by name.
+    pub fn var(&self, name: &str) -> Option<&StagedVar> {
+        self.vars.iter().find(|v| v.name == name)
+    }
+
+    /// Index of a var by name.
+    pub fn var_index(&self, name: &str) -> Option<usize> {
+        self.vars.iter().position(|v| v.name == name)
+    }
+
+    /// Write every queue's descriptors for one execution (the bind step), with bound
+    /// tensors in place of their vars. Allocates nothing.
+    pub fn stage_rings(&mut self) -> Result<(), hal::HalError> {
+        let (vars, bind) = (&self.vars, &self.bind);
+        let rebase = |a: u64, r: Option<usize>| match r.and_then(|i| bind[i].map(|b| (b, vars[i].addr))) {
+            Some((b, base)) => b + (a - base),
+            None => a,
+        };
+        for q in &mut self.queues {
+            for &b in &q.order {
+                let blk = &q.blocks[b];
+                for (x, &(rs, rd)) in blk.xfers.iter().zip(&blk.refs) {
+                    let x = Xfer { src: rebase(x.src, rs), dst: rebase(x.dst, rd), len: x.len };
+                    q.ring.stage(std::slice::from_ref(&x))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Stop the engines and halt the rings (unload / failed load).
+    pub fn teardown(self, dev: &Device) -> Vec<DevBuf> {
+        let regs = dev.regs();
+        let mut keep = Vec::new();
+        for s in self.streams {
+            if let Ok(m) = s.unload(&regs) {
+                keep.push(m);
+            }
+        }
+        for r in self.infer_rings.iter().chain(std::iter::once(&self.err_ring)) {
+            let _ = r.halt(&regs);
+        }
+        for q in &self.queues {
+            let _ = q.ring.quiesce(&regs);
+        }
+        keep
+    }
+}
+
+/// Placement of one graph of a model.
+pub struct GraphPlacement {
+    pub nc: usize,
+    /// Index of the graph in the model (its rank in replica groups).
+    pub rank: usize,
+    /// Communicator id shared by every graph of this load.
+    pub comm_id: u32,
+}
+
+/// Stage graph `g` of a model on `p.nc` of `dev`.
+pub fn stage_graph(dev: &Device, g: &Graph, p: &GraphPlacement) -> Result<StagedNc, StageError> {
+    let nc = p.nc;
+    let vars = vars::place_vars(dev, g, nc)?;
+    let model_sems = sems::collect_semaphores(g)?;
+    // The source word of every queue's completion-semaphore increment.
+    let one = dev.alloc_host(64, 64)?;
+    one.write_u32(0, 1)?;
+    let queues = queues::build_queues(dev, g, nc, &vars, &one)?;
+    let progs = lower::lower_programs(dev, g, p, &vars, &queues, &model_sems)?;
+    let rings::Armed { infer_rings, err_ring, streams } = rings::arm_rings(dev, nc, &progs)?;
+    let dge_core = Some(ucode::dge_mailboxes(dev, nc)?);
+    let (q7_core, ucode) = ucode::stage_ucode(dev, g, nc)?;
+    let kick = dev.kick_slot(nc, sems::KICK as u64)?;
+    let dma_only = vars::dma_only(g, &vars);
+    let bind = vec![None; vars.len()];
+    Ok(StagedNc {
+        nc,
+        vars,
+        queues,
+        streams,
+        infer_rings,
+        err_ring,
+        one,
+        kick,
+        model_sems,
+        dge_core,
+        q7_core,
+        ucode,
+        dev: dev.clone(),
+        raw: Vec::with_capacity(RING_RECORDS as usize),
+        bind,
+        dma_only,
+    })
+}

@@ -1,0 +1,121 @@
+//! Step 1, place vars: every var of the graph gets its device address — state-buffer vars
+//! are packed into the NC's state buffer, virtual vars resolve into their backing var, all
+//! others get their own HBM allocation (initial data written). Also the address resolvers
+//! the later steps use (every address a model can name is range-checked against its var)
+//! and which vars may be rebound to a tensor per execution.
+
+use std::collections::BTreeSet;
+
+use csr_maps::consts::addr8;
+use hal::Device;
+use isa::slot::Instruction;
+use neff::{Graph, Program, VarKind};
+
+use super::{StageError, StagedVar};
+
+/// Place the vars of `g` on NC `nc` (ordered by var id).
+pub fn place_vars(dev: &Device, g: &Graph, nc: usize) -> Result<Vec<StagedVar>, StageError> {
+    let chan = dev.hbm_for_nc(nc);
+    let arch = dev.arch();
+    let mut vars: Vec<StagedVar> = Vec::new();
+    let sbuf = arch.region("sbuf").ok_or_else(|| StageError::invalid("arch has no state buffer"))?;
+    let sbuf_base = sbuf.dev_base(nc as u64).ok_or_else(|| StageError::invalid("no state buffer for this NC"))?;
+    let mut sb_off = 0u64;
+    let mut ordered: Vec<&neff::Var> = g.vars.iter().collect();
+    ordered.sort_by_key(|v| v.var_id);
+    for v in &ordered {
+        let size = v.size.or_else(|| v.data.as_ref().map(|d| d.len() as u64)).unwrap_or(0);
+        let align = v.alignment.unwrap_or(64).max(64);
+        if !align.is_power_of_two() {
+            return Err(StageError::invalid(format!("var {}: alignment {align} is not a power of two", v.name)));
+        }
+        let (addr, mem) = match v.kind {
+            VarKind::StateBuffer => {
+                let a = sb_off.div_ceil(align) * align;
+                if a + size > sbuf.size {
+                    return Err(StageError::resource(format!("state buffer exhausted by var {}", v.name)));
+                }
+                sb_off = a + size;
+                (sbuf_base + a, None)
+            }
+            VarKind::Virtual => (0, None), // resolved below against its backing var
+            _ => {
+                let m = dev.alloc_device(chan, size.max(1), align)?;
+                (m.addr(), Some(m))
+            }
+        };
+        vars.push(StagedVar { name: v.name.clone(), var_id: v.var_id, kind: v.kind, size, addr, mem });
+    }
+    for (i, v) in ordered.iter().enumerate() {
+        if v.kind == VarKind::Virtual {
+            let back =
+                v.backing_buf.as_deref().and_then(|b| vars.iter().find(|x| x.name == b)).map(|b| (b.addr, b.size));
+            let off = v.backing_variable_off.unwrap_or(0);
+            match back {
+                Some((a, s)) if off.checked_add(vars[i].size).is_some_and(|e| e <= s) => vars[i].addr = a + off,
+                _ => {
+                    return Err(StageError::invalid(format!(
+                        "virtual var {}: backing buffer missing or too small",
+                        v.name
+                    )))
+                }
+            }
+        }
+        if let (Some(data), Some(_)) = (&v.data, &vars[i].mem) {
+            dev.write_device(nc, vars[i].addr, data.as_ref())?;
+        }
+    }
+    Ok(vars)
+}
+
+/// Var `id` + `off`, `len` bytes → device address; refused unless inside the var.
+pub fn addr_of(vars: &[StagedVar], id: u32, off: u64, len: u64, what: &str) -> Result<u64, StageError> {
+    let v = vars
+        .iter()
+        .find(|v| v.var_id == id)
+        .ok_or_else(|| StageError::invalid(format!("{what}: unknown var id {id}")))?;
+    match off.checked_add(len) {
+        Some(end) if end <= v.size => Ok(v.addr + off),
+        _ => Err(StageError::invalid(format!("{what}: range {off}+{len} exceeds var {} ({} bytes)", v.name, v.size))),
+    }
+}
+
+/// Var `name` + `off`, `len` bytes → device address; refused unless inside the var.
+pub fn addr_by_name(vars: &[StagedVar], name: &str, off: i64, len: u64, what: &str) -> Result<u64, StageError> {
+    let v = vars
+        .iter()
+        .find(|v| v.name == name)
+        .ok_or_else(|| StageError::invalid(format!("{what}: unknown var {name}")))?;
+    if off < 0 || (off as u64).checked_add(len).is_none_or(|e| e > v.size) {
+        return Err(StageError::invalid(format!("{what}: access {off}+{len} outside var {name} ({} bytes)", v.size)));
+    }
+    Ok(v.addr + off as u64)
+}
+
+/// Per var: referenced only by DMA descriptors, so a bound tensor can replace it per
+/// execution. Vars that instructions address directly (collectives, 2-D DMA with var
+/// addresses) and vars without their own allocation cannot.
+pub fn dma_only(g: &Graph, vars: &[StagedVar]) -> Vec<bool> {
+    let mut by_insn: BTreeSet<u32> = BTreeSet::new();
+    for e in &g.engines {
+        if let Program::Tpb(ins) = &e.program {
+            for i in ins {
+                match i {
+                    Instruction::TriggerCollective(c) => {
+                        by_insn.insert(c.input_tensor_id);
+                        by_insn.insert(c.output_tensor_id);
+                    }
+                    Instruction::PseudoDmaDirect2d(d) | Instruction::DmaMemcpy(d) => {
+                        for l in [&d.src, &d.dst] {
+                            if l.start_addr & addr8::VAR_MARKER != 0 {
+                                by_insn.insert(((l.start_addr >> addr8::VAR_ID_SHIFT) & addr8::VAR_ID_MASK) as u32);
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    vars.iter().map(|v| !by_insn.contains(&v.var_id) && v.mem.is_some()).collect()
+}

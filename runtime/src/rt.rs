@@ -114,14 +114,24 @@ impl RuntimeConfig {
 pub enum TensorMem {
     Host(HostBuf),
     Device(DevBuf),
+    /// A view of another tensor's bytes (`nrt_tensor_allocate_slice`).
+    Slice { parent: Arc<Tensor>, offset: u64 },
+    /// Caller memory (`nrt_tensor_attach_buffer`): no device address.
+    User(crate::tensor_ops::UserBuf),
+    /// No storage (`nrt_tensor_allocate_empty`).
+    Empty,
 }
 
 /// A tensor: named bytes in host DMA memory or device memory.
 pub struct Tensor {
     pub name: String,
     pub size: u64,
-    mem: TensorMem,
-    dev: Device,
+    pub(crate) mem: TensorMem,
+    pub(crate) dev: Device,
+    /// NC (local to `dev`) the tensor was allocated for.
+    pub(crate) nc: usize,
+    /// Executions that wrote this tensor as an output (`nrt_tensor_check_output_completion`).
+    pub(crate) completions: AtomicU64,
 }
 
 impl Tensor {
@@ -130,11 +140,17 @@ impl Tensor {
         match &self.mem {
             TensorMem::Host(b) => self.dev.host_addr(b),
             TensorMem::Device(d) => d.addr(),
+            TensorMem::Slice { parent, offset } => parent.dev_addr() + offset,
+            TensorMem::User(_) | TensorMem::Empty => 0,
         }
     }
     /// Whether the tensor is in host memory.
     pub fn is_host(&self) -> bool {
-        matches!(self.mem, TensorMem::Host(_))
+        match &self.mem {
+            TensorMem::Host(_) | TensorMem::User(_) => true,
+            TensorMem::Slice { parent, .. } => parent.is_host(),
+            TensorMem::Device(_) | TensorMem::Empty => false,
+        }
     }
     /// Write `data` at `off`.
     pub fn write(&self, off: u64, data: &[u8]) -> Result<(), RtError> {
@@ -147,6 +163,9 @@ impl Tensor {
         match &self.mem {
             TensorMem::Host(b) => b.write(off as usize, data)?,
             TensorMem::Device(d) => self.dev.write_device(0, d.addr() + off, data)?,
+            TensorMem::Slice { parent, offset } => parent.write(offset + off, data)?,
+            TensorMem::User(u) => u.write(off, data)?,
+            TensorMem::Empty => {}
         }
         Ok(())
     }
@@ -161,6 +180,9 @@ impl Tensor {
         match &self.mem {
             TensorMem::Host(b) => b.read(off as usize, out)?,
             TensorMem::Device(d) => self.dev.read_device(0, d.addr() + off, out)?,
+            TensorMem::Slice { parent, offset } => parent.read(offset + off, out)?,
+            TensorMem::User(u) => u.read(off, out)?,
+            TensorMem::Empty => {}
         }
         Ok(())
     }
@@ -354,7 +376,8 @@ impl Runtime {
         lock(&self.owners).len()
     }
 
-    fn device_of(&self, global_nc: usize) -> Option<(Device, usize)> {
+    /// The device of global NC `global_nc` and the NC's index on it.
+    pub fn device_of(&self, global_nc: usize) -> Option<(Device, usize)> {
         let devs = lock(&self.devices);
         let mut base = 0;
         for d in devs.iter() {
@@ -375,7 +398,7 @@ impl Runtime {
         } else {
             TensorMem::Host(dev.alloc_host(size.max(1) as usize, 64)?)
         };
-        Ok(Arc::new(Tensor { name: name.to_string(), size, mem, dev }))
+        Ok(Arc::new(Tensor { name: name.to_string(), size, mem, dev, nc: local, completions: AtomicU64::new(0) }))
     }
 
     /// `nrt_load`: parse and stage `neff` on `nc_count` NCs starting at `start_nc`
@@ -590,6 +613,10 @@ impl Runtime {
         };
         let observed = m.epoch.elapsed().as_nanos() as u64;
         let status = ex.tracker.status();
+        if crate::profile::active() {
+            let t = ex.tracker.timings();
+            crate::profile::record_exec(m.id, &m.name, &m.ncs, ex.seq, t0, m.epoch, status, &t, &ex.sync);
+        }
         if step == Step::DoneWithError {
             drop(g);
             lock(&m.lifecycle).poison(status);
@@ -719,6 +746,7 @@ fn bind_inputs(m: &Model, ex: &mut ExecState, inputs: &TensorSet, outputs: &Tens
                 .ok_or_else(|| RtError::new(NrtStatus::ExecBadInput, format!("input {} is not bound", info.name)))?;
             let Some(i) = s.var_index(&info.name) else { continue };
             let v = &s.vars[i];
+            crate::tensor_ops::check_dma(t)?;
             if t.size != v.size {
                 return Err(RtError::new(
                     NrtStatus::ExecBadInput,
@@ -737,6 +765,7 @@ fn bind_inputs(m: &Model, ex: &mut ExecState, inputs: &TensorSet, outputs: &Tens
             for info in &m.outputs {
                 let Some(t) = outputs.get(&info.name) else { continue };
                 let Some(i) = s.var_index(&info.name) else { continue };
+                crate::tensor_ops::check_dma(t)?;
                 if t.size != s.vars[i].size {
                     return Err(RtError::new(
                         NrtStatus::ExecBadInput,
@@ -769,11 +798,11 @@ fn read_outputs(m: &Model, ex: &mut ExecState, outputs: &TensorSet) -> Result<()
     for info in &m.outputs {
         let Some(t) = outputs.get(&info.name) else { continue };
         let Some(i) = s.var_index(&info.name) else { continue };
-        if s.bind[i].is_some() {
-            continue;
+        if s.bind[i].is_none() {
+            let v = &s.vars[i];
+            m.devices[0].copy(s.nc, &[Xfer { src: v.addr, dst: t.dev_addr(), len: v.size }])?;
         }
-        let v = &s.vars[i];
-        m.devices[0].copy(s.nc, &[Xfer { src: v.addr, dst: t.dev_addr(), len: v.size }])?;
+        t.completions.fetch_add(1, Ordering::AcqRel);
     }
     Ok(())
 }
@@ -841,6 +870,8 @@ pub struct AsyncTok {
     started: bool,
     /// A bind/kick failure to report.
     error: Option<NrtStatus>,
+    /// When it was kicked off (profiling).
+    t0: Instant,
 }
 
 /// The XU's executor. The XU submits every scheduled request before stepping the oldest;
@@ -856,7 +887,7 @@ impl Executor for XuExec {
         if lock(&req.model.lifecycle).poisoned().is_some() {
             return Err(NrtStatus::ExecUnitUnrecoverable);
         }
-        Ok(AsyncTok { req, started: false, error: None })
+        Ok(AsyncTok { req, started: false, error: None, t0: Instant::now() })
     }
 
     fn step(&mut self, tok: &mut AsyncTok) -> Step {
@@ -885,6 +916,7 @@ impl Executor for XuExec {
             }
             ex.busy = true;
             tok.started = true;
+            tok.t0 = Instant::now();
             return Step::InFlight;
         }
         ex.tracker.step(&mut ex.ncs, Instant::now())
@@ -901,6 +933,10 @@ impl Executor for XuExec {
             return s;
         }
         let status = ex.tracker.status();
+        if crate::profile::active() {
+            let t = ex.tracker.timings();
+            crate::profile::record_exec(m.id, &m.name, &m.ncs, ex.seq, tok.t0, m.epoch, status, &t, &ex.sync);
+        }
         if ex.tracker.verdict() == Some(Step::DoneWithError) {
             drop(g);
             lock(&m.lifecycle).poison(status);

@@ -23,3 +23,7 @@ pub mod ffi;
 pub mod handles;
 
 pub use ffi::*;
+pub mod info_ext;
+pub mod tensor_ops;
+pub mod profile;
+pub mod sys_trace;

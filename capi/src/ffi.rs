@@ -293,6 +293,7 @@ pub extern "C" fn nrt_close() {
         if !matches!(*life, Life::Init { pid } if pid == std::process::id()) {
             return;
         }
+        crate::async_api::close();
         if let Err(e) = rt().close() {
             log_error("nrt_close", &e);
         }

@@ -27,3 +27,4 @@ pub mod info_ext;
 pub mod tensor_ops;
 pub mod profile;
 pub mod sys_trace;
+pub mod async_api;

@@ -155,6 +155,11 @@ impl Tensor {
         self.nc
     }
 
+    /// Whether the tensor lives on `dev`.
+    pub fn on_device(&self, dev: &Device) -> bool {
+        self.dev.same(dev)
+    }
+
     /// Whether `other` lives on the same device.
     pub fn same_device(&self, other: &Tensor) -> bool {
         self.dev.same(&other.dev)

@@ -28,3 +28,4 @@ pub mod tensor_ops;
 pub mod profile;
 pub mod sys_trace;
 pub mod async_api;
+pub mod experimental;

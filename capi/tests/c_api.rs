@@ -139,3 +139,48 @@ fn tensor_operations() {
         run(&p, &[examples().join("allreduce_1nc.neff"), examples().join("input_32xf32.bin")], dev);
     }
 }
+
+#[test]
+fn async_execution_units() {
+    let Some(p) = build("c/async.c") else { return };
+    for dev in DEVICES {
+        run(&p, &[examples().join("allreduce_1nc.neff"), examples().join("input_32xf32.bin")], dev);
+    }
+}
+
+#[test]
+fn profiling_and_system_trace() {
+    let Some(p) = build("c/profile.c") else { return };
+    for dev in DEVICES {
+        let dir = tmpdir(&format!("capi-profile-{}", dev.replace(':', "-")));
+        std::env::set_var("NEURON_RT_INSPECT_ENABLE", "1");
+        std::env::set_var("NEURON_RT_INSPECT_OUTPUT_DIR", dir.join("env"));
+        let out = run(
+            &p,
+            &[examples().join("allreduce_1nc.neff"), examples().join("input_32xf32.bin"), dir.clone()],
+            dev,
+        );
+        // Every trace is valid JSON in the trace-event format with engine lanes.
+        let files: Vec<&str> = out.lines().filter_map(|l| l.strip_prefix("file ")).collect();
+        assert_eq!(files.len(), 6, "{out}");
+        for f in files {
+            let text = std::fs::read_to_string(f).expect("read the trace");
+            let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{f}: {e}\n{text}"));
+            let events = v["traceEvents"].as_array().unwrap_or_else(|| panic!("{f}: no traceEvents"));
+            let dev_spans: Vec<_> = events.iter().filter(|e| e["cat"] == "device_exec").collect();
+            assert!(!dev_spans.is_empty(), "{f}: no device spans");
+            for s in &dev_spans {
+                assert_eq!(s["ph"], "X");
+                assert!(s["dur"].as_f64().is_some_and(|d| d >= 0.0), "{f}: {s}");
+                assert!(s["args"]["engine"].is_string(), "{f}: {s}");
+            }
+            let execs: Vec<_> = events.iter().filter(|e| e["cat"] == "model_exec").collect();
+            for x in &execs {
+                assert_eq!(x["args"]["status_name"], "NRT_SUCCESS", "{f}: {x}");
+                let (t0, t1) = (x["ts"].as_f64().unwrap_or(0.0), x["ts"].as_f64().unwrap_or(0.0) + x["dur"].as_f64().unwrap_or(0.0));
+                assert!(t1 >= t0);
+            }
+            assert!(events.iter().any(|e| e["ph"] == "M" && e["args"]["name"] == "PE"), "{f}: engine lanes are named");
+        }
+    }
+}

@@ -175,10 +175,26 @@ fn profiling_and_system_trace() {
                 assert!(s["args"]["engine"].is_string(), "{f}: {s}");
             }
             let execs: Vec<_> = events.iter().filter(|e| e["cat"] == "model_exec").collect();
+            let mut prev_first = f64::NEG_INFINITY;
             for x in &execs {
                 assert_eq!(x["args"]["status_name"], "NRT_SUCCESS", "{f}: {x}");
-                let (t0, t1) = (x["ts"].as_f64().unwrap_or(0.0), x["ts"].as_f64().unwrap_or(0.0) + x["dur"].as_f64().unwrap_or(0.0));
-                assert!(t1 >= t0);
+                let t0 = x["ts"].as_f64().unwrap_or(f64::NAN);
+                let t1 = t0 + x["dur"].as_f64().unwrap_or(f64::NAN);
+                // The engines' START..END spans (device clock, mapped to host time by the sync
+                // taken at load) last no longer than the host's kickoff..completion span, and
+                // executions follow each other on the device as on the host.
+                let mine = dev_spans.iter().filter(|s| s["args"]["seq"] == x["args"]["seq"] && s["args"]["model_id"] == x["args"]["model_id"]);
+                let mut k = 0;
+                let mut first = f64::INFINITY;
+                for s in mine {
+                    k += 1;
+                    let d = s["dur"].as_f64().unwrap_or(f64::NAN);
+                    first = first.min(s["ts"].as_f64().unwrap_or(f64::NAN));
+                    assert!(d <= t1 - t0 + 100.0, "{f}: device span of {d} us in an execution of {} us", t1 - t0);
+                }
+                assert!(first >= prev_first, "{f}: execution {} starts on the device before the previous one", x["args"]["seq"]);
+                prev_first = first;
+                assert!(k >= 1, "{f}: execution without device spans: {x}");
             }
             assert!(events.iter().any(|e| e["ph"] == "M" && e["args"]["name"] == "PE"), "{f}: engine lanes are named");
         }

@@ -162,14 +162,14 @@ pub fn record_exec(
     if !active() {
         return;
     }
-    let base = instant_ns(rt_epoch);
+    let at = |cpu_ns: u64| instant_ns(rt_epoch + std::time::Duration::from_nanos(cpu_ns));
     let mut engines = Vec::new();
     for (k, t) in timings.iter().enumerate() {
         let nc = ncs.get(k).copied().unwrap_or(k);
         for (e, et) in t.engines.iter().enumerate() {
             let (Some(s), Some(x)) = (et.start, et.end) else { continue };
             let (Ok(s), Ok(x)) = (sync.to_cpu_ns(e, s), sync.to_cpu_ns(e, x)) else { continue };
-            engines.push(EngineSpan { nc, engine: e, start_ns: base + s, end_ns: base + x.max(s) });
+            engines.push(EngineSpan { nc, engine: e, start_ns: at(s), end_ns: at(x.max(s)) });
         }
     }
     emit(Event::Exec(ExecRecord {

@@ -73,9 +73,25 @@ static TRACKERS: Registry<Arc<Tracker>> = Registry::new();
 
 /// A tensor request.
 pub(crate) enum Op {
-    Write { t: Arc<Tensor>, buf: usize, off: u64, size: u64 },
-    Read { t: Arc<Tensor>, buf: usize, off: u64, size: u64 },
-    Copy { src: Arc<Tensor>, so: u64, dst: Arc<Tensor>, d_o: u64, size: u64 },
+    Write {
+        t: Arc<Tensor>,
+        buf: usize,
+        off: u64,
+        size: u64,
+    },
+    Read {
+        t: Arc<Tensor>,
+        buf: usize,
+        off: u64,
+        size: u64,
+    },
+    Copy {
+        src: Arc<Tensor>,
+        so: u64,
+        dst: Arc<Tensor>,
+        d_o: u64,
+        size: u64,
+    },
     /// A one-rank collective: every input copied to its output.
     Cc(Vec<(Arc<Tensor>, Arc<Tensor>)>),
 }
@@ -174,7 +190,8 @@ fn xu_state(id: XuId, spawn: bool) -> Result<Arc<XuState>, RtError> {
         None
     };
     let (tx, rx) = channel::<Job>();
-    let st = Arc::new(XuState { id, track: Mutex::new(Track::default()), jobs: Mutex::new(Some(tx)), xu: Mutex::new(xu) });
+    let st =
+        Arc::new(XuState { id, track: Mutex::new(Track::default()), jobs: Mutex::new(Some(tx)), xu: Mutex::new(xu) });
     let s2 = st.clone();
     std::thread::Builder::new()
         .name(format!("nrta-xu-{:04x}", id.raw()))
@@ -192,7 +209,8 @@ fn xu_state(id: XuId, spawn: bool) -> Result<Arc<XuState>, RtError> {
                 };
                 if status != NrtStatus::Success {
                     if let Some(tr) = &job.tracker {
-                        lock(&tr.errors).push(nrta_error_t { seq_id: job.ticket.seq_id(), error_code: status.code() as u64 });
+                        lock(&tr.errors)
+                            .push(nrta_error_t { seq_id: job.ticket.seq_id(), error_code: status.code() as u64 });
                     }
                 }
                 if let Some((model, vnc)) = job.exec {
@@ -200,7 +218,9 @@ fn xu_state(id: XuId, spawn: bool) -> Result<Arc<XuState>, RtError> {
                     if let Some(cb) = cb {
                         // SAFETY: a callback the program registered, called with the params
                         // it registered, as nrt_experimental.h describes.
-                        unsafe { cb(params as *mut c_void, model, vnc, job.ticket.seq_id(), status.code() as NRT_STATUS) };
+                        unsafe {
+                            cb(params as *mut c_void, model, vnc, job.ticket.seq_id(), status.code() as NRT_STATUS)
+                        };
                     }
                 }
                 for fd in fds {
@@ -214,7 +234,12 @@ fn xu_state(id: XuId, spawn: bool) -> Result<Arc<XuState>, RtError> {
 }
 
 /// Queue bookkeeping for a submitted request: its sequence id.
-fn track(st: &XuState, ticket: Ticket, tracker: Option<Arc<Tracker>>, exec: Option<(u32, u32)>) -> Result<u64, RtError> {
+fn track(
+    st: &XuState,
+    ticket: Ticket,
+    tracker: Option<Arc<Tracker>>,
+    exec: Option<(u32, u32)>,
+) -> Result<u64, RtError> {
     let seq = ticket.seq_id();
     {
         let mut t = lock(&st.track);
@@ -228,7 +253,10 @@ fn track(st: &XuState, ticket: Ticket, tracker: Option<Arc<Tracker>>, exec: Opti
 }
 
 fn tensor_xu(kind: c_int, queue: c_int, lnc: usize) -> Result<XuId, RtError> {
-    let q = u8::try_from(queue).ok().filter(|&q| q < 16).ok_or_else(|| err(NrtStatus::Invalid, format!("bad queue {queue}")))?;
+    let q = u8::try_from(queue)
+        .ok()
+        .filter(|&q| q < 16)
+        .ok_or_else(|| err(NrtStatus::Invalid, format!("bad queue {queue}")))?;
     let l = u8::try_from(lnc).map_err(|_| err(NrtStatus::Invalid, format!("bad lnc {lnc}")))?;
     let k = KIND_BASE + u8::try_from(kind).map_err(|_| err(NrtStatus::Invalid, format!("bad xu {kind}")))?;
     XuId::new(k, q, l).map_err(|e| err(NrtStatus::Invalid, e.to_string()))
@@ -253,7 +281,14 @@ fn tracker_for(p: *mut nrta_error_tracker_t, lnc: usize) -> Result<Option<Arc<Tr
 }
 
 /// Queue `op` on the tensor XU `kind` of `lnc`.
-fn submit_op(kind: c_int, queue: c_int, lnc: usize, op: Op, tracker: *mut nrta_error_tracker_t, out: *mut u64) -> Result<(), RtError> {
+fn submit_op(
+    kind: c_int,
+    queue: c_int,
+    lnc: usize,
+    op: Op,
+    tracker: *mut nrta_error_tracker_t,
+    out: *mut u64,
+) -> Result<(), RtError> {
     need(out, "req_sequence")?;
     let tr = tracker_for(tracker, lnc)?;
     let st = xu_state(tensor_xu(kind, queue, lnc)?, true)?;
@@ -270,7 +305,10 @@ fn submit_op(kind: c_int, queue: c_int, lnc: usize, op: Op, tracker: *mut nrta_e
 
 fn check_range(t: &Tensor, off: u64, size: u64) -> Result<(), RtError> {
     if size > isize::MAX as u64 || off.checked_add(size).is_none_or(|e| e > t.size) {
-        return Err(err(NrtStatus::Invalid, format!("{size} bytes at {off} outside tensor {} ({} bytes)", t.name, t.size)));
+        return Err(err(
+            NrtStatus::Invalid,
+            format!("{size} bytes at {off} outside tensor {} ({} bytes)", t.name, t.size),
+        ));
     }
     Ok(())
 }
@@ -292,7 +330,15 @@ fn tensor_lnc(t: &Tensor) -> usize {
 /// # Safety
 /// `buf` has `size` readable bytes until the request completes; out-pointers NULL or writable.
 #[no_mangle]
-pub unsafe extern "C" fn nrta_tensor_write(tensor: *mut nrt_tensor_t, buf: *const c_void, offset: u64, size: u64, queue: c_int, err_: *mut nrta_error_tracker_t, req_sequence: *mut nrta_seq_t) -> NRT_STATUS {
+pub unsafe extern "C" fn nrta_tensor_write(
+    tensor: *mut nrt_tensor_t,
+    buf: *const c_void,
+    offset: u64,
+    size: u64,
+    queue: c_int,
+    err_: *mut nrta_error_tracker_t,
+    req_sequence: *mut nrta_seq_t,
+) -> NRT_STATUS {
     entry("nrta_tensor_write", || {
         guard()?;
         let t = tensor_of(tensor)?;
@@ -311,7 +357,15 @@ pub unsafe extern "C" fn nrta_tensor_write(tensor: *mut nrt_tensor_t, buf: *cons
 /// # Safety
 /// `buf` has `size` writable bytes until the request completes; out-pointers NULL or writable.
 #[no_mangle]
-pub unsafe extern "C" fn nrta_tensor_read(buf: *mut c_void, tensor: *mut nrt_tensor_t, offset: u64, size: u64, queue: c_int, err_: *mut nrta_error_tracker_t, req_sequence: *mut nrta_seq_t) -> NRT_STATUS {
+pub unsafe extern "C" fn nrta_tensor_read(
+    buf: *mut c_void,
+    tensor: *mut nrt_tensor_t,
+    offset: u64,
+    size: u64,
+    queue: c_int,
+    err_: *mut nrta_error_tracker_t,
+    req_sequence: *mut nrta_seq_t,
+) -> NRT_STATUS {
     entry("nrta_tensor_read", || {
         guard()?;
         let t = tensor_of(tensor)?;
@@ -330,7 +384,16 @@ pub unsafe extern "C" fn nrta_tensor_read(buf: *mut c_void, tensor: *mut nrt_ten
 /// # Safety
 /// Out-pointers NULL or writable.
 #[no_mangle]
-pub unsafe extern "C" fn nrta_tensor_copy(src: *mut nrt_tensor_t, src_offset: u64, dst: *mut nrt_tensor_t, dst_offset: u64, size: u64, queue: c_int, err_: *mut nrta_error_tracker_t, req_sequence: *mut nrta_seq_t) -> NRT_STATUS {
+pub unsafe extern "C" fn nrta_tensor_copy(
+    src: *mut nrt_tensor_t,
+    src_offset: u64,
+    dst: *mut nrt_tensor_t,
+    dst_offset: u64,
+    size: u64,
+    queue: c_int,
+    err_: *mut nrta_error_tracker_t,
+    req_sequence: *mut nrta_seq_t,
+) -> NRT_STATUS {
     entry("nrta_tensor_copy", || {
         guard()?;
         let (s, d) = (tensor_of(src)?, tensor_of(dst)?);
@@ -353,7 +416,14 @@ pub unsafe extern "C" fn nrta_tensor_copy(src: *mut nrt_tensor_t, src_offset: u6
 /// # Safety
 /// Out-pointers NULL or writable.
 #[no_mangle]
-pub unsafe extern "C" fn nrta_execute_schedule(model: *mut nrt_model_t, input: *const nrt_tensor_set_t, output: *mut nrt_tensor_set_t, queue: c_int, err_: *mut nrta_error_tracker_t, req_sequence: *mut nrta_seq_t) -> NRT_STATUS {
+pub unsafe extern "C" fn nrta_execute_schedule(
+    model: *mut nrt_model_t,
+    input: *const nrt_tensor_set_t,
+    output: *mut nrt_tensor_set_t,
+    queue: c_int,
+    err_: *mut nrta_error_tracker_t,
+    req_sequence: *mut nrta_seq_t,
+) -> NRT_STATUS {
     entry("nrta_execute_schedule", || {
         guard()?;
         let m = model_of(model)?;
@@ -425,7 +495,15 @@ unsafe fn tensor_list(l: *const nrt_tensor_list_t) -> Result<Vec<Arc<Tensor>>, R
 /// # Safety
 /// Pointers NULL or valid as nrt_async.h describes.
 #[no_mangle]
-pub unsafe extern "C" fn nrta_cc_prepare(comm: *mut nrt_cc_comm_t, input: *mut nrt_tensor_list_t, output: *mut nrt_tensor_list_t, dtype: c_int, op: c_int, cc_op: c_int, cc_ctx: *mut *mut nrt_cc_context_t) -> NRT_STATUS {
+pub unsafe extern "C" fn nrta_cc_prepare(
+    comm: *mut nrt_cc_comm_t,
+    input: *mut nrt_tensor_list_t,
+    output: *mut nrt_tensor_list_t,
+    dtype: c_int,
+    op: c_int,
+    cc_op: c_int,
+    cc_ctx: *mut *mut nrt_cc_context_t,
+) -> NRT_STATUS {
     entry("nrta_cc_prepare", || {
         guard()?;
         need(comm, "comm")?;
@@ -435,7 +513,10 @@ pub unsafe extern "C" fn nrta_cc_prepare(comm: *mut nrt_cc_comm_t, input: *mut n
         // SAFETY: non-null; nrt.h layout.
         let c = unsafe { &*comm };
         if c.rank_n != 1 || c.rank != 0 {
-            return Err(err(NrtStatus::Invalid, format!("rank {} of {}: only one-rank communicators are supported", c.rank, c.rank_n)));
+            return Err(err(
+                NrtStatus::Invalid,
+                format!("rank {} of {}: only one-rank communicators are supported", c.rank, c.rank_n),
+            ));
         }
         if !(0..=2).contains(&cc_op) || !(0..=3).contains(&op) || !(0..=0xF).contains(&dtype) {
             return Err(err(NrtStatus::Invalid, format!("bad collective (cc_op {cc_op}, op {op}, dtype {dtype})")));
@@ -447,7 +528,10 @@ pub unsafe extern "C" fn nrta_cc_prepare(comm: *mut nrt_cc_comm_t, input: *mut n
         }
         for (i, o) in ins.iter().zip(&outs) {
             if i.size != o.size {
-                return Err(err(NrtStatus::Invalid, format!("input {} ({} bytes) vs output {} ({} bytes)", i.name, i.size, o.name, o.size)));
+                return Err(err(
+                    NrtStatus::Invalid,
+                    format!("input {} ({} bytes) vs output {} ({} bytes)", i.name, i.size, o.name, o.size),
+                ));
             }
         }
         let h = CC.insert(Arc::new(CcCtx { vnc: c.vnc, pairs: ins.into_iter().zip(outs).collect() }));
@@ -463,14 +547,20 @@ pub unsafe extern "C" fn nrta_cc_prepare(comm: *mut nrt_cc_comm_t, input: *mut n
 /// # Safety
 /// Pointers NULL or valid as nrt_async.h describes.
 #[no_mangle]
-pub unsafe extern "C" fn nrta_cc_schedule(cc_ctx: *mut *mut nrt_cc_context_t, queue: c_int, err_: *mut nrta_error_tracker_t, req_sequence: *mut nrta_seq_t) -> NRT_STATUS {
+pub unsafe extern "C" fn nrta_cc_schedule(
+    cc_ctx: *mut *mut nrt_cc_context_t,
+    queue: c_int,
+    err_: *mut nrta_error_tracker_t,
+    req_sequence: *mut nrta_seq_t,
+) -> NRT_STATUS {
     entry("nrta_cc_schedule", || {
         guard()?;
         need(cc_ctx, "cc_ctx")?;
         need(req_sequence, "req_sequence")?;
         // SAFETY: non-null, readable per nrt_async.h.
         let h = unsafe { cc_ctx.read() };
-        let ctx = CC.get(h).ok_or_else(|| err(NrtStatus::InvalidHandle, format!("{h:p} is not a collective context")))?;
+        let ctx =
+            CC.get(h).ok_or_else(|| err(NrtStatus::InvalidHandle, format!("{h:p} is not a collective context")))?;
         submit_op(NRTA_XU_COLLECTIVES, queue, ctx.vnc as usize, Op::Cc(ctx.pairs.clone()), err_, req_sequence)?;
         CC.remove(h);
         // SAFETY: as above, writable.
@@ -584,7 +674,10 @@ pub unsafe extern "C" fn nrta_get_completion_handle(seq: nrta_seq_t, fd: *mut c_
 /// # Safety
 /// `error_tracker` NULL or writable.
 #[no_mangle]
-pub unsafe extern "C" fn nrta_error_tracker_create(lnc_idx: u32, error_tracker: *mut *mut nrta_error_tracker_t) -> NRT_STATUS {
+pub unsafe extern "C" fn nrta_error_tracker_create(
+    lnc_idx: u32,
+    error_tracker: *mut *mut nrta_error_tracker_t,
+) -> NRT_STATUS {
     entry("nrta_error_tracker_create", || {
         guard()?;
         need(error_tracker, "error_tracker")?;
@@ -612,7 +705,11 @@ pub extern "C" fn nrta_error_tracker_destroy(error_tracker: *mut nrta_error_trac
 /// # Safety
 /// Out-pointers NULL or writable.
 #[no_mangle]
-pub unsafe extern "C" fn nrta_error_tracker_get_list(error_tracker: *mut nrta_error_tracker_t, list: *mut *const nrta_error_t, error_count: *mut usize) -> NRT_STATUS {
+pub unsafe extern "C" fn nrta_error_tracker_get_list(
+    error_tracker: *mut nrta_error_tracker_t,
+    list: *mut *const nrta_error_t,
+    error_count: *mut usize,
+) -> NRT_STATUS {
     entry("nrta_error_tracker_get_list", || {
         need(list, "list")?;
         need(error_count, "error_count")?;
@@ -631,7 +728,10 @@ pub unsafe extern "C" fn nrta_error_tracker_get_list(error_tracker: *mut nrta_er
 
 /// `nrt_register_async_exec_callback` (NULL removes the callback).
 #[no_mangle]
-pub extern "C" fn nrt_register_async_exec_callback(callback: NRT_ASYNC_EXEC_STATUS_CALLBACK, params: *mut c_void) -> NRT_STATUS {
+pub extern "C" fn nrt_register_async_exec_callback(
+    callback: NRT_ASYNC_EXEC_STATUS_CALLBACK,
+    params: *mut c_void,
+) -> NRT_STATUS {
     entry("nrt_register_async_exec_callback", || {
         *lock(&CALLBACK) = (callback, params as usize);
         Ok(())

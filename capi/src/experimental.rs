@@ -27,7 +27,10 @@ pub struct nrt_ucode_info {
 
 fn one_worker(vnc: i64, id: u32, count: u32) -> Result<(), RtError> {
     guard()?;
-    if crate::ffi::rt().device_of(usize::try_from(vnc).map_err(|_| err(NrtStatus::Invalid, format!("bad vnc {vnc}")))?).is_none() {
+    if crate::ffi::rt()
+        .device_of(usize::try_from(vnc).map_err(|_| err(NrtStatus::Invalid, format!("bad vnc {vnc}")))?)
+        .is_none()
+    {
         return Err(err(NrtStatus::Invalid, format!("no vnc {vnc}")));
     }
     if count != 1 || id != 0 {
@@ -87,7 +90,11 @@ pub unsafe extern "C" fn nrt_all_gather(
 /// # Safety
 /// `err` is NULL or writable; `err_msg` NULL or `err_msg_size` writable bytes.
 #[no_mangle]
-pub unsafe extern "C" fn nrt_get_libnccl_net(err_: *mut c_int, err_msg: *mut c_char, err_msg_size: usize) -> *mut c_void {
+pub unsafe extern "C" fn nrt_get_libnccl_net(
+    err_: *mut c_int,
+    err_msg: *mut c_char,
+    err_msg_size: usize,
+) -> *mut c_void {
     entry_value(std::ptr::null_mut(), || {
         if !err_.is_null() {
             // SAFETY: non-null, writable per nrt_experimental.h.

@@ -8,9 +8,7 @@ use std::sync::OnceLock;
 use neff::NrtStatus;
 use runtime::RtError;
 
-use crate::ffi::{
-    copy_cstr, entry, err, guard, model_of, need, put, rt, nrt_model_t, NRT_STATUS,
-};
+use crate::ffi::{copy_cstr, entry, err, guard, model_of, need, nrt_model_t, put, rt, NRT_STATUS};
 
 /// `nrt_instance_info_t`.
 #[repr(C)]
@@ -47,10 +45,7 @@ pub struct nrt_model_info_t {
 fn status_names() -> &'static BTreeMap<u32, CString> {
     static NAMES: OnceLock<BTreeMap<u32, CString>> = OnceLock::new();
     NAMES.get_or_init(|| {
-        NrtStatus::ALL
-            .iter()
-            .filter_map(|s| CString::new(s.name()).ok().map(|c| (s.code(), c)))
-            .collect()
+        NrtStatus::ALL.iter().filter_map(|s| CString::new(s.name()).ok().map(|c| (s.code(), c))).collect()
     })
 }
 
@@ -60,10 +55,7 @@ fn status_names() -> &'static BTreeMap<u32, CString> {
 pub extern "C" fn nrt_get_status_as_str(status: NRT_STATUS) -> *const c_char {
     const UNKNOWN: &CStr = c"NRT_UNKNOWN_STATUS";
     crate::ffi::entry_value(UNKNOWN.as_ptr(), || {
-        u32::try_from(status)
-            .ok()
-            .and_then(|c| status_names().get(&c))
-            .map_or(UNKNOWN.as_ptr(), |s| s.as_ptr())
+        u32::try_from(status).ok().and_then(|c| status_names().get(&c)).map_or(UNKNOWN.as_ptr(), |s| s.as_ptr())
     })
 }
 
@@ -95,7 +87,12 @@ pub unsafe extern "C" fn nrt_get_instance_info(info: *mut nrt_instance_info_t, i
             3 => (NRT_INSTANCE_TRN2, "trn2"),
             _ => (NRT_INSTANCE_TRN3, "trn3"),
         };
-        let mut v = nrt_instance_info_t { family, size: NRT_INSTANCE_SIZE_UNKNOWN, arch_name: [0; 16], device_revision: [0; 8] };
+        let mut v = nrt_instance_info_t {
+            family,
+            size: NRT_INSTANCE_SIZE_UNKNOWN,
+            arch_name: [0; 16],
+            device_revision: [0; 8],
+        };
         copy_cstr(&mut v.arch_name, name);
         copy_cstr(&mut v.device_revision, &arch.kmod_name.to_ascii_lowercase());
         // SAFETY: checked non-null; nrt.h: `info` has `instance_info_len` writable bytes.
@@ -275,7 +272,11 @@ pub unsafe extern "C" fn nrt_get_hbm_mmap_va(
 /// # Safety
 /// Pointers are not dereferenced.
 #[no_mangle]
-pub unsafe extern "C" fn nrt_get_attached_efa_bdf(va: *const c_void, efa_bdf: *mut c_char, len: *mut usize) -> NRT_STATUS {
+pub unsafe extern "C" fn nrt_get_attached_efa_bdf(
+    va: *const c_void,
+    efa_bdf: *mut c_char,
+    len: *mut usize,
+) -> NRT_STATUS {
     entry("nrt_get_attached_efa_bdf", || {
         guard()?;
         need(efa_bdf, "efa_bdf")?;

@@ -23,9 +23,9 @@ pub mod ffi;
 pub mod handles;
 
 pub use ffi::*;
-pub mod info_ext;
-pub mod tensor_ops;
-pub mod profile;
-pub mod sys_trace;
 pub mod async_api;
 pub mod experimental;
+pub mod info_ext;
+pub mod profile;
+pub mod sys_trace;
+pub mod tensor_ops;

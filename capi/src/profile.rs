@@ -20,15 +20,22 @@ pub(crate) fn api_event(func: &str, start_ns: u64, status: u32) {
     // SAFETY: gettid has no preconditions.
     let tid = unsafe { libc::gettid() } as u64;
     let nc = None;
-    profile::emit(Event::Api(ApiEvent { name: func.to_string(), nc, start_ns, end_ns: profile::now_ns(), status, tid }));
+    profile::emit(Event::Api(ApiEvent {
+        name: func.to_string(),
+        nc,
+        start_ns,
+        end_ns: profile::now_ns(),
+        status,
+        tid,
+    }));
 }
 
 fn write_trace(path: &Path, events: &[Event]) -> Result<(), RtError> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| err(NrtStatus::Failure, format!("create {}: {e}", dir.display())))?;
+        std::fs::create_dir_all(dir).map_err(|e| err(NrtStatus::Failure, format!("create {}: {e}", dir.display())))?;
     }
-    std::fs::write(path, chrome_trace(events)).map_err(|e| err(NrtStatus::Failure, format!("write {}: {e}", path.display())))
+    std::fs::write(path, chrome_trace(events))
+        .map_err(|e| err(NrtStatus::Failure, format!("write {}: {e}", path.display())))
 }
 
 fn path_arg(p: *const c_char, what: &str) -> Result<PathBuf, RtError> {
@@ -188,7 +195,9 @@ pub unsafe extern "C" fn nrt_profile_continuous_options_allocate(
 /// # Safety
 /// `options` is NULL or from `nrt_profile_continuous_options_allocate`, not yet freed.
 #[no_mangle]
-pub unsafe extern "C" fn nrt_profile_continuous_options_free(options: *mut nrt_profile_continuous_options_t) -> NRT_STATUS {
+pub unsafe extern "C" fn nrt_profile_continuous_options_free(
+    options: *mut nrt_profile_continuous_options_t,
+) -> NRT_STATUS {
     entry("nrt_profile_continuous_options_free", || {
         need(options, "options")?;
         // SAFETY: by this function's contract the box is ours and live.
@@ -243,7 +252,10 @@ pub unsafe extern "C" fn nrt_profile_continuous_start(options: *mut nrt_profile_
 /// # Safety
 /// `options` is NULL or live.
 #[no_mangle]
-pub unsafe extern "C" fn nrt_profile_continuous_save(vnc: u32, options: *mut nrt_profile_continuous_options_t) -> NRT_STATUS {
+pub unsafe extern "C" fn nrt_profile_continuous_save(
+    vnc: u32,
+    options: *mut nrt_profile_continuous_options_t,
+) -> NRT_STATUS {
     entry("nrt_profile_continuous_save", || {
         need(options, "options")?;
         // SAFETY: non-null and live by this function's contract.
@@ -329,12 +341,12 @@ impl Sink for InspectSink {
                 if c.activities & DEVICE == 0 || c.disabled_types.contains(crate::sys_trace::DEVICE) {
                     r.engines.clear();
                 }
-                if c.activities & SYSTEM == 0 || c.disabled_types.contains(crate::sys_trace::EXEC) {
-                    if r.engines.is_empty() {
-                        return;
-                    }
+                let no_exec = c.activities & SYSTEM == 0 || c.disabled_types.contains(crate::sys_trace::EXEC);
+                if no_exec && r.engines.is_empty() {
+                    return;
                 }
-                if !c.enable_inspect && !(c.on_fail && r.status != NrtStatus::Success) {
+                let failed = r.status != NrtStatus::Success;
+                if !(c.enable_inspect || (c.on_fail && failed)) {
                     return;
                 }
                 let nc = r.ncs.first().copied().unwrap_or(0);
@@ -415,7 +427,8 @@ pub unsafe extern "C" fn nrt_inspect_begin_with_options(options: *mut nrt_inspec
 #[no_mangle]
 pub extern "C" fn nrt_inspect_stop() -> NRT_STATUS {
     entry("nrt_inspect_stop", || {
-        let (id, s) = lock(&INSPECT).take().ok_or_else(|| err(NrtStatus::Invalid, "inspect profiling is not started"))?;
+        let (id, s) =
+            lock(&INSPECT).take().ok_or_else(|| err(NrtStatus::Invalid, "inspect profiling is not started"))?;
         profile::unsubscribe(id);
         let events = std::mem::take(&mut *lock(&s.events));
         if events.iter().all(|e| matches!(e, Event::Api(_))) && !s.cfg.enable_inspect {
@@ -483,7 +496,10 @@ pub unsafe extern "C" fn nrt_inspect_config_free(options: *mut nrt_inspect_confi
 /// # Safety
 /// `options` is NULL or live.
 #[no_mangle]
-pub unsafe extern "C" fn nrt_inspect_config_set_session_id(options: *mut nrt_inspect_config_t, session_id: c_int) -> NRT_STATUS {
+pub unsafe extern "C" fn nrt_inspect_config_set_session_id(
+    options: *mut nrt_inspect_config_t,
+    session_id: c_int,
+) -> NRT_STATUS {
     with_config!("nrt_inspect_config_set_session_id", options, |c| {
         c.session_id = session_id;
         Ok(())
@@ -495,7 +511,10 @@ pub unsafe extern "C" fn nrt_inspect_config_set_session_id(options: *mut nrt_ins
 /// # Safety
 /// `options` is NULL or live; `output_dir` NULL or NUL-terminated.
 #[no_mangle]
-pub unsafe extern "C" fn nrt_inspect_config_set_output_dir(options: *mut nrt_inspect_config_t, output_dir: *const c_char) -> NRT_STATUS {
+pub unsafe extern "C" fn nrt_inspect_config_set_output_dir(
+    options: *mut nrt_inspect_config_t,
+    output_dir: *const c_char,
+) -> NRT_STATUS {
     with_config!("nrt_inspect_config_set_output_dir", options, |c| {
         c.output_dir = path_arg(output_dir, "output_dir")?;
         Ok(())
@@ -507,7 +526,10 @@ pub unsafe extern "C" fn nrt_inspect_config_set_output_dir(options: *mut nrt_ins
 /// # Safety
 /// `options` is NULL or live.
 #[no_mangle]
-pub unsafe extern "C" fn nrt_inspect_config_set_sys_trace_max_events_per_nc(options: *mut nrt_inspect_config_t, sys_trace_max_events_per_nc: u64) -> NRT_STATUS {
+pub unsafe extern "C" fn nrt_inspect_config_set_sys_trace_max_events_per_nc(
+    options: *mut nrt_inspect_config_t,
+    sys_trace_max_events_per_nc: u64,
+) -> NRT_STATUS {
     with_config!("nrt_inspect_config_set_sys_trace_max_events_per_nc", options, |c| {
         c.max_events_per_nc = sys_trace_max_events_per_nc;
         Ok(())
@@ -519,7 +541,11 @@ pub unsafe extern "C" fn nrt_inspect_config_set_sys_trace_max_events_per_nc(opti
 /// # Safety
 /// `options` is NULL or live.
 #[no_mangle]
-pub unsafe extern "C" fn nrt_inspect_config_set_capture_enabled_for_nc(options: *mut nrt_inspect_config_t, nc_idx: u32, enabled: bool) -> NRT_STATUS {
+pub unsafe extern "C" fn nrt_inspect_config_set_capture_enabled_for_nc(
+    options: *mut nrt_inspect_config_t,
+    nc_idx: u32,
+    enabled: bool,
+) -> NRT_STATUS {
     with_config!("nrt_inspect_config_set_capture_enabled_for_nc", options, |c| {
         if enabled {
             c.disabled_ncs.remove(&nc_idx);
@@ -536,7 +562,11 @@ pub unsafe extern "C" fn nrt_inspect_config_set_capture_enabled_for_nc(options: 
 /// # Safety
 /// `options` is NULL or live; `event_type` NULL or NUL-terminated.
 #[no_mangle]
-pub unsafe extern "C" fn nrt_inspect_config_set_capture_enabled_for_event_type_string(options: *mut nrt_inspect_config_t, event_type: *const c_char, enabled: bool) -> NRT_STATUS {
+pub unsafe extern "C" fn nrt_inspect_config_set_capture_enabled_for_event_type_string(
+    options: *mut nrt_inspect_config_t,
+    event_type: *const c_char,
+    enabled: bool,
+) -> NRT_STATUS {
     with_config!("nrt_inspect_config_set_capture_enabled_for_event_type_string", options, |c| {
         let t = crate::sys_trace::event_type_arg(event_type)?;
         if enabled {
@@ -553,7 +583,10 @@ pub unsafe extern "C" fn nrt_inspect_config_set_capture_enabled_for_event_type_s
 /// # Safety
 /// `options` is NULL or live.
 #[no_mangle]
-pub unsafe extern "C" fn nrt_inspect_config_set_enable_inspect(options: *mut nrt_inspect_config_t, enable_inspect: bool) -> NRT_STATUS {
+pub unsafe extern "C" fn nrt_inspect_config_set_enable_inspect(
+    options: *mut nrt_inspect_config_t,
+    enable_inspect: bool,
+) -> NRT_STATUS {
     with_config!("nrt_inspect_config_set_enable_inspect", options, |c| {
         c.enable_inspect = enable_inspect;
         Ok(())
@@ -565,7 +598,10 @@ pub unsafe extern "C" fn nrt_inspect_config_set_enable_inspect(options: *mut nrt
 /// # Safety
 /// `options` is NULL or live.
 #[no_mangle]
-pub unsafe extern "C" fn nrt_inspect_config_set_enable_inspect_on_fail(options: *mut nrt_inspect_config_t, enable_inspect_on_fail: bool) -> NRT_STATUS {
+pub unsafe extern "C" fn nrt_inspect_config_set_enable_inspect_on_fail(
+    options: *mut nrt_inspect_config_t,
+    enable_inspect_on_fail: bool,
+) -> NRT_STATUS {
     with_config!("nrt_inspect_config_set_enable_inspect_on_fail", options, |c| {
         c.on_fail = enable_inspect_on_fail;
         Ok(())
@@ -624,7 +660,10 @@ pub(crate) unsafe fn free_string_array(arr: *mut *const c_char, count: usize) {
 /// # Safety
 /// Out-pointers are NULL or writable.
 #[no_mangle]
-pub unsafe extern "C" fn nrt_inspect_config_get_all_activity_types(activity_types: *mut *mut *const c_char, count: *mut usize) -> NRT_STATUS {
+pub unsafe extern "C" fn nrt_inspect_config_get_all_activity_types(
+    activity_types: *mut *mut *const c_char,
+    count: *mut usize,
+) -> NRT_STATUS {
     entry("nrt_inspect_config_get_all_activity_types", || string_array(&ACTIVITY_TYPES, activity_types, count))
 }
 
@@ -633,7 +672,11 @@ pub unsafe extern "C" fn nrt_inspect_config_get_all_activity_types(activity_type
 /// # Safety
 /// `options` is NULL or live; out-pointers NULL or writable.
 #[no_mangle]
-pub unsafe extern "C" fn nrt_inspect_config_get_enabled_activity_types(options: *mut nrt_inspect_config_t, activity_types: *mut *mut *const c_char, count: *mut usize) -> NRT_STATUS {
+pub unsafe extern "C" fn nrt_inspect_config_get_enabled_activity_types(
+    options: *mut nrt_inspect_config_t,
+    activity_types: *mut *mut *const c_char,
+    count: *mut usize,
+) -> NRT_STATUS {
     with_config!("nrt_inspect_config_get_enabled_activity_types", options, |c| {
         let on: Vec<&str> =
             ACTIVITY_TYPES.iter().enumerate().filter(|(i, _)| c.activities & (1 << i) != 0).map(|(_, s)| *s).collect();
@@ -656,7 +699,11 @@ pub unsafe extern "C" fn nrt_inspect_config_free_activity_types(activity_types: 
 /// # Safety
 /// `options` is NULL or live; `activity_type` NULL or NUL-terminated.
 #[no_mangle]
-pub unsafe extern "C" fn nrt_inspect_config_set_activity(options: *mut nrt_inspect_config_t, activity_type: *const c_char, enabled: bool) -> NRT_STATUS {
+pub unsafe extern "C" fn nrt_inspect_config_set_activity(
+    options: *mut nrt_inspect_config_t,
+    activity_type: *const c_char,
+    enabled: bool,
+) -> NRT_STATUS {
     with_config!("nrt_inspect_config_set_activity", options, |c| {
         need(activity_type, "activity_type")?;
         // SAFETY: non-null, NUL-terminated per nrt_profile.h.

@@ -46,7 +46,11 @@ pub struct nrt_sys_trace_config_t {
 
 impl Default for nrt_sys_trace_config_t {
     fn default() -> Self {
-        Self { max_events_per_nc: DEFAULT_MAX_EVENTS_PER_NC, disabled_ncs: BTreeSet::new(), disabled_types: BTreeSet::new() }
+        Self {
+            max_events_per_nc: DEFAULT_MAX_EVENTS_PER_NC,
+            disabled_ncs: BTreeSet::new(),
+            disabled_types: BTreeSet::new(),
+        }
     }
 }
 
@@ -156,7 +160,10 @@ pub unsafe extern "C" fn nrt_sys_trace_config_free(options: *mut nrt_sys_trace_c
 /// # Safety
 /// `options` is NULL or live.
 #[no_mangle]
-pub unsafe extern "C" fn nrt_sys_trace_config_set_max_events_per_nc(options: *mut nrt_sys_trace_config_t, max_events_per_nc: u64) {
+pub unsafe extern "C" fn nrt_sys_trace_config_set_max_events_per_nc(
+    options: *mut nrt_sys_trace_config_t,
+    max_events_per_nc: u64,
+) {
     with_opts!(options, nrt_sys_trace_config_t, |c| c.max_events_per_nc = max_events_per_nc)
 }
 
@@ -165,7 +172,11 @@ pub unsafe extern "C" fn nrt_sys_trace_config_set_max_events_per_nc(options: *mu
 /// # Safety
 /// `options` is NULL or live.
 #[no_mangle]
-pub unsafe extern "C" fn nrt_sys_trace_config_set_capture_enabled_for_nc(options: *mut nrt_sys_trace_config_t, nc_idx: u32, enabled: bool) {
+pub unsafe extern "C" fn nrt_sys_trace_config_set_capture_enabled_for_nc(
+    options: *mut nrt_sys_trace_config_t,
+    nc_idx: u32,
+    enabled: bool,
+) {
     with_opts!(options, nrt_sys_trace_config_t, |c| if enabled {
         c.disabled_ncs.remove(&nc_idx);
     } else {
@@ -178,7 +189,11 @@ pub unsafe extern "C" fn nrt_sys_trace_config_set_capture_enabled_for_nc(options
 /// # Safety
 /// `options` is NULL or live; `event_type` NULL or NUL-terminated.
 #[no_mangle]
-pub unsafe extern "C" fn nrt_sys_trace_config_set_capture_enabled_for_event_type(options: *mut nrt_sys_trace_config_t, event_type: *const c_char, enabled: bool) -> NRT_STATUS {
+pub unsafe extern "C" fn nrt_sys_trace_config_set_capture_enabled_for_event_type(
+    options: *mut nrt_sys_trace_config_t,
+    event_type: *const c_char,
+    enabled: bool,
+) -> NRT_STATUS {
     entry("nrt_sys_trace_config_set_capture_enabled_for_event_type", || {
         need(options, "options")?;
         let t = event_type_arg(event_type)?;
@@ -198,7 +213,10 @@ pub unsafe extern "C" fn nrt_sys_trace_config_set_capture_enabled_for_event_type
 /// # Safety
 /// Out-pointers are NULL or writable.
 #[no_mangle]
-pub unsafe extern "C" fn nrt_sys_trace_get_event_types(event_types: *mut *mut *const c_char, count: *mut usize) -> NRT_STATUS {
+pub unsafe extern "C" fn nrt_sys_trace_get_event_types(
+    event_types: *mut *mut *const c_char,
+    count: *mut usize,
+) -> NRT_STATUS {
     entry("nrt_sys_trace_get_event_types", || string_array(&EVENT_TYPES, event_types, count))
 }
 
@@ -217,7 +235,11 @@ pub unsafe extern "C" fn nrt_sys_trace_free_event_types(event_types: *mut *const
 /// # Safety
 /// `options` is NULL or live; out-pointers NULL or writable.
 #[no_mangle]
-pub unsafe extern "C" fn nrt_sys_trace_config_get_enabled_event_types(options: *mut nrt_sys_trace_config_t, event_types: *mut *mut *const c_char, count: *mut usize) -> NRT_STATUS {
+pub unsafe extern "C" fn nrt_sys_trace_config_get_enabled_event_types(
+    options: *mut nrt_sys_trace_config_t,
+    event_types: *mut *mut *const c_char,
+    count: *mut usize,
+) -> NRT_STATUS {
     entry("nrt_sys_trace_config_get_enabled_event_types", || {
         need(options, "options")?;
         // SAFETY: non-null and live per the caller's contract.
@@ -251,7 +273,8 @@ pub unsafe extern "C" fn nrt_sys_trace_start(options: *mut nrt_sys_trace_config_
 #[no_mangle]
 pub extern "C" fn nrt_sys_trace_stop() -> NRT_STATUS {
     entry("nrt_sys_trace_stop", || {
-        let (id, _) = lock(&CAPTURE).take().ok_or_else(|| err(NrtStatus::Invalid, "system trace capture is not running"))?;
+        let (id, _) =
+            lock(&CAPTURE).take().ok_or_else(|| err(NrtStatus::Invalid, "system trace capture is not running"))?;
         profile::unsubscribe(id);
         Ok(())
     })
@@ -262,7 +285,9 @@ pub extern "C" fn nrt_sys_trace_stop() -> NRT_STATUS {
 /// # Safety
 /// `options` is NULL or writable.
 #[no_mangle]
-pub unsafe extern "C" fn nrt_sys_trace_fetch_options_allocate(options: *mut *mut nrt_sys_trace_fetch_options_t) -> NRT_STATUS {
+pub unsafe extern "C" fn nrt_sys_trace_fetch_options_allocate(
+    options: *mut *mut nrt_sys_trace_fetch_options_t,
+) -> NRT_STATUS {
     entry("nrt_sys_trace_fetch_options_allocate", || {
         need(options, "options")?;
         // SAFETY: checked non-null.
@@ -297,7 +322,10 @@ pub unsafe extern "C" fn nrt_sys_trace_fetch_options_free(options: *mut nrt_sys_
 /// # Safety
 /// `options` is NULL or live.
 #[no_mangle]
-pub unsafe extern "C" fn nrt_sys_trace_fetch_options_set_max_events_per_nc(options: *mut nrt_sys_trace_fetch_options_t, max_events_per_nc: u64) {
+pub unsafe extern "C" fn nrt_sys_trace_fetch_options_set_max_events_per_nc(
+    options: *mut nrt_sys_trace_fetch_options_t,
+    max_events_per_nc: u64,
+) {
     with_opts!(options, nrt_sys_trace_fetch_options_t, |c| c.max_events_per_nc = Some(max_events_per_nc))
 }
 
@@ -306,7 +334,10 @@ pub unsafe extern "C" fn nrt_sys_trace_fetch_options_set_max_events_per_nc(optio
 /// # Safety
 /// `options` is NULL or live.
 #[no_mangle]
-pub unsafe extern "C" fn nrt_sys_trace_fetch_options_set_nc_idx(options: *mut nrt_sys_trace_fetch_options_t, nc_idx: u64) {
+pub unsafe extern "C" fn nrt_sys_trace_fetch_options_set_nc_idx(
+    options: *mut nrt_sys_trace_fetch_options_t,
+    nc_idx: u64,
+) {
     with_opts!(options, nrt_sys_trace_fetch_options_t, |c| c.nc_idx = Some(nc_idx))
 }
 
@@ -316,13 +347,20 @@ pub unsafe extern "C" fn nrt_sys_trace_fetch_options_set_nc_idx(options: *mut nr
 /// # Safety
 /// `buffer` and `written_size` are NULL or writable; `options` NULL or live.
 #[no_mangle]
-pub unsafe extern "C" fn nrt_sys_trace_fetch_events(buffer: *mut *mut c_char, written_size: *mut usize, options: *const nrt_sys_trace_fetch_options_t) -> NRT_STATUS {
+pub unsafe extern "C" fn nrt_sys_trace_fetch_events(
+    buffer: *mut *mut c_char,
+    written_size: *mut usize,
+    options: *const nrt_sys_trace_fetch_options_t,
+) -> NRT_STATUS {
     entry("nrt_sys_trace_fetch_events", || {
         need(buffer, "buffer")?;
         need(written_size, "written_size")?;
         // SAFETY: NULL or live per this function's contract.
         let o = if options.is_null() { Default::default() } else { unsafe { (*options).clone() } };
-        let rings = lock(&CAPTURE).as_ref().map(|(_, r)| r.clone()).ok_or_else(|| err(NrtStatus::Invalid, "system trace capture is not running"))?;
+        let rings = lock(&CAPTURE)
+            .as_ref()
+            .map(|(_, r)| r.clone())
+            .ok_or_else(|| err(NrtStatus::Invalid, "system trace capture is not running"))?;
         let max = o.max_events_per_nc.unwrap_or(u64::MAX);
         let mut events = Vec::new();
         {

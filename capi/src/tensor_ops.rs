@@ -45,7 +45,9 @@ fn range(t: &Tensor, off: u64, size: u64) -> Result<usize, RtError> {
     let n = usize::try_from(size).ok().filter(|&n| n <= isize::MAX as usize);
     match n {
         Some(n) if off.checked_add(size).is_some_and(|e| e <= t.size) => Ok(n),
-        _ => Err(err(NrtStatus::Invalid, format!("{size} bytes at {off} outside tensor {} ({} bytes)", t.name, t.size))),
+        _ => {
+            Err(err(NrtStatus::Invalid, format!("{size} bytes at {off} outside tensor {} ({} bytes)", t.name, t.size)))
+        }
     }
 }
 
@@ -107,7 +109,11 @@ unsafe fn batch(func: &str, batches: *const nrt_tensor_batch_t, num_batches: u64
 /// As nrt.h: `batches` has `num_batches` entries, each with `num_ops` ops whose buffers have
 /// `size` writable bytes.
 #[no_mangle]
-pub unsafe extern "C" fn nrt_tensor_read_batch(batches: *const nrt_tensor_batch_t, num_batches: u64, unsafe_: bool) -> NRT_STATUS {
+pub unsafe extern "C" fn nrt_tensor_read_batch(
+    batches: *const nrt_tensor_batch_t,
+    num_batches: u64,
+    unsafe_: bool,
+) -> NRT_STATUS {
     let _ = unsafe_;
     // SAFETY: forwarded from this function's contract.
     unsafe { batch("nrt_tensor_read_batch", batches, num_batches, false) }
@@ -119,7 +125,11 @@ pub unsafe extern "C" fn nrt_tensor_read_batch(batches: *const nrt_tensor_batch_
 /// As nrt.h: `batches` has `num_batches` entries, each with `num_ops` ops whose buffers have
 /// `size` readable bytes.
 #[no_mangle]
-pub unsafe extern "C" fn nrt_tensor_write_batch(batches: *const nrt_tensor_batch_t, num_batches: u64, unsafe_: bool) -> NRT_STATUS {
+pub unsafe extern "C" fn nrt_tensor_write_batch(
+    batches: *const nrt_tensor_batch_t,
+    num_batches: u64,
+    unsafe_: bool,
+) -> NRT_STATUS {
     let _ = unsafe_;
     // SAFETY: forwarded from this function's contract.
     unsafe { batch("nrt_tensor_write_batch", batches, num_batches, true) }
@@ -180,7 +190,11 @@ pub unsafe extern "C" fn nrt_tensor_allocate_empty(name: *const c_char, tensor: 
 /// # Safety
 /// `buffer` is NULL or `size` bytes readable and writable until the tensor is freed.
 #[no_mangle]
-pub unsafe extern "C" fn nrt_tensor_attach_buffer(tensor: *mut nrt_tensor_t, buffer: *mut c_void, size: usize) -> NRT_STATUS {
+pub unsafe extern "C" fn nrt_tensor_attach_buffer(
+    tensor: *mut nrt_tensor_t,
+    buffer: *mut c_void,
+    size: usize,
+) -> NRT_STATUS {
     entry("nrt_tensor_attach_buffer", || {
         guard()?;
         let t = tensor_of(tensor)?;
@@ -191,7 +205,9 @@ pub unsafe extern "C" fn nrt_tensor_attach_buffer(tensor: *mut nrt_tensor_t, buf
         // SAFETY: nrt.h: the caller keeps `size` bytes at `buffer` valid for the tensor's life.
         let ub = unsafe { UserBuf::new(buffer.cast(), size) };
         let nt = t.tensor.with_user_buffer(ub);
-        if !TENSORS.replace(tensor, Arc::new(CTensor { tensor: nt, placement: NRT_TENSOR_PLACEMENT_HOST, attached: true })) {
+        if !TENSORS
+            .replace(tensor, Arc::new(CTensor { tensor: nt, placement: NRT_TENSOR_PLACEMENT_HOST, attached: true }))
+        {
             return Err(err(NrtStatus::InvalidHandle, "tensor freed concurrently"));
         }
         Ok(())
@@ -238,7 +254,10 @@ pub extern "C" fn nrt_tensor_get_va(tensor: *const nrt_tensor_t) -> *mut c_void 
                 Some(p) => p.cast(),
                 None => {
                     if t.placement == NRT_TENSOR_PLACEMENT_DEVICE {
-                        tracing::info!("nrt_tensor_get_va: {} is in device memory, which is not mapped into the process", t.tensor.name);
+                        tracing::info!(
+                            "nrt_tensor_get_va: {} is in device memory, which is not mapped into the process",
+                            t.tensor.name
+                        );
                     }
                     std::ptr::null_mut()
                 }
@@ -301,7 +320,10 @@ pub extern "C" fn nrt_tensor_check_output_completion(
             if limit.is_some_and(|l| waited >= l) {
                 return Err(err(
                     NrtStatus::Timeout,
-                    format!("tensor {}: {n} of {expected_completion_count} completions after {timeout} us", t.tensor.name),
+                    format!(
+                        "tensor {}: {n} of {expected_completion_count} completions after {timeout} us",
+                        t.tensor.name
+                    ),
                 ));
             }
             if limit.is_none() && !warned && waited >= Duration::from_secs(30) {
@@ -330,8 +352,9 @@ pub(crate) fn find_by_address(addr: u64, size: u64) -> Option<(Arc<Tensor>, u64)
     TENSORS.values().into_iter().find_map(|c| {
         let t = &c.tensor;
         let bases = [t.device_allocation().map(|a| a.addr), t.host_va().map(|p| p as u64)];
-        bases.into_iter().flatten().find_map(|b| {
-            (addr >= b && end <= b.checked_add(t.size)?).then(|| (t.clone(), addr - b))
-        })
+        bases
+            .into_iter()
+            .flatten()
+            .find_map(|b| (addr >= b && end <= b.checked_add(t.size)?).then(|| (t.clone(), addr - b)))
     })
 }

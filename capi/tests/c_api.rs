@@ -89,11 +89,23 @@ fn valgrind() -> Option<&'static str> {
 
 /// Run a built program on `device`; its stdout (all checks passed).
 fn run(prog: &Path, args: &[PathBuf], device: &str) -> String {
+    run_env(prog, args, device, &[])
+}
+
+/// `run` with extra environment variables.
+fn run_env(prog: &Path, args: &[PathBuf], device: &str, envs: &[(&str, &Path)]) -> String {
     let vg = valgrind();
     let mut c = match vg {
         Some(v) => {
             let mut c = Command::new(v);
-            c.args(["-q", "--error-exitcode=97", "--leak-check=full", "--show-leak-kinds=definite", "--errors-for-leak-kinds=definite"]).arg(prog);
+            c.args([
+                "-q",
+                "--error-exitcode=97",
+                "--leak-check=full",
+                "--show-leak-kinds=definite",
+                "--errors-for-leak-kinds=definite",
+            ])
+            .arg(prog);
             c
         }
         None => Command::new(prog),
@@ -103,12 +115,23 @@ fn run(prog: &Path, args: &[PathBuf], device: &str) -> String {
         .env("NEURON_VFIO_DEVICE", device)
         .env("NEURON_VFIO_NRT_QUIET", "1")
         .env_remove("NEURON_RT_VISIBLE_CORES")
+        .envs(envs.iter().copied())
         .output()
         .expect("run the program");
     let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&o.stderr);
-    println!("--- {} on {device} (valgrind: {}): exit {:?}\n{stdout}--- stderr\n{stderr}", prog.display(), vg.is_some(), o.status.code());
-    assert!(o.status.success(), "{} failed on {device} (exit {:?}):\n{stdout}\n{stderr}", prog.display(), o.status.code());
+    println!(
+        "--- {} on {device} (valgrind: {}): exit {:?}\n{stdout}--- stderr\n{stderr}",
+        prog.display(),
+        vg.is_some(),
+        o.status.code()
+    );
+    assert!(
+        o.status.success(),
+        "{} failed on {device} (exit {:?}):\n{stdout}\n{stderr}",
+        prog.display(),
+        o.status.code()
+    );
     assert!(!stdout.lines().any(|l| l.starts_with("FAIL")), "{stdout}");
     assert_eq!(stdout.lines().last(), Some("ALL OK"), "{stdout}");
     stdout
@@ -153,12 +176,12 @@ fn profiling_and_system_trace() {
     let Some(p) = build("c/profile.c") else { return };
     for dev in DEVICES {
         let dir = tmpdir(&format!("capi-profile-{}", dev.replace(':', "-")));
-        std::env::set_var("NEURON_RT_INSPECT_ENABLE", "1");
-        std::env::set_var("NEURON_RT_INSPECT_OUTPUT_DIR", dir.join("env"));
-        let out = run(
+        let env_dir = dir.join("env");
+        let out = run_env(
             &p,
             &[examples().join("allreduce_1nc.neff"), examples().join("input_32xf32.bin"), dir.clone()],
             dev,
+            &[("NEURON_RT_INSPECT_ENABLE", Path::new("1")), ("NEURON_RT_INSPECT_OUTPUT_DIR", &env_dir)],
         );
         // Every trace is valid JSON in the trace-event format with engine lanes.
         let files: Vec<&str> = out.lines().filter_map(|l| l.strip_prefix("file ")).collect();
@@ -183,7 +206,9 @@ fn profiling_and_system_trace() {
                 // The engines' START..END spans (device clock, mapped to host time by the sync
                 // taken at load) last no longer than the host's kickoff..completion span, and
                 // executions follow each other on the device as on the host.
-                let mine = dev_spans.iter().filter(|s| s["args"]["seq"] == x["args"]["seq"] && s["args"]["model_id"] == x["args"]["model_id"]);
+                let mine = dev_spans
+                    .iter()
+                    .filter(|s| s["args"]["seq"] == x["args"]["seq"] && s["args"]["model_id"] == x["args"]["model_id"]);
                 let mut k = 0;
                 let mut first = f64::INFINITY;
                 for s in mine {
@@ -192,11 +217,29 @@ fn profiling_and_system_trace() {
                     first = first.min(s["ts"].as_f64().unwrap_or(f64::NAN));
                     assert!(d <= t1 - t0 + 100.0, "{f}: device span of {d} us in an execution of {} us", t1 - t0);
                 }
-                assert!(first >= prev_first, "{f}: execution {} starts on the device before the previous one", x["args"]["seq"]);
+                assert!(
+                    first >= prev_first,
+                    "{f}: execution {} starts on the device before the previous one",
+                    x["args"]["seq"]
+                );
                 prev_first = first;
                 assert!(k >= 1, "{f}: execution without device spans: {x}");
             }
             assert!(events.iter().any(|e| e["ph"] == "M" && e["args"]["name"] == "PE"), "{f}: engine lanes are named");
         }
+    }
+}
+
+#[test]
+fn cpp_raii_client() {
+    let Some(p) = build("cpp/raii.cpp") else { return };
+    for dev in DEVICES {
+        let dir = tmpdir(&format!("capi-raii-{}", dev.replace(':', "-")));
+        let trace = dir.join("raii.json");
+        run(&p, &[examples().join("allreduce_1nc.neff"), examples().join("input_32xf32.bin"), trace.clone()], dev);
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&trace).expect("read the trace")).expect("valid JSON");
+        let execs = v["traceEvents"].as_array().map_or(0, |a| a.iter().filter(|e| e["cat"] == "model_exec").count());
+        assert_eq!(execs, 2, "two profiled executions");
     }
 }

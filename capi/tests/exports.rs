@@ -40,7 +40,9 @@ fn declared(src: &str) -> BTreeSet<String> {
     let mut names = BTreeSet::new();
     let mut i = 0;
     while i < b.len() {
-        if (b[i].is_ascii_alphabetic() || b[i] == b'_') && (i == 0 || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_')) {
+        if (b[i].is_ascii_alphabetic() || b[i] == b'_')
+            && (i == 0 || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_'))
+        {
             let s = i;
             while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_') {
                 i += 1;
@@ -90,7 +92,15 @@ fn every_declared_function_is_exported() {
         .collect();
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("include/nrt");
     let mut all = BTreeSet::new();
-    for h in ["nrt.h", "nrt_status.h", "nrt_version.h", "nrt_experimental.h", "nrt_async.h", "nrt_profile.h", "nrt_sys_trace.h"] {
+    for h in [
+        "nrt.h",
+        "nrt_status.h",
+        "nrt_version.h",
+        "nrt_experimental.h",
+        "nrt_async.h",
+        "nrt_profile.h",
+        "nrt_sys_trace.h",
+    ] {
         let text = std::fs::read_to_string(dir.join(h)).expect("read a header");
         let d = declared(&text);
         assert!(!d.is_empty() || h == "nrt_version.h", "{h}: no declarations found");

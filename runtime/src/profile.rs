@@ -266,7 +266,8 @@ fn metadata(events: &[Event]) -> Vec<String> {
     let mut ncs: Vec<usize> = events.iter().flat_map(|e| e.ncs()).collect();
     ncs.sort_unstable();
     ncs.dedup();
-    let mut out = vec!["{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"args\":{\"name\":\"host (nrt API)\"}}".to_string()];
+    let mut out =
+        vec!["{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"args\":{\"name\":\"host (nrt API)\"}}".to_string()];
     for nc in ncs {
         out.push(format!(
             "{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{},\"args\":{{\"name\":\"NeuronCore {nc}\"}}}}",
@@ -332,7 +333,8 @@ mod tests {
         let c = Arc::new(Collector::new(Some(7)));
         let id = subscribe(c.clone());
         let rt_epoch = Instant::now();
-        let sync = TimestampSync { clocks: [EngineClock::nominal(1_000); 5], sync: SyncPoint { device_ns: 0, cpu_ns: 500 } };
+        let sync =
+            TimestampSync { clocks: [EngineClock::nominal(1_000); 5], sync: SyncPoint { device_ns: 0, cpu_ns: 500 } };
         let mut t = NcTiming::default();
         // Device timestamps in ps from init 1000: PE from 2 µs to 5 µs after init.
         t.engines[0] = EngineTiming { start: Some(1_000 + 2_000_000), end: Some(1_000 + 5_000_000) };

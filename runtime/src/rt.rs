@@ -115,7 +115,10 @@ pub enum TensorMem {
     Host(HostBuf),
     Device(DevBuf),
     /// A view of another tensor's bytes (`nrt_tensor_allocate_slice`).
-    Slice { parent: Arc<Tensor>, offset: u64 },
+    Slice {
+        parent: Arc<Tensor>,
+        offset: u64,
+    },
     /// Caller memory (`nrt_tensor_attach_buffer`): no device address.
     User(crate::tensor_ops::UserBuf),
     /// No storage (`nrt_tensor_allocate_empty`).

@@ -182,9 +182,11 @@ impl Tensor {
     pub fn device_allocation(&self) -> Option<DeviceAllocation> {
         match &self.mem {
             TensorMem::Device(d) => Some(DeviceAllocation { addr: d.addr(), len: d.len(), hbm: d.chan() }),
-            TensorMem::Slice { parent, offset } => parent
-                .device_allocation()
-                .map(|a| DeviceAllocation { addr: a.addr + offset, len: self.size, hbm: a.hbm }),
+            TensorMem::Slice { parent, offset } => parent.device_allocation().map(|a| DeviceAllocation {
+                addr: a.addr + offset,
+                len: self.size,
+                hbm: a.hbm,
+            }),
             _ => None,
         }
     }
@@ -223,7 +225,10 @@ impl Tensor {
 /// the device's DMA engine, anything else is bounced through host memory.
 pub fn copy(src: &Tensor, src_off: u64, dst: &Tensor, dst_off: u64, size: u64) -> Result<(), RtError> {
     if src_off.checked_add(size).is_none_or(|e| e > src.size) {
-        return Err(invalid(format!("copy of {size} bytes at {src_off} outside source {} ({} bytes)", src.name, src.size)));
+        return Err(invalid(format!(
+            "copy of {size} bytes at {src_off} outside source {} ({} bytes)",
+            src.name, src.size
+        )));
     }
     if dst_off.checked_add(size).is_none_or(|e| e > dst.size) {
         return Err(invalid(format!(

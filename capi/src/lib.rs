@@ -12,8 +12,8 @@
 //! - Every entry point runs under `catch_unwind`: a panic returns NRT_FAILURE and never
 //!   unwinds into C.
 //!
-//! The header is `capi/include/nrt.h` (with `nrt/…` forwarding headers for programs that
-//! include libnrt's header paths).
+//! The headers are `capi/include/nrt/*.h`, laid out like libnrt's public ones
+//! (`capi/include/nrt.h` is a compatibility include); docs/capi.md lists every call.
 
 #![allow(non_camel_case_types)]
 #![deny(unsafe_op_in_unsafe_fn)]

@@ -241,11 +241,19 @@ fn track(
     exec: Option<(u32, u32)>,
 ) -> Result<u64, RtError> {
     let seq = ticket.seq_id();
-    {
+    let stale: Vec<c_int> = {
         let mut t = lock(&st.track);
         let c = seq_cursor(seq);
-        t.issued = t.issued.max(c);
+        // The runtime retires a COMPUTE XU when the last model on its core is unloaded and
+        // starts a new one (cursors from 1 again) at the next load: forget the old numbering.
+        // Everything the old XU accepted completed before it was retired.
+        let old = if c <= t.issued { std::mem::take(&mut *t).waiters } else { Vec::new() };
+        t.issued = c;
         t.pending.insert(c, ticket.clone());
+        old.into_iter().map(|(_, fd)| fd).collect()
+    };
+    for fd in stale {
+        signal(fd);
     }
     let tx = lock(&st.jobs).clone().ok_or_else(|| err(NrtStatus::Closed, "the execution unit is closed"))?;
     tx.send(Job { ticket, tracker, exec }).map_err(|_| err(NrtStatus::Closed, "the execution unit is closed"))?;

@@ -60,6 +60,22 @@ impl<V: Clone> Registry<V> {
         Some(v)
     }
 
+    /// Replace the value behind live handle `p`; false if `p` is not live.
+    pub fn replace<T>(&self, p: *const T, v: V) -> bool {
+        let mut g = self.lock();
+        let Some(slot) = g.get_mut(&(p as usize)) else { return false };
+        *slot = v.clone();
+        // SAFETY: `p` is a key of the map, so it is the live `Box<V>` made by `insert` and
+        // not yet reclaimed (reclaiming removes the key under this lock, which we hold).
+        unsafe { *(p as *mut V) = v };
+        true
+    }
+
+    /// Every live value.
+    pub fn values(&self) -> Vec<V> {
+        self.lock().values().cloned().collect()
+    }
+
     /// Free every handle (nrt_close for models).
     pub fn clear(&self) {
         let all = std::mem::take(&mut *self.lock());

@@ -12,8 +12,8 @@
 //! - Every entry point runs under `catch_unwind`: a panic returns NRT_FAILURE and never
 //!   unwinds into C.
 //!
-//! The header is `capi/include/nrt.h` (with `nrt/…` forwarding headers for programs that
-//! include libnrt's header paths).
+//! The headers are `capi/include/nrt/*.h`, laid out like libnrt's public ones
+//! (`capi/include/nrt.h` is a compatibility include); docs/capi.md lists every call.
 
 #![allow(non_camel_case_types)]
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -23,3 +23,9 @@ pub mod ffi;
 pub mod handles;
 
 pub use ffi::*;
+pub mod async_api;
+pub mod experimental;
+pub mod info_ext;
+pub mod profile;
+pub mod sys_trace;
+pub mod tensor_ops;

@@ -41,6 +41,10 @@ impl HostBuf {
     pub fn iova(&self) -> u64 {
         self.chunk.map.iova() + self.off as u64
     }
+    /// Host virtual address of byte 0 (the device may access the bytes concurrently).
+    pub fn host_ptr(&self) -> *mut u8 {
+        self.mem().as_ptr().wrapping_add(self.off)
+    }
     /// Length in bytes.
     pub fn len(&self) -> usize {
         self.len

@@ -22,10 +22,12 @@ pub mod completion;
 pub mod env;
 pub mod error;
 pub mod error_decode;
+pub mod profile;
 pub mod rt;
 pub mod stage;
 pub mod state;
 pub mod status;
+pub mod tensor_ops;
 pub mod timestamp;
 pub mod xu;
 

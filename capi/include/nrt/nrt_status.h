@@ -1,3 +1,50 @@
-/* Forwarding header: libnrt include path "nrt/nrt_status.h". */
+/*
+ * nrt/nrt_status.h — status codes returned by every libnrt call.
+ *
+ * neuron-vfio's own header for its libnrt.so (capi crate). Names and values are the public
+ * libnrt ABI (aws-neuron-sdk, src/libnrt/include/nrt/nrt_status.h); docs/capi.md says which
+ * calls return which code.
+ */
 #pragma once
-#include "../nrt.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    NRT_SUCCESS = 0,
+    NRT_FAILURE = 1,                   /* generic failure */
+    NRT_INVALID = 2,                   /* bad argument, bad NEFF, name/size mismatch */
+    NRT_INVALID_HANDLE = 3,            /* a handle that is not (or no longer) live */
+    NRT_RESOURCE = 4,                  /* out of memory, queue slots, buffer too small */
+    NRT_TIMEOUT = 5,
+    NRT_HW_ERROR = 6,
+    NRT_QUEUE_FULL = 7,
+    NRT_LOAD_NOT_ENOUGH_NC = 9,
+    NRT_UNSUPPORTED_NEFF_VERSION = 10,
+    NRT_FAIL_HOST_MEM_ALLOC = 11,      /* kept for compatibility; not returned */
+    NRT_UNINITIALIZED = 13,            /* called before nrt_init */
+    NRT_CLOSED = 14,                   /* called after nrt_close */
+    NRT_QUEUE_EMPTY = 15,
+    NRT_EXEC_UNIT_UNRECOVERABLE = 101, /* the execution unit is poisoned */
+    NRT_EXEC_BAD_INPUT = 1002,
+    NRT_EXEC_COMPLETED_WITH_NUM_ERR = 1003,
+    NRT_EXEC_COMPLETED_WITH_ERR = 1004,
+    NRT_EXEC_NC_BUSY = 1005,
+    NRT_EXEC_OOB = 1006,
+    NRT_COLL_PENDING = 1100,
+    NRT_EXEC_HW_ERR_COLLECTIVES = 1200,
+    NRT_EXEC_HW_ERR_HBM_UE = 1201,
+    NRT_EXEC_HW_ERR_NC_UE = 1202,
+    NRT_EXEC_HW_ERR_DMA_ABORT = 1203,
+    NRT_EXEC_SW_NQ_OVERFLOW = 1204,
+    NRT_EXEC_HW_ERR_REPAIRABLE_HBM_UE = 1205,
+    NRT_NETWORK_PROXY_FAILURE = 1206,
+} NRT_STATUS;
+
+/* A static, NUL-terminated name for `status` ("NRT_SUCCESS", ...); never NULL. */
+const char *nrt_get_status_as_str(NRT_STATUS status);
+
+#ifdef __cplusplus
+}
+#endif

@@ -38,7 +38,7 @@ pub unsafe extern "C" fn nrt_get_version(ver: *mut nrt_version_t, size: usize) -
     })
 }
 
-fn copy_cstr(dst: &mut [c_char], s: &str) {
+pub(crate) fn copy_cstr(dst: &mut [c_char], s: &str) {
     let n = s.len().min(dst.len().saturating_sub(1));
     for (d, b) in dst.iter_mut().zip(s.bytes().take(n)) {
         *d = b as c_char;

@@ -38,6 +38,7 @@ pub extern "C" fn nrt_close() {
         if rt().guard().is_err() {
             return;
         }
+        crate::async_api::close();
         if let Err(e) = rt().close() {
             log_error("nrt_close", &e);
         }

@@ -27,6 +27,7 @@ pub mod model;
 pub mod tensor;
 pub mod tensor_set;
 
+pub(crate) use info::copy_cstr;
 pub use info::*;
 pub use lifecycle::*;
 pub use model::*;
@@ -126,39 +127,41 @@ static LIFECYCLE: Mutex<()> = Mutex::new(());
 pub struct CTensor {
     pub tensor: Arc<Tensor>,
     pub placement: nrt_tensor_placement_t,
+    /// The storage was replaced by `nrt_tensor_attach_buffer`.
+    pub attached: bool,
 }
 
 /// A tensor set: names → tensor handles (and the tensors they held when added).
 #[derive(Default)]
 pub struct CSet {
-    entries: Vec<(String, usize, Arc<CTensor>)>,
+    pub(crate) entries: Vec<(String, usize, Arc<CTensor>)>,
 }
 
-static MODELS: Registry<ModelHandle> = Registry::new();
-static TENSORS: Registry<Arc<CTensor>> = Registry::new();
-static SETS: Registry<Arc<Mutex<CSet>>> = Registry::new();
+pub(crate) static MODELS: Registry<ModelHandle> = Registry::new();
+pub(crate) static TENSORS: Registry<Arc<CTensor>> = Registry::new();
+pub(crate) static SETS: Registry<Arc<Mutex<CSet>>> = Registry::new();
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn rt() -> &'static Runtime {
+pub(crate) fn rt() -> &'static Runtime {
     static RT: OnceLock<Runtime> = OnceLock::new();
     RT.get_or_init(Runtime::new)
 }
 
-fn err(status: NrtStatus, msg: impl Into<String>) -> RtError {
+pub(crate) fn err(status: NrtStatus, msg: impl Into<String>) -> RtError {
     RtError::new(status, msg)
 }
 
 /// The NRT_INIT_STATE guard of libnrt's entry points: the runtime's own
 /// ([`Runtime::guard`]): before `nrt_init` and in a forked child NRT_UNINITIALIZED (13),
 /// after `nrt_close` NRT_CLOSED (14).
-fn guard() -> Result<(), RtError> {
+pub(crate) fn guard() -> Result<(), RtError> {
     rt().guard()
 }
 
-fn log_error(func: &str, e: &RtError) {
+pub(crate) fn log_error(func: &str, e: &RtError) {
     // NEURON_RT_LOG_LEVEL has no "off" (the runtime rejects unknown levels), so silencing
     // the library's error lines is a knob of its own.
     if std::env::var("NEURON_VFIO_NRT_QUIET").is_ok_and(|v| v == "1") {
@@ -169,8 +172,12 @@ fn log_error(func: &str, e: &RtError) {
 
 /// Run an entry point: its error is logged and returned as its status; a panic is
 /// NRT_FAILURE.
-fn entry(func: &str, f: impl FnOnce() -> Result<(), RtError>) -> NRT_STATUS {
+pub(crate) fn entry(func: &str, f: impl FnOnce() -> Result<(), RtError>) -> NRT_STATUS {
+    let t0 = runtime::profile::active().then(runtime::profile::now_ns);
     let r = catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| Err(err(NrtStatus::Failure, "internal panic")));
+    if let Some(t0) = t0 {
+        crate::profile::api_event(func, t0, r.as_ref().err().map_or(0, |e| e.status.code()));
+    }
     match r {
         Ok(()) => NRT_SUCCESS,
         Err(e) => {
@@ -181,11 +188,11 @@ fn entry(func: &str, f: impl FnOnce() -> Result<(), RtError>) -> NRT_STATUS {
 }
 
 /// Run an entry point without a status (void or value returns).
-fn entry_value<R>(on_panic: R, f: impl FnOnce() -> R) -> R {
+pub(crate) fn entry_value<R>(on_panic: R, f: impl FnOnce() -> R) -> R {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or(on_panic)
 }
 
-fn status_of(s: NrtStatus, what: &str) -> Result<(), RtError> {
+pub(crate) fn status_of(s: NrtStatus, what: &str) -> Result<(), RtError> {
     if s == NrtStatus::Success {
         Ok(())
     } else {
@@ -194,7 +201,7 @@ fn status_of(s: NrtStatus, what: &str) -> Result<(), RtError> {
 }
 
 /// A required non-null argument.
-fn need<T>(p: *const T, what: &str) -> Result<(), RtError> {
+pub(crate) fn need<T>(p: *const T, what: &str) -> Result<(), RtError> {
     if p.is_null() {
         Err(err(NrtStatus::Invalid, format!("{what} is NULL")))
     } else {
@@ -206,7 +213,7 @@ fn need<T>(p: *const T, what: &str) -> Result<(), RtError> {
 ///
 /// # Safety
 /// `p` is NULL or points to a NUL-terminated string.
-unsafe fn opt_cstr(p: *const c_char) -> Option<String> {
+pub(crate) unsafe fn opt_cstr(p: *const c_char) -> Option<String> {
     if p.is_null() {
         return None;
     }
@@ -218,36 +225,37 @@ unsafe fn opt_cstr(p: *const c_char) -> Option<String> {
 ///
 /// # Safety
 /// `out` is non-null, aligned and writable.
-unsafe fn put<T>(out: *mut T, v: T) {
+pub(crate) unsafe fn put<T>(out: *mut T, v: T) {
     // SAFETY: by this function's contract.
     unsafe { out.write(v) }
 }
 
-fn model_of(m: *const nrt_model_t) -> Result<ModelHandle, RtError> {
+pub(crate) fn model_of(m: *const nrt_model_t) -> Result<ModelHandle, RtError> {
     need(m, "model")?;
     MODELS.get(m).ok_or_else(|| err(NrtStatus::InvalidHandle, format!("{m:p} is not a loaded model")))
 }
 
-fn tensor_of(t: *const nrt_tensor_t) -> Result<Arc<CTensor>, RtError> {
+pub(crate) fn tensor_of(t: *const nrt_tensor_t) -> Result<Arc<CTensor>, RtError> {
     need(t, "tensor")?;
     TENSORS.get(t).ok_or_else(|| err(NrtStatus::InvalidHandle, format!("{t:p} is not a tensor")))
 }
 
-fn set_of(s: *const nrt_tensor_set_t) -> Result<Arc<Mutex<CSet>>, RtError> {
+pub(crate) fn set_of(s: *const nrt_tensor_set_t) -> Result<Arc<Mutex<CSet>>, RtError> {
     need(s, "tensor set")?;
     SETS.get(s).ok_or_else(|| err(NrtStatus::InvalidHandle, format!("{s:p} is not a tensor set")))
 }
 
-fn runtime_set(s: &Mutex<CSet>) -> TensorSet {
+pub(crate) fn runtime_set(s: &Mutex<CSet>) -> TensorSet {
     let mut ts = TensorSet::new();
-    for (name, _, t) in &lock(s).entries {
-        ts.add(name, t.tensor.clone());
+    for (name, h, t) in &lock(s).entries {
+        let cur = TENSORS.get(*h as *const nrt_tensor_t).filter(|c| Arc::ptr_eq(&c.tensor, &t.tensor) || c.attached);
+        ts.add(name, cur.map_or_else(|| t.tensor.clone(), |c| c.tensor.clone()));
     }
     ts
 }
 
 /// NCs of the device `nrt_init` opens (or has opened).
-fn total_ncs() -> Result<usize, RtError> {
+pub(crate) fn total_ncs() -> Result<usize, RtError> {
     if guard().is_ok() {
         return Ok(rt().nc_count());
     }
@@ -334,7 +342,7 @@ mod tests {
             assert_eq!(nrt_add_tensor_to_tensor_set(s, name.as_ptr(), std::ptr::null_mut()), NRT_INVALID);
             assert_eq!(nrt_add_tensor_to_tensor_set(s, std::ptr::null(), bogus), NRT_INVALID);
             let mut out: *mut nrt_tensor_t = std::ptr::null_mut();
-            assert_eq!(nrt_get_tensor_from_tensor_set(s, name.as_ptr(), &mut out), NRT_INVALID);
+            assert_eq!(nrt_get_tensor_from_tensor_set(s, name.as_ptr(), &mut out), NRT_FAILURE);
             assert_eq!(nrt_get_tensor_from_tensor_set(bogus.cast(), name.as_ptr(), &mut out), NRT_INVALID_HANDLE);
             let mut s2 = s;
             nrt_destroy_tensor_set(&mut s2);

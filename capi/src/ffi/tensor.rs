@@ -34,7 +34,7 @@ pub unsafe extern "C" fn nrt_tensor_allocate(
         // SAFETY: nrt.h: `name` is NULL or a NUL-terminated string.
         let name = unsafe { opt_cstr(name) }.unwrap_or_default();
         let t = rt().alloc_tensor(&name, size as u64, on_device, nc)?;
-        let h = TENSORS.insert(Arc::new(CTensor { tensor: t, placement: tensor_placement }));
+        let h = TENSORS.insert(Arc::new(CTensor { tensor: t, placement: tensor_placement, attached: false }));
         // SAFETY: checked non-null; nrt.h: points to a writable nrt_tensor_t*.
         unsafe { put(tensor, h) };
         Ok(())

@@ -89,7 +89,7 @@ pub unsafe extern "C" fn nrt_get_tensor_from_tensor_set(
             .iter()
             .find(|(n, _, _)| *n == name)
             .map(|(_, h, _)| *h)
-            .ok_or_else(|| err(NrtStatus::Invalid, format!("no tensor `{name}` in the set")))?;
+            .ok_or_else(|| err(NrtStatus::Failure, format!("no tensor `{name}` in the set")))?;
         // SAFETY: checked non-null; nrt.h: points to a writable nrt_tensor_t*.
         unsafe { put(tensor, h as *mut nrt_tensor_t) };
         Ok(())

@@ -12,6 +12,7 @@
 
 #include "nrt/nrt.h"
 #include "nrt/nrt_experimental.h"
+#include "nrt/nrt_version.h"
 
 static int failures = 0;
 

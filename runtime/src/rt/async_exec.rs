@@ -82,6 +82,8 @@ pub struct AsyncTok {
     started: bool,
     /// A bind/kick failure to report.
     error: Option<NrtStatus>,
+    /// When it was kicked off (profiling).
+    t0: Instant,
 }
 
 /// The XU's executor. The XU submits every scheduled request before stepping the oldest;
@@ -97,7 +99,7 @@ impl Executor for XuExec {
         if lock(&req.model.lifecycle).poisoned().is_some() {
             return Err(NrtStatus::ExecUnitUnrecoverable);
         }
-        Ok(AsyncTok { req, started: false, error: None })
+        Ok(AsyncTok { req, started: false, error: None, t0: Instant::now() })
     }
 
     fn step(&mut self, tok: &mut AsyncTok) -> Step {
@@ -126,6 +128,7 @@ impl Executor for XuExec {
             }
             ex.busy = true;
             tok.started = true;
+            tok.t0 = Instant::now();
             return Step::InFlight;
         }
         ex.tracker.step(&mut ex.ncs, Instant::now())
@@ -142,6 +145,10 @@ impl Executor for XuExec {
             return s;
         }
         let status = ex.tracker.status();
+        if crate::profile::active() {
+            let t = ex.tracker.timings();
+            crate::profile::record_exec(m.id, &m.name, &m.ncs, ex.seq, tok.t0, m.epoch, status, &t, &ex.sync);
+        }
         if ex.tracker.verdict() == Some(Step::DoneWithError) {
             drop(g);
             lock(&m.lifecycle).poison(status);

@@ -59,6 +59,10 @@ impl Runtime {
         };
         let observed = m.epoch.elapsed().as_nanos() as u64;
         let status = ex.tracker.status();
+        if crate::profile::active() {
+            let t = ex.tracker.timings();
+            crate::profile::record_exec(m.id, &m.name, &m.ncs, ex.seq, t0, m.epoch, status, &t, &ex.sync);
+        }
         if step == Step::DoneWithError {
             drop(g);
             lock(&m.lifecycle).poison(status);
@@ -134,6 +138,7 @@ pub(super) fn bind_inputs(
             let t = inputs.get(&info.name).ok_or_else(|| bad_input(format!("input {} is not bound", info.name)))?;
             let Some(i) = s.var_index(&info.name) else { continue };
             let v = &s.vars[i];
+            crate::tensor_ops::check_dma(t)?;
             if t.size != v.size {
                 return Err(bad_input(format!(
                     "input {}: tensor of {} bytes, model expects {}",
@@ -152,6 +157,7 @@ pub(super) fn bind_inputs(
             for info in &m.outputs {
                 let Some(t) = outputs.get(&info.name) else { continue };
                 let Some(i) = s.var_index(&info.name) else { continue };
+                crate::tensor_ops::check_dma(t)?;
                 if t.size != s.vars[i].size {
                     return Err(bad_input(format!(
                         "output {}: tensor of {} bytes, model produces {}",
@@ -184,11 +190,11 @@ pub(super) fn read_outputs(m: &Model, ex: &mut ExecState, outputs: &TensorSet) -
     for info in &m.outputs {
         let Some(t) = outputs.get(&info.name) else { continue };
         let Some(i) = s.var_index(&info.name) else { continue };
-        if s.bind[i].is_some() {
-            continue;
+        if s.bind[i].is_none() {
+            let v = &s.vars[i];
+            m.devices[0].copy(s.nc, &[Xfer { src: v.addr, dst: t.dev_addr(), len: v.size }])?;
         }
-        let v = &s.vars[i];
-        m.devices[0].copy(s.nc, &[Xfer { src: v.addr, dst: t.dev_addr(), len: v.size }])?;
+        t.completions.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     }
     Ok(())
 }

@@ -259,7 +259,8 @@ impl Runtime {
         lock(&self.owners).len()
     }
 
-    fn device_of(&self, global_nc: usize) -> Option<(Device, usize)> {
+    /// The device of global NC `global_nc` and the NC's index on it.
+    pub fn device_of(&self, global_nc: usize) -> Option<(Device, usize)> {
         let devs = lock(&self.devices);
         let mut base = 0;
         for d in devs.iter() {

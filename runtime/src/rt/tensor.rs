@@ -1,6 +1,7 @@
 //! Tensors (named bytes in host DMA memory or device memory), tensor sets, and their
 //! allocation on the device of a global NC.
 
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use hal::{DevBuf, Device, HostBuf};
@@ -11,14 +12,27 @@ use super::{RtError, Runtime};
 pub enum TensorMem {
     Host(HostBuf),
     Device(DevBuf),
+    /// A view of another tensor's bytes (`nrt_tensor_allocate_slice`).
+    Slice {
+        parent: Arc<Tensor>,
+        offset: u64,
+    },
+    /// Caller memory (`nrt_tensor_attach_buffer`): no device address.
+    User(crate::tensor_ops::UserBuf),
+    /// No storage (`nrt_tensor_allocate_empty`).
+    Empty,
 }
 
 /// A tensor: named bytes in host DMA memory or device memory.
 pub struct Tensor {
     pub name: String,
     pub size: u64,
-    mem: TensorMem,
-    dev: Device,
+    pub(crate) mem: TensorMem,
+    pub(crate) dev: Device,
+    /// NC (local to `dev`) the tensor was allocated for.
+    pub(crate) nc: usize,
+    /// Executions that wrote this tensor as an output (`nrt_tensor_check_output_completion`).
+    pub(crate) completions: AtomicU64,
 }
 
 impl Tensor {
@@ -27,11 +41,17 @@ impl Tensor {
         match &self.mem {
             TensorMem::Host(b) => self.dev.host_addr(b),
             TensorMem::Device(d) => d.addr(),
+            TensorMem::Slice { parent, offset } => parent.dev_addr() + offset,
+            TensorMem::User(_) | TensorMem::Empty => 0,
         }
     }
     /// Whether the tensor is in host memory.
     pub fn is_host(&self) -> bool {
-        matches!(self.mem, TensorMem::Host(_))
+        match &self.mem {
+            TensorMem::Host(_) | TensorMem::User(_) => true,
+            TensorMem::Slice { parent, .. } => parent.is_host(),
+            TensorMem::Device(_) | TensorMem::Empty => false,
+        }
     }
     /// Write `data` at `off`.
     pub fn write(&self, off: u64, data: &[u8]) -> Result<(), RtError> {
@@ -46,6 +66,9 @@ impl Tensor {
         match &self.mem {
             TensorMem::Host(b) => b.write(off as usize, data)?,
             TensorMem::Device(d) => self.dev.write_device(0, d.addr() + off, data)?,
+            TensorMem::Slice { parent, offset } => parent.write(offset + off, data)?,
+            TensorMem::User(u) => u.write(off, data)?,
+            TensorMem::Empty => {}
         }
         Ok(())
     }
@@ -62,6 +85,9 @@ impl Tensor {
         match &self.mem {
             TensorMem::Host(b) => b.read(off as usize, out)?,
             TensorMem::Device(d) => self.dev.read_device(0, d.addr() + off, out)?,
+            TensorMem::Slice { parent, offset } => parent.read(offset + off, out)?,
+            TensorMem::User(u) => u.read(off, out)?,
+            TensorMem::Empty => {}
         }
         Ok(())
     }
@@ -111,6 +137,6 @@ impl Runtime {
         } else {
             TensorMem::Host(dev.alloc_host(size.max(1) as usize, 64)?)
         };
-        Ok(Arc::new(Tensor { name: name.to_string(), size, mem, dev }))
+        Ok(Arc::new(Tensor { name: name.to_string(), size, mem, dev, nc: local, completions: AtomicU64::new(0) }))
     }
 }

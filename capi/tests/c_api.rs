@@ -1,0 +1,245 @@
+//! The C API area by area, from C (and C++): each program in tests/c/ (tests/cpp/) is
+//! compiled with `-Wall -Wextra -Werror` against include/ and linked to the built libnrt.so,
+//! then run on the simulator (`sim`) and a simulated cayman (`sim:cayman`).
+//!
+//! - Without a C compiler the tests print a notice and pass, unless NEURON_VFIO_REQUIRE_CC=1.
+//! - Programs run under valgrind (memcheck; errors fail the test) when valgrind is installed
+//!   or NEURON_VFIO_REQUIRE_VALGRIND=1 (then a missing valgrind fails the test);
+//!   NEURON_VFIO_VALGRIND=0 turns it off.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn manifest() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn examples() -> PathBuf {
+    manifest().join("../examples")
+}
+
+fn compiler(var: &str, default: &str) -> Option<String> {
+    let cc = std::env::var(var).unwrap_or_else(|_| default.into());
+    let ok = Command::new(&cc).arg("--version").output().is_ok_and(|o| o.status.success());
+    if ok {
+        return Some(cc);
+    }
+    let msg = format!("no compiler (`{cc} --version` failed; set {var})");
+    if std::env::var("NEURON_VFIO_REQUIRE_CC").as_deref() == Ok("1") {
+        panic!("{msg}, and NEURON_VFIO_REQUIRE_CC=1");
+    }
+    eprintln!("notice: {msg}: skipping");
+    None
+}
+
+/// The directory holding libnrt.so.
+fn lib_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let deps = exe.parent().expect("test binary directory").to_path_buf();
+    for d in [deps.clone(), deps.parent().map(Path::to_path_buf).unwrap_or_default()] {
+        if d.join("libnrt.so").is_file() {
+            return d;
+        }
+    }
+    panic!("libnrt.so not found next to {} (or its parent)", exe.display());
+}
+
+/// Compile `src` (C, or C++ when it ends in .cpp); None without a compiler.
+fn build(src: &str) -> Option<PathBuf> {
+    let cpp = src.ends_with(".cpp");
+    let cc = if cpp { compiler("CXX", "c++")? } else { compiler("CC", "cc")? };
+    let lib = lib_dir();
+    let stem = Path::new(src).file_stem().and_then(|s| s.to_str()).unwrap_or("prog");
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("capi-{stem}"));
+    let std = if cpp { "-std=c++17" } else { "-std=c11" };
+    let o = Command::new(&cc)
+        .args([std, "-Wall", "-Wextra", "-Werror", "-O1", "-g", "-I"])
+        .arg(manifest().join("include"))
+        .arg(manifest().join("tests").join(src))
+        .arg("-o")
+        .arg(&out)
+        .arg(format!("-L{}", lib.display()))
+        .arg("-lnrt")
+        .arg("-Wl,--no-undefined")
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .output()
+        .expect("run the compiler");
+    assert!(
+        o.status.success(),
+        "{cc} failed on {src}:\n{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    Some(out)
+}
+
+/// valgrind, if the programs should run under it.
+fn valgrind() -> Option<&'static str> {
+    let required = std::env::var("NEURON_VFIO_REQUIRE_VALGRIND").as_deref() == Ok("1");
+    if !required && std::env::var("NEURON_VFIO_VALGRIND").as_deref() == Ok("0") {
+        return None;
+    }
+    let present = Command::new("valgrind").arg("--version").output().is_ok_and(|o| o.status.success());
+    match (present, required) {
+        (true, _) => Some("valgrind"),
+        (false, true) => panic!("NEURON_VFIO_REQUIRE_VALGRIND=1 but valgrind is not installed"),
+        (false, false) => None,
+    }
+}
+
+/// Run a built program on `device`; its stdout (all checks passed).
+fn run(prog: &Path, args: &[PathBuf], device: &str) -> String {
+    run_env(prog, args, device, &[])
+}
+
+/// `run` with extra environment variables.
+fn run_env(prog: &Path, args: &[PathBuf], device: &str, envs: &[(&str, &Path)]) -> String {
+    let vg = valgrind();
+    let mut c = match vg {
+        Some(v) => {
+            let mut c = Command::new(v);
+            c.args([
+                "-q",
+                "--error-exitcode=97",
+                "--leak-check=full",
+                "--show-leak-kinds=definite",
+                "--errors-for-leak-kinds=definite",
+            ])
+            .arg(prog);
+            c
+        }
+        None => Command::new(prog),
+    };
+    let o = c
+        .args(args)
+        .env("NEURON_VFIO_DEVICE", device)
+        .env("NEURON_VFIO_NRT_QUIET", "1")
+        .env_remove("NEURON_RT_VISIBLE_CORES")
+        .envs(envs.iter().copied())
+        .output()
+        .expect("run the program");
+    let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    println!(
+        "--- {} on {device} (valgrind: {}): exit {:?}\n{stdout}--- stderr\n{stderr}",
+        prog.display(),
+        vg.is_some(),
+        o.status.code()
+    );
+    assert!(
+        o.status.success(),
+        "{} failed on {device} (exit {:?}):\n{stdout}\n{stderr}",
+        prog.display(),
+        o.status.code()
+    );
+    assert!(!stdout.lines().any(|l| l.starts_with("FAIL")), "{stdout}");
+    assert_eq!(stdout.lines().last(), Some("ALL OK"), "{stdout}");
+    stdout
+}
+
+fn tmpdir(name: &str) -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("create a temporary directory");
+    d
+}
+
+const DEVICES: [&str; 2] = ["sim", "sim:cayman"];
+
+#[test]
+fn info_status_and_unsupported_calls() {
+    let Some(p) = build("c/info.c") else { return };
+    for (dev, family) in DEVICES.iter().zip(["instance family 2 ", "instance family 5 "]) {
+        let out = run(&p, &[examples().join("allreduce_1nc.neff")], dev);
+        assert!(out.contains(family), "{dev}: expected `{family}` in\n{out}");
+    }
+}
+
+#[test]
+fn tensor_operations() {
+    let Some(p) = build("c/tensor_ops.c") else { return };
+    for dev in DEVICES {
+        run(&p, &[examples().join("allreduce_1nc.neff"), examples().join("input_32xf32.bin")], dev);
+    }
+}
+
+#[test]
+fn async_execution_units() {
+    let Some(p) = build("c/async.c") else { return };
+    for dev in DEVICES {
+        run(&p, &[examples().join("allreduce_1nc.neff"), examples().join("input_32xf32.bin")], dev);
+    }
+}
+
+#[test]
+fn profiling_and_system_trace() {
+    let Some(p) = build("c/profile.c") else { return };
+    for dev in DEVICES {
+        let dir = tmpdir(&format!("capi-profile-{}", dev.replace(':', "-")));
+        let env_dir = dir.join("env");
+        let out = run_env(
+            &p,
+            &[examples().join("allreduce_1nc.neff"), examples().join("input_32xf32.bin"), dir.clone()],
+            dev,
+            &[("NEURON_RT_INSPECT_ENABLE", Path::new("1")), ("NEURON_RT_INSPECT_OUTPUT_DIR", &env_dir)],
+        );
+        // Every trace is valid JSON in the trace-event format with engine lanes.
+        let files: Vec<&str> = out.lines().filter_map(|l| l.strip_prefix("file ")).collect();
+        assert_eq!(files.len(), 6, "{out}");
+        for f in files {
+            let text = std::fs::read_to_string(f).expect("read the trace");
+            let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{f}: {e}\n{text}"));
+            let events = v["traceEvents"].as_array().unwrap_or_else(|| panic!("{f}: no traceEvents"));
+            let dev_spans: Vec<_> = events.iter().filter(|e| e["cat"] == "device_exec").collect();
+            assert!(!dev_spans.is_empty(), "{f}: no device spans");
+            for s in &dev_spans {
+                assert_eq!(s["ph"], "X");
+                assert!(s["dur"].as_f64().is_some_and(|d| d >= 0.0), "{f}: {s}");
+                assert!(s["args"]["engine"].is_string(), "{f}: {s}");
+            }
+            let execs: Vec<_> = events.iter().filter(|e| e["cat"] == "model_exec").collect();
+            let mut prev_first = f64::NEG_INFINITY;
+            for x in &execs {
+                assert_eq!(x["args"]["status_name"], "NRT_SUCCESS", "{f}: {x}");
+                let t0 = x["ts"].as_f64().unwrap_or(f64::NAN);
+                let t1 = t0 + x["dur"].as_f64().unwrap_or(f64::NAN);
+                // The engines' START..END spans (device clock, mapped to host time by the sync
+                // taken at load) last no longer than the host's kickoff..completion span, and
+                // executions follow each other on the device as on the host.
+                let mine = dev_spans
+                    .iter()
+                    .filter(|s| s["args"]["seq"] == x["args"]["seq"] && s["args"]["model_id"] == x["args"]["model_id"]);
+                let mut k = 0;
+                let mut first = f64::INFINITY;
+                for s in mine {
+                    k += 1;
+                    let d = s["dur"].as_f64().unwrap_or(f64::NAN);
+                    first = first.min(s["ts"].as_f64().unwrap_or(f64::NAN));
+                    assert!(d <= t1 - t0 + 100.0, "{f}: device span of {d} us in an execution of {} us", t1 - t0);
+                }
+                assert!(
+                    first >= prev_first,
+                    "{f}: execution {} starts on the device before the previous one",
+                    x["args"]["seq"]
+                );
+                prev_first = first;
+                assert!(k >= 1, "{f}: execution without device spans: {x}");
+            }
+            assert!(events.iter().any(|e| e["ph"] == "M" && e["args"]["name"] == "PE"), "{f}: engine lanes are named");
+        }
+    }
+}
+
+#[test]
+fn cpp_raii_client() {
+    let Some(p) = build("cpp/raii.cpp") else { return };
+    for dev in DEVICES {
+        let dir = tmpdir(&format!("capi-raii-{}", dev.replace(':', "-")));
+        let trace = dir.join("raii.json");
+        run(&p, &[examples().join("allreduce_1nc.neff"), examples().join("input_32xf32.bin"), trace.clone()], dev);
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&trace).expect("read the trace")).expect("valid JSON");
+        let execs = v["traceEvents"].as_array().map_or(0, |a| a.iter().filter(|e| e["cat"] == "model_exec").count());
+        assert_eq!(execs, 2, "two profiled executions");
+    }
+}

@@ -189,31 +189,36 @@ kdir=$kernels/$key
 
 build_kernel() {
     local d=$cache/apt/kernel tmp=$kdir.tmp deb tree t
-    rm -rf "$tmp"; mkdir -p "$tmp/src"
-    rm -f "$d/debs/${src_pkg}_"*.deb.partial
-    deb=$(ls "$d/debs/${src_pkg}_${kver_src//:/%3a}_"*.deb 2>/dev/null | head -n1 || true)
-    if [ -z "$deb" ]; then
-        rm -f "$d/debs/${src_pkg}_"*.deb
-        log "downloading $src_pkg $kver_src"
-        (cd "$d/debs" && quiet "apt-get download $src_pkg" papt kernel download -qq "$src_pkg") || return 1
-        deb=$(ls "$d/debs/${src_pkg}_"*.deb | head -n1)
+    tree=$(ls -d "$tmp"/src/linux-source-* 2>/dev/null | head -n1 || true)
+    if [ -n "$tree" ] && [ -f "$tmp/unpacked" ]; then
+        # An earlier run of this key failed part way: make resumes where it stopped.
+        log "resuming the build in $tmp"
+    else
+        rm -rf "$tmp"; mkdir -p "$tmp/src"
+        rm -f "$d/debs/${src_pkg}_"*.deb.partial
+        deb=$(ls "$d/debs/${src_pkg}_${kver_src//:/%3a}_"*.deb 2>/dev/null | head -n1 || true)
+        if [ -z "$deb" ]; then
+            rm -f "$d/debs/${src_pkg}_"*.deb
+            log "downloading $src_pkg $kver_src"
+            (cd "$d/debs" && quiet "apt-get download $src_pkg" papt kernel download -qq "$src_pkg") || return 1
+            deb=$(ls "$d/debs/${src_pkg}_"*.deb | head -n1)
+        fi
+        log "unpacking $(basename "$deb")"
+        # Documentation, other architectures and the perf/selftest sources are never compiled
+        # (Kconfig files and Makefiles are kept: Kconfig reads the whole tree).
+        local skip=() dir ext
+        for dir in Documentation tools/perf tools/testing 'arch/[a-wy-z]*' 'arch/x[a-z]*'; do
+            for ext in c h S rst txt yaml dts dtsi json py; do skip+=("--exclude=linux-source-*/$dir/*.$ext"); done
+        done
+        dpkg-deb --fsys-tarfile "$deb" | tar -xO --wildcards './usr/src/linux-source-*.tar.*' > "$tmp/src.tar.xz" || return 1
+        quiet "unpack $(basename "$deb")" tar -xJf "$tmp/src.tar.xz" -C "$tmp/src" "${skip[@]}" || return 1
+        rm -f "$tmp/src.tar.xz"
+        touch "$tmp/unpacked"
+        tree=$(ls -d "$tmp"/src/linux-source-* | head -n1)
     fi
-    log "unpacking $(basename "$deb")"
-    # Sources of what an x86 tinyconfig never builds stay in the archive (two thirds of its
-    # 1.4 GB; unpacking is mostly disk writes): Kconfig files and Makefiles are kept, since
-    # Kconfig reads the whole tree.
-    local skip=() dir ext
-    for dir in Documentation sound drivers/gpu drivers/media drivers/scsi drivers/infiniband drivers/staging \
-        drivers/iio drivers/clk drivers/pinctrl drivers/usb drivers/accel drivers/video drivers/net/wireless \
-        tools/perf tools/testing arch/[a-wy-z]* arch/x[a-z]*; do
-        for ext in c h S rst txt yaml dts dtsi json py; do skip+=("--exclude=linux-source-*/$dir/*.$ext"); done
-    done
-    dpkg-deb --fsys-tarfile "$deb" | tar -xO --wildcards './usr/src/linux-source-*.tar.*' > "$tmp/src.tar.xz" || return 1
-    quiet "unpack $deb" tar -xJf "$tmp/src.tar.xz" -C "$tmp/src" "${skip[@]}" || return 1
-    rm -f "$tmp/src.tar.xz"
-    tree=$(ls -d "$tmp"/src/linux-source-* | head -n1)
     t=$(date +%s)
     log "building the guest kernel (tinyconfig + guest-kernel.config, make -j$(nproc), nice 10; ~3 min on 2 cores)"
+    rm -f "$tree/.config"
     quiet "make tinyconfig" nice -n 10 make -C "$tree" -s tinyconfig || return 1
     quiet "merge guest-kernel.config" "$tree/scripts/kconfig/merge_config.sh" -m -O "$tree" "$tree/.config" "$fragment" || return 1
     quiet "make olddefconfig" nice -n 10 make -C "$tree" -s olddefconfig || return 1
@@ -230,13 +235,13 @@ build_kernel() {
     if [ -f "$tree/modules.builtin" ]; then cp "$tree/modules.builtin" "$tmp/modules.builtin"; fi
     make -C "$tree" -s kernelrelease > "$tmp/version"
     echo "$src_pkg $kver_src $mirror $security; guest-kernel.config $frag_hash; built in $(( $(date +%s) - t )) s" > "$tmp/source"
-    rm -rf "$tmp/src"
+    rm -rf "$tmp/src" "$tmp/unpacked"
     rm -rf "$kdir"; mv "$tmp" "$kdir"
 }
 if [ -s "$kdir/vmlinux" ] && [ -s "$kdir/config" ] && [ -s "$kdir/version" ]; then
     reused+=("kernel $(cat "$kdir/version") ($key)")
 else
-    if ! build_kernel; then rm -rf "$kdir.tmp"; die "the guest kernel could not be built"; fi
+    if ! build_kernel; then die "the guest kernel could not be built (a rerun resumes the build in $kdir.tmp)"; fi
     built+=("kernel $(cat "$kdir/version") ($key, $(awk '{print $(NF-1)}' "$kdir/source") s)")
 fi
 ln -sfn "kernels/$key" "$cache/kernel"
@@ -254,7 +259,8 @@ provision_qemu11() {
     papt_init qemu-11 "deb [signed-by=$keyring] $mirror ${qsuite%-backports} main" \
         "deb [signed-by=$keyring] $mirror $qsuite main"
     papt_update qemu-11 || return 1
-    ver=$(papt_cache qemu-11 policy qemu-system-x86 2>/dev/null | awk '/Candidate:/ {print $2}')
+    ver=$(papt_cache qemu-11 -t "$qsuite" policy qemu-system-x86 2>/dev/null | awk '/Candidate:/ {print $2}')
+    [ -n "$ver" ] && [ "$ver" != "(none)" ] || { log "no qemu-system-x86 in $mirror $qsuite"; return 1; }
     if [ -s "$cache/qemu-11/version" ] && [ "$(cat "$cache/qemu-11/version")" = "$ver" ] && qemu11_ok; then
         reused+=("QEMU $ver"); return 0
     fi

@@ -254,7 +254,10 @@ fn edu_through_vfio_in_qemu() {
         // An MSI-X capable function (no driver for it in the initramfs): the MSI-X check.
         .args(["-device", "pcie-root-port,id=rp2,bus=pcie.0,chassis=3,slot=3", "-device", "e1000e,bus=rp2"])
         .args(["-kernel", kernel.to_str().unwrap(), "-initrd", initrd.to_str().unwrap()])
-        .args(["-append", "console=ttyS0 intel_iommu=on iommu=nopt vfio.enable_unsafe_noiommu_mode=1 panic=-1 quiet loglevel=4"])
+        .args([
+            "-append",
+            "console=ttyS0 intel_iommu=on iommu=nopt vfio.enable_unsafe_noiommu_mode=1 panic=-1 quiet loglevel=4",
+        ])
         .args(["-nographic", "-no-reboot", "-nic", "none", "-serial", "stdio", "-monitor", "none"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -297,9 +300,15 @@ fn edu_through_vfio_in_qemu() {
     }
     // Written to stderr directly (not eprintln!) so the figures show even when the test
     // harness captures output: every check with its result, then the figures.
-    let mut summary = format!("QEMU VFIO test: guest checks ({} lines):\n", log.lines().filter(|l| l.starts_with("VFIO-CHECK ")).count());
+    let mut summary = format!(
+        "QEMU VFIO test: guest checks ({} lines):\n",
+        log.lines().filter(|l| l.starts_with("VFIO-CHECK ")).count()
+    );
     summary.push_str(&check_table(&log, 100));
-    for l in log.lines().filter(|l| l.starts_with("VFIO-BENCH") || l.starts_with("VFIO-INFO") || l.starts_with("VFIO-RESULT")) {
+    for l in log
+        .lines()
+        .filter(|l| l.starts_with("VFIO-BENCH") || l.starts_with("VFIO-INFO") || l.starts_with("VFIO-RESULT"))
+    {
         summary.push_str(l.trim_end());
         summary.push('\n');
     }

@@ -242,7 +242,7 @@ if [ -s "$kdir/vmlinux" ] && [ -s "$kdir/config" ] && [ -s "$kdir/version" ]; th
     reused+=("kernel $(cat "$kdir/version") ($key)")
 else
     if ! build_kernel; then die "the guest kernel could not be built (a rerun resumes the build in $kdir.tmp)"; fi
-    built+=("kernel $(cat "$kdir/version") ($key, $(awk '{print $(NF-1)}' "$kdir/source") s)")
+    built+=("kernel $(cat "$kdir/version") ($key; $(awk '{print $(NF-1)}' "$kdir/source") s)")
 fi
 ln -sfn "kernels/$key" "$cache/kernel"
 

@@ -1,8 +1,8 @@
 #!/bin/sh
 # Runs every test of the workspace on a fresh machine (Debian, root, Rust toolchain only).
-# Installs what the tests need: QEMU, busybox and a guest kernel for the VFIO test
-# (scripts/qemu/setup.sh; Ubuntu's kernel for the iommufd and no-IOMMU paths when its archive
-# is reachable, else Debian's).
+# Installs what the tests need for the QEMU VFIO test (scripts/qemu/setup.sh, docs/qemu.md):
+# busybox, a guest kernel built from Debian's linux-source-6.12, QEMU 11 from trixie-backports;
+# cached machine-wide under /var/cache/neuron-vfio, so only the first run pays.
 set -eu
 cd "$(dirname "$0")/.."
 start=$(date +%s)

@@ -5,16 +5,19 @@
 #   mkinitramfs.sh -k KERNEL_DIR -o OUT.cpio [-m MODULE]... [-b PROGRAM]... [-s BOOT_SCRIPT]...
 #                  [-f SRC:DEST]... [-z]
 #
-#   -k  a kernel unpacked by scripts/qemu/setup.sh: KERNEL_DIR/{version,modules/}
+#   -k  a kernel prepared by scripts/qemu/setup.sh: KERNEL_DIR/version, and KERNEL_DIR/modules/
+#       for a modular kernel (the guest kernel setup.sh builds has everything built in and no
+#       modules/ directory)
 #   -m  a module to include with everything it depends on; it is loaded at boot in the
-#       order given (listed in /etc/modules)
+#       order given (listed in /etc/modules). For a kernel without modules/ the name must be
+#       built in (KERNEL_DIR/modules.builtin, when present, is checked) and nothing is added
 #   -b  a dynamically or statically linked program, copied to /bin with the libraries
 #       ldd reports and the dynamic loader
 #   -s  a shell script run at boot (copied to /etc/boot.d/, run in name order by /init)
 #   -f  any other file
 #   -z  gzip the archive (default: uncompressed, which boots faster under emulation)
 #
-# /init (scripts/image/init) mounts the pseudo file systems, loads /etc/modules, runs the
+# /init (scripts/image/init) mounts the pseudo file systems, loads /etc/modules (if any), runs the
 # boot scripts and powers the machine off unless the kernel command line says
 # `appliance.shell`.
 set -euo pipefail
@@ -44,6 +47,20 @@ for applet in $("$busybox" --list); do
     [ -e "$stage/bin/$applet" ] || ln -s busybox "$stage/bin/$applet"
 done
 cp "$here/init" "$stage/init"; chmod 755 "$stage/init"
+
+# A kernel without modules: each requested module must be built in.
+if [ ${#mods[@]} -gt 0 ] && [ ! -d "$kdir/modules" ]; then
+    for m in "${mods[@]}"; do
+        if [ -f "$kdir/modules.builtin" ]; then
+            # modules.builtin lists kernel/DIR/NAME.ko, with - and _ interchangeable in NAME.
+            if ! sed 's|.*/||; s|\.ko$||; s|-|_|g' "$kdir/modules.builtin" | grep -qxF "${m//-/_}"; then
+                echo "mkinitramfs: $m: neither a module nor built into kernel $kver" >&2; exit 1
+            fi
+        fi
+    done
+    echo "mkinitramfs: kernel $kver has no modules: ${mods[*]} built in" >&2
+    mods=()
+fi
 
 # Modules: resolve dependencies against the unpacked tree, store them uncompressed.
 if [ ${#mods[@]} -gt 0 ]; then

@@ -1,191 +1,302 @@
 #!/usr/bin/env bash
-# Install what the QEMU VFIO harness needs and cache a guest kernel.
+# Provision what the QEMU VFIO test (vfio/tests/qemu.rs) needs, from Debian's archive alone.
 #
-#   scripts/qemu/setup.sh            # idempotent; prints the cache paths it settled on
+#   scripts/qemu/setup.sh        # idempotent; the first run on a machine pays, later runs reuse
 #
-# - apt packages: qemu-system-x86 (bookworm-backports when on Debian 12), busybox-static,
-#   cpio, kmod, xz-utils, zstd, ubuntu-keyring (to verify the Ubuntu archive);
-# - a guest kernel, downloaded with `apt-get download` through a private apt list under the
-#   cache (the host's apt sources are not touched) and unpacked with `dpkg -x` into
-#   scripts/.cache/kernels/NAME/ — never installed on the host. scripts/.cache/kernel is a
-#   symlink to the one the QEMU test boots:
-#     ubuntu  Ubuntu 24.04 (noble-updates) linux-image-generic → linux-image-6.8.0-N-generic
-#             + linux-modules-6.8.0-N-generic: legacy VFIO container AND iommufd + the VFIO
-#             device cdev (CONFIG_IOMMUFD=m, CONFIG_VFIO_DEVICE_CDEV=y), so the test runs both;
-#     debian  bookworm-backports linux-image-amd64 (6.12): legacy container only (Debian builds
-#             without CONFIG_IOMMUFD); the test then reports the iommufd path as skipped.
-#   The default tries ubuntu and falls back to debian when the Ubuntu archive is unreachable.
-# - the uncompressed vmlinux extracted from the bzImage (boots faster under TCG), the kernel
-#   config (KERNEL_DIR/config: the test reads it to know which VFIO paths must pass) and
-#   KERNEL_DIR/source (package names, versions, archive).
+# 1. Host packages, installed only when missing (`dpkg-query` check), without recommends and
+#    without upgrading anything already installed: busybox-static and cpio (the initramfs), and
+#    the kernel build dependencies flex bison bc make gcc libc6-dev libelf-dev libssl-dev
+#    xz-utils.
+# 2. A guest kernel built from Debian's source package linux-source-6.12 (NEURON_VFIO_KERNEL_SRC)
+#    with `make tinyconfig` + scripts/qemu/guest-kernel.config, everything built in (no
+#    modules). The package is fetched with `apt-get download` through a private apt list
+#    (the host's own Debian mirror URIs, read from /etc/apt/sources.list{,.d/*.list,.d/*.sources};
+#    the security suite's URI derived from the main one when the host lists none) and is never
+#    installed. Cached under CACHE/kernels/VERSION-FRAGMENTHASH/ (vmlinux, bzImage, config,
+#    version, source); CACHE/kernel links to the one in use.
+# 3. QEMU 11.x with the vfio-user client, from Debian 13's trixie-backports (same mirror URI):
+#    downloaded with its dependencies through another private apt list and unpacked with
+#    `dpkg -x` into CACHE/qemu-11/root; scripts/qemu/qemu-vfio-user runs it through its own
+#    loader. Checked: `-device help` must list vfio-user-pci. The QEMU test boots with it.
+#    Should this fail, setup says so and installs the host's qemu-system-x86 instead.
 #
-# Environment: NEURON_VFIO_CACHE (default: <repo>/scripts/.cache),
-#              NEURON_VFIO_KERNEL (ubuntu (default, falls back to debian) | debian),
-#              NEURON_VFIO_UBUNTU_MIRROR, NEURON_VFIO_UBUNTU_SUITE, NEURON_VFIO_UBUNTU_PKG (default
-#              http://archive.ubuntu.com/ubuntu, noble-updates,
-#              linux-image-generic), NEURON_VFIO_KERNEL_SUITE / NEURON_VFIO_KERNEL_PKG (Debian;
-#              default bookworm-backports / linux-image-amd64).
+# Package lists of the private apt dirs are refreshed at most once a day; a run in between
+# needs no network. All apt/dpkg/make output goes to CACHE/setup.log, shown on failure.
+#
+# Environment: NEURON_VFIO_CACHE (default /var/cache/neuron-vfio), NEURON_VFIO_KERNEL_SRC
+# (default linux-source-6.12), NEURON_VFIO_DEBIAN_MIRROR (the Debian archive URI; default:
+# the host's), NEURON_VFIO_QEMU_SUITE (default trixie-backports), NEURON_VFIO_SKIP_QEMU11=1
+# (do not provision QEMU 11).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-cache=${NEURON_VFIO_CACHE:-$here/../.cache}
-mkdir -p "$cache"
-cache=$(cd "$cache" && pwd)
+cache=${NEURON_VFIO_CACHE:-/var/cache/neuron-vfio}
+t0=$(date +%s)
 
 log() { echo "setup: $*" >&2; }
+die() { log "$*"; exit 1; }
 
 as_root() {
     if [ "$(id -u)" -eq 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else
         log "need root for: $*"; return 1; fi
 }
 
-codename=$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")
-bpo=""
-if [ "$codename" = bookworm ]; then
-    bpo=bookworm-backports
-    if ! grep -rqs "bookworm-backports" /etc/apt/sources.list /etc/apt/sources.list.d/; then
-        log "adding bookworm-backports to apt sources"
-        as_root tee /etc/apt/sources.list.d/bookworm-backports.sources >/dev/null <<SRC
-Types: deb
-URIs: http://deb.debian.org/debian
-Suites: bookworm-backports
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-SRC
-        need_update=1
+if ! mkdir -p "$cache" 2>/dev/null || [ ! -w "$cache" ]; then
+    as_root mkdir -p "$cache" && as_root chown "$(id -u):$(id -g)" "$cache"
+fi
+cache=$(cd "$cache" && pwd)
+logf=$cache/setup.log
+: > "$logf"
+# One setup at a time per machine cache.
+exec 9>"$cache/.lock"
+flock 9
+
+# quiet DESC CMD...: run CMD with its output in the log; on failure show the log's tail.
+quiet() {
+    local what=$1; shift
+    echo "== $(date +%T) $what" >> "$logf"
+    if ! "$@" >> "$logf" 2>&1; then
+        log "$what failed; the end of $logf:"
+        tail -n 30 "$logf" | sed 's/^/setup:   | /' >&2
+        return 1
     fi
-fi
-
-have_tools() {
-    command -v qemu-system-x86_64 >/dev/null && [ -x /bin/busybox ] && busybox --list 2>/dev/null | grep -qx modprobe \
-        && command -v cpio >/dev/null && command -v depmod >/dev/null && command -v xz >/dev/null \
-        && command -v zstd >/dev/null
 }
 
-apt_updated=""
-apt_update() {
-    if [ -z "$apt_updated" ]; then as_root apt-get update -qq; apt_updated=1; fi
+installed=() reused=() built=() notes=()
+
+# ---- 1. host packages ------------------------------------------------------------------
+host_pkgs=(busybox-static cpio flex bison bc make gcc libc6-dev libelf-dev libssl-dev xz-utils)
+missing() {
+    local p
+    for p in "$@"; do
+        dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' || echo "$p"
+    done
 }
+apt_install() {
+    quiet "apt-get update" as_root apt-get update -qq
+    quiet "apt-get install $*" as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+        --no-install-recommends --no-upgrade "$@"
+    installed+=("$@")
+}
+mapfile -t need < <(missing "${host_pkgs[@]}")
+if [ ${#need[@]} -gt 0 ]; then apt_install "${need[@]}"; fi
 
-if [ -n "${need_update:-}" ]; then apt_update; fi
+# ---- the host's Debian mirror ------------------------------------------------------------
+# Prints "URI SUITE" for every enabled deb source of the host (one-line and deb822 formats).
+host_sources() {
+    local f
+    for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+        [ -f "$f" ] || continue
+        awk '$1 == "deb" { i = 2
+                 if ($2 ~ /^\[/) { while (i <= NF && $i !~ /\]$/) i++; i++ }
+                 if (i + 1 <= NF) print $i, $(i + 1) }' "$f"
+    done
+    for f in /etc/apt/sources.list.d/*.sources; do
+        [ -f "$f" ] || continue
+        awk 'function flush() {
+                 if (types ~ /(^| )deb( |$)/ && enabled != "no") {
+                     n = split(uris, u, " "); m = split(suites, s, " ")
+                     for (i = 1; i <= n; i++) for (j = 1; j <= m; j++) print u[i], s[j]
+                 }
+                 types = uris = suites = ""; enabled = "yes"
+             }
+             BEGIN { enabled = "yes" }
+             /^[ \t]*#/ { next }
+             /^[ \t]*$/ { flush(); next }
+             { key = tolower($1); sub(/:$/, "", key); $1 = ""; val = $0; sub(/^ +/, "", val)
+               if (key == "types") types = val; else if (key == "uris") uris = val
+               else if (key == "suites") suites = val; else if (key == "enabled") enabled = tolower(val) }
+             END { flush() }' "$f"
+    done
+}
+mirror_for() { host_sources | awk -v s="$1" '$2 == s { sub(/\/+$/, "", $1); print $1; exit }'; }
 
-if ! have_tools; then
-    apt_update
-    target=()
-    # QEMU from backports (10.x) matches the qemu-utils these machines carry; its
-    # dependencies come from backports too.
-    if [ -n "$bpo" ]; then target=(-t "$bpo"); fi
-    log "installing qemu-system-x86 busybox-static cpio kmod xz-utils zstd"
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${target[@]}" \
-        qemu-system-x86 busybox-static cpio kmod xz-utils zstd >&2
-fi
-# The Ubuntu archive's signing keys (a Debian package). Without them the Ubuntu kernel
-# cannot be verified and setup falls back to Debian's kernel.
-ubuntu_keyring=/usr/share/keyrings/ubuntu-archive-keyring.gpg
-if [ ! -s "$ubuntu_keyring" ] && [ "${NEURON_VFIO_KERNEL:-ubuntu}" = ubuntu ]; then
-    apt_update
-    target=()
-    if [ -n "$bpo" ]; then target=(-t "$bpo"); fi
-    log "installing ubuntu-keyring"
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${target[@]}" \
-        ubuntu-keyring >&2 || log "ubuntu-keyring unavailable"
-fi
+codename=$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")
+[ -n "$codename" ] || die "cannot tell the host's Debian release (VERSION_CODENAME in /etc/os-release)"
+mirror=${NEURON_VFIO_DEBIAN_MIRROR:-$(mirror_for "$codename")}
+mirror=${mirror%/}
+[ -n "$mirror" ] || die "no Debian mirror for '$codename' in the host's apt sources; set NEURON_VFIO_DEBIAN_MIRROR"
+# Debian publishes the security suites next to the archive, as ARCHIVE-security.
+security=$(mirror_for "$codename-security")
+security=${security:-$mirror-security}
+keyring=/usr/share/keyrings/debian-archive-keyring.gpg
+[ -s "$keyring" ] || die "no $keyring (package debian-archive-keyring)"
+arch=$(dpkg --print-architecture)
 
-# ---- guest kernel ---------------------------------------------------------------------
+# ---- private apt dirs ----------------------------------------------------------------------
+# papt_init NAME SOURCE_LINE...: an apt state of its own under CACHE/apt/NAME (lists, cache,
+# an empty dpkg status); papt NAME ARGS...: apt-get with it. The host's apt sources, lists
+# and status are neither read nor written; its apt.conf (proxies) still applies.
+papt_opts() {
+    local d=$cache/apt/$1
+    echo "-o Dir::Etc::SourceList=$d/sources.list -o Dir::Etc::SourceParts=$d/none
+          -o Dir::Etc::Preferences=$d/none -o Dir::Etc::PreferencesParts=$d/none
+          -o Dir::State::Lists=$d/lists -o Dir::State::Status=$d/status
+          -o Dir::State::extended_states=$d/extended_states -o Dir::Cache=$d/cache
+          -o APT::Architecture=$arch -o APT::Architectures::=$arch -o APT::Sandbox::User=root
+          -o APT::Install-Recommends=false -o Acquire::Languages=none
+          -o Acquire::IndexTargets::deb::DEP-11::DefaultEnabled=false
+          -o Acquire::IndexTargets::deb::DEP-11-icons::DefaultEnabled=false
+          -o Acquire::IndexTargets::deb::DEP-11-icons-small::DefaultEnabled=false
+          -o Acquire::IndexTargets::deb::CNF::DefaultEnabled=false
+          -o Acquire::http::Timeout=30 -o Acquire::Retries=2"
+}
+papt_init() {
+    local name=$1 d=$cache/apt/$1; shift
+    mkdir -p "$d/lists/partial" "$d/cache/archives/partial" "$d/none" "$d/debs"
+    [ -f "$d/status" ] || : > "$d/status"
+    printf '%s\n' "$@" > "$d/sources.list.new"
+    if ! cmp -s "$d/sources.list.new" "$d/sources.list" 2>/dev/null; then
+        mv "$d/sources.list.new" "$d/sources.list"; rm -f "$d/updated"
+    else
+        rm -f "$d/sources.list.new"
+    fi
+}
+# shellcheck disable=SC2046 # papt_opts is a word list by design (no spaces in the paths)
+papt() { local name=$1; shift; apt-get $(papt_opts "$name") "$@"; }
+# shellcheck disable=SC2046
+papt_cache() { local name=$1; shift; apt-cache $(papt_opts "$name") "$@"; }
+# papt_update NAME: refresh the lists when older than a day. Fails only without usable lists.
+papt_update() {
+    local d=$cache/apt/$1
+    if [ -n "$(find "$d/updated" -mmin -1440 2>/dev/null)" ]; then return 0; fi
+    if quiet "apt-get update ($1)" papt "$1" update -qq; then touch "$d/updated"; return 0; fi
+    [ -e "$d/updated" ] && { log "$1: package lists not refreshed (offline?); using the previous ones"; return 0; }
+    return 1
+}
+candidate() { papt_cache "$1" show --no-all-versions "$2" 2>/dev/null | awk '/^Version:/ {print $2; exit}'; }
+
+# ---- 2. guest kernel -----------------------------------------------------------------------
+src_pkg=${NEURON_VFIO_KERNEL_SRC:-linux-source-6.12}
+fragment=$here/guest-kernel.config
+frag_hash=$(sha256sum "$fragment" | cut -c1-12)
 kernels=$cache/kernels
 mkdir -p "$kernels"
-# Older caches held the Debian kernel directly in $cache/kernel.
-if [ -d "$cache/kernel" ] && [ ! -L "$cache/kernel" ]; then
-    rm -rf "$kernels/debian"; mv "$cache/kernel" "$kernels/debian"
+papt_init kernel "deb [signed-by=$keyring] $mirror $codename main" \
+    "deb [signed-by=$keyring] $mirror $codename-updates main" \
+    "deb [signed-by=$keyring] $security $codename-security main"
+kver_src=""
+if papt_update kernel; then kver_src=$(candidate kernel "$src_pkg"); fi
+if [ -z "$kver_src" ]; then
+    # Offline with no lists, or no such package: the newest build of this fragment, if any.
+    key=$(cd "$kernels" && ls -td -- *-"$frag_hash" 2>/dev/null | head -n1 || true)
+    [ -n "$key" ] || die "cannot resolve $src_pkg in $mirror $codename{,-updates} / $security $codename-security, and no kernel of this config is cached"
+    log "$src_pkg not resolvable; reusing the cached build $key"
+else
+    key=${kver_src//[:~]/_}-$frag_hash
+fi
+kdir=$kernels/$key
+
+build_kernel() {
+    local d=$cache/apt/kernel tmp=$kdir.tmp deb tree t
+    tree=$(ls -d "$tmp"/src/linux-source-* 2>/dev/null | head -n1 || true)
+    if [ -n "$tree" ] && [ -f "$tmp/unpacked" ]; then
+        # An earlier run of this key failed part way: make resumes where it stopped.
+        log "resuming the build in $tmp"
+    else
+        rm -rf "$tmp"; mkdir -p "$tmp/src"
+        rm -f "$d/debs/${src_pkg}_"*.deb.partial
+        deb=$(ls "$d/debs/${src_pkg}_${kver_src//:/%3a}_"*.deb 2>/dev/null | head -n1 || true)
+        if [ -z "$deb" ]; then
+            rm -f "$d/debs/${src_pkg}_"*.deb
+            log "downloading $src_pkg $kver_src"
+            (cd "$d/debs" && quiet "apt-get download $src_pkg" papt kernel download -qq "$src_pkg") || return 1
+            deb=$(ls "$d/debs/${src_pkg}_"*.deb | head -n1)
+        fi
+        log "unpacking $(basename "$deb")"
+        # Documentation, other architectures and the perf/selftest sources are never compiled
+        # (Kconfig files and Makefiles are kept: Kconfig reads the whole tree).
+        local skip=() dir ext
+        for dir in Documentation tools/perf tools/testing 'arch/[a-wy-z]*' 'arch/x[a-z]*'; do
+            for ext in c h S rst txt yaml dts dtsi json py; do skip+=("--exclude=linux-source-*/$dir/*.$ext"); done
+        done
+        dpkg-deb --fsys-tarfile "$deb" | tar -xO --wildcards './usr/src/linux-source-*.tar.*' > "$tmp/src.tar.xz" || return 1
+        quiet "unpack $(basename "$deb")" tar -xJf "$tmp/src.tar.xz" -C "$tmp/src" "${skip[@]}" || return 1
+        rm -f "$tmp/src.tar.xz"
+        touch "$tmp/unpacked"
+        tree=$(ls -d "$tmp"/src/linux-source-* | head -n1)
+    fi
+    t=$(date +%s)
+    log "building the guest kernel (tinyconfig + guest-kernel.config, make -j$(nproc), nice 10; ~3 min on 2 cores)"
+    rm -f "$tree/.config"
+    quiet "make tinyconfig" nice -n 10 make -C "$tree" -s tinyconfig || return 1
+    quiet "merge guest-kernel.config" "$tree/scripts/kconfig/merge_config.sh" -m -O "$tree" "$tree/.config" "$fragment" || return 1
+    quiet "make olddefconfig" nice -n 10 make -C "$tree" -s olddefconfig || return 1
+    # Every line of the fragment must have survived (an unmet dependency drops it silently).
+    local want lost=()
+    while read -r want; do
+        grep -qxF "$want" "$tree/.config" || lost+=("$want")
+    done < <(grep -E '^CONFIG_[A-Z0-9_]+=' "$fragment")
+    if [ ${#lost[@]} -gt 0 ]; then log "guest-kernel.config: not in the resulting .config: ${lost[*]}"; return 1; fi
+    quiet "make bzImage" nice -n 10 make -C "$tree" -s -j"$(nproc)" bzImage || return 1
+    cp "$tree/vmlinux" "$tmp/vmlinux"
+    cp "$tree/arch/x86/boot/bzImage" "$tmp/vmlinuz"
+    cp "$tree/.config" "$tmp/config"
+    if [ -f "$tree/modules.builtin" ]; then cp "$tree/modules.builtin" "$tmp/modules.builtin"; fi
+    make -C "$tree" -s kernelrelease > "$tmp/version"
+    echo "$src_pkg $kver_src $mirror $security; guest-kernel.config $frag_hash; built in $(( $(date +%s) - t )) s" > "$tmp/source"
+    rm -rf "$tmp/src" "$tmp/unpacked"
+    rm -rf "$kdir"; mv "$tmp" "$kdir"
+}
+if [ -s "$kdir/vmlinux" ] && [ -s "$kdir/config" ] && [ -s "$kdir/version" ]; then
+    reused+=("kernel $(cat "$kdir/version") ($key)")
+else
+    if ! build_kernel; then die "the guest kernel could not be built (a rerun resumes the build in $kdir.tmp)"; fi
+    built+=("kernel $(cat "$kdir/version") ($key; $(awk '{print $(NF-1)}' "$kdir/source") s)")
+fi
+ln -sfn "kernels/$key" "$cache/kernel"
+
+# ---- 3. QEMU 11 with the vfio-user client --------------------------------------------------
+qroot=$cache/qemu-11/root
+qsuite=${NEURON_VFIO_QEMU_SUITE:-trixie-backports}
+qemu11_ok() {
+    local help
+    help=$(NEURON_VFIO_CACHE=$cache "$here/qemu-vfio-user" -device help 2>&1) || { echo "$help" >> "$logf"; return 1; }
+    grep -q '"vfio-user-pci"' <<< "$help"
+}
+provision_qemu11() {
+    local d=$cache/apt/qemu-11 tmp=$cache/qemu-11/root.tmp deb l target ver
+    papt_init qemu-11 "deb [signed-by=$keyring] $mirror ${qsuite%-backports} main" \
+        "deb [signed-by=$keyring] $mirror $qsuite main"
+    papt_update qemu-11 || return 1
+    ver=$(papt_cache qemu-11 -t "$qsuite" policy qemu-system-x86 2>/dev/null | awk '/Candidate:/ {print $2}')
+    [ -n "$ver" ] && [ "$ver" != "(none)" ] || { log "no qemu-system-x86 in $mirror $qsuite"; return 1; }
+    if [ -s "$cache/qemu-11/version" ] && [ "$(cat "$cache/qemu-11/version")" = "$ver" ] && qemu11_ok; then
+        reused+=("QEMU $ver"); return 0
+    fi
+    log "downloading qemu-system-x86 $ver ($qsuite) and its dependencies"
+    quiet "apt-get install --download-only qemu-system-x86 ($qsuite)" \
+        papt qemu-11 install -y -qq --download-only -t "$qsuite" qemu-system-x86 || return 1
+    rm -rf "$tmp"; mkdir -p "$tmp"
+    for deb in "$d/cache/archives"/*.deb; do
+        quiet "dpkg -x $(basename "$deb")" dpkg -x "$deb" "$tmp" || return 1
+    done
+    # Absolute links (e.g. QEMU's firmware names into /usr/share/seabios) must stay in the root.
+    find "$tmp" -type l | while read -r l; do
+        target=$(readlink "$l")
+        case $target in /*) ln -sfn "$qroot$target" "$l" ;; esac
+    done
+    rm -rf "$qroot"; mv "$tmp" "$qroot"
+    echo "$ver" > "$cache/qemu-11/version"
+    # The downloaded .debs are not needed once unpacked.
+    rm -f "$d/cache/archives"/*.deb
+    qemu11_ok || { log "QEMU $ver from $qsuite does not list vfio-user-pci (see $logf)"; return 1; }
+    built+=("QEMU $ver")
+}
+qemu=""
+if [ "${NEURON_VFIO_SKIP_QEMU11:-0}" != 1 ] && provision_qemu11; then
+    qemu="$here/qemu-vfio-user ($(cat "$cache/qemu-11/version"), vfio-user-pci)"
+else
+    rm -rf "$cache/qemu-11"
+    notes+=("QEMU 11 (vfio-user client) NOT provisioned: the QEMU test uses the host's qemu-system-x86; a vfio-user test cannot run")
+    log "WARNING: QEMU 11 from $qsuite could not be provisioned; falling back to the host's qemu-system-x86"
+    mapfile -t need < <(missing qemu-system-x86)
+    if [ ${#need[@]} -gt 0 ]; then apt_install qemu-system-x86; fi
+    qemu="$(command -v qemu-system-x86_64) ($(qemu-system-x86_64 --version | head -n1))"
 fi
 
-# fetch_kernel NAME ARCHIVE_URL SUITE COMPONENT KEYRING META: resolve META's kernel image and
-# module packages in SUITE, download and unpack them into $kernels/NAME. Returns non-zero
-# (leaving nothing behind) when the archive cannot be reached or has no such kernel.
-fetch_kernel() {
-    local name=$1 url=$2 suite=$3 comp=$4 keyring=$5 meta=$6
-    local kdir=$kernels/$name apt_dir=$cache/apt-$name
-    if [ -s "$kdir/vmlinux" ] && [ -d "$kdir/modules" ] && [ -s "$kdir/config" ]; then return 0; fi
-    mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial"
-    echo "deb [arch=amd64 signed-by=$keyring] $url $suite $comp" > "$apt_dir/sources.list"
-    local apt_opts=(-o "Dir::Etc::SourceList=$apt_dir/sources.list" -o Dir::Etc::SourceParts=/dev/null
-        -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir/cache" -o Dir::State::Status=/dev/null
-        -o APT::Architecture=amd64 -o APT::Architectures::=amd64 -o APT::Sandbox::User=root
-        -o Acquire::IndexTargets::deb::DEP-11::DefaultEnabled=false
-        -o Acquire::IndexTargets::deb::DEP-11-icons::DefaultEnabled=false
-        -o Acquire::IndexTargets::deb::DEP-11-icons-small::DefaultEnabled=false
-        -o Acquire::IndexTargets::deb::CNF::DefaultEnabled=false
-        -o Acquire::http::Timeout=30 -o Acquire::Retries=2)
-    if ! apt-get "${apt_opts[@]}" update -qq >&2; then
-        log "$name: cannot update the package lists of $url $suite"; return 1
-    fi
-    # meta -> linux-image-KVER -> linux-modules-KVER (Ubuntu) / linux-binary-KVER (newer Debian).
-    # linux-modules-extra-* (not needed: VFIO and iommufd are in linux-modules) is not followed.
-    deps() { apt-cache "${apt_opts[@]}" depends "$1" 2>/dev/null \
-        | awk '/^ *Depends: linux-(image|binary|modules)-[0-9]/ {print $2}'; }
-    local pkgs=() p q
-    for p in $(deps "$meta"); do pkgs+=("$p"); for q in $(deps "$p"); do pkgs+=("$q"); done; done
-    if [ ${#pkgs[@]} -eq 0 ]; then log "$name: cannot resolve $meta in $suite"; return 1; fi
-    mapfile -t pkgs < <(printf '%s\n' "${pkgs[@]}" | sort -u)
-    log "$name: downloading ${pkgs[*]} ($url $suite)"
-    rm -rf "$kdir.tmp"; mkdir -p "$kdir.tmp/root"
-    if ! (cd "$kdir.tmp" && apt-get "${apt_opts[@]}" download "${pkgs[@]}" >&2); then
-        log "$name: download failed"; rm -rf "$kdir.tmp"; return 1
-    fi
-    : > "$kdir.tmp/source"
-    local deb
-    for deb in "$kdir.tmp"/*.deb; do
-        echo "$(dpkg-deb -f "$deb" Package) $(dpkg-deb -f "$deb" Version) $url $suite" >> "$kdir.tmp/source"
-        dpkg -x "$deb" "$kdir.tmp/root"
-    done
-    rm -f "$kdir.tmp"/*.deb
-    local vmlinuz moddir config kver
-    vmlinuz=$(ls "$kdir.tmp"/root/boot/vmlinuz-* "$kdir.tmp"/root/usr/lib/modules/*/vmlinuz 2>/dev/null | head -n1 || true)
-    moddir=$(ls -d "$kdir.tmp"/root/lib/modules/*/ "$kdir.tmp"/root/usr/lib/modules/*/ 2>/dev/null | head -n1 || true)
-    config=$(ls "$kdir.tmp"/root/boot/config-* "$kdir.tmp"/root/usr/lib/modules/*/config 2>/dev/null | head -n1 || true)
-    if [ -z "$vmlinuz" ] || [ -z "$moddir" ]; then
-        log "$name: no kernel image or modules in ${pkgs[*]}"; rm -rf "$kdir.tmp"; return 1
-    fi
-    kver=$(basename "$moddir")
-    mv "$vmlinuz" "$kdir.tmp/vmlinuz"
-    mv "$moddir" "$kdir.tmp/modules"
-    if [ -n "$config" ]; then mv "$config" "$kdir.tmp/config"; else : > "$kdir.tmp/config"; fi
-    rm -rf "$kdir.tmp/root"
-    mkdir -p "$kdir.tmp/depmod/lib/modules"; ln -s "$kdir.tmp/modules" "$kdir.tmp/depmod/lib/modules/$kver"
-    depmod -b "$kdir.tmp/depmod" "$kver" 2>/dev/null; rm -rf "$kdir.tmp/depmod"
-    echo "$kver" > "$kdir.tmp/version"
-    # The uncompressed ELF vmlinux (PVH entry) boots faster under TCG than the bzImage
-    # (Ubuntu's is a signed bzImage with a zstd payload; the signature is irrelevant here).
-    "$here/extract-vmlinux.sh" "$kdir.tmp/vmlinuz" > "$kdir.tmp/vmlinux" || rm -f "$kdir.tmp/vmlinux"
-    rm -rf "$kdir"; mv "$kdir.tmp" "$kdir"
-}
-
-fetch_ubuntu() {
-    if [ ! -s "$ubuntu_keyring" ] && [ ! -s "$kernels/ubuntu/config" ]; then log "ubuntu: no $ubuntu_keyring"; return 1; fi
-    fetch_kernel ubuntu "${NEURON_VFIO_UBUNTU_MIRROR:-http://archive.ubuntu.com/ubuntu}" \
-        "${NEURON_VFIO_UBUNTU_SUITE:-noble-updates}" main "$ubuntu_keyring" "${NEURON_VFIO_UBUNTU_PKG:-linux-image-generic}"
-}
-fetch_debian() {
-    fetch_kernel debian http://deb.debian.org/debian "${NEURON_VFIO_KERNEL_SUITE:-bookworm-backports}" main \
-        /usr/share/keyrings/debian-archive-keyring.gpg "${NEURON_VFIO_KERNEL_PKG:-linux-image-amd64}"
-}
-
-chosen=""
-case ${NEURON_VFIO_KERNEL:-ubuntu} in
-    ubuntu)
-        if fetch_ubuntu; then chosen=ubuntu
-        else
-            log "Ubuntu kernel unavailable: falling back to Debian's (no iommufd: that path will be skipped)"
-            fetch_debian && chosen=debian
-        fi ;;
-    debian) fetch_debian && chosen=debian ;;
-    *) log "NEURON_VFIO_KERNEL must be ubuntu or debian"; exit 2 ;;
-esac
-if [ -z "$chosen" ]; then log "no guest kernel could be fetched"; exit 1; fi
-ln -sfn "kernels/$chosen" "$cache/kernel"
-
-kdir=$cache/kernel
-log "kernel $(cat "$kdir/version") ($chosen) in $(cd "$kdir" && pwd -P)"
-sed 's/^/setup:   /' "$kdir/source" >&2 || true
-grep -E '^CONFIG_(IOMMUFD|VFIO_DEVICE_CDEV|VFIO_CONTAINER|INTEL_IOMMU)=' "$kdir/config" | sed 's/^/setup:   /' >&2 || true
+# ---- summary -------------------------------------------------------------------------------
+join() { local IFS=','; echo "${*:-none}" | sed 's/,/, /g'; }
+log "done in $(( $(date +%s) - t0 )) s; installed: $(join "${installed[@]}"); built: $(join "${built[@]}"); reused: $(join "${reused[@]}"); qemu: $qemu"
+for n in "${notes[@]}"; do log "NOTE: $n"; done
 echo "NEURON_VFIO_CACHE=$cache"

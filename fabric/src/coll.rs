@@ -543,28 +543,8 @@ mod tests {
     use crate::transport::loopback;
     use std::time::Duration;
 
-    /// Deterministic per-rank input with values that make float ADD order-sensitive.
-    pub(crate) fn input(rank: usize, len: usize, dt: DType, salt: u64) -> Vec<u8> {
-        let es = dt.size();
-        let mut x = (rank as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ salt;
-        let mut out = Vec::with_capacity(len);
-        for _ in 0..len / es {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            let v = ((x % 2001) as f32 - 1000.0) * if x & 1 == 1 { 1e3 } else { 1e-3 };
-            match dt {
-                DType::F32 => out.extend_from_slice(&v.to_le_bytes()),
-                DType::I32 => out.extend_from_slice(&((x as i32).wrapping_mul(7919)).to_le_bytes()),
-                DType::Bf16 => out.extend_from_slice(&half::bf16::from_f32(v).to_le_bytes()),
-                DType::F16 => out.extend_from_slice(&half::f16::from_f32(v / 100.0).to_le_bytes()),
-            }
-        }
-        out
-    }
-
     fn run(n: usize, cfg: CollConfig, len: usize, dt: DType, op: ReduceOp) {
-        let inputs: Vec<Vec<u8>> = (0..n).map(|r| input(r, len, dt, len as u64)).collect();
+        let inputs: Vec<Vec<u8>> = (0..n).map(|r| reduce::pattern(r, len, dt, len as u64)).collect();
         let refs: Vec<&[u8]> = inputs.iter().map(|v| v.as_slice()).collect();
         let want_ar = reference_all_reduce(&refs, dt, op).unwrap_or_default();
         let want_ag = reference_all_gather(&refs);

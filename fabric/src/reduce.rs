@@ -217,6 +217,28 @@ pub fn reference_all_gather(inputs: &[&[u8]]) -> Vec<u8> {
     inputs.concat()
 }
 
+/// Deterministic test data of `len` bytes for `rank` (whole elements of `dt`; a trailing
+/// partial element is left out): values of mixed magnitude so that float ADD depends on the
+/// reduction order. The same on every host, so each rank can compute every rank's input.
+pub fn pattern(rank: usize, len: usize, dt: DType, salt: u64) -> Vec<u8> {
+    let es = dt.size();
+    let mut x = (rank as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ salt ^ 0x5bd1_e995;
+    let mut out = Vec::with_capacity(len);
+    for _ in 0..len / es {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let v = ((x % 2001) as f32 - 1000.0) * if x & 1 == 1 { 1e3 } else { 1e-3 };
+        match dt {
+            DType::F32 => out.extend_from_slice(&v.to_le_bytes()),
+            DType::I32 => out.extend_from_slice(&((x >> 16) as i32).wrapping_mul(7919).to_le_bytes()),
+            DType::Bf16 => out.extend_from_slice(&bf16::from_f32(v).to_le_bytes()),
+            DType::F16 => out.extend_from_slice(&f16::from_f32(v / 100.0).to_le_bytes()),
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,8 +18,6 @@ fn main() {
                 println!("cargo:rustc-link-arg=-Wl,-rpath,{dir}");
             }
         }
-        _ => println!(
-            "cargo:warning=pkg-config does not know libfabric: run scripts/fabric/setup.sh first"
-        ),
+        _ => println!("cargo:warning=pkg-config does not know libfabric: run scripts/fabric/setup.sh first"),
     }
 }

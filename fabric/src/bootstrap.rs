@@ -152,7 +152,8 @@ impl Oob {
         if spec.rank == 0 {
             // Listen on the root address when it is local to this host, else on every address.
             let bind = TcpListener::bind(first).or_else(|_| {
-                let any = if first.is_ipv4() { IpAddr::V4(Ipv4Addr::UNSPECIFIED) } else { IpAddr::V6(Ipv6Addr::UNSPECIFIED) };
+                let any =
+                    if first.is_ipv4() { IpAddr::V4(Ipv4Addr::UNSPECIFIED) } else { IpAddr::V6(Ipv6Addr::UNSPECIFIED) };
                 TcpListener::bind((any, port))
             });
             let listener = bind.map_err(|e| FabricError::Bootstrap(format!("rank 0 cannot listen on {root}: {e}")))?;
@@ -203,7 +204,9 @@ impl Oob {
                 }
                 if stream.is_none() {
                     if Instant::now() >= deadline {
-                        return Err(FabricError::Bootstrap(format!("root {root} unreachable within {timeout:?}: {last}")));
+                        return Err(FabricError::Bootstrap(format!(
+                            "root {root} unreachable within {timeout:?}: {last}"
+                        )));
                     }
                     std::thread::sleep(Duration::from_millis(20));
                 }
@@ -286,7 +289,11 @@ mod tests {
     fn rank_from_launchers_and_arguments() {
         let r = resolve_rank(None, None, env(&[("OMPI_COMM_WORLD_RANK", "3"), ("OMPI_COMM_WORLD_SIZE", "4")]));
         assert_eq!(r.ok(), Some(RankSpec { rank: 3, size: 4 }));
-        let r = resolve_rank(None, None, env(&[("SLURM_PROCID", "1"), ("SLURM_NTASKS", "2"), ("RANK", "0"), ("WORLD_SIZE", "9")]));
+        let r = resolve_rank(
+            None,
+            None,
+            env(&[("SLURM_PROCID", "1"), ("SLURM_NTASKS", "2"), ("RANK", "0"), ("WORLD_SIZE", "9")]),
+        );
         assert_eq!(r.ok(), Some(RankSpec { rank: 1, size: 2 }));
         let r = resolve_rank(None, None, env(&[("RANK", "5"), ("WORLD_SIZE", "8")]));
         assert_eq!(r.ok(), Some(RankSpec { rank: 5, size: 8 }));

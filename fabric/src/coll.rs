@@ -242,7 +242,11 @@ impl<T: Transport> Communicator<T> {
         let r = self.rank();
         let len = input.len();
         if output.len() != n * len {
-            return Err(FabricError::Invalid(format!("all-gather output must be {} bytes, got {}", n * len, output.len())));
+            return Err(FabricError::Invalid(format!(
+                "all-gather output must be {} bytes, got {}",
+                n * len,
+                output.len()
+            )));
         }
         let seq = self.next_seq();
         output[r * len..(r + 1) * len].copy_from_slice(input);

@@ -141,10 +141,8 @@ impl OfiTransport {
             (*hints).caps = u64::from(sys::FI_TAGGED);
             (*hints).mode = sys::FI_CONTEXT | sys::FI_CONTEXT2;
             (*(*hints).ep_attr).type_ = sys::fi_ep_type_FI_EP_RDM;
-            (*(*hints).domain_attr).mr_mode = (sys::FI_MR_LOCAL
-                | sys::FI_MR_VIRT_ADDR
-                | sys::FI_MR_ALLOCATED
-                | sys::FI_MR_PROV_KEY) as i32;
+            (*(*hints).domain_attr).mr_mode =
+                (sys::FI_MR_LOCAL | sys::FI_MR_VIRT_ADDR | sys::FI_MR_ALLOCATED | sys::FI_MR_PROV_KEY) as i32;
             if std::env::var_os("FI_PROVIDER").is_none() {
                 (*(*hints).fabric_attr).prov_name = libc::strdup(c"tcp".as_ptr());
             }
@@ -206,7 +204,11 @@ impl OfiTransport {
             sys::fi_av_insert(self.av, flat.as_ptr().cast(), self.size, self.addrs.as_mut_ptr(), 0, null_mut())
         };
         if rc < 0 || rc as usize != self.size {
-            return Err(FabricError::Ofi { call: "fi_av_insert", code: rc.min(-1), msg: format!("inserted {rc} of {}", self.size) });
+            return Err(FabricError::Ofi {
+                call: "fi_av_insert",
+                code: rc.min(-1),
+                msg: format!("inserted {rc} of {}", self.size),
+            });
         }
         Ok(())
     }
@@ -265,7 +267,13 @@ impl OfiTransport {
     }
 
     /// Reads completions; marks done ops; returns whether any completed.
-    fn poll(&mut self, base: *const sys::fi_context2, peers: &[usize], done: &mut [bool], left: &mut usize) -> Result<bool, FabricError> {
+    fn poll(
+        &mut self,
+        base: *const sys::fi_context2,
+        peers: &[usize],
+        done: &mut [bool],
+        left: &mut usize,
+    ) -> Result<bool, FabricError> {
         // SAFETY: zeroed fi_cq_msg_entry is plain data.
         let mut ents: [sys::fi_cq_msg_entry; 16] = unsafe { std::mem::zeroed() };
         // SAFETY: `ents` has room for 16 entries of the CQ's format (FI_CQ_FORMAT_MSG).
@@ -307,11 +315,7 @@ impl OfiTransport {
                 unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
             };
             let peer = idx(err.op_context).map_or(usize::MAX, |i| peers[i]);
-            return Err(FabricError::Peer {
-                rank: self.rank,
-                peer,
-                msg: format!("{} ({prov})", strerror(err.err)),
-            });
+            return Err(FabricError::Peer { rank: self.rank, peer, msg: format!("{} ({prov})", strerror(err.err)) });
         }
         Err(FabricError::Ofi { call: "fi_cq_read", code: rc as i32, msg: strerror(rc as i32) })
     }
@@ -390,7 +394,11 @@ impl OfiTransport {
                     break;
                 }
                 if rc != -(sys::FI_EAGAIN as isize) {
-                    return Err(FabricError::Ofi { call: if i < recvs.len() { "fi_trecv" } else { "fi_tsend" }, code: rc as i32, msg: strerror(rc as i32) });
+                    return Err(FabricError::Ofi {
+                        call: if i < recvs.len() { "fi_trecv" } else { "fi_tsend" },
+                        code: rc as i32,
+                        msg: strerror(rc as i32),
+                    });
                 }
                 if self.poll(base, &peers, &mut done, &mut left)? {
                     last = Instant::now();
@@ -519,4 +527,3 @@ impl Drop for OfiTransport {
         }
     }
 }
-

@@ -129,12 +129,7 @@ fn fold_f32(a: f32, b: f32, op: ReduceOp) -> f32 {
 /// `acc[i] = acc[i] ⊕ inp[i]` element-wise (`acc` holds the ranks earlier in the order).
 pub fn reduce_into(acc: &mut [u8], inp: &[u8], dt: DType, op: ReduceOp) -> Result<(), FabricError> {
     if acc.len() != inp.len() || !acc.len().is_multiple_of(dt.size()) {
-        return Err(FabricError::Invalid(format!(
-            "reduce of {} and {} bytes of {}",
-            acc.len(),
-            inp.len(),
-            dt.name()
-        )));
+        return Err(FabricError::Invalid(format!("reduce of {} and {} bytes of {}", acc.len(), inp.len(), dt.name())));
     }
     match dt {
         DType::F32 => {

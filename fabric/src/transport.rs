@@ -73,14 +73,7 @@ pub(crate) mod loopback {
         let (txs, rxs): (Vec<_>, Vec<_>) = (0..n).map(|_| channel()).unzip();
         rxs.into_iter()
             .enumerate()
-            .map(|(rank, rx)| Loopback {
-                rank,
-                size: n,
-                tx: txs.clone(),
-                rx,
-                stash: HashMap::new(),
-                timeout,
-            })
+            .map(|(rank, rx)| Loopback { rank, size: n, tx: txs.clone(), rx, stash: HashMap::new(), timeout })
             .collect()
     }
 
@@ -98,9 +91,11 @@ pub(crate) mod loopback {
             overlap: &mut dyn FnMut(),
         ) -> Result<(), FabricError> {
             for s in sends {
-                self.tx[s.peer]
-                    .send((self.rank, s.tag, s.buf.to_vec()))
-                    .map_err(|_| FabricError::Peer { rank: self.rank, peer: s.peer, msg: "gone".into() })?;
+                self.tx[s.peer].send((self.rank, s.tag, s.buf.to_vec())).map_err(|_| FabricError::Peer {
+                    rank: self.rank,
+                    peer: s.peer,
+                    msg: "gone".into(),
+                })?;
             }
             overlap();
             for r in recvs.iter_mut() {

@@ -175,12 +175,18 @@ fn main() -> ExitCode {
         check(&format!("sweep_{n}_ranks"), launch(n, None), &|_, c| c == Some(0));
     }
     for (n, victim) in [(2, 1), (4, 2)] {
-        check(
-            &format!("kill_rank_{victim}_of_{n}"),
-            launch(n, Some(victim)),
-            &|r, c| if r == victim { c.is_none() } else { c == Some(0) },
-        );
+        check(&format!("kill_rank_{victim}_of_{n}"), launch(n, Some(victim)), &|r, c| {
+            if r == victim {
+                c.is_none()
+            } else {
+                c == Some(0)
+            }
+        });
     }
     println!("ranks: {} failed, {:?}", failed, t0.elapsed());
-    if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+    if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }

@@ -99,8 +99,11 @@ if [ ! -s "$tarball" ]; then
     log "fetching libfabric_${upver}.orig.tar.xz ($suite source, host mirror)"
     apt-get "${apt_opts[@]}" update -qq >&2
     # The .dsc is not always served; the orig tarball is what is needed.
-    (cd "$work/dl" && apt-get "${apt_opts[@]}" source --download-only -qq "libfabric=$srcver" >&2) || true
-    if [ ! -s "$tarball" ]; then log "download of $tarball failed"; exit 1; fi
+    (cd "$work/dl" && apt-get "${apt_opts[@]}" source --download-only -qq "libfabric=$srcver" \
+        >"$work/download.log" 2>&1) || true
+    if [ ! -s "$tarball" ]; then
+        log "download of $tarball failed:"; cat "$work/download.log" >&2; exit 1
+    fi
 fi
 sha=$(sha256sum "$tarball" | cut -d' ' -f1)
 if [ -s "$prefix/.stamp" ] && [ "$(cat "$prefix/.stamp")" = "$(stamp_of "$sha")" ] \

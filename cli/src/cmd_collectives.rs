@@ -172,7 +172,7 @@ fn launch(a: &CollectivesArgs, n: usize, json: bool) -> Result<(), CliError> {
         c.args(["--json", "bench", "collectives", "--child"])
             .args(["--rank", &r.to_string(), "--ranks", &n.to_string()])
             .args(["--root", &format!("127.0.0.1:{port}")])
-            .args(["--op", a.op.to_possible_value().map_or("all-reduce", |v| v.get_name()).to_string().as_str()])
+            .args(["--op", a.op.name()])
             .args(["--dtype", &a.dtype, "--reduce", &a.reduce, "--sizes", &a.sizes, "--chunk", &a.chunk])
             .args(["--iters", &a.iters.to_string(), "--timeout", &a.timeout.to_string()])
             .stdout(Stdio::piped());
@@ -239,13 +239,13 @@ fn report(rows: &[Value], json: bool) {
         println!(
             "{:>15} {:>12} {:>6} {:>11} {:>11} {:>11} {:>7} {:>8}  {}",
             r["op"].as_str().unwrap_or(""),
-            r["bytes"],
-            r["ranks"],
+            r["bytes"].to_string(),
+            r["ranks"].to_string(),
             f("algbw_gbps"),
             f("busbw_gbps"),
             f("socket_gbps"),
             f("ratio"),
-            r["correct"],
+            r["correct"].to_string(),
             r["status"].as_str().unwrap_or("")
         );
     }

@@ -547,6 +547,9 @@ mod tests {
     use crate::transport::loopback;
     use std::time::Duration;
 
+    /// All-reduce, reduce-scatter and all-gather outputs of one rank.
+    type Outputs = (Vec<u8>, Vec<u8>, Vec<u8>);
+
     fn run(n: usize, cfg: CollConfig, len: usize, dt: DType, op: ReduceOp) {
         let inputs: Vec<Vec<u8>> = (0..n).map(|r| reduce::pattern(r, len, dt, len as u64)).collect();
         let refs: Vec<&[u8]> = inputs.iter().map(|v| v.as_slice()).collect();
@@ -556,7 +559,7 @@ mod tests {
             .into_iter()
             .map(|t| {
                 let mine = inputs[t.rank()].clone();
-                std::thread::spawn(move || -> Result<(Vec<u8>, Vec<u8>, Vec<u8>), FabricError> {
+                std::thread::spawn(move || -> Result<Outputs, FabricError> {
                     let mut c = Communicator::new(t, cfg)?;
                     let r = c.rank();
                     let mut ar = mine.clone();

@@ -1,17 +1,24 @@
 #!/bin/sh
 # Runs every test of the workspace on a fresh machine (Debian, root, Rust toolchain only).
-# Installs what the tests need for the QEMU VFIO test (scripts/qemu/setup.sh, docs/qemu.md):
-# busybox, a guest kernel built from Debian's linux-source-6.12, QEMU 11 from trixie-backports;
-# cached machine-wide under /var/cache/neuron-vfio, so only the first run pays.
+# Installs what the tests need, cached machine-wide under /var/cache/neuron-vfio so only the
+# first run on a machine pays:
+# - the QEMU VFIO test (scripts/qemu/setup.sh, docs/qemu.md): busybox, a guest kernel built
+#   from Debian's linux-source-6.12, QEMU 11 from trixie-backports;
+# - libfabric 2.1 for the fabric crate (scripts/fabric/setup.sh, docs/fabric.md);
+# - valgrind for the C ABI tests (they run the C programs under it when it is installed).
 set -eu
 cd "$(dirname "$0")/.."
 start=$(date +%s)
 scripts/qemu/setup.sh
-if cargo fmt --version >/dev/null 2>&1; then
-    cargo fmt --all -- --check
-else
-    echo "test-all: rustfmt is not installed; skipping the format check" >&2
+scripts/fabric/setup.sh
+if ! command -v valgrind >/dev/null 2>&1; then
+    echo "test-all: installing valgrind" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends valgrind >/dev/null
 fi
+if ! cargo fmt --version >/dev/null 2>&1; then
+    rustup component add rustfmt
+fi
+cargo fmt --all -- --check
 # libnrt.so without the simulator links no sim crate, and the select crate builds and passes
 # its tests without it.
 if cargo tree -p capi --no-default-features -e normal | grep -q ' sim v'; then
@@ -19,5 +26,7 @@ if cargo tree -p capi --no-default-features -e normal | grep -q ' sim v'; then
     exit 1
 fi
 cargo test -p select --no-default-features
-cargo test --workspace --no-fail-fast
+# The libfabric transport and `bench collectives` are cargo features (off by default so a
+# fresh machine builds without libfabric); CI tests them in the same single invocation.
+cargo test --workspace --no-fail-fast --features fabric/ofi,cli/fabric
 echo "test-all: done in $(( $(date +%s) - start )) s"

@@ -11,6 +11,8 @@
 
 pub mod alloc_count;
 mod cmd_bench;
+#[cfg(feature = "fabric")]
+mod cmd_collectives;
 mod cmd_csr;
 mod cmd_dev;
 mod cmd_dma;
@@ -99,6 +101,9 @@ enum BenchCmd {
     NeffLoad(cmd_neff::BenchNeffLoadArgs),
     /// Host overhead, completion latency (spin vs usleep(1)), allocations and syscalls per execute.
     Exec(cmd_bench::ExecBenchArgs),
+    /// Collective bandwidth between rank processes over libfabric (nccom-test style).
+    #[cfg(feature = "fabric")]
+    Collectives(cmd_collectives::CollectivesArgs),
 }
 
 /// Logs to stderr at NEURON_RT_LOG_LEVEL (default warn).
@@ -134,6 +139,8 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Cmd::Run(a) => cmd_run::run(a, cli.device.as_deref(), t, json),
         Cmd::Bench(BenchCmd::NeffLoad(a)) => cmd_neff::bench_neff_load(a, json),
         Cmd::Bench(BenchCmd::Exec(a)) => cmd_bench::exec_bench(a, json),
+        #[cfg(feature = "fabric")]
+        Cmd::Bench(BenchCmd::Collectives(a)) => cmd_collectives::run(a, json),
     }
 }
 

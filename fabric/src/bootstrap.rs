@@ -1,0 +1,350 @@
+//! Bootstrap in the manner of libnrt: the root address comes from `NEURON_RT_ROOT_COMM_ID`
+//! (`host:port`), rank and size from the caller or the launcher's environment, and rank 0
+//! runs a TCP rendezvous at that address through which every rank learns every other rank's
+//! transport address (its libfabric endpoint name). The rendezvous connections stay open as an
+//! out-of-band channel ([`Oob::allgather`], [`Oob::barrier`]).
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+use crate::FabricError;
+
+/// The environment variable holding the root's `host:port` (as libnrt reads it).
+pub const ROOT_ENV: &str = "NEURON_RT_ROOT_COMM_ID";
+
+/// Launcher variables (rank, size), in the order they are tried: Open MPI, PMI (MPICH, Intel
+/// MPI, Slurm's PMI), Slurm, torchrun.
+pub const LAUNCHER_ENV: [(&str, &str); 4] = [
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+    ("PMI_RANK", "PMI_SIZE"),
+    ("SLURM_PROCID", "SLURM_NTASKS"),
+    ("RANK", "WORLD_SIZE"),
+];
+
+const MAGIC: &[u8; 4] = b"NVFB";
+const VERSION: u32 = 1;
+const MAX_FRAME: usize = 64 << 20;
+
+/// A rank's place in the job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RankSpec {
+    pub rank: usize,
+    pub size: usize,
+}
+
+fn parse_num(var: &str, v: &str) -> Result<usize, FabricError> {
+    v.trim().parse().map_err(|_| FabricError::Invalid(format!("{var}={v:?} is not a number")))
+}
+
+/// Rank and size: explicit values win, missing ones come from the first launcher whose
+/// variables are set (`lookup` reads the environment).
+pub fn resolve_rank(
+    rank: Option<usize>,
+    size: Option<usize>,
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Result<RankSpec, FabricError> {
+    let mut from_env = None;
+    for (rv, sv) in LAUNCHER_ENV {
+        if let (Some(r), Some(s)) = (lookup(rv), lookup(sv)) {
+            from_env = Some((parse_num(rv, &r)?, parse_num(sv, &s)?, rv));
+            break;
+        }
+    }
+    let rank = rank.or(from_env.map(|e| e.0));
+    let size = size.or(from_env.map(|e| e.1));
+    match (rank, size) {
+        (Some(rank), Some(size)) if size > 0 && rank < size => Ok(RankSpec { rank, size }),
+        (Some(rank), Some(size)) => Err(FabricError::Invalid(format!("rank {rank} is not in 0..{size}"))),
+        _ => Err(FabricError::Invalid(format!(
+            "rank and size are neither given nor set by a launcher ({})",
+            LAUNCHER_ENV.iter().map(|(r, s)| format!("{r}/{s}")).collect::<Vec<_>>().join(", ")
+        ))),
+    }
+}
+
+/// Rank and size from the arguments or the process environment.
+pub fn rank_from_env(rank: Option<usize>, size: Option<usize>) -> Result<RankSpec, FabricError> {
+    resolve_rank(rank, size, |k| std::env::var(k).ok())
+}
+
+/// `host:port` or `[v6]:port` → (host, port).
+pub fn parse_root(s: &str) -> Result<(String, u16), FabricError> {
+    let bad = || FabricError::Invalid(format!("root address {s:?} is not host:port"));
+    let (host, port) = if let Some(rest) = s.strip_prefix('[') {
+        let (h, p) = rest.split_once("]:").ok_or_else(bad)?;
+        (h, p)
+    } else {
+        s.rsplit_once(':').ok_or_else(bad)?
+    };
+    let port: u16 = port.parse().map_err(|_| bad())?;
+    if host.is_empty() || port == 0 {
+        return Err(bad());
+    }
+    Ok((host.to_string(), port))
+}
+
+/// The root address from `NEURON_RT_ROOT_COMM_ID`.
+pub fn root_from_env() -> Result<String, FabricError> {
+    std::env::var(ROOT_ENV).map_err(|_| FabricError::Invalid(format!("{ROOT_ENV} is not set (host:port of rank 0)")))
+}
+
+fn write_frame(s: &mut TcpStream, b: &[u8]) -> std::io::Result<()> {
+    let len = u32::try_from(b.len()).map_err(|_| std::io::Error::other("frame too large"))?;
+    s.write_all(&len.to_le_bytes())?;
+    s.write_all(b)
+}
+
+fn read_frame(s: &mut TcpStream) -> std::io::Result<Vec<u8>> {
+    let mut l = [0u8; 4];
+    s.read_exact(&mut l)?;
+    let len = u32::from_le_bytes(l) as usize;
+    if len > MAX_FRAME {
+        return Err(std::io::Error::other(format!("frame of {len} bytes")));
+    }
+    let mut b = vec![0u8; len];
+    s.read_exact(&mut b)?;
+    Ok(b)
+}
+
+fn hello(spec: RankSpec) -> Vec<u8> {
+    let mut h = MAGIC.to_vec();
+    for v in [VERSION, spec.rank as u32, spec.size as u32] {
+        h.extend_from_slice(&v.to_le_bytes());
+    }
+    h
+}
+
+fn parse_hello(b: &[u8]) -> Option<(u32, usize, usize)> {
+    if b.len() != 16 || &b[..4] != MAGIC {
+        return None;
+    }
+    let w = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+    Some((w(4), w(8) as usize, w(12) as usize))
+}
+
+/// The out-of-band channel: rank 0 holds a connection to every rank, the others one to rank 0.
+pub struct Oob {
+    spec: RankSpec,
+    links: Vec<Option<TcpStream>>,
+    local_ip: IpAddr,
+    timeout: Duration,
+}
+
+impl Oob {
+    /// Joins the rendezvous at `root` (`host:port`); rank 0 listens there. Fails with
+    /// [`FabricError::Bootstrap`] when not every rank arrived within `timeout`.
+    pub fn connect(root: &str, spec: RankSpec, timeout: Duration) -> Result<Oob, FabricError> {
+        if spec.size == 0 || spec.rank >= spec.size {
+            return Err(FabricError::Invalid(format!("rank {} of {}", spec.rank, spec.size)));
+        }
+        let (host, port) = parse_root(root)?;
+        let addrs: Vec<SocketAddr> = (host.as_str(), port)
+            .to_socket_addrs()
+            .map_err(|e| FabricError::Bootstrap(format!("cannot resolve {root}: {e}")))?
+            .collect();
+        let Some(first) = addrs.first().copied() else {
+            return Err(FabricError::Bootstrap(format!("{root} resolves to no address")));
+        };
+        let deadline = Instant::now() + timeout;
+        let mut links: Vec<Option<TcpStream>> = (0..spec.size).map(|_| None).collect();
+        let local_ip;
+        if spec.rank == 0 {
+            // Listen on the root address when it is local to this host, else on every address.
+            let bind = TcpListener::bind(first).or_else(|_| {
+                let any =
+                    if first.is_ipv4() { IpAddr::V4(Ipv4Addr::UNSPECIFIED) } else { IpAddr::V6(Ipv6Addr::UNSPECIFIED) };
+                TcpListener::bind((any, port))
+            });
+            let listener = bind.map_err(|e| FabricError::Bootstrap(format!("rank 0 cannot listen on {root}: {e}")))?;
+            listener.set_nonblocking(true).map_err(|e| FabricError::io("listener", e))?;
+            local_ip = first.ip();
+            let mut missing = spec.size - 1;
+            while missing > 0 {
+                match listener.accept() {
+                    Ok((mut s, from)) => {
+                        s.set_nonblocking(false).map_err(|e| FabricError::io("accept", e))?;
+                        s.set_nodelay(true).map_err(|e| FabricError::io("accept", e))?;
+                        s.set_read_timeout(Some(timeout)).map_err(|e| FabricError::io("accept", e))?;
+                        let h = read_frame(&mut s).ok().and_then(|b| parse_hello(&b));
+                        match h {
+                            Some((VERSION, r, n)) if n == spec.size && r > 0 && r < n && links[r].is_none() => {
+                                links[r] = Some(s);
+                                missing -= 1;
+                            }
+                            other => {
+                                tracing::warn!("bootstrap: rejected {from}: hello {other:?} for {} ranks", spec.size);
+                            }
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        if Instant::now() >= deadline {
+                            let absent: Vec<usize> = (1..spec.size).filter(|&r| links[r].is_none()).collect();
+                            return Err(FabricError::Bootstrap(format!(
+                                "ranks {absent:?} did not join {root} within {timeout:?}"
+                            )));
+                        }
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    Err(e) => return Err(FabricError::io("accept", e)),
+                }
+            }
+        } else {
+            let mut stream = None;
+            let mut last = String::new();
+            while stream.is_none() {
+                for a in &addrs {
+                    match TcpStream::connect_timeout(a, Duration::from_millis(500)) {
+                        Ok(s) => {
+                            stream = Some(s);
+                            break;
+                        }
+                        Err(e) => last = e.to_string(),
+                    }
+                }
+                if stream.is_none() {
+                    if Instant::now() >= deadline {
+                        return Err(FabricError::Bootstrap(format!(
+                            "root {root} unreachable within {timeout:?}: {last}"
+                        )));
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+            let Some(mut s) = stream else {
+                return Err(FabricError::Bootstrap(format!("root {root} unreachable")));
+            };
+            s.set_nodelay(true).map_err(|e| FabricError::io("connect", e))?;
+            s.set_read_timeout(Some(timeout)).map_err(|e| FabricError::io("connect", e))?;
+            local_ip = s.local_addr().map_err(|e| FabricError::io("connect", e))?.ip();
+            write_frame(&mut s, &hello(spec)).map_err(|e| FabricError::io("bootstrap hello", e))?;
+            links[0] = Some(s);
+        }
+        Ok(Oob { spec, links, local_ip, timeout })
+    }
+
+    /// This rank and the size.
+    pub fn spec(&self) -> RankSpec {
+        self.spec
+    }
+
+    /// The local address this rank uses toward the root (rank 0: the root address).
+    pub fn local_ip(&self) -> IpAddr {
+        self.local_ip
+    }
+
+    /// Every rank's `mine`, indexed by rank.
+    pub fn allgather(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>, FabricError> {
+        let n = self.spec.size;
+        let lost = |r: usize, e: std::io::Error| FabricError::Bootstrap(format!("out-of-band link to rank {r}: {e}"));
+        if self.spec.rank == 0 {
+            let mut all = vec![mine.to_vec()];
+            for r in 1..n {
+                let s = self.links[r].as_mut().ok_or_else(|| FabricError::Bootstrap(format!("no link to rank {r}")))?;
+                all.push(read_frame(s).map_err(|e| lost(r, e))?);
+            }
+            for r in 1..n {
+                let s = self.links[r].as_mut().ok_or_else(|| FabricError::Bootstrap(format!("no link to rank {r}")))?;
+                for b in &all {
+                    write_frame(s, b).map_err(|e| lost(r, e))?;
+                }
+            }
+            Ok(all)
+        } else {
+            let s = self.links[0].as_mut().ok_or_else(|| FabricError::Bootstrap("no link to rank 0".into()))?;
+            write_frame(s, mine).map_err(|e| lost(0, e))?;
+            let mut all = Vec::with_capacity(n);
+            for _ in 0..n {
+                all.push(read_frame(s).map_err(|e| lost(0, e))?);
+            }
+            if all.get(self.spec.rank).map(|b| b.as_slice()) != Some(mine) {
+                return Err(FabricError::Bootstrap("out-of-band allgather returned a different own entry".into()));
+            }
+            Ok(all)
+        }
+    }
+
+    /// Returns once every rank has called it.
+    pub fn barrier(&mut self) -> Result<(), FabricError> {
+        self.allgather(&[]).map(|_| ())
+    }
+
+    /// The timeout of the out-of-band reads.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let m: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        move |k| m.get(k).cloned()
+    }
+
+    #[test]
+    fn rank_from_launchers_and_arguments() {
+        let r = resolve_rank(None, None, env(&[("OMPI_COMM_WORLD_RANK", "3"), ("OMPI_COMM_WORLD_SIZE", "4")]));
+        assert_eq!(r.ok(), Some(RankSpec { rank: 3, size: 4 }));
+        let r = resolve_rank(
+            None,
+            None,
+            env(&[("SLURM_PROCID", "1"), ("SLURM_NTASKS", "2"), ("RANK", "0"), ("WORLD_SIZE", "9")]),
+        );
+        assert_eq!(r.ok(), Some(RankSpec { rank: 1, size: 2 }));
+        let r = resolve_rank(None, None, env(&[("RANK", "5"), ("WORLD_SIZE", "8")]));
+        assert_eq!(r.ok(), Some(RankSpec { rank: 5, size: 8 }));
+        let r = resolve_rank(Some(0), None, env(&[("PMI_RANK", "1"), ("PMI_SIZE", "2")]));
+        assert_eq!(r.ok(), Some(RankSpec { rank: 0, size: 2 }));
+        assert!(resolve_rank(None, None, env(&[])).is_err());
+        assert!(resolve_rank(Some(2), Some(2), env(&[])).is_err());
+        assert!(resolve_rank(None, None, env(&[("RANK", "x"), ("WORLD_SIZE", "2")])).is_err());
+    }
+
+    #[test]
+    fn root_addresses() {
+        assert_eq!(parse_root("10.0.0.1:4000").ok(), Some(("10.0.0.1".into(), 4000)));
+        assert_eq!(parse_root("[::1]:62182").ok(), Some(("::1".into(), 62182)));
+        assert_eq!(parse_root("host-a:1").ok(), Some(("host-a".into(), 1)));
+        assert!(parse_root("nohost").is_err());
+        assert!(parse_root(":80").is_err());
+        assert!(parse_root("h:0").is_err());
+    }
+
+    #[test]
+    fn rendezvous_and_allgather_over_loopback() {
+        let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(0);
+        assert_ne!(port, 0);
+        let root = format!("127.0.0.1:{port}");
+        let handles: Vec<_> = (0..3)
+            .map(|r| {
+                let root = root.clone();
+                std::thread::spawn(move || -> Result<Vec<Vec<u8>>, FabricError> {
+                    let mut o = Oob::connect(&root, RankSpec { rank: r, size: 3 }, Duration::from_secs(10))?;
+                    let all = o.allgather(&[r as u8; 3])?;
+                    o.barrier()?;
+                    Ok(all)
+                })
+            })
+            .collect();
+        for h in handles {
+            let all = h.join().map_err(|_| "panic").and_then(|r| r.map_err(|_| "err"));
+            assert_eq!(all, Ok(vec![vec![0u8; 3], vec![1; 3], vec![2; 3]]));
+        }
+    }
+
+    #[test]
+    fn missing_rank_fails_within_the_timeout() {
+        let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(0);
+        let t0 = Instant::now();
+        let r = Oob::connect(&format!("127.0.0.1:{port}"), RankSpec { rank: 0, size: 2 }, Duration::from_millis(300));
+        assert!(matches!(r, Err(FabricError::Bootstrap(_))));
+        assert!(t0.elapsed() < Duration::from_secs(3));
+        if let Err(e) = r {
+            assert_eq!(e.status_code(), crate::NRT_NETWORK_PROXY_FAILURE);
+        }
+    }
+}

@@ -1,0 +1,96 @@
+//! Multi-host collectives for neuron-vfio over libfabric.
+//!
+//! The crate knows no device: it moves and reduces host bytes between ranks that live in
+//! separate processes or on separate hosts.
+//!
+//! - [`bootstrap`]: libnrt-style bootstrap — the root address from `NEURON_RT_ROOT_COMM_ID`
+//!   (`host:port`), rank and size from the caller or the launcher's environment, and a TCP
+//!   rendezvous at the root (rank 0) that exchanges the transport's endpoint names.
+//! - [`Transport`]: tagged point-to-point messages between ranks; [`ofi::OfiTransport`]
+//!   (feature `ofi`) implements it on a libfabric RDM endpoint (provider from `FI_PROVIDER`,
+//!   default `tcp`).
+//! - [`coll`]: ring reduce-scatter / all-gather / all-reduce, chunked and pipelined, and a
+//!   one-round direct exchange for small messages, generic over any [`Transport`].
+//! - [`reduce`]: ADD/MAX/MIN over fp32/bf16/fp16/int32 and the host reference with the
+//!   documented reduction order (see `docs/fabric.md`).
+//!
+//! Failures of a peer or a link surface as [`FabricError`] within the configured timeout;
+//! [`FabricError::status_code`] maps them onto NRT status codes.
+
+pub mod bootstrap;
+pub mod coll;
+pub mod reduce;
+mod transport;
+
+#[cfg(feature = "ofi")]
+pub mod ofi;
+
+pub use coll::Communicator;
+pub use reduce::{DType, ReduceOp};
+pub use transport::{RecvOp, SendOp, Transport};
+
+use std::time::Duration;
+
+/// NRT_EXEC_HW_ERR_COLLECTIVES (public `nrt.h`): the collective engine itself failed.
+pub const NRT_EXEC_HW_ERR_COLLECTIVES: i32 = 1200;
+/// NRT_NETWORK_PROXY_FAILURE (public `nrt.h`): the network path to a peer failed.
+pub const NRT_NETWORK_PROXY_FAILURE: i32 = 1206;
+/// NRT_INVALID (public `nrt.h`).
+pub const NRT_INVALID: i32 = 2;
+
+/// Errors of the fabric: bootstrap, transport and collectives.
+#[derive(Debug, thiserror::Error)]
+pub enum FabricError {
+    /// Bad argument or configuration (rank out of range, malformed root address, size mismatch).
+    #[error("invalid: {0}")]
+    Invalid(String),
+    /// The bootstrap rendezvous failed (root unreachable, a rank missing, protocol mismatch).
+    #[error("bootstrap: {0}")]
+    Bootstrap(String),
+    /// A peer did not answer within the timeout (dead peer or dropped link).
+    #[error("rank {rank}: no progress with peer(s) {peers:?} for {timeout:?}")]
+    Timeout { rank: usize, peers: Vec<usize>, timeout: Duration },
+    /// The transport reported a failed transfer with a peer (connection reset, unreachable).
+    #[error("rank {rank}: transfer with peer {peer} failed: {msg}")]
+    Peer { rank: usize, peer: usize, msg: String },
+    /// A libfabric call failed locally (`call` returned `code`).
+    #[error("libfabric {call}: {msg} ({code})")]
+    Ofi { call: &'static str, code: i32, msg: String },
+    /// An earlier failure broke this communicator; it must be rebuilt.
+    #[error("communicator broken by an earlier failure: {0}")]
+    Broken(String),
+    /// Socket I/O of the bootstrap or the baseline copy.
+    #[error("{what}: {source}")]
+    Io { what: String, source: std::io::Error },
+}
+
+impl FabricError {
+    /// The NRT status this failure maps to: a peer or the network path failing (timeout, reset,
+    /// unreachable root, broken communicator) is NRT_NETWORK_PROXY_FAILURE (1206); a local
+    /// failure of the transport engine is NRT_EXEC_HW_ERR_COLLECTIVES (1200); bad arguments are
+    /// NRT_INVALID (2).
+    pub fn status_code(&self) -> i32 {
+        match self {
+            FabricError::Invalid(_) => NRT_INVALID,
+            FabricError::Ofi { .. } => NRT_EXEC_HW_ERR_COLLECTIVES,
+            FabricError::Bootstrap(_)
+            | FabricError::Timeout { .. }
+            | FabricError::Peer { .. }
+            | FabricError::Broken(_)
+            | FabricError::Io { .. } => NRT_NETWORK_PROXY_FAILURE,
+        }
+    }
+
+    /// The NRT status name of [`Self::status_code`].
+    pub fn status_name(&self) -> &'static str {
+        match self.status_code() {
+            NRT_INVALID => "NRT_INVALID",
+            NRT_EXEC_HW_ERR_COLLECTIVES => "NRT_EXEC_HW_ERR_COLLECTIVES",
+            _ => "NRT_NETWORK_PROXY_FAILURE",
+        }
+    }
+
+    pub(crate) fn io(what: impl Into<String>, source: std::io::Error) -> Self {
+        FabricError::Io { what: what.into(), source }
+    }
+}

@@ -1,0 +1,292 @@
+//! Element types, reduction operators and the host reference.
+//!
+//! Reduction order (deterministic, the same for every algorithm of [`crate::coll`]): the
+//! `count` elements are split into `n` segments, segment `k` holding elements
+//! `[k*count/n, (k+1)*count/n)` ([`segment`]). Every element of segment `k` is the left fold
+//! over the ranks in ring order starting after `k`:
+//! `((x[k+1] ⊕ x[k+2]) ⊕ …) ⊕ x[k]` (indices mod `n`) — the order in which the ring
+//! reduce-scatter accumulates it, and the order in which the direct (small-message) algorithm
+//! reduces the copies it gathered. For `n = 1` the result is the input. Floating-point ADD
+//! rounds after every step in the element type (bf16/fp16 are computed in fp32 and rounded to
+//! nearest-even), so results are bit-exact against [`reference_all_reduce`]; int32 ADD wraps.
+
+use std::ops::Range;
+
+use half::{bf16, f16};
+
+use crate::FabricError;
+
+/// Element type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DType {
+    F32,
+    Bf16,
+    F16,
+    I32,
+}
+
+impl DType {
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            DType::F32 | DType::I32 => 4,
+            DType::Bf16 | DType::F16 => 2,
+        }
+    }
+
+    /// Parses `fp32|f32|float32`, `bf16|bfloat16`, `fp16|f16|float16`, `int32|i32`.
+    pub fn parse(s: &str) -> Option<DType> {
+        match s.to_ascii_lowercase().as_str() {
+            "fp32" | "f32" | "float32" => Some(DType::F32),
+            "bf16" | "bfloat16" => Some(DType::Bf16),
+            "fp16" | "f16" | "float16" => Some(DType::F16),
+            "int32" | "i32" => Some(DType::I32),
+            _ => None,
+        }
+    }
+
+    /// The canonical name (`fp32`, `bf16`, `fp16`, `int32`).
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "fp32",
+            DType::Bf16 => "bf16",
+            DType::F16 => "fp16",
+            DType::I32 => "int32",
+        }
+    }
+
+    /// Every element type.
+    pub const ALL: [DType; 4] = [DType::F32, DType::Bf16, DType::F16, DType::I32];
+}
+
+/// Reduction operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReduceOp {
+    Add,
+    Max,
+    Min,
+}
+
+impl ReduceOp {
+    /// Parses `add|sum`, `max`, `min`.
+    pub fn parse(s: &str) -> Option<ReduceOp> {
+        match s.to_ascii_lowercase().as_str() {
+            "add" | "sum" => Some(ReduceOp::Add),
+            "max" => Some(ReduceOp::Max),
+            "min" => Some(ReduceOp::Min),
+            _ => None,
+        }
+    }
+
+    /// The canonical name.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReduceOp::Add => "add",
+            ReduceOp::Max => "max",
+            ReduceOp::Min => "min",
+        }
+    }
+
+    /// Every operator.
+    pub const ALL: [ReduceOp; 3] = [ReduceOp::Add, ReduceOp::Max, ReduceOp::Min];
+}
+
+/// Element range of segment `k` of `count` elements split over `n` ranks.
+pub fn segment(count: usize, n: usize, k: usize) -> Range<usize> {
+    if n == 0 {
+        return 0..0;
+    }
+    // count * k fits: count is a byte length / element size, k < n <= 65536.
+    (count * k / n)..(count * (k + 1) / n)
+}
+
+/// Ranks in the order segment `k`'s elements are reduced (module docs).
+pub fn order(n: usize, k: usize) -> impl Iterator<Item = usize> {
+    (1..=n).map(move |i| (k + i) % n)
+}
+
+fn fold_f32(a: f32, b: f32, op: ReduceOp) -> f32 {
+    match op {
+        ReduceOp::Add => a + b,
+        // `a` wins ties and unordered comparisons: deterministic in the fold order.
+        ReduceOp::Max => {
+            if b > a {
+                b
+            } else {
+                a
+            }
+        }
+        ReduceOp::Min => {
+            if b < a {
+                b
+            } else {
+                a
+            }
+        }
+    }
+}
+
+/// `acc[i] = acc[i] ⊕ inp[i]` element-wise (`acc` holds the ranks earlier in the order).
+pub fn reduce_into(acc: &mut [u8], inp: &[u8], dt: DType, op: ReduceOp) -> Result<(), FabricError> {
+    if acc.len() != inp.len() || !acc.len().is_multiple_of(dt.size()) {
+        return Err(FabricError::Invalid(format!("reduce of {} and {} bytes of {}", acc.len(), inp.len(), dt.name())));
+    }
+    match dt {
+        DType::F32 => {
+            for (a, b) in acc.chunks_exact_mut(4).zip(inp.chunks_exact(4)) {
+                let x = f32::from_le_bytes([a[0], a[1], a[2], a[3]]);
+                let y = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                a.copy_from_slice(&fold_f32(x, y, op).to_le_bytes());
+            }
+        }
+        DType::I32 => {
+            for (a, b) in acc.chunks_exact_mut(4).zip(inp.chunks_exact(4)) {
+                let x = i32::from_le_bytes([a[0], a[1], a[2], a[3]]);
+                let y = i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                let r = match op {
+                    ReduceOp::Add => x.wrapping_add(y),
+                    ReduceOp::Max => x.max(y),
+                    ReduceOp::Min => x.min(y),
+                };
+                a.copy_from_slice(&r.to_le_bytes());
+            }
+        }
+        DType::Bf16 => {
+            for (a, b) in acc.chunks_exact_mut(2).zip(inp.chunks_exact(2)) {
+                let x = bf16::from_le_bytes([a[0], a[1]]).to_f32();
+                let y = bf16::from_le_bytes([b[0], b[1]]).to_f32();
+                a.copy_from_slice(&bf16::from_f32(fold_f32(x, y, op)).to_le_bytes());
+            }
+        }
+        DType::F16 => {
+            for (a, b) in acc.chunks_exact_mut(2).zip(inp.chunks_exact(2)) {
+                let x = f16::from_le_bytes([a[0], a[1]]).to_f32();
+                let y = f16::from_le_bytes([b[0], b[1]]).to_f32();
+                a.copy_from_slice(&f16::from_f32(fold_f32(x, y, op)).to_le_bytes());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Host reference of all-reduce over `inputs[rank]` (all the same length) in the documented
+/// order.
+pub fn reference_all_reduce(inputs: &[&[u8]], dt: DType, op: ReduceOp) -> Result<Vec<u8>, FabricError> {
+    let n = inputs.len();
+    let len = inputs.first().map_or(0, |b| b.len());
+    if inputs.iter().any(|b| b.len() != len) || !len.is_multiple_of(dt.size()) {
+        return Err(FabricError::Invalid("reference: inputs of different or unaligned lengths".into()));
+    }
+    let es = dt.size();
+    let count = len / es;
+    let mut out = vec![0u8; len];
+    for k in 0..n {
+        let seg = segment(count, n, k);
+        let bytes = seg.start * es..seg.end * es;
+        let mut ranks = order(n, k);
+        let Some(first) = ranks.next() else { continue };
+        let acc = &mut out[bytes.clone()];
+        acc.copy_from_slice(&inputs[first][bytes.clone()]);
+        for r in ranks {
+            reduce_into(acc, &inputs[r][bytes.clone()], dt, op)?;
+        }
+    }
+    Ok(out)
+}
+
+/// Host reference of reduce-scatter: rank `rank`'s segment of [`reference_all_reduce`].
+pub fn reference_reduce_scatter(
+    inputs: &[&[u8]],
+    dt: DType,
+    op: ReduceOp,
+    rank: usize,
+) -> Result<Vec<u8>, FabricError> {
+    let all = reference_all_reduce(inputs, dt, op)?;
+    let es = dt.size();
+    let seg = segment(all.len() / es, inputs.len(), rank);
+    Ok(all[seg.start * es..seg.end * es].to_vec())
+}
+
+/// Host reference of all-gather: the inputs concatenated in rank order.
+pub fn reference_all_gather(inputs: &[&[u8]]) -> Vec<u8> {
+    inputs.concat()
+}
+
+/// Deterministic test data of `len` bytes for `rank` (whole elements of `dt`; a trailing
+/// partial element is left out): values of mixed magnitude so that float ADD depends on the
+/// reduction order. The same on every host, so each rank can compute every rank's input.
+pub fn pattern(rank: usize, len: usize, dt: DType, salt: u64) -> Vec<u8> {
+    let es = dt.size();
+    let mut x = (rank as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ salt ^ 0x5bd1_e995;
+    let mut out = Vec::with_capacity(len);
+    for _ in 0..len / es {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let v = ((x % 2001) as f32 - 1000.0) * if x & 1 == 1 { 1e3 } else { 1e-3 };
+        match dt {
+            DType::F32 => out.extend_from_slice(&v.to_le_bytes()),
+            DType::I32 => out.extend_from_slice(&((x >> 16) as i32).wrapping_mul(7919).to_le_bytes()),
+            DType::Bf16 => out.extend_from_slice(&bf16::from_f32(v).to_le_bytes()),
+            DType::F16 => out.extend_from_slice(&f16::from_f32(v / 100.0).to_le_bytes()),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segments_cover_and_differ_by_at_most_one() {
+        for count in [0usize, 1, 5, 7, 64, 1001] {
+            for n in 1..6 {
+                let segs: Vec<_> = (0..n).map(|k| segment(count, n, k)).collect();
+                assert_eq!(segs[0].start, 0);
+                assert_eq!(segs[n - 1].end, count);
+                for w in segs.windows(2) {
+                    assert_eq!(w[0].end, w[1].start);
+                }
+                let lens: Vec<_> = segs.iter().map(|s| s.len()).collect();
+                let (mn, mx) = (lens.iter().min().copied(), lens.iter().max().copied());
+                assert!(mx.unwrap_or(0) - mn.unwrap_or(0) <= 1);
+            }
+        }
+    }
+
+    #[test]
+    fn order_is_rotation_ending_at_k() {
+        assert_eq!(order(4, 1).collect::<Vec<_>>(), vec![2, 3, 0, 1]);
+        assert_eq!(order(1, 0).collect::<Vec<_>>(), vec![0]);
+    }
+
+    #[test]
+    fn float_add_follows_the_order() {
+        // Segment 0 of 3 ranks folds ranks 1, 2, 0: (1e8 + -1e8) + 1 = 1, where the plain
+        // rank order would give (1 + 1e8) + -1e8 = 0 in fp32.
+        // Three elements per rank so that element 0 is segment 0.
+        let rank = |v: f32| [v, 0.0, 0.0].iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        let ins = [rank(1.0), rank(1e8), rank(-1e8)];
+        let refs: Vec<&[u8]> = ins.iter().map(|b| &b[..]).collect();
+        let out = reference_all_reduce(&refs, DType::F32, ReduceOp::Add).unwrap_or_default();
+        assert_eq!(out.get(..4), Some(&1.0f32.to_le_bytes()[..]));
+    }
+
+    #[test]
+    fn half_types_round_and_int_wraps() {
+        let x = bf16::from_f32(1.0).to_le_bytes();
+        let y = bf16::from_f32(1.0 / 512.0).to_le_bytes();
+        let mut acc = x.to_vec();
+        reduce_into(&mut acc, &y, DType::Bf16, ReduceOp::Add).unwrap_or(());
+        // 1 + 2^-9 is not representable in bf16 (8 bits of mantissa): rounds to even, 1.0.
+        assert_eq!(acc, x.to_vec());
+        let mut acc = i32::MAX.to_le_bytes().to_vec();
+        reduce_into(&mut acc, &1i32.to_le_bytes(), DType::I32, ReduceOp::Add).unwrap_or(());
+        assert_eq!(acc, i32::MIN.to_le_bytes().to_vec());
+        let mut acc = f16::from_f32(-2.0).to_le_bytes().to_vec();
+        reduce_into(&mut acc, &f16::from_f32(3.0).to_le_bytes(), DType::F16, ReduceOp::Max).unwrap_or(());
+        assert_eq!(acc, f16::from_f32(3.0).to_le_bytes().to_vec());
+        assert!(reduce_into(&mut [0u8; 3], &[0u8; 3], DType::F32, ReduceOp::Min).is_err());
+    }
+}

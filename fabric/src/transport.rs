@@ -1,0 +1,131 @@
+//! The transport seam: tagged point-to-point messages between the ranks of one communicator.
+
+use crate::FabricError;
+
+/// A send of `buf` to `peer`, matched at the peer by (this rank, `tag`).
+pub struct SendOp<'a> {
+    pub peer: usize,
+    pub tag: u64,
+    pub buf: &'a [u8],
+}
+
+/// A receive into `buf` of the message `peer` sent with `tag`; the message must be exactly
+/// `buf.len()` bytes.
+pub struct RecvOp<'a> {
+    pub peer: usize,
+    pub tag: u64,
+    pub buf: &'a mut [u8],
+}
+
+/// Largest tag a caller may use (the libfabric transport puts the source rank in the low 16
+/// bits of the wire tag).
+pub const MAX_TAG: u64 = (1 << 48) - 1;
+
+/// Tagged messaging between ranks. Messages between one pair of ranks with the same tag must
+/// not be outstanding twice at once.
+pub trait Transport {
+    /// This rank.
+    fn rank(&self) -> usize;
+    /// Number of ranks.
+    fn size(&self) -> usize;
+    /// Posts every receive and send, runs `overlap` while they are in flight (the pipelined
+    /// algorithms reduce the previous chunk there), then waits for all of them. A peer that
+    /// makes no progress within the transport's timeout fails the call; after any failure the
+    /// transport is broken and every later call fails.
+    fn exchange(
+        &mut self,
+        sends: &[SendOp<'_>],
+        recvs: &mut [RecvOp<'_>],
+        overlap: &mut dyn FnMut(),
+    ) -> Result<(), FabricError>;
+    /// Makes `region` usable by the NIC for the following exchanges (fi_mr_reg where the
+    /// provider requires registered local buffers); a no-op otherwise. Balanced by `unpin`.
+    fn pin(&mut self, region: &[u8]) -> Result<(), FabricError>;
+    /// Ends a `pin` of the same region.
+    fn unpin(&mut self, region: &[u8]);
+    /// Largest message the transport carries in one piece.
+    fn max_message(&self) -> usize {
+        usize::MAX
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod loopback {
+    //! In-process twin of the transport for the algorithms' unit tests: one thread per rank,
+    //! messages through channels.
+
+    use super::*;
+    use std::collections::HashMap;
+    use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
+    use std::time::Duration;
+
+    pub struct Loopback {
+        rank: usize,
+        size: usize,
+        tx: Vec<Sender<(usize, u64, Vec<u8>)>>,
+        rx: Receiver<(usize, u64, Vec<u8>)>,
+        stash: HashMap<(usize, u64), Vec<u8>>,
+        timeout: Duration,
+    }
+
+    /// `n` connected transports.
+    pub fn group(n: usize, timeout: Duration) -> Vec<Loopback> {
+        let (txs, rxs): (Vec<_>, Vec<_>) = (0..n).map(|_| channel()).unzip();
+        rxs.into_iter()
+            .enumerate()
+            .map(|(rank, rx)| Loopback { rank, size: n, tx: txs.clone(), rx, stash: HashMap::new(), timeout })
+            .collect()
+    }
+
+    impl Transport for Loopback {
+        fn rank(&self) -> usize {
+            self.rank
+        }
+        fn size(&self) -> usize {
+            self.size
+        }
+        fn exchange(
+            &mut self,
+            sends: &[SendOp<'_>],
+            recvs: &mut [RecvOp<'_>],
+            overlap: &mut dyn FnMut(),
+        ) -> Result<(), FabricError> {
+            for s in sends {
+                self.tx[s.peer].send((self.rank, s.tag, s.buf.to_vec())).map_err(|_| FabricError::Peer {
+                    rank: self.rank,
+                    peer: s.peer,
+                    msg: "gone".into(),
+                })?;
+            }
+            overlap();
+            for r in recvs.iter_mut() {
+                let msg = loop {
+                    if let Some(m) = self.stash.remove(&(r.peer, r.tag)) {
+                        break m;
+                    }
+                    match self.rx.recv_timeout(self.timeout) {
+                        Ok((p, t, m)) => {
+                            self.stash.insert((p, t), m);
+                        }
+                        Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {
+                            return Err(FabricError::Timeout {
+                                rank: self.rank,
+                                peers: vec![r.peer],
+                                timeout: self.timeout,
+                            })
+                        }
+                    }
+                };
+                if msg.len() != r.buf.len() {
+                    return Err(FabricError::Invalid(format!("message of {} bytes for {}", msg.len(), r.buf.len())));
+                }
+                r.buf.copy_from_slice(&msg);
+            }
+            Ok(())
+        }
+        fn pin(&mut self, _region: &[u8]) -> Result<(), FabricError> {
+            Ok(())
+        }
+        fn unpin(&mut self, _region: &[u8]) {}
+    }
+}

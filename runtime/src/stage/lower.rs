@@ -256,7 +256,7 @@ pub fn lower(cx: &mut LowerCtx<'_>, i: &Instruction, pc: usize, out: &mut Slots)
             // any page the device reaches). The whole span of the pattern, all step signs,
             // must lie inside the var.
             let reloc = |l: &Dma2dLeg, side: &str| -> Result<Dma2dLeg, StageError> {
-                if l.start_addr & addr8::VAR_MARKER == 0 || l.start_addr >> 48 != 0 {
+                if l.start_addr & addr8::VAR_MARKER == 0 || (l.start_addr & !addr8::VAR_MARKER) >> 48 != 0 {
                     return Err(StageError::invalid(format!(
                         "{what}: {side} address {:#x} is a raw device address, not a var address",
                         l.start_addr

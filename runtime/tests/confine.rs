@@ -102,6 +102,7 @@ fn each_hostile_class_is_refused_at_load_with_a_named_reason() {
 
     // WRITE to another NC's semaphore, to the reset request, to a DMA base register, to this
     // NC's reserved kickoff semaphore.
+    let mut tried = 0;
     for path in
         ["tpb_sem[1].sem_set[3]", "misc_ram.reset_request", "udma[0].m2s.q[0].ring_base_lo", "tpb_sem[0].sem_inc[255]"]
     {

@@ -112,7 +112,13 @@ fn parse_addr(dev: &Device, s: &str, len: u64, force: bool) -> Result<u64, CliEr
         None => csr_maps::parse_u64(s).ok_or_else(|| CliError::invalid(format!("bad device address `{s}`")))?,
     };
     let last = addr.checked_add(len.max(1) - 1).ok_or_else(|| CliError::invalid("address range overflows"))?;
-    let usable = dev.allocator().usage(0).map(|u| u.capacity).unwrap_or(arch.consts.hbm_active_size);
+    // The allocator's capacity excludes the carve-out at the start of the channel; offsets
+    // here count from the channel start, so the channel ends at carve-out + capacity.
+    let usable = dev
+        .allocator()
+        .usage(0)
+        .map(|u| u.capacity.saturating_add(arch.consts.fw_carveout))
+        .unwrap_or(arch.consts.hbm_active_size);
     match (arch.dev_to_hbm(addr), arch.dev_to_hbm(last)) {
         (Some((c0, o0)), Some((c1, o1))) if c0 == c1 && o1 < usable => {
             if o0 < arch.consts.fw_carveout && !force {

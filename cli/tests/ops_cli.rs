@@ -240,6 +240,13 @@ fn dma_copy_round_trip_and_errors() {
     let fs = f.to_str().unwrap_or_default();
     let e = err_line(cli().args(["--device", "sim", "dma", "copy", "--to-device", fs, "--addr", "hbm:0:0"]));
     assert!(e.contains("firmware carve-out"), "{e}");
+    // The whole channel outside the carve-out is reachable, up to its last byte.
+    let end = csr_maps::SUNDA.consts.hbm_active_size;
+    let tail = format!("hbm:0:{:#x}", end - 5);
+    json_ok(&["--json", "--device", "sim", "dma", "copy", "--to-device", fs, "--addr", &tail]);
+    let past = format!("hbm:0:{:#x}", end - 4);
+    let e = err_line(cli().args(["--device", "sim", "dma", "copy", "--to-device", fs, "--addr", &past]));
+    assert!(e.contains("not inside one HBM channel"), "{e}");
     let e = err_line(cli().args(["--device", "sim", "dma", "copy", "--to-device", fs, "--addr", "hbm:9:0x1000000"]));
     assert!(e.contains("HBM channel 9 out of range"), "{e}");
     let e = err_line(cli().args([

@@ -23,6 +23,8 @@ pub enum HalError {
     NoSuchEngine(usize),
     #[error("device memory exhausted on HBM channel {chan}: {size} bytes requested, {free} free")]
     OutOfDeviceMemory { chan: usize, size: u64, free: u64 },
+    #[error("{what} of {size} bytes is larger than any memory can hold")]
+    TooLarge { what: &'static str, size: u64 },
     #[error("alignment {0} is not a power of two")]
     BadAlignment(u64),
     #[error("device address range {addr:#x}+{len:#x} is outside device memory")]

@@ -247,8 +247,30 @@ impl Device {
         self.arch().host_dev_addr(b.iova())
     }
     /// Device memory on HBM channel `chan`.
+    ///
+    /// The memory is zeroed before it is returned (by DMA from a zeroed host buffer), so a new
+    /// owner never sees an earlier owner's bytes. This is an allocation-time cost only.
     pub fn alloc_device(&self, chan: usize, len: u64, align: u64) -> Result<DevBuf> {
-        self.inner.hbm.alloc(chan, len, align)
+        let m = self.inner.hbm.alloc(chan, len, align)?;
+        let c = &self.arch().counts;
+        let nc = (0..c.ncs as usize).find(|&n| self.hbm_for_nc(n) == chan).unwrap_or(0);
+        self.zero_device(nc, m.addr(), m.len())?;
+        Ok(m)
+    }
+
+    /// Zero `len` bytes of device memory at `addr` through NC `nc`'s host-to-device ring.
+    pub fn zero_device(&self, nc: usize, addr: u64, len: u64) -> Result<()> {
+        let chunk = self.inner.opts.host_chunk.clamp(4096, 4 << 20) as u64;
+        let zeros = self.alloc_host(chunk.min(len.max(1)) as usize, 64)?;
+        let src = self.host_addr(&zeros);
+        let mut off = 0u64;
+        while off < len {
+            let n = chunk.min(len - off);
+            let dst = addr.checked_add(off).ok_or(HalError::DeviceRange { addr, len })?;
+            self.copy(nc, &[Xfer { src, dst, len: n }])?;
+            off += n;
+        }
+        Ok(())
     }
     /// The device-memory allocator.
     pub fn allocator(&self) -> &Arc<DevAllocator> {

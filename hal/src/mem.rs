@@ -137,8 +137,12 @@ impl HostPool {
             return Err(HalError::BadAlignment(align as u64));
         }
         let len = len.max(1);
-        let need = len.div_ceil(HOST_GRANULE) * HOST_GRANULE;
+        // Checked: a size near usize::MAX must be refused, never rounded to a tiny block.
+        let need = len
+            .checked_next_multiple_of(HOST_GRANULE)
+            .ok_or(HalError::TooLarge { what: "host buffer", size: len as u64 })?;
         if need > self.chunk_bytes / 2 {
+            // A fresh anonymous mapping: zero-filled by the kernel.
             let map = self.platform.dma_map(HostMem::alloc(len)?, DmaDir::Bidirectional)?;
             let chunk = Arc::new(Chunk { map, free: Mutex::new(BTreeMap::new()), dedicated: true });
             return Ok(HostBuf { chunk, off: 0, len });
@@ -146,7 +150,10 @@ impl HostPool {
         let mut chunks = self.chunks.lock().unwrap_or_else(|e| e.into_inner());
         for c in chunks.iter() {
             if let Some(off) = take(&c.free, need, align) {
-                return Ok(HostBuf { chunk: c.clone(), off, len });
+                // A recycled range: zero it so no earlier owner's bytes reach the new one.
+                let b = HostBuf { chunk: c.clone(), off, len };
+                b.fill(0, len, 0)?;
+                return Ok(b);
             }
         }
         let map = self.platform.dma_map(HostMem::alloc(self.chunk_bytes)?, DmaDir::Bidirectional)?;
@@ -174,8 +181,8 @@ impl HostPool {
 fn take(free: &Mutex<BTreeMap<usize, usize>>, need: usize, align: usize) -> Option<usize> {
     let mut f = free.lock().unwrap_or_else(|e| e.into_inner());
     let (start, size, at) = f.iter().find_map(|(&s, &l)| {
-        let at = s.div_ceil(align) * align;
-        (at + need <= s + l).then_some((s, l, at))
+        let at = s.checked_next_multiple_of(align)?;
+        (at.checked_add(need)? <= s + l).then_some((s, l, at))
     })?;
     f.remove(&start);
     if at > start {
@@ -223,7 +230,8 @@ impl Buddy {
     }
 
     fn alloc(&mut self, size: u64, align: u64) -> Option<u64> {
-        let need = size.max(1).next_power_of_two().max(align).max(1 << self.min_order);
+        // Checked: `next_power_of_two` of a size above 2^63 would wrap to a tiny block.
+        let need = size.max(1).checked_next_power_of_two()?.max(align).max(1 << self.min_order);
         let order = need.trailing_zeros();
         let from = (order as usize..self.free.len()).find(|&o| !self.free[o].is_empty())?;
         let off = *self.free[from].iter().next()?;

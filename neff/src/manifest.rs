@@ -229,6 +229,13 @@ fn tensor_infos(root: &Obj, nodes: &[Value], m: &str) -> Result<(Vec<TensorInfo>
     let node_name = |i: usize| -> String {
         nodes.get(i).and_then(|n| n.get("name")).and_then(Value::as_str).unwrap_or_default().to_string()
     };
+    // The var a node writes, when the node names it (a tvm_op's `output` key, top level or in
+    // its attrs); libnrt binds outputs by it.
+    let node_output = |i: usize| -> Option<String> {
+        let n = nodes.get(i)?;
+        let o = n.get("output").or_else(|| n.get("attrs")?.get("output"))?;
+        o.as_str().map(str::to_string)
+    };
     let info = |name: String, eid: u64, field: &str| -> Result<TensorInfo, NeffError> {
         let eidx = usize::try_from(eid).unwrap_or(usize::MAX);
         let dtype = match dltypes {
@@ -290,7 +297,7 @@ fn tensor_infos(root: &Obj, nodes: &[Value], m: &str) -> Result<(Vec<TensorInfo>
             let eid = entry_id(node, idx, &f)?;
             let name = match out_names.and_then(|o| o.get(i)).and_then(Value::as_str) {
                 Some(n) => n.to_string(),
-                None if idx == 0 => node_name(node as usize),
+                None if idx == 0 => node_output(node as usize).unwrap_or_else(|| node_name(node as usize)),
                 None => format!("{}:{idx}", node_name(node as usize)),
             };
             outputs.push(info(name, eid, &f)?);

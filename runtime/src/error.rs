@@ -15,7 +15,7 @@ use crate::status::NrtStatus;
 /// → NRT_FAIL_HOST_MEM_ALLOC, anything else → NRT_FAILURE.
 pub fn hal_status(e: &hal::HalError) -> NrtStatus {
     match e {
-        hal::HalError::OutOfDeviceMemory { .. } => NrtStatus::Resource,
+        hal::HalError::OutOfDeviceMemory { .. } | hal::HalError::TooLarge { .. } => NrtStatus::Resource,
         hal::HalError::HostMem(_) => NrtStatus::FailHostMemAlloc,
         _ => NrtStatus::Failure,
     }

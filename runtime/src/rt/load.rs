@@ -23,6 +23,7 @@ impl Runtime {
         let arch = first.arch();
         let opts = ReadOptions { verify: cfg.verify, arch: Some(arch), ..ReadOptions::default() };
         let n = Neff::parse(bytes, &opts)?;
+        crate::stage::check_io(&n).map_err(|e| RtError::with(e.status, RtErrorKind::InvalidNeff(e.to_string())))?;
         let required = nc_count.unwrap_or(n.graphs.len()).max(n.graphs.len());
         let picked = self.admit(&cfg, start_nc, required)?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);

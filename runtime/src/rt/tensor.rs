@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use hal::{DevBuf, Device, HostBuf};
 
-use super::{RtError, Runtime};
+use super::{RtError, RtErrorKind, Runtime};
 
 /// Where a tensor lives.
 pub enum TensorMem {
@@ -132,6 +132,14 @@ impl Runtime {
     pub fn alloc_tensor(&self, name: &str, size: u64, on_device: bool, nc: usize) -> Result<Arc<Tensor>, RtError> {
         self.guard()?;
         let (dev, local) = self.device_of(nc).ok_or_else(|| RtError::invalid(format!("no NC {nc}")))?;
+        // No memory can hold more than isize::MAX bytes; refuse before any size is rounded.
+        if size > isize::MAX as u64 {
+            return Err(RtError::with(
+                crate::status::NrtStatus::Resource,
+                RtErrorKind::Resource(format!("tensor {name}: {size} bytes cannot be allocated")),
+            ));
+        }
+        // Both allocators hand out zeroed memory: a tensor never shows an earlier owner's bytes.
         let mem = if on_device {
             TensorMem::Device(dev.alloc_device(dev.hbm_for_nc(local), size.max(1), 64)?)
         } else {

@@ -65,13 +65,22 @@ pub fn lower_programs(
     let inc = |s: u8| Events { update_mode: UpdateMode::IncComplete, update_idx: s, ..Events::NONE };
     let mut progs: Vec<Slots> = Vec::new();
     let mut trig_count = vec![0usize; queues.len()];
+    let writable = write_allow_list(dev, p.nc, queues)?;
     for (e, start) in START.iter().enumerate() {
         let mut slots = vec![device_ops::events_only(Opcode::EventSemaphore, TRACE_START, take(*start))];
         let kind = [EngineKind::Pe, EngineKind::Act, EngineKind::Pool, EngineKind::Dve][e];
         if let Some(ep) = g.engines.iter().find(|x| x.kind == kind) {
             if let Program::Tpb(ins) = &ep.program {
-                let mut cx =
-                    LowerCtx { regs: &regs, g, p, engine: ep.kind.name(), queues, vars, trig_count: &mut trig_count };
+                let mut cx = LowerCtx {
+                    regs: &regs,
+                    g,
+                    p,
+                    engine: ep.kind.name(),
+                    queues,
+                    vars,
+                    trig_count: &mut trig_count,
+                    writable: &writable,
+                };
                 for (pc, i) in ins.iter().enumerate() {
                     lower(&mut cx, i, pc, &mut slots)?;
                 }
@@ -118,6 +127,39 @@ pub struct LowerCtx<'a> {
     pub vars: &'a [StagedVar],
     /// Per queue: triggers lowered so far (the next one fires `order[count]`).
     pub trig_count: &'a mut [usize],
+    /// Device addresses a model's WRITE may target ([`write_allow_list`]).
+    pub writable: &'a BTreeSet<u64>,
+}
+
+/// The registers a model's own WRITE instructions may target on NC `nc`: the set, increment
+/// and decrement registers of its NC's semaphores below the runtime's reserved ones, and the
+/// tail-increment registers of its own DMA queues. Nothing else — never a reset or FW-IO
+/// register, a DMA base register, another NC's registers, or device memory (a model moves
+/// data with DMA descriptors and DMAMEMCPY on var addresses, which are range-checked).
+pub fn write_allow_list(dev: &Device, nc: usize, queues: &[StagedQueue]) -> Result<BTreeSet<u64>, StageError> {
+    let regs = dev.regs();
+    let arch = dev.arch();
+    let sem = regs.tpb_sem(nc as u64).map_err(|e| StageError::invalid(e.to_string()))?;
+    let mut ok = BTreeSet::new();
+    for s in 0..super::sems::FIRST_RESERVED as u64 {
+        let e = |e: csr_maps::CsrError| StageError::invalid(e.to_string());
+        let offs = [
+            sem.sem_set(s).map_err(e)?.offset(),
+            sem.sem_inc(s).map_err(e)?.offset(),
+            sem.sem_dec(s).map_err(e)?.offset(),
+        ];
+        for o in offs {
+            if let Some(a) = arch.bar0_to_dev(o) {
+                ok.insert(a);
+            }
+        }
+    }
+    for q in queues {
+        let (s2m, m2s) = q.ring.doorbell_dev_addrs(&regs)?;
+        ok.insert(s2m);
+        ok.insert(m2s);
+    }
+    Ok(ok)
 }
 
 /// Lower instruction `i` (slot `pc` of the context's engine) into `out`.
@@ -158,11 +200,28 @@ pub fn lower(cx: &mut LowerCtx<'_>, i: &Instruction, pc: usize, out: &mut Slots)
                 .num_elements
                 .checked_mul(es)
                 .ok_or_else(|| StageError::invalid(format!("{what}: element count overflows")))?;
-            let src = addr_of(vars, c.input_tensor_id, c.src_offset_elems.saturating_mul(es), bytes, &what)?;
-            let dst = addr_of(vars, c.output_tensor_id, c.dst_offset_elems.saturating_mul(es), bytes, &what)?;
+            if ![device_ops::ctype::ALL_REDUCE, device_ops::ctype::ALL_GATHER, device_ops::ctype::REDUCE_SCATTER]
+                .contains(&c.ctype)
+            {
+                return Err(StageError::invalid(format!("{what}: unknown collective type {:#x}", c.ctype)));
+            }
+            if ![device_ops::alu::ADD, device_ops::alu::MAX, device_ops::alu::MIN].contains(&c.op) {
+                return Err(StageError::invalid(format!("{what}: unknown collective operation {:#x}", c.op)));
+            }
+            let elems = |o: u64| {
+                o.checked_mul(es).ok_or_else(|| StageError::invalid(format!("{what}: element offset {o} overflows")))
+            };
+            let src = addr_of(vars, c.input_tensor_id, elems(c.src_offset_elems)?, bytes, &what)?;
+            let dst = addr_of(vars, c.output_tensor_id, elems(c.dst_offset_elems)?, bytes, &what)?;
             let group = g.replica_groups.get(c.group_id as usize);
             let (rank, size) = match group {
-                None => (0, 1),
+                None => {
+                    return Err(StageError::invalid(format!(
+                        "{what}: replica group {} does not exist ({} groups)",
+                        c.group_id,
+                        g.replica_groups.len()
+                    )))
+                }
                 Some(gr) if gr.is_empty() => (0, 1),
                 Some(gr) => {
                     let r = gr.iter().position(|&x| x as usize == p.rank).ok_or_else(|| {
@@ -193,31 +252,57 @@ pub fn lower(cx: &mut LowerCtx<'_>, i: &Instruction, pc: usize, out: &mut Slots)
             if matches!(i, Instruction::PseudoDmaDirect2d(_)) && d.op != 0 {
                 return Err(StageError::invalid(format!("{what}: DGE op {} is not supported (DIRECT2D only)", d.op)));
             }
-            let reloc = |l: &Dma2dLeg| -> Result<Dma2dLeg, StageError> {
-                if l.start_addr & addr8::VAR_MARKER == 0 {
-                    return Ok(*l);
+            // Every address must name a var: a raw device address is refused (it could name
+            // any page the device reaches). The whole span of the pattern, all step signs,
+            // must lie inside the var.
+            let reloc = |l: &Dma2dLeg, side: &str| -> Result<Dma2dLeg, StageError> {
+                if l.start_addr & addr8::VAR_MARKER == 0 || (l.start_addr & !addr8::VAR_MARKER) >> 48 != 0 {
+                    return Err(StageError::invalid(format!(
+                        "{what}: {side} address {:#x} is a raw device address, not a var address",
+                        l.start_addr
+                    )));
                 }
                 let id = ((l.start_addr >> addr8::VAR_ID_SHIFT) & addr8::VAR_ID_MASK) as u32;
                 let off = l.start_addr & addr8::OFFSET_MASK;
                 let es = if l.elem_size == 0 { 65536 } else { l.elem_size as u64 };
-                let span = leg_span(l, es);
-                let a = addr_of(vars, id, off, span, &what)?;
+                let (lo, hi) = leg_span(l, es);
+                let first = off as i128 + lo;
+                if first < 0 {
+                    return Err(StageError::invalid(format!(
+                        "{what}: {side} pattern reaches {} bytes before var {id}",
+                        -first
+                    )));
+                }
+                let len = u64::try_from(hi - lo)
+                    .map_err(|_| StageError::invalid(format!("{what}: {side} pattern span overflows")))?;
+                let start = addr_of(vars, id, first as u64, len, &what)?;
+                // `start` is var + off + lo; the leg starts at var + off.
+                let a = (start as i128 - lo) as u64;
                 Ok(Dma2dLeg { start_addr: a, ..*l })
             };
             let low = Dma2d {
                 header: isa::slot::SlotHeader::new(Opcode::DmaMemcpy),
                 events: d.events,
                 op: if matches!(i, Instruction::PseudoDmaDirect2d(_)) { 0 } else { d.op },
-                src: reloc(&d.src)?,
-                dst: reloc(&d.dst)?,
+                src: reloc(&d.src, "source")?,
+                dst: reloc(&d.dst, "destination")?,
                 ..*d
             };
             clear(low.encode());
         }
+        Instruction::Write(_) => {
+            let w = device_ops::WriteOp::decode(&i.encode());
+            if !cx.writable.contains(&w.addr) {
+                return Err(StageError::invalid(format!(
+                    "{what}: WRITE to {:#x} is outside the registers this NC's model may write",
+                    w.addr
+                )));
+            }
+            clear(i.encode())
+        }
         Instruction::EventSemaphore(_)
         | Instruction::Nop(_)
         | Instruction::Notify(_)
-        | Instruction::Write(_)
         | Instruction::Semaphore(_)
         | Instruction::ExtendedInst(_) => clear(i.encode()),
         Instruction::Raw { header, .. } => {
@@ -230,8 +315,19 @@ pub fn lower(cx: &mut LowerCtx<'_>, i: &Instruction, pc: usize, out: &mut Slots)
     Ok(())
 }
 
-/// Bytes from the start of a 2-D leg to the end of its last element (non-negative steps).
-fn leg_span(l: &Dma2dLeg, es: u64) -> u64 {
-    let last = |n: u16, s: i32| (n.saturating_sub(1) as i64 * s as i64).max(0) as u64;
-    (last(l.num_elem[0], l.step_elem[0]) + last(l.num_elem[1], l.step_elem[1]) + 1) * es
+/// The byte range `[lo, hi)` a 2-D leg touches, relative to its start address: every
+/// element `i·step0 + j·step1` (`i < n0`, `j < n1`), steps of either sign, exactly (in i128,
+/// so nothing wraps). An empty leg touches nothing (`lo == hi == 0`).
+pub fn leg_span(l: &Dma2dLeg, es: u64) -> (i128, i128) {
+    if l.num_elem[0] == 0 || l.num_elem[1] == 0 {
+        return (0, 0);
+    }
+    let ext = |n: u16, s: i32| {
+        let far = (n as i128 - 1) * s as i128;
+        (far.min(0), far.max(0))
+    };
+    let (a0, b0) = ext(l.num_elem[0], l.step_elem[0]);
+    let (a1, b1) = ext(l.num_elem[1], l.step_elem[1]);
+    let es = es as i128;
+    ((a0 + a1) * es, (b0 + b1 + 1) * es)
 }

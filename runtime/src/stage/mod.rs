@@ -144,6 +144,45 @@ impl StagedNc {
     }
 }
 
+/// Every model input and output must bind to exactly one var, as libnrt binds them from the
+/// graph: an input to an `input` var of some graph, an output to an `output` var of the first
+/// graph (where outputs are read), and no graph may hold two vars of that name. Anything else
+/// is refused at load, so an execute never returns a tensor bound to nothing.
+pub fn check_io(n: &neff::Neff) -> Result<(), StageError> {
+    let bound = |name: &str, kind: VarKind, graphs: &[Graph]| -> Result<usize, StageError> {
+        let mut found = 0;
+        for g in graphs {
+            let mut same = g.vars.iter().filter(|v| v.name == name);
+            match (same.next(), same.next()) {
+                (Some(_), Some(_)) => {
+                    return Err(StageError::invalid(format!("graph {}: two vars named {name}", g.name)))
+                }
+                (Some(v), None) if v.kind != kind => {
+                    return Err(StageError::invalid(format!(
+                        "{name} is bound to var of type {}, expected {}",
+                        v.kind.type_str(),
+                        kind.type_str()
+                    )))
+                }
+                (Some(_), None) => found += 1,
+                _ => {}
+            }
+        }
+        Ok(found)
+    };
+    for i in &n.inputs {
+        if bound(&i.name, VarKind::Input, &n.graphs)? == 0 {
+            return Err(StageError::invalid(format!("input {} is bound to no var", i.name)));
+        }
+    }
+    for o in &n.outputs {
+        if bound(&o.name, VarKind::Output, n.graphs.get(..1).unwrap_or(&[]))? == 0 {
+            return Err(StageError::invalid(format!("output {} is bound to no var", o.name)));
+        }
+    }
+    Ok(())
+}
+
 /// Placement of one graph of a model.
 pub struct GraphPlacement {
     pub nc: usize,

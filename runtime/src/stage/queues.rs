@@ -56,8 +56,14 @@ pub fn build_queues(
                     let (mut si, mut so, mut di, mut dof) = (0usize, 0u64, 0usize, 0u64);
                     while si < src.len() && di < dst.len() {
                         let n = (src[si].1 - so).min(dst[di].1 - dof);
-                        let s = addr_by_name(vars, &d.from, src[si].0 + so as i64, n, &what)?;
-                        let t = addr_by_name(vars, &d.to, dst[di].0 + dof as i64, n, &what)?;
+                        let at = |o: i64, k: u64| {
+                            i64::try_from(k)
+                                .ok()
+                                .and_then(|k| o.checked_add(k))
+                                .ok_or_else(|| StageError::invalid(format!("{what}: access pattern offset overflows")))
+                        };
+                        let s = addr_by_name(vars, &d.from, at(src[si].0, so)?, n, &what)?;
+                        let t = addr_by_name(vars, &d.to, at(dst[di].0, dof)?, n, &what)?;
                         xfers.push(Xfer { src: s, dst: t, len: n });
                         refs.push((fi, ti));
                         so += n;
@@ -108,7 +114,7 @@ pub fn build_queues(
             return Err(StageError::invalid(format!("queue {} is triggered by several engines", q.name)));
         }
         let total: u64 = order.iter().map(|&b| blocks[b].pairs as u64).sum();
-        let ndesc = (total + 17).next_power_of_two().max(32);
+        let ndesc = (total + 17).checked_next_power_of_two().unwrap_or(u64::MAX).max(32);
         if ndesc > 1 << 20 {
             return Err(StageError::resource(format!("queue {} needs {total} descriptors per execution", q.name)));
         }
@@ -127,23 +133,30 @@ pub fn runs(sizes: &[u64], steps: &[i64], what: &str) -> Result<Vec<(i64, u64)>,
             "{what}: access pattern sizes {sizes:?} / steps {steps:?} are inconsistent"
         )));
     }
-    let total: u128 = sizes.iter().map(|&s| s as u128).product();
+    let total = sizes.iter().try_fold(1u128, |a, &s| a.checked_mul(s as u128).filter(|&t| t <= 1 << 34));
+    let Some(total) = total else {
+        return Err(StageError::invalid(format!("{what}: access pattern of {sizes:?} bytes is too large")));
+    };
     if total > 1 << 34 {
         return Err(StageError::invalid(format!("{what}: access pattern of {total} bytes is too large")));
     }
     // Dimension 0 is innermost; a unit step makes it one contiguous run.
     let (inner, outer) = if steps[0] == 1 { (sizes[0], &sizes[1..]) } else { (1, sizes) };
     let osteps = if steps[0] == 1 { &steps[1..] } else { steps };
-    let count: u128 = outer.iter().map(|&s| s as u128).product();
+    let count: u128 = outer.iter().map(|&s| s as u128).product(); // ≤ total ≤ 2^34
     if count > 1 << 20 {
         return Err(StageError::invalid(format!("{what}: access pattern has {count} runs (limit 2^20)")));
     }
     let mut out: Vec<(i64, u64)> = Vec::new();
     let mut idx = vec![0u64; outer.len()];
+    let overflow = || StageError::invalid(format!("{what}: access pattern offset overflows"));
     for _ in 0..count {
-        let off: i64 = idx.iter().zip(osteps).map(|(&i, &s)| i as i64 * s).sum();
+        // Exact, all signs: i128 cannot wrap here (indices < 2^34, steps < 2^63, ≤ 2^20 terms
+        // of nonzero size), and the sum must fit the i64 offset.
+        let off: i128 = idx.iter().zip(osteps).map(|(&i, &s)| i as i128 * s as i128).sum();
+        let off = i64::try_from(off).map_err(|_| overflow())?;
         match out.last_mut() {
-            Some((o, l)) if *o + *l as i64 == off => *l += inner,
+            Some((o, l)) if (*o as i128 + *l as i128) == off as i128 => *l += inner,
             _ => out.push((off, inner)),
         }
         for (d, i) in idx.iter_mut().enumerate() {

@@ -31,16 +31,30 @@ pub fn place_vars(dev: &Device, g: &Graph, nc: usize) -> Result<Vec<StagedVar>, 
         }
         let (addr, mem) = match v.kind {
             VarKind::StateBuffer => {
-                let a = sb_off.div_ceil(align) * align;
-                if a + size > sbuf.size {
-                    return Err(StageError::resource(format!("state buffer exhausted by var {}", v.name)));
-                }
-                sb_off = a + size;
+                // Checked: two vars whose end wraps past 2^64 must not both "fit".
+                let end = sb_off.checked_next_multiple_of(align).and_then(|a| Some((a, a.checked_add(size)?)));
+                let a = match end {
+                    Some((a, e)) if e <= sbuf.size => {
+                        sb_off = e;
+                        a
+                    }
+                    _ => {
+                        return Err(StageError::resource(format!(
+                            "var {}: {size} bytes do not fit in the state buffer ({} bytes)",
+                            v.name, sbuf.size
+                        )))
+                    }
+                };
                 (sbuf_base + a, None)
             }
             VarKind::Virtual => (0, None), // resolved below against its backing var
             _ => {
-                let m = dev.alloc_device(chan, size.max(1), align)?;
+                let m = dev.alloc_device(chan, size.max(1), align).map_err(|e| match e {
+                    hal::HalError::OutOfDeviceMemory { .. } | hal::HalError::TooLarge { .. } => {
+                        StageError::resource(format!("var {}: {e}", v.name))
+                    }
+                    e => StageError::from(e),
+                })?;
                 (m.addr(), Some(m))
             }
         };
@@ -48,14 +62,20 @@ pub fn place_vars(dev: &Device, g: &Graph, nc: usize) -> Result<Vec<StagedVar>, 
     }
     for (i, v) in ordered.iter().enumerate() {
         if v.kind == VarKind::Virtual {
-            let back =
-                v.backing_buf.as_deref().and_then(|b| vars.iter().find(|x| x.name == b)).map(|b| (b.addr, b.size));
+            // The backing var must be a real allocation (never another virtual var, itself
+            // included: its address is not placed yet and would read as device address 0).
+            let back = v
+                .backing_buf
+                .as_deref()
+                .and_then(|b| vars.iter().find(|x| x.name == b))
+                .filter(|b| b.kind != VarKind::Virtual)
+                .map(|b| (b.addr, b.size));
             let off = v.backing_variable_off.unwrap_or(0);
             match back {
                 Some((a, s)) if off.checked_add(vars[i].size).is_some_and(|e| e <= s) => vars[i].addr = a + off,
                 _ => {
                     return Err(StageError::invalid(format!(
-                        "virtual var {}: backing buffer missing or too small",
+                        "virtual var {}: backing buffer missing, virtual, or too small",
                         v.name
                     )))
                 }
@@ -86,7 +106,7 @@ pub fn addr_by_name(vars: &[StagedVar], name: &str, off: i64, len: u64, what: &s
         .iter()
         .find(|v| v.name == name)
         .ok_or_else(|| StageError::invalid(format!("{what}: unknown var {name}")))?;
-    if off < 0 || (off as u64).checked_add(len).is_none_or(|e| e > v.size) {
+    if off < 0 || (off as u64).checked_add(len).is_none_or(|e| e > v.size) || len == 0 && off as u64 > v.size {
         return Err(StageError::invalid(format!("{what}: access {off}+{len} outside var {name} ({} bytes)", v.size)));
     }
     Ok(v.addr + off as u64)

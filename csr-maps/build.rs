@@ -191,7 +191,7 @@ fn validate_block(b: &BlockFile, blocks: &BTreeMap<String, BlockFile>) {
         if r.width != 32 && r.width != 64 {
             fail(format!("{}.{}: width must be 32 or 64", b.name, r.name));
         }
-        if !["rw", "ro", "wo", "w1c", "w1s"].contains(&r.access.as_str()) {
+        if !["rw", "ro", "wo", "w1c", "w1s", "w0c"].contains(&r.access.as_str()) {
             fail(format!("{}.{}: bad access {}", b.name, r.name, r.access));
         }
         let bytes = r.width as u64 / 8;
@@ -497,6 +497,7 @@ fn emit_reg_defs(out: &mut String, b: &BlockFile) {
                 "ro" => "ReadOnly",
                 "wo" => "WriteOnly",
                 "w1c" => "WriteOneToClear",
+                "w0c" => "WriteZeroToClear",
                 _ => "WriteOneToSet",
             };
             let _ = write!(out, "crate::meta::RegDef {{ name: {:?}, offset: {:#x}, width: {}, access: crate::meta::Access::{access}, reset: {:#x}, count: {}, stride: {:#x}, blocked: {}, modeled: {}, source: {:?}, desc: {:?}, arches: &{:?}, fields: &[", r.name, r.offset, r.width, r.reset, r.count, r.stride, r.blocked, r.modeled || b.modeled, r.source.clone().unwrap_or_else(|| b.source.clone()), r.desc, r.arches);

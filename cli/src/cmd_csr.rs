@@ -339,7 +339,7 @@ pub fn reg_json(r: &RegInstance) -> serde_json::Value {
         "access": r.def.access.as_str(),
         "reset": r.def.reset,
         "blocked": r.def.blocked,
-        "modeled": r.def.modeled,
+        "modeled": r.modeled,
         "fields": r.def.fields.iter().map(|f| json!({"name": f.name, "lsb": f.lsb, "width": f.width})).collect::<Vec<_>>(),
         "source": r.def.source,
         "description": r.def.desc,
@@ -388,7 +388,7 @@ fn list(arch: &'static Arch, filter: Option<&str>, json: bool) -> Result<(), Cli
             if r.def.blocked { " blocked" } else { "" },
             fields.join(" "),
             r.def.source,
-            if r.def.modeled { "; modeled" } else { "" }
+            if r.modeled { "; modeled" } else { "" }
         );
     }
     Ok(())

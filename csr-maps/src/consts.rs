@@ -21,6 +21,35 @@ pub mod udma {
     pub const RLIMIT_MASK_INIT: u32 = 0b011;
     /// cfg_len: max packet 0xFFFFF, length 0 = 64 KiB (`m:udma/udma_main.c`).
     pub const M2S_CFG_LEN: u32 = 0x010F_FFFF;
+    /// Largest packet (FIRST..LAST) the M2S side accepts: the `max_pkt_size` field of
+    /// `cfg_len` as the driver programs it (`m:udma/udma_regs.h` mask, `m:udma/udma_main.c`
+    /// value). A longer packet raises the secondary group A "packet too long" cause, which
+    /// aborts the engine (`m:udma/udma_iofic.c`).
+    pub const MAX_PACKET_BYTES: u64 = (M2S_CFG_LEN & 0x000F_FFFF) as u64;
+    /// Host-transfer ring size: 4096 requested, (n + 16) rounded up to a power of two
+    /// (`m:neuron_ring.c`).
+    pub const H2T_RING_DESCS: u32 = 8192;
+    /// The dummy host ring queues are parked on when their owner goes away
+    /// (`m:neuron_ring.h`, `m:neuron_ring.c`).
+    pub const DUMMY_RING_DESCS: u32 = 64;
+    /// Secondary group C causes enabled for abort+unmask: M2S AXI-FIFO parity 0x3F and S2M
+    /// AXI-FIFO parity 0xFC0 (`m:udma/udma_iofic.c`).
+    pub const SEC_C_ERRORS: u32 = 0x0000_0FFF;
+    /// V2: AXI error-detection table entries set to 0xF (abort) for tables 0..5
+    /// (`m:udma/udma_m2m.c`).
+    pub const AXI_ERR_TABLE_ENTRIES: [u64; 6] = [1, 2, 3, 9, 10, 11];
+    /// V2: AXI error-detection tables and controls programmed (`m:udma/udma_m2m.c`).
+    pub const AXI_ERR_TABLES: u64 = 6;
+    /// V2: value of an abort-enabled AXI error-table entry (`m:udma/udma_m2m.c`).
+    pub const AXI_ERR_TABLE_ABORT: u32 = 0xF;
+    /// V2: AXI error control data written per (control, queue) (`m:udma/udma_m2m.c`).
+    pub const AXI_ERR_CTRL_DATA: u32 = 0x10;
+    /// V2: AXI error control table address of queue q: (q << 3) | 7 (`m:udma/udma_m2m.c`).
+    pub const fn axi_err_ctrl_addr(q: u64) -> u32 {
+        ((q << 3) | 7) as u32
+    }
+    /// V2: the AXI timeout the driver writes last (`m:udma/udma_m2m.c`).
+    pub const V2_AXI_TIMEOUT_FINAL: u32 = 0xFFFF_FFFF;
     /// M2S stream config (`m:udma/udma_main.c`).
     pub const M2S_STREAM_CFG: u32 = 0x102;
     /// AXI data/descriptor read config 0x10008 (`m:udma/udma_m2m.c`).
@@ -126,8 +155,18 @@ pub mod fwio {
     pub const RETRIES: [u32; 6] = [0, 15, 15, 3, 3, 3];
     /// CRC-32C reflected polynomial (Castagnoli).
     pub const CRC32C_POLY: u32 = 0x82F6_3B78;
-    /// Value misc registers read while the firmware is not ready.
+    /// Value misc registers read while the firmware is not ready (`m:neuron_fw_io.h`); also
+    /// what they read while a reset is in progress.
     pub const NOT_READY: u32 = 0xDEAD_BEEF;
+    /// A register read that returns [`NOT_READY`] is retried for this many windows of
+    /// [`NOT_READY_WINDOW_MS`] (`m:neuron_fw_io.c` FW_IO_RD_RETRY 15; newer header 30).
+    pub const NOT_READY_WINDOWS: u32 = 15;
+    /// Length of one read-retry window, ms (`m:neuron_fw_io.c`).
+    pub const NOT_READY_WINDOW_MS: u64 = 1000;
+    /// Device-id polls at probe (`m:v2/neuron_dhal_v2.c`: up to 20 reads 1 s apart).
+    pub const READY_POLLS: u32 = 20;
+    /// Period of the device-id poll at probe, ms (`m:v2/neuron_dhal_v2.c`).
+    pub const READY_POLL_MS: u64 = 1000;
     /// reset_request kinds.
     pub const RESET_DEVICE: u32 = 1;
     /// TPB (NC) reset.

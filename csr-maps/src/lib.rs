@@ -95,6 +95,9 @@ pub struct RegInstance {
     /// Absolute byte offset in the BAR.
     pub offset: u64,
     pub def: &'static RegDef,
+    /// Whether the register's placement or layout is modeled (a project choice where the
+    /// public sources are silent): the register, its block or the instance placing it.
+    pub modeled: bool,
 }
 
 impl RegInstance {
@@ -171,27 +174,89 @@ impl Arch {
             for i in inst.indices() {
                 let Some(base) = inst.base(i) else { continue };
                 let prefix = if single && i == 0 { inst.name.to_string() } else { format!("{}[{i}]", inst.name) };
-                self.walk(b, base, inst.bar, &prefix, &mut out);
+                self.walk(b, base, inst.bar, &prefix, inst.modeled, &mut out);
             }
         }
         out
     }
 
-    fn walk(&self, b: &'static BlockDef, base: u64, bar: u8, prefix: &str, out: &mut Vec<RegInstance>) {
+    #[allow(clippy::too_many_arguments)]
+    fn walk(&self, b: &'static BlockDef, base: u64, bar: u8, prefix: &str, modeled: bool, out: &mut Vec<RegInstance>) {
+        let modeled = modeled || b.modeled;
         for r in b.regs.iter().filter(|r| r.on_arch(self.name)) {
             for k in 0..r.count {
                 let name =
                     if r.count > 1 { format!("{prefix}.{}[{k}]", r.name) } else { format!("{prefix}.{}", r.name) };
-                out.push(RegInstance { name, bar, offset: base + r.offset + k * r.stride, def: r });
+                let offset = base + r.offset + k * r.stride;
+                out.push(RegInstance { name, bar, offset, def: r, modeled: modeled || r.modeled });
             }
         }
         for s in b.subs {
             let Some(sb) = meta::block(s.block) else { continue };
             for k in 0..s.count {
                 let p = if s.count > 1 { format!("{prefix}.{}[{k}]", s.name) } else { format!("{prefix}.{}", s.name) };
-                self.walk(sb, base + s.offset + k * s.stride, bar, &p, out);
+                self.walk(sb, base + s.offset + k * s.stride, bar, &p, modeled, out);
             }
         }
+    }
+
+    /// BAR0 byte ranges `[start, end)` (sorted, merged) a driver must not write on real
+    /// hardware without the operator's opt-in: every register whose placement or layout is
+    /// modeled, and the whole span of modeled blocks and instances. Computed once per arch.
+    pub fn modeled_spans(&'static self) -> &'static [(u64, u64)] {
+        static SPANS: [std::sync::OnceLock<Vec<(u64, u64)>>; 3] =
+            [std::sync::OnceLock::new(), std::sync::OnceLock::new(), std::sync::OnceLock::new()];
+        let i = ARCHES.iter().position(|a| a.name == self.name).unwrap_or(0).min(SPANS.len() - 1);
+        SPANS[i].get_or_init(|| self.compute_modeled_spans())
+    }
+
+    fn compute_modeled_spans(&self) -> Vec<(u64, u64)> {
+        fn collect(arch: &Arch, b: &'static BlockDef, base: u64, whole: bool, out: &mut Vec<(u64, u64)>) {
+            if whole || b.modeled {
+                out.push((base, base + b.size));
+                return;
+            }
+            for r in b.regs.iter().filter(|r| r.modeled && r.on_arch(arch.name)) {
+                for k in 0..r.count {
+                    let o = base + r.offset + k * r.stride;
+                    out.push((o, o + r.bytes()));
+                }
+            }
+            for s in b.subs {
+                let Some(sb) = meta::block(s.block) else { continue };
+                for k in 0..s.count {
+                    collect(arch, sb, base + s.offset + k * s.stride, false, out);
+                }
+            }
+        }
+        let mut v = Vec::new();
+        for inst in self.instances.iter().filter(|i| i.bar == self.bars.apb) {
+            let Some(b) = meta::block(inst.block) else { continue };
+            for i in inst.indices() {
+                if let Some(base) = inst.base(i) {
+                    collect(self, b, base, inst.modeled, &mut v);
+                }
+            }
+        }
+        v.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(v.len());
+        for (a, b) in v {
+            match merged.last_mut() {
+                Some(last) if a <= last.1 => last.1 = last.1.max(b),
+                _ => merged.push((a, b)),
+            }
+        }
+        merged
+    }
+
+    /// Whether an access of `width` bytes at BAR0 offset `offset` touches a modeled span
+    /// ([`Arch::modeled_spans`]).
+    pub fn is_modeled(&'static self, offset: u64, width: u64) -> bool {
+        let spans = self.modeled_spans();
+        let end = offset.saturating_add(width);
+        // The first span ending after `offset`.
+        let i = spans.partition_point(|&(_, e)| e <= offset);
+        spans.get(i).is_some_and(|&(s, _)| s < end)
     }
 
     /// Resolve a register path (`udma[33].m2s.q[0].tail_inc`, `tpb_sem[1].sem_inc[5]`;
@@ -209,6 +274,7 @@ impl Arch {
         let mut base = inst.base(i).ok_or_else(|| CsrError::NoInstance { name: first.clone(), index: i })?;
         let mut block = meta::block(inst.block).ok_or_else(|| CsrError::UnknownName(path.to_string()))?;
         let mut canon = if inst.count() == 1 && i == 0 { first.clone() } else { format!("{first}[{i}]") };
+        let mut modeled = inst.modeled || block.modeled;
         for (n, (name, idx)) in parts.iter().enumerate().skip(1) {
             let last = n == parts.len() - 1;
             if let Some(s) = block.subs.iter().find(|s| s.name == name.as_str()) {
@@ -216,6 +282,7 @@ impl Arch {
                 base += s.offset + k * s.stride;
                 canon = if s.count > 1 { format!("{canon}.{name}[{k}]") } else { format!("{canon}.{name}") };
                 block = meta::block(s.block).ok_or_else(|| CsrError::UnknownName(path.to_string()))?;
+                modeled |= block.modeled;
                 if last {
                     return Err(bad(format!("`{name}` is a block, not a register")));
                 }
@@ -227,7 +294,8 @@ impl Arch {
                 }
                 let k = elem_index(name, *idx, r.count).map_err(bad)?;
                 let name = if r.count > 1 { format!("{canon}.{name}[{k}]") } else { format!("{canon}.{name}") };
-                return Ok(RegInstance { name, bar: inst.bar, offset: base + r.offset + k * r.stride, def: r });
+                let offset = base + r.offset + k * r.stride;
+                return Ok(RegInstance { name, bar: inst.bar, offset, def: r, modeled: modeled || r.modeled });
             }
             let known: Vec<&str> = block.regs.iter().map(|r| r.name).chain(block.subs.iter().map(|s| s.name)).collect();
             return Err(bad(format!("`{name}` is not in block `{}` (has: {})", block.name, known.join(", "))));
@@ -246,7 +314,7 @@ impl Arch {
                 }
                 let single = inst.count() == 1;
                 let prefix = if single && i == 0 { inst.name.to_string() } else { format!("{}[{i}]", inst.name) };
-                if let Some(r) = self.find_in(b, base, inst.bar, offset, &prefix) {
+                if let Some(r) = self.find_in(b, base, inst.bar, offset, &prefix, inst.modeled) {
                     return Ok(r);
                 }
             }
@@ -254,7 +322,16 @@ impl Arch {
         Err(CsrError::NoRegisterAt { bar, offset })
     }
 
-    fn find_in(&self, b: &'static BlockDef, base: u64, bar: u8, off: u64, prefix: &str) -> Option<RegInstance> {
+    fn find_in(
+        &self,
+        b: &'static BlockDef,
+        base: u64,
+        bar: u8,
+        off: u64,
+        prefix: &str,
+        modeled: bool,
+    ) -> Option<RegInstance> {
+        let modeled = modeled || b.modeled;
         let rel = off - base;
         for r in b.regs.iter().filter(|r| r.on_arch(self.name)) {
             if rel < r.offset {
@@ -265,7 +342,7 @@ impl Arch {
             if k < r.count && d == k * r.stride {
                 let name =
                     if r.count > 1 { format!("{prefix}.{}[{k}]", r.name) } else { format!("{prefix}.{}", r.name) };
-                return Some(RegInstance { name, bar, offset: off, def: r });
+                return Some(RegInstance { name, bar, offset: off, def: r, modeled: modeled || r.modeled });
             }
         }
         for s in b.subs {
@@ -277,7 +354,7 @@ impl Arch {
             let k = if s.count > 1 { d / s.stride } else { 0 };
             if k < s.count && d - k * s.stride < sb.size {
                 let p = if s.count > 1 { format!("{prefix}.{}[{k}]", s.name) } else { format!("{prefix}.{}", s.name) };
-                if let Some(r) = self.find_in(sb, base + s.offset + k * s.stride, bar, off, &p) {
+                if let Some(r) = self.find_in(sb, base + s.offset + k * s.stride, bar, off, &p, modeled) {
                     return Some(r);
                 }
             }

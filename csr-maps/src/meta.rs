@@ -22,6 +22,9 @@ pub enum Access {
     /// Write 1 to set.
     #[serde(rename = "w1s")]
     WriteOneToSet,
+    /// Write 0 to clear (writing 1 has no effect): the IOFIC `cause` registers.
+    #[serde(rename = "w0c")]
+    WriteZeroToClear,
 }
 
 impl Access {
@@ -33,6 +36,7 @@ impl Access {
             Access::WriteOnly => "wo",
             Access::WriteOneToClear => "w1c",
             Access::WriteOneToSet => "w1s",
+            Access::WriteZeroToClear => "w0c",
         }
     }
     /// Whether a read returns the register's content.

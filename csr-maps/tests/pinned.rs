@@ -152,7 +152,10 @@ fn field_bits() {
     let intc = SUNDA.resolve("nc_intc[0].g1.cause").unwrap();
     assert_eq!(intc.fields().iter().find(|f| f.name == "sw_nq_overflow").map(|f| f.lsb), Some(29));
     assert!(intc.def.modeled);
-    assert_eq!(intc.access(), Access::WriteOneToClear);
+    assert_eq!(intc.access(), Access::WriteZeroToClear);
+    // IOFIC causes are write-0-to-clear (Annapurna Labs HAL `al_iofic_clear_cause`).
+    assert_eq!(sa.access(), Access::WriteZeroToClear);
+    assert_eq!(sb.access(), Access::WriteZeroToClear);
 }
 
 #[test]

@@ -41,6 +41,11 @@ pub enum HalError {
     Fwio { cmd: u8, code: u8 },
     #[error("FW-IO command {cmd} timed out after {attempts} attempts")]
     FwioTimeout { cmd: u8, attempts: u32 },
+    #[error(
+        "firmware API version {version} predates the FW-IO mailbox protocol (needs {needed}); \
+         the legacy protocol's host-buffer exchange is not implemented, so the request was not sent"
+    )]
+    FwApiTooOld { version: u32, needed: u32 },
     #[error("FW-IO payload of {0} bytes exceeds 128")]
     FwioPayload(usize),
     #[error("{kind} reset not completed after {waited_ms} ms")]

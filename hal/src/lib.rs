@@ -14,6 +14,7 @@
 
 pub mod error;
 pub mod fwio;
+pub mod guard;
 pub mod mem;
 pub mod nq;
 pub mod q7;
@@ -58,9 +59,8 @@ impl Default for DeviceOptions {
             hbm_limit: None,
             poll: PollTiming::default(),
             host_chunk: 4 << 20,
-            // The kmod asks 4096 and rounds (n + 16) up to a power of two (§3.5).
-            h2t_ring_descs: 8192,
-            ready_timeout: Duration::from_secs(20),
+            h2t_ring_descs: csr_maps::consts::udma::H2T_RING_DESCS,
+            ready_timeout: Duration::from_millis(fwc::READY_POLLS as u64 * fwc::READY_POLL_MS),
         }
     }
 }
@@ -139,6 +139,9 @@ impl Device {
         let arch = Arch::by_pci_id(id.vendor, id.device)
             .ok_or(HalError::UnknownDevice { vendor: id.vendor, device: id.device })?;
         let bar0 = platform.bar(arch.bars.apb)?;
+        // Real hardware without the operator's opt-in: writes to modeled registers are refused.
+        let bar0: Arc<dyn Mmio> =
+            if platform.modeled_writes_allowed() { bar0 } else { Arc::new(guard::ModeledGuard::new(arch, bar0)) };
         let bar4 = platform.bar(arch.bars.dram).ok();
         let regs = Regs::new(arch, bar0.as_ref());
         let misc = regs.misc_ram(0)?;
@@ -151,7 +154,7 @@ impl Device {
             if start.elapsed() > opts.ready_timeout {
                 return Err(HalError::NotReady { waited_ms: start.elapsed().as_millis() as u64, value: v });
             }
-            std::thread::sleep(opts.poll.reset);
+            std::thread::sleep(opts.poll.ready);
         };
         let hbm_region = arch.region("hbm");
         let bases: Vec<u64> = (0..arch.counts.hbm_stacks).filter_map(|k| arch.hbm_dev_addr(k, 0)).collect();
@@ -453,11 +456,14 @@ impl Device {
         causes.set(FatalCauses::NET_PROXY, c.net_proxy_fail() != 0);
         Ok(causes)
     }
-    /// Clear every latched cause of NC `nc` (write 1 to clear).
+    /// Clear every latched cause of NC `nc`. The causes are write-0-to-clear like every
+    /// IOFIC group (the Annapurna Labs HAL's `al_iofic_clear_cause` writes the complement of
+    /// the bits it clears); the block's placement is modeled, so on real hardware this needs
+    /// the operator's opt-in.
     pub fn clear_causes(&self, nc: usize) -> Result<()> {
         let i = self.regs().nc_intc(nc as u64)?;
-        i.g0().cause().write(csr_maps::blocks::nc_intc_g0::Cause(u32::MAX))?;
-        i.g1().cause().write(csr_maps::blocks::nc_intc_g1::Cause(u32::MAX))?;
+        i.g0().cause().write(csr_maps::blocks::nc_intc_g0::Cause(0))?;
+        i.g1().cause().write(csr_maps::blocks::nc_intc_g1::Cause(0))?;
         Ok(())
     }
 
@@ -498,7 +504,7 @@ impl Device {
     /// A FW-IO request (new protocol).
     pub fn fwio(&self, cmd: u8, payload: &[u8]) -> Result<Vec<u8>> {
         let mut s = self.inner.fw_seq.lock().unwrap_or_else(|e| e.into_inner());
-        fwio::request(&self.regs(), &mut s, cmd, payload, &self.inner.opts.poll)
+        fwio::request(self.arch(), &self.regs(), &mut s, cmd, payload, &self.inner.opts.poll)
     }
 
     /// Reset NeuronCore `nc` through the firmware and bring its DMA engines back up; the

@@ -13,8 +13,15 @@ use csr_maps::{Arch, Regs};
 use crate::error::{HalError, Result};
 use crate::mem::{HostBuf, HostPool};
 
-/// Descriptors per packet the driver builds (the arch programs 65 = 64 + 1 metadata).
-const DESCS_PER_PACKET: usize = 64;
+/// Descriptors per packet the driver builds: as many full descriptors as fit both the
+/// programmed packet-size limit ([`udc::MAX_PACKET_BYTES`], 0xFFFFF: a longer packet aborts
+/// the engine with "packet too long") and the arch's descriptors-per-packet setting less the
+/// metadata descriptor (`max_desc_per_pkt_tx` − 1).
+pub fn descs_per_packet(arch: &Arch) -> usize {
+    let by_size = (udc::MAX_PACKET_BYTES / MAX_DESC_LEN as u64) as usize;
+    let by_count = arch.counts.max_desc_per_pkt_tx.saturating_sub(1) as usize;
+    by_size.min(by_count).max(1)
+}
 
 /// Bring up engine `e` as the kmod does (§3.6), with the arch's values from csr-maps.
 pub fn init_engine(arch: &'static Arch, regs: &Regs<'_>, e: u64) -> Result<()> {
@@ -86,6 +93,18 @@ pub fn init_engine(arch: &'static Arch, regs: &Regs<'_>, e: u64) -> Result<()> {
         s.err_log_mask().modify(|v| v.with_pref_ring_id(1))?;
     }
     Ok(())
+}
+
+/// Whether engine `e` is in ABORT: any 2-bit unit field of the M2S or S2M `state` register
+/// reads 2 (`udma_main.c`).
+pub fn engine_aborted(regs: &Regs<'_>, e: u64) -> Result<bool> {
+    let u = regs.udma(e)?;
+    let m = u.m2s().state().read()?;
+    let s = u.s2m().state().read()?;
+    Ok([m.comp_ctrl(), m.stream_if(), m.data_rd_ctrl(), m.desc_pref()]
+        .into_iter()
+        .chain([s.comp_ctrl(), s.stream_if(), s.data_wr_ctrl(), s.desc_pref()])
+        .any(|f| f == udc::FIELD_ABORT))
 }
 
 fn field_lsb(block: &str, field: &str) -> u32 {
@@ -214,7 +233,7 @@ impl Ring {
         let mut n = 0usize;
         while off < x.len {
             let left = x.len - off;
-            let descs = (left.div_ceil(MAX_DESC_LEN as u64) as usize).min(DESCS_PER_PACKET);
+            let descs = (left.div_ceil(MAX_DESC_LEN as u64) as usize).min(descs_per_packet(self.arch));
             for i in 0..descs {
                 let len = (left - i as u64 * MAX_DESC_LEN as u64).min(MAX_DESC_LEN as u64) as u32;
                 let first = i == 0;
@@ -243,7 +262,7 @@ impl Ring {
         for x in xfers {
             let mut off = 0u64;
             while off < x.len {
-                let chunk = (x.len - off).min((DESCS_PER_PACKET as u64) * MAX_DESC_LEN as u64);
+                let chunk = (x.len - off).min((descs_per_packet(self.arch) as u64) * MAX_DESC_LEN as u64);
                 let need = Self::pairs_for(chunk);
                 if pending + need + 1 > self.capacity() {
                     self.finish(regs, pending)?;
@@ -330,13 +349,14 @@ impl Ring {
         }
     }
 
-    /// The abort error if the queue pair is aborted.
+    /// The abort error if the queue pair's engine is aborted: any unit of the M2S or S2M
+    /// `state` register reads ABORT (the kmod's engine-state rule, `udma_main.c`; the
+    /// per-queue `status` register is undocumented).
     pub fn aborted(&self, regs: &Regs<'_>) -> Result<Option<HalError>> {
-        let u = regs.udma(self.engine)?;
-        let a = u.m2s().q(self.queue)?.status().read()?.aborted() | u.s2m().q(self.queue)?.status().read()?.aborted();
-        if a == 0 {
+        if !engine_aborted(regs, self.engine)? {
             return Ok(None);
         }
+        let u = regs.udma(self.engine)?;
         Ok(Some(HalError::DmaAbort {
             engine: self.engine,
             queue: self.queue,
@@ -345,14 +365,17 @@ impl Ring {
         }))
     }
 
-    /// Recover from an abort: clear the latched causes, return the engine to NORMAL and
-    /// re-initialise the queue onto its (cleared) rings.
+    /// Recover from an abort: clear the latched causes (write 0 to clear), re-initialise the
+    /// queue onto its (cleared) rings and, only if the engine is in ABORT, return it to
+    /// NORMAL. An engine that is not aborted (a timeout, or a queue shared with another NC
+    /// on V3/V4 whose owner already recovered it) is left running.
     pub fn recover(&mut self, regs: &Regs<'_>) -> Result<()> {
         let u = regs.udma(self.engine)?;
         let g = u.gen();
-        g.sec_a().cause().write(csr_maps::blocks::iofic_m2s_err::Cause(u32::MAX))?;
-        g.sec_b().cause().write(csr_maps::blocks::iofic_s2m_err::Cause(u32::MAX))?;
-        g.pri_d().cause().write(csr_maps::blocks::iofic_summary::Cause(u32::MAX))?;
+        let was_aborted = engine_aborted(regs, self.engine)?;
+        g.sec_a().cause().write(csr_maps::blocks::iofic_m2s_err::Cause(0))?;
+        g.sec_b().cause().write(csr_maps::blocks::iofic_s2m_err::Cause(0))?;
+        g.pri_d().cause().write(csr_maps::blocks::iofic_summary::Cause(0))?;
         // Reset the queue pair first (drops the descriptors of the failed batch), then
         // return the engine to NORMAL.
         let bytes = self.ndesc as usize * DESC_BYTES;
@@ -361,8 +384,10 @@ impl Ring {
         self.next = 0;
         self.ring_id = udc::INITIAL_RING_ID;
         self.program(regs)?;
-        u.m2s().change_state().write_with(|v| v.with_normal(1))?;
-        u.s2m().change_state().write_with(|v| v.with_normal(1))?;
+        if was_aborted {
+            u.m2s().change_state().write_with(|v| v.with_normal(1))?;
+            u.s2m().change_state().write_with(|v| v.with_normal(1))?;
+        }
         Ok(())
     }
 

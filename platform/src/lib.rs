@@ -89,4 +89,13 @@ pub trait Platform: Send + Sync {
     fn max_dma_mapping(&self) -> Option<usize> {
         None
     }
+
+    /// Whether the driver may write registers whose placement or layout is modeled (a
+    /// project choice where the public sources are silent) rather than documented. A
+    /// simulator answers `true` (it implements the model); real hardware answers `false`
+    /// unless the operator opted in, because a modeled offset may be something else on the
+    /// device. The default is the safe answer.
+    fn modeled_writes_allowed(&self) -> bool {
+        false
+    }
 }

@@ -12,6 +12,9 @@ pub enum MmioError {
     OutOfRange { offset: u64, width: u8, size: u64 },
     #[error("offset {offset:#x} is not aligned to {width} bytes")]
     Misaligned { offset: u64, width: u8 },
+    /// The access was refused before reaching the device (see `reason`).
+    #[error("write to offset {offset:#x} refused: {reason}")]
+    Refused { offset: u64, reason: &'static str },
 }
 
 /// A region of device registers (a BAR, or part of one).

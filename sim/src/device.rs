@@ -49,16 +49,37 @@ pub struct SimConfig {
     pub device_index: u32,
     /// Firmware API version reported in misc RAM (≥ 7 = new FW-IO protocol).
     pub fw_api_version: u32,
+    /// How long the firmware is busy after taking a reset request: misc RAM reads return
+    /// 0xDEADBEEF meanwhile (`neuron_fw_io.c`) and fw_status reports reset in progress.
+    pub reset_busy_ms: u64,
 }
 
 impl SimConfig {
     /// Defaults for `arch`: full-size sparse HBM, threaded timing, zero latency.
     pub fn new(arch: &'static Arch) -> Self {
-        Self { arch, hbm_bytes: None, timing: Timing::Threaded, op_latency_ns: 0, device_index: 0, fw_api_version: 7 }
+        Self {
+            arch,
+            hbm_bytes: None,
+            timing: Timing::Threaded,
+            op_latency_ns: 0,
+            device_index: 0,
+            fw_api_version: 7,
+            reset_busy_ms: 0,
+        }
     }
     /// Builder: timing.
     pub fn timing(mut self, t: Timing) -> Self {
         self.timing = t;
+        self
+    }
+    /// Builder: firmware API version.
+    pub fn fw_api(mut self, v: u32) -> Self {
+        self.fw_api_version = v;
+        self
+    }
+    /// Builder: firmware busy time after a reset request.
+    pub fn reset_busy_ms(mut self, ms: u64) -> Self {
+        self.reset_busy_ms = ms;
         self
     }
     /// Builder: HBM bytes per stack.
@@ -86,6 +107,11 @@ pub struct SimStats {
     pub unclaimed_accesses: u64,
     pub resets: u64,
     pub fwio_requests: u64,
+    /// Reset-map LOW value of the last TPB reset the firmware took.
+    pub last_reset_map: u32,
+    /// New-protocol FW-IO requests rung on firmware older than API 7 (whose header
+    /// registers are the legacy protocol's host-buffer addresses): a driver bug.
+    pub fwio_legacy_misuse: u64,
     /// Bytes moved per DGE channel (DMA engine within the NC), summed over NCs.
     pub dge_channel_bytes: Vec<u64>,
     /// Sequencer engine state per NC and engine (`consts::seq::STATE_*`).
@@ -110,6 +136,8 @@ pub(crate) struct Counters {
     pub unclaimed: AtomicU64,
     pub resets: AtomicU64,
     pub fwio: AtomicU64,
+    pub fwio_legacy_misuse: AtomicU64,
+    pub last_reset_map: std::sync::atomic::AtomicU32,
     pub threads: AtomicU64,
     /// Time spent running device work inline (inside MMIO writes), ns.
     pub device_ns: AtomicU64,
@@ -497,6 +525,8 @@ impl SimDevice {
             unclaimed_accesses: d.n.unclaimed.load(Ordering::Relaxed),
             resets: d.n.resets.load(Ordering::Relaxed),
             fwio_requests: d.n.fwio.load(Ordering::Relaxed),
+            last_reset_map: d.n.last_reset_map.load(Ordering::Relaxed),
+            fwio_legacy_misuse: d.n.fwio_legacy_misuse.load(Ordering::Relaxed),
             dge_channel_bytes: st.dge_bytes.clone(),
             engine_states: st.seq.iter().map(|e| std::array::from_fn(|i| e[i].state)).collect(),
             threads: d.n.threads.load(Ordering::Relaxed),

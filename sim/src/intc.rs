@@ -1,7 +1,8 @@
 //! Interrupt controllers: the IOFIC register groups (the UDMA engines' `gen` groups, the
 //! NC INTC groups, the user error trigger) and the NC INTC lines the device raises.
 //!
-//! A group's `cause` is write-1-to-clear, `cause_set` ORs bits into `cause`, `mask_clear`
+//! A group's `cause` is write-0-to-clear (writing 1 leaves a bit alone: the Annapurna Labs
+//! HAL's `al_iofic_clear_cause` writes the complement of the bits it clears), `cause_set` ORs bits into `cause`, `mask_clear`
 //! ANDs into `mask` (the kmod's `al_udma_iofic` usage), and `status` reads `cause & !mask`.
 
 use csr_maps::blocks::{iofic_group, iofic_m2s_err, iofic_s2m_err, iofic_summary, nc_intc_g0, nc_intc_g1};
@@ -72,7 +73,7 @@ pub(crate) fn write(dev: &Dev, st: &mut State, hit: &Hit, val: u32) -> bool {
     match g.role {
         Role::Cause => {
             let c = dev.stored(st, hit.off, 0);
-            st.regs.insert(hit.off, c & !val);
+            st.regs.insert(hit.off, c & val);
         }
         Role::CauseSet => {
             let v = dev.stored(st, g.cause, 0);

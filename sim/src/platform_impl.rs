@@ -75,6 +75,11 @@ impl Platform for SimDevice {
         Ok(())
     }
 
+    /// The simulator implements the modeled blocks: writing them is what it is for.
+    fn modeled_writes_allowed(&self) -> bool {
+        true
+    }
+
     fn account_device_memory(&self, delta: i64) {
         self.dev.dev_mem.fetch_add(delta, Ordering::Relaxed);
     }

@@ -104,6 +104,10 @@ impl Dev {
                 let c = self.stored(st, off, def.reset);
                 st.regs.insert(off, c | val);
             }
+            Access::WriteZeroToClear => {
+                let c = self.stored(st, off, def.reset);
+                st.regs.insert(off, c & val);
+            }
             Access::ReadWrite | Access::WriteOnly => {
                 st.regs.insert(off, val);
             }

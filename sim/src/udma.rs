@@ -264,6 +264,7 @@ enum Abort {
     RingIdM2s,
     RingIdS2m,
     TooManyDesc,
+    PktTooLong,
     LenMismatch,
     Injected,
 }
@@ -283,6 +284,9 @@ fn abort(dev: &Dev, st: &mut State, e: usize, q: usize, why: Abort, fault: Optio
         }
         Abort::TooManyDesc => {
             (g.sec_a().cause().offset(), g.sec_a().abort_mask().offset(), m2s_err.with_too_many_desc(1).0, sec_a)
+        }
+        Abort::PktTooLong => {
+            (g.sec_a().cause().offset(), g.sec_a().abort_mask().offset(), m2s_err.with_pkt_too_long(1).0, sec_a)
         }
         Abort::RingIdM2s => {
             (g.sec_a().cause().offset(), g.sec_a().abort_mask().offset(), m2s_err.with_pref_ring_id(1).0, sec_a)
@@ -437,6 +441,11 @@ fn process_packet_with(
         return false;
     }
     let total: u64 = md.iter().map(|d| d.ctrl.len as u64).sum();
+    if total > max_packet_bytes(dev, st, e) {
+        // M2S secondary group A bit 13 "packet too long" (`udma_iofic.c`).
+        abort(dev, st, e, q, Abort::PktTooLong, None);
+        return false;
+    }
     let cap: u64 = sd.iter().map(|d| d.ctrl.len as u64).sum();
     if cap < total {
         abort(dev, st, e, q, Abort::LenMismatch, None);
@@ -470,6 +479,17 @@ fn max_desc_per_pkt(dev: &Dev, st: &State, e: usize) -> u32 {
         u32::MAX
     } else {
         v
+    }
+}
+
+/// The M2S packet-size limit programmed in `cfg_len` (unprogrammed: no limit).
+fn max_packet_bytes(dev: &Dev, st: &State, e: usize) -> u64 {
+    let Some(u) = dev.udma(e) else { return u64::MAX };
+    let v = udma_m2s::CfgLen(dev.stored(st, u.m2s().cfg_len().offset(), 0)).max_pkt_size();
+    if v == 0 {
+        u64::MAX
+    } else {
+        v as u64
     }
 }
 

@@ -56,8 +56,10 @@ fn nq_wraps_with_phase_toggle_then_overflows() {
         t.start(0, 2, false);
         let b = raw(&ring, 2);
         assert_ne!(b[3] & 0x20, 0, "sw_queue_overflow bit on the first record after the drop");
-        // W1C clears the cause.
-        intc.g1().cause().write(csr_maps::blocks::nc_intc_g1::Cause(1 << 29)).unwrap();
+        // Writing 1 leaves the cause alone; writing 0 clears it (write-0-to-clear).
+        intc.g1().cause().write(csr_maps::blocks::nc_intc_g1::Cause(u32::MAX)).unwrap();
+        assert_ne!(intc.g1().cause().read().unwrap().0 & (1 << 29), 0, "write 1 has no effect");
+        intc.g1().cause().write(csr_maps::blocks::nc_intc_g1::Cause(!(1 << 29))).unwrap();
         assert_eq!(intc.g1().cause().read().unwrap().sw_nq_overflow(), 0);
     }
 }

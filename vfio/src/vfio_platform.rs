@@ -23,8 +23,19 @@ pub struct VfioPlatform {
     bars: Mutex<Vec<Option<Arc<dyn Mmio>>>>,
     irqs: Mutex<Irqs>,
     device: Device,
+    /// Writes to modeled registers allowed (the operator's opt-in).
+    allow_modeled: bool,
     // Dropped last: the device must be closed before the function is given back.
     binding: Option<Binding>,
+}
+
+/// The operator's opt-in for writes to modeled registers on real hardware: set to `1` for
+/// bring-up of the modeled blocks on real hardware. Read when a [`VfioPlatform`] is created.
+pub const ALLOW_MODELED_ENV: &str = "NEURON_VFIO_ALLOW_MODELED";
+
+/// Whether [`ALLOW_MODELED_ENV`] is set to `1`.
+pub fn allow_modeled_from_env() -> bool {
+    std::env::var(ALLOW_MODELED_ENV).is_ok_and(|v| v.trim() == "1")
 }
 
 fn perr(e: Error) -> PlatformError {
@@ -48,8 +59,15 @@ impl VfioPlatform {
             bars: Mutex::new(vec![None; 6]),
             irqs: Mutex::new(Irqs { index: None, fds: Vec::new() }),
             device,
+            allow_modeled: allow_modeled_from_env(),
             binding: None,
         })
+    }
+
+    /// Allow or refuse writes to registers whose placement is modeled, overriding
+    /// [`ALLOW_MODELED_ENV`].
+    pub fn set_modeled_writes_allowed(&mut self, allow: bool) {
+        self.allow_modeled = allow;
     }
 
     /// Bind `addr` to vfio-pci (restored when the platform drops), open it and enable bus
@@ -80,6 +98,10 @@ impl VfioPlatform {
 }
 
 impl Platform for VfioPlatform {
+    fn modeled_writes_allowed(&self) -> bool {
+        self.allow_modeled
+    }
+
     fn max_dma_mapping(&self) -> Option<usize> {
         (self.device.backend() == crate::Backend::NoIommu).then(|| platform::PageSize::Huge2M.bytes())
     }

@@ -34,7 +34,7 @@ fn million_node_manifest_is_refused_in_bounded_memory() {
         // Child: parse the NEFF file and report the peak RSS.
         let bytes = std::fs::read(&path).expect("read");
         let r = Neff::parse(&bytes, &ReadOptions::default());
-        let e = r.err().expect("a 1.2M-node neff.json must be refused");
+        let Err(e) = r else { panic!("a 1.2M-node neff.json must be refused") };
         assert_eq!(e.status(), NrtStatus::Invalid, "{e}");
         println!("ERROR={e}");
         println!("VMHWM_KIB={}", vm_hwm_kib().unwrap_or(0));
@@ -70,7 +70,7 @@ fn tiny_objects_over_the_budget_are_refused() {
     assert!((n as u64) < MAX_JSON_OBJECTS);
     let extra =
         format!("{{\"op\":\"null\",\"name\":\"pad\",\"attrs\":{{\"pad\":[{}{{}}]}}}},", r#"{"a":0},"#.repeat(n));
-    let e = Neff::parse(&with_nodes(&extra), &ReadOptions::default()).err().expect("refused");
+    let Err(e) = Neff::parse(&with_nodes(&extra), &ReadOptions::default()) else { panic!("not refused") };
     assert_eq!(e.status(), NrtStatus::Invalid);
     let s = e.to_string();
     assert!(s.contains("neff.json") && s.contains("over the budget of 64 x"), "{s}");

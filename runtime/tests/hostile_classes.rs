@@ -182,7 +182,7 @@ proptest! {
         let st = sim.stats();
         prop_assert_eq!((st.iommu_mappings, st.device_bytes), (0, 0));
         let n = CASES.fetch_add(1, Ordering::Relaxed) + 1;
-        if std::env::var_os("HOSTILE_CASES").is_some() && n % 2000 == 0 {
+        if std::env::var_os("HOSTILE_CASES").is_some() && n.is_multiple_of(2000) {
             eprintln!(
                 "hostile_classes: {n} cases, {} loaded, {} ran to NRT_SUCCESS, victim intact in all",
                 LOADED.load(Ordering::Relaxed),

@@ -39,6 +39,9 @@ struct RegFile {
     stride: u64,
     #[serde(default)]
     blocked: bool,
+    /// Guard class (`dma-address`, `reset`, `sequencer-control`, `semaphore`): `csr write`
+    /// refuses the register without `--force`.
+    guard: Option<String>,
     #[serde(default)]
     modeled: bool,
     source: Option<String>,
@@ -58,6 +61,9 @@ struct FieldFile {
     width: u8,
     #[serde(default)]
     desc: String,
+    /// Guard class of the field (as for a register): a register with a guarded field is
+    /// guarded as a whole.
+    guard: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -176,6 +182,18 @@ fn read_dir(dir: &Path) -> Vec<std::path::PathBuf> {
         .collect();
     v.sort();
     v
+}
+
+/// The `crate::meta::Guard` variant of a TOML guard class.
+fn guard_variant(g: &Option<String>, what: &str) -> String {
+    match g.as_deref() {
+        None => "None".into(),
+        Some("dma-address") => "Some(crate::meta::Guard::DmaAddress)".into(),
+        Some("reset") => "Some(crate::meta::Guard::Reset)".into(),
+        Some("sequencer-control") => "Some(crate::meta::Guard::SequencerControl)".into(),
+        Some("semaphore") => "Some(crate::meta::Guard::Semaphore)".into(),
+        Some(o) => fail(format!("{what}: unknown guard `{o}` (dma-address, reset, sequencer-control, semaphore)")),
+    }
 }
 
 fn fail(msg: String) -> ! {
@@ -500,12 +518,16 @@ fn emit_reg_defs(out: &mut String, b: &BlockFile) {
                 "w0c" => "WriteZeroToClear",
                 _ => "WriteOneToSet",
             };
-            let _ = write!(out, "crate::meta::RegDef {{ name: {:?}, offset: {:#x}, width: {}, access: crate::meta::Access::{access}, reset: {:#x}, count: {}, stride: {:#x}, blocked: {}, modeled: {}, source: {:?}, desc: {:?}, arches: &{:?}, fields: &[", r.name, r.offset, r.width, r.reset, r.count, r.stride, r.blocked, r.modeled || b.modeled, r.source.clone().unwrap_or_else(|| b.source.clone()), r.desc, r.arches);
+            let _ = write!(out, "crate::meta::RegDef {{ name: {:?}, offset: {:#x}, width: {}, access: crate::meta::Access::{access}, reset: {:#x}, count: {}, stride: {:#x}, blocked: {}, guard: {}, modeled: {}, source: {:?}, desc: {:?}, arches: &{:?}, fields: &[", r.name, r.offset, r.width, r.reset, r.count, r.stride, r.blocked, guard_variant(&r.guard, &format!("{}.{}", b.name, r.name)), r.modeled || b.modeled, r.source.clone().unwrap_or_else(|| b.source.clone()), r.desc, r.arches);
             for f in &r.fields {
                 let _ = write!(
                     out,
-                    "crate::meta::FieldDef {{ name: {:?}, lsb: {}, width: {}, desc: {:?} }},",
-                    f.name, f.lsb, f.width, f.desc
+                    "crate::meta::FieldDef {{ name: {:?}, lsb: {}, width: {}, desc: {:?}, guard: {} }},",
+                    f.name,
+                    f.lsb,
+                    f.width,
+                    f.desc,
+                    guard_variant(&f.guard, &format!("{}.{}.{}", b.name, r.name, f.name))
                 );
             }
             out.push_str("] },\n");

@@ -21,6 +21,14 @@ use crate::report::{print_json, CliError};
 #[derive(Subcommand)]
 pub enum CsrCmd {
     /// Print every register instance of an arch with its BAR offset and fields (no device needed).
+    ///
+    /// `blocked`: the vendor kernel module refuses user writes to the register (FW-IO mailbox,
+    /// DMA ring bases, doorbells). `guard=CLASS`: writing it could aim the device at memory or
+    /// state the writer does not own — `dma-address` (a ring, queue, instruction-fetch or
+    /// Q7/NX base address), `reset` (device/NC reset), `sequencer-control` (start, stop or
+    /// redirect an engine) or `semaphore` (forge a semaphore count); a guard on a field is
+    /// shown as `guard=CLASS(field)`. `csr write` refuses blocked and guarded registers
+    /// without `--force`. `modeled`: the register is the simulator's model, not hardware.
     List {
         /// sunda | cayman | mariana (or v2/v3/v4, trn1/inf2/trn2/trn3).
         #[arg(long, default_value = "sunda")]
@@ -44,13 +52,14 @@ pub enum CsrCmd {
         #[arg(required = true)]
         regs: Vec<String>,
     },
-    /// Write a register; write-blocked registers are refused unless --force.
+    /// Write a register; write-blocked and guarded registers (see `csr list --help`) are
+    /// refused unless --force.
     Write {
         /// Register path or BAR0 offset.
         reg: String,
         /// Value (decimal or 0x hex); must fit the register width.
         value: String,
-        /// Write even a write-blocked or read-only register.
+        /// Write even a write-blocked, guarded or read-only register.
         #[arg(long)]
         force: bool,
         /// After the write, read these registers back in the same process (no names: the
@@ -179,6 +188,18 @@ fn write_cmd(
             r.def.width, r.name
         )));
     }
+    if let (false, Some((g, field))) = (force, r.def.guard()) {
+        let what = field.map(|f| format!(" (field `{f}`)")).unwrap_or_default();
+        return Err(CliError::invalid(format!(
+            "refusing to write `{}` (BAR{} {:#x}): guard `{}`{what}: {}{}; use --force to write it anyway",
+            r.name,
+            r.bar,
+            r.offset,
+            g.as_str(),
+            g.reason(),
+            if r.def.blocked { " (and write-blocked)" } else { "" }
+        )));
+    }
     if !force && (r.def.blocked || arch.write_blocked(r.bar, r.offset)) {
         return Err(CliError::invalid(format!(
             "refusing to write `{}` (BAR{} {:#x}): the register is write-blocked; use --force to write it anyway",
@@ -190,6 +211,9 @@ fn write_cmd(
     }
     if r.def.blocked {
         tracing::warn!("writing write-blocked register {} (--force)", r.name);
+    }
+    if let Some((g, _)) = r.def.guard() {
+        tracing::warn!("writing guarded register {} (guard {}, --force)", r.name, g.as_str());
     }
     r.write(bar(&o.dev, &r)?, v)?;
     let mut vals = Vec::new();
@@ -330,6 +354,15 @@ pub fn resolve(arch: &'static Arch, reg: &str) -> Result<RegInstance, CliError> 
     Ok(arch.resolve(reg)?)
 }
 
+/// A field of `csr list --json`; `guard` only on a guarded field.
+fn field_json(f: &csr_maps::meta::FieldDef) -> serde_json::Value {
+    let mut j = json!({"name": f.name, "lsb": f.lsb, "width": f.width});
+    if let Some(g) = f.guard {
+        j["guard"] = json!(g.as_str());
+    }
+    j
+}
+
 pub fn reg_json(r: &RegInstance) -> serde_json::Value {
     json!({
         "name": r.name,
@@ -339,8 +372,10 @@ pub fn reg_json(r: &RegInstance) -> serde_json::Value {
         "access": r.def.access.as_str(),
         "reset": r.def.reset,
         "blocked": r.def.blocked,
+        "guard": r.def.guard().map(|(g, _)| g.as_str()),
+        "guard_field": r.def.guard().and_then(|(_, f)| f),
         "modeled": r.modeled,
-        "fields": r.def.fields.iter().map(|f| json!({"name": f.name, "lsb": f.lsb, "width": f.width})).collect::<Vec<_>>(),
+        "fields": r.def.fields.iter().map(field_json).collect::<Vec<_>>(),
         "source": r.def.source,
         "description": r.def.desc,
     })
@@ -379,13 +414,18 @@ fn list(arch: &'static Arch, filter: Option<&str>, json: bool) -> Result<(), Cli
             .collect();
         let _ = writeln!(
             w,
-            "{:<44} BAR{} {:#010x} {:>2} {:<3}{} {}  ({}{})",
+            "{:<44} BAR{} {:#010x} {:>2} {:<3}{}{} {}  ({}{})",
             r.name,
             r.bar,
             r.offset,
             r.def.width,
             r.def.access.as_str(),
             if r.def.blocked { " blocked" } else { "" },
+            match r.def.guard() {
+                Some((g, Some(f))) => format!(" guard={}({f})", g.as_str()),
+                Some((g, None)) => format!(" guard={}", g.as_str()),
+                None => String::new(),
+            },
             fields.join(" "),
             r.def.source,
             if r.modeled { "; modeled" } else { "" }

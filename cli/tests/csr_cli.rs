@@ -58,3 +58,36 @@ fn csr_decode_by_name_and_offset() {
     assert!(!out.status.success());
     assert!(String::from_utf8(out.stderr).unwrap().contains("no instance 99 of `udma`"));
 }
+
+#[test]
+fn csr_list_shows_guards() {
+    // JSON: the guard class of each guarded register, null elsewhere; a field guard names it.
+    for (filter, guard) in [
+        ("udma[33].m2s.q[0].ring_base_lo", "dma-address"),
+        ("sdma[0].trace_nq.nq[0].base_hi", "dma-address"),
+        ("notific[0].nq[3].base_lo", "dma-address"),
+        ("misc_ram.reset_request", "reset"),
+        ("tpb_sem[0].sem_set[7]", "semaphore"),
+        ("q7[0].ll_addr", "dma-address"),
+        ("nx[0].log_addr", "dma-address"),
+    ] {
+        let out = cli().args(["--json", "csr", "list", "--arch", "sunda", "--filter", filter]).output().unwrap();
+        assert!(out.status.success(), "{filter}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let a = v.as_array().unwrap();
+        let r = a.iter().find(|r| r["name"] == filter);
+        assert_eq!(r.map(|r| r["guard"].clone()), Some(serde_json::json!(guard)), "{filter}: {v}");
+    }
+    let out =
+        cli().args(["--json", "csr", "list", "--arch", "sunda", "--filter", "misc_ram.device_id"]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v[0]["guard"], serde_json::Value::Null);
+    // Text: the class after the access, a field guard with its field.
+    let out = cli().args(["csr", "list", "--arch", "cayman", "--filter", "misc_ram.reset_"]).output().unwrap();
+    let s = String::from_utf8(out.stdout).unwrap();
+    assert!(s.lines().filter(|l| l.contains("misc_ram.reset_")).all(|l| l.contains(" guard=reset")), "{s}");
+    // Help says what the markers mean.
+    let out = cli().args(["csr", "list", "--help"]).output().unwrap();
+    let h = String::from_utf8(out.stdout).unwrap();
+    assert!(h.contains("`blocked`") && h.contains("`guard=CLASS`") && h.contains("sequencer-control"), "{h}");
+}

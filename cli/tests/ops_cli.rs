@@ -18,6 +18,7 @@ fn csr_write_then_read_in_one_call() {
             "write",
             "tpb_sem[0].sem_set[3]",
             "5",
+            "--force",
             "--then-read",
             "tpb_sem[0].sem_read[3]",
             "tpb_sem[0].sem_read[4]",
@@ -89,6 +90,54 @@ fn csr_write_refuses_blocked_registers_without_force() {
     let out =
         cli().args(["--device", "sim", "csr", "write", "misc_ram.trigger", "0", "--force"]).output().expect("run");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn csr_write_refuses_guarded_registers_without_force() {
+    for (spec, arch) in SIMS {
+        for (reg, class) in [
+            ("udma[33].m2s.q[0].ring_base_lo", "dma-address"),
+            ("udma[33].s2m.q[1].comp_base_hi", "dma-address"),
+            ("sdma[0].trace_nq.nq[0].base_lo", "dma-address"),
+            ("notific[0].nq[48].base_lo", "dma-address"),
+            ("seq[0].eng[0].ifq_base_lo", "dma-address"),
+            ("seq[0].eng[1].ctrl", "sequencer-control"),
+            ("q7[0].ll_addr", "dma-address"),
+            ("nx[0].log_addr", "dma-address"),
+            ("misc_ram.reset_request", "reset"),
+            ("misc_ram.reset_map", "reset"),
+            ("tpb_sem[1].sem_set[0]", "semaphore"),
+            ("tpb_sem[0].sem_dec[9]", "semaphore"),
+        ] {
+            let r = arch.resolve(reg).unwrap_or_else(|e| panic!("{reg}: {e}"));
+            let e = err_line(cli().args(["--device", spec, "csr", "write", reg, "0"]));
+            assert!(
+                e.contains("NRT_INVALID") && e.contains(&format!("guard `{class}`")) && e.contains("--force"),
+                "{spec} {reg}: {e}"
+            );
+            // By BAR0 offset too.
+            let off = format!("{:#x}", r.offset);
+            let e = err_line(cli().args(["--device", spec, "csr", "write", &off, "0"]));
+            assert!(e.contains(&format!("guard `{class}`")), "{spec} {reg} @ {off}: {e}");
+        }
+    }
+    // The refused write did not happen; --force performs it.
+    let v = json_ok(&[
+        "--json",
+        "--device",
+        "sim",
+        "csr",
+        "write",
+        "tpb_sem[0].sem_set[5]",
+        "9",
+        "--force",
+        "--then-read",
+        "tpb_sem[0].sem_read[5]",
+    ]);
+    assert_eq!(v["reads"][0]["value"], 9);
+    // Unguarded registers are written without --force.
+    let v = json_ok(&["--json", "--device", "sim", "csr", "write", "tpb_sem[0].event[2]", "1", "--then-read"]);
+    assert_eq!(v["reads"][0]["value"], 1);
 }
 
 #[test]

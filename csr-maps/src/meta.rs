@@ -49,6 +49,46 @@ impl Access {
     }
 }
 
+/// Why `csr write` refuses a register without `--force` (the `guard` attribute of a
+/// register or field in `blocks/*.toml`): writing it lets the writer aim the device at memory
+/// or state it does not own, or disrupt another user of the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Guard {
+    /// Holds a device address the device will DMA to or fetch from (descriptor, completion
+    /// and notification ring bases, instruction-fetch bases, Q7/NX log and library addresses).
+    DmaAddress,
+    /// Resets the device, a NeuronCore or an engine.
+    Reset,
+    /// Starts, stops or redirects a sequencer engine.
+    SequencerControl,
+    /// Sets a semaphore other engines or another model wait on.
+    Semaphore,
+}
+
+impl Guard {
+    /// The TOML spelling (`dma-address`, `reset`, `sequencer-control`, `semaphore`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Guard::DmaAddress => "dma-address",
+            Guard::Reset => "reset",
+            Guard::SequencerControl => "sequencer-control",
+            Guard::Semaphore => "semaphore",
+        }
+    }
+    /// One line saying what a write could do.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Guard::DmaAddress => "it holds a DMA address: the device would read or write wherever it points",
+            Guard::Reset => "it is a reset control: writing it resets the device or a NeuronCore under its users",
+            Guard::SequencerControl => {
+                "it controls a sequencer engine: writing it starts, stops or redirects a program"
+            }
+            Guard::Semaphore => "it sets a semaphore: engines and models waiting on it would run on a forged count",
+        }
+    }
+}
+
 /// A bit field of a register.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct FieldDef {
@@ -57,6 +97,8 @@ pub struct FieldDef {
     pub width: u8,
     #[serde(skip)]
     pub desc: &'static str,
+    /// Guard class of this field (see [`Guard`]); a register with a guarded field is guarded.
+    pub guard: Option<Guard>,
 }
 
 impl FieldDef {
@@ -84,6 +126,9 @@ pub struct RegDef {
     pub stride: u64,
     /// User writes are refused unless forced (the kmod blocks them).
     pub blocked: bool,
+    /// Guard class of the register itself (see [`Guard`]; [`RegDef::guard`] also looks at
+    /// the fields).
+    pub guard: Option<Guard>,
     pub modeled: bool,
     pub source: &'static str,
     pub desc: &'static str,
@@ -96,6 +141,14 @@ impl RegDef {
     /// Whether the register exists on `arch`.
     pub fn on_arch(&self, arch: &str) -> bool {
         self.arches.is_empty() || self.arches.contains(&arch)
+    }
+    /// The guard that makes `csr write` refuse the register without `--force`: the
+    /// register's own, else the first guarded field's (with the field's name).
+    pub fn guard(&self) -> Option<(Guard, Option<&'static str>)> {
+        if let Some(g) = self.guard {
+            return Some((g, None));
+        }
+        self.fields.iter().find_map(|f| f.guard.map(|g| (g, Some(f.name))))
     }
     /// Width in bytes.
     pub fn bytes(&self) -> u64 {

@@ -277,3 +277,27 @@ fn device_address_routing() {
         }
     }
 }
+
+#[test]
+fn guards_cover_dma_addresses_resets_sequencers_and_semaphores() {
+    use csr_maps::meta::Guard;
+    for arch in [&SUNDA, &csr_maps::CAYMAN, &csr_maps::MARIANA] {
+        for r in arch.registers() {
+            let leaf = r.name.rsplit('.').next().unwrap_or("");
+            let leaf = leaf.split('[').next().unwrap_or("");
+            let want = match leaf {
+                "ring_base_lo" | "ring_base_hi" | "comp_base_lo" | "comp_base_hi" | "base_lo" | "base_hi"
+                | "ifq_base_lo" | "ifq_base_hi" | "log_addr" | "ll_addr" => Some(Guard::DmaAddress),
+                "reset_request" | "reset_map" | "reset_map_high" => Some(Guard::Reset),
+                "ctrl" if r.name.contains(".eng[") => Some(Guard::SequencerControl),
+                "sem_set" | "sem_inc" | "sem_dec" => Some(Guard::Semaphore),
+                _ => continue,
+            };
+            assert_eq!(r.def.guard().map(|g| g.0), want, "{}: {}", arch.name, r.name);
+        }
+    }
+    // A field guard is reported with the field's name when the register has none of its own.
+    let ctrl = SUNDA.resolve("seq[0].eng[0].ctrl").unwrap();
+    assert_eq!(ctrl.def.fields.iter().find(|f| f.name == "reset").and_then(|f| f.guard), Some(Guard::Reset));
+    assert_eq!(SUNDA.resolve("misc_ram.device_id").unwrap().def.guard(), None);
+}

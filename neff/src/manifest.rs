@@ -23,8 +23,151 @@ fn bad(member: &str, field: &str, reason: impl Into<String>) -> NeffError {
     NeffError::manifest(member, field, reason)
 }
 
+/// Memory budget of parsing one JSON member: [`JSON_BUDGET_FACTOR`] × its bytes plus this.
+pub const JSON_BUDGET_CONST: u64 = 1 << 20;
+/// Memory budget of parsing one JSON member: this many times its bytes (plus
+/// [`JSON_BUDGET_CONST`]).
+pub const JSON_BUDGET_FACTOR: u64 = 64;
+/// JSON objects one manifest member may hold (each costs a map node whatever its size).
+pub const MAX_JSON_OBJECTS: u64 = 1 << 18;
+/// Nesting depth of a manifest member (serde_json's own recursion limit).
+pub const MAX_JSON_DEPTH: usize = 128;
+/// Nodes of neff.json.
+pub const MAX_NODES: usize = 1 << 16;
+/// Vars of one graph's var table.
+pub const MAX_VARS: usize = 1 << 20;
+/// DMA queues of one graph.
+pub const MAX_DMA_QUEUES: usize = 1 << 16;
+/// Instructions of one engine program (64-byte slots; SP: 8-byte slots).
+pub const MAX_INSTRUCTIONS: usize = 1 << 22;
+
+/// What a JSON text will cost once parsed into a [`Value`] tree, counted by one pass over its
+/// bytes that allocates nothing beyond a nesting stack of at most [`MAX_JSON_DEPTH`] entries.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct JsonCost {
+    /// Objects (`{`).
+    pub objects: u64,
+    /// Object members (`"key": value`).
+    pub entries: u64,
+    /// Arrays (`[`).
+    pub arrays: u64,
+    /// Array elements.
+    pub elements: u64,
+    /// Strings (keys and values).
+    pub strings: u64,
+    /// Bytes inside strings.
+    pub string_bytes: u64,
+}
+
+impl JsonCost {
+    /// Counts `text`. Malformed JSON is counted as far as it goes (the parser refuses it
+    /// afterwards); nesting deeper than [`MAX_JSON_DEPTH`] is an error.
+    pub fn scan(text: &[u8]) -> Result<Self, String> {
+        let mut c = JsonCost::default();
+        // true = array, false = object.
+        let mut stack: Vec<bool> = Vec::new();
+        let mut in_str = false;
+        let mut escaped = false;
+        let mut fresh_array = false;
+        for &b in text {
+            if in_str {
+                if escaped {
+                    escaped = false;
+                } else if b == b'\\' {
+                    escaped = true;
+                } else if b == b'"' {
+                    in_str = false;
+                    continue;
+                }
+                c.string_bytes += 1;
+                continue;
+            }
+            if b.is_ascii_whitespace() {
+                continue;
+            }
+            if fresh_array {
+                fresh_array = false;
+                if b != b']' {
+                    c.elements += 1;
+                }
+            }
+            match b {
+                b'"' => {
+                    in_str = true;
+                    c.strings += 1;
+                }
+                b'{' | b'[' => {
+                    if stack.len() >= MAX_JSON_DEPTH {
+                        return Err(format!("nested deeper than {MAX_JSON_DEPTH} levels"));
+                    }
+                    stack.push(b == b'[');
+                    if b == b'[' {
+                        c.arrays += 1;
+                        fresh_array = true;
+                    } else {
+                        c.objects += 1;
+                    }
+                }
+                b'}' | b']' => {
+                    stack.pop();
+                }
+                b':' => c.entries += 1,
+                b',' if stack.last() == Some(&true) => c.elements += 1,
+                _ => {}
+            }
+        }
+        Ok(c)
+    }
+
+    /// Estimated bytes of the parsed tree (an upper bound for well-formed JSON): a B-tree node
+    /// of 11 key/value slots per object plus a share of a further node per member, a
+    /// [`Value`] per array element with the vector's doubling slack, and a heap block per
+    /// string.
+    pub fn estimated_bytes(&self) -> u64 {
+        let value = std::mem::size_of::<Value>() as u64;
+        let key = std::mem::size_of::<String>() as u64;
+        let node = 11 * (key + value) + 16;
+        let heap_block = 16;
+        self.objects
+            .saturating_mul(node)
+            .saturating_add(self.entries.saturating_mul(node / 5 + heap_block))
+            .saturating_add(self.arrays.saturating_mul(value))
+            .saturating_add(self.elements.saturating_mul(2 * value))
+            .saturating_add(self.strings.saturating_mul(heap_block))
+            .saturating_add(self.string_bytes)
+    }
+}
+
+/// The memory budget of parsing `len` bytes of JSON.
+pub fn json_budget(len: u64) -> u64 {
+    len.saturating_mul(JSON_BUDGET_FACTOR).saturating_add(JSON_BUDGET_CONST)
+}
+
+/// Parses member `name` within the memory budget: its cost is counted first and a member that
+/// would exceed [`json_budget`] or hold more than [`MAX_JSON_OBJECTS`] objects is refused
+/// before any tree is built.
 fn parse_json(c: &Container, name: &str) -> Result<Value, NeffError> {
     let blob = c.member(name).ok_or_else(|| bad(name, "", "member is missing"))?;
+    let cost = JsonCost::scan(&blob).map_err(|e| bad(name, "", format!("invalid JSON: {e}")))?;
+    if cost.objects > MAX_JSON_OBJECTS {
+        return Err(bad(
+            name,
+            "size",
+            format!("{} JSON objects, over the limit of {MAX_JSON_OBJECTS} per manifest member", cost.objects),
+        ));
+    }
+    let (need, budget) = (cost.estimated_bytes(), json_budget(blob.len() as u64));
+    if need > budget {
+        return Err(bad(
+            name,
+            "size",
+            format!(
+                "parsing needs an estimated {need} bytes, over the budget of {JSON_BUDGET_FACTOR} x {} bytes + \
+                 {JSON_BUDGET_CONST}",
+                blob.len()
+            ),
+        ));
+    }
     serde_json::from_slice(&blob).map_err(|e| bad(name, "", format!("invalid JSON: {e}")))
 }
 
@@ -149,6 +292,9 @@ pub fn build(c: &Container, opts: &ReadOptions) -> Result<Neff, NeffError> {
     let root = as_obj(&root, m, "")?;
     let nodes =
         root.get("nodes").and_then(Value::as_array).ok_or_else(|| bad(m, "nodes", "missing or not an array"))?;
+    if nodes.len() > MAX_NODES {
+        return Err(bad(m, "nodes", format!("{} nodes, over the limit of {MAX_NODES}", nodes.len())));
+    }
     let mut kelf_name = None;
     for (i, n) in nodes.iter().enumerate() {
         let Some(attrs) = n.get("attrs").and_then(Value::as_object) else { continue };
@@ -332,6 +478,9 @@ fn parse_graph(
     // 2. var (required), dense ids, >= 1 output
     let var_v = d.get("var").ok_or_else(|| bad(m, "var", "missing (the var table is required)"))?;
     let (var_shape, entries) = table(var_v, m, "var")?;
+    if entries.len() > MAX_VARS {
+        return Err(bad(m, "var", format!("{} vars, over the limit of {MAX_VARS}", entries.len())));
+    }
     let mut vars: Vec<Var> = Vec::with_capacity(entries.len());
     for (name, o) in entries {
         vars.push(parse_var(c, &dir, m, &name, o)?);
@@ -348,6 +497,9 @@ fn parse_graph(
     let mut dma_queues = Vec::new();
     if let Some(qv) = d.get("dma_queue") {
         let (_, entries) = table(qv, m, "dma_queue")?;
+        if entries.len() > MAX_DMA_QUEUES {
+            return Err(bad(m, "dma_queue", format!("{} queues, over the limit of {MAX_DMA_QUEUES}", entries.len())));
+        }
         for (name, o) in entries {
             dma_queues.push(parse_queue(m, &name, o)?);
         }
@@ -873,6 +1025,14 @@ fn parse_block(jm: &str, i: usize, o: &Obj, names: &Names<'_>) -> Result<DmaBloc
 
 /// Decodes a `.bin`: 64-byte slots with `inst_word_len == 16` (8-byte slots for SP).
 pub fn decode_program(member: &str, kind: EngineKind, b: &[u8]) -> Result<Program, NeffError> {
+    let slot = if kind == EngineKind::Sp { SP_SLOT_BYTES } else { SLOT_BYTES };
+    if b.len() / slot > MAX_INSTRUCTIONS {
+        return Err(bad(
+            member,
+            "length",
+            format!("{} instructions, over the limit of {MAX_INSTRUCTIONS} per engine program", b.len() / slot),
+        ));
+    }
     if kind == EngineKind::Sp {
         if !b.len().is_multiple_of(SP_SLOT_BYTES) {
             return Err(bad(member, "length", format!("{} bytes is not a multiple of the 8-byte SP slot", b.len())));

@@ -62,7 +62,7 @@ fn with_act(i: Instruction) -> ModelDesc {
 
 fn refused(rt: &Runtime, m: &ModelDesc, status: NrtStatus, reason: &str) {
     let bytes = m.build().unwrap();
-    let e = rt.load(&bytes, Some(0), None).err().expect("hostile model loaded");
+    let Err(e) = rt.load(&bytes, Some(0), None) else { panic!("hostile model loaded") };
     assert_eq!(e.status, status, "{e}");
     assert!(e.to_string().contains(reason), "reason `{reason}` not in `{e}`");
 }

@@ -1,0 +1,193 @@
+//! Structure-aware mutation of the confinement classes: DMAMEMCPY/DIRECT2D legs (raw and
+//! var-relative addresses, every step sign, element sizes), WRITE destinations (guarded and
+//! allowed registers, raw addresses) and added vars of every kind and size, appended to a
+//! hostile model on NC 1 next to a victim model on NC 0. Whatever the loader accepts runs;
+//! nothing panics, the victim's tensors keep their bytes and its next run is correct
+//! (0 escapes), and nothing leaks. `HOSTILE_CASES` raises the case count for long local runs.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use csr_maps::consts::addr8;
+use csr_maps::SUNDA;
+use isa::device_ops::WriteOp;
+use isa::slot::{Dma2d, Dma2dLeg, Events, Instruction, Opcode, SlotHeader};
+use neff::builder::{self, VarDesc};
+use neff::{EngineKind, VarKind};
+use platform::Platform;
+use proptest::prelude::*;
+use runtime::{Runtime, RuntimeConfig, TensorSet};
+use sim::{SimConfig, SimDevice, Timing};
+
+#[derive(Debug, Clone)]
+enum Addr {
+    Raw(u64),
+    Var(u32, u64),
+    Reg(usize),
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Memcpy { src: (Addr, [i32; 2], [u16; 2], u16), dst: (Addr, [i32; 2], [u16; 2], u16) },
+    Write { dst: Addr, value: u32 },
+    AddVar { kind: usize, size: u64 },
+}
+
+/// Registers a hostile WRITE aims at: the victim NC's semaphores, resets, FW-IO, DMA bases and
+/// this NC's own (allowed) semaphores and tail doorbells.
+const REGS: [&str; 9] = [
+    "tpb_sem[0].sem_set[1]",
+    "tpb_sem[0].sem_inc[0]",
+    "tpb_sem[1].sem_set[7]",
+    "tpb_sem[1].sem_inc[255]",
+    "misc_ram.reset_request",
+    "misc_ram.trigger",
+    "udma[0].m2s.q[0].ring_base_lo",
+    "udma[16].m2s.q[0].tail_inc",
+    "notific[0].nq[48].base_lo",
+];
+
+const KINDS: [VarKind; 5] = [VarKind::TmpBuf, VarKind::StateBuffer, VarKind::Virtual, VarKind::Input, VarKind::Output];
+
+fn addr() -> impl Strategy<Value = Addr> {
+    prop_oneof![
+        any::<u64>().prop_map(Addr::Raw),
+        (0u64..(1 << 26)).prop_map(Addr::Raw),
+        (0u32..8, prop_oneof![0u64..600, any::<u64>().prop_map(|x| x & ((1 << addr8::VAR_ID_SHIFT) - 1))])
+            .prop_map(|(v, o)| Addr::Var(v, o)),
+        (0..REGS.len()).prop_map(Addr::Reg),
+    ]
+}
+
+fn leg() -> impl Strategy<Value = (Addr, [i32; 2], [u16; 2], u16)> {
+    (
+        addr(),
+        prop_oneof![[-300i32..300, -300i32..300], [any::<i32>(), any::<i32>()]],
+        prop_oneof![[0u16..40, 0u16..4], [any::<u16>(), any::<u16>()]],
+        prop_oneof![Just(1u16), Just(2), Just(4), Just(8), any::<u16>()],
+    )
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => (leg(), leg()).prop_map(|(src, dst)| Op::Memcpy { src, dst }),
+        2 => (addr(), any::<u32>()).prop_map(|(dst, value)| Op::Write { dst, value }),
+        1 => (0..KINDS.len(), prop_oneof![0u64..1024, any::<u64>(), (u64::MAX - 4096)..=u64::MAX])
+            .prop_map(|(kind, size)| Op::AddVar { kind, size }),
+    ]
+}
+
+fn resolve(a: &Addr) -> u64 {
+    match a {
+        Addr::Raw(x) => *x,
+        Addr::Var(id, off) => addr8::VAR_MARKER | (u64::from(*id) << addr8::VAR_ID_SHIFT) | off,
+        Addr::Reg(i) => SUNDA.resolve(REGS[*i]).ok().and_then(|r| SUNDA.bar0_to_dev(r.offset)).unwrap_or(0),
+    }
+}
+
+fn dleg(l: &(Addr, [i32; 2], [u16; 2], u16)) -> Dma2dLeg {
+    Dma2dLeg { start_addr: resolve(&l.0), step_elem: l.1, num_elem: l.2, elem_size: l.3 }
+}
+
+fn build(ops: &[Op]) -> Option<Vec<u8>> {
+    let mut m = builder::single_nc_allreduce();
+    let g = m.graphs.first_mut()?;
+    let mut act = Vec::new();
+    for (k, o) in ops.iter().enumerate() {
+        match o {
+            Op::Memcpy { src, dst } => {
+                let mut d = Dma2d::decode(&[0u8; 64]);
+                d.header = SlotHeader::new(Opcode::DmaMemcpy);
+                d.events = Events::NONE;
+                d.src = dleg(src);
+                d.dst = dleg(dst);
+                act.push(Instruction::DmaMemcpy(d));
+            }
+            Op::Write { dst, value } => {
+                act.push(Instruction::decode(&WriteOp::new(Events::NONE, resolve(dst), *value).encode()))
+            }
+            Op::AddVar { kind, size } => g.vars.push(VarDesc::new(&format!("h{k}"), KINDS[*kind], *size)),
+        }
+    }
+    match g.engines.iter_mut().find(|e| e.kind == EngineKind::Act) {
+        Some(e) => act.iter().for_each(|i| e.push(i)),
+        None => {
+            let mut e = builder::EngineDesc::new(EngineKind::Act);
+            act.iter().for_each(|i| e.push(i));
+            g.engines.push(e);
+        }
+    }
+    m.build().ok()
+}
+
+static CASES: AtomicU64 = AtomicU64::new(0);
+static LOADED: AtomicU64 = AtomicU64::new(0);
+static RAN_OK: AtomicU64 = AtomicU64::new(0);
+
+fn cases() -> u32 {
+    std::env::var("HOSTILE_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(24)
+}
+
+/// One execution of the all-reduce model: input k as f32, returns the output bytes.
+fn run(rt: &Runtime, m: &runtime::ModelHandle, nc: usize) -> Result<Vec<u8>, runtime::NrtStatus> {
+    let ti = rt.alloc_tensor("input", 128, true, nc).map_err(|e| e.status)?;
+    let to = rt.alloc_tensor("output", 128, true, nc).map_err(|e| e.status)?;
+    let data: Vec<u8> = (0..32).flat_map(|k| (k as f32).to_le_bytes()).collect();
+    ti.write(0, &data).map_err(|e| e.status)?;
+    let (mut i, mut o) = (TensorSet::new(), TensorSet::new());
+    i.add("input", ti);
+    o.add("output", to.clone());
+    let (st, _) = rt.execute(m, &i, &o).map_err(|e| e.status)?;
+    if st != runtime::NrtStatus::Success {
+        return Err(st);
+    }
+    let mut out = vec![0u8; 128];
+    to.read(0, &mut out).map_err(|e| e.status)?;
+    Ok(out)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(), failure_persistence: None, ..ProptestConfig::default() })]
+    #[test]
+    fn hostile_classes_never_escape(ops in proptest::collection::vec(op(), 1..5)) {
+        let sim = SimDevice::new(SimConfig::new(&SUNDA).timing(Timing::Inline).hbm_bytes(1 << 26)).unwrap();
+        let rt = Runtime::new();
+        let cfg = RuntimeConfig { exec_timeout: Duration::from_millis(50), ..RuntimeConfig::default() };
+        let opts = hal::DeviceOptions { hbm_limit: Some(1 << 26), ..Default::default() };
+        rt.init(vec![Arc::new(sim.clone()) as Arc<dyn Platform>], cfg, opts).unwrap();
+        let victim = rt.load(&builder::single_nc_allreduce().build().unwrap(), Some(0), None).unwrap();
+        let want = run(&rt, &victim, 0).unwrap();
+        // A victim tensor with a pattern, on NC 0's memory.
+        let vt = rt.alloc_tensor("victim", 4096, true, 0).unwrap();
+        let pattern: Vec<u8> = (0..4096u32).map(|k| (k * 7 + 3) as u8).collect();
+        vt.write(0, &pattern).unwrap();
+        if let Some(bytes) = build(&ops) {
+            if let Ok(model) = rt.load(&bytes, Some(1), None) {
+                LOADED.fetch_add(1, Ordering::Relaxed);
+                if run(&rt, &model, 1).is_ok() {
+                    RAN_OK.fetch_add(1, Ordering::Relaxed);
+                }
+                rt.unload(&model).unwrap();
+            }
+        }
+        let mut now = vec![0u8; 4096];
+        vt.read(0, &mut now).unwrap();
+        prop_assert!(now == pattern, "victim tensor changed");
+        let again = run(&rt, &victim, 0);
+        prop_assert_eq!(again, Ok(want), "victim's next run");
+        rt.unload(&victim).unwrap();
+        drop(vt);
+        rt.close().unwrap();
+        let st = sim.stats();
+        prop_assert_eq!((st.iommu_mappings, st.device_bytes), (0, 0));
+        let n = CASES.fetch_add(1, Ordering::Relaxed) + 1;
+        if std::env::var_os("HOSTILE_CASES").is_some() && n.is_multiple_of(2000) {
+            eprintln!(
+                "hostile_classes: {n} cases, {} loaded, {} ran to NRT_SUCCESS, victim intact in all",
+                LOADED.load(Ordering::Relaxed),
+                RAN_OK.load(Ordering::Relaxed)
+            );
+        }
+    }
+}

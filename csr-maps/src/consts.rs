@@ -1,7 +1,7 @@
 //! Arch-independent hardware numbers: magics, protocol constants, init values.
 //! Per-arch numbers live in `arch/*.toml` ([`crate::Arch::consts`]).
 
-/// UDMA (NEURON_HW_FACTS §3).
+/// UDMA (docs/facts/hardware.md §3).
 pub mod udma {
     /// Queues per engine (`m:udma/udma.h`).
     pub const QUEUES: u64 = 16;
@@ -88,7 +88,7 @@ pub mod udma {
     pub const QUIESCE_WAIT_US: u64 = 4;
 }
 
-/// Notification queues (NEURON_HW_FACTS §4, NRT_FACTS §5).
+/// Notification queues (docs/facts/hardware.md §4, docs/facts/libnrt.md §5).
 pub mod nq {
     /// Record size.
     pub const ENTRY_BYTES: u64 = 16;
@@ -108,7 +108,7 @@ pub mod nq {
     pub const ENGINES_PER_TYPE: u64 = 16;
     /// Teardown drain wait (`m:neuron_nq.c`), ms.
     pub const DRAIN_MS: u64 = 1;
-    /// Records libnrt reads per engine per sweep (NRT_FACTS §5.4).
+    /// Records libnrt reads per engine per sweep (docs/facts/libnrt.md §5.4).
     pub const LIBNRT_SWEEP: usize = 16;
 
     /// The name of NQ type `kind` (`trace`, `notify`, … ; `unknown` for another value).
@@ -125,7 +125,7 @@ pub mod nq {
     }
 }
 
-/// FW-IO mailbox protocol (NEURON_HW_FACTS §6.1-6.2).
+/// FW-IO mailbox protocol (docs/facts/hardware.md §6.1-6.2).
 pub mod fwio {
     /// Legacy READ (payload: N × u64 device addresses).
     pub const CMD_READ: u8 = 1;
@@ -183,7 +183,7 @@ pub mod fwio {
     pub const GET_DATA_BAR_INFO: u8 = 0x10;
 }
 
-/// Q7 / nrtucode (NRT_FACTS §6-7, seed 004).
+/// Q7 / nrtucode (docs/facts/libnrt.md §6-7, docs/facts/libnrt-runtime-model.md §C).
 pub mod q7 {
     /// Core published READY (unclaimed); also `.globstruct[0]` of the image.
     pub const READY: u32 = 0x6099_CB34;
@@ -207,7 +207,7 @@ pub mod q7 {
     pub const LL_DEVICE_BYTES: u64 = 16 << 20;
 }
 
-/// The sequencer (NRT_FACTS §2.1, §1.4).
+/// The sequencer (docs/facts/libnrt.md §2.1, §1.4).
 pub mod seq {
     /// Slot size.
     pub const SLOT_BYTES: usize = 64;
@@ -262,7 +262,7 @@ pub mod seq {
     }
 }
 
-/// PSEUDO_ADDR8 addressing (NRT_FACTS §2.4): marker bit 0x10 of the high byte names a var;
+/// PSEUDO_ADDR8 addressing (docs/facts/libnrt.md §2.4): marker bit 0x10 of the high byte names a var;
 /// the var id / offset split below is **modeled**.
 pub mod addr8 {
     /// Marker bit (in the address's high byte) of a var-relative address.

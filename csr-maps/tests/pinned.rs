@@ -1,4 +1,4 @@
-//! Offsets and bit positions pinned to their public sources (NEURON_HW_FACTS.md sections).
+//! Offsets and bit positions pinned to their public sources (docs/facts/hardware.md sections).
 
 use csr_maps::{meta::Access, Arch, Regs, CAYMAN, MARIANA, SUNDA};
 use platform::{MemMmio, Mmio};

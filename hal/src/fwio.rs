@@ -1,5 +1,5 @@
 //! The FW-IO mailbox (new protocol, FW API ≥ 7) and the reset sequences
-//! (NEURON_HW_FACTS §6.2-6.3).
+//! (docs/facts/hardware.md §6.2-6.3).
 
 use std::time::{Duration, Instant};
 

@@ -1,5 +1,5 @@
 //! Notification queues: host-memory rings programmed into NOTIFIC slots, and the
-//! harvest reader (phase tracking, head write-back) — NEURON_HW_FACTS §4, NRT_FACTS §5.
+//! harvest reader (phase tracking, head write-back) — docs/facts/hardware.md §4, docs/facts/libnrt.md §5.
 
 use std::sync::atomic::Ordering;
 

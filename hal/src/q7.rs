@@ -1,5 +1,5 @@
-//! Q7 (GPSIMD) ucode staging and DGE programming: the nrtucode object model (seed 004,
-//! NRT_FACTS §6-7) over the cores' device-DRAM control blocks.
+//! Q7 (GPSIMD) ucode staging and DGE programming: the nrtucode object model (docs/facts/libnrt-runtime-model.md §C,
+//! docs/facts/libnrt.md §6-7) over the cores' device-DRAM control blocks.
 //!
 //! - [`UcodeContext`]: created only at API level 3 (else error 4).
 //! - [`UcodeCore`]: one core (a Q7 pool core or an NX engine core); `on_ucode_booted`
@@ -61,7 +61,7 @@ pub enum CoreKind {
     Nx { engine: u64 },
 }
 
-/// The coretype number of a core on `arch` (NRT_FACTS §7.1): Q7 pool cores use the
+/// The coretype number of a core on `arch` (docs/facts/libnrt.md §7.1): Q7 pool cores use the
 /// arch's Q7_POOL coretype; the NX POOL core uses the coretype admitted by the DGE gate.
 pub fn coretype(arch: &Arch, kind: CoreKind) -> u32 {
     match kind {

@@ -1,6 +1,6 @@
 //! UDMA: engine bring-up per arch, queue programming, the descriptor-ring writer,
 //! doorbells, completion detection, quiesce and recovery from abort
-//! (NEURON_HW_FACTS §3).
+//! (docs/facts/hardware.md §3).
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};

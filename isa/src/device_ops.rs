@@ -1,6 +1,6 @@
 //! Device forms of the instructions the simulator's sequencers execute and the
 //! runtime's lowering emits. Where the public sources give no operand layout
-//! (NRT_FACTS §11: "byte layout of the real instructions that replace pseudos"),
+//! (docs/facts/libnrt.md §11: "byte layout of the real instructions that replace pseudos"),
 //! the layout here is **modeled** and is the single definition both sides use.
 //!
 //! | opcode | form | payload (after header +0 and 8-byte events +4) |
@@ -9,11 +9,11 @@
 //! | 0x6A NOTIFY | [`NotifyOp`] | +0x0C sub-id u16, +0x10 value u32 — a custom INFER_STATUS record (subtype 6) |
 //! | 0xBF SB2SB_COLLECTIVE | [`CollectiveOp`] | see the struct — a lowered PSEUDO_TRIGGER_COLLECTIVE |
 //! | 0xA1 SYNC | halt | engine stops (no payload) |
-//! | 0xB8 DMAMEMCPY | `slot::Dma2d` | NRT_FACTS §2.4 (documented) |
+//! | 0xB8 DMAMEMCPY | `slot::Dma2d` | docs/facts/libnrt.md §2.4 (documented) |
 //! | 0xA0 EVENT_SEMAPHORE, 0x68 NOP, 0xF0 EXTENDED_INST | events only | — |
 //!
 //! Update mode 0x14 (`UpdateMode::Other(0x14)`) is modeled as "decrement `$S[update_idx]`
-//! by 1 on completion", from DHN's WAIT_GE_AND_DEC sub-op 0x14 (NRT_FACTS §2.4).
+//! by 1 on completion", from DHN's WAIT_GE_AND_DEC sub-op 0x14 (docs/facts/libnrt.md §2.4).
 
 use super::slot::{Events, Opcode, SlotHeader, SLOT_BYTES};
 
@@ -21,7 +21,7 @@ use super::slot::{Events, Opcode, SlotHeader, SLOT_BYTES};
 pub const UPDATE_DEC_COMPLETE: u8 = 0x14;
 
 /// Collective ALU ops: ADD and MAX are the documented codes of PSEUDO_TRIGGER_COLLECTIVE
-/// (`slot::coll_op`, NRT_FACTS §2.4); MIN is modeled.
+/// (`slot::coll_op`, docs/facts/libnrt.md §2.4); MIN is modeled.
 pub mod alu {
     pub use crate::slot::coll_op::{ADD, MAX};
     /// Modeled.
@@ -37,7 +37,7 @@ pub mod ctype {
     pub const REDUCE_SCATTER: u8 = 0x03;
 }
 
-/// Collective data types: the DTYPE codes of `slot::coll_dtype` (NRT_FACTS §2.4).
+/// Collective data types: the DTYPE codes of `slot::coll_dtype` (docs/facts/libnrt.md §2.4).
 pub mod dtype {
     pub use crate::slot::coll_dtype::{BF16, FP16, FP32, INT32};
 

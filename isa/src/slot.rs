@@ -1,4 +1,4 @@
-//! The 64-byte sequencer slot: header, 8-byte events block, instruction payloads (NRT_FACTS.md §2).
+//! The 64-byte sequencer slot: header, 8-byte events block, instruction payloads (docs/facts/libnrt.md §2).
 //!
 //! Sources: §2.1 constants and header (SEQ, FR, CC), §2.2 events block, NEURON_ISA 8-byte dialect
 //! (SEQ, DGEM, DRT), §2.3 opcode catalog, §2.4 pseudo-instruction records, §10 conflicts 1 and 14.
@@ -412,7 +412,7 @@ impl Opcode {
 
 /// A slot that is header + events + an undocumented 52-byte payload (+0x0C..0x40). Used for
 /// EVENT_SEMAPHORE (0xA0), NOP, NOTIFY (0x6A/0xA6), WRITE, the semaphore/event ops and
-/// EXTENDED_INST, whose operand layouts the fact sheet does not give (§2.4, §11).
+/// EXTENDED_INST, whose operand layouts the public sources do not give (docs/facts/hardware.md §2.4, §11).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct EventsOnly {
     pub header: SlotHeader,
@@ -839,7 +839,7 @@ sp_opcodes! {
 }
 
 /// One 8-byte SP slot: header byte {opcode:7 (bits 0..6), phase:1 (bit 7)} and 7 operand bytes
-/// whose layout the fact sheet does not give (kept verbatim).
+/// whose layout the public sources do not give (kept verbatim).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct SpSlot {
     pub opcode: SpOpcode,

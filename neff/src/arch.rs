@@ -1,4 +1,4 @@
-//! Architectures and the KELF `target` gate (NRT_FACTS.md §1.7).
+//! Architectures and the KELF `target` gate (docs/facts/libnrt.md §1.7).
 //!
 //! The architecture is csr-maps' [`Arch`] (one description per NeuronCore generation); a KELF
 //! `target` names one by codename or generation (`sunda`/`v2`, `cayman`/`v3`, `mariana`/`v4`).

@@ -1,7 +1,7 @@
 //! Writer: builds valid NEFFs (GNU ustar, gzip, MD5 — or pkg 1 tar + SHA-256) from a model
 //! description. Used by tests, examples and benchmarks; `write → Neff::parse` gives the model back.
 //!
-//! Layout emitted (NRT_FACTS.md §1.4-§1.5): `neff.json` (TVM graph with a `__kelf` node),
+//! Layout emitted (docs/facts/libnrt.md §1.4-§1.5): `neff.json` (TVM graph with a `__kelf` node),
 //! `kelf-a.json`, per graph `sgNN/def.json`, `sgNN/<eng>.json` + `sgNN/<eng>.bin`, weights,
 //! ucode libraries, plus any extra members.
 

@@ -1,5 +1,5 @@
 //! The container: header gates in libnrt's order, digest, streamed inflate and the tar walk
-//! (NRT_FACTS.md §1.1-§1.4).
+//! (docs/facts/libnrt.md §1.1-§1.4).
 //!
 //! Memory: the inflated tar is kept in one buffer (members are ranges into it, so weights are
 //! zero-copy). Its size is bounded by `ReadOptions::mem_cap`: the inflater is never allowed to
@@ -121,7 +121,7 @@ impl Container {
     }
 }
 
-/// Gates 2-7 of NRT_FACTS §1.3 (plus the non-empty-payload assert), in libnrt's order.
+/// Gates 2-7 of docs/facts/libnrt.md §1.3 (plus the non-empty-payload assert), in libnrt's order.
 pub fn check_header(bytes: &[u8], file_size: u64) -> Result<NeffHeader, NeffError> {
     if file_size < NEFF_HEADER_SIZE as u64 {
         return Err(NeffError::TooShort { size: file_size });
@@ -360,7 +360,7 @@ fn inflate_verified<R: Read + Send>(mut window: R, header: &NeffHeader, cap: u64
     inflated
 }
 
-/// Walks the tar in `buf` (NRT_FACTS §1.4): skip directories, strip `./`, skip names ending in
+/// Walks the tar in `buf` (docs/facts/libnrt.md §1.4): skip directories, strip `./`, skip names ending in
 /// `wavegraph-bin.json`, reject bodies that run past the end of the archive.
 pub fn walk_tar(buf: &[u8]) -> Result<Vec<MemberInfo>, NeffError> {
     let mut ar = tar::Archive::new(io::Cursor::new(buf));

@@ -1,5 +1,5 @@
 //! Disassembler in the producer's `.asm` syntax, e.g.
-//! `PSEUDO_DMA_TRIGGER $S[22]>0 q_gradient_out block_id=0;` (NRT_FACTS.md §2, fixture asm).
+//! `PSEUDO_DMA_TRIGGER $S[22]>0 q_gradient_out block_id=0;` (docs/facts/libnrt.md §2, fixture asm).
 //!
 //! Operand spelling for slots the fixture shows no asm for is ours: `key=value` pairs.
 

@@ -6,7 +6,7 @@ use crate::status::NrtStatus;
 /// names the field and the values involved.
 #[derive(Debug, thiserror::Error)]
 pub enum NeffError {
-    /// Gate 2 (NRT_FACTS §1.3): fewer than 1024 bytes.
+    /// Gate 2 (docs/facts/libnrt.md §1.3): fewer than 1024 bytes.
     #[error("NEFF is {size} bytes, the header alone needs 1024")]
     TooShort { size: u64 },
     /// Gate 3: `header_size` not below the file size.

@@ -1,4 +1,4 @@
-//! The 1024-byte NEFF header (NRT_FACTS.md §1.1, pkg versions §1.2, gate constants §1.3).
+//! The 1024-byte NEFF header (docs/facts/libnrt.md §1.1, pkg versions §1.2, gate constants §1.3).
 //!
 //! Source tags: CC, FR, CBF, LC. All integers little-endian. There is no magic number: the
 //! only type discriminator is `pkg_version`. Decoding is total for any buffer of at least

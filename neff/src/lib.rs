@@ -1,4 +1,4 @@
-//! neff: the NEFF model container (NRT_FACTS.md §1-§2) — a streaming, hardened reader that
+//! neff: the NEFF model container (docs/facts/libnrt.md §1-§2) — a streaming, hardened reader that
 //! reproduces libnrt's gates and statuses, a writer/builder for pkg-2 NEFFs, and a
 //! disassembler printing the producer's `.asm` syntax.
 //!

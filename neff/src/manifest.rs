@@ -1,4 +1,4 @@
-//! The manifest chain (NRT_FACTS.md §1.5-§1.7, gates 10-15): neff.json (fallback kelp.json) →
+//! The manifest chain (docs/facts/libnrt.md §1.5-§1.7, gates 10-15): neff.json (fallback kelp.json) →
 //! the `__kelf` node → KELF → each graph's def.json → var table, dma_queue, engine jsons, programs.
 
 use std::collections::{HashMap, HashSet};

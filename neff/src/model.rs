@@ -1,4 +1,4 @@
-//! The loaded model: what the reader produces (NRT_FACTS.md §1.5-§1.6, §2).
+//! The loaded model: what the reader produces (docs/facts/libnrt.md §1.5-§1.6, §2).
 
 use crate::header::NeffHeader;
 use isa::slot::{Instruction, SpSlot};

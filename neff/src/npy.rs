@@ -1,4 +1,4 @@
-//! `.npy` weight payloads as libnrt reads them (NRT_FACTS.md §1.6): u16 magic 0x4E93 ("\x93N"),
+//! `.npy` weight payloads as libnrt reads them (docs/facts/libnrt.md §1.6): u16 magic 0x4E93 ("\x93N"),
 //! header length = u16 at offset 8, data from `header_len + 10` (the v1 layout), zero-copy.
 
 use std::ops::Range;

@@ -1,4 +1,4 @@
-//! `NRT_STATUS`, libnrt's single flat status enum (seed 000 §4.1, NRT_FACTS.md §5.6).
+//! `NRT_STATUS`, libnrt's single flat status enum (docs/facts/libnrt-runtime-model.md §A.4.1, docs/facts/libnrt.md §5.6).
 
 macro_rules! statuses {
     ($( $(#[$m:meta])* $var:ident = $code:literal => $name:literal, )*) => {

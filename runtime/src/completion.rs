@@ -1,5 +1,5 @@
-//! The completion engine: libnrt's `exec_request_progress_one_step` (seed 001 §1–§5, seed 000
-//! §4.3–§5.4, NRT_FACTS §5.4–§5.6).
+//! The completion engine: libnrt's `exec_request_progress_one_step` (docs/facts/libnrt-runtime-model.md §B.1–§B.5, docs/facts/libnrt-runtime-model.md §A
+//! §4.3–§5.4, docs/facts/libnrt.md §5.4–§5.6).
 //!
 //! [`ExecTracker::step`] is a non-blocking one-step function with the `{1 in flight, 0 done,
 //! 2 done-with-error}` contract ([`Step`]):
@@ -30,8 +30,8 @@
 //! * **FINALIZE** (on every path): per NC sweep the whole error ring ([`crate::error_decode`]) and
 //!   merge its status by priority; read the latched fatal causes: on the timeout branch
 //!   (`NRT_TIMEOUT`) HBM UE → 1201 else DMA abort → 1203 else collectives → 1200 *replace* the
-//!   timeout (a repairable HBM UE is not propagated there, reproducing libnrt 2.31 — seed 001
-//!   COMPLETE-1); otherwise HBM UE 1201, repairable HBM UE 1205, DMA abort 1203, collectives
+//!   timeout (a repairable HBM UE is not propagated there, reproducing libnrt 2.31 — docs/facts/libnrt-runtime-model.md §B.4
+//!   (COMPLETE-1)); otherwise HBM UE 1201, repairable HBM UE 1205, DMA abort 1203, collectives
 //!   1200 merge by priority; NC UE 1202 and network proxy 1206 merge by priority on both paths.
 //!   The NC results are reconciled with [`crate::status::worst`].
 //!
@@ -41,7 +41,7 @@
 //! status applies) merged into that NC's result — an error, never a silent timeout.
 //!
 //! "Generic fault" = a fault that does not set the NC's result; FINALIZE then falls back to
-//! `NRT_FAILURE` unless another NC/error-ring status is set (the seed's "failed but error not set").
+//! `NRT_FAILURE` unless another NC/error-ring status is set (docs/facts/libnrt-runtime-model.md §B.1: a failure with no status set).
 //!
 //! Verdict: [`Step::Done`] when the harvest completed normally and no hardware cause was latched
 //! (the status may still be 1003/1004 — Band B flags the result, it is not fatal);
@@ -820,7 +820,7 @@ impl ExecTracker {
             tracing::error!("(FATAL-RT-UNDEFINED-STATE) Uncorrectable HBM memory error is detected");
         }
         if n.fatal.get(ExecFatalStatus::Timeout) {
-            // exec_request_process_errors, timeout branch: only 1201 is tested (seed 001 COMPLETE-1).
+            // exec_request_process_errors, timeout branch: only 1201 is tested (docs/facts/libnrt-runtime-model.md §B.4 (COMPLETE-1)).
             let chosen = if c.contains(FatalCauses::HBM_UE) {
                 Some(NrtStatus::ExecHwErrHbmUe)
             } else if c.contains(FatalCauses::DMA_ABORT) {

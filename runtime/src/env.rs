@@ -1,7 +1,7 @@
-//! libnrt environment knobs (DESIGN.md runtime/; AWS Neuron runtime configuration guide).
+//! libnrt environment knobs (docs/architecture.md runtime/; AWS Neuron runtime configuration guide).
 //!
-//! * `NEURON_RT_EXEC_TIMEOUT`: execution timeout in whole seconds, `0..=i32::MAX`. The seeds
-//!   only say the value flows into the model's `param.timeout` (seconds, ×1000 → core timeout
+//! * `NEURON_RT_EXEC_TIMEOUT`: execution timeout in whole seconds, `0..=i32::MAX`. docs/facts/libnrt-runtime-model.md (§A.5.4, §B.5)
+//!   only says the value flows into the model's `param.timeout` (seconds, ×1000 → core timeout
 //!   ms); the public Neuron runtime guide gives the default as 600 s on trn1/inf2 and later
 //!   (30 s was inf1 only), so [`DEFAULT_EXEC_TIMEOUT_SECS`] = 600.
 //! * `NEURON_RT_VISIBLE_CORES`: comma-separated core ids and inclusive ranges (`"0-3,5"`);

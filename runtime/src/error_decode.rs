@@ -1,12 +1,12 @@
-//! TPB error-ring decode (seed 000 §4.5 `v2_error_get_infer_error_subtype`, seed 001 §4
-//! `notification_consume_error_block`, NRT_FACTS §5.5).
+//! TPB error-ring decode (docs/facts/libnrt-runtime-model.md §A.4.5 `v2_error_get_infer_error_subtype`, docs/facts/libnrt-runtime-model.md §B.4
+//! `notification_consume_error_block`, docs/facts/libnrt.md §5.5).
 //!
 //! Record → `INFER_ERROR_SUBTYPE`:
 //! * `error_id > 11` → NONE.
 //! * `error_id == 4` (MEMORY_ERROR): `mask = record bits 23:8` (= `metadata_lo`);
 //!   `mask & 0xFD6B != 0` → MEMORY_ERROR (3) else TRANSIENT (2).
 //! * `error_id == 1` (FP_NAN): NUMERICAL (1) iff `mask & !(dve_spurious_mask | 0x7E00) != 0`,
-//!   else NONE. The seed gives the formula for SUNDA only and elides the per-arch mask value
+//!   else NONE. docs/facts/libnrt-runtime-model.md §A.4.5 gives the formula for SUNDA only and elides the per-arch mask value
 //!   and the CAYMAN/MARIANA branches; we apply the same formula on every arch with a
 //!   configurable mask ([`ErrorDecodeConfig::dve_spurious_mask`], default 0).
 //! * otherwise the SUNDA remap table `{0,1,0,0,3,4,5,6,7,2,8,0}`.
@@ -80,10 +80,10 @@ impl InferErrorSubtype {
     }
 }
 
-/// Decoder parameters the seed leaves open.
+/// Decoder parameters libnrt's description leaves open (docs/facts/libnrt-runtime-model.md §A.4.5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ErrorDecodeConfig {
-    /// `*_NOTIFICATION_DVE_SPRUIOUS_ERROR_MASK` (value not given by the seed; default 0).
+    /// `*_NOTIFICATION_DVE_SPRUIOUS_ERROR_MASK` (value not given in docs/facts/libnrt-runtime-model.md §A.4.5; default 0).
     pub dve_spurious_mask: u16,
 }
 

@@ -2,15 +2,15 @@
 //!
 //! | module | implements |
 //! |---|---|
-//! | [`status`] | `NRT_STATUS` re-export and the multi-NC status-priority mapper (seed 000 §4.1–4.2) |
-//! | [`state`] | `NRT_INIT_STATE` API guard, `DLR_MODEL_STATE` with ref-counted unload, `exec_state`, `ERP_STEP`, `exec_fatal_status` (seed 000 §1, §3, §4.4) |
-//! | [`error_decode`] | TPB error-ring record → `INFER_ERROR_SUBTYPE` → status (seed 000 §4.5, seed 001 §4) |
+//! | [`status`] | `NRT_STATUS` re-export and the multi-NC status-priority mapper (docs/facts/libnrt-runtime-model.md §A.4.1–§A.4.2) |
+//! | [`state`] | `NRT_INIT_STATE` API guard, `DLR_MODEL_STATE` with ref-counted unload, `exec_state`, `ERP_STEP`, `exec_fatal_status` (docs/facts/libnrt-runtime-model.md §A.1, §A.3, §A.4.4) |
+//! | [`error_decode`] | TPB error-ring record → `INFER_ERROR_SUBTYPE` → status (docs/facts/libnrt-runtime-model.md §A.4.5, docs/facts/libnrt-runtime-model.md §B.4) |
 //! | [`error`] | [`RtError`], [`stage::StageError`] and their one `hal::HalError` → status mapping |
 //! | [`rt`] | the runtime object: lifecycle, tensors, vNC admission, load, execute (sync and async) |
 //! | [`stage`] | staging a graph on a NeuronCore, in named steps |
-//! | [`completion`] | the one-step completion harvest (seed 001 §1–§5) |
-//! | [`timestamp`] | device → CPU timestamp rescale (seed 001 §3, "Per-engine timestamp decode") |
-//! | [`xu`] | the execution-unit queue and its per-vNC worker (seed 001 §6, NRT_FACTS §4.6, §8) |
+//! | [`completion`] | the one-step completion harvest (docs/facts/libnrt-runtime-model.md §B.1–§B.5) |
+//! | [`timestamp`] | device → CPU timestamp rescale (docs/facts/libnrt-runtime-model.md §B.3, "Per-engine timestamp decode") |
+//! | [`xu`] | the execution-unit queue and its per-vNC worker (docs/facts/libnrt-runtime-model.md §B.6, docs/facts/libnrt.md §4.6, §8) |
 //! | [`env`](mod@env) | `NEURON_RT_EXEC_TIMEOUT`, `NEURON_RT_VISIBLE_CORES`, `NEURON_RT_LOG_LEVEL` |
 //!
 //! Everything here is pure Rust behind small traits ([`completion::NotificationSource`],

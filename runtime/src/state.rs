@@ -1,14 +1,14 @@
-//! The host state machines (seed 000 §1, §3, §4.4).
+//! The host state machines (docs/facts/libnrt-runtime-model.md §A.1, §A.3, §A.4.4).
 //!
 //! * [`NrtInitState`] + [`RuntimeState`]: the global lifecycle and the guard at the top of
-//!   every public API entry (seed 000 §1.1). The guard reproduces `nrt_execute`'s two
+//!   every public API entry (docs/facts/libnrt-runtime-model.md §A.1.1). The guard reproduces `nrt_execute`'s two
 //!   immediates: `state == CLOSED` → `NRT_CLOSED` (14); any other `state != INIT` →
 //!   `NRT_UNINITIALIZED` (13). A forked child (`NRT_STATE_CHILD`, detected by a pid different
-//!   from the one that ran `init`) is therefore refused with **13** as well: seed 000 pins
-//!   exactly those two immediates and CHILD is "not INIT". (NRT_FACTS §4.1 mentions a generic
-//!   1 for "other bad state"; the disassembly quoted in seed 000 has no such branch, so 13 it is.)
+//!   from the one that ran `init`) is therefore refused with **13** as well: docs/facts/libnrt-runtime-model.md §A.1.1 pins
+//!   exactly those two immediates and CHILD is "not INIT". (docs/facts/libnrt.md §4.1 mentions a generic
+//!   1 for "other bad state"; libnrt's `nrt_execute` guard (docs/facts/libnrt-runtime-model.md §A.1.1) has no such branch, so 13 it is.)
 //! * [`DlrModelState`] + [`ModelLifecycle`]: the per-model lifecycle with the ref-counted
-//!   unload of seed 000 §3.2 (device teardown only when the count reaches zero) and the
+//!   unload of docs/facts/libnrt-runtime-model.md §A.3.2 (device teardown only when the count reaches zero) and the
 //!   fail-stop "RUNNING but poisoned" posture of §5.5.
 //! * [`ExecState`], [`ErpStep`]: the per-inference machine and the poller verdict (§1.3, §1.4).
 //! * [`ExecFatalStatus`], [`FatalFlags`]: `exec_fatal_status` and the per-NC `bool[7]` flag row (§4.4).
@@ -51,7 +51,7 @@ impl StateError {
     }
 }
 
-/// `NRT_INIT_STATE` (seed 000 §1.1).
+/// `NRT_INIT_STATE` (docs/facts/libnrt-runtime-model.md §A.1.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u32)]
 pub enum NrtInitState {
@@ -154,7 +154,7 @@ impl RuntimeState {
     }
 }
 
-/// `DLR_MODEL_STATE` (seed 000 §1.2).
+/// `DLR_MODEL_STATE` (docs/facts/libnrt-runtime-model.md §A.1.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u32)]
 pub enum DlrModelState {
@@ -301,7 +301,7 @@ impl ModelLifecycle {
     }
 }
 
-/// `exec_state` (seed 000 §1.3).
+/// `exec_state` (docs/facts/libnrt-runtime-model.md §A.1.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u32)]
 pub enum ExecState {
@@ -322,7 +322,7 @@ impl ExecState {
     }
 }
 
-/// `ERP_STEP` (seed 000 §1.4): the one-step verdict.
+/// `ERP_STEP` (docs/facts/libnrt-runtime-model.md §A.1.4): the one-step verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u32)]
 pub enum ErpStep {
@@ -341,7 +341,7 @@ impl ErpStep {
     }
 }
 
-/// `exec_fatal_status` (seed 000 §4.4).
+/// `exec_fatal_status` (docs/facts/libnrt-runtime-model.md §A.4.4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum ExecFatalStatus {

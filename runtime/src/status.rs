@@ -1,4 +1,4 @@
-//! `NRT_STATUS` and the multi-NC status-priority mapper (seed 000 §4.1, §4.2).
+//! `NRT_STATUS` and the multi-NC status-priority mapper (docs/facts/libnrt-runtime-model.md §A.4.1, §A.4.2).
 //!
 //! [`priority_of_code`] is a bit-exact reconstruction of libnrt's `nrt_get_status_priority`:
 //!
@@ -20,7 +20,7 @@
 
 pub use neff::NrtStatus;
 
-/// `nrt_status_priority_t` (seed 000 §4.2).
+/// `nrt_status_priority_t` (docs/facts/libnrt-runtime-model.md §A.4.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[repr(u8)]
 pub enum Priority {

@@ -1,4 +1,4 @@
-//! Device → CPU timestamp rescale (seed 001 §3 "Per-engine timestamp decode", NRT_FACTS §5.4).
+//! Device → CPU timestamp rescale (docs/facts/libnrt-runtime-model.md §B.3 "Per-engine timestamp decode", docs/facts/libnrt.md §5.4).
 //!
 //! Per engine the device keeps `{init_timestamp, actual_timestamp_inc, expected_timestamp_inc}`:
 //!
@@ -15,7 +15,7 @@
 //!
 //! Interpretations: a `device_ts` earlier than `init_timestamp` (which would wrap in the
 //! original's u64 arithmetic) is an error here; the sync-point mapping (`sync_point_dev_ts_to_cpu_ts`,
-//! not detailed by the seed) is modelled as a plain offset from one (device ns, CPU ns) pair.
+//! not detailed in docs/facts/libnrt-runtime-model.md §B.3) is modelled as a plain offset from one (device ns, CPU ns) pair.
 
 use thiserror::Error;
 

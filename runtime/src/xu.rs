@@ -1,4 +1,4 @@
-//! The execution unit (XU): per-vNC work queue and worker (seed 001 §6, NRT_FACTS §4.1, §4.6, §8).
+//! The execution unit (XU): per-vNC work queue and worker (docs/facts/libnrt-runtime-model.md §B.6, docs/facts/libnrt.md §4.1, §4.6, §8).
 //!
 //! [`XuQueue`] is the pure queue: three cursors `exec_head ≤ scheduled_head ≤ scheduled_tail`,
 //! all starting at 1. `schedule` writes the slot at `scheduled_tail` then advances it;

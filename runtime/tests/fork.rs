@@ -1,5 +1,5 @@
 //! A forked child sees NRT_STATE_CHILD: it cannot drive the devices it inherited
-//! (every API call returns NRT_UNINITIALIZED, seed 000 §1.1), while the parent carries on.
+//! (every API call returns NRT_UNINITIALIZED, docs/facts/libnrt-runtime-model.md §A.1.1), while the parent carries on.
 
 use std::sync::Arc;
 

@@ -1,4 +1,4 @@
-//! Every status the seeds name, reached through real misuse or the simulator's fault paths.
+//! Every status docs/facts/libnrt-runtime-model.md §A.4.1 names, reached through real misuse or the simulator's fault paths.
 
 use std::sync::Arc;
 use std::time::Duration;

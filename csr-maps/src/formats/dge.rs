@@ -1,4 +1,4 @@
-//! The 4-byte DGE mailbox entry and its gate rule (NRT_FACTS §6.1, seed 004).
+//! The 4-byte DGE mailbox entry and its gate rule (docs/facts/libnrt.md §6.1, docs/facts/libnrt-runtime-model.md §C).
 //!
 //! ```text
 //! byte 0 reserved (0) | byte 1 priority (higher = lower priority; default 0xFF) | bytes 2-3 bitmask (16 DMA channels; default 0xFFFF)

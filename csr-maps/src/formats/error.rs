@@ -1,4 +1,4 @@
-//! The 16-byte TPB error record (`NEURON_ISA_TPB_ERROR_NOTIFICATION`, NRT_FACTS §5.5).
+//! The 16-byte TPB error record (`NEURON_ISA_TPB_ERROR_NOTIFICATION`, docs/facts/libnrt.md §5.5).
 //!
 //! ```text
 //! +0 error_id u8 | +1 metadata_lo u16 | +3 header (notific_type ERROR 0x03 / TPB_ERROR 0x1F, overflow, phase)
@@ -6,7 +6,7 @@
 //! +8 timestamp u64
 //! ```
 
-/// `NEURON_ISA_TPB_ERROR_TYPE` (NRT_FACTS §5.5).
+/// `NEURON_ISA_TPB_ERROR_TYPE` (docs/facts/libnrt.md §5.5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorId {
     FpUnderflow,

@@ -1,4 +1,4 @@
-//! FW-IO mailbox records (NEURON_HW_FACTS §6.2): the 8-byte request header of the new
+//! FW-IO mailbox records (docs/facts/hardware.md §6.2): the 8-byte request header of the new
 //! protocol (dword0 {seq, cmd, size}; dword1 CRC-32C) and its checksum.
 
 /// CRC-32C (Castagnoli: reflected polynomial 0x82F63B78, init and final XOR 0xFFFFFFFF).

@@ -1,4 +1,4 @@
-//! The 16-byte notification record, in its two views (NRT_FACTS §5.3, §5.4):
+//! The 16-byte notification record, in its two views (docs/facts/libnrt.md §5.3, §5.4):
 //! the generic ISA view and libnrt's positional INFER_STATUS decode.
 //!
 //! ```text
@@ -10,13 +10,13 @@
 /// Record size in bytes.
 pub const RECORD_BYTES: usize = 16;
 
-/// Header byte bits (NRT_FACTS §5.3).
+/// Header byte bits (docs/facts/libnrt.md §5.3).
 const TYPE_MASK: u8 = 0x1F;
 const SW_OVF_BIT: u8 = 1 << 5;
 const HW_OVF_BIT: u8 = 1 << 6;
 const PHASE_BIT: u8 = 1 << 7;
 
-/// ISA notific_type values (NRT_FACTS §5.3).
+/// ISA notific_type values (docs/facts/libnrt.md §5.3).
 pub mod ntype {
     /// DMA notification.
     pub const DMA: u8 = 0x02;
@@ -71,7 +71,7 @@ pub mod ntype {
     }
 }
 
-/// INFER_STATUS subtype at +6 (NRT_FACTS §5.4).
+/// INFER_STATUS subtype at +6 (docs/facts/libnrt.md §5.4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Subtype {
     Start,
@@ -122,7 +122,7 @@ impl Subtype {
     }
 }
 
-/// Custom-notification sub-ids (subtype 6, sub-id at +4; NRT_FACTS §5.4).
+/// Custom-notification sub-ids (subtype 6, sub-id at +4; docs/facts/libnrt.md §5.4).
 pub mod custom {
     /// OOB embedding-table update (text).
     pub const OOB_EMBEDDING_TEXT: u16 = 0;

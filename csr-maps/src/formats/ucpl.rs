@@ -1,4 +1,4 @@
-//! The 32-byte UCPL header of a prelinked Q7 loadable library (NRT_FACTS §7.4).
+//! The 32-byte UCPL header of a prelinked Q7 loadable library (docs/facts/libnrt.md §7.4).
 //!
 //! ```text
 //! +0x00 magic[8] "UCPL " + 3 NUL (u64 0x204C504355; bytes 4..7 read as u32 = 0x20 = code offset)

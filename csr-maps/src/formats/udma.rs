@@ -1,4 +1,4 @@
-//! The 16-byte UDMA descriptor (NEURON_HW_FACTS §3.4, NRT_FACTS §4.5 "UDMA").
+//! The 16-byte UDMA descriptor (docs/facts/hardware.md §3.4, docs/facts/libnrt.md §4.5 "UDMA").
 //!
 //! ```text
 //! word0 (len/ctrl): `[15:0]` length (0 = 65536) | 23 META | `[25:24]` ring id | 26 FIRST | 27 LAST
@@ -34,7 +34,7 @@ pub mod meta {
     pub const OP_SHIFT: u32 = 23;
     /// bit26 write barrier (last descriptor of a batch on V2/V3).
     pub const WRITE_BARRIER: u32 = 1 << 26;
-    /// bit28 notification mask (V4 only, NRT_FACTS §4.5).
+    /// bit28 notification mask (V4 only, docs/facts/libnrt.md §4.5).
     pub const NOTIFICATION_MASK: u32 = 1 << 28;
     /// The metadata the driver writes on every TX descriptor: 0x01080003.
     pub const DEFAULT: u32 = LAST_BLOCK | FIRST_BLOCK | COPY_SOURCE | (0b010 << OP_SHIFT);
@@ -147,7 +147,7 @@ mod tests {
 
     #[test]
     fn bit_positions_pinned() {
-        // NEURON_HW_FACTS §3.4: [15:0] len, [25:24] ring id, 26 FIRST, 27 LAST, 28 INT, 30 DMB; NRT_FACTS §4.5: 31 CONCAT, 23 META, 29 SOW.
+        // docs/facts/hardware.md §3.4: [15:0] len, [25:24] ring id, 26 FIRST, 27 LAST, 28 INT, 30 DMB; docs/facts/libnrt.md §4.5: 31 CONCAT, 23 META, 29 SOW.
         let c = |f: fn(&mut DescCtrl)| {
             let mut d = DescCtrl { len: 1, ..Default::default() };
             f(&mut d);

@@ -117,7 +117,7 @@ struct ExecState {
     irq: Option<hal::Irq>,
     tracker: ExecTracker,
     seq: u64,
-    /// Device → host time of NC 0 (seed 001 timestamp rescale), taken at load.
+    /// Device → host time of NC 0 (docs/facts/libnrt-runtime-model.md §B timestamp rescale), taken at load.
     sync: crate::timestamp::TimestampSync,
     /// An async execution has been kicked off and is not complete yet.
     busy: bool,

@@ -187,6 +187,7 @@ fn signalled_faults_are_reported_within_10ms() {
             best = best.min(lag);
             rt.unload(&m).unwrap();
         }
+        eprintln!("{spec}: {} reported {best:?} after the fault (best of 3)", want.name());
         assert!(best <= Duration::from_millis(10), "{spec}: reported {best:?} after the fault");
         rt.close().unwrap();
     }

@@ -172,7 +172,7 @@ impl Runtime {
         if let Some(ex) = lock(&m.exec).take() {
             for ((s, d), &g) in ex.ncs.into_iter().zip(m.devices.iter()).zip(m.ncs.iter()) {
                 let nc = s.nc;
-                if !m.lanes.active(g).is_some_and(|a| a.id == m.id) {
+                if m.lanes.active(g).is_none_or(|a| a.id != m.id) {
                     // Parked: another model (or nothing) is armed on the NC; free the memory
                     // without touching its registers.
                     drop(s);

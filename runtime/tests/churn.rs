@@ -161,8 +161,8 @@ fn async_with_bad_requests() {
                         let mut bad = TensorSet::new();
                         bad.add("input", rt.alloc_tensor("input", 32, true, m.vncs[0]).unwrap());
                         for i in 0..40u32 {
-                            let e = rt.execute_async(&m, &bad, &good.outs).err().map(|e| e.status);
-                            assert_eq!(e, Some(NrtStatus::ExecBadInput));
+                            let t = rt.execute_async(&m, &bad, &good.outs).unwrap();
+                            assert_eq!(t.wait(), NrtStatus::ExecBadInput);
                             // Sync and async executions of one model from several threads
                             // serialize on the NC; each checks its own data under a lock-free
                             // tensor pair of its own.

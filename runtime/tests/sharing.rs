@@ -145,8 +145,8 @@ fn async_request_with_a_bad_input_fails_alone() {
     let mut bad = TensorSet::new();
     bad.add("input", rt.alloc_tensor("input", 64, true, 0).unwrap());
     for round in 0..3u32 {
-        let e = rt.execute_async(&m, &bad, &good.outs).err().map(|e| e.status);
-        assert_eq!(e, Some(NrtStatus::ExecBadInput));
+        let t = rt.execute_async(&m, &bad, &good.outs).unwrap();
+        assert_eq!(t.wait(), NrtStatus::ExecBadInput, "round {round}: refused at bind");
         let d = data(round);
         good.ti.write(0, &d).unwrap();
         let t = rt.execute_async(&m, &good.ins, &good.outs).unwrap();

@@ -17,12 +17,11 @@ impl Runtime {
     /// ticket yields the status; outputs are written when it completes.
     ///
     /// A request that does not fit the model (a missing input, a tensor of the wrong size,
-    /// one without a device address) is refused here with NRT_EXEC_BAD_INPUT, before it
-    /// reaches the XU: it fails alone and the XU stays healthy.
+    /// one without a device address) is refused at its bind, before anything is kicked off:
+    /// its ticket yields NRT_EXEC_BAD_INPUT, it fails alone and the XU stays healthy.
     pub fn execute_async(&self, m: &ModelHandle, inputs: &TensorSet, outputs: &TensorSet) -> Result<Ticket, RtError> {
         self.guard()?;
         lock(&m.lifecycle).check_executable()?;
-        super::execute::check_io(m, inputs, outputs)?;
         let nc =
             m.ncs.first().copied().ok_or_else(|| {
                 RtError::with(NrtStatus::InvalidHandle, RtErrorKind::Handle("model has no NC".into()))

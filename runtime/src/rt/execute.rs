@@ -125,43 +125,6 @@ fn bad_input(message: String) -> RtError {
     RtError::with(NrtStatus::ExecBadInput, RtErrorKind::InvalidArgument(message))
 }
 
-/// The checks of [`bind_inputs`] without binding anything: every input bound with the var's
-/// size and a device address, every bound output likewise (an async request is refused with
-/// them before it reaches the XU).
-pub(super) fn check_io(m: &Model, inputs: &TensorSet, outputs: &TensorSet) -> Result<(), RtError> {
-    let g = lock(&m.exec);
-    let Some(ex) = g.as_ref() else {
-        return Err(RtError::with(NrtStatus::InvalidHandle, RtErrorKind::Handle("model unloaded".into())));
-    };
-    for (k, s) in ex.ncs.iter().enumerate() {
-        for info in &m.inputs {
-            let t = inputs.get(&info.name).ok_or_else(|| bad_input(format!("input {} is not bound", info.name)))?;
-            let Some(i) = s.var_index(&info.name) else { continue };
-            crate::tensor_ops::check_dma(t)?;
-            if t.size != s.vars[i].size {
-                return Err(bad_input(format!(
-                    "input {}: tensor of {} bytes, model expects {}",
-                    info.name, t.size, s.vars[i].size
-                )));
-            }
-        }
-        if k == 0 {
-            for info in &m.outputs {
-                let Some(t) = outputs.get(&info.name) else { continue };
-                let Some(i) = s.var_index(&info.name) else { continue };
-                crate::tensor_ops::check_dma(t)?;
-                if t.size != s.vars[i].size {
-                    return Err(bad_input(format!(
-                        "output {}: tensor of {} bytes, model produces {}",
-                        info.name, t.size, s.vars[i].size
-                    )));
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
 pub(super) fn bind_inputs(
     m: &Model,
     ex: &mut ExecState,

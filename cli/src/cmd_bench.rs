@@ -83,8 +83,8 @@ fn setup(arch: &'static csr_maps::Arch, timing: Timing, poll: PollPolicy) -> Res
     d.target = "*".into();
     let bytes = d.build().map_err(CliError::failure)?;
     let m = rt.load(&bytes, None, None).map_err(e)?;
-    let ti = rt.alloc_tensor("input", 128, true, m.ncs[0]).map_err(e)?;
-    let to = rt.alloc_tensor("output", 128, true, m.ncs[0]).map_err(e)?;
+    let ti = rt.alloc_tensor("input", 128, true, m.vncs[0]).map_err(e)?;
+    let to = rt.alloc_tensor("output", 128, true, m.vncs[0]).map_err(e)?;
     ti.write(0, &[0x3Fu8; 128]).map_err(e)?;
     let mut ins = TensorSet::new();
     ins.add("input", ti);

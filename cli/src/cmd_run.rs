@@ -16,7 +16,8 @@ use crate::report::CliError;
 pub struct LoadArgs {
     /// The NEFF file.
     pub model: PathBuf,
-    /// First NeuronCore (default: the first free one).
+    /// First NeuronCore, logical: an index into NEURON_RT_VISIBLE_CORES (default: the
+    /// least-loaded ones).
     #[arg(long)]
     pub nc: Option<usize>,
 }
@@ -35,7 +36,8 @@ pub struct RunArgs {
     /// Execute N times (stops at the first failure).
     #[arg(long, default_value_t = 1)]
     pub repeat: u32,
-    /// First NeuronCore (default: the first free one).
+    /// First NeuronCore, logical: an index into NEURON_RT_VISIBLE_CORES (default: the
+    /// least-loaded ones).
     #[arg(long)]
     pub nc: Option<usize>,
     /// Inject a simulator fault before running (e.g. nq-overflow@nc0, hang@nc0:pe).
@@ -164,7 +166,7 @@ pub fn run(a: RunArgs, device: Option<&str>, timing: SimTiming, json_out: bool) 
         return Err(CliError::invalid("--sim-fault needs a simulated device (--device sim…)"));
     }
     let m = rt.load(&bytes, a.nc, None).map_err(rt_err)?;
-    let nc = m.ncs.first().copied().unwrap_or(0);
+    let nc = m.vncs.first().copied().unwrap_or(0);
     let mut given: Vec<(String, Vec<u8>)> = Vec::new();
     for s in &a.inputs {
         let (name, path) =

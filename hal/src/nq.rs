@@ -112,6 +112,30 @@ impl NqRing {
         Ok(())
     }
 
+    /// Program the slot again onto this ring, emptied (the NC was handed to another model
+    /// or reset): base_hi, base_lo, size, head 0; the reader starts over at phase 1.
+    pub fn rearm(&mut self, arch: &'static Arch, regs: &Regs<'_>) -> Result<()> {
+        self.buf.fill(0, self.size as usize, 0)?;
+        let s = slot_regs(regs, self.owner, self.slot)?;
+        let a = arch.host_dev_addr(self.buf.iova());
+        s.base_hi().write(ns::BaseHi((a >> 32) as u32))?;
+        s.base_lo().write(ns::BaseLo(a as u32))?;
+        s.size().write(ns::Size(self.size as u32))?;
+        s.head().write(ns::Head(0))?;
+        self.head = 0;
+        self.phase = true;
+        self.head_written = 0;
+        Ok(())
+    }
+
+    /// Whether a record is waiting at the consumer head (host memory only: no MMIO).
+    pub fn pending(&self) -> bool {
+        self.buf
+            .atomic_u32(self.head as usize)
+            .map(|w| ((w.load(Ordering::Acquire) >> 31) & 1 == 1) == self.phase)
+            .unwrap_or(false)
+    }
+
     /// Halt the slot (base 0, size 0).
     pub fn halt(&self, regs: &Regs<'_>) -> Result<()> {
         let s = slot_regs(regs, self.owner, self.slot)?;

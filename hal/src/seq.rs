@@ -63,6 +63,27 @@ impl Stream {
         Ok(())
     }
 
+    /// Stop and reset the engine, keeping the program (the NC is handed to another model;
+    /// [`Stream::rearm`] brings it back).
+    pub fn halt(&self, regs: &Regs<'_>) -> Result<()> {
+        let r = regs.seq(self.nc as u64)?.eng(self.engine as u64)?;
+        r.ctrl().write_with(|v| v.with_reset(1))?;
+        Ok(())
+    }
+
+    /// Program the engine again onto this stream's slots (after [`Stream::halt`] or an NC
+    /// reset) and enable it.
+    pub fn rearm(&self, regs: &Regs<'_>, infer_slot: u64, looped: bool) -> Result<()> {
+        let r = regs.seq(self.nc as u64)?.eng(self.engine as u64)?;
+        r.ctrl().write_with(|v| v.with_reset(1))?;
+        r.ifq_base_lo().write(se::IfqBaseLo(self.mem.addr() as u32))?;
+        r.ifq_base_hi().write(se::IfqBaseHi((self.mem.addr() >> 32) as u32))?;
+        r.ifq_len().write_with(|v| v.with_slots(self.slots))?;
+        r.nq_infer_slot().write_with(|v| v.with_slot(infer_slot as u32))?;
+        r.ctrl().write_with(|v| v.with_loop_en(looped as u32))?;
+        self.enable(regs, looped)
+    }
+
     /// Stop and reset the engine.
     pub fn unload(self, regs: &Regs<'_>) -> Result<DevBuf> {
         let r = regs.seq(self.nc as u64)?.eng(self.engine as u64)?;

@@ -26,7 +26,11 @@
 //!   Once an engine is COMPLETE it is drained ([`NotificationSource::drain_infer`]) and its
 //!   remaining records in the batch are discarded. After the sweep: all complete → FINALIZE(0);
 //!   else if `now − core start ≥ timeout`, per incomplete NC probe the overflow bit → 1204 (flag
-//!   SW_NQ_OVERFLOW) or `NRT_TIMEOUT` (flag TIMEOUT) and FINALIZE.
+//!   SW_NQ_OVERFLOW) or `NRT_TIMEOUT` (flag TIMEOUT) and FINALIZE. Before the timeout, at most
+//!   every [`SIGNAL_PROBE_INTERVAL`], the same branch is taken at once for an NC whose device
+//!   raised the overflow line or latched a cause its engines cannot finish after ([`stuck`]:
+//!   sequencer fatal, DMA abort / fault), so those faults are reported when they happen with
+//!   the status the timeout would give; a hang (no signal) still waits for the timeout.
 //! * **FINALIZE** (on every path): per NC sweep the whole error ring ([`crate::error_decode`]) and
 //!   merge its status by priority; read the latched fatal causes: on the timeout branch
 //!   (`NRT_TIMEOUT`) HBM UE → 1201 else DMA abort → 1203 else collectives → 1200 *replace* the
@@ -148,7 +152,8 @@ pub trait NotificationSource {
     fn drain_infer(&mut self, engine: usize) -> Result<(), SourceError>;
     /// Append up to `max` new records of the NC's TPB error ring.
     fn poll_errors(&mut self, out: &mut Vec<TpbErrorRecord>, max: usize) -> Result<(), SourceError>;
-    /// INTC cause bit 29 (software NQ overflow). Probed only on timeout / out-of-order records.
+    /// INTC cause bit 29 (software NQ overflow). Probed on timeout / out-of-order records, and
+    /// in flight at most every [`SIGNAL_PROBE_INTERVAL`].
     fn nq_overflow(&mut self) -> bool;
     /// Fatal hardware causes latched since the last clear. Read once per NC at FINALIZE.
     fn fatal_causes(&mut self) -> FatalCauses;
@@ -378,6 +383,19 @@ pub struct ExecTracker {
     debug_tensor_reads: Vec<TensorEvent>,
     verdict: Option<Step>,
     status: NrtStatus,
+    /// When the device's fatal-error signals were last probed (WAIT_CORE).
+    probed: Option<Instant>,
+}
+
+/// How often WAIT_CORE probes the device's fatal-error signals while an execution is in
+/// flight (two register reads per NC), so a stuck execution is reported within about this
+/// long instead of at the timeout.
+pub const SIGNAL_PROBE_INTERVAL: Duration = Duration::from_millis(1);
+
+/// Latched causes after which the engines cannot finish (a sequencer stopped on a fatal
+/// instruction, an aborted or faulted DMA queue that will never signal its semaphore).
+pub fn stuck(c: &FatalCauses) -> bool {
+    c.intersects(FatalCauses::SEQ_FATAL | FatalCauses::DMA_ABORT | FatalCauses::DMA_FAULT)
 }
 
 impl ExecTracker {
@@ -408,6 +426,7 @@ impl ExecTracker {
             debug_tensor_reads: Vec::with_capacity(cfg.tensor_capacity),
             verdict: None,
             status: NrtStatus::Success,
+            probed: None,
             cfg,
         })
     }
@@ -428,6 +447,7 @@ impl ExecTracker {
         self.debug_tensor_reads.clear();
         self.verdict = None;
         self.status = NrtStatus::Success;
+        self.probed = None;
     }
 
     /// Configuration.
@@ -607,16 +627,32 @@ impl ExecTracker {
         let mut all_done = true;
         let mut cause = NrtStatus::Success;
         let timeout = self.cfg.timeout;
+        // Between sweeps, at most every SIGNAL_PROBE_INTERVAL: a device that raised the NQ
+        // overflow line or latched a cause the engines cannot finish after ends the execution
+        // now, through the same path (and so with the same status) as the timeout would.
+        let probe =
+            elapsed < timeout && self.probed.is_none_or(|p| now.saturating_duration_since(p) >= SIGNAL_PROBE_INTERVAL);
+        if probe {
+            self.probed = Some(now);
+        }
         for (nc, (n, src)) in self.ncs.iter_mut().zip(sources.iter_mut()).enumerate() {
             if n.engines.iter().all(|&e| e == EngineState::Complete) {
                 continue;
             }
             all_done = false;
-            if elapsed >= timeout {
+            let signalled = probe && (src.nq_overflow() || stuck(&src.fatal_causes()));
+            if elapsed >= timeout || signalled {
                 if src.nq_overflow() {
-                    tracing::error!(nc, "(FATAL-RT-UNDEFINED-STATE) notification queue overflow detected at timeout");
+                    tracing::error!(nc, "(FATAL-RT-UNDEFINED-STATE) notification queue overflow detected");
                     n.fatal.set(ExecFatalStatus::SwNqOverflow);
                     n.ret = NrtStatus::ExecSwNqOverflow;
+                } else if signalled {
+                    tracing::error!(
+                        nc,
+                        "(FATAL-RT-UNDEFINED-STATE) fatal device error while waiting for execution completion"
+                    );
+                    n.fatal.set(ExecFatalStatus::Timeout);
+                    n.ret = NrtStatus::Timeout;
                 } else {
                     tracing::error!(
                         nc,

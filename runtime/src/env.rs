@@ -87,6 +87,10 @@ pub fn parse_visible_cores(raw: &str) -> Result<Vec<u32>, EnvError> {
     }
     out.sort_unstable();
     out.dedup();
+    // libnrt maps the list onto logical cores 0.. and refuses a list with holes.
+    if out.windows(2).any(|w| w[1] != w[0] + 1) {
+        return Err(bad("cores must be contiguous"));
+    }
     Ok(out)
 }
 

@@ -10,6 +10,7 @@
 //! | [`stage`] | staging a graph on a NeuronCore, in named steps |
 //! | [`completion`] | the one-step completion harvest (docs/facts/libnrt-runtime-model.md §B.1–§B.5) |
 //! | [`timestamp`] | device → CPU timestamp rescale (docs/facts/libnrt-runtime-model.md §B.3, "Per-engine timestamp decode") |
+//! | [`lanes`] | per-NC FIFO execution lanes and the model armed on each NC |
 //! | [`xu`] | the execution-unit queue and its per-vNC worker (docs/facts/libnrt-runtime-model.md §B.6, docs/facts/libnrt.md §4.6, §8) |
 //! | [`env`](mod@env) | `NEURON_RT_EXEC_TIMEOUT`, `NEURON_RT_VISIBLE_CORES`, `NEURON_RT_LOG_LEVEL` |
 //!
@@ -22,11 +23,13 @@ pub mod completion;
 pub mod env;
 pub mod error;
 pub mod error_decode;
+pub mod lanes;
 pub mod profile;
 pub mod rt;
 pub mod stage;
 pub mod state;
 pub mod status;
+mod sync;
 pub mod tensor_ops;
 pub mod timestamp;
 pub mod xu;

@@ -206,11 +206,15 @@ fn timeout_is_measured_from_core_start_and_yields_5() {
     let mut s = [stuck()];
     let t0 = to_wait_core(&mut t, &mut s);
     assert_eq!(t.step(&mut s, t0 + TIMEOUT - Duration::from_millis(1)), Step::InFlight);
-    assert_eq!(s[0].overflow_probes, 0);
+    // In flight, the device's error signals are probed at most once per probe interval.
+    let probes = s[0].overflow_probes;
+    assert!(probes <= 2, "{probes} probes");
+    assert_eq!(t.step(&mut s, t0 + TIMEOUT - Duration::from_micros(999)), Step::InFlight);
+    assert_eq!(s[0].overflow_probes, probes, "no second probe within the interval");
     assert_eq!(t.step(&mut s, t0 + TIMEOUT), Step::DoneWithError);
     assert_eq!(Step::DoneWithError.code(), 2);
     assert_eq!(t.status(), NrtStatus::Timeout);
-    assert_eq!(s[0].overflow_probes, 1);
+    assert_eq!(s[0].overflow_probes, probes + 1);
     let f = t.fatal_flags(0).unwrap();
     assert!(f.get(ExecFatalStatus::Timeout) && !f.get(ExecFatalStatus::SwNqOverflow));
 }
@@ -702,4 +706,30 @@ fn step_codes_match_erp_step() {
     assert_eq!(Step::InFlight.code(), 1);
     assert_eq!(Step::DoneWithError.code(), 2);
     assert!(!Step::InFlight.is_done());
+}
+
+/// A stuck execution whose device raised the NQ-overflow line or latched a cause the engines
+/// cannot finish after ends at the next signal probe, with the status the timeout gives.
+#[test]
+fn signalled_stuck_execution_ends_before_the_timeout() {
+    for (overflow, causes, want) in [
+        (true, FatalCauses::empty(), NrtStatus::ExecSwNqOverflow),
+        (false, FatalCauses::DMA_ABORT, NrtStatus::ExecHwErrDmaAbort),
+        (false, FatalCauses::SEQ_FATAL, NrtStatus::Timeout),
+    ] {
+        let mut t = tracker(1);
+        let mut s = [stuck()];
+        let t0 = to_wait_core(&mut t, &mut s);
+        assert_eq!(t.step(&mut s, t0 + Duration::from_millis(1)), Step::InFlight, "no signal yet");
+        s[0].overflow = overflow;
+        s[0].causes = causes;
+        assert_eq!(t.step(&mut s, t0 + Duration::from_millis(3)), Step::DoneWithError, "{causes:?}");
+        assert_eq!(t.status(), want, "{causes:?}");
+    }
+    // A latched cause the engines finish after (HBM UE) does not end the execution early.
+    let mut t = tracker(1);
+    let mut s = [stuck()];
+    let t0 = to_wait_core(&mut t, &mut s);
+    s[0].causes = FatalCauses::HBM_UE;
+    assert_eq!(t.step(&mut s, t0 + Duration::from_millis(3)), Step::InFlight);
 }

@@ -150,8 +150,11 @@ fn lifecycle_misuse_13_14_9_2_10() {
     assert_eq!(e.status, NrtStatus::LoadNotEnoughNc);
     assert_eq!(e.message(), "Insufficient number of pncs, required: 3, available: 2");
     let m = rt.load(&bytes, Some(1), None).unwrap();
-    let e = rt.load(&model(2, &SUNDA), None, None).unwrap_err();
+    // NCs are shared between models: only cores that do not exist are missing.
+    let e = rt.load(&model(2, &SUNDA), Some(1), None).unwrap_err();
     assert_eq!(e.message(), "Insufficient number of pncs, required: 2, available: 1");
+    let m2 = rt.load(&model(2, &SUNDA), None, None).unwrap();
+    rt.unload(&m2).unwrap();
     rt.unload(&m).unwrap();
     // 2: corrupted bytes; 10: major version 3.
     let mut bad = bytes.clone();
@@ -188,8 +191,11 @@ fn shared_model_is_torn_down_at_zero() {
     assert_eq!(rt.execute(&m2, &TensorSet::new(), &TensorSet::new()).unwrap_err().status, NrtStatus::InvalidHandle);
     assert_eq!(rt.loaded_models(), 0);
     let st = sim.stats();
-    assert_eq!((st.iommu_mappings, st.device_bytes), (0, 0), "after unload: {st:?}");
+    // The host-transfer rings stay mapped until close (tensor I/O may still use them).
+    assert_eq!(st.device_bytes, 0, "after unload: {st:?}");
     rt.close().unwrap();
+    let st = sim.stats();
+    assert_eq!((st.iommu_mappings, st.device_bytes), (0, 0), "after close: {st:?}");
 }
 
 #[test]

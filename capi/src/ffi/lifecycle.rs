@@ -42,6 +42,11 @@ pub extern "C" fn nrt_close() {
         if let Err(e) = rt().close() {
             log_error("nrt_close", &e);
         }
+        // Every handle dies with the runtime: tensors and sets still alive are released here
+        // (their device memory with them), so the device is closed for good and the handles
+        // are NRT_INVALID_HANDLE from now on, also after a new nrt_init.
         MODELS.clear();
+        SETS.clear();
+        TENSORS.clear();
     })
 }

@@ -1,42 +1,62 @@
-//! vNC admission: which global NeuronCores a load gets.
+//! vNC admission: which NeuronCores a load gets.
 //!
-//! The candidates are the NCs named by NEURON_RT_VISIBLE_CORES (all when unset) that no
-//! loaded model owns. A load asking for `start_nc` takes `start_nc..start_nc + required`
-//! (those of them that are free); otherwise the first free ones. Too few →
+//! Callers number cores logically: logical NC `i` is the `i`-th core of
+//! NEURON_RT_VISIBLE_CORES (all cores when unset), as in libnrt. Several models may share an
+//! NC (their executions serialize on the NC's lane, see [`crate::lanes`]), so admission only
+//! fails when the cores truly run out: a load asking for `start_nc` takes logical
+//! `start_nc..start_nc + required`; without a start it takes the `required` consecutive
+//! logical NCs holding the fewest models (lowest index on a tie). Too few cores →
 //! NRT_LOAD_NOT_ENOUGH_NC (9) with libnrt's message "Insufficient number of pncs, required:
-//! %u, available: %u" (available = the free NCs of the requested range, or all free NCs).
+//! %u, available: %u". Running out of device memory is reported by staging.
 
 use neff::NrtStatus;
 
-use super::{lock, RtError, RtErrorKind, Runtime, RuntimeConfig};
+use super::{lock, RtError, RtErrorKind, Runtime};
+
+/// The NCs picked for a load.
+pub(super) struct Placement {
+    /// Global indices.
+    pub global: Vec<usize>,
+    /// Logical indices.
+    pub logical: Vec<usize>,
+}
 
 impl Runtime {
-    /// Pick `required` free visible NCs (global indices) for a load; nothing is reserved yet.
-    pub(super) fn admit(
-        &self,
-        cfg: &RuntimeConfig,
-        start_nc: Option<usize>,
-        required: usize,
-    ) -> Result<Vec<usize>, RtError> {
-        let owners = lock(&self.owners);
-        let visible: Vec<usize> = match &cfg.visible_cores {
-            Some(v) => v.iter().copied().filter(|&c| c < owners.len()).collect(),
-            None => (0..owners.len()).collect(),
-        };
-        let free: Vec<usize> = visible.iter().copied().filter(|&c| owners[c].is_none()).collect();
-        let cand: Vec<usize> = match start_nc {
-            Some(s) => (s..s.saturating_add(required)).filter(|c| free.contains(c)).collect(),
-            None => free.iter().copied().take(required).collect(),
-        };
-        if cand.len() < required {
-            let available = if start_nc.is_some() { cand.len() } else { free.len() };
-            return Err(RtError::with(
+    /// Pick `required` visible NCs (logical `start_nc`, or the least loaded); nothing is
+    /// reserved yet.
+    pub(super) fn admit(&self, start_nc: Option<usize>, required: usize) -> Result<Placement, RtError> {
+        let visible = self.visible_ncs();
+        let placed = lock(&self.placed).clone();
+        let load = |l: usize| placed.get(visible[l]).copied().unwrap_or(0);
+        let not_enough = |available: usize| {
+            RtError::with(
                 NrtStatus::LoadNotEnoughNc,
                 RtErrorKind::Resource(format!(
                     "Insufficient number of pncs, required: {required}, available: {available}"
                 )),
-            ));
-        }
-        Ok(cand)
+            )
+        };
+        let first = match start_nc {
+            Some(s) => {
+                if s.checked_add(required).is_none_or(|e| e > visible.len()) {
+                    return Err(not_enough(visible.len().saturating_sub(s)));
+                }
+                s
+            }
+            None => {
+                if required > visible.len() {
+                    return Err(not_enough(visible.len()));
+                }
+                // The window whose busiest NC holds the fewest models, then the fewest in all.
+                (0..=visible.len() - required)
+                    .min_by_key(|&w| {
+                        let loads = (w..w + required).map(load);
+                        (loads.clone().max().unwrap_or(0), loads.sum::<usize>())
+                    })
+                    .unwrap_or(0)
+            }
+        };
+        let logical: Vec<usize> = (first..first + required).collect();
+        Ok(Placement { global: logical.iter().map(|&l| visible[l]).collect(), logical })
     }
 }

@@ -8,13 +8,17 @@ use std::time::Instant;
 use neff::NrtStatus;
 
 use super::execute::{bind_inputs, kick, read_outputs};
-use super::{lock, Model, ModelHandle, NcXu, RtError, RtErrorKind, Runtime, TensorSet};
+use super::{lock, Held, Model, ModelHandle, NcXu, RtError, RtErrorKind, Runtime, TensorSet};
 use crate::completion::Step;
 use crate::xu::{Executor, Ticket, Xu, XuId};
 
 impl Runtime {
     /// Asynchronous execute through the execution unit of the model's first NC. The
     /// ticket yields the status; outputs are written when it completes.
+    ///
+    /// A request that does not fit the model (a missing input, a tensor of the wrong size,
+    /// one without a device address) is refused at its bind, before anything is kicked off:
+    /// its ticket yields NRT_EXEC_BAD_INPUT, it fails alone and the XU stays healthy.
     pub fn execute_async(&self, m: &ModelHandle, inputs: &TensorSet, outputs: &TensorSet) -> Result<Ticket, RtError> {
         self.guard()?;
         lock(&m.lifecycle).check_executable()?;
@@ -78,8 +82,10 @@ pub struct AsyncReq {
 /// An in-flight async execution.
 pub struct AsyncTok {
     req: AsyncReq,
-    /// Bound and kicked off (the first step does it, so executions of a model never overlap).
+    /// Bound and kicked off (once the NCs' lanes serve it, so executions never overlap).
     started: bool,
+    /// Tickets on the model's lanes (taken at submission: FIFO with sync executions).
+    held: Option<Held>,
     /// A bind/kick failure to report.
     error: Option<NrtStatus>,
     /// When it was kicked off (profiling).
@@ -99,23 +105,31 @@ impl Executor for XuExec {
         if lock(&req.model.lifecycle).poisoned().is_some() {
             return Err(NrtStatus::ExecUnitUnrecoverable);
         }
-        Ok(AsyncTok { req, started: false, error: None, t0: Instant::now() })
+        let held = Some(Held::enqueue(&req.model.lanes, &req.model.ncs));
+        Ok(AsyncTok { req, started: false, held, error: None, t0: Instant::now() })
     }
 
     fn step(&mut self, tok: &mut AsyncTok) -> Step {
         if tok.error.is_some() {
-            return Step::DoneWithError;
+            // Refused before the kickoff (nothing ran): the request fails alone.
+            return Step::Done;
         }
         let m = tok.req.model.clone();
+        if !tok.started {
+            if !tok.held.as_ref().is_some_and(|h| h.ready()) {
+                return Step::InFlight;
+            }
+            if let Err(e) = super::ncs::switch_in(&m) {
+                tok.error = Some(e.status);
+                return Step::Done;
+            }
+        }
         let mut g = lock(&m.exec);
         let Some(ex) = g.as_mut() else {
             tok.error = Some(NrtStatus::InvalidHandle);
-            return Step::DoneWithError;
+            return Step::Done;
         };
         if !tok.started {
-            if ex.busy {
-                return Step::InFlight;
-            }
             let r = bind_inputs(&m, ex, &tok.req.inputs, &tok.req.outputs).and_then(|_| {
                 if let Some(irq) = &ex.irq {
                     irq.drain();
@@ -124,9 +138,8 @@ impl Executor for XuExec {
             });
             if let Err(e) = r {
                 tok.error = Some(e.status);
-                return Step::DoneWithError;
+                return Step::Done;
             }
-            ex.busy = true;
             tok.started = true;
             tok.t0 = Instant::now();
             return Step::InFlight;
@@ -134,16 +147,13 @@ impl Executor for XuExec {
         ex.tracker.step(&mut ex.ncs, Instant::now())
     }
 
-    fn complete(&mut self, tok: AsyncTok) -> NrtStatus {
-        let m = &tok.req.model;
-        let mut g = lock(&m.exec);
-        let Some(ex) = g.as_mut() else { return NrtStatus::InvalidHandle };
-        if tok.started {
-            ex.busy = false;
-        }
+    fn complete(&mut self, mut tok: AsyncTok) -> NrtStatus {
         if let Some(s) = tok.error {
             return s;
         }
+        let m = &tok.req.model;
+        let mut g = lock(&m.exec);
+        let Some(ex) = g.as_mut() else { return NrtStatus::InvalidHandle };
         let status = ex.tracker.status();
         if crate::profile::active() {
             let t = ex.tracker.timings();
@@ -151,19 +161,29 @@ impl Executor for XuExec {
         }
         if ex.tracker.verdict() == Some(Step::DoneWithError) {
             drop(g);
+            for &nc in &m.ncs {
+                m.lanes.set_dirty(nc, true);
+            }
+            tok.held = None;
             lock(&m.lifecycle).poison(status);
             return status;
         }
-        match read_outputs(m, ex, &tok.req.outputs) {
+        let r = read_outputs(m, ex, &tok.req.outputs);
+        drop(g);
+        tok.held = None;
+        match r {
             Ok(()) => status,
             Err(e) => e.status,
         }
     }
 
     fn abandon(&mut self, tok: AsyncTok) {
+        // Dropping the token gives its lane tickets back (cancelled if never served). An
+        // execution already kicked off is left to finish on the device; the NC is re-armed
+        // (reset first) before its next use.
         if tok.started {
-            if let Some(ex) = lock(&tok.req.model.exec).as_mut() {
-                ex.busy = false;
+            for &nc in &tok.req.model.ncs {
+                tok.req.model.lanes.set_dirty(nc, true);
             }
         }
     }

@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 use hal::Xfer;
 use neff::NrtStatus;
 
-use super::{lock, ExecState, ExecTimings, Model, ModelHandle, PollPolicy, RtError, RtErrorKind, Runtime, TensorSet};
+use super::{
+    lock, ExecState, ExecTimings, Held, Model, ModelHandle, PollPolicy, RtError, RtErrorKind, Runtime, TensorSet,
+};
 use crate::completion::Step;
 
 impl Runtime {
@@ -25,16 +27,13 @@ impl Runtime {
             return Ok((NrtStatus::ExecUnitUnrecoverable, ExecTimings::default()));
         }
         let t0 = Instant::now();
-        // Executions of a model are serialized: wait for an async execution in flight.
-        let mut g = lock(&m.exec);
-        while g.as_ref().is_some_and(|e| e.busy) {
-            drop(g);
-            if t0.elapsed() > lock(&self.cfg).exec_timeout {
-                return Ok((NrtStatus::ExecNcBusy, ExecTimings::default()));
-            }
-            std::thread::yield_now();
-            g = lock(&m.exec);
+        // Executions on an NC are serialized in arrival order (its lane); the model armed on
+        // the NC is switched if needed.
+        let held = Held::acquire(&m.lanes, &m.ncs);
+        if !m.lanes.all_active(&held.t, |a| a.id == m.id) {
+            super::ncs::switch_in(m)?;
         }
+        let mut g = lock(&m.exec);
         let ex = g
             .as_mut()
             .ok_or_else(|| RtError::with(NrtStatus::InvalidHandle, RtErrorKind::Handle("model unloaded".into())))?;
@@ -65,6 +64,10 @@ impl Runtime {
         }
         if step == Step::DoneWithError {
             drop(g);
+            for &nc in &m.ncs {
+                m.lanes.set_dirty(nc, true);
+            }
+            drop(held);
             lock(&m.lifecycle).poison(status);
             let timings = ExecTimings { total_ns: t0.elapsed().as_nanos() as u64, steps, ..Default::default() };
             return Ok((status, timings));

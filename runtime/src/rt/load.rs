@@ -7,14 +7,16 @@ use std::sync::{Arc, Mutex};
 
 use neff::{Neff, ReadOptions};
 
-use super::{lock, ExecState, Model, ModelHandle, PollPolicy, RtError, RtErrorKind, Runtime};
+use super::{lock, Armed, ExecState, Held, Model, ModelHandle, PollPolicy, RtError, RtErrorKind, Runtime};
 use crate::completion::{ExecTracker, TrackerConfig};
 use crate::stage::{stage_graph, GraphPlacement, StagedNc};
 use crate::state::{ModelLifecycle, Unload};
 
 impl Runtime {
-    /// `nrt_load`: parse and stage `neff` on `nc_count` NCs starting at `start_nc`
-    /// (None = the first free visible NCs). `nc_count` None = one NC per graph.
+    /// `nrt_load`: parse and stage `neff` on `nc_count` NCs starting at logical NC
+    /// `start_nc` (None = the least-loaded visible NCs). `nc_count` None = one NC per graph.
+    /// The NCs may already hold other models: staging waits for the NCs' lanes (running
+    /// executions finish first) and parks the model armed there.
     pub fn load(&self, bytes: &[u8], start_nc: Option<usize>, nc_count: Option<usize>) -> Result<ModelHandle, RtError> {
         self.guard()?;
         let cfg = lock(&self.cfg).clone();
@@ -25,12 +27,36 @@ impl Runtime {
         let n = Neff::parse(bytes, &opts)?;
         crate::stage::check_io(&n).map_err(|e| RtError::with(e.status, RtErrorKind::InvalidNeff(e.to_string())))?;
         let required = nc_count.unwrap_or(n.graphs.len()).max(n.graphs.len());
-        let picked = self.admit(&cfg, start_nc, required)?;
+        let place = self.admit(start_nc, required)?;
+        let picked = place.global;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         {
-            let mut owners = lock(&self.owners);
+            let mut placed = lock(&self.placed);
             for &c in &picked {
-                owners[c] = Some(id);
+                if let Some(p) = placed.get_mut(c) {
+                    *p += 1;
+                }
+            }
+        }
+        let lanes = lock(&self.lanes).clone();
+        let held = Held::acquire(&lanes, &picked);
+        // Staging programs the NCs' hardware: park the models armed there first.
+        for &g in &picked {
+            if let Some(prev) = lanes.set_active(g, None).and_then(|a| a.model.upgrade()) {
+                if let Some(j) = prev.ncs.iter().position(|&x| x == g) {
+                    if let Some(s) = lock(&prev.exec).as_mut().and_then(|ex| ex.ncs.get_mut(j)) {
+                        super::ncs::park(s);
+                    }
+                }
+            }
+            if lanes.set_dirty(g, false) {
+                if let Some((dev, local)) = self.device_of(g) {
+                    if let Err(e) = dev.reset_nc(local) {
+                        lanes.set_dirty(g, true);
+                        self.unplace(&picked);
+                        return Err(e.into());
+                    }
+                }
             }
         }
         let mut life = ModelLifecycle::new();
@@ -53,12 +79,8 @@ impl Runtime {
                 drop(s.teardown(d));
             }
             let _ = life.load_failed();
-            {
-                let mut owners = lock(&self.owners);
-                for &c in &picked {
-                    owners[c] = None;
-                }
-            }
+            self.unplace(&picked);
+            drop(held);
             self.release_idle();
             return Err(e);
         }
@@ -81,12 +103,18 @@ impl Runtime {
             inputs: n.inputs.clone(),
             outputs: n.outputs.clone(),
             ncs: picked,
+            vncs: place.logical,
             lifecycle: Mutex::new(life),
-            exec: Mutex::new(Some(ExecState { irq, ncs: staged, tracker, seq: 0, sync, busy: false })),
+            exec: Mutex::new(Some(ExecState { irq, ncs: staged, tracker, seq: 0, sync })),
             poll: cfg.poll,
             devices: devs,
+            lanes: lanes.clone(),
             epoch: self.epoch,
         });
+        for &g in &model.ncs {
+            lanes.set_active(g, Some(Armed { id, model: Arc::downgrade(&model) }));
+        }
+        drop(held);
         lock(&self.models).insert(id, model.clone());
         Ok(model)
     }
@@ -107,28 +135,52 @@ impl Runtime {
         }
         lock(&self.models).remove(&m.id);
         self.retire_workers();
+        // Wait for the executions queued on the model's NCs before it (each bounded by its
+        // timeout), then tear down with the NCs held.
+        let held = Held::acquire(&m.lanes, &m.ncs);
         self.teardown(m);
+        drop(held);
         let _ = lock(&m.lifecycle).finish_teardown();
         self.release_idle();
         Ok(())
     }
 
-    /// Devices with no model loaded release their host-transfer rings and idle DMA memory.
+    /// Devices with no model loaded give their idle host DMA memory back. Nothing in use is
+    /// released: host-transfer rings and the devices stay until [`Runtime::close`], so tensor
+    /// I/O on other threads is never torn down under them.
     pub(super) fn release_idle(&self) {
         let devs = lock(&self.devices).clone();
         let models = lock(&self.models);
         for d in &devs {
             if !models.values().any(|x| x.devices.iter().any(|y| y.same(d))) {
-                d.close();
+                d.trim();
             }
         }
     }
 
+    fn unplace(&self, ncs: &[usize]) {
+        let mut placed = lock(&self.placed);
+        for &c in ncs {
+            if let Some(p) = placed.get_mut(c) {
+                *p = p.saturating_sub(1);
+            }
+        }
+    }
+
+    /// Tear `m` down; the caller holds `m`'s lanes (or nothing else can use them: close).
     pub(super) fn teardown(&self, m: &Model) {
         let poisoned = lock(&m.lifecycle).poisoned().is_some();
         if let Some(ex) = lock(&m.exec).take() {
-            for (s, d) in ex.ncs.into_iter().zip(m.devices.iter()) {
+            for ((s, d), &g) in ex.ncs.into_iter().zip(m.devices.iter()).zip(m.ncs.iter()) {
                 let nc = s.nc;
+                if m.lanes.active(g).is_none_or(|a| a.id != m.id) {
+                    // Parked: another model (or nothing) is armed on the NC; free the memory
+                    // without touching its registers.
+                    drop(s);
+                    continue;
+                }
+                m.lanes.set_active(g, None);
+                m.lanes.set_dirty(g, false);
                 drop(s.teardown(d));
                 // libnrt leaves a faulted core to the management firmware; we reset the NCs of
                 // a poisoned model through the firmware at unload so the next load on them
@@ -144,11 +196,6 @@ impl Runtime {
         for d in &m.devices {
             d.trim();
         }
-        let mut owners = lock(&self.owners);
-        for &c in &m.ncs {
-            if owners.get(c).copied().flatten() == Some(m.id) {
-                owners[c] = None;
-            }
-        }
+        self.unplace(&m.ncs);
     }
 }

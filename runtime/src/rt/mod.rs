@@ -24,7 +24,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use hal::Device;
@@ -40,6 +40,7 @@ pub mod admission;
 pub mod async_exec;
 pub mod execute;
 pub mod load;
+mod ncs;
 pub mod tensor;
 
 pub use crate::error::{RtError, RtErrorKind};
@@ -119,8 +120,44 @@ struct ExecState {
     seq: u64,
     /// Device → host time of NC 0 (docs/facts/libnrt-runtime-model.md §B timestamp rescale), taken at load.
     sync: crate::timestamp::TimestampSync,
-    /// An async execution has been kicked off and is not complete yet.
-    busy: bool,
+}
+
+/// What a lane records about the model armed on its NC.
+#[derive(Clone)]
+pub(crate) struct Armed {
+    id: u64,
+    model: Weak<Model>,
+}
+
+/// The runtime's execution lanes (one per global NC).
+pub(crate) type NcLanes = crate::lanes::Lanes<Armed>;
+
+/// Tickets on a model's lanes, given back when dropped.
+pub(crate) struct Held {
+    lanes: Arc<NcLanes>,
+    t: crate::lanes::Tickets,
+}
+
+impl Held {
+    /// Queue on `ncs` (global) without waiting.
+    pub(crate) fn enqueue(lanes: &Arc<NcLanes>, ncs: &[usize]) -> Self {
+        Self { lanes: lanes.clone(), t: lanes.enqueue(ncs) }
+    }
+    /// Queue on `ncs` and wait for the turn.
+    pub(crate) fn acquire(lanes: &Arc<NcLanes>, ncs: &[usize]) -> Self {
+        let h = Self::enqueue(lanes, ncs);
+        h.lanes.wait(&h.t);
+        h
+    }
+    pub(crate) fn ready(&self) -> bool {
+        self.lanes.ready(&self.t)
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.lanes.release(&mut self.t);
+    }
 }
 
 /// A loaded model.
@@ -131,10 +168,13 @@ pub struct Model {
     pub outputs: Vec<TensorInfo>,
     /// Global NC indices.
     pub ncs: Vec<usize>,
+    /// The same NCs as the caller numbers them (logical: index into NEURON_RT_VISIBLE_CORES).
+    pub vncs: Vec<usize>,
     lifecycle: Mutex<ModelLifecycle>,
     exec: Mutex<Option<ExecState>>,
     poll: PollPolicy,
     devices: Vec<Device>,
+    lanes: Arc<NcLanes>,
     epoch: Instant,
 }
 
@@ -160,7 +200,9 @@ pub struct Runtime {
     state: Mutex<RuntimeState>,
     devices: Mutex<Vec<Device>>,
     cfg: Mutex<RuntimeConfig>,
-    owners: Mutex<Vec<Option<u64>>>,
+    /// Models placed on each global NC.
+    placed: Mutex<Vec<usize>>,
+    lanes: Mutex<Arc<NcLanes>>,
     models: Mutex<HashMap<u64, Arc<Model>>>,
     xus: Mutex<HashMap<usize, Arc<NcXu>>>,
     next_id: AtomicU64,
@@ -182,7 +224,8 @@ impl Runtime {
             state: Mutex::new(RuntimeState::new()),
             devices: Mutex::new(Vec::new()),
             cfg: Mutex::new(RuntimeConfig::default()),
-            owners: Mutex::new(Vec::new()),
+            placed: Mutex::new(Vec::new()),
+            lanes: Mutex::new(Arc::new(NcLanes::new(0))),
             models: Mutex::new(HashMap::new()),
             xus: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
@@ -227,7 +270,8 @@ impl Runtime {
             }
         }
         let ncs: usize = devs.iter().map(|d| d.nc_count()).sum();
-        *lock(&self.owners) = vec![None; ncs];
+        *lock(&self.placed) = vec![0; ncs];
+        *lock(&self.lanes) = Arc::new(NcLanes::new(ncs));
         *lock(&self.devices) = devs;
         *lock(&self.cfg) = cfg;
         self.pid.store(std::process::id() as u64, Ordering::Relaxed);
@@ -256,7 +300,30 @@ impl Runtime {
 
     /// Global NCs of the runtime's devices.
     pub fn nc_count(&self) -> usize {
-        lock(&self.owners).len()
+        lock(&self.placed).len()
+    }
+
+    /// The global NCs a caller may name, in logical order: logical NC `i` is
+    /// `visible_ncs()[i]` (NEURON_RT_VISIBLE_CORES=3,4 → logical 0, 1 are global 3, 4).
+    pub fn visible_ncs(&self) -> Vec<usize> {
+        let n = self.nc_count();
+        match &lock(&self.cfg).visible_cores {
+            Some(v) => v.iter().copied().filter(|&c| c < n).collect(),
+            None => (0..n).collect(),
+        }
+    }
+
+    /// The global NC behind logical NC `vnc`.
+    pub fn global_nc(&self, vnc: usize) -> Result<usize, RtError> {
+        let v = self.visible_ncs();
+        v.get(vnc).copied().ok_or_else(|| RtError::invalid(format!("no logical NC {vnc} ({} visible)", v.len())))
+    }
+
+    /// Models placed on each logical NC.
+    pub fn models_per_nc(&self) -> Vec<usize> {
+        let vis = self.visible_ncs();
+        let placed = lock(&self.placed);
+        vis.into_iter().map(|g| placed.get(g).copied().unwrap_or(0)).collect()
     }
 
     /// The device of global NC `global_nc` and the NC's index on it.

@@ -65,7 +65,7 @@ impl Tensor {
         }
         match &self.mem {
             TensorMem::Host(b) => b.write(off as usize, data)?,
-            TensorMem::Device(d) => self.dev.write_device(0, d.addr() + off, data)?,
+            TensorMem::Device(d) => self.dev.write_device(self.nc, d.addr() + off, data)?,
             TensorMem::Slice { parent, offset } => parent.write(offset + off, data)?,
             TensorMem::User(u) => u.write(off, data)?,
             TensorMem::Empty => {}
@@ -84,7 +84,7 @@ impl Tensor {
         }
         match &self.mem {
             TensorMem::Host(b) => b.read(off as usize, out)?,
-            TensorMem::Device(d) => self.dev.read_device(0, d.addr() + off, out)?,
+            TensorMem::Device(d) => self.dev.read_device(self.nc, d.addr() + off, out)?,
             TensorMem::Slice { parent, offset } => parent.read(offset + off, out)?,
             TensorMem::User(u) => u.read(off, out)?,
             TensorMem::Empty => {}
@@ -128,9 +128,11 @@ impl TensorSet {
 }
 
 impl Runtime {
-    /// Allocate a tensor on the device of global NC `nc` (host DMA memory or HBM).
-    pub fn alloc_tensor(&self, name: &str, size: u64, on_device: bool, nc: usize) -> Result<Arc<Tensor>, RtError> {
+    /// Allocate a tensor for logical NC `vnc` (host DMA memory or HBM of its device). Its
+    /// I/O runs on that NC's host-transfer ring.
+    pub fn alloc_tensor(&self, name: &str, size: u64, on_device: bool, vnc: usize) -> Result<Arc<Tensor>, RtError> {
         self.guard()?;
+        let nc = self.global_nc(vnc)?;
         let (dev, local) = self.device_of(nc).ok_or_else(|| RtError::invalid(format!("no NC {nc}")))?;
         // No memory can hold more than isize::MAX bytes; refuse before any size is rounded.
         if size > isize::MAX as u64 {

@@ -1,0 +1,4 @@
+//! The synchronisation primitives [`crate::lanes`] is written against (std here; the loom
+//! model test substitutes loom's).
+
+pub use std::sync::{Condvar, Mutex, MutexGuard};

@@ -341,7 +341,7 @@ pub fn reg_json(r: &RegInstance) -> serde_json::Value {
         "blocked": r.def.blocked,
         "modeled": r.def.modeled,
         "fields": r.def.fields.iter().map(|f| json!({"name": f.name, "lsb": f.lsb, "width": f.width})).collect::<Vec<_>>(),
-        "source": r.def.source,
+        "source": readable_source(r.def.source),
         "description": r.def.desc,
     })
 }
@@ -364,6 +364,7 @@ fn list(arch: &'static Arch, filter: Option<&str>, json: bool) -> Result<(), Cli
         arch.kmod_name,
         regs.len()
     );
+    let _ = writeln!(w, "{LIST_LEGEND}");
     for r in &regs {
         let fields: Vec<String> = r
             .def
@@ -387,11 +388,43 @@ fn list(arch: &'static Arch, filter: Option<&str>, json: bool) -> Result<(), Cli
             r.def.access.as_str(),
             if r.def.blocked { " blocked" } else { "" },
             fields.join(" "),
-            r.def.source,
+            readable_source(r.def.source),
             if r.def.modeled { "; modeled" } else { "" }
         );
     }
     Ok(())
+}
+
+/// The key printed under `csr list`'s header.
+const LIST_LEGEND: &str = "# columns: name, BAR, offset, width, access (blocked: the kmod never lets user space write it; \
+`csr write` refuses unless --force), fields [msb:lsb], (source; modeled: a project choice where the public sources are silent)";
+
+/// A register's source as a reader can follow it: `m:`/`r:` tags become the public kmod
+/// (`aws-neuron-driver`, the newer copy for `r:`) file, and fact-sheet sections become the
+/// repository's `docs/facts/` page and section.
+pub fn readable_source(src: &str) -> String {
+    let mut out = String::with_capacity(src.len() + 16);
+    let mut rest = src;
+    while !rest.is_empty() {
+        let at_word = out.is_empty() || out.ends_with([' ', '(', ',', ';']);
+        if let (true, Some(r)) = (at_word, rest.strip_prefix("m:")) {
+            out.push_str("kmod ");
+            rest = r;
+        } else if let (true, Some(r)) = (at_word, rest.strip_prefix("r:")) {
+            out.push_str("kmod(newer) ");
+            rest = r;
+        } else if let Some(r) = rest.strip_prefix("NEURON_HW_FACTS") {
+            out.push_str("docs/facts/hardware.md");
+            rest = r;
+        } else if let Some(r) = rest.strip_prefix("NRT_FACTS") {
+            out.push_str("docs/facts/libnrt.md");
+            rest = r;
+        } else if let Some(c) = rest.chars().next() {
+            out.push(c);
+            rest = &rest[c.len_utf8()..];
+        }
+    }
+    out
 }
 
 pub fn print_value(r: &RegInstance, v: u64, json: bool) {
@@ -408,6 +441,21 @@ pub fn print_value(r: &RegInstance, v: u64, json: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sources_read_as_public_files_and_repo_docs() {
+        assert_eq!(
+            readable_source("m:udma/udma_regs.h, r:udma/udma_main.c (NEURON_HW_FACTS §3.2)"),
+            "kmod udma/udma_regs.h, kmod(newer) udma/udma_main.c (docs/facts/hardware.md §3.2)"
+        );
+        assert_eq!(readable_source("NRT_FACTS §5.1 (DHN/NQH)"), "docs/facts/libnrt.md §5.1 (DHN/NQH)");
+        // Only tags at the start of a word are rewritten.
+        assert_eq!(readable_source("modeled; nrm:x"), "modeled; nrm:x");
+        for r in csr_maps::SUNDA.registers().iter().chain(csr_maps::MARIANA.registers().iter()) {
+            let s = readable_source(r.def.source);
+            assert!(!s.contains("FACTS") && !s.contains(" m:") && !s.starts_with("m:"), "{}: {s}", r.name);
+        }
+    }
 
     #[test]
     fn prefixes_match_by_component() {

@@ -106,14 +106,23 @@ enum BenchCmd {
     Collectives(cmd_collectives::CollectivesArgs),
 }
 
-/// Logs to stderr at NEURON_RT_LOG_LEVEL (default warn).
+/// Whether to colour output on a stream: only on a terminal, and never when `NO_COLOR` is set
+/// to a non-empty value (<https://no-color.org>).
+pub fn use_colour(is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    is_terminal && no_color.is_none_or(|v| v.is_empty())
+}
+
+/// Logs to stderr at NEURON_RT_LOG_LEVEL (default warn); coloured only on a terminal.
 fn init_logging() {
+    use std::io::IsTerminal;
     let raw = std::env::var("NEURON_RT_LOG_LEVEL").unwrap_or_default();
     let lower = raw.trim().to_ascii_lowercase();
     let known = ["error", "warn", "info", "debug", "trace"];
     let level = known.iter().copied().find(|l| *l == lower).unwrap_or("warn");
+    let ansi = use_colour(std::io::stderr().is_terminal(), std::env::var_os("NO_COLOR").as_deref());
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(ansi)
         .with_env_filter(tracing_subscriber::EnvFilter::new(level))
         .with_target(false)
         .try_init();
@@ -142,6 +151,44 @@ fn run(cli: Cli) -> Result<(), CliError> {
         #[cfg(feature = "fabric")]
         Cmd::Bench(BenchCmd::Collectives(a)) => cmd_collectives::run(a, json),
     }
+}
+
+/// Subcommand paths that never open a device: their help leaves out `--device` and
+/// `--sim-timing` (still accepted, as global options are, and ignored).
+const DEVICELESS: &[&[&str]] = &[&["neff"], &["bind"], &["unbind"], &["bench"], &["csr", "list"], &["csr", "decode"]];
+
+/// Hide the device options in `cmd` and every subcommand under it.
+fn hide_device_options(cmd: &mut clap::Command) {
+    for id in ["device", "sim_timing"] {
+        if cmd.get_arguments().any(|a| a.get_id() == id) {
+            *cmd = std::mem::take(cmd).mut_arg(id, |a| a.hide(true));
+        }
+    }
+    for sub in cmd.get_subcommands_mut() {
+        hide_device_options(sub);
+    }
+}
+
+/// The command line definition, built (global options propagated), with the device options
+/// hidden from the help of the commands that do not use a device.
+pub fn command() -> clap::Command {
+    let mut cmd = Cli::command();
+    cmd.build();
+    for path in DEVICELESS {
+        let mut c = Some(&mut cmd);
+        for name in *path {
+            c = c.and_then(|c| c.find_subcommand_mut(name));
+        }
+        if let Some(c) = c {
+            hide_device_options(c);
+        }
+    }
+    cmd
+}
+
+fn parse_cli(cmd: clap::Command) -> Cli {
+    let matches = cmd.get_matches();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
 }
 
 /// The benchmark binary, installed next to `neuron-vfio`.
@@ -187,7 +234,7 @@ fn finish(cli: Cli) {
 /// `neuron-vfio`'s `main`.
 pub fn main() {
     default_sigpipe();
-    let cli = Cli::parse();
+    let cli = parse_cli(command());
     init_logging();
     if matches!(cli.cmd, Cmd::Bench(_)) && !alloc_count::active() {
         let args: Vec<OsString> = std::env::args_os().skip(1).collect();
@@ -201,8 +248,7 @@ pub fn main() {
 /// `bench` commands only, with `neuron-vfio`'s arguments.
 pub fn main_bench() {
     default_sigpipe();
-    let matches = Cli::command().name(BENCH_BIN).bin_name(BENCH_BIN).get_matches();
-    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let cli = parse_cli(command().name(BENCH_BIN).bin_name(BENCH_BIN));
     init_logging();
     if !matches!(cli.cmd, Cmd::Bench(_)) {
         let e = CliError::invalid(format!("{BENCH_BIN} runs only the `bench` commands; use neuron-vfio"));

@@ -11,6 +11,7 @@
 //! | [`completion`] | the one-step completion harvest (seed 001 §1–§5) |
 //! | [`timestamp`] | device → CPU timestamp rescale (seed 001 §3, "Per-engine timestamp decode") |
 //! | [`xu`] | the execution-unit queue and its per-vNC worker (seed 001 §6, NRT_FACTS §4.6, §8) |
+//! | [`counters`] | per-process counters in shared memory for `monitor`/`top` (docs/monitoring.md) |
 //! | [`env`](mod@env) | `NEURON_RT_EXEC_TIMEOUT`, `NEURON_RT_VISIBLE_CORES`, `NEURON_RT_LOG_LEVEL` |
 //!
 //! Everything here is pure Rust behind small traits ([`completion::NotificationSource`],
@@ -19,6 +20,7 @@
 #![forbid(unsafe_code)]
 
 pub mod completion;
+pub mod counters;
 pub mod env;
 pub mod error;
 pub mod error_decode;

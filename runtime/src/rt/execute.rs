@@ -67,6 +67,7 @@ impl Runtime {
             drop(g);
             lock(&m.lifecycle).poison(status);
             let timings = ExecTimings { total_ns: t0.elapsed().as_nanos() as u64, steps, ..Default::default() };
+            m.count_execution(status, timings.total_ns, 0);
             return Ok((status, timings));
         }
         let timing = ex.tracker.timing(0).unwrap_or_default();
@@ -77,7 +78,9 @@ impl Runtime {
             .map(|end| observed.saturating_sub(end))
             .unwrap_or(0);
         read_outputs(m, ex, outputs)?;
-        Ok((status, ExecTimings { total_ns: t0.elapsed().as_nanos() as u64, device_ns, steps, completion_lag_ns }))
+        let total_ns = t0.elapsed().as_nanos() as u64;
+        m.count_execution(status, total_ns, device_ns);
+        Ok((status, ExecTimings { total_ns, device_ns, steps, completion_lag_ns }))
     }
 
     /// `nrt_execute_repeat`: `n` executions; stops at the first non-success status.

@@ -36,12 +36,15 @@ impl Runtime {
         life.begin_load()?;
         let mut staged: Vec<StagedNc> = Vec::new();
         let mut devs = Vec::new();
+        let mut staged_bytes = Vec::new();
         let comm_id = (id as u32).wrapping_mul(2654435761) ^ (std::process::id() << 8);
         let res: Result<(), RtError> = (|| {
             for (rank, g) in n.graphs.iter().enumerate() {
                 let (dev, local) = self.device_of(picked[rank]).ok_or_else(|| RtError::internal("NC vanished"))?;
+                let before = crate::counters::hbm_used(&dev, local);
                 let s = stage_graph(&dev, g, &GraphPlacement { nc: local, rank, comm_id })
                     .map_err(|e| RtError::with(e.status, RtErrorKind::Stage { graph: g.name.clone(), source: e }))?;
+                staged_bytes.push(crate::counters::hbm_used(&dev, local).saturating_sub(before));
                 staged.push(s);
                 devs.push(dev);
             }
@@ -85,7 +88,12 @@ impl Runtime {
             poll: cfg.poll,
             devices: devs,
             epoch: self.epoch,
+            counters: lock(&self.counters).clone(),
+            staged_bytes,
         });
+        if let Some(c) = &model.counters {
+            c.model_loaded(&model.ncs, &model.staged_bytes);
+        }
         lock(&self.models).insert(id, model.clone());
         Ok(model)
     }
@@ -126,6 +134,9 @@ impl Runtime {
     pub(super) fn teardown(&self, m: &Model) {
         let poisoned = lock(&m.lifecycle).poisoned().is_some();
         if let Some(ex) = lock(&m.exec).take() {
+            if let Some(c) = &m.counters {
+                c.model_unloaded(&m.ncs, &m.staged_bytes);
+            }
             for (s, d) in ex.ncs.into_iter().zip(m.devices.iter()) {
                 let nc = s.nc;
                 drop(s.teardown(d));

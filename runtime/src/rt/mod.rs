@@ -136,6 +136,9 @@ pub struct Model {
     poll: PollPolicy,
     devices: Vec<Device>,
     epoch: Instant,
+    /// Where executions are counted for monitors, and the device bytes staging took per NC.
+    pub(crate) counters: Option<Arc<crate::counters::Counters>>,
+    pub(crate) staged_bytes: Vec<u64>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -167,6 +170,8 @@ pub struct Runtime {
     pid: AtomicU64,
     closed_devices: AtomicBool,
     epoch: Instant,
+    /// The shared-memory counters monitors read (crate::counters), from init to close.
+    pub(crate) counters: Mutex<Option<Arc<crate::counters::Counters>>>,
 }
 
 impl Default for Runtime {
@@ -189,6 +194,7 @@ impl Runtime {
             pid: AtomicU64::new(std::process::id() as u64),
             closed_devices: AtomicBool::new(false),
             epoch: Instant::now(),
+            counters: Mutex::new(None),
         }
     }
 
@@ -228,6 +234,7 @@ impl Runtime {
         }
         let ncs: usize = devs.iter().map(|d| d.nc_count()).sum();
         *lock(&self.owners) = vec![None; ncs];
+        *lock(&self.counters) = crate::counters::publish(&devs);
         *lock(&self.devices) = devs;
         *lock(&self.cfg) = cfg;
         self.pid.store(std::process::id() as u64, Ordering::Relaxed);
@@ -251,6 +258,7 @@ impl Runtime {
             d.close();
         }
         self.closed_devices.store(true, Ordering::Relaxed);
+        lock(&self.counters).take();
         Ok(lock(&self.state).close(std::process::id())?)
     }
 

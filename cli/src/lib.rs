@@ -16,6 +16,7 @@ mod cmd_collectives;
 mod cmd_csr;
 mod cmd_dev;
 mod cmd_dma;
+mod cmd_monitor;
 mod cmd_neff;
 mod cmd_nq;
 mod cmd_run;
@@ -90,6 +91,11 @@ enum Cmd {
     Load(cmd_run::LoadArgs),
     /// Load a NEFF, bind inputs, execute, write outputs; print status and timings.
     Run(cmd_run::RunArgs),
+    /// Periodic reports of every NeuronCore in use on this machine: utilization, executions,
+    /// latency, memory, errors (--json: one object per line; --prometheus: /metrics).
+    Monitor(cmd_monitor::MonitorArgs),
+    /// Live per-NeuronCore view of the device (--once: one frame as text).
+    Top(cmd_monitor::TopArgs),
     /// Benchmarks (commands that print figures).
     #[command(subcommand)]
     Bench(BenchCmd),
@@ -146,6 +152,8 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Cmd::Neff(c) => cmd_neff::run_neff(c, json),
         Cmd::Load(a) => cmd_run::load(a, cli.device.as_deref(), t, json),
         Cmd::Run(a) => cmd_run::run(a, cli.device.as_deref(), t, json),
+        Cmd::Monitor(a) => cmd_monitor::monitor(a, json),
+        Cmd::Top(a) => cmd_monitor::top(a, &spec()?, json),
         Cmd::Bench(BenchCmd::NeffLoad(a)) => cmd_neff::bench_neff_load(a, json),
         Cmd::Bench(BenchCmd::Exec(a)) => cmd_bench::exec_bench(a, json),
         #[cfg(feature = "fabric")]
@@ -155,32 +163,28 @@ fn run(cli: Cli) -> Result<(), CliError> {
 
 /// Subcommand paths that never open a device: their help leaves out `--device` and
 /// `--sim-timing` (still accepted, as global options are, and ignored).
-const DEVICELESS: &[&[&str]] = &[&["neff"], &["bind"], &["unbind"], &["bench"], &["csr", "list"], &["csr", "decode"]];
+const DEVICELESS: &[&[&str]] = &[&["neff"], &["bind"], &["unbind"], &["bench"], &["csr", "list"], &["csr", "decode"], &["monitor"]];
 
-/// Hide the device options in `cmd` and every subcommand under it.
-fn hide_device_options(cmd: &mut clap::Command) {
-    for id in ["device", "sim_timing"] {
-        if cmd.get_arguments().any(|a| a.get_id() == id) {
-            *cmd = std::mem::take(cmd).mut_arg(id, |a| a.hide(true));
-        }
-    }
-    for sub in cmd.get_subcommands_mut() {
-        hide_device_options(sub);
-    }
-}
-
-/// The command line definition, built (global options propagated), with the device options
-/// hidden from the help of the commands that do not use a device.
+/// The command line definition, with the device options hidden from the help of the
+/// commands that do not use a device: those get hidden copies of the global options before
+/// clap propagates them (propagation skips a subcommand that already has the option), so
+/// `--device` is still accepted there (and ignored).
 pub fn command() -> clap::Command {
     let mut cmd = Cli::command();
-    cmd.build();
+    let hidden: Vec<clap::Arg> = cmd
+        .get_arguments()
+        .filter(|a| a.get_id() == "device" || a.get_id() == "sim_timing")
+        .map(|a| a.clone().hide(true))
+        .collect();
     for path in DEVICELESS {
         let mut c = Some(&mut cmd);
         for name in *path {
             c = c.and_then(|c| c.find_subcommand_mut(name));
         }
         if let Some(c) = c {
-            hide_device_options(c);
+            for a in &hidden {
+                *c = std::mem::take(c).arg(a.clone());
+            }
         }
     }
     cmd

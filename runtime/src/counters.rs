@@ -443,6 +443,11 @@ impl Reader {
         Ok(Self { shm, header: header as usize, slot_words: slot_words as usize, ncs: ncs as usize })
     }
 
+    /// The segment's file.
+    pub fn path(&self) -> &Path {
+        self.shm.path()
+    }
+
     /// The writer's process id.
     pub fn pid(&self) -> u64 {
         self.shm.load(hdr::PID).unwrap_or(0)

@@ -52,6 +52,7 @@ impl Runtime {
                     (Some(irq), PollPolicy::Interrupt) => {
                         irq.wait(Duration::from_millis(1));
                     }
+                    (_, PollPolicy::Spin) if steps >= LONG_WAIT_STEPS => long_wait(ex, steps),
                     _ => wait(m.poll, steps),
                 },
                 s => break s,
@@ -100,6 +101,32 @@ impl Runtime {
             }
         }
         Ok((NrtStatus::Success, t))
+    }
+}
+
+/// Steps a synchronous execute spins before it sleeps on the interrupt instead.
+const LONG_WAIT_STEPS: u64 = 1 << 14;
+
+/// Past a short spin, sleep on NC 0's interrupt eventfd (bounded, so a device that never
+/// raises still reaches the timeout) rather than burn a core until the timeout. The eventfd
+/// is taken on first need: taken at load, the device would signal it on every record of
+/// every fast execution. It is drained once before the first sleep (re-checked by the next
+/// step), so events left from earlier executions do not cut the sleep short.
+fn long_wait(ex: &mut ExecState, steps: u64) {
+    if steps == LONG_WAIT_STEPS {
+        if ex.irq.is_none() {
+            ex.irq = ex.ncs.first().and_then(|s| s.dev.irq(s.nc).ok().flatten());
+        }
+        if let Some(irq) = &ex.irq {
+            irq.drain();
+        }
+        return;
+    }
+    match &ex.irq {
+        Some(irq) => {
+            irq.wait(Duration::from_millis(1));
+        }
+        None => wait(PollPolicy::Spin, steps),
     }
 }
 

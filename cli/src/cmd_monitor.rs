@@ -170,8 +170,7 @@ pub fn report_json(r: &Report) -> Value {
                    "neuroncores": 0, "memory_used_bytes": 0, "host_dma_tensor_bytes": host})
         });
         e["neuroncores"] = json!(e["neuroncores"].as_u64().unwrap_or(0) + 1);
-        e["memory_used_bytes"] =
-            json!(e["memory_used_bytes"].as_u64().unwrap_or(0) + n.mem_model + n.mem_tensors);
+        e["memory_used_bytes"] = json!(e["memory_used_bytes"].as_u64().unwrap_or(0) + n.mem_model + n.mem_tensors);
     }
     let ncs: Vec<Value> = r
         .ncs
@@ -335,8 +334,8 @@ fn period(ms: u64) -> Result<Duration, CliError> {
 
 /// Serve `/metrics` from `latest` on `addr` in a background thread; returns the bound address.
 fn serve_metrics(addr: &str, latest: Arc<Mutex<String>>) -> Result<String, CliError> {
-    let server =
-        tiny_http::Server::http(addr).map_err(|e| CliError::invalid(format!("--prometheus {addr}: cannot listen: {e}")))?;
+    let server = tiny_http::Server::http(addr)
+        .map_err(|e| CliError::invalid(format!("--prometheus {addr}: cannot listen: {e}")))?;
     let bound = server.server_addr().to_string();
     std::thread::Builder::new()
         .name("metrics".into())

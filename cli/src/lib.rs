@@ -55,6 +55,10 @@ struct Cli {
     /// How the simulator runs device work.
     #[arg(long, global = true, value_enum, default_value = "inline")]
     sim_timing: SimTiming,
+    /// Trace every BAR read/write the driver makes into FILE, timestamped and decoded to
+    /// register and field names (also NEURON_VFIO_MMIO_TRACE=FILE).
+    #[arg(long, global = true, value_name = "FILE")]
+    mmio_trace: Option<PathBuf>,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -139,6 +143,9 @@ fn init_logging() {
 
 fn run(cli: Cli) -> Result<(), CliError> {
     let json = cli.json;
+    if let Some(p) = &cli.mmio_trace {
+        select::set_mmio_trace(p);
+    }
     let spec = || DeviceSpec::parse(cli.device.as_deref());
     let t = cli.sim_timing;
     match cli.cmd {
@@ -163,7 +170,8 @@ fn run(cli: Cli) -> Result<(), CliError> {
 
 /// Subcommand paths that never open a device: their help leaves out `--device` and
 /// `--sim-timing` (still accepted, as global options are, and ignored).
-const DEVICELESS: &[&[&str]] = &[&["neff"], &["bind"], &["unbind"], &["bench"], &["csr", "list"], &["csr", "decode"], &["monitor"]];
+const DEVICELESS: &[&[&str]] =
+    &[&["neff"], &["bind"], &["unbind"], &["bench"], &["csr", "list"], &["csr", "decode"], &["monitor"]];
 
 /// The command line definition, with the device options hidden from the help of the
 /// commands that do not use a device: those get hidden copies of the global options before

@@ -46,7 +46,19 @@ fn an_unknown_input_name_is_named_with_the_models_inputs() {
 #[test]
 fn every_json_failure_has_status_code_and_error() {
     let cases: [&[&str]; 3] = [
-        &["--json", "--device", "sim", "run", ONE, "--input", INPUT, "--sim-fault", "nq-overflow@nc0", "--timeout", "1"],
+        &[
+            "--json",
+            "--device",
+            "sim",
+            "run",
+            ONE,
+            "--input",
+            INPUT,
+            "--sim-fault",
+            "nq-overflow@nc0",
+            "--timeout",
+            "1",
+        ],
         &["--json", "--device", "sim", "run", ONE, "--input", INPUT, "--sim-fault", "fp-nan@nc0:act"],
         &["--json", "--device", "sim", "run", ONE],
     ];
@@ -67,7 +79,8 @@ fn help_lists_only_the_options_that_apply() {
         assert!(out.status.success(), "{args:?}");
         String::from_utf8_lossy(&out.stdout).to_string()
     };
-    for deviceless in [&["neff", "--help"][..], &["neff", "inspect", "--help"], &["csr", "list", "--help"], &["bind", "--help"]]
+    for deviceless in
+        [&["neff", "--help"][..], &["neff", "inspect", "--help"], &["csr", "list", "--help"], &["bind", "--help"]]
     {
         let h = help(deviceless);
         assert!(!h.contains("--device") && !h.contains("--sim-timing"), "{deviceless:?}:\n{h}");

@@ -193,7 +193,11 @@ impl Counters {
     /// Create this process's next segment in [`shm_dir`] for `ncs` (global NC order).
     pub fn create(ncs: &[NcId], devices: usize) -> Result<Self, platform::ShmError> {
         let n = SEGMENT_SEQ.fetch_add(1, Ordering::Relaxed);
-        let path = shm_dir().join(format!("neuron-vfio.{}.{n}.counters", std::process::id()));
+        let dir = shm_dir();
+        if n == 0 {
+            remove_stale(&dir);
+        }
+        let path = dir.join(format!("neuron-vfio.{}.{n}.counters", std::process::id()));
         Self::create_at(&path, ncs, devices)
     }
 
@@ -436,8 +440,7 @@ impl Reader {
         }
         let (header, slot_words, ncs) = (w(hdr::HEADER_WORDS), w(hdr::SLOT_WORDS), w(hdr::NCS));
         let need = ncs.checked_mul(slot_words).and_then(|s| s.checked_add(header));
-        if header < HEADER_WORDS as u64 || slot_words < SLOT_WORDS as u64 || need.is_none_or(|n| n > shm.len() as u64)
-        {
+        if header < HEADER_WORDS as u64 || slot_words < SLOT_WORDS as u64 || need.is_none_or(|n| n > shm.len() as u64) {
             return Err(ReadError::Truncated(path.to_path_buf()));
         }
         Ok(Self { shm, header: header as usize, slot_words: slot_words as usize, ncs: ncs as usize })
@@ -488,24 +491,36 @@ impl Reader {
     }
 }
 
+/// The writer pid in a segment's file name `neuron-vfio.PID.N.counters`.
+fn segment_pid(p: &Path) -> Option<u32> {
+    let n = p.file_name()?.to_str()?.strip_prefix("neuron-vfio.")?.strip_suffix(".counters")?;
+    n.split('.').next()?.parse().ok()
+}
+
+fn alive(pid: u64) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Remove segments left in `dir` by processes that died without closing their runtime
+/// (killed): done once per process, at its first segment. Files of other users stay (the
+/// sticky `/dev/shm` refuses), which is harmless: readers skip dead writers.
+fn remove_stale(dir: &Path) {
+    let Ok(rd) = std::fs::read_dir(dir) else { return };
+    for p in rd.filter_map(|e| e.ok().map(|e| e.path())) {
+        if segment_pid(&p).is_some_and(|pid| !alive(pid as u64)) {
+            let _ = std::fs::remove_file(&p);
+        }
+    }
+}
+
 /// Every live segment in `dir`: those whose writer process still exists (a segment left by
 /// a killed process is skipped). Unreadable files are skipped too.
 pub fn discover(dir: &Path) -> Vec<Reader> {
     let Ok(rd) = std::fs::read_dir(dir) else { return Vec::new() };
-    let mut paths: Vec<PathBuf> = rd
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("neuron-vfio.") && n.ends_with(".counters"))
-        })
-        .collect();
+    let mut paths: Vec<PathBuf> =
+        rd.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| segment_pid(p).is_some()).collect();
     paths.sort();
-    paths
-        .iter()
-        .filter_map(|p| Reader::open(p).ok())
-        .filter(|r| Path::new(&format!("/proc/{}", r.pid())).exists())
-        .collect()
+    paths.iter().filter_map(|p| Reader::open(p).ok()).filter(|r| alive(r.pid())).collect()
 }
 
 #[cfg(test)]
@@ -563,6 +578,24 @@ mod tests {
         assert_eq!((s.ncs[1].models, s.ncs[1].mem_model, s.ncs[2].mem_model), (0, 0, 0));
         drop(c);
         assert!(discover(&dir).is_empty(), "the segment goes with its runtime");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn segments_of_dead_processes_are_removed() {
+        let dir = std::env::temp_dir().join(format!("rt-counters-stale-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        // pid_max is at most 2^22: no process has this id.
+        let dead = dir.join("neuron-vfio.4294967.0.counters");
+        let mine = dir.join(format!("neuron-vfio.{}.7.counters", std::process::id()));
+        let other = dir.join("unrelated.counters");
+        for p in [&dead, &mine, &other] {
+            std::fs::write(p, [0u8; 8]).expect("write");
+        }
+        assert_eq!(segment_pid(&dead), Some(4294967));
+        assert_eq!(segment_pid(&other), None);
+        remove_stale(&dir);
+        assert!(!dead.exists() && mine.exists() && other.exists());
         let _ = std::fs::remove_dir_all(&dir);
     }
 

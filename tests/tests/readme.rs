@@ -73,7 +73,8 @@ fn readme_commands_name_files_that_exist_and_say_how_to_install() {
         }
     }
     assert!(named >= 5, "the README's commands name the example files ({named})");
-    for want in ["cargo install --path cli", "cargo build --release -p capi", "LD_LIBRARY_PATH=target/release", "-lnrt"] {
+    for want in ["cargo install --path cli", "cargo build --release -p capi", "LD_LIBRARY_PATH=target/release", "-lnrt"]
+    {
         assert!(text.contains(want), "README lacks `{want}`");
     }
 }

@@ -104,8 +104,9 @@ impl Runtime {
     }
 }
 
-/// Steps a synchronous execute spins before it sleeps on the interrupt instead.
-const LONG_WAIT_STEPS: u64 = 1 << 14;
+/// Steps a synchronous execute spins before it sleeps on the interrupt instead (where the
+/// spin policy used to start yielding).
+const LONG_WAIT_STEPS: u64 = 1 << 16;
 
 /// Past a short spin, sleep on NC 0's interrupt eventfd (bounded, so a device that never
 /// raises still reaches the timeout) rather than burn a core until the timeout. The eventfd

@@ -139,7 +139,16 @@ impl Runtime {
         } else {
             TensorMem::Host(dev.alloc_host(size.max(1) as usize, 64)?)
         };
-        let acct = super::lock(&self.counters).as_ref().map(|c| crate::counters::TensorAcct::new(c, nc, size, on_device));
-        Ok(Arc::new(Tensor { name: name.to_string(), size, mem, dev, nc: local, completions: AtomicU64::new(0), _acct: acct }))
+        let acct =
+            super::lock(&self.counters).as_ref().map(|c| crate::counters::TensorAcct::new(c, nc, size, on_device));
+        Ok(Arc::new(Tensor {
+            name: name.to_string(),
+            size,
+            mem,
+            dev,
+            nc: local,
+            completions: AtomicU64::new(0),
+            _acct: acct,
+        }))
     }
 }

@@ -13,14 +13,18 @@ fn the_trace_names_every_access() {
     let dir = std::env::temp_dir().join(format!("nv-trace-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let f = dir.join("read.trace");
-    let out = cli().arg("--mmio-trace").arg(&f).args(["--device", "sim", "csr", "read", "misc_ram.fw_api_version"]);
-    let out = out.output().unwrap();
+    let out = cli()
+        .arg("--mmio-trace")
+        .arg(&f)
+        .args(["--device", "sim", "csr", "read", "misc_ram.fw_api_version"])
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = std::fs::read_to_string(&f).unwrap();
     // Bring-up reads and writes, then the register asked for, read last.
     assert!(text.lines().count() > 3, "{text}");
     assert!(text.lines().any(|l| l.contains(" W32 ")), "{text}");
-    let last = text.lines().filter(|l| l.contains("misc_ram.fw_api_version")).last().unwrap_or_default();
+    let last = text.lines().rfind(|l| l.contains("misc_ram.fw_api_version")).unwrap_or_default();
     assert!(last.contains("dev0 R32 BAR0+0x"), "{last}");
     for l in text.lines() {
         let w: Vec<&str> = l.split_whitespace().collect();

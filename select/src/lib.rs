@@ -285,7 +285,6 @@ pub fn open_platforms(spec: &Spec, timing: SimTiming) -> Result<Opened, SelectEr
 }
 
 /// The opened platforms, wrapped for the MMIO trace when one is configured ([`trace`]).
-#[cfg_attr(not(feature = "sim"), allow(dead_code))]
 fn traced(mut o: Opened) -> Result<Opened, SelectError> {
     o.platforms = trace::wrap(o.platforms)?;
     Ok(o)

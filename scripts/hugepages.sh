@@ -7,7 +7,7 @@
 # tries at run time and reports what it got. Also mounts hugetlbfs on /dev/hugepages.
 set -euo pipefail
 n2m=${1:-512} n1g=${2:-0}
-sys=${SYSFS_ROOT:-/sys}/kernel/mm/hugepages
+sys=${NEURON_VFIO_SYSFS:-/sys}/kernel/mm/hugepages
 set_pages() { # dir count
     local f=$sys/$1/nr_hugepages
     [ -w "$f" ] || { echo "hugepages: $1 not supported here" >&2; return 0; }

@@ -1,21 +1,23 @@
 #!/usr/bin/env bash
 # Bind PCI functions to vfio-pci, remembering their drivers for vfio-unbind.sh.
 #
+# Usage:
 #   vfio-bind.sh                 # every Neuron function (vendor 1d0f)
 #   vfio-bind.sh -v 1234 -d 11e8 # by vendor (and device) ID
 #   vfio-bind.sh 0000:00:1e.0 …  # by PCI address
 #
 # Loads vfio-pci and vfio_iommu_type1, checks the IOMMU (no no-IOMMU mode) and IOMMU-group
 # viability, sets driver_override and probes. Original drivers are recorded in
-# ${VFIO_STATE_DIR:-/run/neuron-vfio}/ADDR.driver.
+# ${NEURON_VFIO_STATE_DIR:-/run/neuron-vfio}/ADDR.driver.
 set -euo pipefail
 vendor=1d0f device=""
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
 while getopts "v:d:h" o; do
-    case $o in v) vendor=$OPTARG ;; d) device=$OPTARG ;; *) sed -n '2,12p' "$0"; exit 2 ;; esac
+    case $o in v) vendor=$OPTARG ;; d) device=$OPTARG ;; h) usage; exit 0 ;; *) usage >&2; exit 2 ;; esac
 done
 shift $((OPTIND - 1))
-sys=${SYSFS_ROOT:-/sys}
-state=${VFIO_STATE_DIR:-/run/neuron-vfio}
+sys=${NEURON_VFIO_SYSFS:-/sys}
+state=${NEURON_VFIO_STATE_DIR:-/run/neuron-vfio}
 die() { echo "vfio-bind: $*" >&2; exit 1; }
 
 addrs=("$@")

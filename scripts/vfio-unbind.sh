@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # Give functions bound by vfio-bind.sh back to the drivers they had.
 #
+# Usage:
 #   vfio-unbind.sh                 # every Neuron function (vendor 1d0f) on vfio-pci
 #   vfio-unbind.sh -v 1234 -d 11e8
 #   vfio-unbind.sh 0000:00:1e.0 …
 set -euo pipefail
 vendor=1d0f device=""
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
 while getopts "v:d:h" o; do
-    case $o in v) vendor=$OPTARG ;; d) device=$OPTARG ;; *) sed -n '2,7p' "$0"; exit 2 ;; esac
+    case $o in v) vendor=$OPTARG ;; d) device=$OPTARG ;; h) usage; exit 0 ;; *) usage >&2; exit 2 ;; esac
 done
 shift $((OPTIND - 1))
-sys=${SYSFS_ROOT:-/sys}
-state=${VFIO_STATE_DIR:-/run/neuron-vfio}
+sys=${NEURON_VFIO_SYSFS:-/sys}
+state=${NEURON_VFIO_STATE_DIR:-/run/neuron-vfio}
 
 addrs=("$@")
 if [ ${#addrs[@]} -eq 0 ]; then

@@ -376,7 +376,7 @@ pub fn reg_json(r: &RegInstance) -> serde_json::Value {
         "guard_field": r.def.guard().and_then(|(_, f)| f),
         "modeled": r.modeled,
         "fields": r.def.fields.iter().map(field_json).collect::<Vec<_>>(),
-        "source": r.def.source,
+        "source": readable_source(r.def.source),
         "description": r.def.desc,
     })
 }
@@ -399,6 +399,7 @@ fn list(arch: &'static Arch, filter: Option<&str>, json: bool) -> Result<(), Cli
         arch.kmod_name,
         regs.len()
     );
+    let _ = writeln!(w, "{LIST_LEGEND}");
     for r in &regs {
         let fields: Vec<String> = r
             .def
@@ -427,11 +428,37 @@ fn list(arch: &'static Arch, filter: Option<&str>, json: bool) -> Result<(), Cli
                 None => String::new(),
             },
             fields.join(" "),
-            r.def.source,
+            readable_source(r.def.source),
             if r.modeled { "; modeled" } else { "" }
         );
     }
     Ok(())
+}
+
+/// The key printed under `csr list`'s header.
+const LIST_LEGEND: &str = "# columns: name, BAR, offset, width, access (blocked: the kmod never lets user space write it; \
+`csr write` refuses unless --force), fields [msb:lsb], (source; modeled: a project choice where the public sources are silent)";
+
+/// A register's source as a reader can follow it: `m:`/`r:` tags become the public kmod
+/// (`aws-neuron-driver`, the newer copy for `r:`) file; sections already cite the
+/// repository's `docs/facts/` pages.
+pub fn readable_source(src: &str) -> String {
+    let mut out = String::with_capacity(src.len() + 16);
+    let mut rest = src;
+    while !rest.is_empty() {
+        let at_word = out.is_empty() || out.ends_with([' ', '(', ',', ';']);
+        if let (true, Some(r)) = (at_word, rest.strip_prefix("m:")) {
+            out.push_str("kmod ");
+            rest = r;
+        } else if let (true, Some(r)) = (at_word, rest.strip_prefix("r:")) {
+            out.push_str("kmod(newer) ");
+            rest = r;
+        } else if let Some(c) = rest.chars().next() {
+            out.push(c);
+            rest = &rest[c.len_utf8()..];
+        }
+    }
+    out
 }
 
 pub fn print_value(r: &RegInstance, v: u64, json: bool) {
@@ -448,6 +475,20 @@ pub fn print_value(r: &RegInstance, v: u64, json: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sources_read_as_public_files_and_repo_docs() {
+        assert_eq!(
+            readable_source("m:udma/udma_regs.h, r:udma/udma_main.c (docs/facts/hardware.md §3.2)"),
+            "kmod udma/udma_regs.h, kmod(newer) udma/udma_main.c (docs/facts/hardware.md §3.2)"
+        );
+        // Only tags at the start of a word are rewritten.
+        assert_eq!(readable_source("modeled; nrm:x"), "modeled; nrm:x");
+        for r in csr_maps::SUNDA.registers().iter().chain(csr_maps::MARIANA.registers().iter()) {
+            let s = readable_source(r.def.source);
+            assert!(!s.contains("FACTS") && !s.contains(" m:") && !s.starts_with("m:"), "{}: {s}", r.name);
+        }
+    }
 
     #[test]
     fn prefixes_match_by_component() {

@@ -297,6 +297,17 @@ pub struct BenchNeffLoadArgs {
     pub runs: u32,
 }
 
+/// A spinner on stderr while a long step runs: only on a terminal and not under --json.
+fn spinner(json: bool, what: &str) -> indicatif::ProgressBar {
+    use std::io::IsTerminal;
+    if json || !io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let pb = indicatif::ProgressBar::new_spinner().with_message(what.to_string());
+    pb.enable_steady_tick(Duration::from_millis(120));
+    pb
+}
+
 fn vm_hwm_kib() -> Option<u64> {
     let s = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
@@ -367,10 +378,21 @@ pub fn bench_neff_load(args: BenchNeffLoadArgs, json: bool) -> Result<(), CmdErr
             let p = std::env::temp_dir().join(format!("neuron-vfio-bench-{}.neff", std::process::id()));
             let bytes = usize::try_from(args.size_mib << 20)
                 .map_err(|_| CmdError::opt(None, format!("--size-mib {} too large", args.size_mib)))?;
+            // Said before the work starts: the generated weights compress to about 2/3.
+            eprintln!(
+                "bench neff-load: generating {} MiB of weights in memory (needs ~{} MiB), writing a ~{} MB NEFF \
+                 to {} (removed at the end); --size-mib for less, --path to use a file",
+                args.size_mib,
+                args.size_mib + args.size_mib / 8,
+                (args.size_mib << 20) * 2 / 3 / 1_000_000,
+                p.display()
+            );
+            let pb = spinner(json, "generating the NEFF");
             let model = builder::weights_model(gen_weights(bytes), WeightFormat::Npy);
             let f = File::create(&p).map_err(|e| io_err("creating", &p, e))?;
             let wopts = WriteOptions { level: args.level, ..WriteOptions::default() };
             model.write_to(io::BufWriter::new(f), &wopts).map_err(|e| CmdError::opt(None, e.to_string()))?;
+            pb.finish_and_clear();
             _temp = Some(TempFile(p.clone()));
             p
         }

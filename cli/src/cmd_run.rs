@@ -173,6 +173,13 @@ pub fn run(a: RunArgs, device: Option<&str>, timing: SimTiming, json_out: bool) 
             s.split_once('=').ok_or_else(|| CliError::invalid(format!("bad --input `{s}`: expected NAME=FILE")))?;
         given.push((name.to_string(), input_bytes(path)?));
     }
+    // A name the model does not have is the likelier mistake than a missing one: name it first.
+    if let Some((n, _)) = given.iter().find(|(n, _)| !m.inputs.iter().any(|t| t.name == *n)) {
+        return Err(CliError::invalid(format!(
+            "model has no input `{n}` (inputs: {})",
+            m.inputs.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", ")
+        )));
+    }
     let mut ins = TensorSet::new();
     for t in &m.inputs {
         let data = given.iter().find(|(n, _)| *n == t.name).map(|(_, d)| d).ok_or_else(|| {
@@ -190,12 +197,6 @@ pub fn run(a: RunArgs, device: Option<&str>, timing: SimTiming, json_out: bool) 
         let tensor = rt.alloc_tensor(&t.name, t.size, a.device_tensors, nc).map_err(rt_err)?;
         tensor.write(0, data).map_err(rt_err)?;
         ins.add(&t.name, tensor);
-    }
-    if let Some((n, _)) = given.iter().find(|(n, _)| !m.inputs.iter().any(|t| t.name == *n)) {
-        return Err(CliError::invalid(format!(
-            "model has no input `{n}` (inputs: {})",
-            m.inputs.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", ")
-        )));
     }
     let mut outs = TensorSet::new();
     for t in &m.outputs {
@@ -233,10 +234,18 @@ pub fn run(a: RunArgs, device: Option<&str>, timing: SimTiming, json_out: bool) 
         "mean_completion_lag_ns": mean(|t| t.completion_lag_ns),
     });
     if json_out {
-        println!(
-            "{}",
-            json!({"status": status.name(), "code": status.code(), "model": m.name, "ncs": m.ncs, "outputs": outputs, "timings": tj})
-        );
+        let mut v = json!({"status": status.name(), "code": status.code(), "model": m.name, "ncs": m.ncs, "outputs": outputs, "timings": tj});
+        if status != NrtStatus::Success {
+            // A failure carries the documented {"status","code","error"} keys like every other.
+            v["error"] = json!(format!(
+                "execution {} of {} on NC {:?} ended with {}",
+                timings.len(),
+                a.repeat.max(1),
+                m.ncs,
+                status.name()
+            ));
+        }
+        println!("{v}");
     } else {
         println!(
             "{} ({}) — model {} on NC {:?}, {} execution(s)",

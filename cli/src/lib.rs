@@ -16,6 +16,7 @@ mod cmd_collectives;
 mod cmd_csr;
 mod cmd_dev;
 mod cmd_dma;
+mod cmd_monitor;
 mod cmd_neff;
 mod cmd_nq;
 mod cmd_run;
@@ -54,6 +55,10 @@ struct Cli {
     /// How the simulator runs device work.
     #[arg(long, global = true, value_enum, default_value = "inline")]
     sim_timing: SimTiming,
+    /// Trace every BAR read/write the driver makes into FILE, timestamped and decoded to
+    /// register and field names (also NEURON_VFIO_MMIO_TRACE=FILE).
+    #[arg(long, global = true, value_name = "FILE")]
+    mmio_trace: Option<PathBuf>,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -90,6 +95,11 @@ enum Cmd {
     Load(cmd_run::LoadArgs),
     /// Load a NEFF, bind inputs, execute, write outputs; print status and timings.
     Run(cmd_run::RunArgs),
+    /// Periodic reports of every NeuronCore in use on this machine: utilization, executions,
+    /// latency, memory, errors (--json: one object per line; --prometheus: /metrics).
+    Monitor(cmd_monitor::MonitorArgs),
+    /// Live per-NeuronCore view of the device (--once: one frame as text).
+    Top(cmd_monitor::TopArgs),
     /// Benchmarks (commands that print figures).
     #[command(subcommand)]
     Bench(BenchCmd),
@@ -106,14 +116,23 @@ enum BenchCmd {
     Collectives(cmd_collectives::CollectivesArgs),
 }
 
-/// Logs to stderr at NEURON_RT_LOG_LEVEL (default warn).
+/// Whether to colour output on a stream: only on a terminal, and never when `NO_COLOR` is set
+/// to a non-empty value (<https://no-color.org>).
+pub fn use_colour(is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    is_terminal && no_color.is_none_or(|v| v.is_empty())
+}
+
+/// Logs to stderr at NEURON_RT_LOG_LEVEL (default warn); coloured only on a terminal.
 fn init_logging() {
+    use std::io::IsTerminal;
     let raw = std::env::var("NEURON_RT_LOG_LEVEL").unwrap_or_default();
     let lower = raw.trim().to_ascii_lowercase();
     let known = ["error", "warn", "info", "debug", "trace"];
     let level = known.iter().copied().find(|l| *l == lower).unwrap_or("warn");
+    let ansi = use_colour(std::io::stderr().is_terminal(), std::env::var_os("NO_COLOR").as_deref());
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(ansi)
         .with_env_filter(tracing_subscriber::EnvFilter::new(level))
         .with_target(false)
         .try_init();
@@ -124,6 +143,9 @@ fn init_logging() {
 
 fn run(cli: Cli) -> Result<(), CliError> {
     let json = cli.json;
+    if let Some(p) = &cli.mmio_trace {
+        select::set_mmio_trace(p);
+    }
     let spec = || DeviceSpec::parse(cli.device.as_deref());
     let t = cli.sim_timing;
     match cli.cmd {
@@ -137,11 +159,48 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Cmd::Neff(c) => cmd_neff::run_neff(c, json),
         Cmd::Load(a) => cmd_run::load(a, cli.device.as_deref(), t, json),
         Cmd::Run(a) => cmd_run::run(a, cli.device.as_deref(), t, json),
+        Cmd::Monitor(a) => cmd_monitor::monitor(a, json),
+        Cmd::Top(a) => cmd_monitor::top(a, &spec()?, json),
         Cmd::Bench(BenchCmd::NeffLoad(a)) => cmd_neff::bench_neff_load(a, json),
         Cmd::Bench(BenchCmd::Exec(a)) => cmd_bench::exec_bench(a, json),
         #[cfg(feature = "fabric")]
         Cmd::Bench(BenchCmd::Collectives(a)) => cmd_collectives::run(a, json),
     }
+}
+
+/// Subcommand paths that never open a device: their help leaves out `--device` and
+/// `--sim-timing` (still accepted, as global options are, and ignored).
+const DEVICELESS: &[&[&str]] =
+    &[&["neff"], &["bind"], &["unbind"], &["bench"], &["csr", "list"], &["csr", "decode"], &["monitor"]];
+
+/// The command line definition, with the device options hidden from the help of the
+/// commands that do not use a device: those get hidden copies of the global options before
+/// clap propagates them (propagation skips a subcommand that already has the option), so
+/// `--device` is still accepted there (and ignored).
+pub fn command() -> clap::Command {
+    let mut cmd = Cli::command();
+    let hidden: Vec<clap::Arg> = cmd
+        .get_arguments()
+        .filter(|a| a.get_id() == "device" || a.get_id() == "sim_timing")
+        .map(|a| a.clone().hide(true))
+        .collect();
+    for path in DEVICELESS {
+        let mut c = Some(&mut cmd);
+        for name in *path {
+            c = c.and_then(|c| c.find_subcommand_mut(name));
+        }
+        if let Some(c) = c {
+            for a in &hidden {
+                *c = std::mem::take(c).arg(a.clone());
+            }
+        }
+    }
+    cmd
+}
+
+fn parse_cli(cmd: clap::Command) -> Cli {
+    let matches = cmd.get_matches();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
 }
 
 /// The benchmark binary, installed next to `neuron-vfio`.
@@ -187,7 +246,7 @@ fn finish(cli: Cli) {
 /// `neuron-vfio`'s `main`.
 pub fn main() {
     default_sigpipe();
-    let cli = Cli::parse();
+    let cli = parse_cli(command());
     init_logging();
     if matches!(cli.cmd, Cmd::Bench(_)) && !alloc_count::active() {
         let args: Vec<OsString> = std::env::args_os().skip(1).collect();
@@ -201,8 +260,7 @@ pub fn main() {
 /// `bench` commands only, with `neuron-vfio`'s arguments.
 pub fn main_bench() {
     default_sigpipe();
-    let matches = Cli::command().name(BENCH_BIN).bin_name(BENCH_BIN).get_matches();
-    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let cli = parse_cli(command().name(BENCH_BIN).bin_name(BENCH_BIN));
     init_logging();
     if !matches!(cli.cmd, Cmd::Bench(_)) {
         let e = CliError::invalid(format!("{BENCH_BIN} runs only the `bench` commands; use neuron-vfio"));

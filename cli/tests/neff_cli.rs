@@ -80,4 +80,8 @@ fn bench_neff_load_small() {
     assert_eq!(v["bench"], "neff-load");
     assert!(v["payload_bytes"].as_u64().is_some_and(|p| p > 2 << 20));
     assert!(v["ratio"].as_f64().is_some_and(|r| r > 0.0));
+    // It says up front what it writes and needs; no progress output off a terminal.
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("needs ~2 MiB") && err.contains("writing a ~1 MB NEFF"), "{err}");
+    assert!(!err.contains('\x1b') && !err.contains("generating the NEFF"), "{err:?}");
 }

@@ -10,15 +10,18 @@
 //!
 //! This crate knows nothing of Neuron. `unsafe` lives only in [`mmio::VolatileMmio`]
 //! (volatile access to a mapped BAR) and [`dma::HostMem`] (raw copies and atomics on
-//! anonymous `memmap2` mappings shared with a device); [`Irq`] waits on an eventfd through `nix`.
+//! anonymous `memmap2` mappings shared with a device) and [`shm::ShmWords`] (atomic words in a
+//! file mapping shared with other processes); [`Irq`] waits on an eventfd through `nix`.
 
 pub mod dma;
 pub mod irq;
 pub mod mmio;
+pub mod shm;
 
 pub use dma::{DmaDir, DmaMapping, DmaPerm, DmaUnmap, HostMem, HostMemError, PageSize};
 pub use irq::Irq;
 pub use mmio::{MemMmio, Mmio, MmioError, VolatileMmio};
+pub use shm::{ShmError, ShmWords};
 
 use std::os::fd::OwnedFd;
 use std::sync::Arc;

@@ -12,6 +12,7 @@
 //! | [`timestamp`] | device → CPU timestamp rescale (docs/facts/libnrt-runtime-model.md §B.3, "Per-engine timestamp decode") |
 //! | [`lanes`] | per-NC FIFO execution lanes and the model armed on each NC |
 //! | [`xu`] | the execution-unit queue and its per-vNC worker (docs/facts/libnrt-runtime-model.md §B.6, docs/facts/libnrt.md §4.6, §8) |
+//! | [`counters`] | per-process counters in shared memory for `monitor`/`top` (docs/monitoring.md) |
 //! | [`env`](mod@env) | `NEURON_RT_EXEC_TIMEOUT`, `NEURON_RT_VISIBLE_CORES`, `NEURON_RT_LOG_LEVEL` |
 //!
 //! Everything here is pure Rust behind small traits ([`completion::NotificationSource`],
@@ -20,6 +21,7 @@
 #![forbid(unsafe_code)]
 
 pub mod completion;
+pub mod counters;
 pub mod env;
 pub mod error;
 pub mod error_decode;

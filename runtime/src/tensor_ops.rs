@@ -109,6 +109,7 @@ impl Tensor {
             dev,
             nc: 0,
             completions: AtomicU64::new(0),
+            _acct: None,
         })
     }
 
@@ -122,6 +123,7 @@ impl Tensor {
             dev: self.dev.clone(),
             nc: self.nc,
             completions: AtomicU64::new(0),
+            _acct: None,
         })
     }
 
@@ -143,6 +145,7 @@ impl Tensor {
             dev: parent.dev.clone(),
             nc: parent.nc,
             completions: AtomicU64::new(0),
+            _acct: None,
         }))
     }
 

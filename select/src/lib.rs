@@ -14,6 +14,7 @@
 //! the explicit, UNSAFE opt-in for hosts whose IOMMU does not translate the device (e.g. VMs
 //! without a virtual IOMMU): vfio's no-IOMMU mode (loaded with enable_unsafe_noiommu_mode=1),
 //! DMA at physical addresses, no isolation; a device behind a real IOMMU still uses it.
+//! `NEURON_VFIO_MMIO_TRACE=FILE` traces every BAR access by name ([`trace`]).
 
 #![forbid(unsafe_code)]
 
@@ -23,6 +24,9 @@ use std::sync::Arc;
 use csr_maps::Arch;
 use platform::Platform;
 use vfio::{Backend, Filter, PciAddress, PciFunction, Sysfs, VfioSupport};
+
+pub mod trace;
+pub use trace::{mmio_trace_path, set_mmio_trace};
 
 /// The driver a device must be bound to.
 pub const VFIO_PCI: &str = "vfio-pci";
@@ -260,7 +264,7 @@ pub fn open_platforms(spec: &Spec, timing: SimTiming) -> Result<Opened, SelectEr
             }
             open_platforms(&s, timing)
         }
-        Spec::Sim { arch, n } => open_sim(arch, *n, timing),
+        Spec::Sim { arch, n } => open_sim(arch, *n, timing).and_then(traced),
         Spec::Pci(addr) => {
             let sys = sysfs();
             let (f, _) = check_usable(&sys, *addr)?;
@@ -272,12 +276,18 @@ pub fn open_platforms(spec: &Spec, timing: SimTiming) -> Result<Opened, SelectEr
             let p = vfio::VfioPlatform::open(f.address, &opts)
                 .map_err(|e| SelectError::Unusable(format!("{addr}: {e}")))?;
             Ok(Opened {
-                platforms: vec![Arc::new(p) as Arc<dyn Platform>],
+                platforms: trace::wrap(vec![Arc::new(p) as Arc<dyn Platform>])?,
                 #[cfg(feature = "sim")]
                 sims: Vec::new(),
             })
         }
     }
+}
+
+/// The opened platforms, wrapped for the MMIO trace when one is configured ([`trace`]).
+fn traced(mut o: Opened) -> Result<Opened, SelectError> {
+    o.platforms = trace::wrap(o.platforms)?;
+    Ok(o)
 }
 
 #[cfg(feature = "sim")]

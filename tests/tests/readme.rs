@@ -50,3 +50,31 @@ fn readme_main_job_runs_on_the_simulator() {
         "identity output: {stdout}"
     );
 }
+
+/// Every repository file the README's shell blocks name exists (`cc prog.c` once named a
+/// file that did not), and the README says how to install the tool and use `libnrt.so`.
+#[test]
+fn readme_commands_name_files_that_exist_and_say_how_to_install() {
+    let text = std::fs::read_to_string(root().join("README.md")).expect("README.md");
+    let mut named = 0;
+    for block in text.split("```sh").skip(1).filter_map(|b| b.split("```").next()) {
+        for line in block.lines() {
+            let cmd = line.split(" #").next().unwrap_or("");
+            for word in cmd.split_whitespace() {
+                let path = word.split_once('=').map(|(_, p)| p).unwrap_or(word);
+                let looks_like_file = [".c", ".neff", ".bin", ".sh", ".h"].iter().any(|e| path.ends_with(e))
+                    || path.starts_with("scripts/")
+                    || path.starts_with("capi/");
+                if looks_like_file && !path.starts_with("./") && !path.starts_with('-') {
+                    assert!(root().join(path).exists(), "README names `{path}`, which does not exist");
+                    named += 1;
+                }
+            }
+        }
+    }
+    assert!(named >= 5, "the README's commands name the example files ({named})");
+    for want in ["cargo install --path cli", "cargo build --release -p capi", "LD_LIBRARY_PATH=target/release", "-lnrt"]
+    {
+        assert!(text.contains(want), "README lacks `{want}`");
+    }
+}

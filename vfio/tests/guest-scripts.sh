@@ -2,7 +2,7 @@
 # Boot script of the QEMU VFIO test (vfio/tests/qemu.rs), run after vfio-guest: the operator
 # scripts (scripts/vfio-bind.sh, vfio-unbind.sh, hugepages.sh) against a real kernel.
 # Prints `VFIO-CHECK ok|FAIL script.NAME: detail` like vfio-guest.
-export VFIO_STATE_DIR=/tmp/neuron-vfio
+export NEURON_VFIO_STATE_DIR=/tmp/neuron-vfio
 S=/opt/neuron-vfio/scripts
 
 report() { # name status detail
@@ -26,7 +26,7 @@ before=$(driver_of "$nic")
 out=$(bash "$S/vfio-bind.sh" -v 8086 -d 10d3 2>&1); rc=$?
 now=$(driver_of "$nic")
 g=$(basename "$(readlink "/sys/bus/pci/devices/$nic/iommu_group")")
-st=1; [ "$rc" = 0 ] && [ "$now" = vfio-pci ] && [ -e "/dev/vfio/$g" ] && [ -f "$VFIO_STATE_DIR/$nic.driver" ] && st=0
+st=1; [ "$rc" = 0 ] && [ "$now" = vfio-pci ] && [ -e "/dev/vfio/$g" ] && [ -f "$NEURON_VFIO_STATE_DIR/$nic.driver" ] && st=0
 report bind "$st" "rc $rc, driver $before -> $now, /dev/vfio/$g: $(echo "$out" | tail -n 1)"
 
 # Binding again is a no-op that says so.
@@ -38,7 +38,7 @@ report rebind "$st" "rc $rc: $out"
 out=$(bash "$S/vfio-unbind.sh" -v 8086 -d 10d3 2>&1); rc=$?
 now=$(driver_of "$nic")
 ovr=$(cat "/sys/bus/pci/devices/$nic/driver_override")
-st=1; [ "$rc" = 0 ] && [ "$now" = "$before" ] && [ "$ovr" = "(null)" ] && [ ! -e "$VFIO_STATE_DIR/$nic.driver" ] && st=0
+st=1; [ "$rc" = 0 ] && [ "$now" = "$before" ] && [ "$ovr" = "(null)" ] && [ ! -e "$NEURON_VFIO_STATE_DIR/$nic.driver" ] && st=0
 report unbind "$st" "rc $rc, driver now $now, override $ovr: $out"
 
 # A function no IOMMU translates is refused (the no-IOMMU edu), with the reason.

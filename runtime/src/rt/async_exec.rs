@@ -159,6 +159,8 @@ impl Executor for XuExec {
             let t = ex.tracker.timings();
             crate::profile::record_exec(m.id, &m.name, &m.ncs, ex.seq, tok.t0, m.epoch, status, &t, &ex.sync);
         }
+        let busy_ns = ex.tracker.timing(0).and_then(|t| t.duration()).unwrap_or(0) / 1000;
+        m.count_execution(status, tok.t0.elapsed().as_nanos() as u64, busy_ns);
         if ex.tracker.verdict() == Some(Step::DoneWithError) {
             drop(g);
             for &nc in &m.ncs {

@@ -51,6 +51,7 @@ impl Runtime {
                     (Some(irq), PollPolicy::Interrupt) => {
                         irq.wait(Duration::from_millis(1));
                     }
+                    (_, PollPolicy::Spin) if steps >= LONG_WAIT_STEPS => long_wait(ex, steps),
                     _ => wait(m.poll, steps),
                 },
                 s => break s,
@@ -70,6 +71,7 @@ impl Runtime {
             drop(held);
             lock(&m.lifecycle).poison(status);
             let timings = ExecTimings { total_ns: t0.elapsed().as_nanos() as u64, steps, ..Default::default() };
+            m.count_execution(status, timings.total_ns, 0);
             return Ok((status, timings));
         }
         let timing = ex.tracker.timing(0).unwrap_or_default();
@@ -80,7 +82,9 @@ impl Runtime {
             .map(|end| observed.saturating_sub(end))
             .unwrap_or(0);
         read_outputs(m, ex, outputs)?;
-        Ok((status, ExecTimings { total_ns: t0.elapsed().as_nanos() as u64, device_ns, steps, completion_lag_ns }))
+        let total_ns = t0.elapsed().as_nanos() as u64;
+        m.count_execution(status, total_ns, device_ns);
+        Ok((status, ExecTimings { total_ns, device_ns, steps, completion_lag_ns }))
     }
 
     /// `nrt_execute_repeat`: `n` executions; stops at the first non-success status.
@@ -100,6 +104,33 @@ impl Runtime {
             }
         }
         Ok((NrtStatus::Success, t))
+    }
+}
+
+/// Steps a synchronous execute spins before it sleeps on the interrupt instead (where the
+/// spin policy used to start yielding).
+const LONG_WAIT_STEPS: u64 = 1 << 16;
+
+/// Past a short spin, sleep on NC 0's interrupt eventfd (bounded, so a device that never
+/// raises still reaches the timeout) rather than burn a core until the timeout. The eventfd
+/// is taken on first need: taken at load, the device would signal it on every record of
+/// every fast execution. It is drained once before the first sleep (re-checked by the next
+/// step), so events left from earlier executions do not cut the sleep short.
+fn long_wait(ex: &mut ExecState, steps: u64) {
+    if steps == LONG_WAIT_STEPS {
+        if ex.irq.is_none() {
+            ex.irq = ex.ncs.first().and_then(|s| s.dev.irq(s.nc).ok().flatten());
+        }
+        if let Some(irq) = &ex.irq {
+            irq.drain();
+        }
+        return;
+    }
+    match &ex.irq {
+        Some(irq) => {
+            irq.wait(Duration::from_millis(1));
+        }
+        None => wait(PollPolicy::Spin, steps),
     }
 }
 

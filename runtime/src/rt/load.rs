@@ -63,12 +63,15 @@ impl Runtime {
         life.begin_load()?;
         let mut staged: Vec<StagedNc> = Vec::new();
         let mut devs = Vec::new();
+        let mut staged_bytes = Vec::new();
         let comm_id = (id as u32).wrapping_mul(2654435761) ^ (std::process::id() << 8);
         let res: Result<(), RtError> = (|| {
             for (rank, g) in n.graphs.iter().enumerate() {
                 let (dev, local) = self.device_of(picked[rank]).ok_or_else(|| RtError::internal("NC vanished"))?;
+                let before = crate::counters::hbm_used(&dev, local);
                 let s = stage_graph(&dev, g, &GraphPlacement { nc: local, rank, comm_id })
                     .map_err(|e| RtError::with(e.status, RtErrorKind::Stage { graph: g.name.clone(), source: e }))?;
+                staged_bytes.push(crate::counters::hbm_used(&dev, local).saturating_sub(before));
                 staged.push(s);
                 devs.push(dev);
             }
@@ -110,7 +113,12 @@ impl Runtime {
             devices: devs,
             lanes: lanes.clone(),
             epoch: self.epoch,
+            counters: lock(&self.counters).clone(),
+            staged_bytes,
         });
+        if let Some(c) = &model.counters {
+            c.model_loaded(&model.ncs, &model.staged_bytes);
+        }
         for &g in &model.ncs {
             lanes.set_active(g, Some(Armed { id, model: Arc::downgrade(&model) }));
         }
@@ -171,6 +179,9 @@ impl Runtime {
     pub(super) fn teardown(&self, m: &Model) {
         let poisoned = lock(&m.lifecycle).poisoned().is_some();
         if let Some(ex) = lock(&m.exec).take() {
+            if let Some(c) = &m.counters {
+                c.model_unloaded(&m.ncs, &m.staged_bytes);
+            }
             for ((s, d), &g) in ex.ncs.into_iter().zip(m.devices.iter()).zip(m.ncs.iter()) {
                 let nc = s.nc;
                 if m.lanes.active(g).is_none_or(|a| a.id != m.id) {

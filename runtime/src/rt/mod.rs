@@ -176,6 +176,9 @@ pub struct Model {
     devices: Vec<Device>,
     lanes: Arc<NcLanes>,
     epoch: Instant,
+    /// Where executions are counted for monitors, and the device bytes staging took per NC.
+    pub(crate) counters: Option<Arc<crate::counters::Counters>>,
+    pub(crate) staged_bytes: Vec<u64>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -209,6 +212,8 @@ pub struct Runtime {
     pid: AtomicU64,
     closed_devices: AtomicBool,
     epoch: Instant,
+    /// The shared-memory counters monitors read (crate::counters), from init to close.
+    pub(crate) counters: Mutex<Option<Arc<crate::counters::Counters>>>,
 }
 
 impl Default for Runtime {
@@ -232,6 +237,7 @@ impl Runtime {
             pid: AtomicU64::new(std::process::id() as u64),
             closed_devices: AtomicBool::new(false),
             epoch: Instant::now(),
+            counters: Mutex::new(None),
         }
     }
 
@@ -272,6 +278,7 @@ impl Runtime {
         let ncs: usize = devs.iter().map(|d| d.nc_count()).sum();
         *lock(&self.placed) = vec![0; ncs];
         *lock(&self.lanes) = Arc::new(NcLanes::new(ncs));
+        *lock(&self.counters) = crate::counters::publish(&devs);
         *lock(&self.devices) = devs;
         *lock(&self.cfg) = cfg;
         self.pid.store(std::process::id() as u64, Ordering::Relaxed);
@@ -295,6 +302,7 @@ impl Runtime {
             d.close();
         }
         self.closed_devices.store(true, Ordering::Relaxed);
+        lock(&self.counters).take();
         Ok(lock(&self.state).close(std::process::id())?)
     }
 

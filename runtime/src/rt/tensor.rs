@@ -33,6 +33,8 @@ pub struct Tensor {
     pub(crate) nc: usize,
     /// Executions that wrote this tensor as an output (`nrt_tensor_check_output_completion`).
     pub(crate) completions: AtomicU64,
+    /// The tensor's share of the monitors' memory counters (crate::counters).
+    pub(crate) _acct: Option<crate::counters::TensorAcct>,
 }
 
 impl Tensor {
@@ -147,6 +149,16 @@ impl Runtime {
         } else {
             TensorMem::Host(dev.alloc_host(size.max(1) as usize, 64)?)
         };
-        Ok(Arc::new(Tensor { name: name.to_string(), size, mem, dev, nc: local, completions: AtomicU64::new(0) }))
+        let acct =
+            super::lock(&self.counters).as_ref().map(|c| crate::counters::TensorAcct::new(c, nc, size, on_device));
+        Ok(Arc::new(Tensor {
+            name: name.to_string(),
+            size,
+            mem,
+            dev,
+            nc: local,
+            completions: AtomicU64::new(0),
+            _acct: acct,
+        }))
     }
 }

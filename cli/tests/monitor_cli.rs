@@ -1,0 +1,199 @@
+//! `monitor` and `top` reading the counters another process's runtime publishes.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command as StdCommand, Stdio};
+use std::time::{Duration, Instant};
+
+use assert_cmd::cargo::CommandCargoExt;
+
+const TWO: &str = "examples/allreduce_2nc.neff";
+const INPUT: &str = "input=examples/input_32xf32.bin";
+
+fn root() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+}
+
+fn cli(shm: &Path) -> StdCommand {
+    let mut c = StdCommand::cargo_bin("neuron-vfio").expect("binary");
+    c.current_dir(root()).env("NEURON_VFIO_SHM_DIR", shm).env_remove("NEURON_VFIO_COUNTERS");
+    c
+}
+
+fn shm_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("nv-mon-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("shm dir");
+    d
+}
+
+/// A process executing the 2-NC model on sim:cayman for a long while; returns once its
+/// counters segment exists.
+struct Runner(Child);
+
+impl Runner {
+    fn start(shm: &Path) -> Self {
+        let child = cli(shm)
+            .args(["--device", "sim:cayman", "run", TWO, "--input", INPUT, "--repeat", "2000000"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn the runner");
+        let t0 = Instant::now();
+        while std::fs::read_dir(shm).map(|d| d.count()).unwrap_or(0) == 0 {
+            assert!(t0.elapsed() < Duration::from_secs(60), "the runner published no counters");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // Let it load and start executing.
+        std::thread::sleep(Duration::from_millis(300));
+        Runner(child)
+    }
+}
+
+impl Drop for Runner {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn monitor_json_sees_another_process_executing() {
+    let shm = shm_dir("json");
+    let runner = Runner::start(&shm);
+    let out = cli(&shm).args(["--json", "monitor", "--count", "2", "--period-ms", "400"]).output().expect("monitor");
+    drop(runner);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<serde_json::Value> =
+        text.lines().map(|l| serde_json::from_str(l).expect("a JSON object per line")).collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    for v in &lines {
+        assert!(v["timestamp"].as_f64().is_some_and(|t| t > 1e9), "{v}");
+        let devs = v["devices"].as_array().expect("devices");
+        assert_eq!(devs.len(), 1, "{v}");
+        assert_eq!(devs[0]["arch"], "cayman");
+        let ncs = v["neuroncores"].as_array().expect("neuroncores");
+        assert_eq!(ncs.len(), 8, "every NC of the runner's cayman: {v}");
+        // The model runs on NCs 0 and 1; the others are idle.
+        for n in &ncs[..2] {
+            assert!(n["executions"].as_u64().unwrap_or(0) > 0, "{n}");
+            assert!(n["utilization"].as_f64().unwrap_or(0.0) > 0.0, "{n}");
+            assert!(n["latency_us"]["p50"].as_u64().is_some(), "{n}");
+            assert!(n["memory_by_kind"]["model"].as_u64().unwrap_or(0) > 0, "{n}");
+            assert_eq!(n["models_loaded"], 1);
+            assert_eq!(n["errors"]["nq_overflow"], 0);
+        }
+        for n in &ncs[2..] {
+            assert_eq!(n["executions"], 0, "{n}");
+            assert_eq!(n["utilization"], 0.0, "{n}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&shm);
+}
+
+/// A minimal check of the Prometheus text exposition format: HELP/TYPE comments, then
+/// `name{label="value",…} number` samples of a declared family.
+fn check_prometheus(text: &str) -> Vec<(String, String, f64)> {
+    let mut families = std::collections::HashMap::new();
+    let mut samples = Vec::new();
+    for line in text.lines().filter(|l| !l.is_empty()) {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').expect("TYPE name kind");
+            assert!(["counter", "gauge", "histogram", "summary", "untyped"].contains(&kind), "{line}");
+            families.insert(name.to_string(), kind.to_string());
+            continue;
+        }
+        if line.starts_with("# HELP ") {
+            continue;
+        }
+        assert!(!line.starts_with('#'), "unknown comment {line}");
+        let (series, value) = line.rsplit_once(' ').expect("series value");
+        let value: f64 = value.parse().unwrap_or_else(|_| panic!("bad value in {line}"));
+        let (name, labels) = series.split_once('{').expect("labels");
+        let labels = labels.strip_suffix('}').expect("closing brace");
+        assert!(name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'), "{line}");
+        assert!(name.starts_with("neuron_"), "{line}");
+        assert!(families.contains_key(name), "{name} has no # TYPE");
+        for l in labels.split(',') {
+            let (k, v) = l.split_once('=').expect("label=value");
+            assert!(k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'), "{line}");
+            assert!(v.starts_with('"') && v.ends_with('"') && v.len() >= 2, "{line}");
+        }
+        samples.push((name.to_string(), labels.to_string(), value));
+    }
+    samples
+}
+
+#[test]
+fn prometheus_metrics_parse_and_count_executions() {
+    let shm = shm_dir("prom");
+    let runner = Runner::start(&shm);
+    let mut mon = cli(&shm)
+        .args(["monitor", "--count", "8", "--period-ms", "250", "--prometheus", "127.0.0.1:0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("monitor");
+    let mut line = String::new();
+    BufReader::new(mon.stderr.take().expect("stderr")).read_line(&mut line).expect("address line");
+    let url = line.split_whitespace().find(|w| w.starts_with("http://")).expect("an URL on stderr").to_string();
+    let hostport = url.trim_start_matches("http://").trim_end_matches("/metrics");
+    // After the first period the figures cover the runner's executions.
+    std::thread::sleep(Duration::from_millis(700));
+    let mut s = std::net::TcpStream::connect(hostport).expect("connect");
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").expect("request");
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).expect("response");
+    let _ = mon.wait();
+    drop(runner);
+    let (head, body) = resp.split_once("\r\n\r\n").expect("headers and body");
+    assert!(head.starts_with("HTTP/1.") && head.contains(" 200 "), "{head}");
+    assert!(head.to_ascii_lowercase().contains("content-type: text/plain; version=0.0.4"), "{head}");
+    let samples = check_prometheus(body);
+    let execs: f64 = samples
+        .iter()
+        .filter(|(n, l, _)| n == "neuron_nc_executions_total" && l.contains("nc=\"0\""))
+        .map(|(_, _, v)| v)
+        .sum();
+    assert!(execs > 0.0, "{body}");
+    assert!(samples.iter().any(|(n, l, _)| n == "neuron_nc_memory_used_bytes" && l.contains("kind=\"model\"")));
+    assert!(samples.iter().any(|(n, l, _)| n == "neuron_nc_execution_errors_total" && l.contains("kind=\"hbm_ue\"")));
+    let _ = std::fs::remove_dir_all(&shm);
+}
+
+#[test]
+fn top_once_renders_a_row_per_nc() {
+    let shm = shm_dir("top");
+    let runner = Runner::start(&shm);
+    let out = cli(&shm).args(["--device", "sim:cayman", "top", "--once", "--period-ms", "300"]).output().expect("top");
+    drop(runner);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains('\x1b'), "no escape codes off a terminal: {text:?}");
+    let rows: Vec<&str> =
+        text.lines().filter(|l| l.split_whitespace().next().is_some_and(|w| w.parse::<u32>().is_ok())).collect();
+    assert_eq!(rows.len(), 8, "{text}");
+    // NC 0 runs the model: a non-empty bar and executions per second.
+    let nc0: Vec<&str> = rows[0].split_whitespace().collect();
+    assert!(nc0[1].contains('#'), "{}", rows[0]);
+    assert!(nc0[3].parse::<f64>().unwrap_or(0.0) > 0.0, "{}", rows[0]);
+    assert!(rows[7].contains("[....................]"), "{}", rows[7]);
+    let _ = std::fs::remove_dir_all(&shm);
+}
+
+#[test]
+fn nothing_published_when_counters_are_off() {
+    let shm = shm_dir("off");
+    let out = cli(&shm)
+        .env("NEURON_VFIO_COUNTERS", "0")
+        .args(["--device", "sim", "run", "examples/allreduce_1nc.neff", "--input", INPUT])
+        .output()
+        .expect("run");
+    assert!(out.status.success());
+    assert_eq!(std::fs::read_dir(&shm).map(|d| d.count()).unwrap_or(1), 0);
+    let out = cli(&shm).args(["--json", "monitor", "--count", "1", "--period-ms", "10"]).output().expect("monitor");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["neuroncores"], serde_json::json!([]));
+    let _ = std::fs::remove_dir_all(&shm);
+}

@@ -1,0 +1,623 @@
+//! Per-process counters in shared memory, for `neuron-vfio monitor` / `top` in other
+//! processes (what neuron-monitor reads from the Neuron runtime).
+//!
+//! Each initialized [`Runtime`](crate::Runtime) publishes one segment: a file
+//! `neuron-vfio.PID.N.counters` in `NEURON_VFIO_SHM_DIR` (default `/dev/shm`), mapped shared,
+//! made of 64-bit words. The runtime is its only writer; monitors map it read-only. Every
+//! word is updated with a single relaxed atomic add or store, so the execute path takes no
+//! lock and makes no syscall for it. `NEURON_VFIO_COUNTERS=0` turns publishing off.
+//!
+//! The layout (version [`VERSION`]) is documented in `docs/monitoring.md`: a header of
+//! [`HEADER_WORDS`] words, then one slot of [`SLOT_WORDS`] words per NeuronCore the runtime
+//! can use (global NC index order). Readers must check [`MAGIC`] and [`VERSION`] and take
+//! the header and slot sizes from the header, so later versions may append words.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use neff::NrtStatus;
+use platform::ShmWords;
+
+/// `"NVFIOCTR"` as a little-endian u64: header word 0.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"NVFIOCTR");
+/// Layout version: header word 1.
+pub const VERSION: u64 = 1;
+/// Words in the header.
+pub const HEADER_WORDS: usize = 16;
+/// Words in each NC slot.
+pub const SLOT_WORDS: usize = 48;
+/// Latency histogram buckets: bucket `b` counts executions with a host latency below
+/// 2^b µs (bucket 0: under 1 µs), the last bucket everything longer.
+pub const LAT_BUCKETS: usize = 24;
+
+/// Header word indices.
+pub mod hdr {
+    pub const MAGIC: usize = 0;
+    pub const VERSION: usize = 1;
+    pub const PID: usize = 2;
+    pub const NCS: usize = 3;
+    pub const SLOT_WORDS: usize = 4;
+    pub const HEADER_WORDS: usize = 5;
+    /// Unix time (ns) the segment was created.
+    pub const STARTED_NS: usize = 6;
+    /// Bumped at the end of every execution (any NC): a reader sees the runtime progress.
+    pub const UPDATES: usize = 7;
+    /// Host DMA memory held by tensors placed in host memory, bytes.
+    pub const HOST_TENSOR_BYTES: usize = 8;
+    /// Devices the runtime drives.
+    pub const DEVICES: usize = 9;
+}
+
+/// NC slot word indices (from the slot's start).
+pub mod slot {
+    /// Device index (in the runtime's device list).
+    pub const DEVICE: usize = 0;
+    /// NC index within the device.
+    pub const NC: usize = 1;
+    /// NeuronCore version of the device's arch (2 sunda, 3 cayman, 4 mariana).
+    pub const NC_VERSION: usize = 2;
+    /// Models loaded on the NC now.
+    pub const MODELS: usize = 3;
+    /// Executions finished (any status).
+    pub const EXECUTIONS: usize = 4;
+    /// Executions that ended with a status other than NRT_SUCCESS.
+    pub const FAILED: usize = 5;
+    /// Device busy time: sum over executions of last END − first START (device records), ns.
+    pub const BUSY_NS: usize = 6;
+    /// Sum of host latencies (call to completion), ns.
+    pub const LATENCY_SUM_NS: usize = 7;
+    /// Unix time (ns) the last execution ended.
+    pub const LAST_END_NS: usize = 8;
+    /// Device memory held by the loaded models' staging (weights, variables, DMA rings,
+    /// programs), bytes.
+    pub const MEM_MODEL: usize = 9;
+    /// Device memory held by tensors placed on the device, bytes.
+    pub const MEM_TENSORS: usize = 10;
+    /// First error counter; [`super::ErrorKind`] order.
+    pub const ERRORS: usize = 12;
+    /// First latency histogram bucket ([`super::LAT_BUCKETS`] of them).
+    pub const LATENCY: usize = 24;
+}
+
+/// Error counters kept per NC, by the status an execution ended with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    NqOverflow,
+    DmaAbort,
+    HbmUe,
+    NcUe,
+    Numerical,
+    Timeout,
+    Other,
+}
+
+impl ErrorKind {
+    /// Every kind, in slot order.
+    pub const ALL: [ErrorKind; 7] = [
+        ErrorKind::NqOverflow,
+        ErrorKind::DmaAbort,
+        ErrorKind::HbmUe,
+        ErrorKind::NcUe,
+        ErrorKind::Numerical,
+        ErrorKind::Timeout,
+        ErrorKind::Other,
+    ];
+
+    /// The name monitors print (`errors.nq_overflow`, label `kind="nq_overflow"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorKind::NqOverflow => "nq_overflow",
+            ErrorKind::DmaAbort => "dma_abort",
+            ErrorKind::HbmUe => "hbm_ue",
+            ErrorKind::NcUe => "nc_ue",
+            ErrorKind::Numerical => "numerical",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::Other => "other",
+        }
+    }
+
+    /// The counter an execution status feeds (none for success).
+    pub fn of(status: NrtStatus) -> Option<ErrorKind> {
+        use NrtStatus as S;
+        Some(match status {
+            S::Success => return None,
+            S::ExecSwNqOverflow => ErrorKind::NqOverflow,
+            S::ExecHwErrDmaAbort => ErrorKind::DmaAbort,
+            S::ExecHwErrHbmUe | S::ExecHwErrRepairableHbmUe => ErrorKind::HbmUe,
+            S::ExecHwErrNcUe => ErrorKind::NcUe,
+            S::ExecCompletedWithNumErr => ErrorKind::Numerical,
+            S::Timeout => ErrorKind::Timeout,
+            _ => ErrorKind::Other,
+        })
+    }
+
+    fn word(self) -> usize {
+        slot::ERRORS + self as usize
+    }
+}
+
+/// The latency bucket of `ns`.
+pub fn latency_bucket(ns: u64) -> usize {
+    let us = ns / 1000;
+    let b = if us == 0 { 0 } else { 64 - us.leading_zeros() as usize };
+    b.min(LAT_BUCKETS - 1)
+}
+
+/// Upper bound (µs, exclusive) of latency bucket `b`; `None` for the last (open) bucket.
+pub fn bucket_upper_us(b: usize) -> Option<u64> {
+    (b + 1 < LAT_BUCKETS).then(|| 1u64 << b)
+}
+
+fn now_ns() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+}
+
+/// Where segments live: `NEURON_VFIO_SHM_DIR`, else `/dev/shm` (the temp dir without it).
+pub fn shm_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("NEURON_VFIO_SHM_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d);
+    }
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    }
+}
+
+/// Whether publishing is on (`NEURON_VFIO_COUNTERS` is not `0`).
+pub fn enabled() -> bool {
+    std::env::var("NEURON_VFIO_COUNTERS").map(|v| v.trim() != "0").unwrap_or(true)
+}
+
+/// One NC the segment describes: (device index, NC within the device, NC version).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NcId {
+    pub device: usize,
+    pub nc: usize,
+    pub nc_version: u32,
+}
+
+/// The writer: a runtime's segment.
+#[derive(Debug)]
+pub struct Counters {
+    shm: ShmWords,
+    ncs: usize,
+}
+
+static SEGMENT_SEQ: AtomicU64 = AtomicU64::new(0);
+
+impl Counters {
+    /// Create this process's next segment in [`shm_dir`] for `ncs` (global NC order).
+    pub fn create(ncs: &[NcId], devices: usize) -> Result<Self, platform::ShmError> {
+        let n = SEGMENT_SEQ.fetch_add(1, Ordering::Relaxed);
+        let dir = shm_dir();
+        if n == 0 {
+            remove_stale(&dir);
+        }
+        let path = dir.join(format!("neuron-vfio.{}.{n}.counters", std::process::id()));
+        Self::create_at(&path, ncs, devices)
+    }
+
+    /// Create a segment at `path`.
+    pub fn create_at(path: &Path, ncs: &[NcId], devices: usize) -> Result<Self, platform::ShmError> {
+        let shm = ShmWords::create(path, HEADER_WORDS + ncs.len() * SLOT_WORDS)?;
+        let c = Self { shm, ncs: ncs.len() };
+        for (i, id) in ncs.iter().enumerate() {
+            c.set(i, slot::DEVICE, id.device as u64);
+            c.set(i, slot::NC, id.nc as u64);
+            c.set(i, slot::NC_VERSION, id.nc_version as u64);
+        }
+        let h = c.words();
+        h[hdr::PID].store(std::process::id() as u64, Ordering::Relaxed);
+        h[hdr::NCS].store(ncs.len() as u64, Ordering::Relaxed);
+        h[hdr::SLOT_WORDS].store(SLOT_WORDS as u64, Ordering::Relaxed);
+        h[hdr::HEADER_WORDS].store(HEADER_WORDS as u64, Ordering::Relaxed);
+        h[hdr::STARTED_NS].store(now_ns(), Ordering::Relaxed);
+        h[hdr::DEVICES].store(devices as u64, Ordering::Relaxed);
+        h[hdr::VERSION].store(VERSION, Ordering::Relaxed);
+        // Last, with release: a reader that sees the magic sees a complete header.
+        h[hdr::MAGIC].store(MAGIC, Ordering::Release);
+        Ok(c)
+    }
+
+    /// The segment's file.
+    pub fn path(&self) -> &Path {
+        self.shm.path()
+    }
+
+    fn words(&self) -> &[AtomicU64] {
+        // The creator's handle is read-write, so this is always `Some`; an empty slice
+        // otherwise makes every update a no-op rather than a panic.
+        self.shm.words().unwrap_or(&[])
+    }
+
+    fn word(&self, nc: usize, w: usize) -> Option<&AtomicU64> {
+        if nc >= self.ncs {
+            return None;
+        }
+        self.words().get(HEADER_WORDS + nc * SLOT_WORDS + w)
+    }
+
+    fn add(&self, nc: usize, w: usize, v: u64) {
+        if let Some(a) = self.word(nc, w) {
+            a.fetch_add(v, Ordering::Relaxed);
+        }
+    }
+
+    fn sub(&self, nc: usize, w: usize, v: u64) {
+        if let Some(a) = self.word(nc, w) {
+            // Saturating: a gauge never wraps below zero.
+            let _ = a.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |x| Some(x.saturating_sub(v)));
+        }
+    }
+
+    fn set(&self, nc: usize, w: usize, v: u64) {
+        if let Some(a) = self.word(nc, w) {
+            a.store(v, Ordering::Relaxed);
+        }
+    }
+
+    /// An execution of a model on global NCs `ncs` ended: its status, host latency and
+    /// device busy time (from the START/END records; 0 when it failed before them).
+    pub fn execution(&self, ncs: &[usize], status: NrtStatus, latency_ns: u64, busy_ns: u64) {
+        let end = now_ns();
+        let bucket = latency_bucket(latency_ns);
+        for &nc in ncs {
+            self.add(nc, slot::EXECUTIONS, 1);
+            self.add(nc, slot::BUSY_NS, busy_ns);
+            self.add(nc, slot::LATENCY_SUM_NS, latency_ns);
+            self.add(nc, slot::LATENCY + bucket, 1);
+            if let Some(k) = ErrorKind::of(status) {
+                self.add(nc, slot::FAILED, 1);
+                self.add(nc, k.word(), 1);
+            }
+            self.set(nc, slot::LAST_END_NS, end);
+        }
+        if let Some(u) = self.words().get(hdr::UPDATES) {
+            u.fetch_add(1, Ordering::Release);
+        }
+    }
+
+    /// A model was loaded on `ncs` (`bytes_per_nc`: device memory its staging took on each).
+    pub fn model_loaded(&self, ncs: &[usize], bytes_per_nc: &[u64]) {
+        for (i, &nc) in ncs.iter().enumerate() {
+            self.add(nc, slot::MODELS, 1);
+            self.add(nc, slot::MEM_MODEL, bytes_per_nc.get(i).copied().unwrap_or(0));
+        }
+    }
+
+    /// A model was unloaded from `ncs`, giving back `bytes_per_nc`.
+    pub fn model_unloaded(&self, ncs: &[usize], bytes_per_nc: &[u64]) {
+        for (i, &nc) in ncs.iter().enumerate() {
+            self.sub(nc, slot::MODELS, 1);
+            self.sub(nc, slot::MEM_MODEL, bytes_per_nc.get(i).copied().unwrap_or(0));
+        }
+    }
+
+    /// A tensor of `bytes` was allocated (`on_device`: on global NC `nc`'s HBM; else host
+    /// DMA memory) or, with `freed`, released.
+    pub fn tensor(&self, nc: usize, bytes: u64, on_device: bool, freed: bool) {
+        match (on_device, freed) {
+            (true, false) => self.add(nc, slot::MEM_TENSORS, bytes),
+            (true, true) => self.sub(nc, slot::MEM_TENSORS, bytes),
+            (false, _) => {
+                if let Some(h) = self.words().get(hdr::HOST_TENSOR_BYTES) {
+                    if freed {
+                        let _ = h.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |x| Some(x.saturating_sub(bytes)));
+                    } else {
+                        h.fetch_add(bytes, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The segment for a runtime driving `devs` (global NC order), or None when publishing is
+/// off or the segment cannot be made (logged: monitoring is never worth failing `init`).
+pub fn publish(devs: &[hal::Device]) -> Option<Arc<Counters>> {
+    if !enabled() {
+        return None;
+    }
+    let ids: Vec<NcId> = devs
+        .iter()
+        .enumerate()
+        .flat_map(|(d, dev)| {
+            let v = dev.arch().nc_version;
+            (0..dev.nc_count()).map(move |nc| NcId { device: d, nc, nc_version: v as u32 })
+        })
+        .collect();
+    match Counters::create(&ids, devs.len()) {
+        Ok(c) => Some(Arc::new(c)),
+        Err(e) => {
+            tracing::warn!("counters for monitors not published: {e}");
+            None
+        }
+    }
+}
+
+/// Device memory used now on the HBM channel serving `dev`'s NC `nc`, bytes.
+pub fn hbm_used(dev: &hal::Device, nc: usize) -> u64 {
+    dev.allocator().usage(dev.hbm_for_nc(nc)).map(|u| u.used).unwrap_or(0)
+}
+
+/// A tensor's share of the counters: added when made, given back when the tensor drops.
+pub struct TensorAcct {
+    counters: Arc<Counters>,
+    nc: usize,
+    bytes: u64,
+    on_device: bool,
+}
+
+impl TensorAcct {
+    /// Count a tensor of `bytes` on global NC `nc` (`on_device`) or in host DMA memory.
+    pub fn new(counters: &Arc<Counters>, nc: usize, bytes: u64, on_device: bool) -> Self {
+        counters.tensor(nc, bytes, on_device, false);
+        Self { counters: counters.clone(), nc, bytes, on_device }
+    }
+}
+
+impl Drop for TensorAcct {
+    fn drop(&mut self) {
+        self.counters.tensor(self.nc, self.bytes, self.on_device, true);
+    }
+}
+
+impl crate::rt::Model {
+    /// Count an execution of this model that ended with `status` (no-op when unpublished).
+    pub(crate) fn count_execution(&self, status: NrtStatus, latency_ns: u64, busy_ns: u64) {
+        if let Some(c) = &self.counters {
+            c.execution(&self.ncs, status, latency_ns, busy_ns);
+        }
+    }
+}
+
+/// One NC as a reader sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NcCounters {
+    pub device: u64,
+    pub nc: u64,
+    pub nc_version: u64,
+    pub models: u64,
+    pub executions: u64,
+    pub failed: u64,
+    pub busy_ns: u64,
+    pub latency_sum_ns: u64,
+    pub last_end_ns: u64,
+    pub mem_model: u64,
+    pub mem_tensors: u64,
+    /// [`ErrorKind::ALL`] order.
+    pub errors: [u64; 7],
+    pub latency: [u64; LAT_BUCKETS],
+}
+
+/// A segment as a reader sees it at one instant.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Snapshot {
+    pub pid: u64,
+    pub started_ns: u64,
+    pub updates: u64,
+    pub devices: u64,
+    pub host_tensor_bytes: u64,
+    pub ncs: Vec<NcCounters>,
+}
+
+/// Why a segment could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error(transparent)]
+    Shm(#[from] platform::ShmError),
+    #[error("{0}: not a counters segment (bad magic)")]
+    Magic(PathBuf),
+    #[error("{path}: layout version {version}, this reader knows {VERSION}")]
+    Version { path: PathBuf, version: u64 },
+    #[error("{0}: header and file length disagree")]
+    Truncated(PathBuf),
+}
+
+/// A read-only view of another process's (or this one's) segment.
+#[derive(Debug)]
+pub struct Reader {
+    shm: ShmWords,
+    header: usize,
+    slot_words: usize,
+    ncs: usize,
+}
+
+impl Reader {
+    /// Map `path` read-only and check its header.
+    pub fn open(path: &Path) -> Result<Self, ReadError> {
+        let shm = ShmWords::open_read(path)?;
+        let w = |i| shm.load(i).unwrap_or(0);
+        if w(hdr::MAGIC) != MAGIC {
+            return Err(ReadError::Magic(path.to_path_buf()));
+        }
+        if w(hdr::VERSION) != VERSION {
+            return Err(ReadError::Version { path: path.to_path_buf(), version: w(hdr::VERSION) });
+        }
+        let (header, slot_words, ncs) = (w(hdr::HEADER_WORDS), w(hdr::SLOT_WORDS), w(hdr::NCS));
+        let need = ncs.checked_mul(slot_words).and_then(|s| s.checked_add(header));
+        if header < HEADER_WORDS as u64 || slot_words < SLOT_WORDS as u64 || need.is_none_or(|n| n > shm.len() as u64) {
+            return Err(ReadError::Truncated(path.to_path_buf()));
+        }
+        Ok(Self { shm, header: header as usize, slot_words: slot_words as usize, ncs: ncs as usize })
+    }
+
+    /// The segment's file.
+    pub fn path(&self) -> &Path {
+        self.shm.path()
+    }
+
+    /// The writer's process id.
+    pub fn pid(&self) -> u64 {
+        self.shm.load(hdr::PID).unwrap_or(0)
+    }
+
+    /// Load every counter now.
+    pub fn snapshot(&self) -> Snapshot {
+        let h = |i| self.shm.load(i).unwrap_or(0);
+        let ncs = (0..self.ncs)
+            .map(|n| {
+                let base = self.header + n * self.slot_words;
+                let s = |i: usize| self.shm.load(base + i).unwrap_or(0);
+                NcCounters {
+                    device: s(slot::DEVICE),
+                    nc: s(slot::NC),
+                    nc_version: s(slot::NC_VERSION),
+                    models: s(slot::MODELS),
+                    executions: s(slot::EXECUTIONS),
+                    failed: s(slot::FAILED),
+                    busy_ns: s(slot::BUSY_NS),
+                    latency_sum_ns: s(slot::LATENCY_SUM_NS),
+                    last_end_ns: s(slot::LAST_END_NS),
+                    mem_model: s(slot::MEM_MODEL),
+                    mem_tensors: s(slot::MEM_TENSORS),
+                    errors: std::array::from_fn(|k| s(slot::ERRORS + k)),
+                    latency: std::array::from_fn(|b| s(slot::LATENCY + b)),
+                }
+            })
+            .collect();
+        Snapshot {
+            pid: h(hdr::PID),
+            started_ns: h(hdr::STARTED_NS),
+            updates: h(hdr::UPDATES),
+            devices: h(hdr::DEVICES),
+            host_tensor_bytes: h(hdr::HOST_TENSOR_BYTES),
+            ncs,
+        }
+    }
+}
+
+/// The writer pid in a segment's file name `neuron-vfio.PID.N.counters`.
+fn segment_pid(p: &Path) -> Option<u32> {
+    let n = p.file_name()?.to_str()?.strip_prefix("neuron-vfio.")?.strip_suffix(".counters")?;
+    n.split('.').next()?.parse().ok()
+}
+
+fn alive(pid: u64) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Remove segments left in `dir` by processes that died without closing their runtime
+/// (killed): done once per process, at its first segment. Files of other users stay (the
+/// sticky `/dev/shm` refuses), which is harmless: readers skip dead writers.
+fn remove_stale(dir: &Path) {
+    let Ok(rd) = std::fs::read_dir(dir) else { return };
+    for p in rd.filter_map(|e| e.ok().map(|e| e.path())) {
+        if segment_pid(&p).is_some_and(|pid| !alive(pid as u64)) {
+            let _ = std::fs::remove_file(&p);
+        }
+    }
+}
+
+/// Every live segment in `dir`: those whose writer process still exists (a segment left by
+/// a killed process is skipped). Unreadable files are skipped too.
+pub fn discover(dir: &Path) -> Vec<Reader> {
+    let Ok(rd) = std::fs::read_dir(dir) else { return Vec::new() };
+    let mut paths: Vec<PathBuf> =
+        rd.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| segment_pid(p).is_some()).collect();
+    paths.sort();
+    paths.iter().filter_map(|p| Reader::open(p).ok()).filter(|r| alive(r.pid())).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(n: usize) -> Vec<NcId> {
+        (0..n).map(|i| NcId { device: i / 2, nc: i % 2, nc_version: 3 }).collect()
+    }
+
+    #[test]
+    fn buckets_are_powers_of_two_microseconds() {
+        assert_eq!(latency_bucket(0), 0);
+        assert_eq!(latency_bucket(999), 0);
+        assert_eq!(latency_bucket(1_000), 1);
+        assert_eq!(latency_bucket(1_999), 1);
+        assert_eq!(latency_bucket(2_000), 2);
+        assert_eq!(latency_bucket(1_000_000), 10);
+        assert_eq!(latency_bucket(u64::MAX), LAT_BUCKETS - 1);
+        assert_eq!(bucket_upper_us(0), Some(1));
+        assert_eq!(bucket_upper_us(10), Some(1024));
+        assert_eq!(bucket_upper_us(LAT_BUCKETS - 1), None);
+    }
+
+    #[test]
+    fn a_reader_sees_what_the_writer_counts() {
+        let dir = std::env::temp_dir().join(format!("rt-counters-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let p = dir.join(format!("neuron-vfio.{}.0.counters", std::process::id()));
+        let c = Counters::create_at(&p, &ids(4), 2).expect("create");
+        c.model_loaded(&[1, 2], &[4096, 8192]);
+        c.execution(&[1, 2], NrtStatus::Success, 1_500, 700);
+        c.execution(&[1], NrtStatus::ExecSwNqOverflow, 3_000_000, 0);
+        c.tensor(2, 128, true, false);
+        c.tensor(0, 256, false, false);
+        c.tensor(0, 56, false, true);
+        c.execution(&[9], NrtStatus::Success, 1, 1); // no such NC: ignored
+        let readers = discover(&dir);
+        assert_eq!(readers.len(), 1);
+        let s = readers[0].snapshot();
+        assert_eq!(s.pid, std::process::id() as u64);
+        assert_eq!((s.devices, s.updates, s.host_tensor_bytes), (2, 3, 200));
+        assert_eq!(s.ncs.len(), 4);
+        let n1 = &s.ncs[1];
+        assert_eq!((n1.device, n1.nc, n1.nc_version, n1.models), (0, 1, 3, 1));
+        assert_eq!((n1.executions, n1.failed, n1.busy_ns, n1.mem_model), (2, 1, 700, 4096));
+        assert_eq!(n1.errors[ErrorKind::NqOverflow as usize], 1);
+        assert_eq!(n1.latency[1] + n1.latency[12], 2);
+        assert!(n1.last_end_ns > 0);
+        let n2 = &s.ncs[2];
+        assert_eq!((n2.device, n2.nc, n2.executions, n2.failed, n2.mem_tensors), (1, 0, 1, 0, 128));
+        assert_eq!(s.ncs[0].executions, 0);
+        c.model_unloaded(&[1, 2], &[4096, 9000]);
+        let s = readers[0].snapshot();
+        assert_eq!((s.ncs[1].models, s.ncs[1].mem_model, s.ncs[2].mem_model), (0, 0, 0));
+        drop(c);
+        assert!(discover(&dir).is_empty(), "the segment goes with its runtime");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn segments_of_dead_processes_are_removed() {
+        let dir = std::env::temp_dir().join(format!("rt-counters-stale-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        // pid_max is at most 2^22: no process has this id.
+        let dead = dir.join("neuron-vfio.4294967.0.counters");
+        let mine = dir.join(format!("neuron-vfio.{}.7.counters", std::process::id()));
+        let other = dir.join("unrelated.counters");
+        for p in [&dead, &mine, &other] {
+            std::fs::write(p, [0u8; 8]).expect("write");
+        }
+        assert_eq!(segment_pid(&dead), Some(4294967));
+        assert_eq!(segment_pid(&other), None);
+        remove_stale(&dir);
+        assert!(!dead.exists() && mine.exists() && other.exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn readers_refuse_foreign_files() {
+        let dir = std::env::temp_dir().join(format!("rt-counters-bad-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let p = dir.join("neuron-vfio.1.0.counters");
+        std::fs::write(&p, [7u8; 64]).expect("write");
+        assert!(matches!(Reader::open(&p), Err(ReadError::Magic(_))));
+        let mut b = vec![0u8; 8 * HEADER_WORDS];
+        b[..8].copy_from_slice(&MAGIC.to_le_bytes());
+        b[8..16].copy_from_slice(&99u64.to_le_bytes());
+        std::fs::write(&p, &b).expect("write");
+        assert!(matches!(Reader::open(&p), Err(ReadError::Version { version: 99, .. })));
+        b[8..16].copy_from_slice(&VERSION.to_le_bytes());
+        b[24..32].copy_from_slice(&1000u64.to_le_bytes()); // 1000 NCs in a 16-word file
+        b[32..40].copy_from_slice(&(SLOT_WORDS as u64).to_le_bytes());
+        b[40..48].copy_from_slice(&(HEADER_WORDS as u64).to_le_bytes());
+        std::fs::write(&p, &b).expect("write");
+        assert!(matches!(Reader::open(&p), Err(ReadError::Truncated(_))));
+        assert!(discover(&dir).is_empty());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

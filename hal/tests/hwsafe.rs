@@ -122,9 +122,10 @@ fn packet_over_the_limit_aborts() {
     let (sim, dev) = open_cfg(SimConfig::new(&CAYMAN));
     // Lower the engine's packet limit below one descriptor's worth: the next packet is too long.
     let (e, _) = hal::udma::h2t(&CAYMAN, 0);
+    // Allocate first: a new allocation is zeroed through the same engine.
+    let a = dev.alloc_device(0, 65536, 4096).unwrap();
     let cfg_len = dev.regs().udma(e).unwrap().m2s().cfg_len();
     cfg_len.write(csr_maps::blocks::udma_m2s::CfgLen(0x0100_1000)).unwrap();
-    let a = dev.alloc_device(0, 65536, 4096).unwrap();
     let err = dev.write_device(0, a.addr(), &[1u8; 65536]).unwrap_err();
     let HalError::DmaAbort { m2s_cause, .. } = err else { panic!("expected an abort, got {err}") };
     assert_ne!(m2s_cause & (1 << 13), 0, "packet too long: {m2s_cause:#x}");

@@ -144,6 +144,9 @@ impl Platform for TracedPlatform {
     fn max_dma_mapping(&self) -> Option<usize> {
         self.inner.max_dma_mapping()
     }
+    fn modeled_writes_allowed(&self) -> bool {
+        self.inner.modeled_writes_allowed()
+    }
 }
 
 /// Wrap every platform when a trace is configured.

@@ -1,7 +1,7 @@
 //! nrt_async.h over the runtime's execution units ([`runtime::xu`]).
 //!
 //! - Tensor reads, writes and copies run on this library's XUs, one per (Logical NeuronCore,
-//!   kind, queue): [`Xu`] workers over [`TensorExec`]. Requests are validated when queued;
+//!   kind, queue): [`Xu`] workers over `TensorExec`. Requests are validated when queued;
 //!   a request's status is its copy's.
 //! - Executions (`nrta_execute_schedule`) run on the runtime's COMPUTE XU of the model's
 //!   first core ([`runtime::Runtime::execute_async`]).

@@ -6,7 +6,7 @@
 //! - [`bootstrap`]: libnrt-style bootstrap — the root address from `NEURON_RT_ROOT_COMM_ID`
 //!   (`host:port`), rank and size from the caller or the launcher's environment, and a TCP
 //!   rendezvous at the root (rank 0) that exchanges the transport's endpoint names.
-//! - [`Transport`]: tagged point-to-point messages between ranks; [`ofi::OfiTransport`]
+//! - [`Transport`]: tagged point-to-point messages between ranks; `ofi::OfiTransport`
 //!   (feature `ofi`) implements it on a libfabric RDM endpoint (provider from `FI_PROVIDER`,
 //!   default `tcp`).
 //! - [`coll`]: ring reduce-scatter / all-gather / all-reduce, chunked and pipelined, and a

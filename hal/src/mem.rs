@@ -323,7 +323,8 @@ impl DevAllocator {
     /// Channels at `bases` (device addresses) of `size` bytes each; the first `carveout`
     /// bytes of every channel are the firmware's; `min_alloc` is the granule.
     pub fn new(platform: Arc<dyn Platform>, bases: &[u64], size: u64, carveout: u64, min_alloc: u64) -> Self {
-        let min_order = min_alloc.max(1).next_power_of_two().trailing_zeros();
+        // A granule above 2^63 cannot be rounded up: use the largest power of two.
+        let min_order = min_alloc.max(1).checked_next_power_of_two().map_or(63, |g| g.trailing_zeros());
         let chans = bases
             .iter()
             .map(|&b| Mutex::new(Buddy::new(b + carveout, size.saturating_sub(carveout), min_order)))

@@ -321,12 +321,13 @@ fn check_range(t: &Tensor, off: u64, size: u64) -> Result<(), RtError> {
     Ok(())
 }
 
-/// The global NC of a tensor (its device's NCs come after earlier devices').
+/// The logical NC of a tensor (the caller's numbering: its global NC — the device's NCs
+/// come after earlier devices' — renumbered by the visible cores).
 fn tensor_lnc(t: &Tensor) -> usize {
     let mut nc = 0;
     while let Some((d, local)) = rt().device_of(nc) {
         if local == t.nc() && t.on_device(&d) {
-            return nc;
+            return rt().logical_nc(nc).unwrap_or(nc);
         }
         nc += 1;
     }
@@ -440,7 +441,8 @@ pub unsafe extern "C" fn nrta_execute_schedule(
         if queue != 0 {
             return Err(err(NrtStatus::Invalid, format!("queue {queue}: executions use queue 0")));
         }
-        let vnc = m.ncs.first().copied().ok_or_else(|| err(NrtStatus::InvalidHandle, "model has no core"))?;
+        let first = m.ncs.first().copied().ok_or_else(|| err(NrtStatus::InvalidHandle, "model has no core"))?;
+        let vnc = rt().logical_nc(first).unwrap_or(first);
         let tr = tracker_for(err_, vnc)?;
         let ticket = rt().execute_async(&m, &runtime_set(&ins), &runtime_set(&outs))?;
         let st = xu_state(runtime::xu::seq_xu(ticket.seq_id()), false)?;
@@ -689,7 +691,7 @@ pub unsafe extern "C" fn nrta_error_tracker_create(
     entry("nrta_error_tracker_create", || {
         guard()?;
         need(error_tracker, "error_tracker")?;
-        if rt().device_of(lnc_idx as usize).is_none() {
+        if rt().device_of_vnc(lnc_idx as usize).is_err() {
             return Err(err(NrtStatus::Invalid, format!("no lnc {lnc_idx}")));
         }
         let h = TRACKERS.insert(Arc::new(Tracker { lnc: lnc_idx, ..Default::default() }));

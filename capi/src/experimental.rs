@@ -27,10 +27,8 @@ pub struct nrt_ucode_info {
 
 fn one_worker(vnc: i64, id: u32, count: u32) -> Result<(), RtError> {
     guard()?;
-    if crate::ffi::rt()
-        .device_of(usize::try_from(vnc).map_err(|_| err(NrtStatus::Invalid, format!("bad vnc {vnc}")))?)
-        .is_none()
-    {
+    let v = usize::try_from(vnc).map_err(|_| err(NrtStatus::Invalid, format!("bad vnc {vnc}")))?;
+    if crate::ffi::rt().device_of_vnc(v).is_err() {
         return Err(err(NrtStatus::Invalid, format!("no vnc {vnc}")));
     }
     if count != 1 || id != 0 {

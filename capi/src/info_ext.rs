@@ -80,7 +80,7 @@ pub unsafe extern "C" fn nrt_get_instance_info(info: *mut nrt_instance_info_t, i
     entry("nrt_get_instance_info", || {
         guard()?;
         need(info, "info")?;
-        let (dev, _) = rt().device_of(0).ok_or_else(|| err(NrtStatus::Failure, "no device"))?;
+        let (dev, _) = rt().device_of_vnc(0).map_err(|_| err(NrtStatus::Failure, "no device"))?;
         let arch = dev.arch();
         let (family, name) = match arch.nc_version {
             2 => (NRT_INSTANCE_TRN1, "trn1"),
@@ -117,7 +117,7 @@ pub unsafe extern "C" fn nrt_get_vnc_memory_stats(
         need(stats, "stats")?;
         need(stats_size_out, "stats_size_out")?;
         let (dev, local) =
-            rt().device_of(vnc as usize).ok_or_else(|| err(NrtStatus::Invalid, format!("no vnc {vnc}")))?;
+            rt().device_of_vnc(vnc as usize).map_err(|_| err(NrtStatus::Invalid, format!("no vnc {vnc}")))?;
         let u = dev
             .allocator()
             .usage(dev.hbm_for_nc(local))
@@ -166,7 +166,9 @@ pub unsafe extern "C" fn nrt_get_model_info(
         let m = model_of(model)?;
         need(info, "info")?;
         need(info_size_out, "info_size_out")?;
-        let vnc = m.ncs.first().copied().unwrap_or(0);
+        // The caller's numbering: the logical core of the model's first (global) NC.
+        let first = m.ncs.first().copied().unwrap_or(0);
+        let vnc = rt().logical_nc(first).ok_or_else(|| err(NrtStatus::Failure, "model on no visible core"))?;
         let v = nrt_model_info_t { vnc: u32::try_from(vnc).map_err(|_| err(NrtStatus::Failure, "vnc overflows"))? };
         let n = info_size_in.min(std::mem::size_of::<nrt_model_info_t>());
         // SAFETY: both checked non-null; sizes per nrt_experimental.h.

@@ -164,7 +164,9 @@ struct Latest {
 impl Sink for Latest {
     fn record(&self, e: &Event) {
         if let Event::Exec(r) = e {
-            if let Some(&nc) = r.ncs.first() {
+            if let Some(&g) = r.ncs.first() {
+                // Keyed by the caller's (logical) core, as nrt_profile_continuous_save names it.
+                let nc = crate::ffi::rt().logical_nc(g).unwrap_or(g);
                 lock(&self.by_nc).insert(nc, e.clone());
             }
         }
@@ -349,7 +351,8 @@ impl Sink for InspectSink {
                 if !(c.enable_inspect || (c.on_fail && failed)) {
                     return;
                 }
-                let nc = r.ncs.first().copied().unwrap_or(0);
+                let g = r.ncs.first().copied().unwrap_or(0);
+                let nc = crate::ffi::rt().logical_nc(g).unwrap_or(g);
                 let mut g = lock(&self.per_nc);
                 let k = g.entry(nc).or_insert(0);
                 if *k >= c.max_events_per_nc {

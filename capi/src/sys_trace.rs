@@ -79,7 +79,9 @@ impl Sink for Rings {
                 None
             }
             Event::Exec(r) => {
-                let nc = r.ncs.first().copied().unwrap_or(0);
+                let g = r.ncs.first().copied().unwrap_or(0);
+                // The caller names cores logically (nrt_sys_trace_config_set_capture_enabled_for_nc).
+                let nc = crate::ffi::rt().logical_nc(g).unwrap_or(g);
                 if c.disabled_ncs.contains(&(nc as u32)) {
                     return;
                 }

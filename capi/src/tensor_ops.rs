@@ -176,7 +176,7 @@ pub unsafe extern "C" fn nrt_tensor_allocate_empty(name: *const c_char, tensor: 
         need(tensor, "tensor")?;
         // SAFETY: nrt.h: NULL or NUL-terminated.
         let name = unsafe { opt_cstr(name) }.unwrap_or_default();
-        let (dev, _) = rt().device_of(0).ok_or_else(|| err(NrtStatus::Failure, "no device"))?;
+        let (dev, _) = rt().device_of_vnc(0).map_err(|_| err(NrtStatus::Failure, "no device"))?;
         let h = insert(Tensor::empty(dev, &name), NRT_TENSOR_PLACEMENT_HOST, false);
         // SAFETY: checked non-null.
         unsafe { put(tensor, h) };

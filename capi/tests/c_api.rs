@@ -112,6 +112,9 @@ fn run_env(prog: &Path, args: &[PathBuf], device: &str, envs: &[(&str, &Path)]) 
     };
     let o = c
         .args(args)
+        // The library this build made, first: cargo's LD_LIBRARY_PATH also lists
+        // target/debug, where an older uplifted libnrt.so may lie (RUNPATH comes after it).
+        .env("LD_LIBRARY_PATH", lib_dir())
         .env("NEURON_VFIO_DEVICE", device)
         .env("NEURON_VFIO_NRT_QUIET", "1")
         .env_remove("NEURON_RT_VISIBLE_CORES")
@@ -152,6 +155,22 @@ fn info_status_and_unsupported_calls() {
     for (dev, family) in DEVICES.iter().zip(["instance family 2 ", "instance family 5 "]) {
         let out = run(&p, &[examples().join("allreduce_1nc.neff")], dev);
         assert!(out.contains(family), "{dev}: expected `{family}` in\n{out}");
+    }
+}
+
+#[test]
+fn logical_cores_and_init_close_cycles() {
+    let Some(p) = build("c/lifecycle.c") else { return };
+    // One visible core that is not physical core 0; 8 init/close cycles with live handles
+    // (3 under valgrind, which is slow to map a device).
+    let cycles = if valgrind().is_some() { "3" } else { "8" };
+    for dev in DEVICES {
+        run_env(
+            &p,
+            &[examples().join("allreduce_1nc.neff"), PathBuf::from(cycles)],
+            dev,
+            &[("NEURON_RT_VISIBLE_CORES", Path::new("1"))],
+        );
     }
 }
 

@@ -76,6 +76,9 @@ fn run(device: &str) {
         .arg(ex.join("allreduce_1nc.neff"))
         .arg(ex.join("allreduce_2nc.neff"))
         .arg(ex.join("input_32xf32.bin"))
+        // The library this build made, first: cargo's LD_LIBRARY_PATH also lists
+        // target/debug, where an older uplifted libnrt.so may lie (RUNPATH comes after it).
+        .env("LD_LIBRARY_PATH", lib_dir())
         .env("NEURON_VFIO_DEVICE", device)
         .env_remove("NEURON_RT_VISIBLE_CORES")
         .output()

@@ -40,7 +40,8 @@ pub struct RunArgs {
     /// least-loaded ones).
     #[arg(long)]
     pub nc: Option<usize>,
-    /// Inject a simulator fault before running (e.g. nq-overflow@nc0, hang@nc0:pe).
+    /// Inject a simulator fault before running (e.g. nq-overflow@nc0, hang@nc0:pe); `ncN`
+    /// is a logical core, like --nc.
     #[arg(long = "sim-fault", value_name = "SPEC")]
     pub sim_faults: Vec<String>,
     /// Execution timeout in seconds (default: NEURON_RT_EXEC_TIMEOUT or 600; faults that
@@ -91,19 +92,35 @@ fn parse_faults(specs: &[String]) -> Result<Vec<std::convert::Infallible>, CliEr
 
 /// Inject the faults into the first simulated device.
 #[cfg(feature = "sim")]
-fn inject(opened: &Opened, faults: Vec<sim::FaultSpec>) {
-    if let Some(s) = opened.sims.first() {
-        for f in faults {
-            s.inject(f);
+fn inject(rt: &Runtime, opened: &Opened, faults: Vec<sim::FaultSpec>) -> Result<(), CliError> {
+    for mut f in faults {
+        // `@ncN` names a core as every other option does: logically (an index into
+        // NEURON_RT_VISIBLE_CORES); the device takes its own NC index.
+        let global = rt.global_nc(f.nc).map_err(|e| CliError::invalid(format!("--sim-fault: {e}")))?;
+        let mut base = 0;
+        let mut target = None;
+        for s in &opened.sims {
+            let n = s.arch().counts.ncs as usize;
+            if global < base + n {
+                target = Some((s, global - base));
+                break;
+            }
+            base += n;
         }
+        let (s, local) =
+            target.ok_or_else(|| CliError::invalid(format!("--sim-fault: no simulated device serves NC {}", f.nc)))?;
+        f.nc = local;
+        s.inject(f);
     }
+    Ok(())
 }
 
 #[cfg(not(feature = "sim"))]
-fn inject(_: &Opened, faults: Vec<std::convert::Infallible>) {
+fn inject(_: &Runtime, _: &Opened, faults: Vec<std::convert::Infallible>) -> Result<(), CliError> {
     if let Some(f) = faults.into_iter().next() {
         match f {}
     }
+    Ok(())
 }
 
 fn read_model(p: &PathBuf) -> Result<Vec<u8>, CliError> {
@@ -202,7 +219,7 @@ pub fn run(a: RunArgs, device: Option<&str>, timing: SimTiming, json_out: bool) 
     for t in &m.outputs {
         outs.add(&t.name, rt.alloc_tensor(&t.name, t.size, a.device_tensors, nc).map_err(rt_err)?);
     }
-    inject(&opened, faults);
+    inject(&rt, &opened, faults)?;
     let (status, timings) = rt.execute_repeat(&m, &ins, &outs, a.repeat.max(1)).map_err(rt_err)?;
     let mut outputs = serde_json::Map::new();
     if status == NrtStatus::Success {

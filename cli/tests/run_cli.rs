@@ -86,6 +86,25 @@ fn run_with_a_fault_reports_the_status_and_exits_nonzero() {
 }
 
 #[test]
+fn sim_faults_name_logical_cores() {
+    // One visible core, physical core 3 of a cayman device: `--nc 0` and `@nc0` both name it.
+    let run = |fault: &str| {
+        let out = cli()
+            .env("NEURON_RT_VISIBLE_CORES", "3")
+            .args(["--json", "--device", "sim:cayman", "run", ONE, "--nc", "0", "--input", INPUT, "--sim-fault", fault])
+            .output()
+            .unwrap();
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let v = run("fp-nan@nc0:act");
+    assert_eq!(v["code"], 1003, "{v}");
+    assert_eq!(v["ncs"], serde_json::json!([3]), "{v}");
+    // A core that is not visible is refused, not injected into some other core.
+    let v = run("fp-nan@nc1:act");
+    assert_eq!(v["status"], "NRT_INVALID", "{v}");
+}
+
+#[test]
 fn run_errors_are_one_line() {
     let out = cli().args(["--json", "--device", "sim", "run", ONE]).output().unwrap();
     assert!(!out.status.success());

@@ -31,7 +31,10 @@ impl Runtime {
             if let Some(x) = xus.get(&nc) {
                 x.clone()
             } else {
-                let id = XuId::compute(0, (nc % 256) as u8).map_err(|e| RtError::internal(e.to_string()))?;
+                // The XU is named by the caller's (logical) core, as nrta_get_sequence names it.
+                let lnc = self.logical_nc(nc).unwrap_or(nc);
+                let lnc = u8::try_from(lnc).map_err(|_| RtError::invalid(format!("logical NC {lnc} has no XU id")))?;
+                let id = XuId::compute(0, lnc).map_err(|e| RtError::internal(e.to_string()))?;
                 let cap = lock(&self.cfg).async_capacity;
                 let xu = Xu::spawn(id, cap, XuExec).map_err(|e| RtError::internal(e.to_string()))?;
                 let x = Arc::new(NcXu { xu });

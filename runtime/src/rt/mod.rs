@@ -327,6 +327,17 @@ impl Runtime {
         v.get(vnc).copied().ok_or_else(|| RtError::invalid(format!("no logical NC {vnc} ({} visible)", v.len())))
     }
 
+    /// The logical NC of global NC `global_nc`, if it is visible.
+    pub fn logical_nc(&self, global_nc: usize) -> Option<usize> {
+        self.visible_ncs().iter().position(|&g| g == global_nc)
+    }
+
+    /// The device serving logical NC `vnc` and the NC's index on it.
+    pub fn device_of_vnc(&self, vnc: usize) -> Result<(Device, usize), RtError> {
+        let g = self.global_nc(vnc)?;
+        self.device_of(g).ok_or_else(|| RtError::invalid(format!("no device serves logical NC {vnc}")))
+    }
+
     /// Models placed on each logical NC.
     pub fn models_per_nc(&self) -> Vec<usize> {
         let vis = self.visible_ncs();

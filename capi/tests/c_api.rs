@@ -1,4 +1,5 @@
-//! The C API area by area, from C (and C++): each program in tests/c/ (tests/cpp/) is
+//! The C API area by area, from C (and C++): load/execute/lifecycle statuses (c/allreduce.c),
+//! then each other program in tests/c/ (tests/cpp/) is
 //! compiled with `-Wall -Wextra -Werror` against include/ and linked to the built libnrt.so,
 //! then run on the simulator (`sim`) and a simulated cayman (`sim:cayman`).
 //!
@@ -155,6 +156,28 @@ fn info_status_and_unsupported_calls() {
     for (dev, family) in DEVICES.iter().zip(["instance family 2 ", "instance family 5 "]) {
         let out = run(&p, &[examples().join("allreduce_1nc.neff")], dev);
         assert!(out.contains(family), "{dev}: expected `{family}` in\n{out}");
+    }
+}
+
+#[test]
+fn load_execute_and_lifecycle_statuses() {
+    let Some(p) = build("c/allreduce.c") else { return };
+    for dev in DEVICES {
+        let ex = examples();
+        let args = [ex.join("allreduce_1nc.neff"), ex.join("allreduce_2nc.neff"), ex.join("input_32xf32.bin")];
+        let out = run(&p, &args, dev);
+        for want in [
+            "ok   nrt_load before nrt_init -> 13",
+            "ok   nrt_init -> 0",
+            "ok   output output == 1x input (0 mismatches",
+            "ok   output output == 2x input (0 mismatches",
+            "ok   nrt_unload(NULL) -> 2",
+            "ok   nrt_execute(NULL model) -> 2",
+            "ok   nrt_load after nrt_close -> 14",
+            "nrt_get_model_nc_count -> 0 (2 NCs)",
+        ] {
+            assert!(out.contains(want), "{dev}: missing `{want}` in:\n{out}");
+        }
     }
 }
 

@@ -15,13 +15,14 @@ use runtime::{ModelHandle, NrtStatus, Runtime, RuntimeConfig, Tensor, TensorSet}
 use sim::{SimConfig, SimDevice, Timing};
 
 const TIMINGS: [Timing; 2] = [Timing::Inline, Timing::Threaded];
+const EXEC_TIMEOUT: Duration = Duration::from_secs(20);
 
 fn runtime(timing: Timing) -> Arc<Runtime> {
     let sim = SimDevice::new(SimConfig::new(&CAYMAN).timing(timing).hbm_bytes(1 << 28)).unwrap();
     let rt = Arc::new(Runtime::new());
     let opts = hal::DeviceOptions { hbm_limit: Some(1 << 28), ..Default::default() };
     // A short timeout: a lost completion shows up as a failure, not as a stuck test.
-    let cfg = RuntimeConfig { exec_timeout: Duration::from_secs(20), ..RuntimeConfig::default() };
+    let cfg = RuntimeConfig { exec_timeout: EXEC_TIMEOUT, ..RuntimeConfig::default() };
     rt.init(vec![Arc::new(sim) as Arc<dyn Platform>], cfg, opts).unwrap();
     rt
 }
@@ -61,7 +62,8 @@ fn checked(rt: &Runtime, m: &ModelHandle, io: &Io, v: u32) {
     assert_eq!(io.to.to_vec().unwrap(), d, "value {v:#x}: wrong data");
 }
 
-/// Run `f` on a thread and fail if it does not finish within `limit` (a hang).
+/// Run `f` on a thread and fail if it does not finish within `limit` (a hang: far beyond the
+/// execution timeout, so CPU noise on a loaded machine does not trip it).
 fn bounded(name: &str, limit: Duration, f: impl FnOnce() + Send + 'static) {
     let (tx, rx) = std::sync::mpsc::channel();
     let h = std::thread::spawn(move || {
@@ -82,7 +84,7 @@ fn bounded(name: &str, limit: Duration, f: impl FnOnce() + Send + 'static) {
 #[test]
 fn load_execute_unload_churn_on_eight_threads() {
     for timing in TIMINGS {
-        bounded("churn", Duration::from_secs(30), move || {
+        bounded("churn", Duration::from_secs(120), move || {
             let rt = runtime(timing);
             let b = Arc::new(neff());
             let hs: Vec<_> = (0..8u32)
@@ -112,7 +114,7 @@ fn load_execute_unload_churn_on_eight_threads() {
 #[test]
 fn tensor_io_while_another_thread_loads_and_unloads() {
     for timing in TIMINGS {
-        bounded("io during unload", Duration::from_secs(30), move || {
+        bounded("io during unload", Duration::from_secs(120), move || {
             let rt = runtime(timing);
             let b = neff();
             let stop = Arc::new(AtomicBool::new(false));
@@ -150,7 +152,7 @@ fn tensor_io_while_another_thread_loads_and_unloads() {
 #[test]
 fn async_with_bad_requests() {
     for timing in TIMINGS {
-        bounded("async", Duration::from_secs(30), move || {
+        bounded("async", Duration::from_secs(120), move || {
             let rt = runtime(timing);
             let m = rt.load(&neff(), Some(3), None).unwrap();
             let hs: Vec<_> = (0..4u32)
@@ -192,7 +194,7 @@ fn async_with_bad_requests() {
 #[test]
 fn unload_while_another_thread_executes_on_the_nc() {
     for timing in TIMINGS {
-        bounded("unload during execute", Duration::from_secs(30), move || {
+        bounded("unload during execute", Duration::from_secs(120), move || {
             let rt = runtime(timing);
             let b = Arc::new(neff());
             let keep = rt.load(&b, Some(2), None).unwrap();
@@ -208,7 +210,9 @@ fn unload_while_another_thread_executes_on_the_nc() {
                     }
                 })
             };
-            let t0 = Instant::now();
+            // The longest unload of a model with an execution in flight: it waits for that
+            // execution, never for the execution timeout (the bug this guards against).
+            let mut longest_unload = Duration::ZERO;
             for i in 0..30u32 {
                 // A model sharing the NC, unloaded while `keep` executes.
                 let m = rt.load(&b, Some(2), None).unwrap();
@@ -233,7 +237,9 @@ fn unload_while_another_thread_executes_on_the_nc() {
                         }
                     })
                 };
+                let t = Instant::now();
                 rt.unload(&own).unwrap();
+                longest_unload = longest_unload.max(t.elapsed());
                 runner.join().unwrap();
                 // The NC is usable right after.
                 let again = rt.load(&b, Some(5), None).unwrap();
@@ -241,7 +247,7 @@ fn unload_while_another_thread_executes_on_the_nc() {
                 checked(&rt, &again, &io, 2 << 28 | i);
                 rt.unload(&again).unwrap();
             }
-            assert!(t0.elapsed() < Duration::from_secs(25));
+            assert!(longest_unload < EXEC_TIMEOUT, "an unload waited {longest_unload:?}: the execution timed out");
             stop.store(true, Ordering::Relaxed);
             exec.join().unwrap();
             rt.unload(&keep).unwrap();

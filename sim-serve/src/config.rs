@@ -158,7 +158,12 @@ impl ConfigSpace {
     /// Read `data.len()` bytes at `off` (bytes past the space read as 0).
     pub fn read(&self, off: u64, data: &mut [u8]) {
         for (i, d) in data.iter_mut().enumerate() {
-            *d = usize::try_from(off).ok().and_then(|o| o.checked_add(i)).and_then(|o| self.bytes.get(o)).copied().unwrap_or(0);
+            *d = usize::try_from(off)
+                .ok()
+                .and_then(|o| o.checked_add(i))
+                .and_then(|o| self.bytes.get(o))
+                .copied()
+                .unwrap_or(0);
         }
     }
 

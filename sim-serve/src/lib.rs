@@ -142,21 +142,18 @@ impl SimBackend {
             id.vendor,
             id.device,
             &[
-                BarDef { index: arch.bars.apb, size: bar0.size().next_power_of_two(), bits64: true, prefetchable: false },
+                BarDef {
+                    index: arch.bars.apb,
+                    size: bar0.size().next_power_of_two(),
+                    bits64: true,
+                    prefetchable: false,
+                },
                 BarDef { index: MSIX_BAR, size: MSIX_BAR_SIZE, bits64: false, prefetchable: false },
                 BarDef { index: arch.bars.dram, size: bar4_window, bits64: true, prefetchable: true },
             ],
             MsixDef { vectors: sim.irq_vectors() as u16, bar: MSIX_BAR, table_offset: 0, pba_offset: MSIX_PBA_OFFSET },
         );
-        Ok(Self {
-            bar0_index: arch.bars.apb,
-            bar4_index: arch.bars.dram,
-            sim,
-            config,
-            bar0,
-            bar4,
-            bar4_window,
-        })
+        Ok(Self { bar0_index: arch.bars.apb, bar4_index: arch.bars.dram, sim, config, bar0, bar4, bar4_window })
     }
 
     /// The simulated device.
@@ -205,7 +202,11 @@ impl SimBackend {
         (0..VFIO_PCI_NUM_IRQS)
             .map(|index| {
                 if index == VFIO_PCI_MSIX_IRQ_INDEX {
-                    IrqInfo { index, count: self.sim.irq_vectors(), flags: VFIO_IRQ_INFO_EVENTFD | VFIO_IRQ_INFO_NORESIZE }
+                    IrqInfo {
+                        index,
+                        count: self.sim.irq_vectors(),
+                        flags: VFIO_IRQ_INFO_EVENTFD | VFIO_IRQ_INFO_NORESIZE,
+                    }
                 } else {
                     IrqInfo { index, count: 0, flags: 0 }
                 }
@@ -282,9 +283,10 @@ impl ServerBackend for SimBackend {
         check_range(region, offset, data.len(), self.region_size(region))?;
         if region == VFIO_PCI_CONFIG_REGION_INDEX {
             if self.config.write(offset, data) == ConfigEffect::FunctionReset {
+                // The client's interrupt routing (its eventfds) survives: it virtualizes MSI-X
+                // and restores the guest's state around the reset itself.
                 tracing::info!("function level reset");
                 self.config.reset();
-                self.sim.clear_irq_eventfds();
                 self.reset_device()?;
             }
             return Ok(());
@@ -319,9 +321,13 @@ impl ServerBackend for SimBackend {
         size: u64,
         fd: Option<File>,
     ) -> Result<(), std::io::Error> {
-        let fd = fd.ok_or_else(|| {
-            io_err(format!("DMA map of IOVA {address:#x}: no file descriptor (guest RAM must be a shareable memory backend)"))
-        })?;
+        let Some(fd) = fd else {
+            // Client memory without a descriptor (ROM, VGA memory): the device cannot reach
+            // it, and accesses there fault as to any unmapped IOVA. The vfio-user DMA_READ/WRITE
+            // messages that would reach it are not used.
+            tracing::debug!("dma_map iova {address:#x} size {size:#x}: no descriptor, not reachable by the device");
+            return Ok(());
+        };
         let len = usize::try_from(size).map_err(|_| io_err("DMA map size"))?;
         let readable = flags.contains(DmaMapFlags::READ);
         let writable = flags.contains(DmaMapFlags::WRITE);
@@ -384,7 +390,10 @@ impl ServerBackend for SimBackend {
             }
             VFIO_IRQ_SET_DATA_EVENTFD => {
                 if fds.len() != count as usize {
-                    return Err(io_err(format!("SET_IRQS: {count} vectors from {start} but {} descriptors", fds.len())));
+                    return Err(io_err(format!(
+                        "SET_IRQS: {count} vectors from {start} but {} descriptors",
+                        fds.len()
+                    )));
                 }
                 for (i, f) in fds.into_iter().enumerate() {
                     let v = start + i as u32;

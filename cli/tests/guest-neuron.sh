@@ -13,6 +13,7 @@ export NEURON_RT_EXEC_TIMEOUT=60
 check() { # NAME RC DETAIL
     if [ "$2" = 0 ]; then echo "VFIO-CHECK ok neuron.$1: $3"; else echo "VFIO-CHECK FAIL neuron.$1: $3"; fi
 }
+t0=$(date +%s)
 oneline() { tr '\n' ' ' | cut -c1-300; }
 msix_count() { # total MSI-X interrupts of the device's vfio vectors so far
     grep "vfio-msix" /proc/interrupts | grep "$bdf" | awk '{s=0; for (i=2;i<=NF;i++) if ($i ~ /^[0-9]+$/) s+=$i; else break; t+=s} END {print t+0}'
@@ -81,4 +82,5 @@ check irq_poll "$rc" "$n MSI-X interrupts; $(head -1 /tmp/irq.out | oneline)$(gr
 out=$($N --json $D run $E/allreduce_1nc.neff --input input=$IN --pause-before-exec --timeout 20 </dev/console 2>/dev/console); rc=$?
 echo "$out" | grep -q '"status":"NRT_EXEC_COMPLETED_WITH_NUM_ERR"' && [ "$rc" != 0 ] && frc=0 || frc=1
 check fault "$frc" "$(echo "$out" | grep status | cut -c1-200)"
+echo "VFIO-INFO neuron checks took $(( $(date +%s) - t0 ))s"
 echo "VFIO-EXIT neuron 0"

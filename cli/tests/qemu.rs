@@ -274,6 +274,14 @@ fn vfio_and_the_virtual_neuron_device_in_qemu() {
         (examples.join("input_32xf32.bin"), "input_32xf32.bin"),
         (expected_2nc_path.clone(), "expected_2nc.bin"),
     ];
+    // Debug info is most of the binary's size; the guest loads its initramfs slower per MiB
+    // than anything else it does, so pack a copy without it (when binutils' strip is here).
+    let neuron_bin = work.join("neuron-vfio");
+    std::fs::copy(env!("CARGO_BIN_EXE_neuron-vfio"), &neuron_bin).unwrap();
+    if let Some(strip) = which("strip") {
+        let st = Command::new(strip).arg("--strip-debug").arg(&neuron_bin).status().expect("run strip");
+        assert!(st.success(), "strip --strip-debug {} failed", neuron_bin.display());
+    }
     let vdev_sock = work.join("neuron0.sock");
     let vdev_ctl = work.join("neuron0-control.sock");
     for p in [&vdev_sock, &vdev_ctl] {
@@ -315,7 +323,7 @@ fn vfio_and_the_virtual_neuron_device_in_qemu() {
             .args(["-k", kdir.to_str().unwrap(), "-o", initrd.to_str().unwrap()])
             .args(["-m", "irqbypass", "-m", "vfio", "-m", "vfio_iommu_type1", "-m", "vfio-pci", "-m", "iommufd"])
             .args(["-b", env!("CARGO_BIN_EXE_vfio-guest"), "-s", boot.to_str().unwrap()])
-            .args(["-b", env!("CARGO_BIN_EXE_neuron-vfio"), "-s", neuron_boot.to_str().unwrap()])
+            .args(["-b", neuron_bin.to_str().unwrap(), "-s", neuron_boot.to_str().unwrap()])
             .args(["-f", &format!("{}:/etc/neuron-vdev.env", vdev_env.display())])
             .args(guest_examples.iter().flat_map(|(src, name)| {
                 ["-f".to_string(), format!("{}:/opt/neuron-vfio/examples/{name}", src.display())]

@@ -134,7 +134,7 @@ impl ConfigSpace {
         c.mask16(EXP_CAP + EXP_LNKCTL, 0xffff);
         c.mask16(EXP_CAP + EXP_DEVCTL2, 0xffff);
         c.mask16(EXP_CAP + EXP_LNKCTL2, 0xffff);
-        debug_assert!(EXP_CAP + EXP_CAP_LEN <= 0x100);
+        const { assert!(EXP_CAP + EXP_CAP_LEN <= 0x100) };
         c.initial = c.bytes.clone();
         c
     }

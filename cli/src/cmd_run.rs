@@ -51,6 +51,45 @@ pub struct RunArgs {
     /// Place input/output tensors in device memory instead of host DMA memory.
     #[arg(long)]
     pub device_tensors: bool,
+    /// How the host waits for completion: spin (default), usleep (usleep(1) between steps,
+    /// as libnrt), interrupt (sleep on NC 0's interrupt: MSI-X on VFIO).
+    #[arg(long, value_enum, default_value = "spin")]
+    pub poll: Poll,
+    /// After loading and binding, print `run: loaded, waiting for a line on stdin` to stderr
+    /// and wait for one before executing (e.g. to inject a fault into a served device at a
+    /// known point).
+    #[arg(long)]
+    pub pause_before_exec: bool,
+    /// After executing, with the device still open, print `run: executed, waiting for a line
+    /// on stdin` to stderr and wait for one (e.g. to read /proc/interrupts while the
+    /// interrupt vectors are still allocated).
+    #[arg(long)]
+    pub pause_after_exec: bool,
+}
+
+fn pause(what: &str) -> Result<(), CliError> {
+    eprintln!("run: {what}, waiting for a line on stdin");
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).map_err(|e| CliError::failure(format!("stdin: {e}")))?;
+    Ok(())
+}
+
+/// `--poll`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Poll {
+    Spin,
+    Usleep,
+    Interrupt,
+}
+
+impl From<Poll> for runtime::PollPolicy {
+    fn from(p: Poll) -> Self {
+        match p {
+            Poll::Spin => runtime::PollPolicy::Spin,
+            Poll::Usleep => runtime::PollPolicy::Usleep1,
+            Poll::Interrupt => runtime::PollPolicy::Interrupt,
+        }
+    }
 }
 
 /// Platforms behind `--device` (every device of a simulated topology) and the simulators.
@@ -177,6 +216,7 @@ pub fn run(a: RunArgs, device: Option<&str>, timing: SimTiming, json_out: bool) 
         }
         cfg.exec_timeout = std::time::Duration::from_secs_f64(t);
     }
+    cfg.poll = a.poll.into();
     let faults = parse_faults(&a.sim_faults)?;
     let (rt, opened) = start(device, timing, cfg)?;
     if !faults.is_empty() && !opened.is_sim() {
@@ -220,7 +260,13 @@ pub fn run(a: RunArgs, device: Option<&str>, timing: SimTiming, json_out: bool) 
         outs.add(&t.name, rt.alloc_tensor(&t.name, t.size, a.device_tensors, nc).map_err(rt_err)?);
     }
     inject(&rt, &opened, faults)?;
+    if a.pause_before_exec {
+        pause("loaded")?;
+    }
     let (status, timings) = rt.execute_repeat(&m, &ins, &outs, a.repeat.max(1)).map_err(rt_err)?;
+    if a.pause_after_exec {
+        pause("executed")?;
+    }
     let mut outputs = serde_json::Map::new();
     if status == NrtStatus::Success {
         if let Some(dir) = &a.output_dir {

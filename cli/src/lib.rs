@@ -20,6 +20,8 @@ mod cmd_monitor;
 mod cmd_neff;
 mod cmd_nq;
 mod cmd_run;
+#[cfg(feature = "sim")]
+mod cmd_serve;
 mod device;
 mod report;
 
@@ -103,6 +105,10 @@ enum Cmd {
     /// Benchmarks (commands that print figures).
     #[command(subcommand)]
     Bench(BenchCmd),
+    /// Serve a simulated device over vfio-user (a virtual Neuron device for a VM: QEMU's
+    /// `-device vfio-user-pci` connects to the socket); runs until the client disconnects.
+    #[cfg(feature = "sim")]
+    SimServe(cmd_serve::SimServeArgs),
 }
 
 #[derive(Subcommand)]
@@ -161,6 +167,8 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Cmd::Run(a) => cmd_run::run(a, cli.device.as_deref(), t, json),
         Cmd::Monitor(a) => cmd_monitor::monitor(a, json),
         Cmd::Top(a) => cmd_monitor::top(a, &spec()?, json),
+        #[cfg(feature = "sim")]
+        Cmd::SimServe(a) => cmd_serve::run(a),
         Cmd::Bench(BenchCmd::NeffLoad(a)) => cmd_neff::bench_neff_load(a, json),
         Cmd::Bench(BenchCmd::Exec(a)) => cmd_bench::exec_bench(a, json),
         #[cfg(feature = "fabric")]
@@ -170,8 +178,16 @@ fn run(cli: Cli) -> Result<(), CliError> {
 
 /// Subcommand paths that never open a device: their help leaves out `--device` and
 /// `--sim-timing` (still accepted, as global options are, and ignored).
-const DEVICELESS: &[&[&str]] =
-    &[&["neff"], &["bind"], &["unbind"], &["bench"], &["csr", "list"], &["csr", "decode"], &["monitor"]];
+const DEVICELESS: &[&[&str]] = &[
+    &["neff"],
+    &["bind"],
+    &["unbind"],
+    &["bench"],
+    &["csr", "list"],
+    &["csr", "decode"],
+    &["monitor"],
+    &["sim-serve"],
+];
 
 /// The command line definition, with the device options hidden from the help of the
 /// commands that do not use a device: those get hidden copies of the global options before

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Provision what the QEMU VFIO test (vfio/tests/qemu.rs) needs, from Debian's archive alone.
+# Provision what the QEMU VFIO test (cli/tests/qemu.rs) needs, from Debian's archive alone.
 #
 #   scripts/qemu/setup.sh        # idempotent; the first run on a machine pays, later runs reuse
 #

@@ -269,7 +269,9 @@ pub(crate) struct Dev {
     pub epoch: Instant,
     pub shutdown: AtomicBool,
     /// Interrupt eventfds by vector (one vector per NC).
-    pub irq: Mutex<HashMap<u32, nix::sys::eventfd::EventFd>>,
+    pub irq: Mutex<HashMap<u32, std::fs::File>>,
+    /// Memory behind external DMA mappings (`SimDevice::map_external`), by IOVA.
+    pub ext: Mutex<std::collections::BTreeMap<u64, Box<dyn crate::external::ExternalDma>>>,
     pub me: Weak<Dev>,
     /// A zero-sized MMIO: block handles on it only compute typed register offsets.
     pub null: MemMmio,
@@ -438,6 +440,7 @@ impl SimDevice {
             epoch: Instant::now(),
             shutdown: AtomicBool::new(false),
             irq: Mutex::new(HashMap::new()),
+            ext: Mutex::new(std::collections::BTreeMap::new()),
             me: me.clone(),
             null: MemMmio::new(0),
             cfg,

@@ -114,8 +114,9 @@ impl Dev {
     pub fn raise_irq(&self, vector: u32) {
         let m = self.irq.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(fd) = m.get(&vector) {
-            // A full counter (EAGAIN) already signals the waiter.
-            let _ = fd.write(1);
+            // An eventfd counter increment. A full counter (EAGAIN) already signals the
+            // waiter; a descriptor that is not an eventfd is the client's mistake.
+            let _ = std::io::Write::write(&mut &*fd, &1u64.to_ne_bytes());
         }
     }
 }

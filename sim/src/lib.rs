@@ -16,6 +16,7 @@
 mod decode;
 mod device;
 mod exec;
+mod external;
 mod fault;
 mod fwio;
 mod hub;
@@ -32,6 +33,7 @@ mod topology;
 mod udma;
 
 pub use device::{SimConfig, SimDevice, SimStats, Timing};
+pub use external::{ExternalDma, ExternalError};
 pub use fault::{FaultKind, FaultSpec, FaultSpecError};
 pub use iommu::DmaFault;
 pub use topology::SimTopology;

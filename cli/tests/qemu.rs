@@ -27,11 +27,21 @@
 //! An e1000e (edu has MSI only) carries the MSI-X check: two vectors to eventfds, a cause
 //! routed to vector 1 must fire its eventfd and only it, and nothing while it is masked.
 //!
+//! A virtual Neuron device: `neuron-vfio sim-serve` serves the simulator over vfio-user
+//! (guest RAM is a shareable memfd, the device sits behind the IOMMU; QEMU arguments from
+//! scripts/qemu/vdev-args.sh). Before vfio-guest, `tests/guest-neuron.sh` drives it with the
+//! real driver path in the guest: `neuron-vfio ls/bind/info/csr read/nq dump/dma bench`, the
+//! example models with exact outputs through the container and the iommufd backend, the
+//! interrupt poll policy through MSI-X, and a fault the test injects through sim-serve's
+//! control socket when the guest's `run --pause-before-exec` says the model is loaded (the
+//! serial stream is read live; a line written to QEMU's stdin lets the guest continue).
+//!
 //! After vfio-guest, `tests/guest-scripts.sh` runs the operator scripts (scripts/vfio-bind.sh,
 //! vfio-unbind.sh, hugepages.sh) in the guest: bind/rebind/unbind the e1000e, refusal of the
 //! no-IOMMU edu, a hugepage reservation.
 
-use std::io::Read;
+use std::io::{BufRead, Read, Write};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -90,7 +100,7 @@ const MSIX_CHECKS: &[&str] =
 /// The operator scripts copied into the guest.
 const SCRIPTS: &[&str] = &["vfio-bind.sh", "vfio-unbind.sh", "hugepages.sh"];
 
-/// The operator-script checks (`vfio/tests/guest-scripts.sh`), always required.
+/// The operator-script checks (`cli/tests/guest-scripts.sh`), always required.
 const SCRIPT_CHECKS: &[&str] =
     &["script.bind", "script.rebind", "script.unbind", "script.refuse_noiommu", "script.hugepages"];
 
@@ -109,6 +119,38 @@ const BACKEND_CHECKS: &[&str] = &[
     "dma.blocked",
     "reset",
 ];
+
+/// The virtual Neuron device checks (`tests/guest-neuron.sh`), always required.
+const NEURON_CHECKS: &[&str] = &[
+    "neuron.ls",
+    "neuron.bind",
+    "neuron.info",
+    "neuron.csr_read",
+    "neuron.nq_dump",
+    "neuron.dma_bench",
+    "neuron.container.run_1nc",
+    "neuron.container.run_2nc",
+    "neuron.iommufd.run_1nc",
+    "neuron.iommufd.run_2nc",
+    "neuron.irq_poll",
+    "neuron.fault",
+];
+
+/// The served arch and the fault the host injects while the guest's model is loaded, with
+/// the status the guest must report (`run --sim-fault fp-nan@nc0:act` in-process gives the same).
+const VDEV_ARCH: &str = "sunda";
+const VDEV_FAULT: &str = "fp-nan@nc0:act";
+/// What the guest prints once its model is loaded (`run --pause-before-exec`).
+const PAUSE_MARKER: &str = "run: loaded, waiting for a line on stdin";
+
+/// Send one line to sim-serve's control socket; its reply.
+fn control(path: &Path, line: &str) -> std::io::Result<String> {
+    let mut s = UnixStream::connect(path)?;
+    writeln!(s, "{line}")?;
+    let mut reply = String::new();
+    std::io::BufReader::new(s).read_line(&mut reply)?;
+    Ok(reply.trim_end().to_string())
+}
 
 fn which(cmd: &str) -> Option<PathBuf> {
     std::env::var_os("PATH")?.to_str()?.split(':').map(|d| Path::new(d).join(cmd)).find(|p| p.is_file())
@@ -164,7 +206,7 @@ fn kernel_config_detection() {
 }
 
 #[test]
-fn edu_through_vfio_in_qemu() {
+fn vfio_and_the_virtual_neuron_device_in_qemu() {
     let cache = std::env::var_os("NEURON_VFIO_CACHE")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("/var/cache/neuron-vfio"));
@@ -213,20 +255,87 @@ fn edu_through_vfio_in_qemu() {
     let Some(bash) = which("bash") else { return unavailable("bash not found") };
     let scripts_boot = work.join("60-scripts");
     std::fs::copy(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guest-scripts.sh"), &scripts_boot).unwrap();
-    let initrd = work.join("initramfs.cpio");
-    let mk = Command::new("bash")
-        .arg(repo().join("scripts/image/mkinitramfs.sh"))
-        .args(["-k", kdir.to_str().unwrap(), "-o", initrd.to_str().unwrap()])
-        .args(["-m", "irqbypass", "-m", "vfio", "-m", "vfio_iommu_type1", "-m", "vfio-pci", "-m", "iommufd"])
-        .args(["-b", env!("CARGO_BIN_EXE_vfio-guest"), "-s", boot.to_str().unwrap()])
-        .args(["-f", &format!("{}:/etc/modprobe.d/vfio.conf", modconf.display())])
-        // The operator scripts, run by a second boot script after vfio-guest.
-        .args(["-b", &bash.display().to_string(), "-s", scripts_boot.to_str().unwrap()])
-        .args(SCRIPTS.iter().flat_map(|n| {
-            ["-f".to_string(), format!("{}:/opt/neuron-vfio/scripts/{n}", repo().join("scripts").join(n).display())]
-        }))
+    // The virtual Neuron device: its boot script, the example models and their expected outputs.
+    let neuron_boot = work.join("40-neuron");
+    std::fs::copy(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guest-neuron.sh"), &neuron_boot).unwrap();
+    let vdev_env = work.join("neuron-vdev.env");
+    std::fs::write(&vdev_env, format!("ARCH={VDEV_ARCH}\n")).unwrap();
+    let examples = repo().join("examples");
+    let input = std::fs::read(examples.join("input_32xf32.bin")).unwrap();
+    let expected_2nc: Vec<u8> = input
+        .chunks_exact(4)
+        .flat_map(|c| (2.0 * f32::from_le_bytes([c[0], c[1], c[2], c[3]])).to_le_bytes())
+        .collect();
+    let expected_2nc_path = work.join("expected_2nc.bin");
+    std::fs::write(&expected_2nc_path, expected_2nc).unwrap();
+    let guest_examples = [
+        (examples.join("allreduce_1nc.neff"), "allreduce_1nc.neff"),
+        (examples.join("allreduce_2nc.neff"), "allreduce_2nc.neff"),
+        (examples.join("input_32xf32.bin"), "input_32xf32.bin"),
+        (expected_2nc_path.clone(), "expected_2nc.bin"),
+    ];
+    // Debug info is most of the binary's size; the guest loads its initramfs slower per MiB
+    // than anything else it does, so pack a copy without it (when binutils' strip is here).
+    let neuron_bin = work.join("neuron-vfio");
+    std::fs::copy(env!("CARGO_BIN_EXE_neuron-vfio"), &neuron_bin).unwrap();
+    if let Some(strip) = which("strip") {
+        let st = Command::new(strip).arg("--strip-debug").arg(&neuron_bin).status().expect("run strip");
+        assert!(st.success(), "strip --strip-debug {} failed", neuron_bin.display());
+    }
+    let vdev_sock = work.join("neuron0.sock");
+    let vdev_ctl = work.join("neuron0-control.sock");
+    for p in [&vdev_sock, &vdev_ctl] {
+        let _ = std::fs::remove_file(p);
+    }
+    let mut server = Command::new(env!("CARGO_BIN_EXE_neuron-vfio"))
+        .args(["sim-serve", "--arch", VDEV_ARCH, "--socket"])
+        .arg(&vdev_sock)
+        .arg("--control")
+        .arg(&vdev_ctl)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start neuron-vfio sim-serve");
+    let served = Instant::now();
+    while !(vdev_sock.exists() && vdev_ctl.exists()) {
+        if let Some(st) = server.try_wait().unwrap() {
+            let mut e = String::new();
+            let _ = server.stderr.take().map(|mut s| s.read_to_string(&mut e));
+            panic!("sim-serve exited ({st}) before serving: {e}");
+        }
+        assert!(served.elapsed() < Duration::from_secs(30), "sim-serve did not create its sockets in 30 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let vdev_args = Command::new("sh")
+        .arg(repo().join("scripts/qemu/vdev-args.sh"))
+        .args(["-m", "1024", "-n"])
+        .arg(&vdev_sock)
         .output()
-        .expect("run mkinitramfs.sh");
+        .expect("run vdev-args.sh");
+    assert!(vdev_args.status.success(), "vdev-args.sh: {}", String::from_utf8_lossy(&vdev_args.stderr));
+    let vdev_args: Vec<String> = String::from_utf8_lossy(&vdev_args.stdout).lines().map(str::to_string).collect();
+
+    let initrd = work.join("initramfs.cpio");
+    let mk =
+        Command::new("bash")
+            .arg(repo().join("scripts/image/mkinitramfs.sh"))
+            .args(["-k", kdir.to_str().unwrap(), "-o", initrd.to_str().unwrap()])
+            .args(["-m", "irqbypass", "-m", "vfio", "-m", "vfio_iommu_type1", "-m", "vfio-pci", "-m", "iommufd"])
+            .args(["-b", env!("CARGO_BIN_EXE_vfio-guest"), "-s", boot.to_str().unwrap()])
+            .args(["-b", neuron_bin.to_str().unwrap(), "-s", neuron_boot.to_str().unwrap()])
+            .args(["-f", &format!("{}:/etc/neuron-vdev.env", vdev_env.display())])
+            .args(guest_examples.iter().flat_map(|(src, name)| {
+                ["-f".to_string(), format!("{}:/opt/neuron-vfio/examples/{name}", src.display())]
+            }))
+            .args(["-f", &format!("{}:/etc/modprobe.d/vfio.conf", modconf.display())])
+            // The operator scripts, run by a second boot script after vfio-guest.
+            .args(["-b", &bash.display().to_string(), "-s", scripts_boot.to_str().unwrap()])
+            .args(SCRIPTS.iter().flat_map(|n| {
+                ["-f".to_string(), format!("{}:/opt/neuron-vfio/scripts/{n}", repo().join("scripts").join(n).display())]
+            }))
+            .output()
+            .expect("run mkinitramfs.sh");
     assert!(mk.status.success(), "mkinitramfs failed:\n{}", String::from_utf8_lossy(&mk.stderr));
 
     let accel = std::env::var("NEURON_VFIO_QEMU_ACCEL").unwrap_or_else(|_| "tcg".into());
@@ -253,22 +362,45 @@ fn edu_through_vfio_in_qemu() {
         .args(["-device", "edu,bus=rp1,dma_mask=0xffffffff"])
         // An MSI-X capable function (no driver for it in the initramfs): the MSI-X check.
         .args(["-device", "pcie-root-port,id=rp2,bus=pcie.0,chassis=3,slot=3", "-device", "e1000e,bus=rp2"])
+        // The virtual Neuron device (shareable guest RAM + vfio-user-pci; the IOMMU is above).
+        .args(&vdev_args)
         .args(["-kernel", kernel.to_str().unwrap(), "-initrd", initrd.to_str().unwrap()])
         .args([
             "-append",
             "console=ttyS0 intel_iommu=on iommu=nopt vfio.enable_unsafe_noiommu_mode=1 panic=-1 quiet loglevel=4",
         ])
         .args(["-nographic", "-no-reboot", "-nic", "none", "-serial", "stdio", "-monitor", "none"])
-        .stdin(Stdio::null())
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("start qemu");
-    let mut out = child.stdout.take().unwrap();
+    let out = child.stdout.take().unwrap();
+    let mut serial_in = child.stdin.take().unwrap();
+    let ctl = vdev_ctl.clone();
+    // The serial stream, read live: when the guest's model is loaded, inject the fault through
+    // the control socket, then let the guest continue with a line on its console.
     let reader = std::thread::spawn(move || {
+        let mut r = std::io::BufReader::new(out);
         let mut buf = Vec::new();
-        let _ = out.read_to_end(&mut buf);
-        String::from_utf8_lossy(&buf).into_owned()
+        let mut line = Vec::new();
+        let mut injected = String::new();
+        loop {
+            line.clear();
+            match r.read_until(b'\n', &mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+            buf.extend_from_slice(&line);
+            if injected.is_empty() && String::from_utf8_lossy(&line).contains(PAUSE_MARKER) {
+                injected = match control(&ctl, VDEV_FAULT) {
+                    Ok(r) => r,
+                    Err(e) => format!("error: {e}"),
+                };
+                let _ = serial_in.write_all(b"\n").and_then(|()| serial_in.flush());
+            }
+        }
+        (String::from_utf8_lossy(&buf).into_owned(), injected)
     });
     let deadline = Instant::now() + TIMEOUT;
     let status = loop {
@@ -282,7 +414,24 @@ fn edu_through_vfio_in_qemu() {
         }
         std::thread::sleep(Duration::from_millis(100));
     };
-    let raw = reader.join().unwrap_or_default();
+    let (raw, injected) = reader.join().unwrap_or_default();
+    // sim-serve ends when QEMU disconnects.
+    let server_deadline = Instant::now() + Duration::from_secs(10);
+    let server_status = loop {
+        if let Some(st) = server.try_wait().unwrap() {
+            break Some(st);
+        }
+        if Instant::now() > server_deadline {
+            let _ = server.kill();
+            let _ = server.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut server_err = String::new();
+    if let Some(mut e) = server.stderr.take() {
+        let _ = e.read_to_string(&mut server_err);
+    }
     // The first guest line may follow firmware output without a newline: start each line at
     // its marker.
     let log: String = raw.lines().map(|l| format!("{}\n", l.find("VFIO-").map_or(l, |i| &l[i..]))).collect();
@@ -293,8 +442,9 @@ fn edu_through_vfio_in_qemu() {
     let wall = started.elapsed();
     // Kept for reading after the run (the panic message carries it too on failure).
     let _ = std::fs::write(work.join("serial.log"), &raw);
-    let fail =
-        |why: &str| -> ! { panic!("{why}\n----- guest serial log -----\n{log}\n----- qemu stderr -----\n{err}") };
+    let fail = |why: &str| -> ! {
+        panic!("{why}\n----- guest serial log -----\n{log}\n----- qemu stderr -----\n{err}\n----- sim-serve stderr -----\n{server_err}")
+    };
     if status.is_none() {
         fail(&format!("QEMU timed out after {TIMEOUT:?} and was killed"));
     }
@@ -325,10 +475,17 @@ fn edu_through_vfio_in_qemu() {
         fail(&format!("NEURON_VFIO_REQUIRE_QEMU=1: no check may be skipped, but:\n{}", skipped.join("\n")));
     }
     let ok = |name: &str| log.lines().any(|l| l.starts_with(&format!("VFIO-CHECK ok {name}:")));
+    if !injected.starts_with("ok ") {
+        fail(&format!("the fault was not injected through the control socket: `{injected}`"));
+    }
+    if server_status.is_none_or(|s| !s.success()) {
+        fail(&format!("sim-serve did not end cleanly when QEMU disconnected: {server_status:?}"));
+    }
     for name in ["env", "discover", "bind", "group_viable", "unbind", "bench.unbind"]
         .iter()
         .chain(MSIX_CHECKS)
         .chain(SCRIPT_CHECKS)
+        .chain(NEURON_CHECKS)
     {
         if !ok(name) {
             fail(&format!("check {name} did not pass"));
@@ -381,7 +538,7 @@ fn edu_through_vfio_in_qemu() {
         fail("no-IOMMU mode neither passed nor reported why it is unavailable");
     }
     let done = format!(
-        "QEMU VFIO test: every guest check passed ({} ok, {} skipped; backends: {}; MSI-X; operator scripts; no-IOMMU mode {}); boot-to-poweroff wall {:.1}s\n",
+        "QEMU VFIO test: every guest check passed ({} ok, {} skipped; backends: {}; MSI-X; operator scripts; virtual Neuron device ({VDEV_ARCH}, fault {VDEV_FAULT} injected from the host); no-IOMMU mode {}); boot-to-poweroff wall {:.1}s\n",
         log.lines().filter(|l| l.starts_with("VFIO-CHECK ok ")).count(),
         skipped.len(),
         backends.join(", "),

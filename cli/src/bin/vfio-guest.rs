@@ -117,11 +117,7 @@ fn dmar_faults(kmsg: &mut Option<std::io::BufReader<std::fs::File>>) -> Vec<Stri
 
 fn open_kmsg() -> Option<std::io::BufReader<std::fs::File>> {
     use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
-        .open("/dev/kmsg")
-        .ok()?;
+    let mut f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open("/dev/kmsg").ok()?;
     f.seek(std::io::SeekFrom::End(0)).ok()?;
     Some(std::io::BufReader::new(f))
 }

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Boot script of the QEMU VFIO test (vfio/tests/qemu.rs), run after vfio-guest: the operator
+# Boot script of the QEMU VFIO test (cli/tests/qemu.rs), run after vfio-guest: the operator
 # scripts (scripts/vfio-bind.sh, vfio-unbind.sh, hugepages.sh) against a real kernel.
 # Prints `VFIO-CHECK ok|FAIL script.NAME: detail` like vfio-guest.
 export NEURON_VFIO_STATE_DIR=/tmp/neuron-vfio

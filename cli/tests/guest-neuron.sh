@@ -1,0 +1,86 @@
+#!/bin/sh
+# Runs in the QEMU guest of cli/tests/qemu.rs: the virtual Neuron device (the simulator served
+# by `neuron-vfio sim-serve` over vfio-user) through the guest kernel's vfio-pci and IOMMU,
+# driven by the real driver path (`neuron-vfio` over VfioPlatform). One line per check:
+# `VFIO-CHECK ok|FAIL neuron.NAME: detail`. /etc/neuron-vdev.env sets ARCH (the served arch).
+. /etc/neuron-vdev.env
+N=/bin/neuron-vfio
+E=/opt/neuron-vfio/examples
+IN=$E/input_32xf32.bin
+# The served device is the simulator: its modeled registers are what it implements.
+export NEURON_VFIO_ALLOW_MODELED=1
+export NEURON_RT_EXEC_TIMEOUT=60
+check() { # NAME RC DETAIL
+    if [ "$2" = 0 ]; then echo "VFIO-CHECK ok neuron.$1: $3"; else echo "VFIO-CHECK FAIL neuron.$1: $3"; fi
+}
+t0=$(date +%s)
+oneline() { tr '\n' ' ' | cut -c1-300; }
+msix_count() { # total MSI-X interrupts of the device's vfio vectors so far
+    grep "vfio-msix" /proc/interrupts | grep "$bdf" | awk '{s=0; for (i=2;i<=NF;i++) if ($i ~ /^[0-9]+$/) s+=$i; else break; t+=s} END {print t+0}'
+}
+
+out=$($N ls 2>&1); rc=$?
+bdf=$(echo "$out" | awk -v a="$ARCH" '$2 == a {print $1; exit}')
+[ -n "$bdf" ] || rc=1
+check ls "$rc" "$(echo "$out" | oneline)"
+if [ -z "$bdf" ]; then echo "VFIO-EXIT neuron 1"; exit 0; fi
+
+out=$($N bind "$bdf" 2>&1); rc=$?
+drv=$(basename "$(readlink /sys/bus/pci/devices/$bdf/driver)")
+[ "$drv" = vfio-pci ] || rc=1
+check bind "$rc" "$out; driver $drv"
+
+D="--device $bdf"
+out=$($N $D info 2>&1); rc=$?
+echo "$out" | grep -q "$ARCH" || rc=1
+check info "$rc" "$(echo "$out" | head -3 | oneline)"
+
+out=$($N $D csr read misc_ram.fw_api_version misc_ram.device_id 2>&1); rc=$?
+echo "$out" | grep -q fw_api_version || rc=1
+check csr_read "$rc" "$(echo "$out" | oneline)"
+
+out=$($N $D nq dump 2>&1); rc=$?
+check nq_dump "$rc" "$(echo "$out" | head -4 | oneline)"
+
+out=$($N --json $D dma bench --size 1M --iters 2 2>&1); rc=$?
+echo "$out" | grep -q ratio_vs_memcpy || rc=1
+check dma_bench "$rc" "$(echo "$out" | cut -c1-200)"
+[ "$rc" = 0 ] && echo "VFIO-BENCH neuron-dma $out"
+
+# The example models with exact outputs, through both VFIO interfaces.
+for b in container iommufd; do
+    rm -rf /tmp/o1 /tmp/o2
+    out=$(NEURON_VFIO_BACKEND=$b $N $D run $E/allreduce_1nc.neff --input input=$IN --output-dir /tmp/o1 2>&1); rc=$?
+    cmp -s /tmp/o1/output.bin "$IN" || rc=1
+    check "$b.run_1nc" "$rc" "$(echo "$out" | head -2 | oneline)"
+    out=$(NEURON_VFIO_BACKEND=$b $N $D run $E/allreduce_2nc.neff --input input=$IN --output-dir /tmp/o2 2>&1); rc=$?
+    cmp -s /tmp/o2/output.bin "$E/expected_2nc.bin" || rc=1
+    check "$b.run_2nc" "$rc" "$(echo "$out" | head -2 | oneline)"
+done
+
+# The interrupt poll policy: the run completes, and the device's MSI-X vectors (counted in
+# /proc/interrupts while `run --pause-after-exec` still holds them) fired.
+rm -f /tmp/go; mkfifo /tmp/go
+$N $D run $E/allreduce_1nc.neff --input input=$IN --poll interrupt --repeat 2 --output-dir /tmp/o3 \
+    --pause-after-exec </tmp/go >/tmp/irq.out 2>/tmp/irq.err &
+pid=$!
+exec 3>/tmp/go
+i=0
+while ! grep -q "run: executed" /tmp/irq.err && kill -0 $pid 2>/dev/null && [ $i -lt 1200 ]; do
+    sleep 0.1; i=$((i + 1))
+done
+grep "vfio-msix" /proc/interrupts | grep "$bdf" | sed 's/^ */VFIO-INFO interrupts /'
+n=$(msix_count)
+echo >&3; exec 3>&-
+wait $pid; rc=$?
+cmp -s /tmp/o3/output.bin "$IN" || rc=1
+[ "$n" -gt 0 ] || rc=1
+check irq_poll "$rc" "$n MSI-X interrupts; $(head -1 /tmp/irq.out | oneline)$(grep -v 'run: executed' /tmp/irq.err | head -2 | oneline)"
+
+# A fault the host injects through sim-serve's control socket once the model is loaded (the
+# host reads `run: loaded` on the serial console, injects, then sends a line to continue).
+out=$($N --json $D run $E/allreduce_1nc.neff --input input=$IN --pause-before-exec --timeout 20 </dev/console 2>/dev/console); rc=$?
+echo "$out" | grep -q '"status":"NRT_EXEC_COMPLETED_WITH_NUM_ERR"' && [ "$rc" != 0 ] && frc=0 || frc=1
+check fault "$frc" "$(echo "$out" | grep status | cut -c1-200)"
+echo "VFIO-INFO neuron checks took $(( $(date +%s) - t0 ))s"
+echo "VFIO-EXIT neuron 0"

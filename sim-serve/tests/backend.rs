@@ -1,0 +1,160 @@
+//! The vfio-user device model driven directly (as QEMU's messages would) and over its socket.
+
+use std::fs::File;
+use std::os::fd::FromRawFd;
+
+use platform::Platform;
+use sim::{SimConfig, SimDevice, Timing};
+use sim_serve::{config, ServeConfig, SimBackend, SimServer};
+use vfio_bindings::bindings::vfio::{
+    VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_EVENTFD, VFIO_IRQ_SET_DATA_NONE, VFIO_PCI_CONFIG_REGION_INDEX,
+    VFIO_PCI_MSIX_IRQ_INDEX,
+};
+use vfio_user::{DmaMapFlags, DmaUnmapFlags, ServerBackend};
+
+fn backend(arch: &'static csr_maps::Arch) -> SimBackend {
+    let sim = SimDevice::new(SimConfig::new(arch).timing(Timing::Inline)).unwrap();
+    SimBackend::new(sim, sim_serve::DEFAULT_BAR4_WINDOW).unwrap()
+}
+
+fn cfg32(b: &mut SimBackend, off: u64) -> u32 {
+    let mut d = [0u8; 4];
+    b.region_read(VFIO_PCI_CONFIG_REGION_INDEX, off, &mut d).unwrap();
+    u32::from_le_bytes(d)
+}
+
+fn memfd(len: u64) -> File {
+    // SAFETY: memfd_create with a NUL-terminated name; the returned descriptor is owned here.
+    let fd = unsafe { libc::memfd_create(c"sim-serve-test".as_ptr(), libc::MFD_CLOEXEC) };
+    assert!(fd >= 0);
+    // SAFETY: `fd` is a fresh descriptor nobody else owns.
+    let f = unsafe { File::from_raw_fd(fd) };
+    f.set_len(len).unwrap();
+    f
+}
+
+fn eventfd() -> File {
+    // SAFETY: eventfd(2); the returned descriptor is owned here.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    assert!(fd >= 0);
+    // SAFETY: a fresh descriptor.
+    unsafe { File::from_raw_fd(fd) }
+}
+
+#[test]
+fn config_space_names_the_arch_and_sizes_its_bars() {
+    for arch in [&csr_maps::SUNDA, &csr_maps::CAYMAN, &csr_maps::MARIANA] {
+        let mut b = backend(arch);
+        let id = cfg32(&mut b, 0);
+        assert_eq!(id & 0xffff, arch.pci_vendor as u32);
+        assert_eq!(id >> 16, arch.pci_devices[0] as u32);
+        assert_eq!(cfg32(&mut b, 8) >> 8, config::CLASS_CODE);
+        // BAR sizing through the config region, as the client does it.
+        let bar0 = 0x10 + 4 * arch.bars.apb as u64;
+        for off in [bar0, bar0 + 4] {
+            b.region_write(VFIO_PCI_CONFIG_REGION_INDEX, off, &u32::MAX.to_le_bytes()).unwrap();
+        }
+        let mask = ((cfg32(&mut b, bar0 + 4) as u64) << 32) | (cfg32(&mut b, bar0) as u64 & !0xf);
+        let size = (!mask).wrapping_add(1);
+        assert_eq!(size, b.device().bar(arch.bars.apb).unwrap().size().next_power_of_two(), "{}", arch.name);
+        assert_eq!(size, b.region_size(arch.bars.apb as u32));
+        assert_eq!(b.region_size(arch.bars.dram as u32), sim_serve::DEFAULT_BAR4_WINDOW);
+        let irqs = b.irqs();
+        assert_eq!(irqs[VFIO_PCI_MSIX_IRQ_INDEX as usize].count as u64, arch.counts.ncs);
+        assert_eq!((cfg32(&mut b, 0x40) >> 16) as u64, arch.counts.ncs - 1, "MSI-X table size");
+        eprintln!("{}: BAR0 {:#x}, BAR4 window {:#x}", arch.name, size, sim_serve::DEFAULT_BAR4_WINDOW);
+    }
+}
+
+#[test]
+fn bar_accesses_reach_the_simulator() {
+    let mut b = backend(&csr_maps::SUNDA);
+    let arch = b.device().arch();
+    let bar0 = b.device().bar(arch.bars.apb).unwrap();
+    // The misc RAM as the driver reads it, through the served BAR0.
+    let misc = arch.instance_base("misc_ram", 0).unwrap();
+    let mut d = [0u8; 4];
+    for off in (misc..misc + 64).step_by(4) {
+        b.region_read(arch.bars.apb as u32, off, &mut d).unwrap();
+        assert_eq!(u32::from_le_bytes(d), bar0.read32(off).unwrap(), "misc RAM +{:#x}", off - misc);
+    }
+    // HBM through the BAR4 window: a write lands in the simulator's device memory.
+    let bar4 = b.device().bar(arch.bars.dram).unwrap();
+    b.region_write(arch.bars.dram as u32, 0x1000, &0xfeed_f00d_u32.to_le_bytes()).unwrap();
+    assert_eq!(bar4.read32(0x1000).unwrap(), 0xfeed_f00d);
+    let mut q = [0u8; 8];
+    bar4.write32(0x2004, 0x1234_5678).unwrap();
+    b.region_read(arch.bars.dram as u32, 0x2000, &mut q).unwrap();
+    assert_eq!(u64::from_le_bytes(q), 0x1234_5678_0000_0000);
+    // A byte write merges into its word.
+    b.region_write(arch.bars.dram as u32, 0x2005, &[0xaa]).unwrap();
+    assert_eq!(bar4.read32(0x2004).unwrap(), 0x1234_aa78);
+    // Outside the window: refused.
+    assert!(b.region_read(arch.bars.dram as u32, sim_serve::DEFAULT_BAR4_WINDOW, &mut d).is_err());
+}
+
+#[test]
+fn dma_maps_of_client_memory_enter_the_iommu_and_leave_it() {
+    let mut b = backend(&csr_maps::SUNDA);
+    let f = memfd(4 << 20);
+    b.dma_map(DmaMapFlags::READ_WRITE, 0, 0x10_0000, 2 << 20, Some(f.try_clone().unwrap())).unwrap();
+    b.dma_map(DmaMapFlags::READ, 2 << 20, 0x40_0000, 1 << 20, Some(f.try_clone().unwrap())).unwrap();
+    let s = b.device().stats();
+    assert_eq!((s.iommu_mappings, s.iommu_bytes), (2, 3 << 20));
+    // A remap of an overlapping range replaces the old mapping.
+    b.dma_map(DmaMapFlags::READ_WRITE, 0, 0x10_0000, 1 << 20, Some(f.try_clone().unwrap())).unwrap();
+    assert_eq!(b.device().stats().iommu_bytes, 2 << 20);
+    b.dma_unmap(DmaUnmapFlags::empty(), 0x10_0000, 1 << 20).unwrap();
+    assert_eq!(b.device().stats().iommu_mappings, 1);
+    b.dma_unmap(DmaUnmapFlags::UNMAP_ALL, 0, 0).unwrap();
+    assert_eq!(b.device().stats().iommu_mappings, 0);
+    // Without a descriptor there is no memory to reach: accepted, not mapped.
+    b.dma_map(DmaMapFlags::READ_WRITE, 0, 0x10_0000, 4096, None).unwrap();
+    assert_eq!(b.device().stats().iommu_mappings, 0);
+}
+
+#[test]
+fn set_irqs_routes_msix_vectors_and_flr_resets() {
+    let mut b = backend(&csr_maps::SUNDA);
+    let e = eventfd();
+    let flags = VFIO_IRQ_SET_DATA_EVENTFD | VFIO_IRQ_SET_ACTION_TRIGGER;
+    b.set_irqs(VFIO_PCI_MSIX_IRQ_INDEX, flags, 1, 1, vec![e.try_clone().unwrap()]).unwrap();
+    assert!(b.set_irqs(VFIO_PCI_MSIX_IRQ_INDEX, flags, 0, 2, vec![e.try_clone().unwrap()]).is_err());
+    assert!(b.set_irqs(VFIO_PCI_MSIX_IRQ_INDEX, flags, 2, 1, vec![e.try_clone().unwrap()]).is_err(), "NC 2 of 2");
+    assert!(b.set_irqs(0, flags, 0, 1, vec![e.try_clone().unwrap()]).is_err(), "no INTx");
+    b.set_irqs(VFIO_PCI_MSIX_IRQ_INDEX, VFIO_IRQ_SET_DATA_NONE | VFIO_IRQ_SET_ACTION_TRIGGER, 0, 0, vec![]).unwrap();
+    // FLR through the PCI Express capability: config space back to power-on, device reset.
+    let before = b.device().stats().resets;
+    b.region_write(VFIO_PCI_CONFIG_REGION_INDEX, 4, &[6, 0]).unwrap();
+    assert_eq!(cfg32(&mut b, 4) & 0xffff, 6);
+    b.region_write(VFIO_PCI_CONFIG_REGION_INDEX, 0x58, &0x8000u16.to_le_bytes()).unwrap();
+    assert_eq!(cfg32(&mut b, 4) & 0xffff, 0, "FLR clears the command register");
+    assert_eq!(b.device().stats().resets, before + 1);
+}
+
+#[test]
+fn served_over_the_socket_with_a_control_channel() {
+    let dir = std::env::temp_dir().join(format!("sim-serve-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let sock = dir.join("dev.sock");
+    let ctl = dir.join("ctl.sock");
+    let _ = std::fs::remove_file(&sock);
+    let _ = std::fs::remove_file(&ctl);
+    let mut cfg = ServeConfig::new(&csr_maps::CAYMAN, &sock);
+    cfg.control = Some(ctl.clone());
+    let server = SimServer::new(&cfg).unwrap();
+    let t = std::thread::spawn(move || server.run());
+    let mut c = vfio_user::Client::new(&sock).unwrap();
+    let mut d = [0u8; 4];
+    c.region_read(VFIO_PCI_CONFIG_REGION_INDEX, 0, &mut d).unwrap();
+    assert_eq!(u32::from_le_bytes(d), 0x1d0f | ((csr_maps::CAYMAN.pci_devices[0] as u32) << 16));
+    c.reset().unwrap();
+    assert_eq!(sim_serve::control_send(&ctl, "hbm-ue@nc0").unwrap(), "ok hbm-ue@nc0");
+    assert!(sim_serve::control_send(&ctl, "bogus@nc0").unwrap().starts_with("error: "));
+    let stats = sim_serve::control_send(&ctl, "stats").unwrap();
+    assert!(stats.contains("resets: 1,"), "{stats}");
+    c.shutdown().unwrap();
+    drop(c);
+    t.join().unwrap().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -254,7 +254,10 @@ fn validate_block(b: &BlockFile, blocks: &BTreeMap<String, BlockFile>) {
 }
 
 fn main() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    // At run time, not compile time: a build-script binary reused from another checkout (a
+    // shared or copied target directory) must still read this checkout's descriptions.
+    let manifest = std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| fail("CARGO_MANIFEST_DIR not set".into()));
+    let root = Path::new(&manifest);
     println!("cargo:rerun-if-changed=blocks");
     println!("cargo:rerun-if-changed=arch");
     let mut blocks = BTreeMap::new();

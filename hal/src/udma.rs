@@ -3,6 +3,7 @@
 //! (docs/facts/hardware.md §3).
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use csr_maps::blocks::{udma_m2s as m2s, udma_m2s_q as mq, udma_s2m as s2m, udma_s2m_q as sq};
@@ -12,6 +13,7 @@ use csr_maps::{Arch, Regs};
 
 use crate::error::{HalError, Result};
 use crate::mem::{HostBuf, HostPool};
+use crate::park::{program_queue, Parking};
 
 /// Descriptors per packet the driver builds: as many full descriptors as fit both the
 /// programmed packet-size limit ([`udc::MAX_PACKET_BYTES`], 0xFFFFF: a longer packet aborts
@@ -121,9 +123,11 @@ pub fn h2t(arch: &Arch, nc: usize) -> (u64, u64) {
     (arch.consts.h2t_engine_base + nc as u64 / per, nc as u64 % per)
 }
 
-/// One queue pair driven by the host: descriptor rings in host memory.
+/// One queue pair driven by the host: descriptor rings in host memory. Dropping it parks
+/// the queue on the device's dummy ring before the host rings are freed ([`Parking`]).
 pub struct Ring {
     arch: &'static Arch,
+    park: Arc<Parking>,
     pub engine: u64,
     pub queue: u64,
     m2s_ring: HostBuf,
@@ -148,17 +152,13 @@ pub struct Xfer {
 
 impl Ring {
     /// Program queue `queue` of engine `engine` onto fresh rings of `ndesc` descriptors (§3.7).
-    pub fn new(
-        arch: &'static Arch,
-        regs: &Regs<'_>,
-        pool: &HostPool,
-        engine: u64,
-        queue: u64,
-        ndesc: u32,
-    ) -> Result<Self> {
+    /// `park` is the device's parking state (the dummy ring the queue goes to on drop).
+    pub fn new(park: &Arc<Parking>, pool: &HostPool, engine: u64, queue: u64, ndesc: u32) -> Result<Self> {
+        let arch = park.arch();
         if !ndesc.is_power_of_two() || (ndesc as u64) < udc::RING_MIN_DESCS || ndesc as u64 > udc::RING_MAX_DESCS {
             return Err(HalError::RingSize(ndesc as u64));
         }
+        park.ensure_dummy(pool)?;
         let bytes = ndesc as usize * DESC_BYTES;
         let m2s_ring = pool.alloc(bytes, udc::RING_ALIGN as usize)?;
         let s2m_ring = pool.alloc(bytes, udc::RING_ALIGN as usize)?;
@@ -169,6 +169,7 @@ impl Ring {
         marker.write_u32(8, 0)?;
         let r = Self {
             arch,
+            park: park.clone(),
             engine,
             queue,
             m2s_ring,
@@ -179,31 +180,16 @@ impl Ring {
             ring_id: udc::INITIAL_RING_ID,
             timeout: Duration::from_secs(10),
         };
-        r.program(regs)?;
+        r.program(&park.regs())?;
         Ok(r)
     }
 
     /// (Re)program both halves: pause, reset, base, length, no completion ring, enable.
     fn program(&self, regs: &Regs<'_>) -> Result<()> {
-        let u = regs.udma(self.engine)?;
-        let (m, s) = (u.m2s().q(self.queue)?, u.s2m().q(self.queue)?);
-        m.rlimit_mask().write(mq::RlimitMask(udc::RLIMIT_MASK_INIT))?;
         let mb = self.arch.host_dev_addr(self.m2s_ring.iova());
         let sb = self.arch.host_dev_addr(self.s2m_ring.iova());
-        m.cfg().modify(|v| v.with_en_pref(0).with_en_scheduling(0))?;
-        m.sw_ctrl().write_with(|v| v.with_rst_q(1))?;
-        m.ring_base_lo().write(mq::RingBaseLo(mb as u32))?;
-        m.ring_base_hi().write(mq::RingBaseHi((mb >> 32) as u32))?;
-        m.ring_len().write_with(|v| v.with_count(self.ndesc))?;
-        m.comp_cfg().write(mq::CompCfg(0))?;
-        m.cfg().modify(|v| v.with_en_pref(1).with_en_scheduling(1))?;
-        s.cfg().modify(|v| v.with_en_pref(0).with_en_stream(0))?;
-        s.sw_ctrl().write_with(|v| v.with_rst_q(1))?;
-        s.ring_base_lo().write(sq::RingBaseLo(sb as u32))?;
-        s.ring_base_hi().write(sq::RingBaseHi((sb >> 32) as u32))?;
-        s.ring_len().write_with(|v| v.with_count(self.ndesc))?;
-        s.comp_cfg().write(sq::CompCfg(0))?;
-        s.cfg().modify(|v| v.with_en_pref(1).with_en_stream(1))?;
+        program_queue(regs, self.engine, self.queue, mb, sb, self.ndesc)?;
+        self.park.unparked(self.engine, self.queue);
         Ok(())
     }
 
@@ -398,5 +384,15 @@ impl Ring {
         u.s2m().q(self.queue)?.cfg().modify(|v| v.with_en_pref(0).with_en_stream(0))?;
         std::thread::sleep(Duration::from_micros(udc::QUIESCE_WAIT_US));
         Ok(())
+    }
+}
+
+impl Drop for Ring {
+    /// Park the queue on the dummy ring before the host rings are freed (the kmod's
+    /// `ndmar_handle_process_exit`).
+    fn drop(&mut self) {
+        if let Err(err) = self.park.park_udma(self.engine, self.queue) {
+            tracing::warn!(engine = self.engine, queue = self.queue, %err, "could not park a DMA queue on the dummy ring");
+        }
     }
 }

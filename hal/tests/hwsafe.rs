@@ -170,3 +170,108 @@ fn reset_waits_through_deadbeef() {
     dev.write_device(2, a.addr(), &[5u8; 4096]).unwrap();
     assert_eq!(sim.stats().resets, 1);
 }
+
+/// Small host chunks: rings of ≥ 512 descriptors get their own mapping, which is unmapped
+/// the moment the ring is dropped (so the simulator sees the memory go).
+fn open_small_chunks(arch: &'static Arch) -> (SimDevice, Device) {
+    let sim = SimDevice::new(SimConfig::new(arch).hbm_bytes(1 << 26).timing(Timing::Inline)).unwrap();
+    let dev = Device::open(Arc::new(sim.clone()), DeviceOptions { host_chunk: 8192, ..opts() }).unwrap();
+    dev.init().unwrap();
+    (sim, dev)
+}
+
+/// Both halves of queue `q` of engine `e`: (ring base, ring length, enabled).
+fn queue_regs(dev: &Device, e: u64, q: u64) -> [(u64, u32, bool); 2] {
+    let u = dev.regs().udma(e).unwrap();
+    let (m, s) = (u.m2s().q(q).unwrap(), u.s2m().q(q).unwrap());
+    let mb = (m.ring_base_lo().read().unwrap().0 & !0x3F) as u64 | (m.ring_base_hi().read().unwrap().0 as u64) << 32;
+    let sb = (s.ring_base_lo().read().unwrap().0 & !0x3F) as u64 | (s.ring_base_hi().read().unwrap().0 as u64) << 32;
+    let mc = m.cfg().read().unwrap();
+    let sc = s.cfg().read().unwrap();
+    [
+        (mb, m.ring_len().read().unwrap().count(), mc.en_pref() == 1 && mc.en_scheduling() == 1),
+        (sb, s.ring_len().read().unwrap().count(), sc.en_pref() == 1 && sc.en_stream() == 1),
+    ]
+}
+
+fn host_copy(dev: &Device, ring: &mut hal::Ring, fill: u8) {
+    let src = dev.alloc_host(4096, 64).unwrap();
+    let dst = dev.alloc_host(4096, 64).unwrap();
+    src.fill(0, 4096, fill).unwrap();
+    let x = hal::Xfer { src: dev.host_addr(&src), dst: dev.host_addr(&dst), len: 4096 };
+    ring.copy(&dev.regs(), &[x]).unwrap();
+    let mut out = vec![0u8; 4096];
+    dst.read(0, &mut out).unwrap();
+    assert!(out.iter().all(|&b| b == fill));
+}
+
+#[test]
+fn dropped_ring_is_parked_on_the_dummy_ring() {
+    for arch in [&SUNDA, &CAYMAN, &MARIANA] {
+        let (sim, dev) = open_small_chunks(arch);
+        let (e, q) = (0, 2);
+        let mut ring = dev.new_ring(e, q, 512).unwrap();
+        host_copy(&dev, &mut ring, 0x5A);
+        let live = queue_regs(&dev, e, q);
+        assert!(live.iter().all(|&(_, n, en)| n == 512 && en), "{}: {live:?}", arch.name);
+        let mappings = sim.stats().iommu_mappings;
+        drop(ring);
+        let s = sim.stats();
+        // The ring's own mappings went away with it, with the queue already parked.
+        assert!(s.iommu_mappings < mappings, "{}: the ring memory was not unmapped: {s:?}", arch.name);
+        assert_eq!((s.dangling_unmaps, s.dma_faults, s.dma_aborts), (0, 0, 0), "{}: {s:?}", arch.name);
+        let dummy = dev.parking().dummy_dev_addr().unwrap();
+        let descs = csr_maps::consts::udma::DUMMY_RING_DESCS;
+        assert_eq!(queue_regs(&dev, e, q), [(dummy, descs, true); 2], "{}: queue not parked", arch.name);
+        // The queue is usable again by a new owner.
+        let mut again = dev.new_ring(e, q, 512).unwrap();
+        host_copy(&dev, &mut again, 0xA5);
+        drop(again);
+        drop(dev);
+        let s = sim.stats();
+        // The dummy ring goes with the device: the queues parked on it are paused first.
+        assert_eq!((s.dangling_unmaps, s.iommu_mappings, s.dma_faults), (0, 0, 0), "{}: {s:?}", arch.name);
+    }
+}
+
+/// The simulator's check the Drop above satisfies: freeing (unmapping) host memory that an
+/// enabled queue's ring still points at is counted.
+#[test]
+fn sim_counts_a_queue_left_on_freed_memory() {
+    let (sim, dev) = open_small_chunks(&CAYMAN);
+    let buf = dev.alloc_host(8192, 4096).unwrap();
+    let a = dev.host_addr(&buf);
+    let u = dev.regs().udma(0).unwrap();
+    let m = u.m2s().q(3).unwrap();
+    m.ring_base_lo().write(csr_maps::blocks::udma_m2s_q::RingBaseLo(a as u32)).unwrap();
+    m.ring_base_hi().write(csr_maps::blocks::udma_m2s_q::RingBaseHi((a >> 32) as u32)).unwrap();
+    m.ring_len().write_with(|v| v.with_count(512)).unwrap();
+    drop(buf);
+    assert_eq!(sim.stats().dangling_unmaps, 1);
+}
+
+#[test]
+fn dropped_nq_ring_is_halted_before_its_memory_goes() {
+    for arch in [&SUNDA, &CAYMAN] {
+        let (sim, dev) = open_small_chunks(arch);
+        let slot = dev.error_slot();
+        let nq = dev.nq_ring(hal::NqOwner::Nc(0), slot, 1024).unwrap();
+        let s = dev.regs().notific(0).unwrap().nq(slot).unwrap();
+        assert_eq!(s.size().read().unwrap().0, 1024 * 16);
+        let t = std::time::Instant::now();
+        drop(nq);
+        // Drained before the memory went (`nnq_destroy_nc` waits 1 ms).
+        assert!(t.elapsed() >= std::time::Duration::from_millis(csr_maps::consts::nq::DRAIN_MS));
+        assert_eq!(
+            (s.base_hi().read().unwrap().0, s.base_lo().read().unwrap().0, s.size().read().unwrap().0),
+            (0, 0, 0)
+        );
+        assert_eq!(sim.stats().dangling_unmaps, 0, "{}", arch.name);
+        // A later ring on the slot works.
+        let nq = dev.nq_ring(hal::NqOwner::Nc(0), slot, 1024).unwrap();
+        assert_eq!(s.size().read().unwrap().0, 1024 * 16);
+        drop(nq);
+        drop(dev);
+        assert_eq!(sim.stats().dangling_unmaps, 0, "{}", arch.name);
+    }
+}

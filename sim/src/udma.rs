@@ -249,6 +249,41 @@ fn ring_len(dev: &Dev, st: &State, e: usize, half: Half, q: usize) -> u32 {
     qregs(dev, e, half, q).map(|r| mq::RingLen(dev.stored(st, r.len, 0)).count()).unwrap_or(0)
 }
 
+/// Host memory `[iova, iova + len)` is being unmapped: count every enabled UDMA queue half
+/// whose descriptor ring lies (partly) in it. Hardware left pointing at freed host memory
+/// would fetch whatever the memory holds next; the kmod parks a queue on a dummy ring before
+/// its owner's memory goes (`ndmar_handle_process_exit`, `neuron_ring.c`).
+pub(crate) fn dangling_rings(dev: &Dev, st: &State, iova: u64, len: u64) -> u64 {
+    let mut n = 0;
+    for e in 0..st.udma.len() {
+        for q in 0..udc::QUEUES as usize {
+            for half in [Half::M2s, Half::S2m] {
+                let Some(r) = qregs(dev, e, half, q) else { continue };
+                let count = mq::RingLen(dev.stored(st, r.len, 0)).count() as u64;
+                if count == 0 || !queue_enabled(dev, st, e, half, q) {
+                    continue;
+                }
+                let lo = mq::RingBaseLo(dev.stored(st, r.base_lo, 0));
+                let base =
+                    mq::RingBaseLo(0).with_addr(lo.addr()).0 as u64 | ((dev.stored(st, r.base_hi, 0) as u64) << 32);
+                let Some(ring) = dev.arch.dev_to_host_iova(base) else { continue };
+                let bytes = count * DESC_BYTES as u64;
+                if ring < iova.saturating_add(len) && iova < ring.saturating_add(bytes) {
+                    tracing::warn!(
+                        engine = e,
+                        queue = q,
+                        m2s = (half == Half::M2s),
+                        ring = format_args!("{ring:#x}"),
+                        "sim: host memory unmapped while an enabled DMA queue's ring points into it"
+                    );
+                    n += 1;
+                }
+            }
+        }
+    }
+    n
+}
+
 /// Whether the queue's `cfg` enables it.
 fn queue_enabled(dev: &Dev, st: &State, e: usize, half: Half, q: usize) -> bool {
     qregs(dev, e, half, q)

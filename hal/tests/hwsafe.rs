@@ -275,3 +275,202 @@ fn dropped_nq_ring_is_halted_before_its_memory_goes() {
         assert_eq!(sim.stats().dangling_unmaps, 0, "{}", arch.name);
     }
 }
+
+/// BAR0 writes recorded in order (offset, value).
+type WriteLog = Arc<std::sync::Mutex<Vec<(u64, u32)>>>;
+
+struct RecMmio(Arc<dyn platform::Mmio>, WriteLog);
+
+impl platform::Mmio for RecMmio {
+    fn size(&self) -> u64 {
+        self.0.size()
+    }
+    fn read32(&self, o: u64) -> Result<u32, MmioError> {
+        self.0.read32(o)
+    }
+    fn write32(&self, o: u64, v: u32) -> Result<(), MmioError> {
+        self.1.lock().unwrap().push((o, v));
+        self.0.write32(o, v)
+    }
+    fn read64(&self, o: u64) -> Result<u64, MmioError> {
+        self.0.read64(o)
+    }
+    fn write64(&self, o: u64, v: u64) -> Result<(), MmioError> {
+        self.0.write64(o, v)
+    }
+}
+
+/// The simulator with BAR0 writes recorded.
+struct Recording(SimDevice, WriteLog);
+
+impl Platform for Recording {
+    fn identity(&self) -> platform::DeviceIdentity {
+        self.0.identity()
+    }
+    fn bar(&self, i: u8) -> Result<Arc<dyn platform::Mmio>, platform::PlatformError> {
+        let b = self.0.bar(i)?;
+        Ok(if i == self.0.arch().bars.apb { Arc::new(RecMmio(b, self.1.clone())) } else { b })
+    }
+    fn dma_map(
+        &self,
+        m: platform::HostMem,
+        d: platform::DmaDir,
+    ) -> Result<platform::DmaMapping, platform::PlatformError> {
+        self.0.dma_map(m, d)
+    }
+    fn irq_eventfd(&self, v: u32) -> Result<Option<std::os::fd::OwnedFd>, platform::PlatformError> {
+        self.0.irq_eventfd(v)
+    }
+    fn reset(&self) -> Result<(), platform::PlatformError> {
+        self.0.reset()
+    }
+    fn modeled_writes_allowed(&self) -> bool {
+        true
+    }
+    fn account_device_memory(&self, delta: i64) {
+        self.0.account_device_memory(delta)
+    }
+}
+
+#[test]
+fn iofic_setup_in_the_kmod_order() {
+    use csr_maps::consts::udma as udc;
+    for arch in [&SUNDA, &CAYMAN, &MARIANA] {
+        let sim = SimDevice::new(SimConfig::new(arch).hbm_bytes(1 << 26).timing(Timing::Inline)).unwrap();
+        let log: WriteLog = Default::default();
+        let dev = Device::open(Arc::new(Recording(sim.clone(), log.clone())), opts()).unwrap();
+        dev.init().unwrap();
+        let g = dev.regs().udma(0).unwrap().gen();
+        let (a, b, c, d) = (g.sec_a(), g.sec_b(), g.sec_c(), g.pri_d());
+        // udma_iofic_m2s_error_ints_unmask, then udma_iofic_s2m_error_ints_unmask.
+        let expect = [
+            (a.control().offset(), 0x28),
+            (d.control().offset(), 0x28),
+            (a.abort_mask().offset(), !udc::SEC_A_ERRORS),
+            (c.abort_mask().offset(), !0x3F),
+            (a.mask_clear().offset(), !udc::SEC_A_ERRORS),
+            (c.mask_clear().offset(), !0x3F),
+            (d.mask_clear().offset(), !0x500),
+            (b.control().offset(), 0x28),
+            (d.control().offset(), 0x28),
+            (b.abort_mask().offset(), !udc::SEC_B_ERRORS),
+            (c.abort_mask().offset(), !0xFC0),
+            (b.mask_clear().offset(), !udc::SEC_B_ERRORS),
+            (c.mask_clear().offset(), !0xFC0),
+            (d.mask_clear().offset(), !0x600),
+        ];
+        let iofic: Vec<u64> = expect.iter().map(|e| e.0).collect();
+        let first = log.lock().unwrap().iter().position(|w| *w == expect[0]).unwrap();
+        let got: Vec<(u64, u32)> =
+            log.lock().unwrap()[first..].iter().filter(|w| iofic.contains(&w.0)).take(14).copied().collect();
+        assert_eq!(got, expect, "{}", arch.name);
+        // The resulting state: both secondary groups and D in edge / no-MSI-X mode; group C
+        // unmasked for all 12 parity causes, abort-enabled for the S2M ones.
+        assert_eq!((a.control().read().unwrap().0, b.control().read().unwrap().0), (0x28, 0x28));
+        assert_eq!(c.mask().read().unwrap().0 & 0xFFF, 0, "{}", arch.name);
+        assert_eq!(c.abort_mask().read().unwrap().0, !0xFC0, "{}", arch.name);
+        assert_eq!(d.mask().read().unwrap().0 & 0x700, 0, "{}", arch.name);
+    }
+}
+
+#[test]
+fn axi_fifo_parity_aborts_only_when_configured() {
+    let par = |f: fn(csr_maps::blocks::iofic_axi_parity::Cause) -> csr_maps::blocks::iofic_axi_parity::Cause| {
+        f(csr_maps::blocks::iofic_axi_parity::Cause(0)).0
+    };
+    let s2m_bit = par(|c| c.with_s2m_data_req_parity(1));
+    let m2s_bit = par(|c| c.with_m2s_data_cmd_parity(1));
+    for arch in [&SUNDA, &CAYMAN] {
+        // Before engine init the abort mask keeps its reset value: nothing aborts.
+        let sim = SimDevice::new(SimConfig::new(arch).hbm_bytes(1 << 26).timing(Timing::Inline)).unwrap();
+        let dev = Device::open(Arc::new(sim.clone()), opts()).unwrap();
+        assert!(!sim.inject_axi_parity(0, s2m_bit));
+        assert!(!hal::udma::engine_aborted(&dev.regs(), 0).unwrap());
+        drop(dev);
+        let (sim, dev) = open_small_chunks(arch);
+        let mut ring = dev.new_ring(0, 2, 64).unwrap();
+        host_copy(&dev, &mut ring, 1);
+        // M2S AXI-FIFO parity: unmasked (latched, summarised in D bit 10) but, as the kmod
+        // leaves group C's abort mask after the S2M write, not aborting.
+        assert!(!sim.inject_axi_parity(0, m2s_bit), "{}", arch.name);
+        let g = dev.regs().udma(0).unwrap().gen();
+        assert_eq!(g.sec_c().status().read().unwrap().0, m2s_bit);
+        assert_eq!(g.pri_d().cause().read().unwrap().sec_c(), 1);
+        host_copy(&dev, &mut ring, 2);
+        // S2M AXI-FIFO parity aborts the engine: the next copy fails with the abort.
+        assert!(sim.inject_axi_parity(0, s2m_bit), "{}", arch.name);
+        assert!(hal::udma::engine_aborted(&dev.regs(), 0).unwrap());
+        let src = dev.alloc_host(64, 64).unwrap();
+        let x = hal::Xfer { src: dev.host_addr(&src), dst: dev.host_addr(&src) + 32, len: 16 };
+        assert!(matches!(ring.copy(&dev.regs(), &[x]), Err(HalError::DmaAbort { .. })), "{}", arch.name);
+        ring.recover(&dev.regs()).unwrap();
+        host_copy(&dev, &mut ring, 3);
+    }
+}
+
+#[test]
+fn v2_axi_error_abort_and_sdma_broadcast() {
+    use csr_maps::consts::udma as udc;
+    let (_sim, dev) = open_cfg(SimConfig::new(&SUNDA));
+    let regs = dev.regs();
+    let per = SUNDA.counts.dma_engines_per_nc;
+    for e in [0, 1, 3, per - 1, per] {
+        let g = regs.udma(e).unwrap().gen();
+        for t in 0..6 {
+            for j in 0..16 {
+                let want = if [1, 2, 3, 9, 10, 11].contains(&j) { 0xF } else { 0 };
+                assert_eq!(g.axi_err_table(t * 16 + j).unwrap().read().unwrap().0, want, "engine {e} table {t}[{j}]");
+            }
+        }
+        for i in 0..6 {
+            // Last of the 16 per-queue writes: queue 15.
+            assert_eq!(g.axi_err_ctrl_addr(i).unwrap().read().unwrap().0, (15 << 3) | 7);
+            assert_eq!(g.axi_err_ctrl_data(i).unwrap().read().unwrap().0, 0x10);
+        }
+        for p in [g.m2s_desc_rd(), g.m2s_data_rd(), g.m2s_comp_wr(), g.s2m_desc_rd(), g.s2m_data_wr(), g.s2m_comp_wr()]
+        {
+            assert_eq!(
+                (p.control().read().unwrap().0, p.mask().read().unwrap().0, p.abort_mask().read().unwrap().0),
+                (0x28, 0, 0)
+            );
+        }
+        assert_eq!(g.axi_timeout().read().unwrap().0, 0xFFFF_FFFF);
+        let w = regs.sdma(e).unwrap();
+        let k = e % per;
+        assert_eq!(w.bcast_mask().read().unwrap().mask(), 0xFFFF >> k, "engine {e}");
+        assert_eq!(w.bcast_last().read().unwrap().last(), if [0, 3, 6, 9, 15].contains(&k) { 0xFFFF } else { 0 });
+        assert_eq!(udc::bcast_mask(k), 0xFFFF >> k);
+    }
+    // Host-facing engines get no broadcast setup (`ndma_init_v2`: SENG engines only).
+    let h2t = SUNDA.consts.h2t_engine_base;
+    assert_eq!(regs.sdma(h2t).unwrap().bcast_mask().read().unwrap().0, 0);
+    // V3/V4 do neither: tables untouched, the AXI timeout stays at 100,000,000.
+    for arch in [&CAYMAN, &MARIANA] {
+        let (_sim, dev) = open_cfg(SimConfig::new(arch));
+        let g = dev.regs().udma(0).unwrap().gen();
+        assert_eq!(g.axi_err_table(1).unwrap().read().unwrap().0, 0);
+        assert_eq!(g.m2s_data_rd().abort_mask().read().unwrap().0, 0xFFFF_FFFF);
+        assert_eq!(g.axi_timeout().read().unwrap().0, 100_000_000);
+    }
+}
+
+#[test]
+fn v3_v4_user_errtrig_ring_id_masks() {
+    for arch in [&CAYMAN, &MARIANA] {
+        let (_sim, dev) = open_cfg(SimConfig::new(arch));
+        let regs = dev.regs();
+        let seng = arch.counts.ncs * arch.counts.dma_engines_per_nc;
+        for e in [0, 17, seng - 1] {
+            let t = regs.user_errtrig(e).unwrap();
+            assert_eq!(t.grp(2).unwrap().mask().read().unwrap().0 & (1 << 11), 1 << 11, "{} engine {e}", arch.name);
+            assert_eq!(t.grp(3).unwrap().mask().read().unwrap().0 & (1 << 2), 1 << 2, "{} engine {e}", arch.name);
+            let g = regs.udma(e).unwrap().gen();
+            // Ring-id errors neither interrupt nor abort on SENG engines.
+            assert_eq!(g.sec_a().abort_mask().read().unwrap().pref_ring_id(), 1);
+            assert_eq!(g.sec_b().abort_mask().read().unwrap().pref_ring_id(), 1);
+        }
+    }
+    // V2 keeps them abort-enabled.
+    let (_sim, dev) = open_cfg(SimConfig::new(&SUNDA));
+    assert_eq!(dev.regs().udma(0).unwrap().gen().sec_a().abort_mask().read().unwrap().pref_ring_id(), 0);
+}

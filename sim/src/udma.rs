@@ -361,6 +361,40 @@ fn abort(dev: &Dev, st: &mut State, e: usize, q: usize, why: Abort, fault: Optio
     aborts
 }
 
+/// An AXI-FIFO parity error on engine `e`: latch secondary group C cause `bits` and the
+/// primary group D summary; the engine aborts only if group C's abort mask lets one of the
+/// causes abort (0 = abort; the reset value 0xFFFFFFFF aborts on nothing). Returns whether
+/// it aborted.
+pub(crate) fn axi_parity(dev: &Dev, st: &mut State, e: usize, bits: u32) -> bool {
+    let Some(u) = dev.udma(e) else { return false };
+    if e >= st.udma.len() {
+        return false;
+    }
+    let g = u.gen();
+    dev.latch(st, g.sec_c().cause().offset(), bits);
+    dev.latch(st, g.pri_d().cause().offset(), iofic_summary::Cause(0).with_sec_c(1).0);
+    let abort_mask = dev.stored(st, g.sec_c().abort_mask().offset(), u32::MAX as u64);
+    if bits & !abort_mask == 0 {
+        return false;
+    }
+    let eng = &mut st.udma[e];
+    eng.m2s_abort = true;
+    eng.s2m_abort = true;
+    dev.n.dma_aborts.fetch_add(1, Ordering::Relaxed);
+    dev.intc(st, dev.nc_of_engine(e), Line::DmaAbort);
+    true
+}
+
+impl crate::SimDevice {
+    /// Test hook: engine `engine`'s AXI FIFOs report parity errors on secondary group C
+    /// cause bits `bits` (`iofic_axi_parity` fields). Returns whether the engine aborted
+    /// (only for causes the driver abort-enabled).
+    pub fn inject_axi_parity(&self, engine: usize, bits: u32) -> bool {
+        let mut st = self.dev.lock();
+        axi_parity(&self.dev, &mut st, engine, bits)
+    }
+}
+
 /// Run every queue with work on the engines serving `nc`. Returns progress.
 pub(crate) fn run(dev: &Dev, st: &mut State, nc: usize) -> bool {
     let mut progress = false;

@@ -200,7 +200,8 @@ pub mod fwio {
     pub const RETRIES: [u32; 6] = [0, 15, 15, 3, 3, 3];
     /// CRC-32C reflected polynomial (Castagnoli).
     pub const CRC32C_POLY: u32 = 0x82F6_3B78;
-    /// Value misc registers read while the firmware is not ready (`m:neuron_fw_io.h`); also
+    /// Value misc registers read while the firmware is not ready (`m:neuron_fw_io.c`,
+    /// `fw_io_read_csr_array_direct` retries while a read returns it); also
     /// what they read while a reset is in progress.
     pub const NOT_READY: u32 = 0xDEAD_BEEF;
     /// A register read that returns [`NOT_READY`] is retried for this many windows of

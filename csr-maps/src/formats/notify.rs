@@ -49,7 +49,7 @@ pub mod ntype {
     /// `(tag + 26) & 0x1F` selector), if any.
     pub const fn timestamp_engine(tag: u8) -> Option<usize> {
         let sel = (tag as u32 + TAG_ENGINE_BIAS as u32) & super::TYPE_MASK as u32;
-        if sel % 4 == 0 && sel / 4 < 5 {
+        if sel.is_multiple_of(4) && sel / 4 < 5 {
             Some((sel / 4) as usize)
         } else {
             None

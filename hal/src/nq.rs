@@ -14,7 +14,7 @@ use crate::mem::{HostBuf, HostPool};
 use crate::park::Parking;
 
 /// Which NOTIFIC block a ring lives in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum NqOwner {
     /// The NC-level block of a NeuronCore.
     Nc(usize),
@@ -26,6 +26,8 @@ pub enum NqOwner {
 /// lets in-flight records drain before the ring memory is freed ([`Parking`]).
 pub struct NqRing {
     park: Arc<Parking>,
+    /// This ring's id for slot ownership ([`Parking`]).
+    id: u64,
     /// When the slot was last halted (None: programmed onto this ring).
     halted: Mutex<Option<Instant>>,
     buf: HostBuf,
@@ -57,8 +59,11 @@ impl NqRing {
         s.base_lo().write(ns::BaseLo(a as u32))?;
         s.size().write(ns::Size(size as u32))?;
         s.head().write(ns::Head(0))?;
+        let id = park.new_id();
+        park.claim_nq(owner, slot, id);
         Ok(Self {
             park: park.clone(),
+            id,
             halted: Mutex::new(None),
             buf,
             size,
@@ -139,6 +144,7 @@ impl NqRing {
         self.phase = true;
         self.head_written = 0;
         *self.halted.get_mut().unwrap_or_else(|e| e.into_inner()) = None;
+        self.park.claim_nq(self.owner, self.slot, self.id);
         Ok(())
     }
 
@@ -164,8 +170,12 @@ impl NqRing {
 
 impl Drop for NqRing {
     /// Halt the slot (unless already halted) and wait for in-flight records to drain before
-    /// the ring memory is freed (`nnq_destroy_nc`: halt, 1 ms, free).
+    /// the ring memory is freed (`nnq_destroy_nc`: halt, 1 ms, free) — if this ring still
+    /// owns the slot: a slot since programmed onto another ring is left alone.
     fn drop(&mut self) {
+        if !self.park.release_nq(self.owner, self.slot, self.id) {
+            return;
+        }
         let halted = match *self.halted.get_mut().unwrap_or_else(|e| e.into_inner()) {
             Some(t) => t,
             None => {

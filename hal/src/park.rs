@@ -9,7 +9,14 @@
 //! `m:neuron_nq.c`; `nnq_set_hwaddr_v2` writes base high, base low, size). [`crate::Ring`]
 //! and [`crate::NqRing`] do the same when dropped, so the hardware never points at freed
 //! host buffers.
+//!
+//! Several rings may be programmed onto the same hardware queue in turn (the runtime arms
+//! one model at a time on a shared NeuronCore and re-initialises its queues onto that
+//! model's rings). Only the ring that programmed the queue last owns it: dropping any other
+//! ring frees its memory without touching the registers, which point at the owner's ring.
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -31,12 +38,25 @@ pub struct Parking {
     dummy: Mutex<Option<HostBuf>>,
     /// Queues (engine, queue) parked on the dummy ring.
     parked: Mutex<Vec<(u64, u64)>>,
+    /// The ring (by id) each UDMA queue was last programmed onto.
+    udma_owner: Mutex<HashMap<(u64, u64), u64>>,
+    /// The ring (by id) each NQ slot was last programmed onto.
+    nq_owner: Mutex<HashMap<(NqOwner, u64), u64>>,
+    next_id: AtomicU64,
 }
 
 impl Parking {
     /// Parking for the device behind `bar0`.
     pub fn new(arch: &'static Arch, bar0: Arc<dyn Mmio>) -> Self {
-        Self { arch, bar0, dummy: Mutex::new(None), parked: Mutex::new(Vec::new()) }
+        Self {
+            arch,
+            bar0,
+            dummy: Mutex::new(None),
+            parked: Mutex::new(Vec::new()),
+            udma_owner: Mutex::new(HashMap::new()),
+            nq_owner: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+        }
     }
 
     /// The arch.
@@ -84,9 +104,45 @@ impl Parking {
         Ok(())
     }
 
-    /// A queue left the dummy ring (reprogrammed onto a live ring).
-    pub(crate) fn unparked(&self, engine: u64, queue: u64) {
+    /// A fresh ring id.
+    pub(crate) fn new_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Ring `id` programmed queue (`engine`, `queue`): it owns the queue now (off the dummy
+    /// ring).
+    pub(crate) fn claim_udma(&self, engine: u64, queue: u64, id: u64) {
         self.parked.lock().unwrap_or_else(|e| e.into_inner()).retain(|&k| k != (engine, queue));
+        self.udma_owner.lock().unwrap_or_else(|e| e.into_inner()).insert((engine, queue), id);
+    }
+
+    /// Ring `id` goes away: if it still owns the queue, park the queue on the dummy ring.
+    /// Returns whether it did.
+    pub(crate) fn release_udma(&self, engine: u64, queue: u64, id: u64) -> Result<bool> {
+        {
+            let mut o = self.udma_owner.lock().unwrap_or_else(|e| e.into_inner());
+            if o.get(&(engine, queue)) != Some(&id) {
+                return Ok(false);
+            }
+            o.remove(&(engine, queue));
+        }
+        self.park_udma(engine, queue)?;
+        Ok(true)
+    }
+
+    /// NQ ring `id` programmed slot `slot` of `owner`.
+    pub(crate) fn claim_nq(&self, owner: NqOwner, slot: u64, id: u64) {
+        self.nq_owner.lock().unwrap_or_else(|e| e.into_inner()).insert((owner, slot), id);
+    }
+
+    /// NQ ring `id` goes away: whether it still owns its slot (then the slot is released).
+    pub(crate) fn release_nq(&self, owner: NqOwner, slot: u64, id: u64) -> bool {
+        let mut o = self.nq_owner.lock().unwrap_or_else(|e| e.into_inner());
+        if o.get(&(owner, slot)) != Some(&id) {
+            return false;
+        }
+        o.remove(&(owner, slot));
+        true
     }
 
     /// Halt a notification queue: base high, base low and size 0 (`nnq_halt`).

@@ -198,6 +198,8 @@ pub fn h2t(arch: &Arch, nc: usize) -> (u64, u64) {
 pub struct Ring {
     arch: &'static Arch,
     park: Arc<Parking>,
+    /// This ring's id for queue ownership ([`Parking`]).
+    id: u64,
     pub engine: u64,
     pub queue: u64,
     m2s_ring: HostBuf,
@@ -240,6 +242,7 @@ impl Ring {
         let r = Self {
             arch,
             park: park.clone(),
+            id: park.new_id(),
             engine,
             queue,
             m2s_ring,
@@ -259,7 +262,7 @@ impl Ring {
         let mb = self.arch.host_dev_addr(self.m2s_ring.iova());
         let sb = self.arch.host_dev_addr(self.s2m_ring.iova());
         program_queue(regs, self.engine, self.queue, mb, sb, self.ndesc)?;
-        self.park.unparked(self.engine, self.queue);
+        self.park.claim_udma(self.engine, self.queue, self.id);
         Ok(())
     }
 
@@ -459,9 +462,10 @@ impl Ring {
 
 impl Drop for Ring {
     /// Park the queue on the dummy ring before the host rings are freed (the kmod's
-    /// `ndmar_handle_process_exit`).
+    /// `ndmar_handle_process_exit`), if this ring still owns it: a queue since programmed
+    /// onto another ring is left alone.
     fn drop(&mut self) {
-        if let Err(err) = self.park.park_udma(self.engine, self.queue) {
+        if let Err(err) = self.park.release_udma(self.engine, self.queue, self.id) {
             tracing::warn!(engine = self.engine, queue = self.queue, %err, "could not park a DMA queue on the dummy ring");
         }
     }

@@ -474,3 +474,38 @@ fn v3_v4_user_errtrig_ring_id_masks() {
     let (_sim, dev) = open_cfg(SimConfig::new(&SUNDA));
     assert_eq!(dev.regs().udma(0).unwrap().gen().sec_a().abort_mask().read().unwrap().pref_ring_id(), 0);
 }
+
+/// Rings programmed onto the same queue in turn (the runtime arms one model at a time on a
+/// shared NC): dropping a ring that no longer owns the queue leaves the owner's programming
+/// alone; dropping the owner parks the queue.
+#[test]
+fn only_the_owning_ring_parks_a_shared_queue() {
+    let (sim, dev) = open_small_chunks(&SUNDA);
+    let (e, q) = (1, 0);
+    let mut a = dev.new_ring(e, q, 512).unwrap();
+    let mut b = dev.new_ring(e, q, 1024).unwrap();
+    // `a` is re-armed (recover re-initialises the queue onto its ring), then `b` again.
+    a.recover(&dev.regs()).unwrap();
+    host_copy(&dev, &mut a, 7);
+    b.recover(&dev.regs()).unwrap();
+    drop(a);
+    assert_eq!(queue_regs(&dev, e, q).map(|(_, n, en)| (n, en)), [(1024, true); 2], "b's queue was touched");
+    host_copy(&dev, &mut b, 8);
+    drop(b);
+    let dummy = dev.parking().dummy_dev_addr().unwrap();
+    assert_eq!(queue_regs(&dev, e, q), [(dummy, csr_maps::consts::udma::DUMMY_RING_DESCS, true); 2]);
+    assert_eq!(sim.stats().dangling_unmaps, 0);
+    // NQ slots likewise.
+    let slot = dev.error_slot();
+    let x = dev.nq_ring(hal::NqOwner::Nc(0), slot, 1024).unwrap();
+    x.halt(&dev.regs()).unwrap();
+    let mut y = dev.nq_ring(hal::NqOwner::Nc(0), slot, 2048).unwrap();
+    y.rearm(&SUNDA, &dev.regs()).unwrap();
+    drop(x);
+    let s = dev.regs().notific(0).unwrap().nq(slot).unwrap();
+    assert_eq!(s.size().read().unwrap().0, 2048 * 16, "y's slot was touched");
+    drop(y);
+    assert_eq!(s.size().read().unwrap().0, 0);
+    drop(dev);
+    assert_eq!(sim.stats().dangling_unmaps, 0);
+}

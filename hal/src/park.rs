@@ -166,16 +166,33 @@ impl Parking {
     }
 }
 
-impl Drop for Parking {
-    /// The dummy ring is freed with the device: pause the queues parked on it first.
-    fn drop(&mut self) {
-        let regs = Regs::new(self.arch, self.bar0.as_ref());
-        let parked = std::mem::take(self.parked.get_mut().unwrap_or_else(|e| e.into_inner()));
+impl Parking {
+    /// Pause the queues parked on the dummy ring, then free it (they no longer point at it).
+    fn free_dummy(&self) {
+        let regs = self.regs();
+        let parked = std::mem::take(&mut *self.parked.lock().unwrap_or_else(|e| e.into_inner()));
         for (e, q) in parked {
             if let Err(err) = pause(&regs, e, q) {
                 tracing::warn!(engine = e, queue = q, %err, "could not pause a parked DMA queue");
             }
         }
+        drop(self.dummy.lock().unwrap_or_else(|e| e.into_inner()).take());
+    }
+
+    /// Device close: with no ring left (`this` is the only handle), pause the parked queues
+    /// and free the dummy ring so the host pool can unmap everything. A ring created later
+    /// allocates a new one.
+    pub fn release_if_unused(this: &Arc<Self>) {
+        if Arc::strong_count(this) == 1 {
+            this.free_dummy();
+        }
+    }
+}
+
+impl Drop for Parking {
+    /// The dummy ring is freed with the device: pause the queues parked on it first.
+    fn drop(&mut self) {
+        self.free_dummy();
     }
 }
 

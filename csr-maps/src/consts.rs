@@ -32,9 +32,48 @@ pub mod udma {
     /// The dummy host ring queues are parked on when their owner goes away
     /// (`m:neuron_ring.h`, `m:neuron_ring.c`).
     pub const DUMMY_RING_DESCS: u32 = 64;
-    /// Secondary group C causes enabled for abort+unmask: M2S AXI-FIFO parity 0x3F and S2M
-    /// AXI-FIFO parity 0xFC0 (`m:udma/udma_iofic.c`).
-    pub const SEC_C_ERRORS: u32 = 0x0000_0FFF;
+    /// Secondary group C (AXI-FIFO parity) causes of the M2S half: bits 0-5
+    /// (`UDMA_V4_IOFIC_2ND_GROUP_C_M2S_ERROR_INTS`, `m:udma/udma_iofic.c`). The kmod writes
+    /// them to group C's abort mask in `udma_iofic_m2s_error_ints_unmask` and then overwrites
+    /// that register with the S2M set in `udma_iofic_s2m_error_ints_unmask`, so after init
+    /// only [`SEC_C_S2M_ERRORS`] abort; both sets are unmasked (mask-clear is cumulative).
+    pub const SEC_C_M2S_ERRORS: u32 = 0x0000_003F;
+    /// Secondary group C causes of the S2M half: bits 6-11
+    /// (`UDMA_V4_IOFIC_2ND_GROUP_C_S2M_ERROR_INTS`, `m:udma/udma_iofic.c`).
+    pub const SEC_C_S2M_ERRORS: u32 = 0x0000_0FC0;
+    /// Per-path single IOFIC groups (M2S descriptor read, data read, completion write; S2M
+    /// descriptor read, data write, completion write): V2 unmasks and abort-enables all 32
+    /// causes (`udma_m2m_set_axi_error_abort`, `m:udma/udma_m2m.c`).
+    pub const PATH_GROUP_ERRORS: u32 = 0xFFFF_FFFF;
+    /// AXI timeout written by the common engine init (`udma_set_defaults`,
+    /// `m:udma/udma_main.c`: 100 * 1000 * 1000); V2 overwrites it at the end of its AXI error
+    /// setup with the arch's `axi_timeout`.
+    pub const AXI_TIMEOUT_INIT: u32 = 100_000_000;
+    /// V3/V4 USER_ERRTRIG of a SENG engine: the group whose mask gets the M2S prefetch
+    /// ring-id bit (`udma_m2m_mask_ring_id_error`: `intc_base + 2 * sizeof(struct
+    /// iofic_grp_ctrl)`, `m:udma/udma_m2m.c`).
+    pub const ERRTRIG_M2S_RING_ID_GROUP: u64 = 2;
+    /// The M2S prefetch ring-id cause in that group: bit 11
+    /// (`INT_CONTROL_GRP_UDMA_M2S_PREF_RING_ID`, `m:udma/udma_regs.h`).
+    pub const ERRTRIG_M2S_RING_ID: u32 = 1 << 11;
+    /// The USER_ERRTRIG group of the S2M prefetch ring-id cause (`m:udma/udma_m2m.c`).
+    pub const ERRTRIG_S2M_RING_ID_GROUP: u64 = 3;
+    /// The S2M prefetch ring-id cause: bit 2 (`INT_CONTROL_GRP_UDMA_S2M_PREF_RING_ID`,
+    /// `m:udma/udma_regs.h`).
+    pub const ERRTRIG_S2M_RING_ID: u32 = 1 << 2;
+    /// V2 SDMA broadcast: the "last node" value for engines whose index within the NC is in
+    /// [`BCAST_LAST_NODE_ENGINES`], 0 otherwise (`sdma_configure_broadcast`, `m:v2/sdma.h`).
+    pub const BCAST_LAST_NODE: u32 = 0xFFFF;
+    /// V2 SDMA broadcast: engine indices within the NC that are a group's last node
+    /// (`sdma_configure_broadcast`, `m:v2/sdma.h`).
+    pub const BCAST_LAST_NODE_ENGINES: [u64; 5] = [0, 3, 6, 9, 15];
+    /// V2 SDMA broadcast group mask of engine `k` within its NC: 0xFFFF with its top `k`
+    /// bits cleared (`sdma_configure_broadcast`, `m:v2/sdma.h`: bits 16 − i cleared for
+    /// i = 0..=k, bit 16 being outside the 16-bit mask).
+    pub const fn bcast_mask(k: u64) -> u32 {
+        let k = if k > 16 { 16 } else { k };
+        (0xFFFF_u32 >> k) & 0xFFFF
+    }
     /// V2: AXI error-detection table entries set to 0xF (abort) for tables 0..5
     /// (`m:udma/udma_m2m.c`).
     pub const AXI_ERR_TABLE_ENTRIES: [u64; 6] = [1, 2, 3, 9, 10, 11];
@@ -62,14 +101,20 @@ pub mod udma {
     pub const S2M_COMP_CFG: u32 = 0x0000_1004;
     /// GEN_EX address-high selectors (`m:udma/udma_main.c`).
     pub const VMPR_SEL: u32 = 0xFFFF_FFFF;
-    /// IOFIC group control: edge-triggered, no MSI-X (`m:udma/udma_iofic.c`).
+    /// IOFIC group control written to secondary groups A and B, primary group D and (V2) the
+    /// per-path groups: set cause on the rising edge (bit 3) and no MSI-X (bit 5)
+    /// (`INT_CONTROL_GRP_SET_ON_POSEDGE | INT_CONTROL_GRP_MASK_MSI_X`, `m:udma/udma_iofic.c`).
     pub const IOFIC_CONTROL: u32 = 0x28;
     /// Secondary group A causes enabled for abort+unmask (`m:udma/udma_iofic.c`).
     pub const SEC_A_ERRORS: u32 = 0x0FFF_FFFF;
     /// Secondary group B causes enabled (`m:udma/udma_iofic.c`).
     pub const SEC_B_ERRORS: u32 = 0xFFFF_EF07;
-    /// Primary group D summary bits 8,9,10 (`m:udma/udma_iofic.c`).
-    pub const PRI_D_SUMMARY: u32 = 0x700;
+    /// Primary group D summaries unmasked with the M2S errors: secondary A (bit 8) and C
+    /// (bit 10) (`INT_GROUP_D_M2S | INT_UDMA_V4_GROUP_D_2ND_IOFIC_GROUP_C`, `m:udma/udma_iofic.c`).
+    pub const PRI_D_M2S: u32 = (1 << 8) | (1 << 10);
+    /// Primary group D summaries unmasked with the S2M errors: secondary B (bit 9) and C
+    /// (bit 10) (`m:udma/udma_iofic.c`).
+    pub const PRI_D_S2M: u32 = (1 << 9) | (1 << 10);
     /// Engine change-state values (`m:udma/udma_regs.h`).
     pub const STATE_NORMAL: u32 = 0x1;
     /// Disable.
@@ -155,7 +200,8 @@ pub mod fwio {
     pub const RETRIES: [u32; 6] = [0, 15, 15, 3, 3, 3];
     /// CRC-32C reflected polynomial (Castagnoli).
     pub const CRC32C_POLY: u32 = 0x82F6_3B78;
-    /// Value misc registers read while the firmware is not ready (`m:neuron_fw_io.h`); also
+    /// Value misc registers read while the firmware is not ready (`m:neuron_fw_io.c`,
+    /// `fw_io_read_csr_array_direct` retries while a read returns it); also
     /// what they read while a reset is in progress.
     pub const NOT_READY: u32 = 0xDEAD_BEEF;
     /// A register read that returns [`NOT_READY`] is retried for this many windows of

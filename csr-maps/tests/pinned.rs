@@ -301,3 +301,30 @@ fn guards_cover_dma_addresses_resets_sequencers_and_semaphores() {
     assert_eq!(ctrl.def.fields.iter().find(|f| f.name == "reset").and_then(|f| f.guard), Some(Guard::Reset));
     assert_eq!(SUNDA.resolve("misc_ram.device_id").unwrap().def.guard(), None);
 }
+
+#[test]
+fn pe_perf_counters_and_m2s_axi_registers() {
+    // §2.2 / §2.3: PE sequencer perf counters at the host-visible sequencer cluster + 0x100,
+    // one group per xbus (V2 5 × 0x40, V3/V4 9 × 0x30); LSB words at +0x0, +0x8, +0x10.
+    assert_eq!(SUNDA.instance_base("pe_perf", 0).unwrap(), 0x305B_1100);
+    assert_eq!(SUNDA.instance_base("pe_perf", 4).unwrap(), 0x305B_1100 + 4 * 0x40);
+    assert_eq!(SUNDA.instance_base("pe_perf", 5).unwrap(), 0x30CB_1100);
+    assert!(SUNDA.instance_base("pe_perf", 10).is_err());
+    for a in [&CAYMAN, &MARIANA] {
+        assert_eq!(a.instance_base("pe_perf", 0).unwrap(), 0x0614_1100);
+        assert_eq!(a.instance_base("pe_perf", 9 + 8).unwrap(), 0x062C_1100 + 8 * 0x30);
+        assert_eq!(a.instance_base("pe_perf", 9 * 4).unwrap(), 0x4614_1100);
+        assert_eq!(a.instance_base("pe_perf", 9 * 7).unwrap(), 0x466C_1100);
+        assert!(a.instance_base("pe_perf", 72).is_err());
+    }
+    let mem = MemMmio::new(0);
+    let m = Regs::new(&SUNDA, &mem);
+    let p = m.pe_perf(1).unwrap();
+    assert_eq!(
+        (p.matmul_active_lsb().offset(), p.wl_active_lsb().offset(), p.idle_lsb().offset()),
+        (0x305B_1140, 0x305B_1148, 0x305B_1150)
+    );
+    // §3.2: struct udma_axi_m2s at M2S + 0x100: desc_rd_cfg_1 at +0x10, data_rd_cfg at +0x18.
+    assert_eq!(off(&SUNDA, "udma[0].m2s.axi_desc_rd_cfg1"), 0x3000_0110);
+    assert_eq!(off(&SUNDA, "udma[0].m2s.axi_data_rd_cfg"), 0x3000_0118);
+}

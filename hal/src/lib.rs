@@ -17,6 +17,7 @@ pub mod fwio;
 pub mod guard;
 pub mod mem;
 pub mod nq;
+pub mod park;
 pub mod q7;
 pub mod seq;
 pub mod udma;
@@ -34,6 +35,7 @@ pub use error::{HalError, Result};
 pub use fwio::{PollTiming, ResetKind};
 pub use mem::{DevAllocator, DevBuf, HostBuf, HostPool};
 pub use nq::{NqOwner, NqRing};
+pub use park::Parking;
 pub use platform::Irq;
 pub use seq::{EngineStatus, Stream};
 pub use udma::{Ring, Xfer};
@@ -111,6 +113,8 @@ struct Inner {
     bar0: Arc<dyn Mmio>,
     bar4: Option<Arc<dyn Mmio>>,
     pool: HostPool,
+    /// Queue parking (the dummy ring); dropped after the host-transfer rings.
+    park: Arc<Parking>,
     hbm: Arc<DevAllocator>,
     /// Host-transfer rings by (engine, queue).
     h2t: Mutex<Vec<H2tEntry>>,
@@ -167,6 +171,7 @@ impl Device {
             arch.consts.dev_alloc_min,
         ));
         let pool = HostPool::new(platform.clone(), opts.host_chunk);
+        let park = Arc::new(Parking::new(arch, bar0.clone()));
         Ok(Self {
             inner: Arc::new(Inner {
                 platform,
@@ -174,6 +179,7 @@ impl Device {
                 bar0,
                 bar4,
                 pool,
+                park,
                 hbm,
                 h2t: Mutex::new(Vec::new()),
                 fw_seq: Mutex::new(0),
@@ -284,6 +290,10 @@ impl Device {
         let c = &self.arch().counts;
         ((nc as u64 * c.hbm_stacks) / c.ncs.max(1)).min(c.hbm_stacks.saturating_sub(1)) as usize
     }
+    /// The device's queue-parking state (the dummy ring dropped queues are parked on).
+    pub fn parking(&self) -> &Arc<Parking> {
+        &self.inner.park
+    }
     /// Unmap idle host chunks.
     pub fn trim(&self) {
         self.inner.pool.trim();
@@ -299,7 +309,7 @@ impl Device {
         if let Some((_, r)) = v.iter().find(|(k, _)| *k == key) {
             return Ok(r.clone());
         }
-        let r = Ring::new(self.arch(), &self.regs(), &self.inner.pool, key.0, key.1, self.inner.opts.h2t_ring_descs)?;
+        let r = Ring::new(&self.inner.park, &self.inner.pool, key.0, key.1, self.inner.opts.h2t_ring_descs)?;
         let r = Arc::new(Mutex::new(r));
         v.push((key, r.clone()));
         Ok(r)
@@ -307,7 +317,7 @@ impl Device {
 
     /// A new queue pair driven by this process (for model I/O rings).
     pub fn new_ring(&self, engine: u64, queue: u64, ndesc: u32) -> Result<Ring> {
-        Ring::new(self.arch(), &self.regs(), &self.inner.pool, engine, queue, ndesc)
+        Ring::new(&self.inner.park, &self.inner.pool, engine, queue, ndesc)
     }
 
     /// Copy between device addresses (host buffers, HBM, state buffer) on NC `nc`'s
@@ -424,7 +434,7 @@ impl Device {
         if let NqOwner::Nc(nc) = owner {
             self.check_nc(nc)?;
         }
-        NqRing::new(self.arch(), &self.regs(), &self.inner.pool, owner, slot, records)
+        NqRing::new(&self.inner.park, &self.inner.pool, owner, slot, records)
     }
     /// NOTIFIC slot of TPB engine `engine`'s INFER_STATUS ring.
     pub fn infer_slot(&self, engine: usize) -> u64 {
@@ -540,6 +550,7 @@ impl Device {
     /// Drop cached host-transfer rings and unmap idle host memory (for a clean close).
     pub fn close(&self) {
         self.inner.h2t.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        Parking::release_if_unused(&self.inner.park);
         self.inner.pool.trim();
     }
 }

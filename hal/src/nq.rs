@@ -2,6 +2,8 @@
 //! harvest reader (phase tracking, head write-back) — docs/facts/hardware.md §4, docs/facts/libnrt.md §5.
 
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use csr_maps::blocks::notific_slot as ns;
 use csr_maps::formats::notify::RECORD_BYTES;
@@ -9,9 +11,10 @@ use csr_maps::{Arch, Regs};
 
 use crate::error::{HalError, Result};
 use crate::mem::{HostBuf, HostPool};
+use crate::park::Parking;
 
 /// Which NOTIFIC block a ring lives in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum NqOwner {
     /// The NC-level block of a NeuronCore.
     Nc(usize),
@@ -19,8 +22,14 @@ pub enum NqOwner {
     TopSp(usize),
 }
 
-/// A notification ring in host memory, read by the host.
+/// A notification ring in host memory, read by the host. Dropping it halts the slot and
+/// lets in-flight records drain before the ring memory is freed ([`Parking`]).
 pub struct NqRing {
+    park: Arc<Parking>,
+    /// This ring's id for slot ownership ([`Parking`]).
+    id: u64,
+    /// When the slot was last halted (None: programmed onto this ring).
+    halted: Mutex<Option<Instant>>,
     buf: HostBuf,
     size: u64,
     owner: NqOwner,
@@ -35,27 +44,36 @@ pub struct NqRing {
 impl NqRing {
     /// Allocate a ring of `records` entries (a power of two) and program slot `slot`
     /// (order: base_hi, base_lo, size).
-    pub fn new(
-        arch: &'static Arch,
-        regs: &Regs<'_>,
-        pool: &HostPool,
-        owner: NqOwner,
-        slot: u64,
-        records: u64,
-    ) -> Result<Self> {
+    pub fn new(park: &Arc<Parking>, pool: &HostPool, owner: NqOwner, slot: u64, records: u64) -> Result<Self> {
+        let arch = park.arch();
+        let regs = park.regs();
         let size = records.checked_mul(RECORD_BYTES as u64).ok_or(HalError::NqSize(records))?;
         if records == 0 || !size.is_power_of_two() {
             return Err(HalError::NqSize(size));
         }
         let buf = pool.alloc(size as usize, 4096.min(size as usize))?;
         buf.fill(0, size as usize, 0)?;
-        let s = slot_regs(regs, owner, slot)?;
+        let s = slot_regs(&regs, owner, slot)?;
         let a = arch.host_dev_addr(buf.iova());
         s.base_hi().write(ns::BaseHi((a >> 32) as u32))?;
         s.base_lo().write(ns::BaseLo(a as u32))?;
         s.size().write(ns::Size(size as u32))?;
         s.head().write(ns::Head(0))?;
-        Ok(Self { buf, size, owner, slot, head: 0, phase: true, head_reg: s.head().offset(), head_written: 0 })
+        let id = park.new_id();
+        park.claim_nq(owner, slot, id);
+        Ok(Self {
+            park: park.clone(),
+            id,
+            halted: Mutex::new(None),
+            buf,
+            size,
+            owner,
+            slot,
+            head: 0,
+            phase: true,
+            head_reg: s.head().offset(),
+            head_written: 0,
+        })
     }
 
     /// NOTIFIC slot.
@@ -125,6 +143,8 @@ impl NqRing {
         self.head = 0;
         self.phase = true;
         self.head_written = 0;
+        *self.halted.get_mut().unwrap_or_else(|e| e.into_inner()) = None;
+        self.park.claim_nq(self.owner, self.slot, self.id);
         Ok(())
     }
 
@@ -136,30 +156,58 @@ impl NqRing {
             .unwrap_or(false)
     }
 
-    /// Halt the slot (base 0, size 0).
+    /// Halt the slot: base high, base low, size 0 (the kmod's `nnq_halt` through
+    /// `nnq_set_hwaddr`).
     pub fn halt(&self, regs: &Regs<'_>) -> Result<()> {
         let s = slot_regs(regs, self.owner, self.slot)?;
-        s.size().write(ns::Size(0))?;
-        s.base_lo().write(ns::BaseLo(0))?;
         s.base_hi().write(ns::BaseHi(0))?;
+        s.base_lo().write(ns::BaseLo(0))?;
+        s.size().write(ns::Size(0))?;
+        self.halted.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(Instant::now);
         Ok(())
     }
 }
 
-fn slot_regs<'a>(regs: &Regs<'a>, owner: NqOwner, slot: u64) -> Result<csr_maps::blocks::notific_slot::Block<'a>> {
+impl Drop for NqRing {
+    /// Halt the slot (unless already halted) and wait for in-flight records to drain before
+    /// the ring memory is freed (`nnq_destroy_nc`: halt, 1 ms, free) — if this ring still
+    /// owns the slot: a slot since programmed onto another ring is left alone.
+    fn drop(&mut self) {
+        if !self.park.release_nq(self.owner, self.slot, self.id) {
+            return;
+        }
+        let halted = match *self.halted.get_mut().unwrap_or_else(|e| e.into_inner()) {
+            Some(t) => t,
+            None => {
+                if let Err(err) = self.park.halt_nq(self.owner, self.slot) {
+                    tracing::warn!(slot = self.slot, %err, "could not halt a notification queue");
+                }
+                Instant::now()
+            }
+        };
+        Parking::drain_since(halted);
+    }
+}
+
+pub(crate) fn slot_regs<'a>(
+    regs: &Regs<'a>,
+    owner: NqOwner,
+    slot: u64,
+) -> Result<csr_maps::blocks::notific_slot::Block<'a>> {
     Ok(match owner {
         NqOwner::Nc(nc) => regs.notific(nc as u64)?.nq(slot)?,
         NqOwner::TopSp(t) => regs.notific_topsp(t as u64)?.nq(slot)?,
     })
 }
 
-/// Write zeros to every slot of NC `nc`'s NOTIFIC block (teardown, §4.3).
+/// Write zeros to every slot of NC `nc`'s NOTIFIC block (teardown, §4.3): base high, base
+/// low, size, as `nnq_halt`.
 pub fn halt_all(regs: &Regs<'_>, nc: usize, slots: u64) -> Result<()> {
     for s in 0..slots {
         let r = regs.notific(nc as u64)?.nq(s)?;
-        r.size().write(ns::Size(0))?;
-        r.base_lo().write(ns::BaseLo(0))?;
         r.base_hi().write(ns::BaseHi(0))?;
+        r.base_lo().write(ns::BaseLo(0))?;
+        r.size().write(ns::Size(0))?;
     }
     Ok(())
 }

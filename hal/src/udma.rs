@@ -3,15 +3,20 @@
 //! (docs/facts/hardware.md §3).
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use csr_maps::blocks::{udma_m2s as m2s, udma_m2s_q as mq, udma_s2m as s2m, udma_s2m_q as sq};
+use csr_maps::blocks::{
+    iofic_axi_parity, iofic_group, iofic_m2s_err, iofic_s2m_err, iofic_summary, udma_gen as gen, udma_m2s as m2s,
+    udma_m2s_q as mq, udma_s2m as s2m, udma_s2m_q as sq,
+};
 use csr_maps::consts::udma as udc;
 use csr_maps::formats::udma::{meta, DescCtrl, UdmaDesc, DESC_BYTES, MAX_DESC_LEN};
 use csr_maps::{Arch, Regs};
 
 use crate::error::{HalError, Result};
 use crate::mem::{HostBuf, HostPool};
+use crate::park::{program_queue, Parking};
 
 /// Descriptors per packet the driver builds: as many full descriptors as fit both the
 /// programmed packet-size limit ([`udc::MAX_PACKET_BYTES`], 0xFFFFF: a longer packet aborts
@@ -23,18 +28,32 @@ pub fn descs_per_packet(arch: &Arch) -> usize {
     by_size.min(by_count).max(1)
 }
 
-/// Bring up engine `e` as the kmod does (§3.6), with the arch's values from csr-maps.
+/// Bring up engine `e` as the kmod does (§3.6), with the arch's values from csr-maps, in the
+/// kmod's order: (V2, SENG engines) SDMA broadcast, queue enables and defaults
+/// (`udma_set_defaults`), the error interrupts (`udma_iofic_m2s_error_ints_unmask`,
+/// `udma_iofic_s2m_error_ints_unmask`), completion and prefetch config, the SDMA wrapper,
+/// then (V2) the AXI error abort setup (`udma_m2m_set_axi_error_abort`) or (V3/V4, SENG
+/// engines) the ring-id error masks (`udma_m2m_mask_ring_id_error`).
 pub fn init_engine(arch: &'static Arch, regs: &Regs<'_>, e: u64) -> Result<()> {
     let c = &arch.consts;
     let u = regs.udma(e)?;
     let (m, s) = (u.m2s(), u.s2m());
+    let per_nc = arch.counts.dma_engines_per_nc;
+    let seng = e < arch.counts.ncs * per_nc;
+    if c.sdma_broadcast != 0 && seng {
+        let k = e % per_nc.max(1);
+        let w = regs.sdma(e)?;
+        w.bcast_mask().write_with(|v| v.with_mask(udc::bcast_mask(k)))?;
+        let last = if udc::BCAST_LAST_NODE_ENGINES.contains(&k) { udc::BCAST_LAST_NODE } else { 0 };
+        w.bcast_last().write_with(|v| v.with_last(last))?;
+    }
     for q in 0..udc::QUEUES {
         m.q(q)?.cfg().write(mq::Cfg(udc::Q_CFG_ENABLE))?;
         s.q(q)?.cfg().write(sq::Cfg(udc::Q_CFG_ENABLE))?;
     }
     m.data_rd_cfg().write(m2s::DataRdCfg(c.m2s_data_rd_cfg as u32))?;
     m.axi_ostand_cfg().write(m2s::AxiOstandCfg(c.m2s_ostand_cfg as u32))?;
-    u.gen().axi_timeout().write(csr_maps::blocks::udma_gen::AxiTimeout(c.axi_timeout as u32))?;
+    u.gen().axi_timeout().write(gen::AxiTimeout(udc::AXI_TIMEOUT_INIT))?;
     m.comp_app_ack_cfg().write(m2s::CompAppAckCfg(0))?;
     m.cfg_len().write(m2s::CfgLen(udc::M2S_CFG_LEN))?;
     m.stream_cfg().write(m2s::StreamCfg(udc::M2S_STREAM_CFG))?;
@@ -53,17 +72,7 @@ pub fn init_engine(arch: &'static Arch, regs: &Regs<'_>, e: u64) -> Result<()> {
         s.axi_ostand_wr2().modify(|v| v.with_max_data_wr(c.s2m_max_data_wr as u32))?;
     }
     u.gen().spare_zeroes0().modify(|v| v.with_dis_comp_head_report(0))?;
-    // Interrupt controllers: secondary error groups abort and are unmasked; primary D summaries.
-    let g = u.gen();
-    for (grp_mask, grp_abort, bits) in [
-        (g.sec_a().mask_clear().offset(), g.sec_a().abort_mask().offset(), udc::SEC_A_ERRORS),
-        (g.sec_b().mask_clear().offset(), g.sec_b().abort_mask().offset(), udc::SEC_B_ERRORS),
-    ] {
-        regs.mmio.write32(grp_mask, !bits)?;
-        regs.mmio.write32(grp_abort, !bits)?;
-    }
-    g.pri_d().control().write(csr_maps::blocks::iofic_summary::Control(udc::IOFIC_CONTROL))?;
-    regs.mmio.write32(g.pri_d().mask_clear().offset(), !udc::PRI_D_SUMMARY)?;
+    unmask_errors(regs, e)?;
     s.comp_cfg().write(s2m::CompCfg(udc::S2M_COMP_CFG))?;
     m.desc_pref_cfg2().write(m2s::DescPrefCfg2(udc::M2S_PREF_CFG2))?;
     m.desc_pref_cfg3().write(m2s::DescPrefCfg3(udc::PREF_CFG3))?;
@@ -78,20 +87,91 @@ pub fn init_engine(arch: &'static Arch, regs: &Regs<'_>, e: u64) -> Result<()> {
     if c.sdma_txdf != 0 {
         w.txdf().write_with(|v| v.with_overhead_beats(c.sdma_txdf as u32))?;
     }
-    // V3/V4: prefetch ring-id errors are masked on SENG engines (§7.2).
-    let seng = e < arch.counts.ncs * arch.counts.dma_engines_per_nc;
-    if c.ring_id_errors_masked != 0 && seng {
-        let a_bit = 1 << field_lsb("iofic_m2s_err", "pref_ring_id");
-        let b_bit = 1 << field_lsb("iofic_s2m_err", "pref_ring_id");
-        let (am, aa) = (g.sec_a().mask().offset(), g.sec_a().abort_mask().offset());
-        let (bm, ba) = (g.sec_b().mask().offset(), g.sec_b().abort_mask().offset());
-        for (off, bit) in [(am, a_bit), (aa, a_bit), (bm, b_bit), (ba, b_bit)] {
-            let v = regs.mmio.read32(off)?;
-            regs.mmio.write32(off, v | bit)?;
-        }
-        m.err_log_mask().modify(|v| v.with_pref_ring_id(1))?;
-        s.err_log_mask().modify(|v| v.with_pref_ring_id(1))?;
+    if c.axi_error_abort != 0 {
+        axi_error_abort(arch, regs, e)?;
     }
+    // V3/V4: prefetch ring-id errors are masked on SENG engines (§7.2).
+    if c.ring_id_errors_masked != 0 && seng {
+        mask_ring_id_errors(regs, e)?;
+    }
+    Ok(())
+}
+
+/// The engine's error interrupts as `udma_iofic_m2s_error_ints_unmask` then
+/// `udma_iofic_s2m_error_ints_unmask` (`udma_iofic.c`): per half, the secondary group and
+/// primary group D get control 0x28, the secondary group and group C (AXI-FIFO parity) get
+/// their abort masks (the S2M write replaces the M2S one in group C), then both are
+/// unmasked, then primary D's summaries.
+fn unmask_errors(regs: &Regs<'_>, e: u64) -> Result<()> {
+    let g = regs.udma(e)?.gen();
+    let control = iofic_summary::Control(udc::IOFIC_CONTROL);
+    // M2S.
+    g.sec_a().control().write(iofic_m2s_err::Control(control.0))?;
+    g.pri_d().control().write(control)?;
+    g.sec_a().abort_mask().write(iofic_m2s_err::AbortMask(!udc::SEC_A_ERRORS))?;
+    g.sec_c().abort_mask().write(iofic_axi_parity::AbortMask(!udc::SEC_C_M2S_ERRORS))?;
+    g.sec_a().mask_clear().write(iofic_m2s_err::MaskClear(!udc::SEC_A_ERRORS))?;
+    g.sec_c().mask_clear().write(iofic_axi_parity::MaskClear(!udc::SEC_C_M2S_ERRORS))?;
+    g.pri_d().mask_clear().write(iofic_summary::MaskClear(!udc::PRI_D_M2S))?;
+    // S2M.
+    g.sec_b().control().write(iofic_s2m_err::Control(control.0))?;
+    g.pri_d().control().write(control)?;
+    g.sec_b().abort_mask().write(iofic_s2m_err::AbortMask(!udc::SEC_B_ERRORS))?;
+    g.sec_c().abort_mask().write(iofic_axi_parity::AbortMask(!udc::SEC_C_S2M_ERRORS))?;
+    g.sec_b().mask_clear().write(iofic_s2m_err::MaskClear(!udc::SEC_B_ERRORS))?;
+    g.sec_c().mask_clear().write(iofic_axi_parity::MaskClear(!udc::SEC_C_S2M_ERRORS))?;
+    g.pri_d().mask_clear().write(iofic_summary::MaskClear(!udc::PRI_D_S2M))?;
+    Ok(())
+}
+
+/// V2 `udma_m2m_set_axi_error_abort` (`udma_m2m.c`): AXI error-detection tables 0..5,
+/// entries 1, 2, 3, 9, 10, 11 := abort; for AXI error controls 0..5 and every queue the
+/// table address (q << 3) | 7 then data 0x10; every per-path group in edge/no-MSI-X mode
+/// with all causes abort-enabled and unmasked; then the final AXI timeout.
+fn axi_error_abort(arch: &Arch, regs: &Regs<'_>, e: u64) -> Result<()> {
+    let g = regs.udma(e)?.gen();
+    for t in 0..udc::AXI_ERR_TABLES {
+        for j in udc::AXI_ERR_TABLE_ENTRIES {
+            g.axi_err_table(t * 16 + j)?.write(gen::AxiErrTable(udc::AXI_ERR_TABLE_ABORT))?;
+        }
+    }
+    for i in 0..udc::AXI_ERR_TABLES {
+        for q in 0..udc::QUEUES {
+            g.axi_err_ctrl_addr(i)?.write(gen::AxiErrCtrlAddr(udc::axi_err_ctrl_addr(q)))?;
+            g.axi_err_ctrl_data(i)?.write(gen::AxiErrCtrlData(udc::AXI_ERR_CTRL_DATA))?;
+        }
+    }
+    for p in [g.m2s_desc_rd(), g.m2s_data_rd(), g.m2s_comp_wr(), g.s2m_desc_rd(), g.s2m_data_wr(), g.s2m_comp_wr()] {
+        p.control().write(iofic_group::Control(udc::IOFIC_CONTROL))?;
+        p.abort_mask().write(iofic_group::AbortMask(!udc::PATH_GROUP_ERRORS))?;
+        p.mask_clear().write(iofic_group::MaskClear(!udc::PATH_GROUP_ERRORS))?;
+    }
+    g.axi_timeout().write(gen::AxiTimeout(arch.consts.axi_timeout as u32))?;
+    Ok(())
+}
+
+/// V3/V4 `udma_m2m_mask_ring_id_error` (`udma_m2m.c`) on a SENG engine: the prefetch
+/// ring-id bit ORed into secondary group A's mask and the result written to its mask and
+/// abort mask (likewise group B), the USER_ERRTRIG group 2 / 3 masks, then the M2S / S2M
+/// error-log masks.
+fn mask_ring_id_errors(regs: &Regs<'_>, e: u64) -> Result<()> {
+    let u = regs.udma(e)?;
+    let g = u.gen();
+    let a = g.sec_a().mask().read()?.with_pref_ring_id(1).0;
+    g.sec_a().mask().write(iofic_m2s_err::Mask(a))?;
+    g.sec_a().abort_mask().write(iofic_m2s_err::AbortMask(a))?;
+    let b = g.sec_b().mask().read()?.with_pref_ring_id(1).0;
+    g.sec_b().mask().write(iofic_s2m_err::Mask(b))?;
+    g.sec_b().abort_mask().write(iofic_s2m_err::AbortMask(b))?;
+    let t = regs.user_errtrig(e)?;
+    let g2 = t.grp(udc::ERRTRIG_M2S_RING_ID_GROUP)?;
+    let v = g2.mask().read()?.0 | udc::ERRTRIG_M2S_RING_ID;
+    g2.mask().write(iofic_group::Mask(v))?;
+    let g3 = t.grp(udc::ERRTRIG_S2M_RING_ID_GROUP)?;
+    let v = g3.mask().read()?.0 | udc::ERRTRIG_S2M_RING_ID;
+    g3.mask().write(iofic_group::Mask(v))?;
+    u.m2s().err_log_mask().modify(|v| v.with_pref_ring_id(1))?;
+    u.s2m().err_log_mask().modify(|v| v.with_pref_ring_id(1))?;
     Ok(())
 }
 
@@ -107,23 +187,19 @@ pub fn engine_aborted(regs: &Regs<'_>, e: u64) -> Result<bool> {
         .any(|f| f == udc::FIELD_ABORT))
 }
 
-fn field_lsb(block: &str, field: &str) -> u32 {
-    csr_maps::meta::block(block)
-        .and_then(|b| b.regs.iter().find(|r| r.name == "cause"))
-        .and_then(|r| r.fields.iter().find(|f| f.name == field))
-        .map(|f| f.lsb as u32)
-        .unwrap_or(0)
-}
-
 /// Which engine and queue serve host↔device copies for NC `nc` (the kmod's H2T).
 pub fn h2t(arch: &Arch, nc: usize) -> (u64, u64) {
     let per = arch.consts.h2t_ncs_per_engine.max(1);
     (arch.consts.h2t_engine_base + nc as u64 / per, nc as u64 % per)
 }
 
-/// One queue pair driven by the host: descriptor rings in host memory.
+/// One queue pair driven by the host: descriptor rings in host memory. Dropping it parks
+/// the queue on the device's dummy ring before the host rings are freed ([`Parking`]).
 pub struct Ring {
     arch: &'static Arch,
+    park: Arc<Parking>,
+    /// This ring's id for queue ownership ([`Parking`]).
+    id: u64,
     pub engine: u64,
     pub queue: u64,
     m2s_ring: HostBuf,
@@ -148,17 +224,13 @@ pub struct Xfer {
 
 impl Ring {
     /// Program queue `queue` of engine `engine` onto fresh rings of `ndesc` descriptors (§3.7).
-    pub fn new(
-        arch: &'static Arch,
-        regs: &Regs<'_>,
-        pool: &HostPool,
-        engine: u64,
-        queue: u64,
-        ndesc: u32,
-    ) -> Result<Self> {
+    /// `park` is the device's parking state (the dummy ring the queue goes to on drop).
+    pub fn new(park: &Arc<Parking>, pool: &HostPool, engine: u64, queue: u64, ndesc: u32) -> Result<Self> {
+        let arch = park.arch();
         if !ndesc.is_power_of_two() || (ndesc as u64) < udc::RING_MIN_DESCS || ndesc as u64 > udc::RING_MAX_DESCS {
             return Err(HalError::RingSize(ndesc as u64));
         }
+        park.ensure_dummy(pool)?;
         let bytes = ndesc as usize * DESC_BYTES;
         let m2s_ring = pool.alloc(bytes, udc::RING_ALIGN as usize)?;
         let s2m_ring = pool.alloc(bytes, udc::RING_ALIGN as usize)?;
@@ -169,6 +241,8 @@ impl Ring {
         marker.write_u32(8, 0)?;
         let r = Self {
             arch,
+            park: park.clone(),
+            id: park.new_id(),
             engine,
             queue,
             m2s_ring,
@@ -179,31 +253,16 @@ impl Ring {
             ring_id: udc::INITIAL_RING_ID,
             timeout: Duration::from_secs(10),
         };
-        r.program(regs)?;
+        r.program(&park.regs())?;
         Ok(r)
     }
 
     /// (Re)program both halves: pause, reset, base, length, no completion ring, enable.
     fn program(&self, regs: &Regs<'_>) -> Result<()> {
-        let u = regs.udma(self.engine)?;
-        let (m, s) = (u.m2s().q(self.queue)?, u.s2m().q(self.queue)?);
-        m.rlimit_mask().write(mq::RlimitMask(udc::RLIMIT_MASK_INIT))?;
         let mb = self.arch.host_dev_addr(self.m2s_ring.iova());
         let sb = self.arch.host_dev_addr(self.s2m_ring.iova());
-        m.cfg().modify(|v| v.with_en_pref(0).with_en_scheduling(0))?;
-        m.sw_ctrl().write_with(|v| v.with_rst_q(1))?;
-        m.ring_base_lo().write(mq::RingBaseLo(mb as u32))?;
-        m.ring_base_hi().write(mq::RingBaseHi((mb >> 32) as u32))?;
-        m.ring_len().write_with(|v| v.with_count(self.ndesc))?;
-        m.comp_cfg().write(mq::CompCfg(0))?;
-        m.cfg().modify(|v| v.with_en_pref(1).with_en_scheduling(1))?;
-        s.cfg().modify(|v| v.with_en_pref(0).with_en_stream(0))?;
-        s.sw_ctrl().write_with(|v| v.with_rst_q(1))?;
-        s.ring_base_lo().write(sq::RingBaseLo(sb as u32))?;
-        s.ring_base_hi().write(sq::RingBaseHi((sb >> 32) as u32))?;
-        s.ring_len().write_with(|v| v.with_count(self.ndesc))?;
-        s.comp_cfg().write(sq::CompCfg(0))?;
-        s.cfg().modify(|v| v.with_en_pref(1).with_en_stream(1))?;
+        program_queue(regs, self.engine, self.queue, mb, sb, self.ndesc)?;
+        self.park.claim_udma(self.engine, self.queue, self.id);
         Ok(())
     }
 
@@ -398,5 +457,16 @@ impl Ring {
         u.s2m().q(self.queue)?.cfg().modify(|v| v.with_en_pref(0).with_en_stream(0))?;
         std::thread::sleep(Duration::from_micros(udc::QUIESCE_WAIT_US));
         Ok(())
+    }
+}
+
+impl Drop for Ring {
+    /// Park the queue on the dummy ring before the host rings are freed (the kmod's
+    /// `ndmar_handle_process_exit`), if this ring still owns it: a queue since programmed
+    /// onto another ring is left alone.
+    fn drop(&mut self) {
+        if let Err(err) = self.park.release_udma(self.engine, self.queue, self.id) {
+            tracing::warn!(engine = self.engine, queue = self.queue, %err, "could not park a DMA queue on the dummy ring");
+        }
     }
 }

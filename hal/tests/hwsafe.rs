@@ -170,3 +170,342 @@ fn reset_waits_through_deadbeef() {
     dev.write_device(2, a.addr(), &[5u8; 4096]).unwrap();
     assert_eq!(sim.stats().resets, 1);
 }
+
+/// Small host chunks: rings of ≥ 512 descriptors get their own mapping, which is unmapped
+/// the moment the ring is dropped (so the simulator sees the memory go).
+fn open_small_chunks(arch: &'static Arch) -> (SimDevice, Device) {
+    let sim = SimDevice::new(SimConfig::new(arch).hbm_bytes(1 << 26).timing(Timing::Inline)).unwrap();
+    let dev = Device::open(Arc::new(sim.clone()), DeviceOptions { host_chunk: 8192, ..opts() }).unwrap();
+    dev.init().unwrap();
+    (sim, dev)
+}
+
+/// Both halves of queue `q` of engine `e`: (ring base, ring length, enabled).
+fn queue_regs(dev: &Device, e: u64, q: u64) -> [(u64, u32, bool); 2] {
+    let u = dev.regs().udma(e).unwrap();
+    let (m, s) = (u.m2s().q(q).unwrap(), u.s2m().q(q).unwrap());
+    let mb = (m.ring_base_lo().read().unwrap().0 & !0x3F) as u64 | (m.ring_base_hi().read().unwrap().0 as u64) << 32;
+    let sb = (s.ring_base_lo().read().unwrap().0 & !0x3F) as u64 | (s.ring_base_hi().read().unwrap().0 as u64) << 32;
+    let mc = m.cfg().read().unwrap();
+    let sc = s.cfg().read().unwrap();
+    [
+        (mb, m.ring_len().read().unwrap().count(), mc.en_pref() == 1 && mc.en_scheduling() == 1),
+        (sb, s.ring_len().read().unwrap().count(), sc.en_pref() == 1 && sc.en_stream() == 1),
+    ]
+}
+
+fn host_copy(dev: &Device, ring: &mut hal::Ring, fill: u8) {
+    let src = dev.alloc_host(4096, 64).unwrap();
+    let dst = dev.alloc_host(4096, 64).unwrap();
+    src.fill(0, 4096, fill).unwrap();
+    let x = hal::Xfer { src: dev.host_addr(&src), dst: dev.host_addr(&dst), len: 4096 };
+    ring.copy(&dev.regs(), &[x]).unwrap();
+    let mut out = vec![0u8; 4096];
+    dst.read(0, &mut out).unwrap();
+    assert!(out.iter().all(|&b| b == fill));
+}
+
+#[test]
+fn dropped_ring_is_parked_on_the_dummy_ring() {
+    for arch in [&SUNDA, &CAYMAN, &MARIANA] {
+        let (sim, dev) = open_small_chunks(arch);
+        let (e, q) = (0, 2);
+        let mut ring = dev.new_ring(e, q, 512).unwrap();
+        host_copy(&dev, &mut ring, 0x5A);
+        let live = queue_regs(&dev, e, q);
+        assert!(live.iter().all(|&(_, n, en)| n == 512 && en), "{}: {live:?}", arch.name);
+        let mappings = sim.stats().iommu_mappings;
+        drop(ring);
+        let s = sim.stats();
+        // The ring's own mappings went away with it, with the queue already parked.
+        assert!(s.iommu_mappings < mappings, "{}: the ring memory was not unmapped: {s:?}", arch.name);
+        assert_eq!((s.dangling_unmaps, s.dma_faults, s.dma_aborts), (0, 0, 0), "{}: {s:?}", arch.name);
+        let dummy = dev.parking().dummy_dev_addr().unwrap();
+        let descs = csr_maps::consts::udma::DUMMY_RING_DESCS;
+        assert_eq!(queue_regs(&dev, e, q), [(dummy, descs, true); 2], "{}: queue not parked", arch.name);
+        // The queue is usable again by a new owner.
+        let mut again = dev.new_ring(e, q, 512).unwrap();
+        host_copy(&dev, &mut again, 0xA5);
+        drop(again);
+        drop(dev);
+        let s = sim.stats();
+        // The dummy ring goes with the device: the queues parked on it are paused first.
+        assert_eq!((s.dangling_unmaps, s.iommu_mappings, s.dma_faults), (0, 0, 0), "{}: {s:?}", arch.name);
+    }
+}
+
+/// The simulator's check the Drop above satisfies: freeing (unmapping) host memory that an
+/// enabled queue's ring still points at is counted.
+#[test]
+fn sim_counts_a_queue_left_on_freed_memory() {
+    let (sim, dev) = open_small_chunks(&CAYMAN);
+    let buf = dev.alloc_host(8192, 4096).unwrap();
+    let a = dev.host_addr(&buf);
+    let u = dev.regs().udma(0).unwrap();
+    let m = u.m2s().q(3).unwrap();
+    m.ring_base_lo().write(csr_maps::blocks::udma_m2s_q::RingBaseLo(a as u32)).unwrap();
+    m.ring_base_hi().write(csr_maps::blocks::udma_m2s_q::RingBaseHi((a >> 32) as u32)).unwrap();
+    m.ring_len().write_with(|v| v.with_count(512)).unwrap();
+    drop(buf);
+    assert_eq!(sim.stats().dangling_unmaps, 1);
+}
+
+#[test]
+fn dropped_nq_ring_is_halted_before_its_memory_goes() {
+    for arch in [&SUNDA, &CAYMAN] {
+        let (sim, dev) = open_small_chunks(arch);
+        let slot = dev.error_slot();
+        let nq = dev.nq_ring(hal::NqOwner::Nc(0), slot, 1024).unwrap();
+        let s = dev.regs().notific(0).unwrap().nq(slot).unwrap();
+        assert_eq!(s.size().read().unwrap().0, 1024 * 16);
+        let t = std::time::Instant::now();
+        drop(nq);
+        // Drained before the memory went (`nnq_destroy_nc` waits 1 ms).
+        assert!(t.elapsed() >= std::time::Duration::from_millis(csr_maps::consts::nq::DRAIN_MS));
+        assert_eq!(
+            (s.base_hi().read().unwrap().0, s.base_lo().read().unwrap().0, s.size().read().unwrap().0),
+            (0, 0, 0)
+        );
+        assert_eq!(sim.stats().dangling_unmaps, 0, "{}", arch.name);
+        // A later ring on the slot works.
+        let nq = dev.nq_ring(hal::NqOwner::Nc(0), slot, 1024).unwrap();
+        assert_eq!(s.size().read().unwrap().0, 1024 * 16);
+        drop(nq);
+        drop(dev);
+        assert_eq!(sim.stats().dangling_unmaps, 0, "{}", arch.name);
+    }
+}
+
+/// BAR0 writes recorded in order (offset, value).
+type WriteLog = Arc<std::sync::Mutex<Vec<(u64, u32)>>>;
+
+struct RecMmio(Arc<dyn platform::Mmio>, WriteLog);
+
+impl platform::Mmio for RecMmio {
+    fn size(&self) -> u64 {
+        self.0.size()
+    }
+    fn read32(&self, o: u64) -> Result<u32, MmioError> {
+        self.0.read32(o)
+    }
+    fn write32(&self, o: u64, v: u32) -> Result<(), MmioError> {
+        self.1.lock().unwrap().push((o, v));
+        self.0.write32(o, v)
+    }
+    fn read64(&self, o: u64) -> Result<u64, MmioError> {
+        self.0.read64(o)
+    }
+    fn write64(&self, o: u64, v: u64) -> Result<(), MmioError> {
+        self.0.write64(o, v)
+    }
+}
+
+/// The simulator with BAR0 writes recorded.
+struct Recording(SimDevice, WriteLog);
+
+impl Platform for Recording {
+    fn identity(&self) -> platform::DeviceIdentity {
+        self.0.identity()
+    }
+    fn bar(&self, i: u8) -> Result<Arc<dyn platform::Mmio>, platform::PlatformError> {
+        let b = self.0.bar(i)?;
+        Ok(if i == self.0.arch().bars.apb { Arc::new(RecMmio(b, self.1.clone())) } else { b })
+    }
+    fn dma_map(
+        &self,
+        m: platform::HostMem,
+        d: platform::DmaDir,
+    ) -> Result<platform::DmaMapping, platform::PlatformError> {
+        self.0.dma_map(m, d)
+    }
+    fn irq_eventfd(&self, v: u32) -> Result<Option<std::os::fd::OwnedFd>, platform::PlatformError> {
+        self.0.irq_eventfd(v)
+    }
+    fn reset(&self) -> Result<(), platform::PlatformError> {
+        self.0.reset()
+    }
+    fn modeled_writes_allowed(&self) -> bool {
+        true
+    }
+    fn account_device_memory(&self, delta: i64) {
+        self.0.account_device_memory(delta)
+    }
+}
+
+#[test]
+fn iofic_setup_in_the_kmod_order() {
+    use csr_maps::consts::udma as udc;
+    for arch in [&SUNDA, &CAYMAN, &MARIANA] {
+        let sim = SimDevice::new(SimConfig::new(arch).hbm_bytes(1 << 26).timing(Timing::Inline)).unwrap();
+        let log: WriteLog = Default::default();
+        let dev = Device::open(Arc::new(Recording(sim.clone(), log.clone())), opts()).unwrap();
+        dev.init().unwrap();
+        let g = dev.regs().udma(0).unwrap().gen();
+        let (a, b, c, d) = (g.sec_a(), g.sec_b(), g.sec_c(), g.pri_d());
+        // udma_iofic_m2s_error_ints_unmask, then udma_iofic_s2m_error_ints_unmask.
+        let expect = [
+            (a.control().offset(), 0x28),
+            (d.control().offset(), 0x28),
+            (a.abort_mask().offset(), !udc::SEC_A_ERRORS),
+            (c.abort_mask().offset(), !0x3F),
+            (a.mask_clear().offset(), !udc::SEC_A_ERRORS),
+            (c.mask_clear().offset(), !0x3F),
+            (d.mask_clear().offset(), !0x500),
+            (b.control().offset(), 0x28),
+            (d.control().offset(), 0x28),
+            (b.abort_mask().offset(), !udc::SEC_B_ERRORS),
+            (c.abort_mask().offset(), !0xFC0),
+            (b.mask_clear().offset(), !udc::SEC_B_ERRORS),
+            (c.mask_clear().offset(), !0xFC0),
+            (d.mask_clear().offset(), !0x600),
+        ];
+        let iofic: Vec<u64> = expect.iter().map(|e| e.0).collect();
+        let first = log.lock().unwrap().iter().position(|w| *w == expect[0]).unwrap();
+        let got: Vec<(u64, u32)> =
+            log.lock().unwrap()[first..].iter().filter(|w| iofic.contains(&w.0)).take(14).copied().collect();
+        assert_eq!(got, expect, "{}", arch.name);
+        // The resulting state: both secondary groups and D in edge / no-MSI-X mode; group C
+        // unmasked for all 12 parity causes, abort-enabled for the S2M ones.
+        assert_eq!((a.control().read().unwrap().0, b.control().read().unwrap().0), (0x28, 0x28));
+        assert_eq!(c.mask().read().unwrap().0 & 0xFFF, 0, "{}", arch.name);
+        assert_eq!(c.abort_mask().read().unwrap().0, !0xFC0, "{}", arch.name);
+        assert_eq!(d.mask().read().unwrap().0 & 0x700, 0, "{}", arch.name);
+    }
+}
+
+#[test]
+fn axi_fifo_parity_aborts_only_when_configured() {
+    let par = |f: fn(csr_maps::blocks::iofic_axi_parity::Cause) -> csr_maps::blocks::iofic_axi_parity::Cause| {
+        f(csr_maps::blocks::iofic_axi_parity::Cause(0)).0
+    };
+    let s2m_bit = par(|c| c.with_s2m_data_req_parity(1));
+    let m2s_bit = par(|c| c.with_m2s_data_cmd_parity(1));
+    for arch in [&SUNDA, &CAYMAN] {
+        // Before engine init the abort mask keeps its reset value: nothing aborts.
+        let sim = SimDevice::new(SimConfig::new(arch).hbm_bytes(1 << 26).timing(Timing::Inline)).unwrap();
+        let dev = Device::open(Arc::new(sim.clone()), opts()).unwrap();
+        assert!(!sim.inject_axi_parity(0, s2m_bit));
+        assert!(!hal::udma::engine_aborted(&dev.regs(), 0).unwrap());
+        drop(dev);
+        let (sim, dev) = open_small_chunks(arch);
+        let mut ring = dev.new_ring(0, 2, 64).unwrap();
+        host_copy(&dev, &mut ring, 1);
+        // M2S AXI-FIFO parity: unmasked (latched, summarised in D bit 10) but, as the kmod
+        // leaves group C's abort mask after the S2M write, not aborting.
+        assert!(!sim.inject_axi_parity(0, m2s_bit), "{}", arch.name);
+        let g = dev.regs().udma(0).unwrap().gen();
+        assert_eq!(g.sec_c().status().read().unwrap().0, m2s_bit);
+        assert_eq!(g.pri_d().cause().read().unwrap().sec_c(), 1);
+        host_copy(&dev, &mut ring, 2);
+        // S2M AXI-FIFO parity aborts the engine: the next copy fails with the abort.
+        assert!(sim.inject_axi_parity(0, s2m_bit), "{}", arch.name);
+        assert!(hal::udma::engine_aborted(&dev.regs(), 0).unwrap());
+        let src = dev.alloc_host(64, 64).unwrap();
+        let x = hal::Xfer { src: dev.host_addr(&src), dst: dev.host_addr(&src) + 32, len: 16 };
+        assert!(matches!(ring.copy(&dev.regs(), &[x]), Err(HalError::DmaAbort { .. })), "{}", arch.name);
+        ring.recover(&dev.regs()).unwrap();
+        host_copy(&dev, &mut ring, 3);
+    }
+}
+
+#[test]
+fn v2_axi_error_abort_and_sdma_broadcast() {
+    use csr_maps::consts::udma as udc;
+    let (_sim, dev) = open_cfg(SimConfig::new(&SUNDA));
+    let regs = dev.regs();
+    let per = SUNDA.counts.dma_engines_per_nc;
+    for e in [0, 1, 3, per - 1, per] {
+        let g = regs.udma(e).unwrap().gen();
+        for t in 0..6 {
+            for j in 0..16 {
+                let want = if [1, 2, 3, 9, 10, 11].contains(&j) { 0xF } else { 0 };
+                assert_eq!(g.axi_err_table(t * 16 + j).unwrap().read().unwrap().0, want, "engine {e} table {t}[{j}]");
+            }
+        }
+        for i in 0..6 {
+            // Last of the 16 per-queue writes: queue 15.
+            assert_eq!(g.axi_err_ctrl_addr(i).unwrap().read().unwrap().0, (15 << 3) | 7);
+            assert_eq!(g.axi_err_ctrl_data(i).unwrap().read().unwrap().0, 0x10);
+        }
+        for p in [g.m2s_desc_rd(), g.m2s_data_rd(), g.m2s_comp_wr(), g.s2m_desc_rd(), g.s2m_data_wr(), g.s2m_comp_wr()]
+        {
+            assert_eq!(
+                (p.control().read().unwrap().0, p.mask().read().unwrap().0, p.abort_mask().read().unwrap().0),
+                (0x28, 0, 0)
+            );
+        }
+        assert_eq!(g.axi_timeout().read().unwrap().0, 0xFFFF_FFFF);
+        let w = regs.sdma(e).unwrap();
+        let k = e % per;
+        assert_eq!(w.bcast_mask().read().unwrap().mask(), 0xFFFF >> k, "engine {e}");
+        assert_eq!(w.bcast_last().read().unwrap().last(), if [0, 3, 6, 9, 15].contains(&k) { 0xFFFF } else { 0 });
+        assert_eq!(udc::bcast_mask(k), 0xFFFF >> k);
+    }
+    // Host-facing engines get no broadcast setup (`ndma_init_v2`: SENG engines only).
+    let h2t = SUNDA.consts.h2t_engine_base;
+    assert_eq!(regs.sdma(h2t).unwrap().bcast_mask().read().unwrap().0, 0);
+    // V3/V4 do neither: tables untouched, the AXI timeout stays at 100,000,000.
+    for arch in [&CAYMAN, &MARIANA] {
+        let (_sim, dev) = open_cfg(SimConfig::new(arch));
+        let g = dev.regs().udma(0).unwrap().gen();
+        assert_eq!(g.axi_err_table(1).unwrap().read().unwrap().0, 0);
+        assert_eq!(g.m2s_data_rd().abort_mask().read().unwrap().0, 0xFFFF_FFFF);
+        assert_eq!(g.axi_timeout().read().unwrap().0, 100_000_000);
+    }
+}
+
+#[test]
+fn v3_v4_user_errtrig_ring_id_masks() {
+    for arch in [&CAYMAN, &MARIANA] {
+        let (_sim, dev) = open_cfg(SimConfig::new(arch));
+        let regs = dev.regs();
+        let seng = arch.counts.ncs * arch.counts.dma_engines_per_nc;
+        for e in [0, 17, seng - 1] {
+            let t = regs.user_errtrig(e).unwrap();
+            assert_eq!(t.grp(2).unwrap().mask().read().unwrap().0 & (1 << 11), 1 << 11, "{} engine {e}", arch.name);
+            assert_eq!(t.grp(3).unwrap().mask().read().unwrap().0 & (1 << 2), 1 << 2, "{} engine {e}", arch.name);
+            let g = regs.udma(e).unwrap().gen();
+            // Ring-id errors neither interrupt nor abort on SENG engines.
+            assert_eq!(g.sec_a().abort_mask().read().unwrap().pref_ring_id(), 1);
+            assert_eq!(g.sec_b().abort_mask().read().unwrap().pref_ring_id(), 1);
+        }
+    }
+    // V2 keeps them abort-enabled.
+    let (_sim, dev) = open_cfg(SimConfig::new(&SUNDA));
+    assert_eq!(dev.regs().udma(0).unwrap().gen().sec_a().abort_mask().read().unwrap().pref_ring_id(), 0);
+}
+
+/// Rings programmed onto the same queue in turn (the runtime arms one model at a time on a
+/// shared NC): dropping a ring that no longer owns the queue leaves the owner's programming
+/// alone; dropping the owner parks the queue.
+#[test]
+fn only_the_owning_ring_parks_a_shared_queue() {
+    let (sim, dev) = open_small_chunks(&SUNDA);
+    let (e, q) = (1, 0);
+    let mut a = dev.new_ring(e, q, 512).unwrap();
+    let mut b = dev.new_ring(e, q, 1024).unwrap();
+    // `a` is re-armed (recover re-initialises the queue onto its ring), then `b` again.
+    a.recover(&dev.regs()).unwrap();
+    host_copy(&dev, &mut a, 7);
+    b.recover(&dev.regs()).unwrap();
+    drop(a);
+    assert_eq!(queue_regs(&dev, e, q).map(|(_, n, en)| (n, en)), [(1024, true); 2], "b's queue was touched");
+    host_copy(&dev, &mut b, 8);
+    drop(b);
+    let dummy = dev.parking().dummy_dev_addr().unwrap();
+    assert_eq!(queue_regs(&dev, e, q), [(dummy, csr_maps::consts::udma::DUMMY_RING_DESCS, true); 2]);
+    assert_eq!(sim.stats().dangling_unmaps, 0);
+    // NQ slots likewise.
+    let slot = dev.error_slot();
+    let x = dev.nq_ring(hal::NqOwner::Nc(0), slot, 1024).unwrap();
+    x.halt(&dev.regs()).unwrap();
+    let mut y = dev.nq_ring(hal::NqOwner::Nc(0), slot, 2048).unwrap();
+    y.rearm(&SUNDA, &dev.regs()).unwrap();
+    drop(x);
+    let s = dev.regs().notific(0).unwrap().nq(slot).unwrap();
+    assert_eq!(s.size().read().unwrap().0, 2048 * 16, "y's slot was touched");
+    drop(y);
+    assert_eq!(s.size().read().unwrap().0, 0);
+    drop(dev);
+    assert_eq!(sim.stats().dangling_unmaps, 0);
+}

@@ -44,10 +44,12 @@ pub const INFER_ERROR_SUBTYPE_MAX: usize = 9;
 /// SUNDA `error_id → subtype` table (ids 0..=11).
 pub const SUNDA_ERROR_SUBTYPES: [u8; 12] = [0, 1, 0, 0, 3, 4, 5, 6, 7, 2, 8, 0];
 
-/// Mask bits of a MEMORY_ERROR record that make it a memory error rather than transient.
-pub const MEMORY_ERROR_MASK: u16 = 0xFD6B;
-/// Mask bits always ignored when deciding whether an FP_NAN record is numerical.
-pub const NAN_IGNORED_MASK: u16 = 0x7E00;
+/// Mask bits of a MEMORY_ERROR record that make it a memory error rather than transient
+/// (defined with the record format in csr-maps).
+pub use csr_maps::formats::error::MEMORY_ERROR_MASK;
+/// Mask bits always ignored when deciding whether an FP_NAN record is numerical (defined with
+/// the record format in csr-maps).
+pub use csr_maps::formats::error::NAN_IGNORED_MASK;
 
 impl InferErrorSubtype {
     /// From the numeric value (0..=8).

@@ -67,16 +67,10 @@ pub fn rescale_ns(device_ts: u64, clock: &EngineClock) -> Result<u64, TimestampE
     Ok((rescale(device_ts, clock)? / 1000.0) as u64)
 }
 
-/// Engine index for a notification tag via the `(tag + 26) & 0x1F` selector.
+/// Engine index for a notification tag via libnrt's `(tag + 26) & 0x1F` selector (defined
+/// with the record format: `csr_maps::formats::notify::ntype::timestamp_engine`).
 pub fn engine_for_tag(tag: u8) -> Option<usize> {
-    match (tag as u32 + 26) & 0x1F {
-        0 => Some(0),
-        4 => Some(1),
-        8 => Some(2),
-        0xC => Some(3),
-        0x10 => Some(4),
-        _ => None,
-    }
+    csr_maps::formats::notify::ntype::timestamp_engine(tag)
 }
 
 /// A sync point: the same instant on the device (ns, after rescale) and on the CPU (ns).

@@ -112,6 +112,11 @@ pub struct SimStats {
     /// New-protocol FW-IO requests rung on firmware older than API 7 (whose header
     /// registers are the legacy protocol's host-buffer addresses): a driver bug.
     pub fwio_legacy_misuse: u64,
+    /// Host memory unmapped while an enabled DMA queue's descriptor ring or a programmed
+    /// notification queue still pointed into it (one per queue): a driver that frees ring
+    /// memory without parking / halting the queue first (the kmod parks queues on a dummy
+    /// ring, `neuron_ring.c`, and halts NQs, `neuron_nq.c`).
+    pub dangling_unmaps: u64,
     /// Bytes moved per DGE channel (DMA engine within the NC), summed over NCs.
     pub dge_channel_bytes: Vec<u64>,
     /// Sequencer engine state per NC and engine (`consts::seq::STATE_*`).
@@ -137,6 +142,7 @@ pub(crate) struct Counters {
     pub resets: AtomicU64,
     pub fwio: AtomicU64,
     pub fwio_legacy_misuse: AtomicU64,
+    pub dangling_unmaps: AtomicU64,
     pub last_reset_map: std::sync::atomic::AtomicU32,
     pub threads: AtomicU64,
     /// Time spent running device work inline (inside MMIO writes), ns.
@@ -530,6 +536,7 @@ impl SimDevice {
             fwio_requests: d.n.fwio.load(Ordering::Relaxed),
             last_reset_map: d.n.last_reset_map.load(Ordering::Relaxed),
             fwio_legacy_misuse: d.n.fwio_legacy_misuse.load(Ordering::Relaxed),
+            dangling_unmaps: d.n.dangling_unmaps.load(Ordering::Relaxed),
             dge_channel_bytes: st.dge_bytes.clone(),
             engine_states: st.seq.iter().map(|e| std::array::from_fn(|i| e[i].state)).collect(),
             threads: d.n.threads.load(Ordering::Relaxed),

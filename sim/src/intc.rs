@@ -5,7 +5,9 @@
 //! HAL's `al_iofic_clear_cause` writes the complement of the bits it clears), `cause_set` ORs bits into `cause`, `mask_clear`
 //! ANDs into `mask` (the kmod's `al_udma_iofic` usage), and `status` reads `cause & !mask`.
 
-use csr_maps::blocks::{iofic_group, iofic_m2s_err, iofic_s2m_err, iofic_summary, nc_intc_g0, nc_intc_g1};
+use csr_maps::blocks::{
+    iofic_axi_parity, iofic_group, iofic_m2s_err, iofic_s2m_err, iofic_summary, nc_intc_g0, nc_intc_g1,
+};
 use csr_maps::LeafReg;
 
 use crate::decode::Hit;
@@ -53,6 +55,7 @@ fn group(hit: &Hit) -> Option<Group> {
     }
     groups!(
         IoficGroup => iofic_group,
+        IoficAxiParity => iofic_axi_parity,
         IoficM2sErr => iofic_m2s_err,
         IoficS2mErr => iofic_s2m_err,
         IoficSummary => iofic_summary,

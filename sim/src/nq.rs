@@ -47,6 +47,32 @@ pub(crate) fn reg_write(dev: &Dev, st: &mut State, hit: &Hit, r: ns::RegId, val:
     }
 }
 
+/// Host memory `[iova, iova + len)` is being unmapped: count the programmed NQ slots (size
+/// and base non-zero) whose ring lies (partly) in it. The kmod halts a slot (base 0, size 0)
+/// and lets it drain before freeing the ring (`nnq_destroy_nc`, `neuron_nq.c`).
+pub(crate) fn dangling_slots(dev: &Dev, st: &State, iova: u64, len: u64) -> u64 {
+    let mut n = 0;
+    for &slot_off in st.nq.keys() {
+        let lo = dev.stored(st, slot_off + ns::BASE_LO_OFFSET, 0) as u64;
+        let hi = dev.stored(st, slot_off + ns::BASE_HI_OFFSET, 0) as u64;
+        let size = dev.stored(st, slot_off + ns::SIZE_OFFSET, 0) as u64;
+        let base = lo | (hi << 32);
+        if size == 0 || base == 0 {
+            continue;
+        }
+        let Some(ring) = dev.arch.dev_to_host_iova(base) else { continue };
+        if ring < iova.saturating_add(len) && iova < ring.saturating_add(size) {
+            tracing::warn!(
+                slot = format_args!("{slot_off:#x}"),
+                ring = format_args!("{ring:#x}"),
+                "sim: host memory unmapped while a notification queue still points into it"
+            );
+            n += 1;
+        }
+    }
+    n
+}
+
 /// BAR0 base of NOTIFIC slot `slot` of NC `nc`.
 pub(crate) fn nc_slot(dev: &Dev, nc: usize, slot: u64) -> Option<u64> {
     dev.notific(nc)?.nq(slot).ok().map(|s| s.base())

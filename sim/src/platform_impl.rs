@@ -17,6 +17,14 @@ struct Unmapper(Weak<Dev>);
 impl DmaUnmap for Unmapper {
     fn unmap(&self, iova: u64, len: u64) {
         if let Some(d) = self.0.upgrade() {
+            {
+                // Hardware still pointing at the memory is a driver bug: count it.
+                let st = d.lock();
+                let n = crate::udma::dangling_rings(&d, &st, iova, len) + crate::nq::dangling_slots(&d, &st, iova, len);
+                if n > 0 {
+                    d.n.dangling_unmaps.fetch_add(n, Ordering::Relaxed);
+                }
+            }
             d.iommu.unmap(iova);
             d.iommu.free_iova(iova, len);
         }

@@ -249,6 +249,41 @@ fn ring_len(dev: &Dev, st: &State, e: usize, half: Half, q: usize) -> u32 {
     qregs(dev, e, half, q).map(|r| mq::RingLen(dev.stored(st, r.len, 0)).count()).unwrap_or(0)
 }
 
+/// Host memory `[iova, iova + len)` is being unmapped: count every enabled UDMA queue half
+/// whose descriptor ring lies (partly) in it. Hardware left pointing at freed host memory
+/// would fetch whatever the memory holds next; the kmod parks a queue on a dummy ring before
+/// its owner's memory goes (`ndmar_handle_process_exit`, `neuron_ring.c`).
+pub(crate) fn dangling_rings(dev: &Dev, st: &State, iova: u64, len: u64) -> u64 {
+    let mut n = 0;
+    for e in 0..st.udma.len() {
+        for q in 0..udc::QUEUES as usize {
+            for half in [Half::M2s, Half::S2m] {
+                let Some(r) = qregs(dev, e, half, q) else { continue };
+                let count = mq::RingLen(dev.stored(st, r.len, 0)).count() as u64;
+                if count == 0 || !queue_enabled(dev, st, e, half, q) {
+                    continue;
+                }
+                let lo = mq::RingBaseLo(dev.stored(st, r.base_lo, 0));
+                let base =
+                    mq::RingBaseLo(0).with_addr(lo.addr()).0 as u64 | ((dev.stored(st, r.base_hi, 0) as u64) << 32);
+                let Some(ring) = dev.arch.dev_to_host_iova(base) else { continue };
+                let bytes = count * DESC_BYTES as u64;
+                if ring < iova.saturating_add(len) && iova < ring.saturating_add(bytes) {
+                    tracing::warn!(
+                        engine = e,
+                        queue = q,
+                        m2s = (half == Half::M2s),
+                        ring = format_args!("{ring:#x}"),
+                        "sim: host memory unmapped while an enabled DMA queue's ring points into it"
+                    );
+                    n += 1;
+                }
+            }
+        }
+    }
+    n
+}
+
 /// Whether the queue's `cfg` enables it.
 fn queue_enabled(dev: &Dev, st: &State, e: usize, half: Half, q: usize) -> bool {
     qregs(dev, e, half, q)
@@ -324,6 +359,40 @@ fn abort(dev: &Dev, st: &mut State, e: usize, q: usize, why: Abort, fault: Optio
         dev.intc(st, nc, Line::DmaAbort);
     }
     aborts
+}
+
+/// An AXI-FIFO parity error on engine `e`: latch secondary group C cause `bits` and the
+/// primary group D summary; the engine aborts only if group C's abort mask lets one of the
+/// causes abort (0 = abort; the reset value 0xFFFFFFFF aborts on nothing). Returns whether
+/// it aborted.
+pub(crate) fn axi_parity(dev: &Dev, st: &mut State, e: usize, bits: u32) -> bool {
+    let Some(u) = dev.udma(e) else { return false };
+    if e >= st.udma.len() {
+        return false;
+    }
+    let g = u.gen();
+    dev.latch(st, g.sec_c().cause().offset(), bits);
+    dev.latch(st, g.pri_d().cause().offset(), iofic_summary::Cause(0).with_sec_c(1).0);
+    let abort_mask = dev.stored(st, g.sec_c().abort_mask().offset(), u32::MAX as u64);
+    if bits & !abort_mask == 0 {
+        return false;
+    }
+    let eng = &mut st.udma[e];
+    eng.m2s_abort = true;
+    eng.s2m_abort = true;
+    dev.n.dma_aborts.fetch_add(1, Ordering::Relaxed);
+    dev.intc(st, dev.nc_of_engine(e), Line::DmaAbort);
+    true
+}
+
+impl crate::SimDevice {
+    /// Test hook: engine `engine`'s AXI FIFOs report parity errors on secondary group C
+    /// cause bits `bits` (`iofic_axi_parity` fields). Returns whether the engine aborted
+    /// (only for causes the driver abort-enabled).
+    pub fn inject_axi_parity(&self, engine: usize, bits: u32) -> bool {
+        let mut st = self.dev.lock();
+        axi_parity(&self.dev, &mut st, engine, bits)
+    }
 }
 
 /// Run every queue with work on the engines serving `nc`. Returns progress.

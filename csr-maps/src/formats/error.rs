@@ -6,6 +6,14 @@
 //! +8 timestamp u64
 //! ```
 
+/// MEMORY_ERROR (id 4) records: the bits of the record's mask (`metadata_lo`, record bits
+/// 23:8) that make libnrt classify the record as a memory error rather than transient
+/// (libnrt `v2_error_get_infer_error_subtype`, docs/facts/libnrt-runtime-model.md §A.4.5).
+pub const MEMORY_ERROR_MASK: u16 = 0xFD6B;
+/// FP_NAN (id 1) records: mask bits libnrt always ignores when deciding whether the record
+/// is a numerical error (`v2_error_get_infer_error_subtype`, docs/facts/libnrt-runtime-model.md §A.4.5).
+pub const NAN_IGNORED_MASK: u16 = 0x7E00;
+
 /// `NEURON_ISA_TPB_ERROR_TYPE` (docs/facts/libnrt.md §5.5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorId {

@@ -39,6 +39,23 @@ pub mod ntype {
     /// TPB error.
     pub const TPB_ERROR: u8 = 0x1F;
 
+    /// libnrt's timestamp-engine selector: a record whose tag satisfies
+    /// `(tag + TAG_ENGINE_BIAS) & 0x1F == 4 * e` (e = 0 PE .. 4 SP) is rescaled with engine
+    /// e's clock — exactly the EXPLICIT types `engine(e, EXPLICIT)` (docs/facts/libnrt-runtime-model.md
+    /// §B.3 "Per-engine timestamp decode").
+    pub const TAG_ENGINE_BIAS: u8 = 26;
+
+    /// The TPB engine whose clock timestamps a record of tag `tag` (libnrt's
+    /// `(tag + 26) & 0x1F` selector), if any.
+    pub const fn timestamp_engine(tag: u8) -> Option<usize> {
+        let sel = (tag as u32 + TAG_ENGINE_BIAS as u32) & super::TYPE_MASK as u32;
+        if sel.is_multiple_of(4) && sel / 4 < 5 {
+            Some((sel / 4) as usize)
+        } else {
+            None
+        }
+    }
+
     /// notific_type of `kind` for TPB engine `engine` (0 PE .. 4 SP).
     pub const fn engine(engine: u8, kind: u8) -> u8 {
         ENGINE_BASE + 4 * engine + kind
@@ -276,6 +293,14 @@ mod tests {
         assert_eq!(ntype::describe(ntype::TPB_ERROR), (None, "tpb_error"));
         let names: Vec<String> = [2, 3, 6, 7, 8, 5].map(|v| Subtype::from_u16(v).to_string()).into();
         assert_eq!(names, ["START", "END", "CUSTOM", "CC_START", "CC_END", "UNEXPECTED(5)"]);
+    }
+
+    #[test]
+    fn timestamp_engine_is_the_explicit_type() {
+        for tag in 0..=u8::MAX {
+            let want = (0..5u8).find(|&e| ntype::engine(e, ntype::EXPLICIT) == tag & 0x1F).map(usize::from);
+            assert_eq!(ntype::timestamp_engine(tag), want, "tag {tag:#x}");
+        }
     }
 
     #[test]

@@ -7,7 +7,7 @@
 
 use std::sync::atomic::Ordering;
 
-use csr_maps::consts::{q7 as q7c, seq as seqc};
+use csr_maps::consts::{q7 as q7c, seq as seqc, seq::error_mask};
 use csr_maps::formats::dge::{allowed_channels, DgeMailbox, MAILBOXES};
 use csr_maps::formats::error::{ErrorId, TpbErrorRecord};
 use csr_maps::formats::notify::{custom, ntype, InferStatus, Subtype};
@@ -164,15 +164,19 @@ fn force_overflow(dev: &Dev, st: &mut State, nc: usize, slot: u64) {
     dev.intc(st, nc, Line::SwNqOverflow);
 }
 
-/// Post a TPB error record on the NC's error ring.
-pub(crate) fn post_error(dev: &Dev, st: &mut State, nc: usize, e: usize, id: ErrorId, pc: u32, info: u8) {
+/// Post a TPB error record on the NC's error ring (layout: docs/records.md). `mask` is the
+/// record's error mask (bits 23:8, `metadata_lo`: the NaN mask of FP_NAN, the memory mask of
+/// MEMORY_ERROR, [`error_mask::NONE`] otherwise); the sequencer metadata carries the engine as
+/// its block id (modeled), the slot's program counter and `info`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn post_error(dev: &Dev, st: &mut State, nc: usize, e: usize, id: ErrorId, mask: u16, pc: u32, info: u8) {
     let Some(s) = dev.seq(nc) else { return };
     let slot = dev.reg_value(st, s.err_nq_slot().offset()) as u64;
     let rec = TpbErrorRecord {
         error_id: id.to_u8(),
-        metadata_lo: e as u16,
+        metadata_lo: mask,
         header: ntype::ERROR,
-        metadata_hi: TpbErrorRecord::seq_metadata(0, (pc & 0xFFF) as u16, info),
+        metadata_hi: TpbErrorRecord::seq_metadata(e as u8, (pc & 0xFFF) as u16, info),
         timestamp: timestamp(dev, st, nc),
     };
     if let Some(off) = crate::nq::nc_slot(dev, nc, slot) {
@@ -183,7 +187,7 @@ pub(crate) fn post_error(dev: &Dev, st: &mut State, nc: usize, e: usize, id: Err
 /// Stop engine `e` of `nc` with a SEQUENCER_FATAL record.
 pub(crate) fn fault_engine(dev: &Dev, st: &mut State, nc: usize, e: usize, code: u8, _f: Option<DmaFault>) {
     let pc = st.seq.get(nc).map(|s| s[e].pc).unwrap_or(0);
-    post_error(dev, st, nc, e, ErrorId::SequencerFatal, pc, code);
+    post_error(dev, st, nc, e, ErrorId::SequencerFatal, error_mask::NONE, pc, code);
     if let Some(s) = st.seq.get_mut(nc).and_then(|s| s.get_mut(e)) {
         s.state = seqc::STATE_FAULT;
         s.fault_code = code;
@@ -309,9 +313,15 @@ fn step(dev: &Dev, st: &mut State, nc: usize, e: usize, out: &mut Vec<Delivery>)
                 fault_engine(dev, st, nc, e, code::INJECTED, None);
                 return true;
             }
-            FaultKind::FpNan => post_error(dev, st, nc, e, ErrorId::FpNan, s.pc, code::INJECTED),
-            FaultKind::Transient => post_error(dev, st, nc, e, ErrorId::SequencerNonfatal, s.pc, code::INJECTED),
-            FaultKind::SemaphoreError => post_error(dev, st, nc, e, ErrorId::SemaphoreError, s.pc, code::INJECTED),
+            FaultKind::FpNan => {
+                post_error(dev, st, nc, e, ErrorId::FpNan, error_mask::NAN_RESULT, s.pc, code::INJECTED)
+            }
+            FaultKind::Transient => {
+                post_error(dev, st, nc, e, ErrorId::SequencerNonfatal, error_mask::NONE, s.pc, code::INJECTED)
+            }
+            FaultKind::SemaphoreError => {
+                post_error(dev, st, nc, e, ErrorId::SemaphoreError, error_mask::NONE, s.pc, code::INJECTED)
+            }
             FaultKind::OutOfOrder => post_infer(dev, st, nc, e, (ntype::INST_END, Subtype::End, 0, s.pc)),
             FaultKind::Oob => {
                 post_infer(dev, st, nc, e, (ntype::EXPLICIT, Subtype::Custom, custom::OOB_INDIRECT_SCATTER, s.pc))
@@ -464,7 +474,8 @@ fn dma2d(dev: &Dev, st: &mut State, nc: usize, e: usize, d: &Dma2d) -> Result<()
             .collect();
         let allowed = allowed_channels(prio, &mbs);
         if allowed == 0 {
-            post_error(dev, st, nc, e, ErrorId::SequencerNonfatal, st.seq[nc][e].pc, code::DGE_GATE);
+            let pc = st.seq[nc][e].pc;
+            post_error(dev, st, nc, e, ErrorId::SequencerNonfatal, error_mask::NONE, pc, code::DGE_GATE);
             return Err(code::DGE_GATE);
         }
         allowed.trailing_zeros() as usize

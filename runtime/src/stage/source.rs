@@ -1,6 +1,7 @@
 //! A staged NC as the completion engine's [`NotificationSource`]: its INFER_STATUS and error
 //! rings in host memory, its NC's interrupt causes. Harvesting allocates nothing (records
-//! land in the NC's preallocated scratch).
+//! land in the NC's preallocated scratch). Records are decoded by [`crate::records`], the
+//! runtime's own positional decoders.
 
 use csr_maps::formats::error::TpbErrorRecord;
 use csr_maps::formats::notify::InferStatus;
@@ -15,7 +16,7 @@ impl NotificationSource for StagedNc {
         if let Some(r) = self.infer_rings.get_mut(engine) {
             r.poll(&regs, &mut self.raw, max).map_err(|source| SourceError::InferRing { engine, source })?;
         }
-        out.extend(self.raw.iter().map(InferStatus::decode));
+        out.extend(self.raw.iter().map(crate::records::infer_status));
         Ok(())
     }
     fn drain_infer(&mut self, engine: usize) -> Result<(), SourceError> {
@@ -31,7 +32,7 @@ impl NotificationSource for StagedNc {
         let regs = self.dev.regs();
         self.raw.clear();
         self.err_ring.poll(&regs, &mut self.raw, max).map_err(|source| SourceError::ErrorRing { source })?;
-        out.extend(self.raw.iter().map(TpbErrorRecord::decode));
+        out.extend(self.raw.iter().map(crate::records::error_record));
         Ok(())
     }
     fn nq_overflow(&mut self) -> bool {

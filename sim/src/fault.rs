@@ -4,7 +4,7 @@
 //!
 //! | spec | effect |
 //! |---|---|
-//! | `nq-overflow@nc0` | the NC's notification rings behave as full: records dropped, NC INTC line 61 (g1 bit 29) |
+//! | `nq-overflow@nc0[:eng]` | the engine (default PE) floods its INFER_STATUS ring with debug notifications until the ring is really full (the host's head write-back lags by up to a quarter ring): records dropped, the next record's overflow bit, NC INTC line 61 (g1 bit 29) |
 //! | `dma-abort@nc1:q3` | the next packet on queue 3 of an engine of NC 1 aborts (M2S data AXI response error latched, NC INTC dma_abort) |
 //! | `hbm-ue@nc0` | uncorrectable HBM error: misc RAM `hbm_ecc[k].uncorrectable`, NC INTC hbm_ue |
 //! | `hbm-ue-repairable@nc0` | repairable HBM error: `hbm_ecc[k].repairable`, `hbm_repair_state` pending, NC INTC hbm_ue_repairable |
@@ -13,7 +13,7 @@
 //! | `transient@nc0[:eng]` | SEQUENCER_NONFATAL error record |
 //! | `seq-fatal@nc0:pool` | SEQUENCER_FATAL error record; the engine stops |
 //! | `hang@nc0:pe` | the engine stops fetching (no records) |
-//! | `out-of-order@nc0:dve` | the engine posts an INST_END before its INST_START |
+//! | `out-of-order@nc0:dve` | the engine posts an INST_END before its INST_START (the host's matcher probes the overflow bit) |
 //! | `semaphore-error@nc0[:eng]` | SEMAPHORE_ERROR error record |
 //! | `oob@nc0[:eng]` | custom INFER_STATUS record with an out-of-bounds sub-id (2) |
 //! | `cc-error@nc0` | NC INTC cc_error (collectives hardware error) |
@@ -72,7 +72,8 @@ impl FaultKind {
     pub(crate) fn per_engine(self) -> bool {
         matches!(
             self,
-            FaultKind::FpNan
+            FaultKind::NqOverflow
+                | FaultKind::FpNan
                 | FaultKind::Transient
                 | FaultKind::SeqFatal
                 | FaultKind::Hang

@@ -131,8 +131,8 @@ fn timestamp(dev: &Dev, st: &State, nc: usize) -> u64 {
 /// (notific kind, subtype, custom sub-id, line) of an INFER_STATUS record.
 type Rec = (u8, Subtype, u16, u32);
 
-fn post_infer(dev: &Dev, st: &mut State, nc: usize, e: usize, (kind, subtype, sub_id, line): Rec) {
-    let Some(r) = eng_regs(dev, nc, e) else { return };
+fn post_infer(dev: &Dev, st: &mut State, nc: usize, e: usize, (kind, subtype, sub_id, line): Rec) -> bool {
+    let Some(r) = eng_regs(dev, nc, e) else { return false };
     let slot = dev.stored(st, r.nq_infer_slot().offset(), 0) as u64;
     let rec = InferStatus {
         line: line as u16,
@@ -143,25 +143,30 @@ fn post_infer(dev: &Dev, st: &mut State, nc: usize, e: usize, (kind, subtype, su
         timestamp: timestamp(dev, st, nc),
         ..Default::default()
     };
-    if st.faults.iter().any(|f| f.nc == nc && f.kind == FaultKind::NqOverflow) {
-        // Injected: this NC's rings are treated as full.
-        force_overflow(dev, st, nc, slot);
-        return;
-    }
-    if let Some(off) = crate::nq::nc_slot(dev, nc, slot) {
-        crate::nq::post(dev, st, nc, off, rec.encode());
+    match crate::nq::nc_slot(dev, nc, slot) {
+        Some(off) => crate::nq::post(dev, st, nc, off, rec.encode()),
+        None => false,
     }
 }
 
-fn force_overflow(dev: &Dev, st: &mut State, nc: usize, slot: u64) {
-    if let Some(off) = crate::nq::nc_slot(dev, nc, slot) {
-        let s = st.nq.entry(off).or_default();
-        s.dropped = s.dropped.saturating_add(1);
-        s.overflowed = true;
-        s.overflow_pending = true;
+/// Injected `nq-overflow`: engine `e` posts debug notifications (CUSTOM sub-id 6, non-fatal)
+/// into its INFER_STATUS ring faster than the host consumes them, until the ring is really
+/// full and a record is dropped. The host writes its consumer head back only every quarter
+/// ring and cannot while the device runs, so the ring fills from where the device last saw
+/// the head; the drop sets the overflow status, the next record's overflow bit and NC INTC
+/// line 61 (g1 bit 29) through the ring's ordinary full check ([`crate::nq::post`]). The
+/// slot's own START / END then find the ring full as well.
+fn flood(dev: &Dev, st: &mut State, nc: usize, e: usize, pc: u32) {
+    let Some(r) = eng_regs(dev, nc, e) else { return };
+    let slot = dev.stored(st, r.nq_infer_slot().offset(), 0) as u64;
+    let Some(off) = crate::nq::nc_slot(dev, nc, slot) else { return };
+    let records = dev.stored(st, off + csr_maps::blocks::notific_slot::SIZE_OFFSET, 0) as u64
+        / csr_maps::formats::notify::RECORD_BYTES as u64;
+    for _ in 0..=records {
+        if !post_infer(dev, st, nc, e, (ntype::EXPLICIT, Subtype::Custom, custom::DEBUG, pc)) {
+            break;
+        }
     }
-    dev.n.dropped_records.fetch_add(1, Ordering::Relaxed);
-    dev.intc(st, nc, Line::SwNqOverflow);
 }
 
 /// Post a TPB error record on the NC's error ring (layout: docs/records.md). `mask` is the
@@ -322,10 +327,13 @@ fn step(dev: &Dev, st: &mut State, nc: usize, e: usize, out: &mut Vec<Delivery>)
             FaultKind::SemaphoreError => {
                 post_error(dev, st, nc, e, ErrorId::SemaphoreError, error_mask::NONE, s.pc, code::INJECTED)
             }
-            FaultKind::OutOfOrder => post_infer(dev, st, nc, e, (ntype::INST_END, Subtype::End, 0, s.pc)),
-            FaultKind::Oob => {
-                post_infer(dev, st, nc, e, (ntype::EXPLICIT, Subtype::Custom, custom::OOB_INDIRECT_SCATTER, s.pc))
+            FaultKind::OutOfOrder => {
+                post_infer(dev, st, nc, e, (ntype::INST_END, Subtype::End, 0, s.pc));
             }
+            FaultKind::Oob => {
+                post_infer(dev, st, nc, e, (ntype::EXPLICIT, Subtype::Custom, custom::OOB_INDIRECT_SCATTER, s.pc));
+            }
+            FaultKind::NqOverflow => flood(dev, st, nc, e, s.pc),
             _ => {}
         }
     }

@@ -334,6 +334,7 @@ fn step(dev: &Dev, st: &mut State, nc: usize, e: usize, out: &mut Vec<Delivery>)
                 post_infer(dev, st, nc, e, (ntype::EXPLICIT, Subtype::Custom, custom::OOB_INDIRECT_SCATTER, s.pc));
             }
             FaultKind::NqOverflow => flood(dev, st, nc, e, s.pc),
+            FaultKind::NcUe => crate::fault::nc_ue(dev, st, nc),
             _ => {}
         }
     }
@@ -371,6 +372,16 @@ fn step(dev: &Dev, st: &mut State, nc: usize, e: usize, out: &mut Vec<Delivery>)
             let eng = st.seq[nc][e];
             if !eng.coll_wait {
                 let c = CollectiveOp::decode(&b);
+                if crate::fault::collective_fault(dev, st, nc).is_some() {
+                    // The transfer failed (or its proxy went silent): it never completes and
+                    // the engine keeps waiting on it. Its sequence number is used up, so the
+                    // NC's next collective does not pair with this one's peers.
+                    let seq = st.coll_seq.entry((nc as u32, c.comm_id)).or_insert(0);
+                    *seq = seq.wrapping_add(1);
+                    st.seq[nc][e].coll_wait = true;
+                    st.seq[nc][e].state = seqc::STATE_WAITING;
+                    return true;
+                }
                 match arrive(dev, st, nc, e, &c) {
                     Ok(d) => out.extend(d),
                     Err(code) => {
@@ -430,6 +441,9 @@ fn arrive(dev: &Dev, st: &mut State, nc: usize, e: usize, c: &CollectiveOp) -> R
     let bytes = (c.num_elements as usize).checked_mul(es).filter(|&b| b <= 1 << 30).ok_or(code::COLLECTIVE)?;
     let mut data = vec![0u8; bytes];
     dev.dev_read(st, c.src, &mut data).map_err(|_| code::MEMORY)?;
+    if crate::fault::hbm_ue_on_read(dev, st, [(c.src, bytes as u64)].into_iter()) {
+        crate::fault::damage(&mut data);
+    }
     let seq = st.coll_seq.entry((nc as u32, c.comm_id)).or_insert(0);
     let my = *seq;
     *seq = seq.wrapping_add(1);
@@ -492,6 +506,9 @@ fn dma2d(dev: &Dev, st: &mut State, nc: usize, e: usize, d: &Dma2d) -> Result<()
     let ses = if d.src.elem_size == 0 { 65536 } else { d.src.elem_size as usize };
     for (k, a) in leg_elems(&d.src).enumerate() {
         dev.dev_read(st, a, &mut buf[k * ses..(k + 1) * ses]).map_err(|_| code::MEMORY)?;
+    }
+    if crate::fault::hbm_ue_on_read(dev, st, leg_elems(&d.src).map(|a| (a, ses as u64))) {
+        crate::fault::damage(&mut buf);
     }
     let des = if d.dst.elem_size == 0 { 65536 } else { d.dst.elem_size as usize };
     for (k, a) in leg_elems(&d.dst).enumerate() {

@@ -41,10 +41,24 @@ impl NotificationSource for StagedNc {
     fn fatal_causes(&mut self) -> FatalCauses {
         self.dev.fatal_causes(self.nc).unwrap_or_default()
     }
+    /// The collectives barrier proxy of this NC, as its collective engine reports it: failed
+    /// once the collectives hardware latched an error (NC INTC `cc_error`), done otherwise
+    /// (the simulator's collective engine has no barrier task outstanding between executions).
     fn barrier_proxy(&mut self) -> ProxyPoll {
-        ProxyPoll::Done
+        match self.dev.fatal_causes(self.nc) {
+            Ok(c) if c.contains(FatalCauses::CC_ERROR) => ProxyPoll::Failed,
+            Ok(_) => ProxyPoll::Done,
+            Err(_) => ProxyPoll::Pending,
+        }
     }
+    /// The network proxy of this NC: failed once the device latched `net_proxy_fail`, done
+    /// otherwise. An unreadable register is "no answer" (pending): the completion engine keeps
+    /// polling and the core timeout still applies.
     fn network_proxy(&mut self) -> ProxyPoll {
-        ProxyPoll::Done
+        match self.dev.fatal_causes(self.nc) {
+            Ok(c) if c.contains(FatalCauses::NET_PROXY) => ProxyPoll::Failed,
+            Ok(_) => ProxyPoll::Done,
+            Err(_) => ProxyPoll::Pending,
+        }
     }
 }

@@ -7,7 +7,9 @@ use csr_maps::formats::error::TpbErrorRecord;
 use csr_maps::formats::notify::InferStatus;
 
 use super::StagedNc;
-use crate::completion::{FatalCauses, NotificationSource, ProxyPoll, SourceError};
+use std::time::Instant;
+
+use crate::completion::{FatalCauses, NotificationSource, ProxyPoll, SourceError, SIGNAL_PROBE_INTERVAL};
 
 impl NotificationSource for StagedNc {
     fn poll_infer(&mut self, engine: usize, out: &mut Vec<InferStatus>, max: usize) -> Result<(), SourceError> {
@@ -51,14 +53,21 @@ impl NotificationSource for StagedNc {
             Err(_) => ProxyPoll::Pending,
         }
     }
-    /// The network proxy of this NC: failed once the device latched `net_proxy_fail`, done
-    /// otherwise. An unreadable register is "no answer" (pending): the completion engine keeps
-    /// polling and the core timeout still applies.
+    /// The network proxy of this NC's collectives: failed once the device latched
+    /// `net_proxy_fail` (the proxy stopped answering), else still serving the execution's
+    /// collectives (pending: it is polled on every sweep, libnrt's WAIT_CORE; pending never
+    /// holds completion back). The status register is read at most every
+    /// [`SIGNAL_PROBE_INTERVAL`]; in between the poll is pending without an MMIO access. An
+    /// unreadable register is "no answer" as well: the core timeout still applies.
     fn network_proxy(&mut self) -> ProxyPoll {
+        let now = Instant::now();
+        if self.net_probed.is_some_and(|t| now.saturating_duration_since(t) < SIGNAL_PROBE_INTERVAL) {
+            return ProxyPoll::Pending;
+        }
+        self.net_probed = Some(now);
         match self.dev.fatal_causes(self.nc) {
             Ok(c) if c.contains(FatalCauses::NET_PROXY) => ProxyPoll::Failed,
-            Ok(_) => ProxyPoll::Done,
-            Err(_) => ProxyPoll::Pending,
+            _ => ProxyPoll::Pending,
         }
     }
 }

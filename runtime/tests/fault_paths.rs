@@ -151,7 +151,9 @@ fn exec_out(rt: &Runtime, m: &ModelHandle) -> (NrtStatus, Vec<u8>) {
 /// unload + reload runs clean.
 #[test]
 fn hbm_ue_during_a_dma() {
-    for (spec, want) in [("hbm-ue@nc0", NrtStatus::ExecHwErrHbmUe), ("hbm-ue-repairable@nc0", NrtStatus::ExecHwErrRepairableHbmUe)] {
+    for (spec, want) in
+        [("hbm-ue@nc0", NrtStatus::ExecHwErrHbmUe), ("hbm-ue-repairable@nc0", NrtStatus::ExecHwErrRepairableHbmUe)]
+    {
         let (rt, sim, m, bytes) = setup(&SUNDA, 1);
         assert_eq!(exec_out(&rt, &m), (NrtStatus::Success, vec![1u8; 128]), "clean first");
         let dma_before = sim.stats().dma_packets;

@@ -7,7 +7,12 @@
 use runtime::error_decode::{ErrorBlock, ErrorDecodeConfig};
 use runtime::records;
 
-include!("../../tests/golden/records.rs");
+/// The shared hand-written vectors (each test uses the kinds it checks).
+#[allow(dead_code)]
+mod vectors {
+    include!("../../tests/golden/records.rs");
+}
+use vectors::*;
 
 #[test]
 fn error_records_decode_to_the_described_values() {

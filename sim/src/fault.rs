@@ -213,7 +213,8 @@ pub(crate) fn hbm_ue_on_read(dev: &Dev, st: &mut State, srcs: impl Iterator<Item
     if !st.faults.iter().any(|f| matches!(f.kind, FaultKind::HbmUe | FaultKind::HbmUeRepairable)) {
         return false;
     }
-    let stacks: Vec<u64> = srcs.filter(|r| r.1 > 0).filter_map(|(a, _)| dev.arch.dev_to_hbm(a).map(|(k, _)| k)).collect();
+    let stacks: Vec<u64> =
+        srcs.filter(|r| r.1 > 0).filter_map(|(a, _)| dev.arch.dev_to_hbm(a).map(|(k, _)| k)).collect();
     let Some(i) = st.faults.iter().position(|f| {
         matches!(f.kind, FaultKind::HbmUe | FaultKind::HbmUeRepairable) && stacks.contains(&stack_of(dev, f.nc))
     }) else {

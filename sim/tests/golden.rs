@@ -10,7 +10,12 @@ use csr_maps::SUNDA;
 use isa::slot::{Events, Opcode, WaitMode, SLOT_BYTES};
 use sim::FaultSpec;
 
-include!("../../tests/golden/records.rs");
+/// The shared hand-written vectors (each test uses the kinds it checks).
+#[allow(dead_code)]
+mod vectors {
+    include!("../../tests/golden/records.rs");
+}
+use vectors::*;
 
 const TRACE_BOTH: u8 = 3;
 

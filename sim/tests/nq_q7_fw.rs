@@ -1,7 +1,6 @@
 //! Notification queues, fault injection, Q7/DGE, FW-IO and reset — registers and DMA only.
 
 mod common;
-use csr_maps::formats::udma::UdmaDesc;
 use common::*;
 use csr_maps::consts::{fwio as fwc, q7 as q7c};
 use csr_maps::formats::dge::DgeMailbox;
@@ -9,6 +8,7 @@ use csr_maps::formats::error::{ErrorId, TpbErrorRecord};
 use csr_maps::formats::fwio::FwHeader;
 use csr_maps::formats::notify::{custom, Subtype};
 use csr_maps::formats::ucpl::UcplHeader;
+use csr_maps::formats::udma::UdmaDesc;
 use csr_maps::{CAYMAN, MARIANA, SUNDA};
 use isa::device_ops::NotifyOp;
 use isa::slot::{Dma2d, Dma2dLeg, Events, Opcode, SlotHeader, SLOT_BYTES};

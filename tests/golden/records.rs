@@ -185,16 +185,25 @@ pub const GOLDEN_DGE: &[(&str, [u8; 4], u8, u8, u16)] = &[
     ("dge.prio5.ch0_3_8_11", [0x00, 0x05, 0x0F, 0x0F], 0, 5, 0x0F0F),
 ];
 
-/// FW-IO request header (8 bytes: dword0 {seq, cmd, size}, dword1 CRC-32C over the header with
-/// the CRC field zero, then the payload): (name, header bytes, seq, cmd, size, payload).
-pub const GOLDEN_FWIO: &[(&str, [u8; 8], u8, u8, u16, &[u8])] = &[(
-    "fwio.get_data",
-    [0x03, 0x04, 0x0C, 0x00, 0x47, 0xE7, 0x18, 0x23],
-    3,
-    4,
-    12,
-    &[0x11, 0x22, 0x33, 0x44],
-)];
+/// A FW-IO request header (8 bytes: dword0 {seq, cmd, size}, dword1 CRC-32C over the header
+/// with the CRC field zero, then the payload) and its described values.
+pub struct GoldenFwio {
+    pub name: &'static str,
+    pub bytes: [u8; 8],
+    pub seq: u8,
+    pub cmd: u8,
+    pub size: u16,
+    pub payload: &'static [u8],
+}
+
+pub const GOLDEN_FWIO: &[GoldenFwio] = &[GoldenFwio {
+    name: "fwio.get_data",
+    bytes: [0x03, 0x04, 0x0C, 0x00, 0x47, 0xE7, 0x18, 0x23],
+    seq: 3,
+    cmd: 4,
+    size: 12,
+    payload: &[0x11, 0x22, 0x33, 0x44],
+}];
 
 /// Hex of 16/8/4 bytes as docs/records.md prints them (`01 01 00 83 …`).
 pub fn hex(b: &[u8]) -> String {

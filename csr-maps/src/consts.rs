@@ -269,8 +269,6 @@ pub mod seq {
     pub mod error_mask {
         /// FP_NAN: a NaN produced by the engine's datapath (outside the ignored `0x7E00`).
         pub const NAN_RESULT: u16 = 0x0001;
-        /// MEMORY_ERROR: an uncorrectable memory access (inside `0xFD6B`).
-        pub const MEMORY_UE: u16 = 0x0001;
         /// Records whose id carries no mask (sequencer, semaphore, …).
         pub const NONE: u16 = 0;
     }

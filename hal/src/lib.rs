@@ -18,6 +18,7 @@ pub mod guard;
 pub mod mem;
 pub mod nq;
 pub mod q7;
+pub mod regions;
 pub mod seq;
 pub mod udma;
 
@@ -35,6 +36,7 @@ pub use fwio::{PollTiming, ResetKind};
 pub use mem::{DevAllocator, DevBuf, HostBuf, HostPool};
 pub use nq::{NqOwner, NqRing};
 pub use platform::Irq;
+pub use regions::{Perm, Region, RegionFault};
 pub use seq::{EngineStatus, Stream};
 pub use udma::{Ring, Xfer};
 
@@ -117,6 +119,8 @@ struct Inner {
     fw_seq: Mutex<u8>,
     opts: DeviceOptions,
     index: u32,
+    /// Per NC: the entries its ownership region table holds (as last programmed).
+    regions: Mutex<Vec<Vec<Region>>>,
 }
 
 /// An open Neuron device. Cheap to clone; the device is closed when the last clone
@@ -179,6 +183,7 @@ impl Device {
                 fw_seq: Mutex::new(0),
                 opts,
                 index,
+                regions: Mutex::new(vec![Vec::new(); arch.counts.ncs as usize]),
             }),
         })
     }
@@ -467,6 +472,50 @@ impl Device {
         Ok(())
     }
 
+    // ----------------------------------------------------------------- ownership regions
+
+    /// Program NC `nc`'s ownership region table with `regions` (coalesced: overlapping or
+    /// abutting ranges of one permission take one entry) and enable it. Only entries that
+    /// changed since the last programming are written. The NC must be idle.
+    /// [`HalError::RegionTableFull`] when more entries are needed than the table holds
+    /// (nothing is programmed then: the table is left as it was). Returns the entries used.
+    pub fn set_regions(&self, nc: usize, regions: &[Region]) -> Result<usize> {
+        self.check_nc(nc)?;
+        let mut all = self.inner.regions.lock().unwrap_or_else(|e| e.into_inner());
+        let shadow = all.get_mut(nc).ok_or(HalError::NoSuchNc { nc, count: self.nc_count() })?;
+        regions::program(&self.regs(), nc, regions, shadow)
+    }
+
+    /// Disable NC `nc`'s ownership region table (nothing is checked) and clear its entries.
+    pub fn clear_regions(&self, nc: usize) -> Result<()> {
+        self.check_nc(nc)?;
+        let mut all = self.inner.regions.lock().unwrap_or_else(|e| e.into_inner());
+        let shadow = all.get_mut(nc).ok_or(HalError::NoSuchNc { nc, count: self.nc_count() })?;
+        regions::disable(&self.regs(), nc, shadow)
+    }
+
+    /// The first access NC `nc`'s region table refused since the last clear, if any.
+    pub fn region_fault(&self, nc: usize) -> Result<Option<RegionFault>> {
+        self.check_nc(nc)?;
+        regions::fault(&self.regs(), nc)
+    }
+
+    /// Clear NC `nc`'s latched region-table report.
+    pub fn clear_region_fault(&self, nc: usize) -> Result<()> {
+        self.check_nc(nc)?;
+        regions::clear_fault(&self.regs(), nc)
+    }
+
+    /// The table's registers were reset with the NC: forget what they held.
+    fn forget_regions(&self, nc: Option<usize>) {
+        let mut all = self.inner.regions.lock().unwrap_or_else(|e| e.into_inner());
+        for (i, s) in all.iter_mut().enumerate() {
+            if nc.is_none_or(|n| n == i) {
+                s.clear();
+            }
+        }
+    }
+
     // ----------------------------------------------------------------- sequencers
 
     /// Stage a slot program for `engine` of `nc` in device memory and program the engine.
@@ -514,6 +563,7 @@ impl Device {
         let regs = self.regs();
         nq::halt_all(&regs, nc, self.arch().counts.nq_slots)?;
         fwio::reset(self.arch(), &regs, ResetKind::Ncs(1 << nc), &self.inner.opts.poll)?;
+        self.forget_regions(Some(nc));
         let per = self.arch().counts.dma_engines_per_nc;
         for e in nc as u64 * per..(nc as u64 + 1) * per {
             udma::init_engine(self.arch(), &regs, e)?;
@@ -524,6 +574,7 @@ impl Device {
     /// Reset the whole device and re-initialise it.
     pub fn reset_device(&self) -> Result<()> {
         fwio::reset(self.arch(), &self.regs(), ResetKind::Device, &self.inner.opts.poll)?;
+        self.forget_regions(None);
         self.init()?;
         self.reprogram_h2t()
     }

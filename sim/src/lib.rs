@@ -21,6 +21,7 @@ mod fwio;
 mod hub;
 mod intc;
 mod iommu;
+mod mpu;
 mod nq;
 mod platform_impl;
 mod regs;

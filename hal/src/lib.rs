@@ -121,6 +121,8 @@ struct Inner {
     index: u32,
     /// Per NC: the entries its ownership region table holds (as last programmed).
     regions: Mutex<Vec<Vec<Region>>>,
+    /// Device bytes zeroed for new owners ([`Device::zero_device`]).
+    dev_zeroed: std::sync::atomic::AtomicU64,
 }
 
 /// An open Neuron device. Cheap to clone; the device is closed when the last clone
@@ -184,6 +186,7 @@ impl Device {
                 opts,
                 index,
                 regions: Mutex::new(vec![Vec::new(); arch.counts.ncs as usize]),
+                dev_zeroed: Default::default(),
             }),
         })
     }
@@ -276,9 +279,16 @@ impl Device {
             let n = chunk.min(len - off);
             let dst = addr.checked_add(off).ok_or(HalError::DeviceRange { addr, len })?;
             self.copy(nc, &[Xfer { src, dst, len: n }])?;
+            self.inner.dev_zeroed.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
             off += n;
         }
         Ok(())
+    }
+
+    /// Bytes zeroed so far for new owners: (device memory, recycled host memory). What a
+    /// benchmark reads around an execute loop to show that executing zeroes nothing.
+    pub fn zeroed_bytes(&self) -> (u64, u64) {
+        (self.inner.dev_zeroed.load(std::sync::atomic::Ordering::Relaxed), self.inner.pool.zeroed_bytes())
     }
     /// The device-memory allocator.
     pub fn allocator(&self) -> &Arc<DevAllocator> {

@@ -9,6 +9,11 @@
 //!   the lag from the last END record's device timestamp (rescaled to host time through the
 //!   sync point taken at load) to the host seeing completion, with the spin policy and with
 //!   `usleep(1)` between steps.
+//! - Trust costs: zero-on-allocate of tensors (device memory by DMA from a zeroed host
+//!   buffer, recycled host memory by memset) in µs per MiB, the bytes zeroed while executing
+//!   (0: nothing is zeroed on the execute path), and programming an NC's ownership region
+//!   table at a model switch (µs per switch for a given number of entries, and the extra
+//!   time per execute when two models alternate on one NC).
 //! - Allocations: a counting global allocator, installed only in the `neuron-vfio-bench`
 //!   binary (`neuron-vfio bench` runs it when it is installed alongside; otherwise
 //!   allocations are reported as not counted); syscalls: read/write syscalls from
@@ -141,6 +146,86 @@ fn lag_run(arch: &'static csr_maps::Arch, poll: PollPolicy, iters: u32) -> Resul
     Ok(LagRun { p50: pct(&mut lags, 0.5), p99: pct(&mut lags, 0.99), iters, allocs, switches })
 }
 
+/// What the trust rules cost (see the module documentation).
+#[cfg(feature = "sim")]
+struct TrustCosts {
+    dev_zero_us_per_mib: f64,
+    host_zero_us_per_mib: f64,
+    /// (entries, µs per programming of the region table with all entries changed).
+    table_us: Vec<(usize, f64)>,
+    /// µs per execute: one model alone, two models alternating on one NC (a switch each).
+    exec_alone_us: f64,
+    exec_alternating_us: f64,
+}
+
+#[cfg(feature = "sim")]
+fn trust_costs(arch: &'static csr_maps::Arch) -> Result<TrustCosts, CliError> {
+    use std::time::Instant;
+    let e = |e: runtime::RtError| CliError::new(e.status, e.message());
+    let s = setup(arch, Timing::Inline, PollPolicy::Spin)?;
+    let vnc = s.m.vncs[0];
+    // Zero-on-allocate: device tensors (DMA from a zeroed host buffer), host tensors from the
+    // pool (a recycled range is zeroed by memset).
+    const MIB: u64 = 1 << 20;
+    let t = Instant::now();
+    for k in 0..8 {
+        drop(s.rt.alloc_tensor(&format!("z{k}"), 4 * MIB, true, vnc).map_err(e)?);
+    }
+    let dev_zero_us_per_mib = t.elapsed().as_secs_f64() * 1e6 / 32.0;
+    drop(s.rt.alloc_tensor("warm", MIB, false, vnc).map_err(e)?);
+    let t = Instant::now();
+    for k in 0..64 {
+        drop(s.rt.alloc_tensor(&format!("h{k}"), MIB, false, vnc).map_err(e)?);
+    }
+    let host_zero_us_per_mib = t.elapsed().as_secs_f64() * 1e6 / 64.0;
+    // The table alone: two disjoint lists programmed alternately (every entry changes), on
+    // an NC without a model.
+    let mut table_us = Vec::new();
+    if let Some((dev, local)) = s.rt.device_of(s.m.ncs[0]) {
+        let nc = (local + 1) % dev.nc_count();
+        for n in [16usize, 64, hal::regions::TABLE_ENTRIES] {
+            let list = |k: u64| -> Vec<hal::Region> {
+                (0..n as u64).map(|i| hal::Region::new((k * 4096 + i) * 0x2_0000, 0x1000, hal::Perm::READ)).collect()
+            };
+            let (a, b) = (list(0), list(1));
+            let rounds = 400u32;
+            let t = Instant::now();
+            for r in 0..rounds {
+                dev.set_regions(nc, if r % 2 == 0 { &a } else { &b }).map_err(|x| CliError::failure(x.to_string()))?;
+            }
+            table_us.push((n, t.elapsed().as_secs_f64() * 1e6 / f64::from(rounds)));
+            dev.clear_regions(nc).map_err(|x| CliError::failure(x.to_string()))?;
+        }
+    }
+    // A model switch per execute: a second model on the same NC, executes alternating.
+    let mut d = neff::builder::single_nc_allreduce();
+    d.target = "*".into();
+    let other = s.rt.load(&d.build().map_err(CliError::failure)?, Some(vnc), None).map_err(e)?;
+    let run = |m: &runtime::ModelHandle| -> Result<(), CliError> {
+        let (st, _) = s.rt.execute(m, &s.ins, &s.outs).map_err(e)?;
+        if st != NrtStatus::Success {
+            return Err(CliError::new(st, "execution failed during the benchmark"));
+        }
+        Ok(())
+    };
+    let rounds = 500u32;
+    run(&s.m)?;
+    let t = Instant::now();
+    for _ in 0..rounds {
+        run(&s.m)?;
+    }
+    let exec_alone_us = t.elapsed().as_secs_f64() * 1e6 / f64::from(rounds);
+    let t = Instant::now();
+    for r in 0..rounds {
+        run(if r % 2 == 0 { &other } else { &s.m })?;
+    }
+    let exec_alternating_us = t.elapsed().as_secs_f64() * 1e6 / f64::from(rounds);
+    s.rt.unload(&other).map_err(e)?;
+    s.rt.unload(&s.m).map_err(e)?;
+    let _ = s.rt.close();
+    Ok(TrustCosts { dev_zero_us_per_mib, host_zero_us_per_mib, table_us, exec_alone_us, exec_alternating_us })
+}
+
 /// Run the benchmark and print figures.
 #[cfg(feature = "sim")]
 pub fn exec_bench(a: ExecBenchArgs, json_out: bool) -> Result<(), CliError> {
@@ -160,6 +245,8 @@ pub fn exec_bench(a: ExecBenchArgs, json_out: bool) -> Result<(), CliError> {
     let (c0, _) = proc_io();
     let (c1, _) = proc_io();
     let probe_reads = c1.saturating_sub(c0);
+    let zeroing = s.rt.device_of(s.m.ncs[0]).map(|(d, _)| d);
+    let z0 = zeroing.as_ref().map(|d| d.zeroed_bytes()).unwrap_or_default();
     let (r0, w0) = proc_io();
     let a0 = alloc_count::process_allocs();
     for _ in 0..iters {
@@ -171,6 +258,9 @@ pub fn exec_bench(a: ExecBenchArgs, json_out: bool) -> Result<(), CliError> {
     }
     let allocs = alloc_count::process_allocs() - a0;
     let (r1, w1) = proc_io();
+    let z1 = zeroing.as_ref().map(|d| d.zeroed_bytes()).unwrap_or_default();
+    let exec_zeroed = (z1.0 - z0.0, z1.1 - z0.1);
+    drop(zeroing);
     let vcs = voluntary_switches() - v0;
     s.rt.unload(&s.m).map_err(|e| CliError::new(e.status, e.message()))?;
     let _ = s.rt.close();
@@ -182,6 +272,7 @@ pub fn exec_bench(a: ExecBenchArgs, json_out: bool) -> Result<(), CliError> {
     let spin = lag_run(arch, PollPolicy::Spin, lag_iters)?;
     let us = lag_run(arch, PollPolicy::Usleep1, lag_iters.min(2000))?;
     let (spin50, spin99, us50, us99) = (spin.p50, spin.p99, us.p50, us.p99);
+    let trust = trust_costs(arch)?;
     let per = |x: u64| x as f64 / iters as f64;
     // Allocation figures exist only under the counting allocator (neuron-vfio-bench).
     let counted = alloc_count::active();
@@ -202,6 +293,12 @@ pub fn exec_bench(a: ExecBenchArgs, json_out: bool) -> Result<(), CliError> {
                 "process_counts": {"executes": iters, "allocs_incl_device": counted.then_some(allocs), "read_write_syscalls": io_calls, "voluntary_switches": vcs},
                 "read_write_syscalls_per_exec": per(io_calls),
                 "voluntary_ctx_switches_per_exec": per(vcs),
+                "trust": {
+                    "zero_on_allocate_us_per_mib": {"device": trust.dev_zero_us_per_mib, "host": trust.host_zero_us_per_mib},
+                    "zeroed_bytes_while_executing": {"device": exec_zeroed.0, "host": exec_zeroed.1},
+                    "region_table_program_us": trust.table_us.iter().map(|(n, us)| json!({"entries": n, "us": us})).collect::<Vec<_>>(),
+                    "exec_us": {"one_model": trust.exec_alone_us, "two_models_alternating": trust.exec_alternating_us},
+                },
             })
         );
     } else {
@@ -224,6 +321,20 @@ pub fn exec_bench(a: ExecBenchArgs, json_out: bool) -> Result<(), CliError> {
         );
         println!(
             "  whole process (inline sim), {iters} executes: {io_calls} read/write syscalls, {vcs} voluntary context switches{proc_allocs}"
+        );
+        println!(
+            "  zero-on-allocate (inline sim): device tensor {:.1} us/MiB (DMA from a zeroed host buffer), host tensor {:.1} us/MiB (memset of a recycled range)",
+            trust.dev_zero_us_per_mib, trust.host_zero_us_per_mib
+        );
+        println!(
+            "  bytes zeroed during the {iters} executes: device {}, host {} (outputs are zeroed at allocation, not per execute)",
+            exec_zeroed.0, exec_zeroed.1
+        );
+        let table: Vec<String> = trust.table_us.iter().map(|(n, us)| format!("{n} entries {us:.1} us")).collect();
+        println!("  region table programming per model switch (all entries changed): {}", table.join(", "));
+        println!(
+            "  execute with a model switch each time (park, re-arm, region table): {:.1} us vs {:.1} us for one model alone",
+            trust.exec_alternating_us, trust.exec_alone_us
         );
     }
     Ok(())

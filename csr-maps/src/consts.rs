@@ -335,6 +335,24 @@ pub mod addr8 {
     pub const MODE_SHIFT: u32 = 56;
 }
 
+/// The NC ownership region table (`nc_regions`, modeled: no public source places an
+/// ownership table; this project's model).
+pub mod regions {
+    /// Entries per NC (`nc_regions.entry[..]`).
+    pub const ENTRIES: usize = 256;
+    /// `oob_cause.kind`: a data read (DMA source, DMAMEMCPY / collective source).
+    pub const KIND_READ: u32 = 1;
+    /// `oob_cause.kind`: a data write (DMA destination incl. CSRs, DMAMEMCPY / collective
+    /// destination, WRITE target).
+    pub const KIND_WRITE: u32 = 2;
+    /// `oob_cause.kind`: a sequencer instruction fetch.
+    pub const KIND_FETCH: u32 = 3;
+    /// `oob_cause.kind`: a DMA descriptor fetch.
+    pub const KIND_DESC: u32 = 4;
+    /// `oob_cause.source` of DMA engine `n` of the NC: this + n (sequencer engines are 0..=4).
+    pub const SOURCE_DMA: u32 = 0x10;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -345,5 +363,13 @@ mod tests {
         assert_eq!(types, ["trace", "notify", "event", "error", "trace_dma", "throttle", "unknown"]);
         let states: Vec<_> = (0..6).map(seq::state_name).collect();
         assert_eq!(states, ["idle", "running", "waiting", "halted", "fault", "unknown"]);
+    }
+
+    #[test]
+    fn region_table_entries_match_the_block() {
+        let m = platform::MemMmio::new(0x4000);
+        let b = crate::blocks::nc_regions::Block::at(&m, 0);
+        assert!(b.entry(regions::ENTRIES as u64 - 1).is_ok());
+        assert!(b.entry(regions::ENTRIES as u64).is_err());
     }
 }

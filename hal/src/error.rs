@@ -54,6 +54,8 @@ pub enum HalError {
     Ucode(#[from] crate::q7::UcodeError),
     #[error("program of {0} bytes is not a whole number of 64-byte slots")]
     ProgramSize(usize),
+    #[error("the ownership region table holds {entries} entries; {needed} are needed (after coalescing)")]
+    RegionTableFull { needed: usize, entries: usize },
 }
 
 /// Result alias.

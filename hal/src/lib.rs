@@ -19,6 +19,7 @@ pub mod mem;
 pub mod nq;
 pub mod park;
 pub mod q7;
+pub mod regions;
 pub mod seq;
 pub mod udma;
 
@@ -37,6 +38,7 @@ pub use mem::{DevAllocator, DevBuf, HostBuf, HostPool};
 pub use nq::{NqOwner, NqRing};
 pub use park::Parking;
 pub use platform::Irq;
+pub use regions::{Perm, Region, RegionFault};
 pub use seq::{EngineStatus, Stream};
 pub use udma::{Ring, Xfer};
 
@@ -121,6 +123,10 @@ struct Inner {
     fw_seq: Mutex<u8>,
     opts: DeviceOptions,
     index: u32,
+    /// Per NC: the entries its ownership region table holds (as last programmed).
+    regions: Mutex<Vec<Vec<Region>>>,
+    /// Device bytes zeroed for new owners ([`Device::zero_device`]).
+    dev_zeroed: std::sync::atomic::AtomicU64,
 }
 
 /// An open Neuron device. Cheap to clone; the device is closed when the last clone
@@ -185,6 +191,8 @@ impl Device {
                 fw_seq: Mutex::new(0),
                 opts,
                 index,
+                regions: Mutex::new(vec![Vec::new(); arch.counts.ncs as usize]),
+                dev_zeroed: Default::default(),
             }),
         })
     }
@@ -277,9 +285,16 @@ impl Device {
             let n = chunk.min(len - off);
             let dst = addr.checked_add(off).ok_or(HalError::DeviceRange { addr, len })?;
             self.copy(nc, &[Xfer { src, dst, len: n }])?;
+            self.inner.dev_zeroed.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
             off += n;
         }
         Ok(())
+    }
+
+    /// Bytes zeroed so far for new owners: (device memory, recycled host memory). What a
+    /// benchmark reads around an execute loop to show that executing zeroes nothing.
+    pub fn zeroed_bytes(&self) -> (u64, u64) {
+        (self.inner.dev_zeroed.load(std::sync::atomic::Ordering::Relaxed), self.inner.pool.zeroed_bytes())
     }
     /// The device-memory allocator.
     pub fn allocator(&self) -> &Arc<DevAllocator> {
@@ -477,6 +492,50 @@ impl Device {
         Ok(())
     }
 
+    // ----------------------------------------------------------------- ownership regions
+
+    /// Program NC `nc`'s ownership region table with `regions` (coalesced: overlapping or
+    /// abutting ranges of one permission take one entry) and enable it. Only entries that
+    /// changed since the last programming are written. The NC must be idle.
+    /// [`HalError::RegionTableFull`] when more entries are needed than the table holds
+    /// (nothing is programmed then: the table is left as it was). Returns the entries used.
+    pub fn set_regions(&self, nc: usize, regions: &[Region]) -> Result<usize> {
+        self.check_nc(nc)?;
+        let mut all = self.inner.regions.lock().unwrap_or_else(|e| e.into_inner());
+        let shadow = all.get_mut(nc).ok_or(HalError::NoSuchNc { nc, count: self.nc_count() })?;
+        regions::program(&self.regs(), nc, regions, shadow)
+    }
+
+    /// Disable NC `nc`'s ownership region table (nothing is checked) and clear its entries.
+    pub fn clear_regions(&self, nc: usize) -> Result<()> {
+        self.check_nc(nc)?;
+        let mut all = self.inner.regions.lock().unwrap_or_else(|e| e.into_inner());
+        let shadow = all.get_mut(nc).ok_or(HalError::NoSuchNc { nc, count: self.nc_count() })?;
+        regions::disable(&self.regs(), nc, shadow)
+    }
+
+    /// The first access NC `nc`'s region table refused since the last clear, if any.
+    pub fn region_fault(&self, nc: usize) -> Result<Option<RegionFault>> {
+        self.check_nc(nc)?;
+        regions::fault(&self.regs(), nc)
+    }
+
+    /// Clear NC `nc`'s latched region-table report.
+    pub fn clear_region_fault(&self, nc: usize) -> Result<()> {
+        self.check_nc(nc)?;
+        regions::clear_fault(&self.regs(), nc)
+    }
+
+    /// The table's registers were reset with the NC: forget what they held.
+    fn forget_regions(&self, nc: Option<usize>) {
+        let mut all = self.inner.regions.lock().unwrap_or_else(|e| e.into_inner());
+        for (i, s) in all.iter_mut().enumerate() {
+            if nc.is_none_or(|n| n == i) {
+                s.clear();
+            }
+        }
+    }
+
     // ----------------------------------------------------------------- sequencers
 
     /// Stage a slot program for `engine` of `nc` in device memory and program the engine.
@@ -524,6 +583,7 @@ impl Device {
         let regs = self.regs();
         nq::halt_all(&regs, nc, self.arch().counts.nq_slots)?;
         fwio::reset(self.arch(), &regs, ResetKind::Ncs(1 << nc), &self.inner.opts.poll)?;
+        self.forget_regions(Some(nc));
         let per = self.arch().counts.dma_engines_per_nc;
         for e in nc as u64 * per..(nc as u64 + 1) * per {
             udma::init_engine(self.arch(), &regs, e)?;
@@ -534,6 +594,7 @@ impl Device {
     /// Reset the whole device and re-initialise it.
     pub fn reset_device(&self) -> Result<()> {
         fwio::reset(self.arch(), &self.regs(), ResetKind::Device, &self.inner.opts.poll)?;
+        self.forget_regions(None);
         self.init()?;
         self.reprogram_h2t()
     }

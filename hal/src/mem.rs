@@ -26,6 +26,8 @@ pub struct HostPool {
     platform: Arc<dyn Platform>,
     chunk_bytes: usize,
     chunks: Mutex<Vec<Arc<Chunk>>>,
+    /// Bytes zeroed when recycled ranges were handed out.
+    zeroed: std::sync::atomic::AtomicU64,
 }
 
 /// A buffer in host memory with a device-visible IOVA. Freed (returned to its chunk,
@@ -128,7 +130,17 @@ fn insert_free(free: &mut BTreeMap<usize, usize>, off: usize, len: usize) {
 impl HostPool {
     /// A pool over `platform` mapping chunks of `chunk_bytes`.
     pub fn new(platform: Arc<dyn Platform>, chunk_bytes: usize) -> Self {
-        Self { platform, chunk_bytes: chunk_bytes.max(4096), chunks: Mutex::new(Vec::new()) }
+        Self {
+            platform,
+            chunk_bytes: chunk_bytes.max(4096),
+            chunks: Mutex::new(Vec::new()),
+            zeroed: Default::default(),
+        }
+    }
+
+    /// Bytes zeroed so far for new owners of recycled ranges.
+    pub fn zeroed_bytes(&self) -> u64 {
+        self.zeroed.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Allocate `len` bytes aligned to `align` (≤ 4096; power of two).
@@ -153,6 +165,7 @@ impl HostPool {
                 // A recycled range: zero it so no earlier owner's bytes reach the new one.
                 let b = HostBuf { chunk: c.clone(), off, len };
                 b.fill(0, len, 0)?;
+                self.zeroed.fetch_add(len as u64, std::sync::atomic::Ordering::Relaxed);
                 return Ok(b);
             }
         }

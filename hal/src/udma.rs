@@ -350,6 +350,18 @@ impl Ring {
         self.capacity()
     }
 
+    /// What an NC's ownership region table must grant this queue: descriptor fetch from its
+    /// two rings, and its completion-marker words (read and written by [`Ring::copy`]).
+    pub fn regions(&self) -> [crate::Region; 3] {
+        use crate::{Perm, Region};
+        let host = |b: &HostBuf| self.arch.host_dev_addr(b.iova());
+        [
+            Region::new(host(&self.m2s_ring), self.m2s_ring.len() as u64, Perm::DESC),
+            Region::new(host(&self.s2m_ring), self.s2m_ring.len() as u64, Perm::DESC),
+            Region::new(host(&self.marker), self.marker.len() as u64, Perm::READ | Perm::WRITE),
+        ]
+    }
+
     /// Device addresses of the (S2M, M2S) tail-increment registers: WRITE targets of a
     /// lowered PSEUDO_DMA_TRIGGER.
     pub fn doorbell_dev_addrs(&self, regs: &Regs<'_>) -> Result<(u64, u64)> {

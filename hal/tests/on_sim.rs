@@ -415,3 +415,70 @@ fn platform_dma_mapping_limit_is_honoured() {
     drop(dev);
     assert_clean(&sim);
 }
+
+#[test]
+fn region_table_confines_an_ncs_queues_and_leaves_host_transfers_alone() {
+    use hal::{Perm, Region};
+    for arch in ARCHES {
+        let (sim, dev) = open(arch, Timing::Inline);
+        let chan = dev.hbm_for_nc(0);
+        let a = dev.alloc_device(chan, 4096, 4096).unwrap();
+        let b = dev.alloc_device(chan, 4096, 4096).unwrap();
+        let data = pattern(4096, 7);
+        dev.write_device(0, a.addr(), &data).unwrap();
+        let mut ring = dev.new_ring(0, 0, 32).unwrap();
+        let regs = dev.regs();
+        let xfer = [Xfer { src: a.addr(), dst: b.addr(), len: 4096 }];
+        let read_b = |dev: &Device| {
+            let mut out = vec![0u8; 4096];
+            dev.read_device(0, b.addr(), &mut out).unwrap();
+            out
+        };
+        // Disabled (never programmed): nothing is checked.
+        ring.copy(&regs, &xfer).unwrap();
+        assert_eq!(read_b(&dev), data);
+        dev.write_device(0, b.addr(), &[0u8; 4096]).unwrap();
+        // Enabled without the destination: the packet is not performed and reported.
+        let mut own: Vec<Region> = ring.regions().to_vec();
+        own.push(Region::new(a.addr(), 4096, Perm::READ));
+        let used = dev.set_regions(0, &own).unwrap();
+        assert!((2..=own.len()).contains(&used), "{used} entries");
+        ring.copy(&regs, &xfer).unwrap();
+        assert_eq!(sim.stats().oob_refused, 1);
+        let f = dev.region_fault(0).unwrap().expect("a refused access is latched");
+        assert_eq!((f.kind, f.addr, f.count), (csr_maps::consts::regions::KIND_WRITE, b.addr(), 1));
+        // Host transfers (the host-facing engines) are not the NC's and keep working.
+        assert!(read_b(&dev).iter().all(|&x| x == 0), "a refused copy wrote its destination");
+        // Granted: the copy happens.
+        own.push(Region::new(b.addr(), 4096, Perm::WRITE));
+        dev.set_regions(0, &own).unwrap();
+        ring.copy(&regs, &xfer).unwrap();
+        assert_eq!(read_b(&dev), data);
+        assert_eq!(sim.stats().oob_refused, 1);
+        dev.clear_region_fault(0).unwrap();
+        assert_eq!(dev.region_fault(0).unwrap(), None);
+        // Read permission alone does not grant a write.
+        let last = own.len() - 1;
+        own[last].perm = Perm::READ;
+        dev.set_regions(0, &own).unwrap();
+        ring.copy(&regs, &xfer).unwrap();
+        assert_eq!(sim.stats().oob_refused, 2);
+        // Disabled again: unchecked.
+        dev.clear_regions(0).unwrap();
+        ring.copy(&regs, &xfer).unwrap();
+        assert_eq!(sim.stats().oob_refused, 2);
+        // A table cannot hold more than its entries (disjoint ranges do not coalesce).
+        let many: Vec<Region> =
+            (0..hal::regions::TABLE_ENTRIES as u64 + 1).map(|k| Region::new(k * 32, 16, Perm::READ)).collect();
+        assert!(matches!(
+            dev.set_regions(0, &many),
+            Err(HalError::RegionTableFull { needed, entries }) if needed == entries + 1
+        ));
+        assert_eq!(dev.set_regions(0, &many[1..]).unwrap(), hal::regions::TABLE_ENTRIES);
+        dev.clear_regions(0).unwrap();
+        drop((ring, a, b));
+        dev.close();
+        drop(dev);
+        assert_clean(&sim);
+    }
+}

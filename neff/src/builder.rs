@@ -55,11 +55,22 @@ pub struct VarDesc {
     pub shape: Vec<u64>,
     pub element_size: Option<u64>,
     pub weights: Option<WeightDesc>,
+    /// A virtual var's backing var (`backing_buf`) and byte offset (`backing_variable_off`).
+    pub backing: Option<(String, u64)>,
 }
 
 impl VarDesc {
     pub fn new(name: &str, kind: VarKind, size: u64) -> Self {
-        VarDesc { name: name.into(), kind, size, dtype: None, shape: Vec::new(), element_size: None, weights: None }
+        VarDesc {
+            name: name.into(),
+            kind,
+            size,
+            dtype: None,
+            shape: Vec::new(),
+            element_size: None,
+            weights: None,
+            backing: None,
+        }
     }
     /// A float32 tensor of `n` elements, shape `[1,1,1,n]` (the fixture's internal_shape).
     pub fn f32(name: &str, kind: VarKind, n: u64) -> Self {
@@ -332,6 +343,10 @@ impl ModelDesc {
                 }
                 if let Some(w) = &v.weights {
                     o.insert(fkey.into(), json!(weight_member_name(v, w)));
+                }
+                if let Some((b, off)) = &v.backing {
+                    o.insert("backing_buf".into(), json!(b));
+                    o.insert("backing_variable_off".into(), json!(off));
                 }
                 (v.name.clone(), o)
             })
@@ -789,6 +804,7 @@ pub fn weights_model(data: Vec<u8>, format: WeightFormat) -> ModelDesc {
             shape: vec![n / 4],
             element_size: Some(4),
             weights: Some(WeightDesc { format, data }),
+            backing: None,
         });
     }
     m

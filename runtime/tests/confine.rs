@@ -1,6 +1,9 @@
 //! The loader's confinement rule: each hostile class, built with the NEFF writer, is refused
 //! at load with NRT_INVALID / NRT_RESOURCE and a reason that names what was refused; and a
 //! hostile model next to a victim on another NC leaves the victim's bytes and runs intact.
+//! The device's own check: with the loader's checks off (a test-only switch), each class that
+//! reaches the device is stopped by the NC's ownership region table — the execution returns
+//! NRT_EXEC_OOB (1006) and the victim's tensors and next run are intact.
 
 use std::sync::Arc;
 
@@ -146,6 +149,13 @@ fn each_hostile_class_is_refused_at_load_with_a_named_reason() {
         refused(&rt, &m, NrtStatus::Invalid, reason);
     }
 
+    // A virtual var backed by itself (its address would be device address 0, the carve-out).
+    let mut m = builder::single_nc_allreduce();
+    let mut v = VarDesc::new("self", VarKind::Virtual, 128);
+    v.backing = Some(("self".into(), 0));
+    m.graphs[0].vars.push(v);
+    refused(&rt, &m, NrtStatus::Invalid, "virtual var self: backing buffer missing, virtual, or too small");
+
     // An output bound to no var.
     let mut m = builder::single_nc_allreduce();
     m.outputs[0].name = "nowhere".into();
@@ -212,5 +222,182 @@ fn a_hostile_model_next_to_a_victim_leaves_it_intact() {
     assert_eq!(first, second);
     assert_eq!(first.len(), want.len());
     rt.unload(&victim).unwrap();
+    rt.close().unwrap();
+}
+
+/// A runtime whose loader skips its confinement checks (tests only), so that the NC's
+/// ownership region table is what stops a hostile model.
+fn unchecked_runtime() -> (SimDevice, Runtime) {
+    let sim = SimDevice::new(SimConfig::new(&SUNDA).timing(Timing::Inline).hbm_bytes(1 << 26)).unwrap();
+    let rt = Runtime::new();
+    let cfg = RuntimeConfig {
+        unchecked_loader_for_tests: true,
+        exec_timeout: std::time::Duration::from_secs(5),
+        ..RuntimeConfig::default()
+    };
+    let opts = hal::DeviceOptions { hbm_limit: Some(1 << 26), ..Default::default() };
+    rt.init(vec![Arc::new(sim.clone()) as Arc<dyn Platform>], cfg, opts).unwrap();
+    (sim, rt)
+}
+
+/// One execution of the all-reduce model on NC `nc`: (status, input bytes, output bytes).
+fn exec_on(rt: &Runtime, m: &runtime::ModelHandle, nc: usize, seed: u32) -> (NrtStatus, Vec<u8>, Vec<u8>) {
+    let ti = rt.alloc_tensor("input", 128, true, nc).unwrap();
+    let to = rt.alloc_tensor("output", 128, true, nc).unwrap();
+    let data: Vec<u8> = (0..32u32).flat_map(|k| ((k + seed) as f32).to_le_bytes()).collect();
+    ti.write(0, &data).unwrap();
+    let (mut i, mut o) = (TensorSet::new(), TensorSet::new());
+    i.add("input", ti);
+    o.add("output", to.clone());
+    let status = match rt.execute(m, &i, &o) {
+        Ok((s, _)) => s,
+        Err(e) => e.status,
+    };
+    (status, data, to.to_vec().unwrap())
+}
+
+#[test]
+fn with_the_loader_check_off_the_device_stops_each_hostile_class_with_1006() {
+    let (sim, rt) = unchecked_runtime();
+    // The victim on NC 1: a model, a device tensor with a pattern, its first run.
+    let victim = rt.load(&builder::single_nc_allreduce().build().unwrap(), Some(1), None).unwrap();
+    let vt = rt.alloc_tensor("victim", 4096, true, 1).unwrap();
+    let pattern: Vec<u8> = (0..4096u32).map(|k| (k * 7 + 3) as u8).collect();
+    vt.write(0, &pattern).unwrap();
+    let (st, input, out) = exec_on(&rt, &victim, 1, 0);
+    assert_eq!((st, &out), (NrtStatus::Success, &input));
+
+    let base = builder::single_nc_allreduce();
+    let id = |m: &ModelDesc, n: &str| m.graphs[0].var_id(n).unwrap();
+    let (inp, tmp) = (id(&base, "input"), id(&base, "gradient_in"));
+    assert!(
+        base.graphs[0].vars.iter().all(|v| v.kind != VarKind::StateBuffer),
+        "the wrapping class below assumes the base model has no state-buffer var"
+    );
+    let with_vars = |extra: Vec<VarDesc>, i: &dyn Fn(&ModelDesc) -> Vec<Instruction>| {
+        let mut m = builder::single_nc_allreduce();
+        m.graphs[0].vars.extend(extra);
+        let ins = i(&m);
+        let g = &mut m.graphs[0];
+        let act = g.engines.iter_mut().find(|e| e.kind == EngineKind::Act).unwrap();
+        for x in &ins {
+            act.push(x);
+        }
+        m
+    };
+    let copy = |src: u64, dst: u64, n: u16| memcpy(leg(src, [1, 0], [n, 1], 1), leg(dst, [1, 0], [n, 1], 1));
+    let write = |path: &str, v: u32| Instruction::decode(&WriteOp::new(Events::NONE, reg_addr(path), v).encode());
+    // Two state-buffer vars whose end wraps past 2^64: the second starts 1 MiB into NC 0's
+    // state buffer and claims nearly 2^64 bytes; an offset into it names NC 1's semaphore.
+    let sb1 = SUNDA.region("sbuf").unwrap().dev_base(0).unwrap() + (1 << 20);
+    let victim_sem = reg_addr("tpb_sem[1].sem_set[1]");
+    let wrapping = vec![
+        VarDesc::new("sb0", VarKind::StateBuffer, 1 << 20),
+        VarDesc::new("sb1", VarKind::StateBuffer, u64::MAX - (1 << 19)),
+    ];
+    let mut selfv = VarDesc::new("self", VarKind::Virtual, 128);
+    selfv.backing = Some(("self".into(), 0));
+
+    let classes: Vec<(&str, ModelDesc)> = vec![
+        (
+            "DMAMEMCPY reading a raw device address (the victim's tensor)",
+            with_act(copy(vt.dev_addr(), var_addr(tmp, 0), 128)),
+        ),
+        (
+            "DMAMEMCPY writing a raw device address (the victim's tensor)",
+            with_act(copy(var_addr(inp, 0), vt.dev_addr(), 128)),
+        ),
+        ("DMAMEMCPY reading the carve-out at device address 0", with_act(copy(0, var_addr(tmp, 0), 128))),
+        (
+            "state-buffer vars whose end wraps, writing NC 1's semaphore",
+            with_vars(wrapping, &|m| {
+                let off = victim_sem - sb1;
+                vec![memcpy(
+                    leg(var_addr(inp, 0), [1, 0], [1, 1], 4),
+                    leg(var_addr(id(m, "sb1"), off), [1, 0], [1, 1], 4),
+                )]
+            }),
+        ),
+        (
+            "DIRECT2D with a negative step reaching 4 MiB before its var",
+            with_act(memcpy(
+                leg(var_addr(inp, 0), [-(1 << 20), 0], [2, 1], 4),
+                leg(var_addr(tmp, 0), [1, 0], [2, 1], 4),
+            )),
+        ),
+        (
+            "a virtual var backed by itself (device address 0), read and written",
+            with_vars(vec![selfv], &|m| {
+                let v = id(m, "self");
+                vec![copy(var_addr(v, 0), var_addr(tmp, 0), 128), copy(var_addr(inp, 0), var_addr(v, 0), 128)]
+            }),
+        ),
+        ("WRITE to another NC's semaphore", with_act(write("tpb_sem[1].sem_set[1]", 9))),
+        ("WRITE to misc_ram.reset_request", with_act(write("misc_ram.reset_request", 1))),
+    ];
+    for (name, m) in classes {
+        let before = sim.stats();
+        let hostile = rt.load(&m.build().unwrap(), Some(0), None).unwrap_or_else(|e| panic!("{name}: not loaded: {e}"));
+        let (st, _, _) = exec_on(&rt, &hostile, 0, 1);
+        assert_eq!(st, NrtStatus::ExecOob, "{name}");
+        let after = sim.stats();
+        assert!(after.oob_refused > before.oob_refused, "{name}: the region table refused nothing");
+        assert_eq!(after.resets, before.resets, "{name}: the device was reset");
+        rt.unload(&hostile).unwrap();
+        assert_eq!(vt.to_vec().unwrap(), pattern, "{name}: the victim's tensor changed");
+        let (st, input, out) = exec_on(&rt, &victim, 1, 2);
+        assert_eq!((st, &out), (NrtStatus::Success, &input), "{name}: the victim's next run");
+    }
+
+    // A var of u64::MAX bytes cannot reach the device even with the loader's checks off: the
+    // checked allocator refuses it at load.
+    let mut m = builder::single_nc_allreduce();
+    m.graphs[0].vars.push(VarDesc::new("huge", VarKind::TmpBuf, u64::MAX));
+    let Err(e) = rt.load(&m.build().unwrap(), Some(0), None) else { panic!("a u64::MAX var loaded") };
+    assert_eq!(e.status, NrtStatus::Resource, "{e}");
+
+    // The same model with the loader on: the table never fires on what the loader accepts.
+    let before = sim.stats().oob_refused;
+    let ok = rt
+        .load(
+            &with_act(memcpy(leg(var_addr(inp, 124), [-1, 0], [32, 1], 4), leg(var_addr(tmp, 0), [1, 0], [32, 1], 4)))
+                .build()
+                .unwrap(),
+            Some(0),
+            None,
+        )
+        .unwrap();
+    let (st, _, _) = exec_on(&rt, &ok, 0, 3);
+    assert_eq!(st, NrtStatus::Success);
+    assert_eq!(sim.stats().oob_refused, before);
+    rt.unload(&ok).unwrap();
+    rt.unload(&victim).unwrap();
+    drop(vt);
+    rt.close().unwrap();
+}
+
+#[test]
+fn a_model_that_needs_more_region_entries_than_the_table_holds_is_refused() {
+    let (_sim, rt) = runtime();
+    // Realistic sizes fit: the all-reduce model plus 100 more vars of their own.
+    let mut m = builder::single_nc_allreduce();
+    for k in 0..100 {
+        m.graphs[0].vars.push(VarDesc::new(&format!("w{k}"), VarKind::TmpBuf, 4096 * (1 + k % 3)));
+    }
+    let model = rt.load(&m.build().unwrap(), Some(0), None).unwrap();
+    rt.unload(&model).unwrap();
+    // Allocations that cannot coalesce: device memory fragmented by tensors (every other
+    // 4 KiB block still held), so each 4 KiB var of the model lands in its own hole and needs
+    // its own entry. One more var than the table holds is refused at load with NRT_RESOURCE.
+    let all: Vec<_> = (0..2 * (hal::regions::TABLE_ENTRIES + 64))
+        .map(|k| rt.alloc_tensor(&format!("t{k}"), 4096, true, 0).unwrap())
+        .collect();
+    let held: Vec<_> = all.into_iter().enumerate().filter_map(|(k, t)| (k % 2 == 1).then_some(t)).collect();
+    let mut m = builder::single_nc_allreduce();
+    for k in 0..hal::regions::TABLE_ENTRIES + 1 {
+        m.graphs[0].vars.push(VarDesc::new(&format!("w{k}"), VarKind::TmpBuf, 4096));
+    }
+    refused(&rt, &m, NrtStatus::Resource, "entries of the NC's ownership region table, which holds 256");
+    drop(held);
     rt.close().unwrap();
 }

@@ -2,8 +2,10 @@
 //! var-relative addresses, every step sign, element sizes), WRITE destinations (guarded and
 //! allowed registers, raw addresses) and added vars of every kind and size, appended to a
 //! hostile model on NC 1 next to a victim model on NC 0. Whatever the loader accepts runs;
-//! nothing panics, the victim's tensors keep their bytes and its next run is correct
-//! (0 escapes), and nothing leaks. `HOSTILE_CASES` raises the case count for long local runs.
+//! nothing panics, the victim's tensors keep their bytes and its next run is correct, the
+//! device's own check (the NC's ownership region table, enabled for every model) never refuses
+//! an access of a model the loader accepted (either would be an escape: 0 allowed), and
+//! nothing leaks. `HOSTILE_CASES` raises the case count for long local runs.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -29,9 +31,27 @@ enum Addr {
 
 #[derive(Debug, Clone)]
 enum Op {
-    Memcpy { src: (Addr, [i32; 2], [u16; 2], u16), dst: (Addr, [i32; 2], [u16; 2], u16) },
-    Write { dst: Addr, value: u32 },
-    AddVar { kind: usize, size: u64 },
+    Memcpy {
+        src: (Addr, [i32; 2], [u16; 2], u16),
+        dst: (Addr, [i32; 2], [u16; 2], u16),
+    },
+    Write {
+        dst: Addr,
+        value: u32,
+    },
+    AddVar {
+        kind: usize,
+        size: u64,
+    },
+    /// A DMAMEMCPY whose two legs stay inside the base model's 128-byte vars (ids 0..4), steps
+    /// of every sign: what the loader accepts, so the device's region table is exercised on
+    /// it (it must refuse nothing).
+    Inside {
+        src: (u32, [i32; 2], u64),
+        dst: (u32, [i32; 2], u64),
+        n: [u16; 2],
+        es: u16,
+    },
 }
 
 /// Registers a hostile WRITE aims at: the victim NC's semaphores, resets, FW-IO, DMA bases and
@@ -69,8 +89,39 @@ fn leg() -> impl Strategy<Value = (Addr, [i32; 2], [u16; 2], u16)> {
     )
 }
 
+/// Bytes of each of the base model's vars (input, output, gradient_in, gradient_out).
+const BASE_VAR_BYTES: i64 = 128;
+
+fn inside() -> impl Strategy<Value = Op> {
+    let side = || (0u32..4, [-8i32..8, -8i32..8], any::<u64>());
+    (side(), side(), [1u16..9, 1u16..5], prop_oneof![Just(1u16), Just(2), Just(4)])
+        .prop_map(|(src, dst, n, es)| Op::Inside { src, dst, n, es })
+}
+
+/// A leg over `n` elements of `es` bytes with `steps`, placed inside a 128-byte var (the
+/// start chosen by `seed` among the offsets that keep the whole span inside); None if the
+/// span does not fit.
+fn inside_leg(id: u32, steps: [i32; 2], seed: u64, n: [u16; 2], es: u16) -> Option<Dma2dLeg> {
+    let e = i64::from(es);
+    let ext = |k: u16, st: i32| {
+        let far = (i64::from(k) - 1) * i64::from(st);
+        (far.min(0), far.max(0))
+    };
+    let (a0, b0) = ext(n[0], steps[0]);
+    let (a1, b1) = ext(n[1], steps[1]);
+    let (lo, hi) = ((a0 + a1) * e, (b0 + b1 + 1) * e);
+    let room = BASE_VAR_BYTES - (hi - lo);
+    if room < 0 {
+        return None;
+    }
+    let off = -lo + (seed % (room as u64 + 1)) as i64;
+    let start = addr8::VAR_MARKER | (u64::from(id) << addr8::VAR_ID_SHIFT) | off as u64;
+    Some(Dma2dLeg { start_addr: start, step_elem: steps, num_elem: n, elem_size: es })
+}
+
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
+        3 => inside(),
         3 => (leg(), leg()).prop_map(|(src, dst)| Op::Memcpy { src, dst }),
         2 => (addr(), any::<u32>()).prop_map(|(dst, value)| Op::Write { dst, value }),
         1 => (0..KINDS.len(), prop_oneof![0u64..1024, any::<u64>(), (u64::MAX - 4096)..=u64::MAX])
@@ -108,6 +159,19 @@ fn build(ops: &[Op]) -> Option<Vec<u8>> {
                 act.push(Instruction::decode(&WriteOp::new(Events::NONE, resolve(dst), *value).encode()))
             }
             Op::AddVar { kind, size } => g.vars.push(VarDesc::new(&format!("h{k}"), KINDS[*kind], *size)),
+            Op::Inside { src, dst, n, es } => {
+                let (Some(sl), Some(dl)) =
+                    (inside_leg(src.0, src.1, src.2, *n, *es), inside_leg(dst.0, dst.1, dst.2, *n, *es))
+                else {
+                    continue;
+                };
+                let mut d = Dma2d::decode(&[0u8; 64]);
+                d.header = SlotHeader::new(Opcode::DmaMemcpy);
+                d.events = Events::NONE;
+                d.src = sl;
+                d.dst = dl;
+                act.push(Instruction::DmaMemcpy(d));
+            }
         }
     }
     match g.engines.iter_mut().find(|e| e.kind == EngineKind::Act) {
@@ -126,7 +190,7 @@ static LOADED: AtomicU64 = AtomicU64::new(0);
 static RAN_OK: AtomicU64 = AtomicU64::new(0);
 
 fn cases() -> u32 {
-    std::env::var("HOSTILE_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(24)
+    std::env::var("HOSTILE_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(128)
 }
 
 /// One execution of the all-reduce model: input k as f32, returns the output bytes.
@@ -165,9 +229,14 @@ proptest! {
         if let Some(bytes) = build(&ops) {
             if let Ok(model) = rt.load(&bytes, Some(1), None) {
                 LOADED.fetch_add(1, Ordering::Relaxed);
-                if run(&rt, &model, 1).is_ok() {
+                let refused = sim.stats().oob_refused;
+                let r = run(&rt, &model, 1);
+                if r.is_ok() {
                     RAN_OK.fetch_add(1, Ordering::Relaxed);
                 }
+                // The loader accepted it: the device's region table must find nothing to refuse.
+                prop_assert_eq!(sim.stats().oob_refused, refused, "the region table refused an access of an accepted model");
+                prop_assert_ne!(r, Err(runtime::NrtStatus::ExecOob));
                 rt.unload(&model).unwrap();
             }
         }
@@ -184,7 +253,7 @@ proptest! {
         let n = CASES.fetch_add(1, Ordering::Relaxed) + 1;
         if std::env::var_os("HOSTILE_CASES").is_some() && n.is_multiple_of(2000) {
             eprintln!(
-                "hostile_classes: {n} cases, {} loaded, {} ran to NRT_SUCCESS, victim intact in all",
+                "hostile_classes: {n} cases, {} loaded, {} ran to NRT_SUCCESS, 0 escapes (victim intact, no region-table refusal)",
                 LOADED.load(Ordering::Relaxed),
                 RAN_OK.load(Ordering::Relaxed)
             );

@@ -126,6 +126,9 @@ pub struct SimStats {
     /// Nanoseconds of device work run inline inside MMIO writes (Timing::Inline): what a
     /// benchmark subtracts to get host-only overhead.
     pub device_ns: u64,
+    /// Accesses the NCs' ownership region tables refused (not performed, reported as out of
+    /// bounds).
+    pub oob_refused: u64,
 }
 
 #[derive(Default)]
@@ -147,6 +150,7 @@ pub(crate) struct Counters {
     pub threads: AtomicU64,
     /// Time spent running device work inline (inside MMIO writes), ns.
     pub device_ns: AtomicU64,
+    pub oob_refused: AtomicU64,
 }
 
 /// Mutable device state, behind one lock.
@@ -173,6 +177,8 @@ pub(crate) struct State {
     pub seg_pool: ListPool<Seg>,
     /// Reusable descriptor lists (UDMA packets are gathered into them without allocating).
     pub desc_pool: ListPool<csr_maps::formats::udma::UdmaDesc>,
+    /// Per NC: the checker's copy of its ownership region table.
+    pub regions: Vec<crate::mpu::Table>,
 }
 
 /// Emptied lists kept for reuse, so the device's hot paths do not allocate.
@@ -213,6 +219,7 @@ pub(crate) struct Layout {
     seq: Vec<Option<u64>>,
     notific: Vec<Option<u64>>,
     nc_intc: Vec<Option<u64>>,
+    nc_regions: Vec<Option<u64>>,
     q7: Vec<Option<u64>>,
     nx: Vec<Option<u64>>,
     misc_ram: u64,
@@ -246,6 +253,7 @@ impl Layout {
             seq: placed(InstanceId::Seq)?,
             notific: placed(InstanceId::Notific)?,
             nc_intc: placed(InstanceId::NcIntc)?,
+            nc_regions: placed(InstanceId::NcRegions)?,
             q7: placed(InstanceId::Q7)?,
             nx: placed(InstanceId::Nx)?,
             misc_ram,
@@ -299,6 +307,10 @@ impl Dev {
     /// The interrupt controller of NC `nc`.
     pub fn nc_intc(&self, nc: usize) -> Option<blocks::nc_intc::Block<'_>> {
         at(&self.layout.nc_intc, nc).map(|b| blocks::nc_intc::Block::at(&self.null, b))
+    }
+    /// The ownership region table of NC `nc`.
+    pub fn nc_regions(&self, nc: usize) -> Option<blocks::nc_regions::Block<'_>> {
+        at(&self.layout.nc_regions, nc).map(|b| blocks::nc_regions::Block::at(&self.null, b))
     }
     /// Q7 (pool core) control block `i`.
     pub fn q7(&self, i: usize) -> Option<blocks::q7::Block<'_>> {
@@ -419,6 +431,7 @@ impl SimDevice {
             udma: (0..arch.counts.dma_engines).map(|_| Engine::default()).collect(),
             nq: HashMap::new(),
             seq: (0..ncs).map(|_| Default::default()).collect(),
+            regions: vec![crate::mpu::Table::default(); ncs],
             pending: vec![false; ncs],
             sem_gen: vec![vec![0; sems]; ncs],
             faults: Vec::new(),
@@ -541,6 +554,7 @@ impl SimDevice {
             engine_states: st.seq.iter().map(|e| std::array::from_fn(|i| e[i].state)).collect(),
             threads: d.n.threads.load(Ordering::Relaxed),
             device_ns: d.n.device_ns.load(Ordering::Relaxed),
+            oob_refused: d.n.oob_refused.load(Ordering::Relaxed),
         }
     }
 }

@@ -22,6 +22,7 @@ mod fwio;
 mod hub;
 mod intc;
 mod iommu;
+mod mpu;
 mod nq;
 mod platform_impl;
 mod regs;

@@ -77,6 +77,7 @@ impl Dev {
             RegId::Seq(nc, r) => crate::seq::reg_write(self, st, &hit, nc, r, val),
             RegId::MiscRam(_, r) => crate::fwio::reg_write(self, st, &hit, r, val),
             RegId::Q7(..) | RegId::Nx(..) => crate::seq::q7_write(self, st, &hit, val),
+            RegId::NcRegions(nc, _) => crate::mpu::reg_write(self, st, &hit, nc, val),
             _ => self.generic_write(st, &hit, val),
         }
     }

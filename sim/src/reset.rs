@@ -15,6 +15,7 @@ impl Dev {
         let n = self.ncs();
         st.regs.clear();
         for nc in 0..n {
+            crate::mpu::invalidate(st, nc);
             self.reset_nc_state(st, nc);
         }
         for e in st.udma.iter_mut() {
@@ -93,12 +94,13 @@ impl Dev {
         for e in st.seq[nc].iter_mut() {
             *e = SeqEng::default();
         }
-        let clear: Vec<(u64, u64)> = [InstanceId::Seq, InstanceId::NcIntc, InstanceId::Notific]
+        let clear: Vec<(u64, u64)> = [InstanceId::Seq, InstanceId::NcIntc, InstanceId::Notific, InstanceId::NcRegions]
             .into_iter()
             .filter_map(|inst| self.dec.span(inst, nc as u32))
             .collect();
         st.regs.retain(|k, _| !clear.iter().any(|(a, b)| k >= a && k < b));
         st.nq.retain(|k, _| !clear.iter().any(|(a, b)| k >= a && k < b));
+        crate::mpu::invalidate(st, nc);
         for c in 0..q7c::POOL_CORES {
             if let Some(q) = self.q7((nc as u64 * q7c::POOL_CORES + c) as usize) {
                 st.regs.retain(|k, _| *k < q.base() || *k >= q.base() + csr_maps::blocks::q7::SIZE);

@@ -26,10 +26,13 @@ use crate::intc::Line;
 /// NX engine cores per NC and the POOL engine's index (`al_hal_tpb_eng_type`).
 const NX_CORES: u64 = 5;
 const NX_POOL: u64 = 2;
+/// The SP engine (the sync master, whose end record comes last).
+pub(crate) const SP_ENGINE: usize = 4;
 use crate::device::{Dev, State};
 use crate::fault::FaultKind;
 use crate::hub::{Arrival, Delivery};
 use crate::iommu::DmaFault;
+use crate::mpu::{self, Access, Source};
 
 pub(crate) use csr_maps::consts::seq::fault as code;
 
@@ -131,7 +134,7 @@ fn timestamp(dev: &Dev, st: &State, nc: usize) -> u64 {
 /// (notific kind, subtype, custom sub-id, line) of an INFER_STATUS record.
 type Rec = (u8, Subtype, u16, u32);
 
-fn post_infer(dev: &Dev, st: &mut State, nc: usize, e: usize, (kind, subtype, sub_id, line): Rec) -> bool {
+pub(crate) fn post_infer(dev: &Dev, st: &mut State, nc: usize, e: usize, (kind, subtype, sub_id, line): Rec) -> bool {
     let Some(r) = eng_regs(dev, nc, e) else { return false };
     let slot = dev.stored(st, r.nq_infer_slot().offset(), 0) as u64;
     let rec = InferStatus {
@@ -284,7 +287,13 @@ fn step(dev: &Dev, st: &mut State, nc: usize, e: usize, out: &mut Vec<Delivery>)
         return true;
     }
     let mut b = [0u8; SLOT_BYTES];
-    if let Err(f) = dev.dev_read(st, base + s.pc as u64 * SLOT_BYTES as u64, &mut b) {
+    let at = base.wrapping_add(s.pc as u64 * SLOT_BYTES as u64);
+    if !mpu::allowed(dev, st, nc, Access::Fetch, at, SLOT_BYTES as u64) {
+        mpu::refuse(dev, st, nc, Source::Seq(e), Access::Fetch, at);
+        fault_engine(dev, st, nc, e, code::FETCH, None);
+        return true;
+    }
+    if let Err(f) = dev.dev_read(st, at, &mut b) {
         fault_engine(dev, st, nc, e, code::FETCH, Some(f));
         return true;
     }
@@ -351,7 +360,10 @@ fn step(dev: &Dev, st: &mut State, nc: usize, e: usize, out: &mut Vec<Delivery>)
         Opcode::Sync => halt = true,
         Opcode::Write => {
             let w = WriteOp::decode(&b);
-            if let Err(f) = dev.dev_write(st, w.addr, &w.value.to_le_bytes()) {
+            if !mpu::allowed(dev, st, nc, Access::Write, w.addr, 4) {
+                // Not performed; the program goes on (the execution reports 1006).
+                mpu::refuse(dev, st, nc, Source::Seq(e), Access::Write, w.addr);
+            } else if let Err(f) = dev.dev_write(st, w.addr, &w.value.to_le_bytes()) {
                 fault_engine(dev, st, nc, e, code::MEMORY, Some(f));
                 return true;
             }
@@ -382,24 +394,30 @@ fn step(dev: &Dev, st: &mut State, nc: usize, e: usize, out: &mut Vec<Delivery>)
                     st.seq[nc][e].state = seqc::STATE_WAITING;
                     return true;
                 }
-                match arrive(dev, st, nc, e, &c) {
-                    Ok(d) => out.extend(d),
-                    Err(code) => {
-                        fault_engine(dev, st, nc, e, code, None);
-                        return true;
+                if let Some((a, at)) = collective_refused(dev, st, nc, &c) {
+                    // Not performed (no arrival): the engine goes on as if it completed.
+                    mpu::refuse(dev, st, nc, Source::Seq(e), a, at);
+                } else {
+                    match arrive(dev, st, nc, e, &c) {
+                        Ok(d) => out.extend(d),
+                        Err(code) => {
+                            fault_engine(dev, st, nc, e, code, None);
+                            return true;
+                        }
                     }
+                    st.seq[nc][e].coll_wait = true;
+                    st.seq[nc][e].state = seqc::STATE_WAITING;
+                    return true;
                 }
-                st.seq[nc][e].coll_wait = true;
-                st.seq[nc][e].state = seqc::STATE_WAITING;
-                return true;
+            } else {
+                if !eng.coll_done {
+                    park(st, nc, e, ev.wait_idx);
+                    return false;
+                }
+                st.seq[nc][e].coll_wait = false;
+                st.seq[nc][e].coll_done = false;
+                dev.n.collectives.fetch_add(1, Ordering::Relaxed);
             }
-            if !eng.coll_done {
-                park(st, nc, e, ev.wait_idx);
-                return false;
-            }
-            st.seq[nc][e].coll_wait = false;
-            st.seq[nc][e].coll_done = false;
-            dev.n.collectives.fetch_add(1, Ordering::Relaxed);
         }
         _ => {
             fault_engine(dev, st, nc, e, code::UNKNOWN_OPCODE, None);
@@ -434,6 +452,20 @@ fn step(dev: &Dev, st: &mut State, nc: usize, e: usize, out: &mut Vec<Delivery>)
         }
     }
     true
+}
+
+/// The first access of collective `c` the NC's region table refuses (its source read or its
+/// destination write), if any.
+fn collective_refused(dev: &Dev, st: &mut State, nc: usize, c: &CollectiveOp) -> Option<(Access, u64)> {
+    let es = isa::device_ops::dtype::size(c.dtype)? as u64;
+    let bytes = c.num_elements.checked_mul(es)?;
+    if !mpu::allowed(dev, st, nc, Access::Read, c.src, bytes) {
+        return Some((Access::Read, c.src));
+    }
+    if !mpu::allowed(dev, st, nc, Access::Write, c.dst, bytes) {
+        return Some((Access::Write, c.dst));
+    }
+    None
 }
 
 fn arrive(dev: &Dev, st: &mut State, nc: usize, e: usize, c: &CollectiveOp) -> Result<Vec<Delivery>, u8> {
@@ -502,6 +534,67 @@ fn dma2d(dev: &Dev, st: &mut State, nc: usize, e: usize, d: &Dma2d) -> Result<()
         }
         allowed.trailing_zeros() as usize
     };
+    if let Some((a, at)) = dma2d_refused(dev, st, nc, d) {
+        // Not performed; its semaphore increment still happens so the program goes on (the
+        // execution reports 1006).
+        mpu::refuse(dev, st, nc, Source::Seq(e), a, at);
+    } else {
+        copy2d(dev, st, d, total)?;
+        if let Some(c) = st.dge_bytes.get_mut(channel) {
+            *c += total;
+        }
+    }
+    if d.sem_increment > 0 {
+        if let Some(s) = st.sems[nc].get_mut(d.semaphore as usize) {
+            *s = s.wrapping_add(d.sem_increment as i32);
+        }
+        bump(st, nc, d.semaphore);
+    }
+    Ok(())
+}
+
+/// The first element of `d` the NC's region table refuses (a source read or a destination
+/// write), if any. The whole span of a leg is tried first; only a leg whose span is not
+/// covered is checked element by element (a strided pattern may skip what it does not own).
+fn dma2d_refused(dev: &Dev, st: &mut State, nc: usize, d: &Dma2d) -> Option<(Access, u64)> {
+    if !mpu::enabled(dev, st, nc) {
+        return None;
+    }
+    for (l, a) in [(&d.src, Access::Read), (&d.dst, Access::Write)] {
+        let es = if l.elem_size == 0 { 65536 } else { l.elem_size as u64 };
+        let (lo, hi) = leg_span_bytes(l, es);
+        let first = l.start_addr.wrapping_add(lo as u64);
+        let whole = u64::try_from(hi - lo).ok();
+        if whole.is_some_and(|n| {
+            l.start_addr.checked_add_signed(lo as i64).is_some() && mpu::allowed(dev, st, nc, a, first, n)
+        }) {
+            continue;
+        }
+        for at in leg_elems(l) {
+            if !mpu::allowed(dev, st, nc, a, at, es) {
+                return Some((a, at));
+            }
+        }
+    }
+    None
+}
+
+/// `[lo, hi)` in bytes relative to a leg's start: every element, steps of either sign.
+fn leg_span_bytes(l: &Dma2dLeg, es: u64) -> (i128, i128) {
+    if l.num_elem[0] == 0 || l.num_elem[1] == 0 {
+        return (0, 0);
+    }
+    let ext = |n: u16, s: i32| {
+        let far = (n as i128 - 1) * s as i128;
+        (far.min(0), far.max(0))
+    };
+    let (a0, b0) = ext(l.num_elem[0], l.step_elem[0]);
+    let (a1, b1) = ext(l.num_elem[1], l.step_elem[1]);
+    ((a0 + a1) * es as i128, (b0 + b1 + 1) * es as i128)
+}
+
+/// The copy of a DMAMEMCPY: every source element, then every destination element.
+fn copy2d(dev: &Dev, st: &mut State, d: &Dma2d, total: u64) -> Result<(), u8> {
     let mut buf = vec![0u8; total as usize];
     let ses = if d.src.elem_size == 0 { 65536 } else { d.src.elem_size as usize };
     for (k, a) in leg_elems(&d.src).enumerate() {
@@ -514,15 +607,6 @@ fn dma2d(dev: &Dev, st: &mut State, nc: usize, e: usize, d: &Dma2d) -> Result<()
     for (k, a) in leg_elems(&d.dst).enumerate() {
         let chunk = buf[k * des..(k + 1) * des].to_vec();
         dev.dev_write(st, a, &chunk).map_err(|_| code::MEMORY)?;
-    }
-    if let Some(c) = st.dge_bytes.get_mut(channel) {
-        *c += total;
-    }
-    if d.sem_increment > 0 {
-        if let Some(s) = st.sems[nc].get_mut(d.semaphore as usize) {
-            *s = s.wrapping_add(d.sem_increment as i32);
-        }
-        bump(st, nc, d.semaphore);
     }
     Ok(())
 }

@@ -20,6 +20,7 @@ use crate::decode::Hit;
 use crate::device::{Dev, State};
 use crate::intc::Line;
 use crate::iommu::DmaFault;
+use crate::mpu::{self, Access, Source};
 use crate::space::Seg;
 
 /// One half-queue's hardware pointers.
@@ -435,6 +436,13 @@ fn collect(
         return Ok(None); // paused or unconfigured
     }
     let qs = if half == Half::M2s { st.udma[e].m2s[q] } else { st.udma[e].s2m[q] };
+    if let Some(nc) = checked_nc(dev, e) {
+        let bytes = len as u64 * DESC_BYTES as u64;
+        if !mpu::allowed(dev, st, nc, Access::Desc, base, bytes) {
+            mpu::refuse(dev, st, nc, Source::Dma(e % dev.arch.counts.dma_engines_per_nc as usize), Access::Desc, base);
+            return Err(if half == Half::M2s { Abort::M2sDesc } else { Abort::S2mDesc });
+        }
+    }
     let (mut idx, mut rid) = (qs.head, qs.head_rid);
     for n in 0..qs.pending {
         let mut b = [0u8; DESC_BYTES];
@@ -520,9 +528,16 @@ fn process_packet_with(
         abort(dev, st, e, q, Abort::LenMismatch, None);
         return false;
     }
-    if let Err((a, f)) = copy(dev, st, md, sd, total) {
+    if let Some((a, at)) = refused(dev, st, e, md, sd, total) {
+        // Not performed: the packet is consumed without moving data and the queue goes on
+        // (the execution reports 1006).
+        let nc = dev.nc_of_engine(e);
+        mpu::refuse(dev, st, nc, Source::Dma(e % dev.arch.counts.dma_engines_per_nc as usize), a, at);
+    } else if let Err((a, f)) = copy(dev, st, md, sd, total) {
         abort(dev, st, e, q, a, Some(f));
         return false;
+    } else {
+        dev.n.dma_bytes.fetch_add(total, Ordering::Relaxed);
     }
     let eng = &mut st.udma[e];
     eng.m2s[q].head = m.0;
@@ -531,12 +546,44 @@ fn process_packet_with(
     eng.s2m[q].head = s.0;
     eng.s2m[q].head_rid = s.1;
     eng.s2m[q].pending -= s.2;
-    dev.n.dma_bytes.fetch_add(total, Ordering::Relaxed);
     dev.n.dma_packets.fetch_add(1, Ordering::Relaxed);
     if dev.cfg.op_latency_ns > 0 {
         std::thread::sleep(std::time::Duration::from_nanos(dev.cfg.op_latency_ns));
     }
     true
+}
+
+/// The NC whose region table checks engine `e`'s accesses: the NC's own DMA engines only
+/// (the host-facing engines are the driver's).
+fn checked_nc(dev: &Dev, e: usize) -> Option<usize> {
+    let per = dev.arch.counts.dma_engines_per_nc as usize;
+    (e < per * dev.ncs()).then(|| e / per)
+}
+
+/// The first buffer of a packet the NC's region table refuses (a source read or a
+/// destination write, CSR destinations included), if any.
+fn refused(dev: &Dev, st: &mut State, e: usize, md: &[UdmaDesc], sd: &[UdmaDesc], total: u64) -> Option<(Access, u64)> {
+    let nc = checked_nc(dev, e)?;
+    if !mpu::enabled(dev, st, nc) {
+        return None;
+    }
+    for d in md {
+        if !mpu::allowed(dev, st, nc, Access::Read, d.addr, d.ctrl.len as u64) {
+            return Some((Access::Read, d.addr));
+        }
+    }
+    let mut left = total;
+    for d in sd {
+        if left == 0 {
+            break;
+        }
+        let n = left.min(d.ctrl.len as u64);
+        if !mpu::allowed(dev, st, nc, Access::Write, d.addr, n) {
+            return Some((Access::Write, d.addr));
+        }
+        left -= n;
+    }
+    None
 }
 
 fn max_desc_per_pkt(dev: &Dev, st: &State, e: usize) -> u32 {

@@ -69,8 +69,12 @@ impl Runtime {
             for (rank, g) in n.graphs.iter().enumerate() {
                 let (dev, local) = self.device_of(picked[rank]).ok_or_else(|| RtError::internal("NC vanished"))?;
                 let before = crate::counters::hbm_used(&dev, local);
-                let s = stage_graph(&dev, g, &GraphPlacement { nc: local, rank, comm_id })
-                    .map_err(|e| RtError::with(e.status, RtErrorKind::Stage { graph: g.name.clone(), source: e }))?;
+                let s = stage_graph(
+                    &dev,
+                    g,
+                    &GraphPlacement { nc: local, rank, comm_id, unchecked: cfg.unchecked_loader_for_tests },
+                )
+                .map_err(|e| RtError::with(e.status, RtErrorKind::Stage { graph: g.name.clone(), source: e }))?;
                 staged_bytes.push(crate::counters::hbm_used(&dev, local).saturating_sub(before));
                 staged.push(s);
                 devs.push(dev);

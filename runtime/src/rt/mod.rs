@@ -71,6 +71,12 @@ pub struct RuntimeConfig {
     pub async_capacity: usize,
     /// Verify the NEFF digest at load.
     pub verify: bool,
+    /// Tests only: skip the loader's confinement checks (raw and out-of-range addresses,
+    /// the WRITE allow-list, state-buffer fit, virtual-var backing), so that a test can show
+    /// the device's own ownership check (the NC's region table) stopping a hostile model
+    /// with NRT_EXEC_OOB. Never set outside tests (docs/trust.md).
+    #[doc(hidden)]
+    pub unchecked_loader_for_tests: bool,
 }
 
 impl Default for RuntimeConfig {
@@ -81,6 +87,7 @@ impl Default for RuntimeConfig {
             poll: PollPolicy::Spin,
             async_capacity: 64,
             verify: true,
+            unchecked_loader_for_tests: false,
         }
     }
 }

@@ -41,6 +41,10 @@ pub(super) fn arm(s: &mut StagedNc, reset_first: bool) -> Result<(), RtError> {
         dev.reset_nc(nc)?;
     }
     dev.clear_causes(nc)?;
+    // The table holds another model's regions (or nothing after a reset): program this one's
+    // before its engines run again.
+    s.regions_bound = None;
+    s.program_regions()?;
     for &i in s.model_sems.iter().chain(sems::START.iter()).chain([sems::DONE, sems::KICK].iter()) {
         dev.sem_set(nc, i as u64, 0)?;
     }

@@ -19,6 +19,7 @@ use neff::{Graph, VarKind};
 
 pub mod lower;
 pub mod queues;
+pub mod regions;
 pub mod rings;
 pub mod sems;
 pub mod source;
@@ -95,6 +96,11 @@ pub struct StagedNc {
     /// When the network proxy's status was last read ([`crate::completion::SIGNAL_PROBE_INTERVAL`]
     /// apart at most, so a polling harvest stays free of MMIO reads in between).
     pub net_probed: Option<std::time::Instant>,
+    /// The NC's ownership regions of this graph, without bound tensors ([`regions`]).
+    pub regions: Vec<hal::Region>,
+    /// The bindings the NC's region table was last programmed with for this graph (None: the
+    /// table does not hold this graph's regions — not yet programmed, or another model ran).
+    pub regions_bound: Option<Vec<Option<u64>>>,
 }
 
 impl StagedNc {
@@ -108,9 +114,31 @@ impl StagedNc {
         self.vars.iter().position(|v| v.name == name)
     }
 
+    /// Program the NC's ownership region table with this graph's regions and the tensors
+    /// bound by address, unless it already holds exactly that (then nothing is written or
+    /// allocated). The NC must be idle with this graph armed.
+    pub fn program_regions(&mut self) -> Result<(), hal::HalError> {
+        if self.regions_bound.as_deref() == Some(&self.bind[..]) {
+            return Ok(());
+        }
+        let mut all = self.regions.clone();
+        for (b, v) in self.bind.iter().zip(&self.vars) {
+            if let Some(a) = *b {
+                all.push(hal::Region::new(a, v.size, hal::Perm::READ | hal::Perm::WRITE));
+            }
+        }
+        self.regions_bound = None;
+        self.dev.set_regions(self.nc, &all)?;
+        self.regions_bound = Some(self.bind.clone());
+        Ok(())
+    }
+
     /// Write every queue's descriptors for one execution (the bind step), with bound
-    /// tensors in place of their vars. Allocates nothing.
+    /// tensors in place of their vars, after programming the NC's region table for them
+    /// ([`StagedNc::program_regions`]: nothing allocated or written when the bindings are
+    /// those of the last execution).
     pub fn stage_rings(&mut self) -> Result<(), hal::HalError> {
+        self.program_regions()?;
         let (vars, bind) = (&self.vars, &self.bind);
         let rebase = |a: u64, r: Option<usize>| match r.and_then(|i| bind[i].map(|b| (b, vars[i].addr))) {
             Some((b, base)) => b + (a - base),
@@ -143,6 +171,8 @@ impl StagedNc {
         for q in &self.queues {
             let _ = q.ring.quiesce(&regs);
         }
+        // Nothing of this graph remains for the table to grant.
+        let _ = dev.clear_regions(self.nc);
         keep
     }
 }
@@ -193,17 +223,23 @@ pub struct GraphPlacement {
     pub rank: usize,
     /// Communicator id shared by every graph of this load.
     pub comm_id: u32,
+    /// Tests only (`RuntimeConfig::unchecked_loader_for_tests`): skip the loader's
+    /// confinement checks, so that the device's region table is what stops a hostile model.
+    pub unchecked: bool,
 }
 
 /// Stage graph `g` of a model on `p.nc` of `dev`.
 pub fn stage_graph(dev: &Device, g: &Graph, p: &GraphPlacement) -> Result<StagedNc, StageError> {
     let nc = p.nc;
-    let vars = vars::place_vars(dev, g, nc)?;
+    // The table holds the parked model's regions: off while this graph is staged (its
+    // engines fetch their first slot when enabled), programmed with this graph's at the end.
+    dev.clear_regions(nc)?;
+    let vars = vars::place_vars(dev, g, nc, p.unchecked)?;
     let model_sems = sems::collect_semaphores(g)?;
     // The source word of every queue's completion-semaphore increment.
     let one = dev.alloc_host(64, 64)?;
     one.write_u32(0, 1)?;
-    let queues = queues::build_queues(dev, g, nc, &vars, &one)?;
+    let queues = queues::build_queues(dev, g, nc, &vars, &one, p.unchecked)?;
     let progs = lower::lower_programs(dev, g, p, &vars, &queues, &model_sems)?;
     let rings::Armed { infer_rings, err_ring, streams } = rings::arm_rings(dev, nc, &progs)?;
     let dge_core = Some(ucode::dge_mailboxes(dev, nc)?);
@@ -211,7 +247,16 @@ pub fn stage_graph(dev: &Device, g: &Graph, p: &GraphPlacement) -> Result<Staged
     let kick = dev.kick_slot(nc, sems::KICK as u64)?;
     let dma_only = vars::dma_only(g, &vars);
     let bind = vec![None; vars.len()];
-    Ok(StagedNc {
+    let bindable =
+        vars.iter().zip(&dma_only).filter(|(v, &d)| d && matches!(v.kind, VarKind::Input | VarKind::Output)).count();
+    let (regions, fits) = match regions::own_regions(dev, nc, &vars, &queues, &streams, &one) {
+        Ok(r) => {
+            let fits = regions::check_fits(&r, bindable);
+            (r, fits)
+        }
+        Err(e) => (Vec::new(), Err(e)),
+    };
+    let mut s = StagedNc {
         nc,
         vars,
         queues,
@@ -229,5 +274,13 @@ pub fn stage_graph(dev: &Device, g: &Graph, p: &GraphPlacement) -> Result<Staged
         bind,
         dma_only,
         net_probed: None,
-    })
+        regions,
+        regions_bound: None,
+    };
+    // The engines are armed: a refusal from here on stops them before the memory goes.
+    if let Err(e) = fits.and_then(|()| s.program_regions().map_err(StageError::from)) {
+        drop(s.teardown(dev));
+        return Err(e);
+    }
+    Ok(s)
 }

@@ -13,13 +13,15 @@ use neff::{Graph, Program};
 use super::vars::addr_by_name;
 use super::{StageError, StagedBlock, StagedQueue, StagedVar};
 
-/// Build the DMA queues of `g` on NC `nc`; `one` is the host word holding 1.
+/// Build the DMA queues of `g` on NC `nc`; `one` is the host word holding 1. `unchecked`
+/// (tests only) skips the range checks of descriptor addresses against their vars.
 pub fn build_queues(
     dev: &Device,
     g: &Graph,
     nc: usize,
     vars: &[StagedVar],
     one: &HostBuf,
+    unchecked: bool,
 ) -> Result<Vec<StagedQueue>, StageError> {
     let per = dev.arch().counts.dma_engines_per_nc as usize;
     if g.dma_queues.len() > per {
@@ -62,8 +64,8 @@ pub fn build_queues(
                                 .and_then(|k| o.checked_add(k))
                                 .ok_or_else(|| StageError::invalid(format!("{what}: access pattern offset overflows")))
                         };
-                        let s = addr_by_name(vars, &d.from, at(src[si].0, so)?, n, &what)?;
-                        let t = addr_by_name(vars, &d.to, at(dst[di].0, dof)?, n, &what)?;
+                        let s = addr_by_name(vars, &d.from, at(src[si].0, so)?, n, &what, unchecked)?;
+                        let t = addr_by_name(vars, &d.to, at(dst[di].0, dof)?, n, &what, unchecked)?;
                         xfers.push(Xfer { src: s, dst: t, len: n });
                         refs.push((fi, ti));
                         so += n;

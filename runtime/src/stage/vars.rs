@@ -13,8 +13,12 @@ use neff::{Graph, Program, VarKind};
 
 use super::{StageError, StagedVar};
 
-/// Place the vars of `g` on NC `nc` (ordered by var id).
-pub fn place_vars(dev: &Device, g: &Graph, nc: usize) -> Result<Vec<StagedVar>, StageError> {
+/// Place the vars of `g` on NC `nc` (ordered by var id). `unchecked` (tests only, see
+/// `RuntimeConfig::unchecked_loader_for_tests`) skips the confinement checks: state-buffer
+/// vars are packed with wrapping arithmetic and no fit check, and a virtual var takes its
+/// backing var's address (device address 0 when backed by itself) whatever its range. The
+/// checked allocator still refuses a size no memory can hold.
+pub fn place_vars(dev: &Device, g: &Graph, nc: usize, unchecked: bool) -> Result<Vec<StagedVar>, StageError> {
     let chan = dev.hbm_for_nc(nc);
     let arch = dev.arch();
     let mut vars: Vec<StagedVar> = Vec::new();
@@ -34,6 +38,11 @@ pub fn place_vars(dev: &Device, g: &Graph, nc: usize) -> Result<Vec<StagedVar>, 
                 // Checked: two vars whose end wraps past 2^64 must not both "fit".
                 let end = sb_off.checked_next_multiple_of(align).and_then(|a| Some((a, a.checked_add(size)?)));
                 let a = match end {
+                    _ if unchecked => {
+                        let a = sb_off.checked_next_multiple_of(align).unwrap_or(0);
+                        sb_off = a.wrapping_add(size);
+                        a
+                    }
                     Some((a, e)) if e <= sbuf.size => {
                         sb_off = e;
                         a
@@ -45,7 +54,7 @@ pub fn place_vars(dev: &Device, g: &Graph, nc: usize) -> Result<Vec<StagedVar>, 
                         )))
                     }
                 };
-                (sbuf_base + a, None)
+                (sbuf_base.wrapping_add(a), None)
             }
             VarKind::Virtual => (0, None), // resolved below against its backing var
             _ => {
@@ -64,13 +73,13 @@ pub fn place_vars(dev: &Device, g: &Graph, nc: usize) -> Result<Vec<StagedVar>, 
         if v.kind == VarKind::Virtual {
             // The backing var must be a real allocation (never another virtual var, itself
             // included: its address is not placed yet and would read as device address 0).
-            let back = v
-                .backing_buf
-                .as_deref()
-                .and_then(|b| vars.iter().find(|x| x.name == b))
-                .filter(|b| b.kind != VarKind::Virtual)
-                .map(|b| (b.addr, b.size));
+            let found = v.backing_buf.as_deref().and_then(|b| vars.iter().find(|x| x.name == b));
+            let back = found.filter(|b| b.kind != VarKind::Virtual).map(|b| (b.addr, b.size));
             let off = v.backing_variable_off.unwrap_or(0);
+            if unchecked {
+                vars[i].addr = found.map_or(0, |b| b.addr).wrapping_add(off);
+                continue;
+            }
             match back {
                 Some((a, s)) if off.checked_add(vars[i].size).is_some_and(|e| e <= s) => vars[i].addr = a + off,
                 _ => {
@@ -88,24 +97,46 @@ pub fn place_vars(dev: &Device, g: &Graph, nc: usize) -> Result<Vec<StagedVar>, 
     Ok(vars)
 }
 
-/// Var `id` + `off`, `len` bytes → device address; refused unless inside the var.
-pub fn addr_of(vars: &[StagedVar], id: u32, off: u64, len: u64, what: &str) -> Result<u64, StageError> {
+/// Var `id` + `off`, `len` bytes → device address; refused unless inside the var
+/// (`unchecked`, tests only: the address whatever the range).
+pub fn addr_of(
+    vars: &[StagedVar],
+    id: u32,
+    off: u64,
+    len: u64,
+    what: &str,
+    unchecked: bool,
+) -> Result<u64, StageError> {
     let v = vars
         .iter()
         .find(|v| v.var_id == id)
         .ok_or_else(|| StageError::invalid(format!("{what}: unknown var id {id}")))?;
+    if unchecked {
+        return Ok(v.addr.wrapping_add(off));
+    }
     match off.checked_add(len) {
         Some(end) if end <= v.size => Ok(v.addr + off),
         _ => Err(StageError::invalid(format!("{what}: range {off}+{len} exceeds var {} ({} bytes)", v.name, v.size))),
     }
 }
 
-/// Var `name` + `off`, `len` bytes → device address; refused unless inside the var.
-pub fn addr_by_name(vars: &[StagedVar], name: &str, off: i64, len: u64, what: &str) -> Result<u64, StageError> {
+/// Var `name` + `off`, `len` bytes → device address; refused unless inside the var
+/// (`unchecked`, tests only: the address whatever the range).
+pub fn addr_by_name(
+    vars: &[StagedVar],
+    name: &str,
+    off: i64,
+    len: u64,
+    what: &str,
+    unchecked: bool,
+) -> Result<u64, StageError> {
     let v = vars
         .iter()
         .find(|v| v.name == name)
         .ok_or_else(|| StageError::invalid(format!("{what}: unknown var {name}")))?;
+    if unchecked {
+        return Ok(v.addr.wrapping_add_signed(off));
+    }
     if off < 0 || (off as u64).checked_add(len).is_none_or(|e| e > v.size) || len == 0 && off as u64 > v.size {
         return Err(StageError::invalid(format!("{what}: access {off}+{len} outside var {name} ({} bytes)", v.size)));
     }

@@ -214,6 +214,9 @@ pub struct Runtime {
     epoch: Instant,
     /// The shared-memory counters monitors read (crate::counters), from init to close.
     pub(crate) counters: Mutex<Option<Arc<crate::counters::Counters>>>,
+    /// The read-only debug endpoint other processes follow the devices through
+    /// (crate::debug_endpoint), from init to close.
+    debug: Mutex<Option<crate::debug_endpoint::Endpoint>>,
 }
 
 impl Default for Runtime {
@@ -238,6 +241,7 @@ impl Runtime {
             closed_devices: AtomicBool::new(false),
             epoch: Instant::now(),
             counters: Mutex::new(None),
+            debug: Mutex::new(None),
         }
     }
 
@@ -279,6 +283,7 @@ impl Runtime {
         *lock(&self.placed) = vec![0; ncs];
         *lock(&self.lanes) = Arc::new(NcLanes::new(ncs));
         *lock(&self.counters) = crate::counters::publish(&devs);
+        *lock(&self.debug) = crate::debug_endpoint::serve(&devs);
         *lock(&self.devices) = devs;
         *lock(&self.cfg) = cfg;
         self.pid.store(std::process::id() as u64, Ordering::Relaxed);
@@ -298,6 +303,8 @@ impl Runtime {
         for m in models {
             self.teardown(&m);
         }
+        // Stop serving other processes before the devices go.
+        lock(&self.debug).take();
         for d in lock(&self.devices).drain(..) {
             d.close();
         }

@@ -21,6 +21,7 @@ mod cmd_neff;
 mod cmd_nq;
 mod cmd_run;
 mod device;
+mod follow;
 mod report;
 
 use std::ffi::OsString;
@@ -170,8 +171,16 @@ fn run(cli: Cli) -> Result<(), CliError> {
 
 /// Subcommand paths that never open a device: their help leaves out `--device` and
 /// `--sim-timing` (still accepted, as global options are, and ignored).
-const DEVICELESS: &[&[&str]] =
-    &[&["neff"], &["bind"], &["unbind"], &["bench"], &["csr", "list"], &["csr", "decode"], &["monitor"]];
+const DEVICELESS: &[&[&str]] = &[
+    &["neff"],
+    &["bind"],
+    &["unbind"],
+    &["bench"],
+    &["csr", "list"],
+    &["csr", "decode"],
+    &["csr", "diff"],
+    &["monitor"],
+];
 
 /// The command line definition, with the device options hidden from the help of the
 /// commands that do not use a device: those get hidden copies of the global options before

@@ -47,6 +47,8 @@ pub struct Remote {
     pub arch: &'static Arch,
     /// NeuronCores of the device.
     pub ncs: usize,
+    /// Devices the process's runtime drives.
+    pub devices: usize,
 }
 
 fn fail(m: impl Into<String>) -> CliError {
@@ -83,18 +85,24 @@ impl Remote {
             }
         };
         let (pid, _, path) = pick;
-        let s = UnixStream::connect(&path).map_err(|e| fail(format!("cannot connect to {}: {e}", path.display())))?;
+        Self::connect_to(pid, &path, f.pid_device)
+    }
+
+    /// Connect to the endpoint at `path` (of process `pid`), on its device `device`.
+    pub fn connect_to(pid: u32, path: &std::path::Path, device: usize) -> Result<Self, CliError> {
+        let s = UnixStream::connect(path).map_err(|e| fail(format!("cannot connect to {}: {e}", path.display())))?;
         let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
         let r = BufReader::new(s.try_clone().map_err(|e| fail(e.to_string()))?);
-        let mut me = Self { w: s, r, pid, device: f.pid_device, arch: &csr_maps::SUNDA, ncs: 0 };
+        let mut me = Self { w: s, r, pid, device, arch: &csr_maps::SUNDA, ncs: 0, devices: 0 };
         let h = me.request(json!({"op": "hello"}))?;
+        me.devices = h["devices"].as_array().map(|a| a.len()).unwrap_or(0);
         let d = h["devices"]
-            .get(f.pid_device)
+            .get(device)
             .ok_or_else(|| {
                 CliError::invalid(format!(
                     "process {pid} drives {} device(s); no device {}",
                     h["devices"].as_array().map(|a| a.len()).unwrap_or(0),
-                    f.pid_device
+                    device
                 ))
             })?
             .clone();
@@ -102,6 +110,16 @@ impl Remote {
         me.arch = Arch::by_name(arch)?;
         me.ncs = d["ncs"].as_u64().unwrap_or(0) as usize;
         Ok(me)
+    }
+
+    /// Switch to device `device` of the same process.
+    pub fn select(&mut self, device: usize) -> Result<(), CliError> {
+        self.device = device;
+        let h = self.request(json!({"op": "hello"}))?;
+        let d = &h["devices"][device];
+        self.arch = Arch::by_name(d["arch"].as_str().unwrap_or(""))?;
+        self.ncs = d["ncs"].as_u64().unwrap_or(0) as usize;
+        Ok(())
     }
 
     /// `pid/device`, as `monitor` names devices.

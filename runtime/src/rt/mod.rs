@@ -217,6 +217,8 @@ pub struct Runtime {
     /// The read-only debug endpoint other processes follow the devices through
     /// (crate::debug_endpoint), from init to close.
     debug: Mutex<Option<crate::debug_endpoint::Endpoint>>,
+    /// Told how far each load has got writing weights (`set_load_progress`).
+    load_progress: Mutex<Option<crate::stage::LoadProgressFn>>,
 }
 
 impl Default for Runtime {
@@ -242,6 +244,7 @@ impl Runtime {
             epoch: Instant::now(),
             counters: Mutex::new(None),
             debug: Mutex::new(None),
+            load_progress: Mutex::new(None),
         }
     }
 
@@ -288,6 +291,13 @@ impl Runtime {
         *lock(&self.cfg) = cfg;
         self.pid.store(std::process::id() as u64, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Call `f` as every later [`Runtime::load`] writes the model's initial data (weights) to
+    /// the device: once with `done` 0, then after every chunk (16 MiB at most); `None` stops.
+    /// The callback runs on the loading thread; it should return quickly.
+    pub fn set_load_progress(&self, f: Option<crate::stage::LoadProgressFn>) {
+        *lock(&self.load_progress) = f;
     }
 
     /// `nrt_close`: unload everything, stop workers, release the devices.

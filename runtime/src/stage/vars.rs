@@ -14,7 +14,12 @@ use neff::{Graph, Program, VarKind};
 use super::{StageError, StagedVar};
 
 /// Place the vars of `g` on NC `nc` (ordered by var id).
-pub fn place_vars(dev: &Device, g: &Graph, nc: usize) -> Result<Vec<StagedVar>, StageError> {
+/// Bytes of initial data written per step when the caller follows progress.
+const PROGRESS_CHUNK: usize = 16 << 20;
+
+/// Place and write the graph's vars; `written(n)` after every `n` bytes of initial data
+/// reach the device.
+pub fn place_vars(dev: &Device, g: &Graph, nc: usize, written: &dyn Fn(u64)) -> Result<Vec<StagedVar>, StageError> {
     let chan = dev.hbm_for_nc(nc);
     let arch = dev.arch();
     let mut vars: Vec<StagedVar> = Vec::new();
@@ -82,7 +87,11 @@ pub fn place_vars(dev: &Device, g: &Graph, nc: usize) -> Result<Vec<StagedVar>, 
             }
         }
         if let (Some(data), Some(_)) = (&v.data, &vars[i].mem) {
-            dev.write_device(nc, vars[i].addr, data.as_ref())?;
+            let data: &[u8] = data.as_ref();
+            for (k, c) in data.chunks(PROGRESS_CHUNK).enumerate() {
+                dev.write_device(nc, vars[i].addr + (k * PROGRESS_CHUNK) as u64, c)?;
+                written(c.len() as u64);
+            }
         }
     }
     Ok(vars)

@@ -90,7 +90,7 @@ pub struct Endpoint {
     sock: PathBuf,
     stop: Arc<AtomicBool>,
     accept: Option<JoinHandle<()>>,
-    conns: Arc<Mutex<Vec<(UnixStream, JoinHandle<()>)>>>,
+    conns: Conns,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -121,7 +121,7 @@ impl Endpoint {
             }
         };
         let stop = Arc::new(AtomicBool::new(false));
-        let conns: Arc<Mutex<Vec<(UnixStream, JoinHandle<()>)>>> = Arc::default();
+        let conns: Conns = Arc::default();
         let devs: Arc<Vec<Device>> = Arc::new(devs.to_vec());
         let (s, c) = (stop.clone(), conns.clone());
         let accept = std::thread::Builder::new()

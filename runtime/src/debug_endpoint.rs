@@ -139,10 +139,16 @@ impl Endpoint {
 impl Drop for Endpoint {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
-        // Wake the accept thread.
-        let _ = UnixStream::connect(&self.sock);
-        if let Some(t) = self.accept.take() {
-            let _ = t.join();
+        // Wake the accept thread with a connection. Should the socket be gone (its directory
+        // removed from outside), the thread cannot be woken: leave it blocked rather than hang
+        // here (it holds handles on the devices until the process exits).
+        match UnixStream::connect(&self.sock) {
+            Ok(_) => {
+                if let Some(t) = self.accept.take() {
+                    let _ = t.join();
+                }
+            }
+            Err(e) => tracing::warn!("debug endpoint {}: cannot wake its thread ({e}); leaving it", self.sock.display()),
         }
         let conns: Vec<_> = self.conns.lock().unwrap_or_else(|e| e.into_inner()).drain(..).collect();
         for (s, t) in conns {

@@ -148,7 +148,9 @@ impl Drop for Endpoint {
                     let _ = t.join();
                 }
             }
-            Err(e) => tracing::warn!("debug endpoint {}: cannot wake its thread ({e}); leaving it", self.sock.display()),
+            Err(e) => {
+                tracing::warn!("debug endpoint {}: cannot wake its thread ({e}); leaving it", self.sock.display())
+            }
         }
         let conns: Vec<_> = self.conns.lock().unwrap_or_else(|e| e.into_inner()).drain(..).collect();
         for (s, t) in conns {

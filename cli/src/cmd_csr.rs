@@ -8,6 +8,7 @@
 //! `write NAME VALUE --then-read [NAME…]` reads registers back after the write.
 
 use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use clap::Subcommand;
@@ -16,6 +17,7 @@ use platform::Mmio;
 use serde_json::json;
 
 use crate::device::{self, DeviceSpec, SimTiming};
+use crate::follow::{FollowArgs, Remote};
 use crate::report::{print_json, CliError};
 
 #[derive(Subcommand)]
@@ -72,7 +74,7 @@ pub enum CsrCmd {
         /// Path prefix; an index left out matches every instance (`udma[33].m2s.q`).
         prefix: String,
     },
-    /// Poll registers and print changes.
+    /// Poll registers and print changes (--pid: of the device another process drives).
     Watch {
         /// Register paths or BAR0 offsets.
         #[arg(required = true)]
@@ -83,6 +85,28 @@ pub enum CsrCmd {
         /// Stop after this many polls (default: until interrupted).
         #[arg(long)]
         count: Option<u64>,
+        #[command(flatten)]
+        follow: FollowArgs,
+    },
+    /// Save every register instance of the named blocks or instances (`udma[0]`, `misc_ram`,
+    /// `notific[2]`) with value and decoded fields to a JSON file (reads only: registers
+    /// whose read has a side effect, such as clear-on-read, are listed but not read).
+    Snapshot {
+        /// Blocks, instances or register path prefixes.
+        #[arg(required = true)]
+        blocks: Vec<String>,
+        /// Output file (`-`: stdout).
+        #[arg(short = 'o', long = "output", value_name = "FILE")]
+        output: PathBuf,
+        #[command(flatten)]
+        follow: FollowArgs,
+    },
+    /// What changed between two snapshots, by register and field (no device needed).
+    Diff {
+        /// The earlier snapshot.
+        a: PathBuf,
+        /// The later snapshot.
+        b: PathBuf,
     },
 }
 
@@ -111,8 +135,254 @@ pub fn run(cmd: CsrCmd, spec: &DeviceSpec, timing: SimTiming, json: bool) -> Res
         }
         CsrCmd::Write { reg, value, force, then_read } => write_cmd(spec, timing, &reg, &value, force, then_read, json),
         CsrCmd::Dump { prefix } => dump(spec, timing, &prefix, json),
-        CsrCmd::Watch { regs, interval_ms, count } => watch(spec, timing, &regs, interval_ms, count, json),
+        CsrCmd::Watch { regs, interval_ms, count, follow } => {
+            let mut t = Target::open(spec, timing, &follow)?;
+            watch(&mut t, &regs, interval_ms, count, json)
+        }
+        CsrCmd::Snapshot { blocks, output, follow } => {
+            let mut t = Target::open(spec, timing, &follow)?;
+            let snap = snapshot(&mut t, &blocks)?;
+            write_snapshot(&snap, &output, json)
+        }
+        CsrCmd::Diff { a, b } => {
+            let d = diff(&load_snapshot(&a)?, &load_snapshot(&b)?)?;
+            print_diff(&d, &a, &b, json);
+            Ok(())
+        }
     }
+}
+
+/// Where register reads go: a device this process opens, or another process's device
+/// through its debug endpoint (`--pid`, `--follow`).
+pub enum Target {
+    /// Opened here.
+    Local(device::Opened),
+    /// Another process's (read-only).
+    Remote(Remote),
+}
+
+impl Target {
+    /// As `follow` says: the other process's device, else `spec` opened here.
+    pub fn open(spec: &DeviceSpec, timing: SimTiming, follow: &FollowArgs) -> Result<Self, CliError> {
+        if follow.active() {
+            Ok(Target::Remote(Remote::connect(follow)?))
+        } else {
+            Ok(Target::Local(device::open(spec, timing)?))
+        }
+    }
+    /// The device's arch.
+    pub fn arch(&self) -> &'static Arch {
+        match self {
+            Target::Local(o) => o.dev.arch(),
+            Target::Remote(r) => r.arch,
+        }
+    }
+    /// `sim:0`, a BDF, or `PID/INDEX` for another process's device.
+    pub fn label(&self) -> String {
+        match self {
+            Target::Local(o) => o.label.clone(),
+            Target::Remote(r) => r.label(),
+        }
+    }
+    /// Read registers (all readable).
+    pub fn read_many(&mut self, regs: &[&RegInstance]) -> Result<Vec<u64>, CliError> {
+        match self {
+            Target::Local(o) => regs.iter().map(|r| read(&o.dev, r)).collect(),
+            Target::Remote(rm) => rm.read_regs(regs),
+        }
+    }
+}
+
+/// Snapshot file format name and version.
+pub const SNAPSHOT_FORMAT: &str = "neuron-vfio-csr-snapshot";
+pub const SNAPSHOT_VERSION: u64 = 1;
+
+/// Why a register of a snapshot was not read, if it was not.
+fn skip_reason(r: &RegInstance) -> Option<&'static str> {
+    if !r.def.access.readable() {
+        Some("write-only")
+    } else {
+        r.def.read_side_effect()
+    }
+}
+
+/// Every register instance under `blocks` (each once, in order), read from `t`.
+pub fn snapshot(t: &mut Target, blocks: &[String]) -> Result<serde_json::Value, CliError> {
+    let arch = t.arch();
+    let mut seen = std::collections::HashSet::new();
+    let mut regs = Vec::new();
+    for b in blocks {
+        for r in under(arch, b)? {
+            if seen.insert(r.name.clone()) {
+                regs.push(r);
+            }
+        }
+    }
+    let readable: Vec<&RegInstance> = regs.iter().filter(|r| skip_reason(r).is_none()).collect();
+    let vals = t.read_many(&readable)?;
+    let mut vals = vals.into_iter();
+    let mut out = Vec::with_capacity(regs.len());
+    let mut skipped = 0;
+    for r in &regs {
+        let mut j = match skip_reason(r) {
+            None => value_json(r, vals.next()),
+            Some(why) => {
+                skipped += 1;
+                let mut j = value_json(r, None);
+                j["skipped"] = json!(why);
+                j
+            }
+        };
+        j["width"] = json!(r.def.width);
+        out.push(j);
+    }
+    let ts = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
+    Ok(json!({
+        "format": SNAPSHOT_FORMAT,
+        "version": SNAPSHOT_VERSION,
+        "arch": arch.name,
+        "device": t.label(),
+        "timestamp": ts,
+        "blocks": blocks,
+        "skipped": skipped,
+        "registers": out,
+    }))
+}
+
+fn write_snapshot(snap: &serde_json::Value, output: &Path, json: bool) -> Result<(), CliError> {
+    let text = serde_json::to_string_pretty(snap).map_err(|e| CliError::failure(e.to_string()))?;
+    let n = snap["registers"].as_array().map(|a| a.len()).unwrap_or(0);
+    if output == Path::new("-") {
+        println!("{text}");
+        return Ok(());
+    }
+    std::fs::write(output, text + "\n")
+        .map_err(|e| CliError::failure(format!("cannot write {}: {e}", output.display())))?;
+    if json {
+        print_json(
+            &json!({"output": output, "registers": n, "skipped": snap["skipped"], "arch": snap["arch"], "device": snap["device"]}),
+        );
+    } else {
+        println!(
+            "{} registers of {} ({}) to {} ({} not read: write-only or read side effect)",
+            n,
+            snap["device"].as_str().unwrap_or("?"),
+            snap["arch"].as_str().unwrap_or("?"),
+            output.display(),
+            snap["skipped"]
+        );
+    }
+    Ok(())
+}
+
+/// A snapshot file, checked for format and version.
+pub fn load_snapshot(p: &Path) -> Result<serde_json::Value, CliError> {
+    let text =
+        std::fs::read_to_string(p).map_err(|e| CliError::invalid(format!("cannot read {}: {e}", p.display())))?;
+    let v: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| CliError::invalid(format!("{} is not JSON: {e}", p.display())))?;
+    if v["format"].as_str() != Some(SNAPSHOT_FORMAT) {
+        return Err(CliError::invalid(format!("{} is not a `csr snapshot` file", p.display())));
+    }
+    if v["version"].as_u64() != Some(SNAPSHOT_VERSION) {
+        return Err(CliError::invalid(format!(
+            "{}: snapshot version {} (this tool reads {SNAPSHOT_VERSION})",
+            p.display(),
+            v["version"]
+        )));
+    }
+    if !v["registers"].is_array() {
+        return Err(CliError::invalid(format!("{}: no register list", p.display())));
+    }
+    Ok(v)
+}
+
+/// What changed from snapshot `a` to `b`: registers whose value differs (with the fields that
+/// differ), and registers only one of them has.
+pub fn diff(a: &serde_json::Value, b: &serde_json::Value) -> Result<serde_json::Value, CliError> {
+    if a["arch"] != b["arch"] {
+        return Err(CliError::invalid(format!(
+            "the snapshots are of different arches ({} and {})",
+            a["arch"], b["arch"]
+        )));
+    }
+    let empty = Vec::new();
+    let regs =
+        |s: &serde_json::Value| -> Vec<serde_json::Value> { s["registers"].as_array().unwrap_or(&empty).clone() };
+    let (ra, rb) = (regs(a), regs(b));
+    let index = |v: &[serde_json::Value]| -> std::collections::HashMap<String, usize> {
+        v.iter().enumerate().filter_map(|(i, r)| Some((r["name"].as_str()?.to_string(), i))).collect()
+    };
+    let (ia, ib) = (index(&ra), index(&rb));
+    let mut changed = Vec::new();
+    for r in &ra {
+        let Some(name) = r["name"].as_str() else { continue };
+        let Some(&j) = ib.get(name) else { continue };
+        let q = &rb[j];
+        if r["value"] == q["value"] {
+            continue;
+        }
+        let mut fields = Vec::new();
+        if let (Some(fa), Some(fb)) = (r["fields"].as_object(), q["fields"].as_object()) {
+            for (f, va) in fa {
+                let vb = fb.get(f).cloned().unwrap_or(serde_json::Value::Null);
+                if *va != vb {
+                    fields.push(json!({"name": f, "before": va, "after": vb}));
+                }
+            }
+        }
+        changed.push(json!({
+            "name": name, "bar": r["bar"], "offset": r["offset"],
+            "before": r["value"], "after": q["value"], "fields": fields,
+        }));
+    }
+    let only = |v: &[serde_json::Value], other: &std::collections::HashMap<String, usize>| -> Vec<serde_json::Value> {
+        v.iter().filter_map(|r| r["name"].as_str()).filter(|n| !other.contains_key(*n)).map(|n| json!(n)).collect()
+    };
+    Ok(json!({
+        "arch": a["arch"],
+        "a": {"device": a["device"], "timestamp": a["timestamp"], "registers": ra.len()},
+        "b": {"device": b["device"], "timestamp": b["timestamp"], "registers": rb.len()},
+        "changed": changed,
+        "only_in_a": only(&ra, &ib),
+        "only_in_b": only(&rb, &ia),
+    }))
+}
+
+fn hex(v: &serde_json::Value) -> String {
+    v.as_u64().map(|x| format!("{x:#x}")).unwrap_or_else(|| "(not read)".into())
+}
+
+fn print_diff(d: &serde_json::Value, a: &Path, b: &Path, json: bool) {
+    if json {
+        print_json(d);
+        return;
+    }
+    let empty = Vec::new();
+    let changed = d["changed"].as_array().unwrap_or(&empty);
+    println!("# {} -> {} ({})", a.display(), b.display(), d["arch"].as_str().unwrap_or("?"));
+    let mut nf = 0;
+    for c in changed {
+        println!(
+            "{:<44} BAR{} {:#010x}: {} -> {}",
+            c["name"].as_str().unwrap_or("?"),
+            c["bar"],
+            c["offset"].as_u64().unwrap_or(0),
+            hex(&c["before"]),
+            hex(&c["after"])
+        );
+        for f in c["fields"].as_array().unwrap_or(&empty) {
+            nf += 1;
+            println!("    {:<40} {} -> {}", f["name"].as_str().unwrap_or("?"), hex(&f["before"]), hex(&f["after"]));
+        }
+    }
+    for (k, what) in [("only_in_a", "only in"), ("only_in_b", "only in")] {
+        let file = if k == "only_in_a" { a } else { b };
+        for n in d[k].as_array().unwrap_or(&empty) {
+            println!("{:<44} {what} {}", n.as_str().unwrap_or("?"), file.display());
+        }
+    }
+    println!("{} register(s) changed, {nf} field(s)", changed.len());
 }
 
 /// The BAR a register lives in.
@@ -300,26 +570,25 @@ fn dump(spec: &DeviceSpec, timing: SimTiming, prefix: &str, json: bool) -> Resul
     Ok(())
 }
 
-fn watch(
-    spec: &DeviceSpec,
-    timing: SimTiming,
-    names: &[String],
-    interval_ms: u64,
-    count: Option<u64>,
-    json: bool,
-) -> Result<(), CliError> {
-    let o = device::open(spec, timing)?;
-    let rs = names.iter().map(|n| resolve(o.dev.arch(), n)).collect::<Result<Vec<_>, _>>()?;
+fn watch(t: &mut Target, names: &[String], interval_ms: u64, count: Option<u64>, json: bool) -> Result<(), CliError> {
+    let rs = names.iter().map(|n| resolve(t.arch(), n)).collect::<Result<Vec<_>, _>>()?;
     if let Some(r) = rs.iter().find(|r| !r.def.access.readable()) {
         return Err(CliError::invalid(format!("`{}` is write-only and cannot be watched", r.name)));
     }
+    if let Some(r) = rs.iter().find(|r| r.def.read_side_effect().is_some()) {
+        return Err(CliError::invalid(format!(
+            "`{}` is clear-on-read: watching it would clear it; read it once with `csr read`",
+            r.name
+        )));
+    }
+    let refs: Vec<&RegInstance> = rs.iter().collect();
     let start = Instant::now();
     let mut last: Vec<Option<u64>> = vec![None; rs.len()];
     let mut polls = 0u64;
     loop {
         let t_ms = start.elapsed().as_millis() as u64;
-        for (r, prev) in rs.iter().zip(last.iter_mut()) {
-            let v = read(&o.dev, r)?;
+        let vals = t.read_many(&refs)?;
+        for ((r, prev), v) in rs.iter().zip(last.iter_mut()).zip(vals) {
             if *prev == Some(v) {
                 continue;
             }
@@ -488,6 +757,41 @@ mod tests {
             let s = readable_source(r.def.source);
             assert!(!s.contains("FACTS") && !s.contains(" m:") && !s.starts_with("m:"), "{}: {s}", r.name);
         }
+    }
+
+    #[test]
+    fn snapshot_diff_names_exactly_the_written_field() {
+        let spec = DeviceSpec::parse(Some("sim:cayman")).expect("spec");
+        let mut t = Target::open(&spec, SimTiming::Inline, &FollowArgs::default()).expect("open");
+        let blocks = vec!["udma[5].m2s.q[3]".to_string(), "udma[5].gen".to_string()];
+        let a = snapshot(&mut t, &blocks).expect("snapshot a");
+        let regs = a["registers"].as_array().expect("registers");
+        assert!(regs.len() > 10, "{}", regs.len());
+        // Clear-on-read registers are listed, not read.
+        let cor: Vec<_> = regs.iter().filter(|r| r["skipped"] == "clear-on-read").collect();
+        assert!(!cor.is_empty() && cor.iter().all(|r| r["value"].is_null()));
+        assert!(cor.iter().all(|r| r["name"].as_str().is_some_and(|n| n.contains("axi_q_err_status"))));
+        assert_eq!(a["arch"], "cayman");
+        assert!(a["timestamp"].as_f64().is_some_and(|t| t > 0.0));
+        let r = resolve(&csr_maps::CAYMAN, "udma[5].m2s.q[3].rlimit_mask").expect("reg");
+        let Target::Local(o) = &t else { panic!("local target") };
+        let before = read(&o.dev, &r).expect("read");
+        r.write(o.dev.bar0(), before ^ 0b10).expect("write");
+        let b = snapshot(&mut t, &blocks).expect("snapshot b");
+        let d = diff(&a, &b).expect("diff");
+        let changed = d["changed"].as_array().expect("changed");
+        assert_eq!(changed.len(), 1, "{d}");
+        assert_eq!(changed[0]["name"], "udma[5].m2s.q[3].rlimit_mask");
+        assert_eq!(changed[0]["before"].as_u64(), Some(before));
+        assert_eq!(changed[0]["after"].as_u64(), Some(before ^ 0b10));
+        let f = changed[0]["fields"].as_array().expect("fields");
+        assert_eq!(f.len(), 1, "{d}");
+        assert_eq!(f[0]["name"], "mask1");
+        assert_eq!(diff(&a, &a).expect("self")["changed"].as_array().map(|c| c.len()), Some(0));
+        // Different arches do not compare.
+        let mut other = a.clone();
+        other["arch"] = json!("sunda");
+        assert!(diff(&a, &other).is_err());
     }
 
     #[test]

@@ -45,7 +45,7 @@ pub struct TopArgs {
 }
 
 /// One NC's figures over one period.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct NcReport {
     pub pid: u64,
     pub device: u64,
@@ -76,6 +76,87 @@ pub struct Report {
     pub ncs: Vec<NcReport>,
     /// (pid, devices, host DMA bytes held by tensors).
     pub processes: Vec<(u64, u64, u64)>,
+    /// Firmware and ECC figures of the devices whose owners serve a debug endpoint.
+    pub health: Vec<DeviceHealth>,
+}
+
+/// Firmware heartbeat and ECC counters of one device: the misc RAM registers the firmware
+/// maintains (kmod `neuron_fw_io.h`), read through the owning process's debug endpoint.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DeviceHealth {
+    pub pid: u64,
+    pub device: u64,
+    pub fw_api_version: u64,
+    pub health_status: u64,
+    /// `health_seq.heartbeat` (8 bits; the firmware advances it).
+    pub heartbeat: u64,
+    pub sram_corrected: u64,
+    pub sram_uncorrected: u64,
+    /// Per HBM stack: (repairable, uncorrectable).
+    pub hbm: Vec<(u64, u64)>,
+    pub hbm_repair_state: u64,
+}
+
+/// The registers [`DeviceHealth`] is made of, in the order [`decode_health`] takes them.
+pub fn health_regs(arch: &'static csr_maps::Arch) -> Result<Vec<csr_maps::RegInstance>, CliError> {
+    let mut names: Vec<String> = ["fw_api_version", "health_status", "health_seq", "sram_ecc", "hbm_repair_state"]
+        .iter()
+        .map(|n| format!("misc_ram.{n}"))
+        .collect();
+    names.extend((0..arch.counts.hbm_stacks).map(|k| format!("misc_ram.hbm_ecc[{k}]")));
+    names.iter().map(|n| Ok(arch.resolve(n)?)).collect()
+}
+
+/// The figures from the values of [`health_regs`].
+pub fn decode_health(regs: &[csr_maps::RegInstance], vals: &[u64], pid: u64, device: u64) -> DeviceHealth {
+    let field = |i: usize, f: &str| -> u64 {
+        match (regs.get(i), vals.get(i)) {
+            (Some(r), Some(v)) => r.decode(*v).into_iter().find(|(n, _)| *n == f).map(|(_, x)| x).unwrap_or(0),
+            _ => 0,
+        }
+    };
+    let val = |i: usize| vals.get(i).copied().unwrap_or(0);
+    DeviceHealth {
+        pid,
+        device,
+        fw_api_version: val(0),
+        health_status: val(1),
+        heartbeat: field(2, "heartbeat"),
+        sram_uncorrected: field(3, "uncorrected"),
+        sram_corrected: field(3, "corrected"),
+        hbm_repair_state: field(4, "state"),
+        hbm: (5..regs.len().min(vals.len())).map(|i| (field(i, "repairable"), field(i, "uncorrectable"))).collect(),
+    }
+}
+
+/// [`DeviceHealth`] of every device of every process serving a debug endpoint (processes
+/// that do not answer are left out).
+fn collect_health() -> Vec<DeviceHealth> {
+    let mut out = Vec::new();
+    for (pid, _, path) in runtime::debug_endpoint::discover(&counters::shm_dir()) {
+        let Ok(mut r) = crate::follow::Remote::connect_to(pid, &path, 0) else { continue };
+        for d in 0..r.devices {
+            if d > 0 && r.select(d).is_err() {
+                break;
+            }
+            let Ok(regs) = health_regs(r.arch) else { continue };
+            let refs: Vec<&csr_maps::RegInstance> = regs.iter().collect();
+            match r.read_regs(&refs) {
+                Ok(vals) => out.push(decode_health(&regs, &vals, pid as u64, d as u64)),
+                Err(e) => tracing::debug!("health of {pid}/{d}: {e}"),
+            }
+        }
+    }
+    out
+}
+
+fn health_json(h: &DeviceHealth) -> (Value, Value) {
+    (
+        json!({"api_version": h.fw_api_version, "heartbeat": h.heartbeat, "health_status": h.health_status}),
+        json!({"sram": {"corrected": h.sram_corrected, "uncorrected": h.sram_uncorrected},
+               "hbm": h.hbm.iter().enumerate().map(|(k, (r, u))| json!({"stack": k, "repairable": r, "uncorrectable": u})).collect::<Vec<_>>(),
+               "hbm_repair_state": h.hbm_repair_state}),
+    )
 }
 
 fn arch_name(nc_version: u64) -> &'static str {
@@ -171,6 +252,13 @@ pub fn report_json(r: &Report) -> Value {
         });
         e["neuroncores"] = json!(e["neuroncores"].as_u64().unwrap_or(0) + 1);
         e["memory_used_bytes"] = json!(e["memory_used_bytes"].as_u64().unwrap_or(0) + n.mem_model + n.mem_tensors);
+    }
+    for h in &r.health {
+        if let Some(e) = devices.get_mut(&device_label(h.pid, h.device)) {
+            let (fw, ecc) = health_json(h);
+            e["firmware"] = fw;
+            e["ecc"] = ecc;
+        }
     }
     let ncs: Vec<Value> = r
         .ncs
@@ -269,6 +357,32 @@ pub fn prometheus_text(r: &Report) -> String {
         "Models loaded on the NeuronCore.",
         r.ncs.iter().map(|n| (nc_labels(n), n.models.to_string())).collect(),
     );
+    let dev = |h: &DeviceHealth| format!("device=\"{}\"", esc(&device_label(h.pid, h.device)));
+    family(
+        "neuron_device_firmware_heartbeat",
+        "gauge",
+        "Firmware heartbeat (misc RAM health_seq[19:12]); it advances while the firmware runs.",
+        r.health.iter().map(|h| (dev(h), h.heartbeat.to_string())).collect(),
+    );
+    family(
+        "neuron_device_ecc_errors",
+        "gauge",
+        "ECC error counts the firmware keeps in misc RAM, by memory (sram, hbm0…) and kind.",
+        r.health
+            .iter()
+            .flat_map(|h| {
+                let mut v = vec![
+                    (format!("{},memory=\"sram\",kind=\"corrected\"", dev(h)), h.sram_corrected.to_string()),
+                    (format!("{},memory=\"sram\",kind=\"uncorrected\"", dev(h)), h.sram_uncorrected.to_string()),
+                ];
+                for (k, (rep, unc)) in h.hbm.iter().enumerate() {
+                    v.push((format!("{},memory=\"hbm{k}\",kind=\"repairable\"", dev(h)), rep.to_string()));
+                    v.push((format!("{},memory=\"hbm{k}\",kind=\"uncorrectable\"", dev(h)), unc.to_string()));
+                }
+                v
+            })
+            .collect(),
+    );
     family(
         "neuron_host_dma_memory_used_bytes",
         "gauge",
@@ -320,6 +434,20 @@ pub fn report_text(r: &Report) -> String {
             fmt_bytes(n.mem_model),
             fmt_bytes(n.mem_tensors),
             if errs.is_empty() { "-".into() } else { errs.join(" ") }
+        );
+    }
+    for h in &r.health {
+        let hbm: Vec<String> = h.hbm.iter().map(|(rep, unc)| format!("{rep}/{unc}")).collect();
+        let _ = writeln!(
+            o,
+            "{:<10} firmware api {} heartbeat {} status {:#x}; ECC sram corrected {} uncorrected {}; hbm repairable/uncorrectable {}",
+            device_label(h.pid, h.device),
+            h.fw_api_version,
+            h.heartbeat,
+            h.health_status,
+            h.sram_corrected,
+            h.sram_uncorrected,
+            hbm.join(" ")
         );
     }
     o
@@ -378,7 +506,8 @@ pub fn monitor(a: MonitorArgs, json_out: bool) -> Result<(), CliError> {
         let now = sample();
         let elapsed = t.elapsed();
         t = Instant::now();
-        let r = report(&before, &now, elapsed.as_nanos() as u64);
+        let mut r = report(&before, &now, elapsed.as_nanos() as u64);
+        r.health = collect_health();
         if let Ok(mut l) = latest.lock() {
             *l = prometheus_text(&r);
         }
@@ -417,19 +546,55 @@ fn bar(frac: f64, width: usize) -> String {
     format!("[{}{}]", "#".repeat(fill), ".".repeat(width - fill))
 }
 
-/// One `top` frame: a row per NeuronCore of `arch` (figures summed over every process whose
-/// runtime drives a device of that arch — the device of `label`).
-pub fn top_frame(arch: &'static csr_maps::Arch, label: &str, r: &Report) -> String {
+/// One NeuronCore row of `top`: figures summed over every process whose runtime drives a
+/// device of the arch.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TopRow {
+    pub nc: usize,
+    pub utilization: f64,
+    pub exec_per_s: f64,
+    pub p50_us: Option<u64>,
+    pub p99_us: Option<u64>,
+    pub models: u64,
+    pub memory: u64,
+    pub errors: u64,
+}
+
+/// What `top` shows: (rows, one per NC of `arch`; runtime processes; host DMA bytes).
+pub fn top_rows(arch: &'static csr_maps::Arch, r: &Report) -> (Vec<TopRow>, usize, u64) {
     let ncs = arch.counts.ncs as usize;
     let mine: Vec<&NcReport> = r.ncs.iter().filter(|n| n.nc_version == arch.nc_version as u64).collect();
     let pids: std::collections::BTreeSet<u64> = mine.iter().map(|n| n.pid).collect();
     let secs = (r.period_ns as f64 / 1e9).max(1e-9);
+    let rows = (0..ncs)
+        .map(|nc| {
+            let rows: Vec<&&NcReport> = mine.iter().filter(|n| n.nc as usize == nc).collect();
+            TopRow {
+                nc,
+                utilization: rows.iter().map(|n| n.utilization).sum::<f64>().min(1.0),
+                exec_per_s: rows.iter().map(|n| n.executions).sum::<u64>() as f64 / secs,
+                p50_us: rows.iter().filter_map(|n| n.p50_us).max(),
+                p99_us: rows.iter().filter_map(|n| n.p99_us).max(),
+                models: rows.iter().map(|n| n.models).sum(),
+                memory: rows.iter().map(|n| n.mem_model + n.mem_tensors).sum(),
+                errors: rows.iter().map(|n| n.errors.iter().sum::<u64>()).sum(),
+            }
+        })
+        .collect();
+    let host: u64 = r.processes.iter().filter(|p| pids.contains(&p.0)).map(|p| p.2).sum();
+    (rows, pids.len(), host)
+}
+
+/// One `top` frame: a row per NeuronCore of `arch` (figures summed over every process whose
+/// runtime drives a device of that arch — the device of `label`).
+pub fn top_frame(arch: &'static csr_maps::Arch, label: &str, r: &Report) -> String {
+    let (rows, procs, host) = top_rows(arch, r);
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "neuron-vfio top — {label} ({}, {ncs} NeuronCores), {} runtime process(es), period {} ms",
+        "neuron-vfio top — {label} ({}, {} NeuronCores), {procs} runtime process(es), period {} ms",
         arch.name,
-        pids.len(),
+        rows.len(),
         r.period_ns / 1_000_000
     );
     let _ = writeln!(
@@ -437,31 +602,125 @@ pub fn top_frame(arch: &'static csr_maps::Arch, label: &str, r: &Report) -> Stri
         "{:>3} {:<22} {:>6} {:>10} {:>9} {:>9} {:>6} {:>10} {:>7}",
         "NC", "utilization", "util%", "exec/s", "p50 µs", "p99 µs", "models", "memory", "errors"
     );
-    for nc in 0..ncs {
-        let rows: Vec<&&NcReport> = mine.iter().filter(|n| n.nc as usize == nc).collect();
-        let util = rows.iter().map(|n| n.utilization).sum::<f64>().min(1.0);
-        let execs: u64 = rows.iter().map(|n| n.executions).sum();
-        let p50 = rows.iter().filter_map(|n| n.p50_us).max();
-        let p99 = rows.iter().filter_map(|n| n.p99_us).max();
-        let models: u64 = rows.iter().map(|n| n.models).sum();
-        let mem: u64 = rows.iter().map(|n| n.mem_model + n.mem_tensors).sum();
-        let errs: u64 = rows.iter().map(|n| n.errors.iter().sum::<u64>()).sum();
+    for t in &rows {
         let _ = writeln!(
             o,
-            "{nc:>3} {:<22} {:>6.1} {:>10.0} {:>9} {:>9} {:>6} {:>10} {:>7}",
-            bar(util, 20),
-            util * 100.0,
-            execs as f64 / secs,
-            opt_us(p50),
-            opt_us(p99),
-            models,
-            fmt_bytes(mem),
-            errs
+            "{:>3} {:<22} {:>6.1} {:>10.0} {:>9} {:>9} {:>6} {:>10} {:>7}",
+            t.nc,
+            bar(t.utilization, 20),
+            t.utilization * 100.0,
+            t.exec_per_s,
+            opt_us(t.p50_us),
+            opt_us(t.p99_us),
+            t.models,
+            fmt_bytes(t.memory),
+            t.errors
         );
     }
-    let host: u64 = r.processes.iter().filter(|p| pids.contains(&p.0)).map(|p| p.2).sum();
     let _ = writeln!(o, "host DMA memory held by tensors: {}", fmt_bytes(host));
     o
+}
+
+/// Draw the live `top` view into `f`: a header, a row per NeuronCore (utilization bar, then
+/// execution rate, latency, models, memory, errors), and a footer.
+pub fn top_ui(f: &mut ratatui::Frame, arch: &'static csr_maps::Arch, label: &str, r: &Report, colour: bool) {
+    use ratatui::layout::{Constraint, Layout};
+    use ratatui::style::{Color, Style};
+    use ratatui::text::Line;
+    use ratatui::widgets::{Gauge, Paragraph};
+    let (rows, procs, host) = top_rows(arch, r);
+    let mut v = vec![Constraint::Length(2)];
+    v.extend(rows.iter().map(|_| Constraint::Length(1)));
+    v.push(Constraint::Length(2));
+    v.push(Constraint::Min(0));
+    let area = Layout::vertical(v).split(f.area());
+    let head = format!(
+        "neuron-vfio top — {label} ({}, {} NeuronCores), {procs} runtime process(es), period {} ms",
+        arch.name,
+        rows.len(),
+        r.period_ns / 1_000_000
+    );
+    let cols = format!(
+        "{:>3} {:<24} {:>10} {:>9} {:>9} {:>6} {:>10} {:>7}",
+        "NC", "utilization", "exec/s", "p50 µs", "p99 µs", "models", "memory", "errors"
+    );
+    f.render_widget(Paragraph::new(vec![Line::from(head), Line::from(cols)]), area[0]);
+    for (i, t) in rows.iter().enumerate() {
+        let cells =
+            Layout::horizontal([Constraint::Length(4), Constraint::Length(25), Constraint::Min(0)]).split(area[1 + i]);
+        f.render_widget(Paragraph::new(format!("{:>3}", t.nc)), cells[0]);
+        let style = match (colour, t.errors > 0) {
+            (false, _) => Style::default(),
+            (true, true) => Style::default().fg(Color::Red),
+            (true, false) => Style::default().fg(Color::Green),
+        };
+        let g = Gauge::default()
+            .gauge_style(style)
+            .ratio(t.utilization.clamp(0.0, 1.0))
+            .label(format!("{:5.1}%", t.utilization * 100.0));
+        f.render_widget(g, Rect { width: cells[1].width.saturating_sub(1), ..cells[1] });
+        let rest = format!(
+            "{:>10.0} {:>9} {:>9} {:>6} {:>10} {:>7}",
+            t.exec_per_s,
+            opt_us(t.p50_us),
+            opt_us(t.p99_us),
+            t.models,
+            fmt_bytes(t.memory),
+            t.errors
+        );
+        f.render_widget(Paragraph::new(rest), cells[2]);
+    }
+    let foot = format!("host DMA memory held by tensors: {}    q/Esc: quit", fmt_bytes(host));
+    f.render_widget(Paragraph::new(foot), area[1 + rows.len()]);
+}
+
+use ratatui::layout::Rect;
+
+/// The live terminal UI until q, Esc or Ctrl-C: samples every `p`, redraws on each sample and
+/// on resize. The terminal is restored on every exit path.
+fn top_live(arch: &'static csr_maps::Arch, label: &str, p: Duration) -> Result<(), CliError> {
+    use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
+    use ratatui::crossterm::{execute, terminal};
+    struct Restore;
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let _ = terminal::disable_raw_mode();
+            let _ = execute!(std::io::stdout(), terminal::LeaveAlternateScreen, ratatui::crossterm::cursor::Show);
+        }
+    }
+    let io = |e: std::io::Error| CliError::failure(format!("terminal: {e}"));
+    terminal::enable_raw_mode().map_err(io)?;
+    let _restore = Restore;
+    execute!(std::io::stdout(), terminal::EnterAlternateScreen).map_err(io)?;
+    let mut term = ratatui::Terminal::new(ratatui::backend::CrosstermBackend::new(std::io::stdout())).map_err(io)?;
+    let colour = crate::use_colour(true, std::env::var_os("NO_COLOR").as_deref());
+    let mut before = sample();
+    let mut t = Instant::now();
+    let mut r = report(&before, &before, 0);
+    term.draw(|f| top_ui(f, arch, label, &r, colour)).map_err(io)?;
+    loop {
+        let wait = p.saturating_sub(t.elapsed());
+        if event::poll(wait).map_err(io)? {
+            match event::read().map_err(io)? {
+                Event::Key(k) if k.kind == KeyEventKind::Press => {
+                    let ctrl_c = k.code == KeyCode::Char('c') && k.modifiers.contains(KeyModifiers::CONTROL);
+                    if matches!(k.code, KeyCode::Char('q') | KeyCode::Esc) || ctrl_c {
+                        return Ok(());
+                    }
+                }
+                Event::Resize(..) => {
+                    term.draw(|f| top_ui(f, arch, label, &r, colour)).map_err(io)?;
+                }
+                _ => {}
+            }
+            continue;
+        }
+        let now = sample();
+        r = report(&before, &now, t.elapsed().as_nanos() as u64);
+        t = Instant::now();
+        before = now;
+        term.draw(|f| top_ui(f, arch, label, &r, colour)).map_err(io)?;
+    }
 }
 
 /// `top`.
@@ -470,6 +729,9 @@ pub fn top(a: TopArgs, spec: &DeviceSpec, json_out: bool) -> Result<(), CliError
     let p = period(a.period_ms)?;
     let (arch, label) = top_target(spec)?;
     let interactive = !a.once && std::io::stdout().is_terminal();
+    if interactive && !json_out {
+        return top_live(arch, &label, p);
+    }
     let mut before = sample();
     let mut t = Instant::now();
     loop {
@@ -536,6 +798,74 @@ mod tests {
         // A restarted process (same path, new start time) counts from zero.
         let restarted = BTreeMap::from([(p, Snapshot { started_ns: 6, ..snap(vec![nc(3, 0, 1)]) })]);
         assert_eq!(report(&before, &restarted, 1).ncs[0].executions, 3);
+    }
+
+    #[test]
+    fn health_decodes_heartbeat_and_ecc_and_is_exported() {
+        let regs = health_regs(&csr_maps::CAYMAN).expect("regs");
+        assert_eq!(regs.len(), 5 + csr_maps::CAYMAN.counts.hbm_stacks as usize);
+        // api 7; health_seq heartbeat 0x5a; sram ecc corrected 3, uncorrected 1; stack 1: 9 repairable, 2 uncorrectable.
+        let mut vals = vec![7, 0, 0x5a << 12, (3 << 16) | 1, 1];
+        vals.extend((0..csr_maps::CAYMAN.counts.hbm_stacks).map(|k| if k == 1 { (2 << 12) | 9 } else { 0 }));
+        let h = decode_health(&regs, &vals, 42, 0);
+        assert_eq!((h.fw_api_version, h.heartbeat, h.sram_corrected, h.sram_uncorrected), (7, 0x5a, 3, 1));
+        assert_eq!(h.hbm[1], (9, 2));
+        assert_eq!(h.hbm[0], (0, 0));
+        let n = NcReport { pid: 42, nc: 0, nc_version: 3, ..Default::default() };
+        let r = Report { ncs: vec![n], health: vec![h], ..Report::default() };
+        let j = report_json(&r);
+        assert_eq!(j["devices"][0]["firmware"]["heartbeat"], 0x5a);
+        assert_eq!(j["devices"][0]["ecc"]["hbm"][1]["uncorrectable"], 2);
+        assert_eq!(j["devices"][0]["ecc"]["sram"]["corrected"], 3);
+        let p = prometheus_text(&r);
+        assert!(p.contains("neuron_device_firmware_heartbeat{device=\"42/0\"} 90"), "{p}");
+        assert!(
+            p.contains("neuron_device_ecc_errors{device=\"42/0\",memory=\"hbm1\",kind=\"uncorrectable\"} 2"),
+            "{p}"
+        );
+        assert!(report_text(&r).contains("heartbeat 90"));
+    }
+
+    #[test]
+    fn live_top_renders_8_cayman_rows_into_a_test_backend() {
+        use ratatui::backend::TestBackend;
+        let mut r = Report { period_ns: 1_000_000_000, ..Report::default() };
+        let mut busy = NcReport {
+            pid: 7,
+            nc: 1,
+            nc_version: 3,
+            utilization: 0.5,
+            executions: 1234,
+            models: 1,
+            ..Default::default()
+        };
+        busy.p50_us = Some(32);
+        busy.errors[0] = 2;
+        r.ncs.push(busy);
+        let mut term = ratatui::Terminal::new(TestBackend::new(100, 16)).expect("terminal");
+        term.draw(|f| top_ui(f, &csr_maps::CAYMAN, "sim:cayman", &r, true)).expect("draw");
+        let buf = term.backend().buffer();
+        let lines: Vec<String> = (0..buf.area.height)
+            .map(|y| (0..buf.area.width).map(|x| buf[(x, y)].symbol()).collect::<String>())
+            .collect();
+        let text = lines.join("\n");
+        assert!(lines[0].contains("sim:cayman (cayman, 8 NeuronCores), 1 runtime process(es)"), "{text}");
+        let rows: Vec<&String> =
+            lines.iter().filter(|l| l.get(..4).is_some_and(|c| c.trim().parse::<u32>().is_ok())).collect();
+        assert_eq!(rows.len(), 8, "{text}");
+        for (i, l) in rows.iter().enumerate() {
+            assert!(l.starts_with(&format!("{i:>3}")), "{l}");
+        }
+        assert!(rows[1].contains("50.0%") && rows[1].contains("1234") && rows[1].contains("32"), "{}", rows[1]);
+        assert!(rows[0].contains("0.0%"), "{}", rows[0]);
+        // The bar of NC 1 is half filled (gauge cells are styled), NC 0's is empty.
+        let filled =
+            |y: u16| (4..28u16).filter(|&x| buf[(x, y)].style().fg == Some(ratatui::style::Color::Red)).count();
+        let y1 = lines.iter().position(|l| l == rows[1]).unwrap_or(0) as u16;
+        let y0 = lines.iter().position(|l| l == rows[0]).unwrap_or(0) as u16;
+        assert!(filled(y1) >= 8, "{}", filled(y1));
+        assert_eq!(filled(y0), 0);
+        assert!(lines.iter().any(|l| l.contains("q/Esc: quit")), "{text}");
     }
 
     #[test]

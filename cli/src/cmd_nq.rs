@@ -16,6 +16,7 @@ use isa::slot::{Events, Opcode, TraceMode};
 use serde_json::{json, Value};
 
 use crate::device::{self, DeviceSpec, SimTiming};
+use crate::follow::{FollowArgs, Remote};
 use crate::report::{print_json, CliError};
 
 #[derive(Args, Clone)]
@@ -25,8 +26,10 @@ pub struct NqArgs {
     nc: usize,
     /// Simulator only: first run a small sequencer program on every TPB engine of the NC
     /// that posts START, CUSTOM and END records into rings this process owns.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["pid", "follow"])]
     demo: bool,
+    #[command(flatten)]
+    follow: FollowArgs,
 }
 
 #[derive(Subcommand)]
@@ -51,7 +54,11 @@ pub enum NqCmd {
 
 pub fn run(cmd: NqCmd, spec: &DeviceSpec, timing: SimTiming, json: bool) -> Result<(), CliError> {
     match cmd {
+        NqCmd::Dump(a) if a.follow.active() => remote_dump(&a, json),
         NqCmd::Dump(a) => dump(spec, timing, &a, json),
+        NqCmd::Watch { a, count, timeout_ms, interval_ms } if a.follow.active() => {
+            remote_watch(&a, count, timeout_ms, interval_ms, json)
+        }
         NqCmd::Watch { a, count, timeout_ms, interval_ms } => {
             watch(spec, timing, &a, count, timeout_ms, interval_ms, json)
         }
@@ -413,6 +420,140 @@ fn watch(
     if !json {
         println!(
             "{seen} record(s) in {} ms{}",
+            start.elapsed().as_millis(),
+            if done(seen) { "" } else { " (timeout)" }
+        );
+    }
+    Ok(())
+}
+
+// ------------------------------------------------------------ another process (--pid)
+
+fn remote_for(a: &NqArgs) -> Result<Remote, CliError> {
+    let r = Remote::connect(&a.follow)?;
+    if a.nc >= r.ncs {
+        return Err(CliError::invalid(format!("NeuronCore {} does not exist ({} has {})", a.nc, r.arch.name, r.ncs)));
+    }
+    Ok(r)
+}
+
+/// A record from the endpoint's hex.
+fn unhex(s: &str) -> Option<[u8; RECORD_BYTES]> {
+    let mut b = [0u8; RECORD_BYTES];
+    if s.len() != 2 * RECORD_BYTES {
+        return None;
+    }
+    for (i, x) in b.iter_mut().enumerate() {
+        *x = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(b)
+}
+
+/// Records of one `nq` response, decoded.
+fn remote_records(slot: u64, v: &Value) -> Option<Vec<Value>> {
+    let recs = v["records"].as_array()?;
+    Some(recs.iter().filter_map(|r| Some(record_json(slot, r["pos"].as_u64()?, &unhex(r["raw"].as_str()?)?))).collect())
+}
+
+fn remote_slots(r: &mut Remote, nc: usize) -> Result<Vec<Value>, CliError> {
+    let v = r.request(json!({"op": "nq_slots", "nc": nc}))?;
+    Ok(v["slots"].as_array().cloned().unwrap_or_default())
+}
+
+fn remote_dump(a: &NqArgs, json: bool) -> Result<(), CliError> {
+    let mut r = remote_for(a)?;
+    let mut out = Vec::new();
+    for s in remote_slots(&mut r, a.nc)? {
+        let slot = s["slot"].as_u64().unwrap_or(0);
+        let q = r.request(json!({"op": "nq", "nc": a.nc, "slot": slot}))?;
+        let mut j = s.clone();
+        j["type"] = json!(nqc::type_name(slot / nqc::ENGINES_PER_TYPE));
+        j["index"] = json!(slot % nqc::ENGINES_PER_TYPE);
+        j["location"] = json!(match remote_records(slot, &q) {
+            Some(_) => format!("host (process {})", r.pid),
+            None => q["reason"].as_str().unwrap_or("not readable").to_string(),
+        });
+        j["records"] = remote_records(slot, &q).map(Value::from).unwrap_or(Value::Null);
+        out.push(j);
+    }
+    if json {
+        print_json(&json!({"device": r.label(), "nc": a.nc, "slots": out}));
+        return Ok(());
+    }
+    println!("{} NC {}: {} programmed notification queue(s)", r.label(), a.nc, out.len());
+    for s in &out {
+        println!(
+            "slot {:>2} ({} {}): base {:#x} size {} head {:#x} tail {:#x} overflow {} dropped {} — {}",
+            s["slot"],
+            s["type"].as_str().unwrap_or("?"),
+            s["index"],
+            s["base"].as_u64().unwrap_or(0),
+            s["size"],
+            s["head"].as_u64().unwrap_or(0),
+            s["tail"].as_u64().unwrap_or(0),
+            s["overflow"],
+            s["dropped"],
+            s["location"].as_str().unwrap_or("?"),
+        );
+        for rec in s["records"].as_array().into_iter().flatten() {
+            println!("{}", record_text(rec));
+        }
+    }
+    Ok(())
+}
+
+/// Follow the rings of another process's NC from their current tails: new records only.
+/// A ring that moves by more than its size between two polls loses the overwritten records.
+fn remote_watch(a: &NqArgs, count: Option<u64>, timeout_ms: u64, interval_ms: u64, json: bool) -> Result<(), CliError> {
+    let mut r = remote_for(a)?;
+    let mut followed: BTreeMap<u64, u64> = BTreeMap::new();
+    for s in remote_slots(&mut r, a.nc)? {
+        if let (Some(slot), Some(tail)) = (s["slot"].as_u64(), s["tail"].as_u64()) {
+            followed.insert(slot, tail);
+        }
+    }
+    if followed.is_empty() {
+        eprintln!("notice: NC {} of {} has no programmed notification queue (yet)", a.nc, r.label());
+    }
+    let start = Instant::now();
+    let mut seen = 0u64;
+    let done = |seen: u64| count.is_some_and(|c| seen >= c);
+    'outer: while !done(seen) && start.elapsed() < Duration::from_millis(timeout_ms) {
+        // Slots programmed since the start (a model loaded later) are followed from their tail.
+        if followed.is_empty() {
+            for s in remote_slots(&mut r, a.nc)? {
+                if let (Some(slot), Some(tail)) = (s["slot"].as_u64(), s["tail"].as_u64()) {
+                    followed.insert(slot, tail);
+                }
+            }
+        }
+        let mut new = Vec::new();
+        for (slot, pos) in followed.iter_mut() {
+            let q = r.request(json!({"op": "nq", "nc": a.nc, "slot": *slot, "from": *pos}))?;
+            new.extend(remote_records(*slot, &q).unwrap_or_default());
+            if let Some(n) = q["next"].as_u64() {
+                *pos = n;
+            }
+        }
+        for mut rec in new {
+            rec["t_ms"] = json!(start.elapsed().as_millis() as u64);
+            if json {
+                print_json(&rec);
+            } else {
+                println!("[{:>7} ms]{}", rec["t_ms"], record_text(&rec));
+            }
+            seen += 1;
+            if done(seen) {
+                break 'outer;
+            }
+        }
+        let _ = std::io::Write::flush(&mut std::io::stdout());
+        std::thread::sleep(Duration::from_millis(interval_ms.max(1)));
+    }
+    if !json {
+        println!(
+            "{seen} record(s) from {} in {} ms{}",
+            r.label(),
             start.elapsed().as_millis(),
             if done(seen) { "" } else { " (timeout)" }
         );

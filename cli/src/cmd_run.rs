@@ -105,6 +105,56 @@ fn rt_err(e: runtime::RtError) -> CliError {
     CliError::new(e.status, e.message())
 }
 
+/// Weights below this load without a progress bar.
+pub const PROGRESS_MIN_BYTES: u64 = 64 << 20;
+
+/// Whether a load of `total` weight bytes shows a progress bar: only on a terminal, not under
+/// --json, and only for large weights.
+pub fn shows_load_progress(total: u64, stderr_is_terminal: bool, json: bool) -> bool {
+    stderr_is_terminal && !json && total >= PROGRESS_MIN_BYTES
+}
+
+/// `rt.load`, with a bar on stderr while large weights are written to the device (a terminal
+/// only; nothing is printed otherwise).
+fn load_with_progress(
+    rt: &Runtime,
+    bytes: &[u8],
+    nc: Option<usize>,
+    json: bool,
+) -> Result<runtime::ModelHandle, CliError> {
+    use std::io::IsTerminal;
+    use std::sync::{Arc, Mutex};
+    let tty = std::io::stderr().is_terminal();
+    if tty && !json {
+        let bar: Arc<Mutex<Option<indicatif::ProgressBar>>> = Arc::default();
+        let b = bar.clone();
+        rt.set_load_progress(Some(Arc::new(move |p: runtime::stage::LoadProgress| {
+            if !shows_load_progress(p.total, true, false) {
+                return;
+            }
+            let mut g = b.lock().unwrap_or_else(|e| e.into_inner());
+            let pb = g.get_or_insert_with(|| {
+                let pb = indicatif::ProgressBar::new(p.total);
+                if let Ok(st) = indicatif::ProgressStyle::with_template(
+                    "{msg} [{bar:40}] {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}",
+                ) {
+                    pb.set_style(st.progress_chars("=> "));
+                }
+                pb.set_message("loading weights");
+                pb
+            });
+            pb.set_position(p.done);
+        })));
+        let r = rt.load(bytes, nc, None);
+        rt.set_load_progress(None);
+        if let Some(pb) = bar.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            pb.finish_and_clear();
+        }
+        return r.map_err(rt_err);
+    }
+    rt.load(bytes, nc, None).map_err(rt_err)
+}
+
 fn start(device: Option<&str>, timing: SimTiming, cfg: RuntimeConfig) -> Result<(Runtime, Opened), CliError> {
     let opened = platforms(device, timing)?;
     let rt = Runtime::new();
@@ -175,7 +225,7 @@ pub fn load(a: LoadArgs, device: Option<&str>, timing: SimTiming, json_out: bool
     let bytes = read_model(&a.model)?;
     let cfg = RuntimeConfig::from_env().map_err(rt_err)?;
     let (rt, _opened) = start(device, timing, cfg)?;
-    let m = rt.load(&bytes, a.nc, None).map_err(rt_err)?;
+    let m = load_with_progress(&rt, &bytes, a.nc, json_out)?;
     if json_out {
         println!(
             "{}",
@@ -222,7 +272,7 @@ pub fn run(a: RunArgs, device: Option<&str>, timing: SimTiming, json_out: bool) 
     if !faults.is_empty() && !opened.is_sim() {
         return Err(CliError::invalid("--sim-fault needs a simulated device (--device sim…)"));
     }
-    let m = rt.load(&bytes, a.nc, None).map_err(rt_err)?;
+    let m = load_with_progress(&rt, &bytes, a.nc, json_out)?;
     let nc = m.vncs.first().copied().unwrap_or(0);
     let mut given: Vec<(String, Vec<u8>)> = Vec::new();
     for s in &a.inputs {
@@ -335,4 +385,17 @@ pub fn run(a: RunArgs, device: Option<&str>, timing: SimTiming, json_out: bool) 
         std::process::exit(CliError::new(status, "").exit_code());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn load_progress_only_on_a_terminal_for_large_weights() {
+        assert!(shows_load_progress(PROGRESS_MIN_BYTES, true, false));
+        assert!(!shows_load_progress(PROGRESS_MIN_BYTES, false, false));
+        assert!(!shows_load_progress(PROGRESS_MIN_BYTES, true, true));
+        assert!(!shows_load_progress(PROGRESS_MIN_BYTES - 1, true, false));
+    }
 }

@@ -23,6 +23,7 @@ mod cmd_run;
 #[cfg(feature = "sim")]
 mod cmd_serve;
 mod device;
+mod follow;
 mod report;
 
 use std::ffi::OsString;
@@ -185,6 +186,7 @@ const DEVICELESS: &[&[&str]] = &[
     &["bench"],
     &["csr", "list"],
     &["csr", "decode"],
+    &["csr", "diff"],
     &["monitor"],
     &["sim-serve"],
 ];

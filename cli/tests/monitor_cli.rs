@@ -73,6 +73,11 @@ fn monitor_json_sees_another_process_executing() {
         let devs = v["devices"].as_array().expect("devices");
         assert_eq!(devs.len(), 1, "{v}");
         assert_eq!(devs[0]["arch"], "cayman");
+        // Firmware and ECC figures, read through the runner's debug endpoint.
+        assert!(devs[0]["firmware"]["api_version"].as_u64().is_some_and(|v| v > 0), "{v}");
+        assert!(devs[0]["firmware"]["heartbeat"].as_u64().is_some(), "{v}");
+        assert_eq!(devs[0]["ecc"]["hbm"].as_array().map(|a| a.len()), Some(4), "{v}");
+        assert_eq!(devs[0]["ecc"]["sram"]["uncorrected"], 0, "{v}");
         let ncs = v["neuroncores"].as_array().expect("neuroncores");
         assert_eq!(ncs.len(), 8, "every NC of the runner's cayman: {v}");
         // The model runs on NCs 0 and 1; the others are idle.

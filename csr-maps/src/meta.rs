@@ -138,6 +138,18 @@ pub struct RegDef {
 }
 
 impl RegDef {
+    /// What a read of the register does besides returning its value, when its description
+    /// says so (`"clear-on-read"`). The descriptions carry no separate attribute for it: the
+    /// only such registers are the ones whose `desc` says "clear on read" (the UDMA AXI
+    /// per-queue error status). `None`: a read has no side effect as far as the sources say.
+    pub fn read_side_effect(&self) -> Option<&'static str> {
+        let d = self.desc.to_ascii_lowercase();
+        ["clear on read", "clear-on-read", "cleared on read", "cleared by read"]
+            .iter()
+            .any(|p| d.contains(p))
+            .then_some("clear-on-read")
+    }
+
     /// Whether the register exists on `arch`.
     pub fn on_arch(&self, arch: &str) -> bool {
         self.arches.is_empty() || self.arches.contains(&arch)

@@ -379,6 +379,16 @@ impl Device {
         Ok(())
     }
 
+    /// Copy out host DMA memory of this device's pool at device address `addr` (a host-window
+    /// address, as programmed into a notification slot): `Ok(false)` when the range is not in
+    /// a shared chunk of the pool. Reads only; no DMA, no MMIO.
+    pub fn read_host(&self, addr: u64, out: &mut [u8]) -> Result<bool> {
+        match self.arch().dev_to_host_iova(addr) {
+            Some(iova) => self.inner.pool.read_iova(iova, out),
+            None => Ok(false),
+        }
+    }
+
     /// Pause every queue of NC `nc`'s DMA engines (§3.7).
     pub fn quiesce_nc(&self, nc: usize) -> Result<()> {
         self.check_nc(nc)?;

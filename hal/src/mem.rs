@@ -184,6 +184,23 @@ impl HostPool {
         chunks.retain(|c| Arc::strong_count(c) > 1);
     }
 
+    /// Copy out `out.len()` bytes at IOVA `iova` when they lie inside one of the pool's shared
+    /// chunks (small buffers: notification rings, completion markers); `false` when they do
+    /// not (dedicated mappings are not searched). Nothing is written.
+    pub fn read_iova(&self, iova: u64, out: &mut [u8]) -> Result<bool> {
+        let chunks = self.chunks.lock().unwrap_or_else(|e| e.into_inner());
+        for c in chunks.iter() {
+            let base = c.map.iova();
+            let Some(off) = iova.checked_sub(base) else { continue };
+            let Some(end) = off.checked_add(out.len() as u64) else { continue };
+            if end <= c.map.len() as u64 {
+                c.map.mem().read(off as usize, out)?;
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
     /// (chunks mapped, bytes mapped).
     pub fn usage(&self) -> (usize, usize) {
         let chunks = self.chunks.lock().unwrap_or_else(|e| e.into_inner());

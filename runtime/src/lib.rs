@@ -22,6 +22,7 @@
 
 pub mod completion;
 pub mod counters;
+pub mod debug_endpoint;
 pub mod env;
 pub mod error;
 pub mod error_decode;

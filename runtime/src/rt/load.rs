@@ -65,6 +65,18 @@ impl Runtime {
         let mut devs = Vec::new();
         let mut staged_bytes = Vec::new();
         let comm_id = (id as u32).wrapping_mul(2654435761) ^ (std::process::id() << 8);
+        let progress = lock(&self.load_progress).clone();
+        let total: u64 = n.graphs.iter().map(crate::stage::initial_bytes).sum();
+        let done = std::sync::atomic::AtomicU64::new(0);
+        let written = |b: u64| {
+            if let Some(f) = &progress {
+                let d = done.fetch_add(b, Ordering::Relaxed) + b;
+                f(crate::stage::LoadProgress { done: d, total });
+            }
+        };
+        if let Some(f) = &progress {
+            f(crate::stage::LoadProgress { done: 0, total });
+        }
         let res: Result<(), RtError> = (|| {
             for (rank, g) in n.graphs.iter().enumerate() {
                 let (dev, local) = self.device_of(picked[rank]).ok_or_else(|| RtError::internal("NC vanished"))?;
@@ -73,6 +85,7 @@ impl Runtime {
                     &dev,
                     g,
                     &GraphPlacement { nc: local, rank, comm_id, unchecked: cfg.unchecked_loader_for_tests },
+                    &written,
                 )
                 .map_err(|e| RtError::with(e.status, RtErrorKind::Stage { graph: g.name.clone(), source: e }))?;
                 staged_bytes.push(crate::counters::hbm_used(&dev, local).saturating_sub(before));

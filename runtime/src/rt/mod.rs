@@ -221,6 +221,11 @@ pub struct Runtime {
     epoch: Instant,
     /// The shared-memory counters monitors read (crate::counters), from init to close.
     pub(crate) counters: Mutex<Option<Arc<crate::counters::Counters>>>,
+    /// The read-only debug endpoint other processes follow the devices through
+    /// (crate::debug_endpoint), from init to close.
+    debug: Mutex<Option<crate::debug_endpoint::Endpoint>>,
+    /// Told how far each load has got writing weights (`set_load_progress`).
+    load_progress: Mutex<Option<crate::stage::LoadProgressFn>>,
 }
 
 impl Default for Runtime {
@@ -245,6 +250,8 @@ impl Runtime {
             closed_devices: AtomicBool::new(false),
             epoch: Instant::now(),
             counters: Mutex::new(None),
+            debug: Mutex::new(None),
+            load_progress: Mutex::new(None),
         }
     }
 
@@ -286,10 +293,18 @@ impl Runtime {
         *lock(&self.placed) = vec![0; ncs];
         *lock(&self.lanes) = Arc::new(NcLanes::new(ncs));
         *lock(&self.counters) = crate::counters::publish(&devs);
+        *lock(&self.debug) = crate::debug_endpoint::serve(&devs);
         *lock(&self.devices) = devs;
         *lock(&self.cfg) = cfg;
         self.pid.store(std::process::id() as u64, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Call `f` as every later [`Runtime::load`] writes the model's initial data (weights) to
+    /// the device: once with `done` 0, then after every chunk (16 MiB at most); `None` stops.
+    /// The callback runs on the loading thread; it should return quickly.
+    pub fn set_load_progress(&self, f: Option<crate::stage::LoadProgressFn>) {
+        *lock(&self.load_progress) = f;
     }
 
     /// `nrt_close`: unload everything, stop workers, release the devices.
@@ -305,6 +320,8 @@ impl Runtime {
         for m in models {
             self.teardown(&m);
         }
+        // Stop serving other processes before the devices go.
+        lock(&self.debug).take();
         for d in lock(&self.devices).drain(..) {
             d.close();
         }

@@ -216,6 +216,23 @@ pub fn check_io(n: &neff::Neff) -> Result<(), StageError> {
     Ok(())
 }
 
+/// How far a load has got writing the model's initial data (weights) to the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoadProgress {
+    /// Bytes written so far.
+    pub done: u64,
+    /// Bytes of initial data in the model (every graph).
+    pub total: u64,
+}
+
+/// A load-progress callback (`Runtime::set_load_progress`).
+pub type LoadProgressFn = std::sync::Arc<dyn Fn(LoadProgress) + Send + Sync>;
+
+/// Bytes of initial variable data in graph `g`.
+pub fn initial_bytes(g: &Graph) -> u64 {
+    g.vars.iter().filter_map(|v| v.data.as_ref().map(|d| d.len() as u64)).sum()
+}
+
 /// Placement of one graph of a model.
 pub struct GraphPlacement {
     pub nc: usize,
@@ -229,12 +246,13 @@ pub struct GraphPlacement {
 }
 
 /// Stage graph `g` of a model on `p.nc` of `dev`.
-pub fn stage_graph(dev: &Device, g: &Graph, p: &GraphPlacement) -> Result<StagedNc, StageError> {
+/// `written(n)`: `n` more bytes of initial variable data are on the device.
+pub fn stage_graph(dev: &Device, g: &Graph, p: &GraphPlacement, written: &dyn Fn(u64)) -> Result<StagedNc, StageError> {
     let nc = p.nc;
     // The table holds the parked model's regions: off while this graph is staged (its
     // engines fetch their first slot when enabled), programmed with this graph's at the end.
     dev.clear_regions(nc)?;
-    let vars = vars::place_vars(dev, g, nc, p.unchecked)?;
+    let vars = vars::place_vars(dev, g, nc, p.unchecked, written)?;
     let model_sems = sems::collect_semaphores(g)?;
     // The source word of every queue's completion-semaphore increment.
     let one = dev.alloc_host(64, 64)?;

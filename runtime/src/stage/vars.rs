@@ -13,12 +13,22 @@ use neff::{Graph, Program, VarKind};
 
 use super::{StageError, StagedVar};
 
-/// Place the vars of `g` on NC `nc` (ordered by var id). `unchecked` (tests only, see
+/// Bytes of initial data written per step when the caller follows progress.
+const PROGRESS_CHUNK: usize = 16 << 20;
+
+/// Place the vars of `g` on NC `nc` (ordered by var id) and write their initial data;
+/// `written(n)` after every `n` bytes of it reach the device. `unchecked` (tests only, see
 /// `RuntimeConfig::unchecked_loader_for_tests`) skips the confinement checks: state-buffer
 /// vars are packed with wrapping arithmetic and no fit check, and a virtual var takes its
 /// backing var's address (device address 0 when backed by itself) whatever its range. The
 /// checked allocator still refuses a size no memory can hold.
-pub fn place_vars(dev: &Device, g: &Graph, nc: usize, unchecked: bool) -> Result<Vec<StagedVar>, StageError> {
+pub fn place_vars(
+    dev: &Device,
+    g: &Graph,
+    nc: usize,
+    unchecked: bool,
+    written: &dyn Fn(u64),
+) -> Result<Vec<StagedVar>, StageError> {
     let chan = dev.hbm_for_nc(nc);
     let arch = dev.arch();
     let mut vars: Vec<StagedVar> = Vec::new();
@@ -91,7 +101,11 @@ pub fn place_vars(dev: &Device, g: &Graph, nc: usize, unchecked: bool) -> Result
             }
         }
         if let (Some(data), Some(_)) = (&v.data, &vars[i].mem) {
-            dev.write_device(nc, vars[i].addr, data.as_ref())?;
+            let data: &[u8] = data.as_ref();
+            for (k, c) in data.chunks(PROGRESS_CHUNK).enumerate() {
+                dev.write_device(nc, vars[i].addr + (k * PROGRESS_CHUNK) as u64, c)?;
+                written(c.len() as u64);
+            }
         }
     }
     Ok(vars)

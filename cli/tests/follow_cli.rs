@@ -1,0 +1,167 @@
+//! `nq watch|dump --pid`, `csr watch|snapshot --pid`: following the device another process
+//! drives, through its runtime's read-only debug endpoint.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command as StdCommand, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use assert_cmd::cargo::CommandCargoExt;
+use serde_json::Value;
+
+const TWO: &str = "examples/allreduce_2nc.neff";
+const INPUT: &str = "input=examples/input_32xf32.bin";
+
+fn root() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+}
+
+fn cli(shm: &Path) -> StdCommand {
+    let mut c = StdCommand::cargo_bin("neuron-vfio").expect("binary");
+    c.current_dir(root()).env("NEURON_VFIO_SHM_DIR", shm).env_remove("NEURON_VFIO_DEBUG_ENDPOINT");
+    c
+}
+
+fn shm_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("nv-fol-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("shm dir");
+    d
+}
+
+/// A process executing the 2-NC model on sim:cayman repeatedly; returns once its debug
+/// endpoint exists and it has had time to load.
+struct Runner(Child);
+
+impl Runner {
+    fn start(shm: &Path) -> Self {
+        let child = cli(shm)
+            .args(["--device", "sim:cayman", "run", TWO, "--input", INPUT, "--repeat", "2000000"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn the runner");
+        let t0 = Instant::now();
+        let has_endpoint = || {
+            std::fs::read_dir(shm)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .any(|e| e.file_name().to_string_lossy().ends_with(".debug") && e.path().join("sock").exists())
+        };
+        while !has_endpoint() {
+            assert!(t0.elapsed() < Duration::from_secs(60), "the runner published no debug endpoint");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        Runner(child)
+    }
+    fn pid(&self) -> String {
+        self.0.id().to_string()
+    }
+}
+
+impl Drop for Runner {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn ok(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "stderr: {}\nstdout: {}",
+        String::from_utf8_lossy(&o.stderr),
+        String::from_utf8_lossy(&o.stdout)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn json_lines(s: &str) -> Vec<Value> {
+    s.lines().map(|l| serde_json::from_str(l).expect("a JSON object per line")).collect()
+}
+
+#[test]
+fn another_process_records_and_registers_are_followed() {
+    let shm = shm_dir("run");
+    let runner = Runner::start(&shm);
+    let pid = runner.pid();
+
+    // The runner's rings for NC 0 are programmed; their records are readable.
+    let dump = ok(&cli(&shm).args(["--json", "nq", "dump", "--pid", &pid, "--nc", "0"]).output().expect("nq dump"));
+    let dump: Value = serde_json::from_str(&dump).expect("json");
+    assert_eq!(dump["device"], format!("{pid}/0"));
+    let slots = dump["slots"].as_array().expect("slots");
+    assert!(slots.len() >= 2, "{dump}");
+    assert!(slots.iter().all(|s| s["location"].as_str().is_some_and(|l| l.contains(&pid))), "{dump}");
+    let slot = slots[0]["slot"].as_u64().expect("slot");
+
+    // New records appear while the runner executes.
+    let w = ok(&cli(&shm)
+        .args(["--json", "nq", "watch", "--pid", &pid, "--nc", "0", "--count", "6", "--timeout-ms", "30000"])
+        .output()
+        .expect("nq watch"));
+    let recs = json_lines(&w);
+    assert_eq!(recs.len(), 6, "{w}");
+    assert!(recs.iter().all(|r| r["engine"].as_str().is_some() && r["raw"].as_str().is_some_and(|x| x.len() == 32)));
+    assert!(recs.iter().any(|r| r["subtype"].as_str().is_some_and(|s| !s.is_empty())));
+
+    // A ring's tail register moves.
+    let reg = format!("notific[0].nq[{slot}].tail");
+    let w = ok(&cli(&shm)
+        .args(["--json", "csr", "watch", "--follow", &reg, "--count", "8", "--interval-ms", "150"])
+        .output()
+        .expect("csr watch"));
+    let vals: Vec<u64> = json_lines(&w).iter().filter_map(|v| v["value"].as_u64()).collect();
+    assert!(vals.len() >= 2, "the tail did not move: {w}");
+
+    // Two snapshots of NC 0's NOTIFIC block differ in a ring pointer.
+    let a = shm.join("a.json");
+    let b = shm.join("b.json");
+    for f in [&a, &b] {
+        ok(&cli(&shm).args(["csr", "snapshot", "--pid", &pid, "notific[0]", "-o"]).arg(f).output().expect("snapshot"));
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    drop(runner);
+    let d: Value = serde_json::from_str(&ok(&cli(&shm)
+        .arg("--json")
+        .args(["csr", "diff"])
+        .arg(&a)
+        .arg(&b)
+        .output()
+        .expect("diff")))
+    .expect("json");
+    let snap: Value = serde_json::from_str(&std::fs::read_to_string(&a).expect("a")).expect("json");
+    assert_eq!(snap["device"], format!("{pid}/0"));
+    assert_eq!(snap["arch"], "cayman");
+    let changed = d["changed"].as_array().expect("changed");
+    assert!(
+        changed.iter().any(|c| c["name"].as_str().is_some_and(|n| n.ends_with(".tail") || n.ends_with(".head"))),
+        "{d}"
+    );
+    let _ = std::fs::remove_dir_all(&shm);
+}
+
+#[test]
+fn no_endpoint_no_follow() {
+    let shm = shm_dir("none");
+    let o = cli(&shm).args(["nq", "watch", "--pid", "1", "--count", "1"]).output().expect("run");
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("serves no debug endpoint"));
+    let o = cli(&shm).args(["csr", "watch", "--follow", "misc_ram.device_id", "--count", "1"]).output().expect("run");
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no process serves a debug endpoint"));
+    // A snapshot of a local device, and a diff against itself, need no endpoint.
+    let f = shm.join("s.json");
+    let t = ok(&cli(&shm)
+        .args(["--device", "sim:cayman", "csr", "snapshot", "udma[1].gen", "-o"])
+        .arg(&f)
+        .output()
+        .expect("snap"));
+    assert!(t.contains("not read"), "{t}");
+    let t = ok(&cli(&shm).args(["csr", "diff"]).arg(&f).arg(&f).output().expect("diff"));
+    assert!(t.contains("0 register(s) changed"), "{t}");
+    let o = cli(&shm).args(["csr", "diff"]).arg(&f).arg(root().join("Cargo.toml")).output().expect("diff");
+    assert!(!o.status.success());
+    let _ = std::fs::remove_dir_all(&shm);
+}

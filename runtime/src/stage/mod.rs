@@ -24,6 +24,7 @@ pub mod sems;
 pub mod source;
 pub mod ucode;
 pub mod vars;
+pub mod weights;
 
 pub use crate::error::{StageError, StageErrorKind};
 
@@ -193,9 +194,17 @@ pub struct GraphPlacement {
 }
 
 /// Stage graph `g` of a model on `p.nc` of `dev`.
-pub fn stage_graph(dev: &Device, g: &Graph, p: &GraphPlacement) -> Result<StagedNc, StageError> {
+///
+/// `weights`: the sink a streaming load wrote the large members into (None for a NEFF parsed
+/// in memory).
+pub fn stage_graph(
+    dev: &Device,
+    g: &Graph,
+    p: &GraphPlacement,
+    weights: Option<&mut weights::DeviceSink>,
+) -> Result<StagedNc, StageError> {
     let nc = p.nc;
-    let vars = vars::place_vars(dev, g, nc)?;
+    let vars = vars::place_vars(dev, g, nc, weights)?;
     let model_sems = sems::collect_semaphores(g)?;
     // The source word of every queue's completion-semaphore increment.
     let one = dev.alloc_host(64, 64)?;

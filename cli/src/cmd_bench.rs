@@ -37,6 +37,10 @@ pub struct ExecBenchArgs {
     /// Simulated arch.
     #[arg(long, default_value = "sunda")]
     pub arch: String,
+    /// Run one scenario only: `spin-inline` runs just the inline-simulator spin path (for
+    /// `strace -c -f` over two iteration counts: the difference is the per-execute syscalls).
+    #[arg(long, value_parser = ["spin-inline"])]
+    pub only: Option<String>,
 }
 
 #[cfg(feature = "sim")]
@@ -177,14 +181,34 @@ pub fn exec_bench(a: ExecBenchArgs, json_out: bool) -> Result<(), CliError> {
     let io_calls = (r1 - r0).saturating_sub(probe_reads) + (w1 - w0);
     let (p50, p99) = (pct(&mut host, 0.5), pct(&mut host, 0.99));
     let (t50, t99) = (pct(&mut total, 0.5), pct(&mut total, 0.99));
+    let per = |x: u64| x as f64 / iters as f64;
+    let counted = alloc_count::active();
+    if a.only.is_some() {
+        let when = |v: f64| counted.then_some(v);
+        if json_out {
+            println!(
+                "{}",
+                json!({
+                    "arch": arch.name, "iters": iters, "only": "spin-inline", "allocations_counted": counted,
+                    "host_overhead_ns": {"p50": p50, "p99": p99},
+                    "allocs_per_exec_inline_incl_device": when(per(allocs)),
+                    "process_counts": {"executes": iters, "allocs_incl_device": counted.then_some(allocs), "read_write_syscalls": io_calls, "voluntary_switches": vcs},
+                    "read_write_syscalls_per_exec": per(io_calls),
+                    "voluntary_ctx_switches_per_exec": per(vcs),
+                })
+            );
+        } else {
+            println!("bench exec --only spin-inline ({}, {iters} executes): host overhead p50 {p50} ns p99 {p99} ns; {io_calls} read/write syscalls, {vcs} voluntary switches{}", arch.name,
+                if counted { format!(", {allocs} allocations") } else { String::new() });
+        }
+        return Ok(());
+    }
     // 2. Completion latency: spin vs usleep(1) (Threaded simulator).
     let lag_iters = iters.min(5000);
     let spin = lag_run(arch, PollPolicy::Spin, lag_iters)?;
     let us = lag_run(arch, PollPolicy::Usleep1, lag_iters.min(2000))?;
     let (spin50, spin99, us50, us99) = (spin.p50, spin.p99, us.p50, us.p99);
-    let per = |x: u64| x as f64 / iters as f64;
     // Allocation figures exist only under the counting allocator (neuron-vfio-bench).
-    let counted = alloc_count::active();
     let when = |v: f64| counted.then_some(v);
     if json_out {
         println!(

@@ -13,7 +13,7 @@
 //! `docs/lifecycle.md`). The type is generic over that record so the queue can be model-checked
 //! on its own (`runtime/tests/loom_lanes.rs`).
 
-use super::sync::{Condvar, Mutex, MutexGuard};
+use super::sync::{AtomicUsize, Condvar, Mutex, MutexGuard, Ordering};
 
 struct Lane<A> {
     next: u64,
@@ -90,6 +90,9 @@ impl Tickets {
 pub struct Lanes<A> {
     st: Mutex<Vec<Lane<A>>>,
     cv: Condvar,
+    /// Threads blocked in [`Lanes::wait`] (changed under `st`): a release wakes only when
+    /// there is someone to wake, so an uncontended execute makes no futex syscall.
+    waiters: AtomicUsize,
 }
 
 impl<A: Clone> Lanes<A> {
@@ -97,7 +100,7 @@ impl<A: Clone> Lanes<A> {
     pub fn new(ncs: usize) -> Self {
         let lanes =
             (0..ncs).map(|_| Lane { next: 0, serving: 0, cancelled: Vec::new(), active: None, dirty: false }).collect();
-        Self { st: Mutex::new(lanes), cv: Condvar::new() }
+        Self { st: Mutex::new(lanes), cv: Condvar::new(), waiters: AtomicUsize::new(0) }
     }
 
     fn lock(&self) -> MutexGuard<'_, Vec<Lane<A>>> {
@@ -144,7 +147,9 @@ impl<A: Clone> Lanes<A> {
     pub fn wait(&self, t: &Tickets) {
         let mut g = self.lock();
         while !Self::served(&g, t) {
+            self.waiters.fetch_add(1, Ordering::Relaxed);
             g = self.cv.wait(g).unwrap_or_else(|e| e.into_inner());
+            self.waiters.fetch_sub(1, Ordering::Relaxed);
         }
     }
 
@@ -163,9 +168,13 @@ impl<A: Clone> Lanes<A> {
                 l.cancelled.push(tk);
             }
         }
+        // Read under the lock: a waiter counts itself under it before it sleeps.
+        let wake = self.waiters.load(Ordering::Relaxed) > 0;
         drop(g);
         t.clear();
-        self.cv.notify_all();
+        if wake {
+            self.cv.notify_all();
+        }
     }
 
     /// The record of the model armed on `nc`.

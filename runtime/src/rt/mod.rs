@@ -210,6 +210,8 @@ pub struct Runtime {
     xus: Mutex<HashMap<usize, Arc<NcXu>>>,
     next_id: AtomicU64,
     pid: AtomicU64,
+    /// [`platform::fork::forks`] at init (u64::MAX: not known, ask for the pid).
+    forks_at_init: AtomicU64,
     closed_devices: AtomicBool,
     epoch: Instant,
     /// The shared-memory counters monitors read (crate::counters), from init to close.
@@ -235,6 +237,7 @@ impl Runtime {
             xus: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             pid: AtomicU64::new(std::process::id() as u64),
+            forks_at_init: AtomicU64::new(u64::MAX),
             closed_devices: AtomicBool::new(false),
             epoch: Instant::now(),
             counters: Mutex::new(None),
@@ -244,8 +247,14 @@ impl Runtime {
     /// The NRT_INIT_STATE guard at the top of every API entry: Ok in INIT for the process
     /// that ran `init`; before init NRT_UNINITIALIZED (13), after close NRT_CLOSED (14), in a
     /// forked child NRT_UNINITIALIZED.
+    ///
+    /// No syscall on the common path: a fork is detected by [`platform::fork::forks`] (a
+    /// `pthread_atfork` child handler) against the count seen at init; only then, or when the
+    /// handler could not be registered, is the pid asked for.
     pub fn guard(&self) -> Result<(), RtError> {
-        Ok(lock(&self.state).guard(std::process::id())?)
+        let same = platform::fork::forks().is_some_and(|f| f == self.forks_at_init.load(Ordering::Relaxed));
+        let pid = if same { self.pid.load(Ordering::Relaxed) as u32 } else { std::process::id() };
+        Ok(lock(&self.state).guard(pid)?)
     }
 
     /// Whether [`Runtime::init`] may proceed now (START or CLOSED), so a front end can
@@ -282,6 +291,7 @@ impl Runtime {
         *lock(&self.devices) = devs;
         *lock(&self.cfg) = cfg;
         self.pid.store(std::process::id() as u64, Ordering::Relaxed);
+        self.forks_at_init.store(platform::fork::forks().unwrap_or(u64::MAX), Ordering::Relaxed);
         Ok(())
     }
 

@@ -86,6 +86,14 @@ impl Tickets {
     }
 }
 
+/// Times a lanes lock was found held by another thread (process-wide).
+static CONTENDED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Lanes-lock contentions so far (see [`crate::rt::lock_contentions`]).
+pub fn contentions() -> u64 {
+    CONTENDED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// The execution lanes of every NC of a runtime.
 pub struct Lanes<A> {
     st: Mutex<Vec<Lane<A>>>,
@@ -104,6 +112,10 @@ impl<A: Clone> Lanes<A> {
     }
 
     fn lock(&self) -> MutexGuard<'_, Vec<Lane<A>>> {
+        if let Ok(g) = self.st.try_lock() {
+            return g;
+        }
+        CONTENDED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.st.lock().unwrap_or_else(|e| e.into_inner())
     }
 

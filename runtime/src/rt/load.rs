@@ -132,10 +132,14 @@ impl Runtime {
         let mut tc = TrackerConfig::new(arch, cfg.exec_timeout);
         tc.reads_per_sweep = crate::stage::RING_RECORDS as usize;
         let tracker = ExecTracker::new(staged.len(), tc).map_err(|e| RtError::internal(e.to_string()))?;
+        // The sync point: the device clock read between two host clock reads, paired with
+        // their midpoint (the pairing error is at most half the gap).
+        let before = self.epoch.elapsed().as_nanos() as u64;
         let t0 = staged.first().map(|s| s.dev.device_time(s.nc)).transpose()?.unwrap_or(0);
+        let after = self.epoch.elapsed().as_nanos() as u64;
         let sync = crate::timestamp::TimestampSync {
             clocks: [crate::timestamp::EngineClock::nominal(t0); 5],
-            sync: crate::timestamp::SyncPoint { device_ns: 0, cpu_ns: self.epoch.elapsed().as_nanos() as u64 },
+            sync: crate::timestamp::SyncPoint { device_ns: 0, cpu_ns: before + (after - before) / 2 },
         };
         let irq = match (cfg.poll, staged.first()) {
             (PollPolicy::Interrupt, Some(s)) => s.dev.irq(s.nc)?,

@@ -106,9 +106,20 @@ pub struct ExecTimings {
     pub device_ns: u64,
     /// Completion-engine steps taken.
     pub steps: u64,
-    /// From the last END record's device timestamp (rescaled to host time) to the host
-    /// observing completion, ns.
-    pub completion_lag_ns: u64,
+    /// From the last END record's device timestamp (rescaled to host time through the sync
+    /// point taken at load) to the host observing completion, ns. Never clamped: a negative
+    /// value means the two clocks' offset is off by more than the lag. None for a failed
+    /// execution or one with no END record.
+    pub completion_lag_ns: Option<i64>,
+    /// Host time breakdown of `total_ns` (a successful execution): from entry to the inputs
+    /// bound and the rings staged (API checks, lane, model lock, bind) ...
+    pub bind_ns: u64,
+    /// ... the kickoff MMIO writes (with an inline simulator: including the device work) ...
+    pub kick_ns: u64,
+    /// ... stepping the completion engine (harvesting notifications) until it is done ...
+    pub harvest_ns: u64,
+    /// ... and completion: status, timings, outputs read back, counters.
+    pub completion_ns: u64,
 }
 
 /// An executing model's device state (one lock: executions of a model are serialized).
@@ -181,8 +192,25 @@ pub struct Model {
     pub(crate) staged_bytes: Vec<u64>,
 }
 
+/// Times a runtime lock was found held by another thread (see [`lock_contentions`]).
+static CONTENDED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
+    match m.try_lock() {
+        Ok(g) => g,
+        Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+        Err(std::sync::TryLockError::WouldBlock) => {
+            CONTENDED.fetch_add(1, Ordering::Relaxed);
+            m.lock().unwrap_or_else(|e| e.into_inner())
+        }
+    }
+}
+
+/// Times any of the runtime's mutexes (runtime state, models, per-model locks) and the NC
+/// lanes' lock was found held by another thread, process-wide: a contention count for
+/// benchmarks (a shared lock on the hot path shows here as executes from several threads).
+pub fn lock_contentions() -> u64 {
+    CONTENDED.load(Ordering::Relaxed) + crate::lanes::contentions()
 }
 
 impl std::fmt::Debug for Model {

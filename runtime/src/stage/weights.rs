@@ -1,5 +1,5 @@
 //! Weights streamed into device memory while the NEFF is read ([`neff::Neff::parse_streaming`]):
-//! [`DeviceSink`] takes each large `.npy`/raw member as it leaves the inflater and writes it
+//! [`DeviceSink`] takes each large `.npy` member as it leaves the inflater and writes it
 //! into a device allocation through the DMA path, double-buffered — the reader fills one
 //! bounce buffer while a DMA thread copies the other into device memory — so host memory
 //! holds two bounce buffers whatever the size of the model. [`vars::place_vars`] then takes a
@@ -219,8 +219,11 @@ impl DeviceSink {
 }
 
 impl MemberSink for DeviceSink {
+    /// `.npy` members of at least [`STREAM_MIN`] bytes: the weights. Other members (JSON
+    /// manifests, engine programs, ucode, raw weight files) stay in host memory, where the
+    /// manifest reader needs them whole.
     fn wants(&mut self, name: &str, size: u64) -> bool {
-        size >= self.min && !name.ends_with(".json")
+        size >= self.min && name.ends_with(".npy")
     }
 
     fn begin(&mut self, name: &str, size: u64) -> Result<(), SinkError> {
@@ -357,31 +360,37 @@ mod tests {
     }
 
     /// The weights reach device memory intact through the double buffer (several bounce
-    /// buffers' worth, not a multiple of their size), for `.npy` (preamble skipped) and raw
-    /// members, adopted on the sink's NC and copied device to device on another.
+    /// buffers' worth, not a multiple of their size): `.npy` members streamed (preamble
+    /// skipped), adopted on the sink's NC and copied device to device on another; raw members
+    /// held in memory and written as before.
     #[test]
     fn streamed_weights_land_in_device_memory() {
         let dev = device();
         for format in [WeightFormat::Npy, WeightFormat::Raw] {
-            for nc in [0usize, 1] {
+            for nc in [0usize, dev.nc_count() - 1] {
                 let data = pattern(3 * BOUNCE + 12_345);
                 let bytes = neff_bytes(data.clone(), format);
                 let mut sink = DeviceSink::new(&dev, 0);
                 let n = Neff::parse_streaming(&bytes[..], bytes.len() as u64, &ReadOptions::default(), &mut sink)
                     .expect("parse");
-                assert!(n.members.iter().any(|m| m.streamed), "the weights member was streamed");
-                assert!(n.payload_len() < 1 << 20, "host payload holds {} bytes", n.payload_len());
                 let g = &n.graphs[0];
                 let v = g.var("weights").expect("var");
-                assert!(v.data.is_none() && v.streamed.is_some());
+                if format == WeightFormat::Npy {
+                    assert!(n.members.iter().any(|m| m.streamed), "the weights member was streamed");
+                    assert!(n.payload_len() < 1 << 20, "host payload holds {} bytes", n.payload_len());
+                    assert!(v.data.is_none() && v.streamed.is_some());
+                } else {
+                    // Raw weight files are held in memory (not streamed).
+                    assert!(v.data.is_some() && v.streamed.is_none());
+                }
                 let vars = place_vars(&dev, g, nc, Some(&mut sink)).expect("place");
                 let sv = vars.iter().find(|x| x.name == "weights").expect("staged");
                 let mut back = vec![0u8; data.len()];
                 dev.read_device(nc, sv.addr, &mut back).expect("read");
                 assert!(back == data, "{format:?} on NC {nc}: device bytes differ");
                 // Adopted on the sink's own channel: nothing left over.
-                if dev.hbm_for_nc(nc) == dev.hbm_for_nc(0) {
-                    assert!(sink.get(&v.streamed.as_ref().expect("s").member).is_none());
+                if let (Some(s), true) = (&v.streamed, dev.hbm_for_nc(nc) == dev.hbm_for_nc(0)) {
+                    assert!(sink.get(&s.member).is_none());
                 }
             }
         }

@@ -8,6 +8,29 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// Heap allocations made by this process (counted by [`Counting`]).
 static ALLOCS: AtomicU64 = AtomicU64::new(0);
 
+/// Live heap bytes and their peak since [`reset_peak`].
+static LIVE: AtomicU64 = AtomicU64::new(0);
+static PEAK: AtomicU64 = AtomicU64::new(0);
+
+fn grow(n: usize) {
+    let now = LIVE.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
+    PEAK.fetch_max(now, Ordering::Relaxed);
+}
+
+fn shrink(n: usize) {
+    LIVE.fetch_sub(n as u64, Ordering::Relaxed);
+}
+
+/// Start a new peak-heap measurement from the current live bytes.
+pub fn reset_peak() {
+    PEAK.store(LIVE.load(Ordering::Relaxed), Ordering::Relaxed);
+}
+
+/// Peak live heap bytes since [`reset_peak`] (counting allocator only).
+pub fn peak_live_bytes() -> u64 {
+    PEAK.load(Ordering::Relaxed)
+}
+
 thread_local! {
     /// Heap allocations made by the current thread.
     static THREAD_ALLOCS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
@@ -42,20 +65,25 @@ pub struct Counting;
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
         count();
+        grow(l.size());
         // SAFETY: same contract as the caller's.
         unsafe { System.alloc(l) }
     }
     unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
         count();
+        grow(l.size());
         // SAFETY: same contract as the caller's.
         unsafe { System.alloc_zeroed(l) }
     }
     unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
         count();
+        grow(n);
+        shrink(l.size());
         // SAFETY: same contract as the caller's.
         unsafe { System.realloc(p, l, n) }
     }
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        shrink(l.size());
         // SAFETY: same contract as the caller's.
         unsafe { System.dealloc(p, l) }
     }

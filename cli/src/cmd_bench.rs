@@ -42,12 +42,16 @@ pub struct ExecBenchArgs {
     /// Simulated arch.
     #[arg(long, default_value = "sunda")]
     pub arch: String,
+    /// Run one scenario only: `spin-inline` runs just the inline-simulator spin path (for
+    /// `strace -c -f` over two iteration counts: the difference is the per-execute syscalls).
+    #[arg(long, value_parser = ["spin-inline"])]
+    pub only: Option<String>,
 }
 
 #[cfg(feature = "sim")]
-fn pct(v: &mut [u64], p: f64) -> u64 {
+fn pct<T: Ord + Copy + Default>(v: &mut [T], p: f64) -> T {
     if v.is_empty() {
-        return 0;
+        return T::default();
     }
     v.sort_unstable();
     v[((v.len() - 1) as f64 * p).round() as usize]
@@ -116,8 +120,12 @@ fn thread_switches() -> u64 {
 
 #[cfg(feature = "sim")]
 struct LagRun {
-    p50: u64,
-    p99: u64,
+    /// Signed lag percentiles over the executions that reported one.
+    p50: i64,
+    p99: i64,
+    min: i64,
+    /// Executions with a negative lag (the sync point's offset error exceeds the lag).
+    negative: usize,
     /// Executes measured.
     iters: u32,
     /// Host-thread allocations over the measured executes.
@@ -137,13 +145,18 @@ fn lag_run(arch: &'static csr_maps::Arch, poll: PollPolicy, iters: u32) -> Resul
     let c0 = thread_switches();
     let a0 = alloc_count::thread_allocs();
     for _ in 0..iters {
-        lags.push(exec(&s)?.completion_lag_ns);
+        // `exec` fails the benchmark on a failed execution: none is counted as a lag.
+        if let Some(l) = exec(&s)?.completion_lag_ns {
+            lags.push(l);
+        }
     }
     let allocs = alloc_count::thread_allocs() - a0;
     let switches = thread_switches().saturating_sub(c0);
     s.rt.unload(&s.m).map_err(|e| CliError::new(e.status, e.message()))?;
     let _ = s.rt.close();
-    Ok(LagRun { p50: pct(&mut lags, 0.5), p99: pct(&mut lags, 0.99), iters, allocs, switches })
+    let negative = lags.iter().filter(|&&l| l < 0).count();
+    let min = lags.iter().copied().min().unwrap_or(0);
+    Ok(LagRun { p50: pct(&mut lags, 0.5), p99: pct(&mut lags, 0.99), min, negative, iters, allocs, switches })
 }
 
 /// What the trust rules cost (see the module documentation).
@@ -238,6 +251,8 @@ pub fn exec_bench(a: ExecBenchArgs, json_out: bool) -> Result<(), CliError> {
     }
     let mut host = Vec::with_capacity(iters as usize);
     let mut total = Vec::with_capacity(iters as usize);
+    // Breakdown of the host overhead: bind, kick (device work subtracted), harvest, completion.
+    let mut parts: [Vec<u64>; 4] = std::array::from_fn(|_| Vec::with_capacity(iters as usize));
     // Instrumentation stays outside the counted window, and the read syscalls of one
     // /proc/self/io sample (made inside the window by the closing sample) are measured and
     // subtracted.
@@ -255,6 +270,9 @@ pub fn exec_bench(a: ExecBenchArgs, json_out: bool) -> Result<(), CliError> {
         let dev = s.sim.device_ns() - d0;
         host.push(t.total_ns.saturating_sub(dev));
         total.push(t.total_ns);
+        for (v, x) in parts.iter_mut().zip([t.bind_ns, t.kick_ns.saturating_sub(dev), t.harvest_ns, t.completion_ns]) {
+            v.push(x);
+        }
     }
     let allocs = alloc_count::process_allocs() - a0;
     let (r1, w1) = proc_io();
@@ -267,15 +285,38 @@ pub fn exec_bench(a: ExecBenchArgs, json_out: bool) -> Result<(), CliError> {
     let io_calls = (r1 - r0).saturating_sub(probe_reads) + (w1 - w0);
     let (p50, p99) = (pct(&mut host, 0.5), pct(&mut host, 0.99));
     let (t50, t99) = (pct(&mut total, 0.5), pct(&mut total, 0.99));
+    let [b50, k50, h50, c50] = parts.each_mut().map(|v| pct(v, 0.5));
+    let breakdown = json!({"bind": b50, "kick_excl_device": k50, "harvest": h50, "completion": c50});
+    let per = |x: u64| x as f64 / iters as f64;
+    let counted = alloc_count::active();
+    if a.only.is_some() {
+        let when = |v: f64| counted.then_some(v);
+        if json_out {
+            println!(
+                "{}",
+                json!({
+                    "arch": arch.name, "iters": iters, "only": "spin-inline", "allocations_counted": counted,
+                    "host_overhead_ns": {"p50": p50, "p99": p99},
+                    "host_overhead_p50_breakdown_ns": breakdown,
+                    "allocs_per_exec_inline_incl_device": when(per(allocs)),
+                    "process_counts": {"executes": iters, "allocs_incl_device": counted.then_some(allocs), "read_write_syscalls": io_calls, "voluntary_switches": vcs},
+                    "read_write_syscalls_per_exec": per(io_calls),
+                    "voluntary_ctx_switches_per_exec": per(vcs),
+                })
+            );
+        } else {
+            println!("bench exec --only spin-inline ({}, {iters} executes): host overhead p50 {p50} ns p99 {p99} ns; {io_calls} read/write syscalls, {vcs} voluntary switches{}", arch.name,
+                if counted { format!(", {allocs} allocations") } else { String::new() });
+        }
+        return Ok(());
+    }
     // 2. Completion latency: spin vs usleep(1) (Threaded simulator).
     let lag_iters = iters.min(5000);
     let spin = lag_run(arch, PollPolicy::Spin, lag_iters)?;
     let us = lag_run(arch, PollPolicy::Usleep1, lag_iters.min(2000))?;
     let (spin50, spin99, us50, us99) = (spin.p50, spin.p99, us.p50, us.p99);
     let trust = trust_costs(arch)?;
-    let per = |x: u64| x as f64 / iters as f64;
     // Allocation figures exist only under the counting allocator (neuron-vfio-bench).
-    let counted = alloc_count::active();
     let when = |v: f64| counted.then_some(v);
     if json_out {
         println!(
@@ -284,8 +325,13 @@ pub fn exec_bench(a: ExecBenchArgs, json_out: bool) -> Result<(), CliError> {
                 "arch": arch.name, "iters": iters,
                 "allocations_counted": counted,
                 "host_overhead_ns": {"p50": p50, "p99": p99},
+                "host_overhead_p50_breakdown_ns": breakdown,
                 "total_inline_ns": {"p50": t50, "p99": t99},
-                "completion_lag_ns": {"spin": {"p50": spin50, "p99": spin99}, "usleep1": {"p50": us50, "p99": us99}},
+                "completion_lag_ns": {
+                    "spin": {"p50": spin50, "p99": spin99, "min": spin.min, "negative": spin.negative, "measured": spin.iters},
+                    "usleep1": {"p50": us50, "p99": us99, "min": us.min, "negative": us.negative, "measured": us.iters},
+                    "clock": "device END rescaled to host time through a sync point taken at load (device clock read between two host clock reads, midpoint); not clamped",
+                },
                 "allocs_per_exec_inline_incl_device": when(per(allocs)),
                 "host_thread_allocs_per_exec": when(spin.allocs as f64 / f64::from(spin.iters)),
                 "host_thread_blocking_switches_per_exec": spin.switches as f64 / f64::from(spin.iters),
@@ -304,9 +350,17 @@ pub fn exec_bench(a: ExecBenchArgs, json_out: bool) -> Result<(), CliError> {
     } else {
         println!("bench exec ({}, {iters} sync executes of the 1-NC all-reduce model)", arch.name);
         println!("  host overhead per execute (inline sim, device time subtracted): p50 {p50} ns, p99 {p99} ns");
+        println!("    p50 breakdown: bind {b50} ns, kick {k50} ns (device work subtracted), harvest {h50} ns, completion {c50} ns");
         println!("  total per execute incl. inline device work:                   p50 {t50} ns, p99 {t99} ns");
-        println!("  completion lag after the END record (threaded sim):  spin p50 {spin50} ns p99 {spin99} ns");
-        println!("                                                    usleep(1) p50 {us50} ns p99 {us99} ns");
+        println!(
+            "  completion lag after the END record (threaded sim, signed, one clock):  spin p50 {spin50} ns p99 {spin99} ns \
+             (min {} ns, {} negative)",
+            spin.min, spin.negative
+        );
+        println!(
+            "                                                    usleep(1) p50 {us50} ns p99 {us99} ns (min {} ns, {} negative)",
+            us.min, us.negative
+        );
         let (host_allocs, proc_allocs) = if counted {
             (
                 format!("{} heap allocations", spin.allocs),
@@ -344,4 +398,151 @@ pub fn exec_bench(a: ExecBenchArgs, json_out: bool) -> Result<(), CliError> {
 #[cfg(not(feature = "sim"))]
 pub fn exec_bench(_: ExecBenchArgs, _json_out: bool) -> Result<(), CliError> {
     Err(CliError::invalid("bench exec runs on the simulator: built without it (cargo feature `sim`)"))
+}
+
+/// Arguments of `bench scale`.
+#[derive(Args, Debug)]
+pub struct ScaleBenchArgs {
+    /// Simulated devices (each a full device of `--arch`).
+    #[arg(long, default_value_t = 16)]
+    pub devices: usize,
+    /// Simulated arch.
+    #[arg(long, default_value = "cayman")]
+    pub arch: String,
+    /// Seconds of executes per thread count.
+    #[arg(long, default_value_t = 2.0)]
+    pub seconds: f64,
+    /// Thread counts to drive executes from (default 1, 2 and every core beyond).
+    #[arg(long, value_delimiter = ',')]
+    pub threads: Vec<usize>,
+}
+
+/// `bench scale`: `--devices` simulated devices (inline device work), one model per NC, and
+/// synchronous executes driven from 1, 2, … threads, each thread owning an equal share of the
+/// models (round-robin). Reports init time, executes/s per thread count, the 2-thread scaling
+/// and the runtime's lock contentions during each run.
+#[cfg(feature = "sim")]
+pub fn scale_bench(a: ScaleBenchArgs, json_out: bool) -> Result<(), CliError> {
+    use std::time::{Duration, Instant};
+    let arch = csr_maps::Arch::by_name(&a.arch)?;
+    if a.devices == 0 || a.devices > 16 {
+        return Err(CliError::invalid("--devices must be 1..=16"));
+    }
+    let e = |e: runtime::RtError| CliError::new(e.status, e.message());
+    let t_init = Instant::now();
+    let mut plats: Vec<Arc<dyn Platform>> = Vec::new();
+    for i in 0..a.devices {
+        let mut c = SimConfig::new(arch).timing(Timing::Inline).hbm_bytes(1 << 26);
+        c.device_index = i as u32;
+        plats.push(Arc::new(SimDevice::new(c).map_err(CliError::failure)?));
+    }
+    let rt = Runtime::new();
+    let opts = hal::DeviceOptions { hbm_limit: Some(1 << 26), ..Default::default() };
+    rt.init(plats, RuntimeConfig { poll: PollPolicy::Spin, ..RuntimeConfig::default() }, opts).map_err(e)?;
+    let init_s = t_init.elapsed().as_secs_f64();
+    let ncs = rt.nc_count();
+    let mut d = neff::builder::single_nc_allreduce();
+    d.target = "*".into();
+    let bytes = d.build().map_err(CliError::failure)?;
+    let t_load = Instant::now();
+    let mut work = Vec::with_capacity(ncs);
+    for nc in 0..ncs {
+        let m = rt.load(&bytes, Some(nc), Some(1)).map_err(e)?;
+        let ti = rt.alloc_tensor("input", 128, true, m.vncs[0]).map_err(e)?;
+        let to = rt.alloc_tensor("output", 128, true, m.vncs[0]).map_err(e)?;
+        ti.write(0, &[0x3Fu8; 128]).map_err(e)?;
+        let mut ins = TensorSet::new();
+        ins.add("input", ti);
+        let mut outs = TensorSet::new();
+        outs.add("output", to);
+        work.push((m, ins, outs));
+    }
+    let load_s = t_load.elapsed().as_secs_f64();
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let counts = if a.threads.is_empty() { (1..=cores.max(2)).collect::<Vec<_>>() } else { a.threads.clone() };
+    let dur = Duration::from_secs_f64(a.seconds.max(0.1));
+    let mut rows = Vec::new();
+    let mut rate_of = std::collections::BTreeMap::new();
+    for &n in &counts {
+        let n = n.clamp(1, ncs);
+        // Warm up every model once.
+        for (m, i, o) in &work {
+            rt.execute(m, i, o).map_err(e)?;
+        }
+        let c0 = runtime::rt::lock_contentions();
+        let failed = std::sync::atomic::AtomicU64::new(0);
+        let start = Instant::now();
+        let done: u64 = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..n)
+                .map(|t| {
+                    let (rt, work, failed) = (&rt, &work, &failed);
+                    s.spawn(move || {
+                        let mine: Vec<_> = work.iter().skip(t).step_by(n).collect();
+                        let mut k = 0u64;
+                        while start.elapsed() < dur {
+                            for (m, i, o) in &mine {
+                                match rt.execute(m, i, o) {
+                                    Ok((NrtStatus::Success, _)) => k += 1,
+                                    _ => {
+                                        failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                    }
+                                }
+                            }
+                        }
+                        k
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap_or(0)).sum()
+        });
+        let secs = start.elapsed().as_secs_f64();
+        let contended = runtime::rt::lock_contentions() - c0;
+        let rate = done as f64 / secs;
+        rate_of.insert(n, rate);
+        rows.push(json!({"threads": n, "executes": done, "seconds": secs, "executes_per_s": rate,
+            "failed": failed.load(std::sync::atomic::Ordering::Relaxed), "lock_contentions": contended,
+            "lock_contentions_per_1k_exec": contended as f64 * 1000.0 / done.max(1) as f64}));
+    }
+    for (m, _, _) in &work {
+        rt.unload(m).map_err(e)?;
+    }
+    let _ = rt.close();
+    let scaling = match (rate_of.get(&1), rate_of.get(&2)) {
+        (Some(r1), Some(r2)) if *r1 > 0.0 => Some(r2 / r1),
+        _ => None,
+    };
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let loadavg: Vec<f64> = load.split_whitespace().take(3).filter_map(|x| x.parse().ok()).collect();
+    if json_out {
+        println!(
+            "{}",
+            json!({"bench": "scale", "arch": arch.name, "devices": a.devices, "ncs": ncs, "models": work.len(),
+                "init_s": init_s, "load_all_s": load_s, "cores": cores, "runs": rows, "scaling": scaling,
+                "loadavg": loadavg})
+        );
+    } else {
+        println!(
+            "bench scale: {} × {} ({ncs} NCs, one model per NC), init {init_s:.3} s, {} loads in {load_s:.3} s, {cores} cores, load average {loadavg:?}",
+            a.devices, arch.name, work.len()
+        );
+        for r in &rows {
+            println!(
+                "  {} thread(s): {:.0} executes/s ({} executes), {} lock contentions",
+                r["threads"],
+                r["executes_per_s"].as_f64().unwrap_or(0.0),
+                r["executes"],
+                r["lock_contentions"]
+            );
+        }
+        if let Some(s) = scaling {
+            println!("  scaling (2 threads / 1 thread): {s:.2}");
+        }
+    }
+    Ok(())
+}
+
+/// `bench scale` runs on the simulator: without it there is nothing to run.
+#[cfg(not(feature = "sim"))]
+pub fn scale_bench(_: ScaleBenchArgs, _json_out: bool) -> Result<(), CliError> {
+    Err(CliError::invalid("bench scale runs on the simulator: built without it (cargo feature `sim`)"))
 }

@@ -340,11 +340,14 @@ pub fn run(a: RunArgs, device: Option<&str>, timing: SimTiming, json_out: bool) 
     }
     let n = timings.len().max(1) as u64;
     let mean = |f: fn(&runtime::ExecTimings) -> u64| timings.iter().map(f).sum::<u64>() / n;
+    // Signed, over the executions that have one (failed ones have none).
+    let lags: Vec<i64> = timings.iter().filter_map(|t| t.completion_lag_ns).collect();
+    let mean_lag = (!lags.is_empty()).then(|| lags.iter().sum::<i64>() / lags.len() as i64);
     let tj = json!({
         "executions": timings.len(),
         "mean_total_ns": mean(|t| t.total_ns),
         "mean_device_ns": mean(|t| t.device_ns),
-        "mean_completion_lag_ns": mean(|t| t.completion_lag_ns),
+        "mean_completion_lag_ns": mean_lag,
     });
     if json_out {
         let mut v = json!({"status": status.name(), "code": status.code(), "model": m.name, "ncs": m.ncs, "outputs": outputs, "timings": tj});

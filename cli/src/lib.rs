@@ -114,10 +114,13 @@ enum Cmd {
 
 #[derive(Subcommand)]
 enum BenchCmd {
-    /// Parse + verify a NEFF with 1 GiB of weights vs raw inflate of its gzip payload.
+    /// Streaming load of a NEFF with 1 GiB of weights (into simulated device memory) vs raw
+    /// inflate of its gzip payload; `--sizes` for a sweep.
     NeffLoad(cmd_neff::BenchNeffLoadArgs),
     /// Host overhead, completion latency (spin vs usleep(1)), allocations and syscalls per execute.
     Exec(cmd_bench::ExecBenchArgs),
+    /// Many NCs at once: N simulated devices, one model per NC, executes from 1, 2, … threads.
+    Scale(cmd_bench::ScaleBenchArgs),
     /// Collective bandwidth between rank processes over libfabric (nccom-test style).
     #[cfg(feature = "fabric")]
     Collectives(cmd_collectives::CollectivesArgs),
@@ -172,6 +175,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Cmd::SimServe(a) => cmd_serve::run(a),
         Cmd::Bench(BenchCmd::NeffLoad(a)) => cmd_neff::bench_neff_load(a, json),
         Cmd::Bench(BenchCmd::Exec(a)) => cmd_bench::exec_bench(a, json),
+        Cmd::Bench(BenchCmd::Scale(a)) => cmd_bench::scale_bench(a, json),
         #[cfg(feature = "fabric")]
         Cmd::Bench(BenchCmd::Collectives(a)) => cmd_collectives::run(a, json),
     }

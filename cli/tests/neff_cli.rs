@@ -73,13 +73,30 @@ fn missing_file_reports_json_error() {
 }
 
 #[test]
+fn bench_neff_load_sweep() {
+    let out = bin().args(["--json", "bench", "neff-load", "--sizes", "2M,3M", "--runs", "1"]).output().expect("run");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let rows = v["sizes"].as_array().expect("sizes");
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0]["weights_mib"], 2.0);
+    assert_eq!(rows[1]["weights_mib"], 3.0);
+    assert!(rows.iter().all(|r| r["ratio"].as_f64().is_some() && r["peak_rss_mib"].as_f64().is_some()));
+    let bad = bin().args(["bench", "neff-load", "--sizes", "12X"]).output().expect("run");
+    assert!(!bad.status.success());
+}
+
+#[test]
 fn bench_neff_load_small() {
     let out = bin().args(["--json", "bench", "neff-load", "--size-mib", "2", "--runs", "1"]).output().expect("run");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(v["bench"], "neff-load");
-    assert!(v["payload_bytes"].as_u64().is_some_and(|p| p > 2 << 20));
+    assert!(v["inflated_bytes"].as_u64().is_some_and(|p| p > 2 << 20));
     assert!(v["ratio"].as_f64().is_some_and(|r| r > 0.0));
+    // The weights went to (simulated) device memory, not the host payload.
+    assert!(v["sim_device_mib"].as_f64().is_some_and(|m| m >= 2.0), "{v}");
+    assert!(v["peak_rss_mib"].as_f64().is_some(), "{v}");
     // It says up front what it writes and needs; no progress output off a terminal.
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("needs ~2 MiB") && err.contains("writing a ~1 MB NEFF"), "{err}");

@@ -27,7 +27,11 @@ use crate::error::NeffError;
 /// a runtime can lower it (e.g. to the host memory it is willing to spend on one model).
 pub const DEFAULT_MEM_CAP: u64 = 4 << 30;
 
-const CHUNK: usize = 1 << 20;
+pub(crate) const CHUNK: usize = 1 << 20;
+
+/// Bytes of a streamed member's body kept in the payload buffer (room for an `.npy`
+/// preamble; the array data itself is not kept).
+pub const STREAM_PREFIX: usize = 256;
 
 /// Reader options.
 #[derive(Debug, Clone)]
@@ -101,8 +105,12 @@ pub struct MemberInfo {
     /// Path with any leading `./` stripped.
     pub name: String,
     pub size: u64,
-    /// Byte range in the inflated payload.
+    /// Byte range in the payload buffer. For a streamed member ([`MemberInfo::streamed`]) only
+    /// its first [`STREAM_PREFIX`] bytes are kept there (an `.npy` header); its body went to the
+    /// [`MemberSink`].
     pub range: Range<usize>,
+    /// The body was streamed to a [`MemberSink`] rather than held in host memory.
+    pub streamed: bool,
 }
 
 /// The unpacked container: header, payload buffer and member index.
@@ -115,9 +123,33 @@ pub struct Container {
 }
 
 impl Container {
+    pub(crate) fn from_parts(
+        header: NeffHeader,
+        payload: Blob,
+        members: Vec<MemberInfo>,
+        index: HashMap<String, usize>,
+    ) -> Self {
+        Container { header, payload, members, index }
+    }
+
+    /// A member held in host memory (never a streamed one: its body is not here).
     pub fn member(&self, name: &str) -> Option<Blob> {
         let i = *self.index.get(name)?;
-        self.payload.slice(self.members[i].range.clone())
+        let m = &self.members[i];
+        if m.streamed {
+            return None;
+        }
+        self.payload.slice(m.range.clone())
+    }
+
+    /// A streamed member: its size and the kept prefix of its body.
+    pub fn streamed(&self, name: &str) -> Option<(u64, Blob)> {
+        let i = *self.index.get(name)?;
+        let m = &self.members[i];
+        if !m.streamed {
+            return None;
+        }
+        Some((m.size, self.payload.slice(m.range.clone())?))
     }
 }
 
@@ -268,33 +300,11 @@ fn inflate_all<R: Read>(src: R, pkg: u64, cap: u64) -> Result<Vec<u8>, NeffError
 
 /// Reads a NEFF from `r`, whose total length is `file_size`, through the container stages
 /// (gates, digest, inflate, tar walk).
-pub fn read_container<R: Read + Send>(mut r: R, file_size: u64, opts: &ReadOptions) -> Result<Container, NeffError> {
-    if file_size < NEFF_HEADER_SIZE as u64 {
-        return Err(NeffError::TooShort { size: file_size });
-    }
-    let mut hb = [0u8; NEFF_HEADER_SIZE];
-    let got = read_full(&mut r, &mut hb).map_err(NeffError::Io)?;
-    if got < NEFF_HEADER_SIZE {
-        return Err(NeffError::TooShort { size: got as u64 });
-    }
-    let header = check_header(&hb, file_size)?;
+pub fn read_container<R: Read + Send>(r: R, file_size: u64, opts: &ReadOptions) -> Result<Container, NeffError> {
+    let (header, window) = check_header_stream(r, file_size)?;
     let pkg = header.pkg_version;
-    let data_size = header.data_size;
-    let window = r.take(data_size);
-
-    let tar = if opts.verify {
-        inflate_verified(window, &header, opts.mem_cap)?
-    } else {
-        let mut counted = Counting { inner: window, n: 0 };
-        let out = inflate_all(&mut counted, pkg, opts.mem_cap);
-        if pkg == PKG_VERSION_TAR_SHA256 && out.is_ok() && counted.n < data_size {
-            return Err(NeffError::Archive(format!(
-                "payload truncated: data_size {data_size}, only {} bytes present",
-                counted.n
-            )));
-        }
-        out?
-    };
+    let cap = opts.mem_cap;
+    let tar = digest_pass(window, &header, opts.verify, |src| inflate_all(src, pkg, cap))?;
     let buf = Arc::new(tar);
     let members = walk_tar(&buf)?;
     let mut index = HashMap::new();
@@ -312,12 +322,45 @@ pub fn read_container<R: Read + Send>(mut r: R, file_size: u64, opts: &ReadOptio
     Ok(Container { header, payload: Blob::new(buf, 0..len), members: kept, index })
 }
 
-/// Inflate on this thread while a helper thread reads and hashes the compressed window.
-/// A digest mismatch takes precedence over inflate/tar errors (libnrt checks it first).
-fn inflate_verified<R: Read + Send>(mut window: R, header: &NeffHeader, cap: u64) -> Result<Vec<u8>, NeffError> {
+/// Reads the 1024-byte header from `r` and runs the gates; returns the header and the data
+/// window that follows it.
+pub(crate) fn check_header_stream<R: Read>(mut r: R, file_size: u64) -> Result<(NeffHeader, io::Take<R>), NeffError> {
+    if file_size < NEFF_HEADER_SIZE as u64 {
+        return Err(NeffError::TooShort { size: file_size });
+    }
+    let mut hb = [0u8; NEFF_HEADER_SIZE];
+    let got = read_full(&mut r, &mut hb).map_err(NeffError::Io)?;
+    if got < NEFF_HEADER_SIZE {
+        return Err(NeffError::TooShort { size: got as u64 });
+    }
+    let header = check_header(&hb, file_size)?;
+    let data_size = header.data_size;
+    Ok((header, r.take(data_size)))
+}
+
+/// Runs `f` over the data window. With `verify`, a helper thread reads and hashes the
+/// window while `f` consumes it (one pass), and a digest mismatch or a short window takes
+/// precedence over `f`'s own error (libnrt checks the digest first).
+pub(crate) fn digest_pass<R: Read + Send, T>(
+    mut window: R,
+    header: &NeffHeader,
+    verify: bool,
+    f: impl FnOnce(&mut dyn Read) -> Result<T, NeffError>,
+) -> Result<T, NeffError> {
     let pkg = header.pkg_version;
     let data_size = header.data_size;
-    let (inflated, hashed) = std::thread::scope(|s| {
+    if !verify {
+        let mut counted = Counting { inner: window, n: 0 };
+        let out = f(&mut counted);
+        if pkg == PKG_VERSION_TAR_SHA256 && out.is_ok() && counted.n < data_size {
+            return Err(NeffError::Archive(format!(
+                "payload truncated: data_size {data_size}, only {} bytes present",
+                counted.n
+            )));
+        }
+        return out;
+    }
+    let (out, hashed) = std::thread::scope(|s| {
         let (tx, rx) = sync_channel::<Vec<u8>>(4);
         let hasher = s.spawn(move || -> io::Result<(Vec<u8>, u64)> {
             let mut h = Hasher::new(pkg);
@@ -338,9 +381,11 @@ fn inflate_verified<R: Read + Send>(mut window: R, header: &NeffHeader, cap: u64
             }
             Ok((h.finalize(), total))
         });
-        let inflated = inflate_all(ChannelReader { rx, cur: Vec::new(), pos: 0 }, pkg, cap);
-        let hashed = hasher.join();
-        (inflated, hashed)
+        let mut rd = ChannelReader { rx, cur: Vec::new(), pos: 0 };
+        let out = f(&mut rd);
+        // Stop forwarding: the hasher finishes the window on its own.
+        drop(rd);
+        (out, hasher.join())
     });
     let (digest, total) = match hashed {
         Ok(Ok(v)) => v,
@@ -357,7 +402,7 @@ fn inflate_verified<R: Read + Send>(mut window: R, header: &NeffHeader, cap: u64
     if digest[..] != *expected {
         return Err(NeffError::Digest { algo, expected: hex(expected), actual: hex(&digest) });
     }
-    inflated
+    out
 }
 
 /// Walks the tar in `buf` (docs/facts/libnrt.md §1.4): skip directories, strip `./`, skip names ending in
@@ -388,7 +433,7 @@ pub fn walk_tar(buf: &[u8]) -> Result<Vec<MemberInfo>, NeffError> {
                 buf.len()
             ))
         })?;
-        out.push(MemberInfo { name, size, range: start as usize..end as usize });
+        out.push(MemberInfo { name, size, range: start as usize..end as usize, streamed: false });
     }
     Ok(out)
 }

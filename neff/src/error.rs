@@ -57,6 +57,9 @@ pub enum NeffError {
     /// Gate 11: the NEFF targets another architecture.
     #[error("NEFF_ARCH_INCOMPAT: {member} target {target:?} is for {neff_arch}, this device is {device_arch}")]
     ArchIncompat { target: String, member: String, neff_arch: String, device_arch: String },
+    /// The sink a large member was streamed to (device memory) refused it.
+    #[error("streaming member {member:?}: {message}")]
+    Sink { member: String, status: NrtStatus, message: String },
     /// Reading the source failed for a reason other than its content.
     #[error("reading the NEFF: {0}")]
     Io(std::io::Error),
@@ -71,6 +74,7 @@ impl NeffError {
             }
             NeffError::HostAlloc { .. } => NrtStatus::FailHostMemAlloc,
             NeffError::Io(_) => NrtStatus::Failure,
+            NeffError::Sink { status, .. } => *status,
             _ => NrtStatus::Invalid,
         }
     }

@@ -29,16 +29,18 @@ pub mod manifest;
 pub mod model;
 pub mod npy;
 pub mod status;
+pub mod stream;
 
 use std::io::Read;
 
 pub use arch::{arch_by_name, Arch, Target};
-pub use container::{Blob, MemberInfo, ReadOptions, DEFAULT_MEM_CAP};
+pub use container::{Blob, MemberInfo, ReadOptions, DEFAULT_MEM_CAP, STREAM_PREFIX};
 pub use error::NeffError;
 pub use header::NeffHeader;
 pub use isa::slot::{Instruction, SpSlot};
 pub use model::*;
 pub use status::NrtStatus;
+pub use stream::{MemberSink, SinkError};
 
 impl Neff {
     /// Parses and validates a NEFF held in memory.
@@ -53,9 +55,23 @@ impl Neff {
         manifest::build(&c, opts)
     }
 
-    /// A member's bytes (zero-copy), by stripped name.
+    /// Parses a NEFF streamed from `r` (length `file_size`) with the bodies of the members
+    /// `sink` wants sent to it in bounded chunks rather than held in host memory
+    /// ([`stream`]); every gate and the manifest budget apply as in [`Neff::parse_reader`].
+    /// A var whose weights were streamed carries [`Var::streamed`] instead of `data`.
+    pub fn parse_streaming<R: Read + Send>(
+        r: R,
+        file_size: u64,
+        opts: &ReadOptions,
+        sink: &mut dyn MemberSink,
+    ) -> Result<Neff, NeffError> {
+        let c = stream::read_container_streaming(r, file_size, opts, sink)?;
+        manifest::build(&c, opts)
+    }
+
+    /// A member's bytes (zero-copy), by stripped name (None for a streamed member).
     pub fn member(&self, name: &str) -> Option<Blob> {
-        let m = self.members.iter().find(|m| m.name == name)?;
+        let m = self.members.iter().find(|m| m.name == name && !m.streamed)?;
         self.payload.slice(m.range.clone())
     }
 

@@ -10,7 +10,7 @@ use crate::arch::{Arch, Target};
 use crate::container::{Blob, Container, ReadOptions};
 use crate::error::NeffError;
 use crate::model::*;
-use crate::npy::npy_data_range;
+use crate::npy::{npy_data_offset, npy_data_range};
 
 type Obj = Map<String, Value>;
 /// A def.json table: its shape and (name, entry) pairs.
@@ -277,6 +277,22 @@ fn resolve(c: &Container, dir: &str, name: &str) -> Option<(String, Blob)> {
         }
     }
     c.member(name).map(|b| (name.to_string(), b))
+}
+
+/// [`resolve`] for a streamed member (with `prefix` tried first, as for held members):
+/// its name, size and kept head.
+fn resolve_streamed(c: &Container, dir: &str, name: &str, prefix: Option<&str>) -> Option<(String, u64, Blob)> {
+    let one = |name: &str| {
+        let name = name.strip_prefix("./").unwrap_or(name);
+        let rel = format!("{dir}{name}");
+        if !dir.is_empty() {
+            if let Some((n, b)) = c.streamed(&rel) {
+                return Some((rel, n, b));
+            }
+        }
+        c.streamed(name).map(|(n, b)| (name.to_string(), n, b))
+    };
+    prefix.and_then(|p| one(&format!("{p}{name}"))).or_else(|| one(name))
 }
 
 /// Builds the model from an unpacked container.
@@ -626,7 +642,7 @@ fn parse_var(c: &Container, dir: &str, m: &str, name: &str, o: &Obj) -> Result<V
     if kind == VarKind::File && file_name.is_none() {
         return Err(bad(m, &f("file_name"), "a file var needs file_name"));
     }
-    let (mut file_member, mut weight_format, mut data) = (None, None, None);
+    let (mut file_member, mut weight_format, mut data, mut streamed) = (None, None, None, None);
     if let Some(fname) = &file_name {
         let found = match &prefix {
             Some(p) => resolve(c, dir, &format!("{p}{fname}")).or_else(|| resolve(c, dir, fname)),
@@ -644,6 +660,19 @@ fn parse_var(c: &Container, dir: &str, m: &str, name: &str, o: &Obj) -> Result<V
                 }
                 file_member = Some(member);
             }
+            None if resolve_streamed(c, dir, fname, prefix.as_deref()).is_some() => {
+                let (member, size, head) =
+                    resolve_streamed(c, dir, fname, prefix.as_deref()).ok_or_else(|| bad(m, &f("file_name"), ""))?;
+                let offset = if fname.ends_with(".npy") {
+                    weight_format = Some(WeightFormat::Npy);
+                    npy_data_offset(&head, size).map_err(|e| bad(m, &f("file_name"), format!("{member}: {e}")))?
+                } else {
+                    weight_format = Some(WeightFormat::Raw);
+                    0
+                };
+                streamed = Some(StreamedData { member: member.clone(), offset, len: size - offset });
+                file_member = Some(member);
+            }
             // Dangling references: tolerated for optional members (simulator outputs) and for
             // vars whose payload is not loaded from the NEFF (inputs, outputs, buffers).
             None if kind != VarKind::File || fname.ends_with("-simout.npy") => {}
@@ -656,9 +685,10 @@ fn parse_var(c: &Container, dir: &str, m: &str, name: &str, o: &Obj) -> Result<V
             }
         }
     }
-    if let (Some(sz), Some(d)) = (size, &data) {
-        if kind == VarKind::File && (d.len() as u64) < sz {
-            return Err(bad(m, &f("size"), format!("size {sz} but the weight payload holds {} bytes", d.len())));
+    let held = data.as_ref().map(|d| d.len() as u64).or(streamed.as_ref().map(|s: &StreamedData| s.len));
+    if let (Some(sz), Some(d)) = (size, held) {
+        if kind == VarKind::File && d < sz {
+            return Err(bad(m, &f("size"), format!("size {sz} but the weight payload holds {d} bytes")));
         }
     }
     let list = match o.get("list") {
@@ -681,6 +711,7 @@ fn parse_var(c: &Container, dir: &str, m: &str, name: &str, o: &Obj) -> Result<V
         file_member,
         weight_format,
         data,
+        streamed,
         referenced_var_id: opt_u32(o, &["referenced_var_id"], m, &f("referenced_var_id"))?,
         backing_variable_off: opt_u64(o, &["backing_variable_off"], m, &f("backing_variable_off"))?,
         backing_buf: opt_str(o, &["backing_buf"], m, &f("backing_buf"))?,

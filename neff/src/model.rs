@@ -210,10 +210,23 @@ pub struct Var {
     pub weight_format: Option<WeightFormat>,
     /// Weight data (zero-copy for `.npy`).
     pub data: Option<Blob>,
+    /// Weights whose member was streamed to a [`crate::MemberSink`] ([`crate::Neff::parse_streaming`]):
+    /// where the data lies in that member. Exclusive with `data`.
+    pub streamed: Option<StreamedData>,
     pub referenced_var_id: Option<u32>,
     pub backing_variable_off: Option<u64>,
     pub backing_buf: Option<String>,
     pub list: Vec<u32>,
+}
+
+/// Weight data left in the member streamed to a [`crate::MemberSink`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamedData {
+    /// The member (stripped name).
+    pub member: String,
+    /// Offset of the data in the member (past an `.npy` preamble).
+    pub offset: u64,
+    pub len: u64,
 }
 
 /// dma_queue role (`type`) → `kbin_dma_ring_type` (§1.5).

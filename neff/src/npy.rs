@@ -20,6 +20,23 @@ pub fn npy_data_range(b: &[u8]) -> Result<Range<usize>, String> {
     Ok(start..b.len())
 }
 
+/// Offset of the array data in an `.npy` member of `total` bytes whose first bytes are
+/// `head` (the same checks as [`npy_data_range`], for a member streamed elsewhere).
+pub fn npy_data_offset(head: &[u8], total: u64) -> Result<u64, String> {
+    if total < 10 || head.len() < 10 {
+        return Err(format!("npy member is {total} bytes, shorter than the 10-byte preamble"));
+    }
+    let magic = u16::from_le_bytes([head[0], head[1]]);
+    if magic != 0x4E93 {
+        return Err(format!("npy magic is {magic:#06x}, expected 0x4e93"));
+    }
+    let start = u64::from(u16::from_le_bytes([head[8], head[9]])) + 10;
+    if start > total {
+        return Err(format!("npy header length {} runs past the member end ({total} bytes)", start - 10));
+    }
+    Ok(start)
+}
+
 /// Writes a v1 `.npy` (little-endian, C order) around `data`.
 pub fn npy_encode(descr: &str, shape: &[u64], data: &[u8]) -> Vec<u8> {
     let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();

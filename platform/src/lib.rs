@@ -11,9 +11,11 @@
 //! This crate knows nothing of Neuron. `unsafe` lives only in [`mmio::VolatileMmio`]
 //! (volatile access to a mapped BAR) and [`dma::HostMem`] (raw copies and atomics on
 //! anonymous `memmap2` mappings shared with a device) and [`shm::ShmWords`] (atomic words in a
-//! file mapping shared with other processes); [`Irq`] waits on an eventfd through `nix`.
+//! file mapping shared with other processes) and [`fork`] (registering a `pthread_atfork` child
+//! handler); [`Irq`] waits on an eventfd through `nix`.
 
 pub mod dma;
+pub mod fork;
 pub mod irq;
 pub mod mmio;
 pub mod shm;

@@ -13,7 +13,7 @@
 //! `docs/lifecycle.md`). The type is generic over that record so the queue can be model-checked
 //! on its own (`runtime/tests/loom_lanes.rs`).
 
-use super::sync::{Condvar, Mutex, MutexGuard};
+use super::sync::{AtomicUsize, Condvar, Mutex, MutexGuard, Ordering};
 
 struct Lane<A> {
     next: u64,
@@ -86,10 +86,21 @@ impl Tickets {
     }
 }
 
+/// Times a lanes lock was found held by another thread (process-wide).
+static CONTENDED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Lanes-lock contentions so far (see [`crate::rt::lock_contentions`]).
+pub fn contentions() -> u64 {
+    CONTENDED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// The execution lanes of every NC of a runtime.
 pub struct Lanes<A> {
     st: Mutex<Vec<Lane<A>>>,
     cv: Condvar,
+    /// Threads blocked in [`Lanes::wait`] (changed under `st`): a release wakes only when
+    /// there is someone to wake, so an uncontended execute makes no futex syscall.
+    waiters: AtomicUsize,
 }
 
 impl<A: Clone> Lanes<A> {
@@ -97,10 +108,14 @@ impl<A: Clone> Lanes<A> {
     pub fn new(ncs: usize) -> Self {
         let lanes =
             (0..ncs).map(|_| Lane { next: 0, serving: 0, cancelled: Vec::new(), active: None, dirty: false }).collect();
-        Self { st: Mutex::new(lanes), cv: Condvar::new() }
+        Self { st: Mutex::new(lanes), cv: Condvar::new(), waiters: AtomicUsize::new(0) }
     }
 
     fn lock(&self) -> MutexGuard<'_, Vec<Lane<A>>> {
+        if let Ok(g) = self.st.try_lock() {
+            return g;
+        }
+        CONTENDED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.st.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -144,7 +159,9 @@ impl<A: Clone> Lanes<A> {
     pub fn wait(&self, t: &Tickets) {
         let mut g = self.lock();
         while !Self::served(&g, t) {
+            self.waiters.fetch_add(1, Ordering::Relaxed);
             g = self.cv.wait(g).unwrap_or_else(|e| e.into_inner());
+            self.waiters.fetch_sub(1, Ordering::Relaxed);
         }
     }
 
@@ -163,9 +180,13 @@ impl<A: Clone> Lanes<A> {
                 l.cancelled.push(tk);
             }
         }
+        // Read under the lock: a waiter counts itself under it before it sleeps.
+        let wake = self.waiters.load(Ordering::Relaxed) > 0;
         drop(g);
         t.clear();
-        self.cv.notify_all();
+        if wake {
+            self.cv.notify_all();
+        }
     }
 
     /// The record of the model armed on `nc`.

@@ -11,6 +11,7 @@ use loom::sync::Arc;
 use loom::thread;
 
 mod sync {
+    pub use loom::sync::atomic::{AtomicUsize, Ordering};
     pub use loom::sync::{Condvar, Mutex, MutexGuard};
 }
 

@@ -38,7 +38,7 @@ impl Dev {
                     return;
                 }
                 let t0 = Instant::now();
-                let mut out = Vec::new();
+                let mut out = self.hub.take_deliveries();
                 for nc in 0..self.ncs() {
                     if st.pending[nc] {
                         self.run_nc(&mut st, nc, &mut out);
@@ -70,22 +70,25 @@ impl Dev {
     /// Hand collective results to their devices (never called with a state lock held).
     pub fn deliver(&self, mut work: Vec<Delivery>) {
         while let Some(d) = work.pop() {
-            let Some(dev) = d.dev.upgrade() else { continue };
+            let Some(dev) = d.dev.upgrade() else {
+                self.hub.put_bytes(d.data);
+                continue;
+            };
             let mut st = dev.lock();
             if let Err(f) = dev.dev_write(&mut st, d.dst, &d.data) {
                 dev.n.dma_faults.fetch_add(1, Ordering::Relaxed);
                 crate::seq::fault_engine(&dev, &mut st, d.nc, d.engine, crate::seq::code::MEMORY, Some(f));
             }
+            self.hub.put_bytes(d.data);
             if let Some(e) = st.seq.get_mut(d.nc).and_then(|s| s.get_mut(d.engine)) {
                 e.coll_done = true;
             }
             st.pending[d.nc] = true;
             match dev.cfg.timing {
                 Timing::Inline => {
-                    let mut more = Vec::new();
-                    dev.run_nc(&mut st, d.nc, &mut more);
+                    // Further deliveries go straight onto the work list.
+                    dev.run_nc(&mut st, d.nc, &mut work);
                     drop(st);
-                    work.extend(more);
                 }
                 Timing::Threaded => {
                     drop(st);
@@ -95,6 +98,7 @@ impl Dev {
                 Timing::Step => {}
             }
         }
+        self.hub.put_deliveries(work);
     }
 
     fn ensure_thread(&self, nc: usize) {
@@ -131,9 +135,11 @@ fn nc_thread(dev: Arc<Dev>, nc: usize) {
             st = dev.cvs[nc].wait(st).unwrap_or_else(|e| e.into_inner());
             continue;
         }
-        let mut out = Vec::new();
+        let mut out = dev.hub.take_deliveries();
         dev.run_nc(&mut st, nc, &mut out);
-        if !out.is_empty() {
+        if out.is_empty() {
+            dev.hub.put_deliveries(out);
+        } else {
             drop(st);
             dev.deliver(out);
             st = dev.lock();

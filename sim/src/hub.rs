@@ -61,11 +61,65 @@ pub(crate) enum CollError {
 #[derive(Default)]
 pub(crate) struct Hub {
     pending: Mutex<HashMap<(u32, u32), Rendezvous>>,
+    /// Buffers kept between collectives, so a collective in steady state allocates nothing.
+    pool: Mutex<Pool>,
 }
 
+/// Reusable buffers: collective data, rendezvous part lists and delivery lists.
+#[derive(Default)]
+struct Pool {
+    bytes: Vec<Vec<u8>>,
+    parts: Vec<Vec<Option<Part>>>,
+    deliveries: Vec<Vec<Delivery>>,
+}
+
+/// Buffers kept per kind; data buffers above [`POOL_MAX_BYTES`] are freed, not kept.
+const POOL_DEPTH: usize = 64;
+const POOL_MAX_BYTES: usize = 16 << 20;
+
 impl Hub {
-    /// Register an arrival; when the group is complete, return every participant's output.
-    pub fn arrive(&self, a: Arrival) -> Result<Vec<Delivery>, CollError> {
+    fn pool(&self) -> std::sync::MutexGuard<'_, Pool> {
+        self.pool.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A zeroed data buffer of `len` bytes (pooled).
+    pub fn take_bytes(&self, len: usize) -> Vec<u8> {
+        let mut b = self.pool().bytes.pop().unwrap_or_default();
+        b.clear();
+        b.resize(len, 0);
+        b
+    }
+
+    /// Give a data buffer back to the pool.
+    pub fn put_bytes(&self, b: Vec<u8>) {
+        if b.capacity() <= POOL_MAX_BYTES {
+            let mut p = self.pool();
+            if p.bytes.len() < POOL_DEPTH {
+                p.bytes.push(b);
+            }
+        }
+    }
+
+    /// An empty delivery list (pooled).
+    pub fn take_deliveries(&self) -> Vec<Delivery> {
+        self.pool().deliveries.pop().unwrap_or_default()
+    }
+
+    /// Give a delivery list back (its data buffers go back too).
+    pub fn put_deliveries(&self, mut v: Vec<Delivery>) {
+        for d in v.drain(..) {
+            self.put_bytes(d.data);
+        }
+        let mut p = self.pool();
+        if p.deliveries.len() < POOL_DEPTH {
+            p.deliveries.push(v);
+        }
+    }
+
+    /// Register an arrival; when the group is complete, push every participant's output to
+    /// `out`. Allocates nothing in steady state (buffers come from the pool; the arrival's
+    /// data buffer becomes its owner's output where the sizes allow).
+    pub fn arrive(&self, a: Arrival, out: &mut Vec<Delivery>) -> Result<(), CollError> {
         if a.size == 0 || a.rank >= a.size {
             return Err(CollError::BadGroup);
         }
@@ -75,13 +129,15 @@ impl Hub {
         }
         let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         let key = (a.comm, a.seq);
-        let r = p.entry(key).or_insert_with(|| Rendezvous {
-            size: a.size,
-            op: a.op,
-            dtype: a.dtype,
-            ctype: a.ctype,
-            parts: (0..a.size).map(|_| None).collect(),
-        });
+        let r = match p.entry(key) {
+            std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                let mut parts = self.pool().parts.pop().unwrap_or_default();
+                parts.clear();
+                parts.resize_with(a.size, || None);
+                v.insert(Rendezvous { size: a.size, op: a.op, dtype: a.dtype, ctype: a.ctype, parts })
+            }
+        };
         if r.size != a.size || r.op != a.op || r.dtype != a.dtype || r.ctype != a.ctype || r.parts[a.rank].is_some() {
             return Err(CollError::Mismatch);
         }
@@ -92,32 +148,56 @@ impl Hub {
         }
         r.parts[a.rank] = Some(Part { dev: a.dev, nc: a.nc, engine: a.engine, dst: a.dst, data: a.data });
         if r.parts.iter().any(|x| x.is_none()) {
-            return Ok(Vec::new());
+            return Ok(());
         }
-        let Some(r) = p.remove(&key) else { return Ok(Vec::new()) };
+        let Some(mut r) = p.remove(&key) else { return Ok(()) };
         drop(p);
-        let parts: Vec<Part> = r.parts.into_iter().flatten().collect();
-        let n = parts.len();
-        let out: Vec<Vec<u8>> = match r.ctype {
+        let n = r.parts.len();
+        let first = out.len();
+        for part in r.parts.drain(..).flatten() {
+            out.push(Delivery { dev: part.dev, nc: part.nc, engine: part.engine, dst: part.dst, data: part.data });
+        }
+        {
+            let mut pool = self.pool();
+            if pool.parts.len() < POOL_DEPTH {
+                pool.parts.push(r.parts);
+            }
+        }
+        let ds = &mut out[first..];
+        match r.ctype {
             ctype::ALL_GATHER => {
-                let all: Vec<u8> = parts.iter().flat_map(|p| p.data.iter().copied()).collect();
-                vec![all; n]
+                let len = ds.first().map_or(0, |d| d.data.len());
+                let mut all = self.take_bytes(0);
+                all.reserve(len * n);
+                for d in ds.iter() {
+                    all.extend_from_slice(&d.data);
+                }
+                for d in ds.iter_mut() {
+                    d.data.clear();
+                    d.data.extend_from_slice(&all);
+                }
+                self.put_bytes(all);
             }
             ctype::REDUCE_SCATTER => {
-                let red = reduce(&parts, r.op, r.dtype, esize);
-                let chunk = (red.len() / esize / n) * esize;
-                (0..n).map(|i| red[i * chunk..(i + 1) * chunk].to_vec()).collect()
+                reduce(ds, r.op, r.dtype, esize);
+                let chunk = (ds[0].data.len() / esize / n) * esize;
+                let (head, rest) = ds.split_at_mut(1);
+                let red = &head[0].data;
+                for (i, d) in rest.iter_mut().enumerate() {
+                    d.data.clear();
+                    d.data.extend_from_slice(&red[(i + 1) * chunk..(i + 2) * chunk]);
+                }
+                head[0].data.truncate(chunk);
             }
             _ => {
-                let red = reduce(&parts, r.op, r.dtype, esize);
-                vec![red; n]
+                reduce(ds, r.op, r.dtype, esize);
+                let (head, rest) = ds.split_at_mut(1);
+                for d in rest {
+                    d.data.copy_from_slice(&head[0].data);
+                }
             }
-        };
-        Ok(parts
-            .into_iter()
-            .zip(out)
-            .map(|(p, data)| Delivery { dev: p.dev, nc: p.nc, engine: p.engine, dst: p.dst, data })
-            .collect())
+        }
+        Ok(())
     }
 
     /// Drop any half-formed rendezvous of a device that was reset.
@@ -127,14 +207,14 @@ impl Hub {
     }
 }
 
-fn reduce(parts: &[Part], op: u8, dt: u8, esize: usize) -> Vec<u8> {
-    let mut acc = parts[0].data.clone();
-    for p in &parts[1..] {
-        for (a, b) in acc.chunks_exact_mut(esize).zip(p.data.chunks_exact(esize)) {
+/// Reduce every participant's data into the first one's buffer, in place.
+fn reduce(ds: &mut [Delivery], op: u8, dt: u8, esize: usize) {
+    let Some((acc, rest)) = ds.split_first_mut() else { return };
+    for p in rest.iter() {
+        for (a, b) in acc.data.chunks_exact_mut(esize).zip(p.data.chunks_exact(esize)) {
             combine(a, b, op, dt);
         }
     }
-    acc
 }
 
 fn f32_of(dt: u8, b: &[u8]) -> f32 {

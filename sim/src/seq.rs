@@ -398,8 +398,8 @@ fn step(dev: &Dev, st: &mut State, nc: usize, e: usize, out: &mut Vec<Delivery>)
                     // Not performed (no arrival): the engine goes on as if it completed.
                     mpu::refuse(dev, st, nc, Source::Seq(e), a, at);
                 } else {
-                    match arrive(dev, st, nc, e, &c) {
-                        Ok(d) => out.extend(d),
+                    match arrive(dev, st, nc, e, &c, out) {
+                        Ok(()) => {}
                         Err(code) => {
                             fault_engine(dev, st, nc, e, code, None);
                             return true;
@@ -468,11 +468,14 @@ fn collective_refused(dev: &Dev, st: &mut State, nc: usize, c: &CollectiveOp) ->
     None
 }
 
-fn arrive(dev: &Dev, st: &mut State, nc: usize, e: usize, c: &CollectiveOp) -> Result<Vec<Delivery>, u8> {
+fn arrive(dev: &Dev, st: &mut State, nc: usize, e: usize, c: &CollectiveOp, out: &mut Vec<Delivery>) -> Result<(), u8> {
     let es = isa::device_ops::dtype::size(c.dtype).ok_or(code::COLLECTIVE)?;
     let bytes = (c.num_elements as usize).checked_mul(es).filter(|&b| b <= 1 << 30).ok_or(code::COLLECTIVE)?;
-    let mut data = vec![0u8; bytes];
-    dev.dev_read(st, c.src, &mut data).map_err(|_| code::MEMORY)?;
+    let mut data = dev.hub.take_bytes(bytes);
+    if dev.dev_read(st, c.src, &mut data).is_err() {
+        dev.hub.put_bytes(data);
+        return Err(code::MEMORY);
+    }
     if crate::fault::hbm_ue_on_read(dev, st, [(c.src, bytes as u64)].into_iter()) {
         crate::fault::damage(&mut data);
     }
@@ -480,20 +483,23 @@ fn arrive(dev: &Dev, st: &mut State, nc: usize, e: usize, c: &CollectiveOp) -> R
     let my = *seq;
     *seq = seq.wrapping_add(1);
     dev.hub
-        .arrive(Arrival {
-            comm: c.comm_id,
-            seq: my,
-            rank: c.rank as usize,
-            size: c.group_size as usize,
-            op: c.op,
-            dtype: c.dtype,
-            ctype: c.ctype,
-            dev: dev.me.clone(),
-            nc,
-            engine: e,
-            dst: c.dst,
-            data,
-        })
+        .arrive(
+            Arrival {
+                comm: c.comm_id,
+                seq: my,
+                rank: c.rank as usize,
+                size: c.group_size as usize,
+                op: c.op,
+                dtype: c.dtype,
+                ctype: c.ctype,
+                dev: dev.me.clone(),
+                nc,
+                engine: e,
+                dst: c.dst,
+                data,
+            },
+            out,
+        )
         .map_err(|_| code::COLLECTIVE)
 }
 
@@ -605,8 +611,7 @@ fn copy2d(dev: &Dev, st: &mut State, d: &Dma2d, total: u64) -> Result<(), u8> {
     }
     let des = if d.dst.elem_size == 0 { 65536 } else { d.dst.elem_size as usize };
     for (k, a) in leg_elems(&d.dst).enumerate() {
-        let chunk = buf[k * des..(k + 1) * des].to_vec();
-        dev.dev_write(st, a, &chunk).map_err(|_| code::MEMORY)?;
+        dev.dev_write(st, a, &buf[k * des..(k + 1) * des]).map_err(|_| code::MEMORY)?;
     }
     Ok(())
 }

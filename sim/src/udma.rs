@@ -701,8 +701,12 @@ fn copy_with(
             break;
         }
         let n = (buf.len() - o).min(d.ctrl.len as usize);
-        let chunk = buf[o..o + n].to_vec();
-        dev.dev_write(st, d.addr, &chunk).map_err(|f| (Abort::S2mData, f))?;
+        // `buf` was taken out of the state: written from in place, no copy.
+        let r = dev.dev_write(st, d.addr, &buf[o..o + n]);
+        if let Err(f) = r {
+            st.scratch = buf;
+            return Err((Abort::S2mData, f));
+        }
         o += n;
     }
     st.scratch = buf;

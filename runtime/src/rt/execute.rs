@@ -41,7 +41,9 @@ impl Runtime {
         if let Some(irq) = &ex.irq {
             irq.drain();
         }
+        let t_bound = Instant::now();
         kick(ex)?;
+        let t_kicked = Instant::now();
         let mut steps = 0u64;
         let step = loop {
             steps += 1;
@@ -57,7 +59,8 @@ impl Runtime {
                 s => break s,
             }
         };
-        let observed = m.epoch.elapsed().as_nanos() as u64;
+        let t_done = Instant::now();
+        let observed = t_done.duration_since(m.epoch).as_nanos() as u64;
         let status = ex.tracker.status();
         if crate::profile::active() {
             let t = ex.tracker.timings();
@@ -78,14 +81,26 @@ impl Runtime {
         let timing = ex.tracker.timing(0).unwrap_or_default();
         let device_ns = timing.duration().unwrap_or(0) / 1000;
         let last_end = timing.engines.iter().enumerate().filter_map(|(e, t)| t.end.map(|v| (e, v))).max_by_key(|x| x.1);
-        let completion_lag_ns = last_end
-            .and_then(|(e, ts)| ex.sync.to_cpu_ns(e, ts).ok())
-            .map(|end| observed.saturating_sub(end))
-            .unwrap_or(0);
+        let completion_lag_ns =
+            last_end.and_then(|(e, ts)| ex.sync.to_cpu_ns(e, ts).ok()).map(|end| observed as i64 - end as i64);
         read_outputs(m, ex, outputs)?;
-        let total_ns = t0.elapsed().as_nanos() as u64;
+        let t_end = Instant::now();
+        let total_ns = t_end.duration_since(t0).as_nanos() as u64;
         m.count_execution(status, total_ns, device_ns);
-        Ok((status, ExecTimings { total_ns, device_ns, steps, completion_lag_ns }))
+        let ns = |a: Instant, b: Instant| b.duration_since(a).as_nanos() as u64;
+        Ok((
+            status,
+            ExecTimings {
+                total_ns,
+                device_ns,
+                steps,
+                completion_lag_ns,
+                bind_ns: ns(t0, t_bound),
+                kick_ns: ns(t_bound, t_kicked),
+                harvest_ns: ns(t_kicked, t_done),
+                completion_ns: ns(t_done, t_end),
+            },
+        ))
     }
 
     /// `nrt_execute_repeat`: `n` executions; stops at the first non-success status.

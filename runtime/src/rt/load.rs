@@ -2,6 +2,7 @@
 //! ([`crate::stage`]) → model RUNNING. A failed load unwinds everything it made; unload is
 //! ref-counted and tears the device state down at zero.
 
+use std::io::Read;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
@@ -9,6 +10,7 @@ use neff::{Neff, ReadOptions};
 
 use super::{lock, Armed, ExecState, Held, Model, ModelHandle, PollPolicy, RtError, RtErrorKind, Runtime};
 use crate::completion::{ExecTracker, TrackerConfig};
+use crate::stage::weights::DeviceSink;
 use crate::stage::{stage_graph, GraphPlacement, StagedNc};
 use crate::state::{ModelLifecycle, Unload};
 
@@ -25,6 +27,46 @@ impl Runtime {
         let arch = first.arch();
         let opts = ReadOptions { verify: cfg.verify, arch: Some(arch), ..ReadOptions::default() };
         let n = Neff::parse(bytes, &opts)?;
+        self.load_parsed(n, start_nc, nc_count, None)
+    }
+
+    /// `nrt_load` from a reader (e.g. a file) of `len` bytes, streaming: the weights go from
+    /// the inflater straight into device memory through the DMA path in bounded,
+    /// double-buffered chunks ([`crate::stage::weights`]), so host memory does not grow with
+    /// the model. Every gate of [`Runtime::load`] applies; the digest is computed on the same
+    /// pass and a NEFF that fails it (or any later check) frees what was written.
+    pub fn load_reader<R: Read + Send>(
+        &self,
+        r: R,
+        len: u64,
+        start_nc: Option<usize>,
+        nc_count: Option<usize>,
+    ) -> Result<ModelHandle, RtError> {
+        self.guard()?;
+        let cfg = lock(&self.cfg).clone();
+        let devices = lock(&self.devices).clone();
+        let first = devices.first().ok_or_else(|| RtError::internal("no devices"))?;
+        let opts = ReadOptions { verify: cfg.verify, arch: Some(first.arch()), ..ReadOptions::default() };
+        // Stream to the NC the model's first graph will most likely land on (admission is
+        // re-run after the parse; a var placed elsewhere is copied device to device).
+        let target = self.admit(start_nc, nc_count.unwrap_or(1))?.global.first().copied().unwrap_or(0);
+        let (dev, local) = self.device_of(target).ok_or_else(|| RtError::internal("NC vanished"))?;
+        let mut sink = DeviceSink::new(&dev, local);
+        let n = Neff::parse_streaming(r, len, &opts, &mut sink)?;
+        self.load_parsed(n, start_nc, nc_count, Some(&mut sink))
+    }
+
+    fn load_parsed(
+        &self,
+        n: Neff,
+        start_nc: Option<usize>,
+        nc_count: Option<usize>,
+        mut weights: Option<&mut DeviceSink>,
+    ) -> Result<ModelHandle, RtError> {
+        let cfg = lock(&self.cfg).clone();
+        let devices = lock(&self.devices).clone();
+        let first = devices.first().ok_or_else(|| RtError::internal("no devices"))?;
+        let arch = first.arch();
         crate::stage::check_io(&n).map_err(|e| RtError::with(e.status, RtErrorKind::InvalidNeff(e.to_string())))?;
         let required = nc_count.unwrap_or(n.graphs.len()).max(n.graphs.len());
         let place = self.admit(start_nc, required)?;
@@ -86,6 +128,7 @@ impl Runtime {
                     g,
                     &GraphPlacement { nc: local, rank, comm_id, unchecked: cfg.unchecked_loader_for_tests },
                     &written,
+                    weights.as_deref_mut(),
                 )
                 .map_err(|e| RtError::with(e.status, RtErrorKind::Stage { graph: g.name.clone(), source: e }))?;
                 staged_bytes.push(crate::counters::hbm_used(&dev, local).saturating_sub(before));
@@ -107,10 +150,14 @@ impl Runtime {
         let mut tc = TrackerConfig::new(arch, cfg.exec_timeout);
         tc.reads_per_sweep = crate::stage::RING_RECORDS as usize;
         let tracker = ExecTracker::new(staged.len(), tc).map_err(|e| RtError::internal(e.to_string()))?;
+        // The sync point: the device clock read between two host clock reads, paired with
+        // their midpoint (the pairing error is at most half the gap).
+        let before = self.epoch.elapsed().as_nanos() as u64;
         let t0 = staged.first().map(|s| s.dev.device_time(s.nc)).transpose()?.unwrap_or(0);
+        let after = self.epoch.elapsed().as_nanos() as u64;
         let sync = crate::timestamp::TimestampSync {
             clocks: [crate::timestamp::EngineClock::nominal(t0); 5],
-            sync: crate::timestamp::SyncPoint { device_ns: 0, cpu_ns: self.epoch.elapsed().as_nanos() as u64 },
+            sync: crate::timestamp::SyncPoint { device_ns: 0, cpu_ns: before + (after - before) / 2 },
         };
         let irq = match (cfg.poll, staged.first()) {
             (PollPolicy::Interrupt, Some(s)) => s.dev.irq(s.nc)?,

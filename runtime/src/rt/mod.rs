@@ -113,9 +113,20 @@ pub struct ExecTimings {
     pub device_ns: u64,
     /// Completion-engine steps taken.
     pub steps: u64,
-    /// From the last END record's device timestamp (rescaled to host time) to the host
-    /// observing completion, ns.
-    pub completion_lag_ns: u64,
+    /// From the last END record's device timestamp (rescaled to host time through the sync
+    /// point taken at load) to the host observing completion, ns. Never clamped: a negative
+    /// value means the two clocks' offset is off by more than the lag. None for a failed
+    /// execution or one with no END record.
+    pub completion_lag_ns: Option<i64>,
+    /// Host time breakdown of `total_ns` (a successful execution): from entry to the inputs
+    /// bound and the rings staged (API checks, lane, model lock, bind) ...
+    pub bind_ns: u64,
+    /// ... the kickoff MMIO writes (with an inline simulator: including the device work) ...
+    pub kick_ns: u64,
+    /// ... stepping the completion engine (harvesting notifications) until it is done ...
+    pub harvest_ns: u64,
+    /// ... and completion: status, timings, outputs read back, counters.
+    pub completion_ns: u64,
 }
 
 /// An executing model's device state (one lock: executions of a model are serialized).
@@ -188,8 +199,25 @@ pub struct Model {
     pub(crate) staged_bytes: Vec<u64>,
 }
 
+/// Times a runtime lock was found held by another thread (see [`lock_contentions`]).
+static CONTENDED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
+    match m.try_lock() {
+        Ok(g) => g,
+        Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+        Err(std::sync::TryLockError::WouldBlock) => {
+            CONTENDED.fetch_add(1, Ordering::Relaxed);
+            m.lock().unwrap_or_else(|e| e.into_inner())
+        }
+    }
+}
+
+/// Times any of the runtime's mutexes (runtime state, models, per-model locks) and the NC
+/// lanes' lock was found held by another thread, process-wide: a contention count for
+/// benchmarks (a shared lock on the hot path shows here as executes from several threads).
+pub fn lock_contentions() -> u64 {
+    CONTENDED.load(Ordering::Relaxed) + crate::lanes::contentions()
 }
 
 impl std::fmt::Debug for Model {
@@ -217,6 +245,8 @@ pub struct Runtime {
     xus: Mutex<HashMap<usize, Arc<NcXu>>>,
     next_id: AtomicU64,
     pid: AtomicU64,
+    /// [`platform::fork::forks`] at init (u64::MAX: not known, ask for the pid).
+    forks_at_init: AtomicU64,
     closed_devices: AtomicBool,
     epoch: Instant,
     /// The shared-memory counters monitors read (crate::counters), from init to close.
@@ -247,6 +277,7 @@ impl Runtime {
             xus: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             pid: AtomicU64::new(std::process::id() as u64),
+            forks_at_init: AtomicU64::new(u64::MAX),
             closed_devices: AtomicBool::new(false),
             epoch: Instant::now(),
             counters: Mutex::new(None),
@@ -258,8 +289,14 @@ impl Runtime {
     /// The NRT_INIT_STATE guard at the top of every API entry: Ok in INIT for the process
     /// that ran `init`; before init NRT_UNINITIALIZED (13), after close NRT_CLOSED (14), in a
     /// forked child NRT_UNINITIALIZED.
+    ///
+    /// No syscall on the common path: a fork is detected by [`platform::fork::forks`] (a
+    /// `pthread_atfork` child handler) against the count seen at init; only then, or when the
+    /// handler could not be registered, is the pid asked for.
     pub fn guard(&self) -> Result<(), RtError> {
-        Ok(lock(&self.state).guard(std::process::id())?)
+        let same = platform::fork::forks().is_some_and(|f| f == self.forks_at_init.load(Ordering::Relaxed));
+        let pid = if same { self.pid.load(Ordering::Relaxed) as u32 } else { std::process::id() };
+        Ok(lock(&self.state).guard(pid)?)
     }
 
     /// Whether [`Runtime::init`] may proceed now (START or CLOSED), so a front end can
@@ -297,6 +334,7 @@ impl Runtime {
         *lock(&self.devices) = devs;
         *lock(&self.cfg) = cfg;
         self.pid.store(std::process::id() as u64, Ordering::Relaxed);
+        self.forks_at_init.store(platform::fork::forks().unwrap_or(u64::MAX), Ordering::Relaxed);
         Ok(())
     }
 

@@ -25,6 +25,7 @@ pub mod sems;
 pub mod source;
 pub mod ucode;
 pub mod vars;
+pub mod weights;
 
 pub use crate::error::{StageError, StageErrorKind};
 
@@ -246,13 +247,20 @@ pub struct GraphPlacement {
 }
 
 /// Stage graph `g` of a model on `p.nc` of `dev`.
-/// `written(n)`: `n` more bytes of initial variable data are on the device.
-pub fn stage_graph(dev: &Device, g: &Graph, p: &GraphPlacement, written: &dyn Fn(u64)) -> Result<StagedNc, StageError> {
+/// `written(n)`: `n` more bytes of initial variable data are on the device. `weights`: the
+/// sink a streaming load wrote the large members into (None for a NEFF parsed in memory).
+pub fn stage_graph(
+    dev: &Device,
+    g: &Graph,
+    p: &GraphPlacement,
+    written: &dyn Fn(u64),
+    weights: Option<&mut weights::DeviceSink>,
+) -> Result<StagedNc, StageError> {
     let nc = p.nc;
     // The table holds the parked model's regions: off while this graph is staged (its
     // engines fetch their first slot when enabled), programmed with this graph's at the end.
     dev.clear_regions(nc)?;
-    let vars = vars::place_vars(dev, g, nc, p.unchecked, written)?;
+    let vars = vars::place_vars(dev, g, nc, p.unchecked, written, weights)?;
     let model_sems = sems::collect_semaphores(g)?;
     // The source word of every queue's completion-semaphore increment.
     let one = dev.alloc_host(64, 64)?;

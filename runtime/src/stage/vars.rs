@@ -11,6 +11,7 @@ use hal::Device;
 use isa::slot::Instruction;
 use neff::{Graph, Program, VarKind};
 
+use super::weights::{copy_member, DeviceSink};
 use super::{StageError, StagedVar};
 
 /// Bytes of initial data written per step when the caller follows progress.
@@ -22,27 +23,38 @@ const PROGRESS_CHUNK: usize = 16 << 20;
 /// vars are packed with wrapping arithmetic and no fit check, and a virtual var takes its
 /// backing var's address (device address 0 when backed by itself) whatever its range. The
 /// checked allocator still refuses a size no memory can hold.
+/// Vars whose weights were streamed ([`neff::Var::streamed`]) take their member's device
+/// allocation from `weights` when it lies on this NC's channel, suitably aligned; otherwise
+/// the data is copied there from the member (device to device).
 pub fn place_vars(
     dev: &Device,
     g: &Graph,
     nc: usize,
     unchecked: bool,
     written: &dyn Fn(u64),
+    mut weights: Option<&mut DeviceSink>,
 ) -> Result<Vec<StagedVar>, StageError> {
     let chan = dev.hbm_for_nc(nc);
     let arch = dev.arch();
     let mut vars: Vec<StagedVar> = Vec::new();
+    // Per var: its memory is its streamed member's allocation (the data is already there).
+    let mut adopted: Vec<bool> = Vec::new();
     let sbuf = arch.region("sbuf").ok_or_else(|| StageError::invalid("arch has no state buffer"))?;
     let sbuf_base = sbuf.dev_base(nc as u64).ok_or_else(|| StageError::invalid("no state buffer for this NC"))?;
     let mut sb_off = 0u64;
     let mut ordered: Vec<&neff::Var> = g.vars.iter().collect();
     ordered.sort_by_key(|v| v.var_id);
     for v in &ordered {
-        let size = v.size.or_else(|| v.data.as_ref().map(|d| d.len() as u64)).unwrap_or(0);
+        let size = v
+            .size
+            .or_else(|| v.data.as_ref().map(|d| d.len() as u64))
+            .or_else(|| v.streamed.as_ref().map(|s| s.len))
+            .unwrap_or(0);
         let align = v.alignment.unwrap_or(64).max(64);
         if !align.is_power_of_two() {
             return Err(StageError::invalid(format!("var {}: alignment {align} is not a power of two", v.name)));
         }
+        let mut took = false;
         let (addr, mem) = match v.kind {
             VarKind::StateBuffer => {
                 // Checked: two vars whose end wraps past 2^64 must not both "fit".
@@ -67,6 +79,14 @@ pub fn place_vars(
                 (sbuf_base.wrapping_add(a), None)
             }
             VarKind::Virtual => (0, None), // resolved below against its backing var
+            _ if adoptable(dev, chan, v, size, align, weights.as_deref()) => {
+                let s = v.streamed.as_ref().ok_or_else(|| StageError::invalid("streamed var"))?;
+                let gone = || StageError::invalid(format!("var {}: streamed member {} is gone", v.name, s.member));
+                let m = weights.as_deref_mut().and_then(|w| w.take(&s.member)).ok_or_else(gone)?;
+                let a = m.addr_of(s.offset).ok_or_else(gone)?;
+                took = true;
+                (a, Some(m.mem))
+            }
             _ => {
                 let m = dev.alloc_device(chan, size.max(1), align).map_err(|e| match e {
                     hal::HalError::OutOfDeviceMemory { .. } | hal::HalError::TooLarge { .. } => {
@@ -78,6 +98,7 @@ pub fn place_vars(
             }
         };
         vars.push(StagedVar { name: v.name.clone(), var_id: v.var_id, kind: v.kind, size, addr, mem });
+        adopted.push(took);
     }
     for (i, v) in ordered.iter().enumerate() {
         if v.kind == VarKind::Virtual {
@@ -107,8 +128,37 @@ pub fn place_vars(
                 written(c.len() as u64);
             }
         }
+        // Streamed weights not adopted above: copy them from their member.
+        if let (Some(s), Some(_)) = (&v.streamed, &vars[i].mem) {
+            if !adopted[i] {
+                let w = weights
+                    .as_deref()
+                    .ok_or_else(|| StageError::invalid(format!("var {}: streamed weights without a sink", v.name)))?;
+                let src = w.get(&s.member).and_then(|m| m.addr_of(s.offset)).ok_or_else(|| {
+                    StageError::invalid(format!("var {}: streamed member {} is gone", v.name, s.member))
+                })?;
+                let len = s.len.min(vars[i].size);
+                copy_member(w.device(), src, dev, nc, vars[i].addr, len)?;
+                written(len);
+            } else {
+                written(s.len.min(vars[i].size));
+            }
+        }
     }
     Ok(vars)
+}
+
+/// Whether streamed var `v` can take its member's allocation as its own memory: the member is
+/// still in `w` (not taken by an earlier var), on this device and channel, and the data offset
+/// meets the var's alignment and holds its size.
+fn adoptable(dev: &Device, chan: usize, v: &neff::Var, size: u64, align: u64, w: Option<&DeviceSink>) -> bool {
+    let (Some(s), Some(w)) = (&v.streamed, w) else { return false };
+    let Some(m) = w.get(&s.member) else { return false };
+    let Some(a) = m.addr_of(s.offset) else { return false };
+    w.device().same(dev)
+        && m.mem.chan() == chan
+        && a % align == 0
+        && (a - m.mem.addr()).checked_add(size.max(1)).is_some_and(|e| e <= m.mem.len())
 }
 
 /// Var `id` + `off`, `len` bytes → device address; refused unless inside the var

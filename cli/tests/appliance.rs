@@ -7,8 +7,8 @@
 //! the summary line; it prints the image size and the boot-to-poweroff time.
 //!
 //! Needs what cli/tests/qemu.rs needs (`scripts/qemu/setup.sh`: busybox-static, cpio, the guest
-//! kernel, QEMU with vfio-user-pci) and libnrt.so (built here with `cargo build -p capi` when
-//! the target dir lacks it). Without them the test prints a notice and passes, unless
+//! kernel, QEMU with vfio-user-pci) and libnrt.so in the same target dir (`cargo test
+//! --workspace` builds it; alone: `cargo build -p capi` first). Without them the test prints a notice and passes, unless
 //! NEURON_VFIO_REQUIRE_QEMU=1 (CI).
 
 use std::io::Read;
@@ -63,18 +63,9 @@ fn steps_are_found_after_console_noise() {
     assert_eq!(s[1]["failed"], 1);
 }
 
-/// libnrt.so of this build (next to the binary), built when missing.
+/// libnrt.so of this build (next to the binary: `cargo test --workspace` builds it).
 fn libnrt() -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_BIN_EXE_neuron-vfio")).parent()?.to_path_buf();
-    let lib = dir.join("libnrt.so");
-    if !lib.is_file() {
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
-        let profile = if dir.file_name().is_some_and(|n| n == "release") { vec!["--release"] } else { vec![] };
-        let st = Command::new(cargo).current_dir(repo()).args(["build", "-p", "capi"]).args(profile).status().ok()?;
-        if !st.success() {
-            return None;
-        }
-    }
+    let lib = Path::new(env!("CARGO_BIN_EXE_neuron-vfio")).parent()?.join("libnrt.so");
     lib.is_file().then_some(lib)
 }
 
@@ -93,7 +84,7 @@ fn the_appliance_boots_binds_lists_and_runs_its_models() {
     if !kdir.join("version").is_file() {
         return unavailable(&format!("no kernel in {}", kdir.display()));
     }
-    let Some(lib) = libnrt() else { return unavailable("no libnrt.so and `cargo build -p capi` failed") };
+    let Some(lib) = libnrt() else { return unavailable("no libnrt.so next to neuron-vfio (cargo build -p capi)") };
 
     let work = Path::new(env!("CARGO_TARGET_TMPDIR")).join("appliance");
     let _ = std::fs::remove_dir_all(&work);
@@ -231,7 +222,7 @@ fn the_appliance_boots_binds_lists_and_runs_its_models() {
     let by = |name: &str| s.iter().filter(|v| v["step"] == name).collect::<Vec<_>>();
     let one = |name: &str| -> &Value {
         match by(name).as_slice() {
-            [v] => *v,
+            [v] => v,
             other => fail(&format!("expected one `{name}` step line, found {}", other.len())),
         }
     };
@@ -302,6 +293,6 @@ fn the_appliance_boots_binds_lists_and_runs_its_models() {
         wall.as_secs_f64(),
         sum["seconds"],
         build_err.lines().filter(|l| l.starts_with("appliance: ")).collect::<Vec<_>>().join("\n"),
-    );
+    ) + "\n";
     let _ = std::io::Write::write_all(&mut std::io::stderr(), report.as_bytes());
 }

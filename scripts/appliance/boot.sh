@@ -56,6 +56,7 @@ cleanup() {
     rm -rf "$run"
 }
 trap cleanup EXIT
+trap 'exit 130' INT TERM
 socks=()
 for ((i = 0; i < ndev; i++)); do
     s=$run/neuron$i.sock

@@ -63,6 +63,38 @@ fn steps_are_found_after_console_noise() {
     assert_eq!(s[1]["failed"], 1);
 }
 
+#[test]
+fn build_refuses_a_bad_config_before_building() {
+    let work = Path::new(env!("CARGO_TARGET_TMPDIR")).join("appliance-bad-config");
+    std::fs::create_dir_all(&work).unwrap();
+    for (conf, why) in [
+        ("AFTER=reboot\n", "AFTER=reboot: expected poweroff or stay"),
+        ("DEVICE=gpu0\n", "DEVICE=gpu0: expected vfio or sim"),
+        ("HUGEPAGES=lots\n", "HUGEPAGES=lots: expected a number"),
+        ("PCI_IDS=\"1d0f:7164 8086\"\n", "PCI_IDS: bad id 8086"),
+        ("MODEL1=examples/no-such.neff\n", "MODEL1: no file"),
+        ("MODEL1=examples/allreduce_1nc.neff\nMODEL1_INPUTS=input\n", "MODEL1_INPUTS: bad NAME=FILE `input`"),
+    ] {
+        let p = work.join("bad.conf");
+        std::fs::write(&p, conf).unwrap();
+        let out = Command::new("bash")
+            .arg(repo().join("scripts/appliance/build.sh"))
+            .arg("-o")
+            .arg(work.join("image"))
+            .arg("-c")
+            .arg(&p)
+            .arg("-b")
+            .arg(env!("CARGO_BIN_EXE_neuron-vfio"))
+            .arg("-l")
+            .arg(env!("CARGO_BIN_EXE_neuron-vfio"))
+            .output()
+            .expect("run build.sh");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(why), "{conf}: {err}");
+        assert!(!work.join("image/initramfs").exists(), "{conf}: built anyway");
+    }
+}
+
 /// libnrt.so of this build (next to the binary: `cargo test --workspace` builds it).
 fn libnrt() -> Option<PathBuf> {
     let lib = Path::new(env!("CARGO_BIN_EXE_neuron-vfio")).parent()?.join("libnrt.so");

@@ -53,8 +53,9 @@ out=$($N --json bind $sel 2>/tmp/bind.err); rc=$?
 nbound=$(printf '%s' "$out" | head -n1 | grep -o '"driver":"vfio-pci"' | wc -l)
 step bind "$(bool $rc)" "\"ids\":$(jstr "$PCI_IDS"),\"bound\":$nbound,\"devices\":$(jval "$out")$([ $rc = 0 ] || echo ",\"error\":$(jstr "$(cat /tmp/bind.err)")")"
 
-# 4. ls: the devices on vfio-pci are where the models run.
-out=$($N --json ls 2>/tmp/ls.err); rc=$?
+# 4. ls: the devices on vfio-pci are where the models run (DEVICE=sim…: the simulated ones).
+case ${DEVICE:-vfio} in vfio) lsdev="" ;; *) lsdev="--device $DEVICE" ;; esac
+out=$($N --json $lsdev ls 2>/tmp/ls.err); rc=$?
 bdfs=$(printf '%s' "$out" | head -n1 | tr '}' '\n' | grep '"driver":"vfio-pci"' |
     sed -n 's/.*"bdf":"\([^"]*\)".*/\1/p')
 ndev=$(echo $bdfs | wc -w)

@@ -80,7 +80,6 @@ fi
 [ -n "$lib" ] || lib=$(newest "$(dirname "$bin")/libnrt.so")
 [ -n "$lib" ] || lib=$(newest "$repo"/target/release/libnrt.so "$repo"/target/debug/libnrt.so)
 [ -n "$lib" ] && [ -f "$lib" ] || die "no libnrt.so (cargo build -p capi, or -l PATH)"
-[ -f "$KERNEL_DIR/version" ] || die "no kernel in $KERNEL_DIR (scripts/qemu/setup.sh)"
 
 stage=$(mktemp -d); trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$out"
@@ -130,6 +129,7 @@ echo "MODEL_COUNT=$n" >> "$gconf"
 files+=(-f "$gconf:/etc/appliance.conf")
 cp "$here/appliance.sh" "$stage/50-appliance"
 
+[ -f "$KERNEL_DIR/version" ] || die "no kernel in $KERNEL_DIR (scripts/qemu/setup.sh)"
 mods=()
 for m in $MODULES; do mods+=(-m "$m"); done
 "$repo/scripts/image/mkinitramfs.sh" -k "$KERNEL_DIR" -o "$out/initramfs" "${mods[@]}" \

@@ -91,6 +91,10 @@ else
     echo "appliance: strip not found: debug info stays in the image" >&2
 fi
 files=(-f "$stage/libnrt.so:/usr/lib/libnrt.so")
+# libnrt.so's own libraries (the ones ldd names, as for the binary), for programs that load it.
+while IFS= read -r l; do
+    files+=(-f "$(readlink -f "$l"):$l")
+done < <(ldd "$stage/libnrt.so" 2>/dev/null | grep -oE '/[^ ]+' | sort -u)
 while IFS= read -r h; do
     files+=(-f "$h:/usr/include/${h#"$repo/capi/include/"}")
 done < <(find "$repo/capi/include" -type f | sort)
@@ -166,5 +170,5 @@ for f in kernel vmlinux initramfs; do
     s=$(size "$out/$f"); total=$((total + s)); report="$report $f $((s / 1024)) KiB,"
 done
 echo "appliance: $out:${report} total $((total / 1024)) KiB; neuron-vfio $(($(size "$stage/bin/neuron-vfio") / 1024)) KiB" \
-    "($(if ldd "$stage/bin/neuron-vfio" >/dev/null 2>&1; then echo dynamic; else echo static; fi)), libnrt.so $(($(size "$stage/libnrt.so") / 1024)) KiB," \
+    "($(if ldd "$stage/bin/neuron-vfio" 2>/dev/null | grep -q '=>'; then echo dynamic; else echo static; fi)), libnrt.so $(($(size "$stage/libnrt.so") / 1024)) KiB," \
     "$n model(s), ids $PCI_IDS, device $DEVICE, after $AFTER" >&2

@@ -70,8 +70,9 @@ done
 newest() { ls -t "$@" 2>/dev/null | head -n1 || true; }
 if [ "$static" = 1 ]; then
     musl=x86_64-unknown-linux-musl
-    rustup target list --installed 2>/dev/null | grep -qx "$musl" ||
-        die "--static needs the $musl target: rustup target add $musl"
+    case " $(rustup target list --installed 2>/dev/null | tr '\n' ' ') " in
+        *" $musl "*) ;; *) die "--static needs the $musl target: rustup target add $musl" ;;
+    esac
     (cd "$repo" && cargo build --release -p cli --bin neuron-vfio --target "$musl") >&2
     bin="$repo/target/$musl/release/neuron-vfio"
 fi
@@ -170,5 +171,5 @@ for f in kernel vmlinux initramfs; do
     s=$(size "$out/$f"); total=$((total + s)); report="$report $f $((s / 1024)) KiB,"
 done
 echo "appliance: $out:${report} total $((total / 1024)) KiB; neuron-vfio $(($(size "$stage/bin/neuron-vfio") / 1024)) KiB" \
-    "($(if ldd "$stage/bin/neuron-vfio" 2>/dev/null | grep -q '=>'; then echo dynamic; else echo static; fi)), libnrt.so $(($(size "$stage/libnrt.so") / 1024)) KiB," \
+    "($(case $(ldd "$stage/bin/neuron-vfio" 2>/dev/null || true) in *'=>'*) echo dynamic ;; *) echo static ;; esac)), libnrt.so $(($(size "$stage/libnrt.so") / 1024)) KiB," \
     "$n model(s), ids $PCI_IDS, device $DEVICE, after $AFTER" >&2

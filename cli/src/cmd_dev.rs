@@ -306,29 +306,90 @@ pub fn bind(bdf: &str, json: bool) -> Result<(), CliError> {
     let addr = parse_bdf(bdf)?;
     let sys = device::sysfs();
     let f = neuron_function(&sys, addr)?;
+    let (v, text) = bind_function(&sys, &f)?;
+    say(json, v, text);
+    Ok(())
+}
+
+/// Bind one Neuron function to vfio-pci: its JSON report and text line.
+fn bind_function(sys: &Sysfs, f: &PciFunction) -> Result<(Value, String), CliError> {
+    let addr = f.address;
     if f.driver.as_deref() == Some(VFIO_PCI) {
-        say(
-            json,
+        return Ok((
             json!({"bdf": addr.to_string(), "driver": VFIO_PCI, "previous_driver": VFIO_PCI, "changed": false}),
             format!("{addr} is already bound to vfio-pci"),
-        );
-        return Ok(());
+        ));
     }
-    vfio::check_vfio_available(&sys, &device::dev_dir()).map_err(CliError::failure)?;
+    vfio::check_vfio_available(sys, &device::dev_dir()).map_err(CliError::failure)?;
     sys.check_group_viable(addr).map_err(CliError::failure)?;
     // Keep the device on vfio-pci after this process exits: the binding is not undone.
-    let b = Binding::bind(&sys, addr).map_err(CliError::failure)?;
+    let b = Binding::bind(sys, addr).map_err(CliError::failure)?;
     if let Some(orig) = b.persist() {
         if let Err(e) = remember(addr, &orig) {
             tracing::warn!("cannot record the original driver of {addr} ({e}); unbind will reprobe instead");
         }
     }
     let prev = f.driver.clone();
-    say(
-        json,
+    Ok((
         json!({"bdf": addr.to_string(), "driver": VFIO_PCI, "previous_driver": prev, "changed": true}),
         format!("{addr}: bound to vfio-pci (was {})", prev.as_deref().unwrap_or("unbound")),
-    );
+    ))
+}
+
+/// Parse `--ids` (VVVV:DDDD, hex): each must be a Neuron id csr-maps knows.
+fn parse_ids(ids: &[String]) -> Result<Vec<(u16, u16)>, CliError> {
+    ids.iter()
+        .map(|s| {
+            let bad = || CliError::invalid(format!("bad PCI id `{s}` (expected VVVV:DDDD, hex)"));
+            let (v, d) = s.trim().split_once(':').ok_or_else(bad)?;
+            let v = u16::from_str_radix(v.trim_start_matches("0x"), 16).map_err(|_| bad())?;
+            let d = u16::from_str_radix(d.trim_start_matches("0x"), 16).map_err(|_| bad())?;
+            if Arch::by_pci_id(v, d).is_none() {
+                return Err(CliError::invalid(format!("{v:04x}:{d:04x} is not a Neuron PCI id; refusing to bind it")));
+            }
+            Ok((v, d))
+        })
+        .collect()
+}
+
+/// `bind --all [--ids IDS]`: every Neuron function in sysfs (those with one of `ids`, when
+/// given) to vfio-pci. Reports every device (an `error` key for one that failed) and fails
+/// when any did.
+pub fn bind_all(ids: &[String], json: bool) -> Result<(), CliError> {
+    let ids = parse_ids(ids)?;
+    let sys = device::sysfs();
+    let fs = device::neuron_functions(&sys)?;
+    let chosen = fs
+        .iter()
+        .filter(|f| device::arch_of(f).is_some())
+        .filter(|f| ids.is_empty() || ids.contains(&(f.vendor, f.device)));
+    let mut reports = Vec::new();
+    let mut failed = 0usize;
+    for f in chosen {
+        match bind_function(&sys, f) {
+            Ok((v, text)) => reports.push((v, text)),
+            Err(e) => {
+                failed += 1;
+                reports.push((
+                    json!({"bdf": f.address.to_string(), "driver": f.driver, "changed": false, "error": e.message}),
+                    format!("{}: not bound: {}", f.address, e.message),
+                ));
+            }
+        }
+    }
+    let n = reports.len();
+    if json {
+        print_json(&Value::Array(reports.into_iter().map(|(v, _)| v).collect()));
+    } else if n == 0 {
+        println!("no Neuron device to bind");
+    } else {
+        for (_, text) in reports {
+            println!("{text}");
+        }
+    }
+    if failed > 0 {
+        return Err(CliError::failure(format!("{failed} of {n} devices could not be bound to vfio-pci")));
+    }
     Ok(())
 }
 

@@ -72,10 +72,19 @@ enum Cmd {
     Ls,
     /// Identity, counts, firmware, HBM, ECC counters and engine states of the device.
     Info,
-    /// Bind a device to vfio-pci (remembering its driver for `unbind`).
+    /// Bind a device to vfio-pci (remembering its driver for `unbind`); `--all`: every
+    /// Neuron device (or those with the `--ids` PCI ids).
     Bind {
         /// PCI address (DDDD:BB:DD.F or BB:DD.F).
-        bdf: String,
+        #[arg(required_unless_present_any = ["all", "ids"], conflicts_with_all = ["all", "ids"])]
+        bdf: Option<String>,
+        /// Bind every Neuron device in sysfs (default ids: every arch's Neuron vendor:device).
+        #[arg(long)]
+        all: bool,
+        /// With --all (implied): only devices with these PCI ids, VVVV:DDDD[,VVVV:DDDD…]; each
+        /// must be a Neuron id.
+        #[arg(long, value_name = "IDS", value_delimiter = ',')]
+        ids: Vec<String>,
     },
     /// Give a device back to its original driver (or clear driver_override and reprobe).
     Unbind {
@@ -161,7 +170,8 @@ fn run(cli: Cli) -> Result<(), CliError> {
     match cli.cmd {
         Cmd::Ls => cmd_dev::ls(&spec()?, t, json),
         Cmd::Info => cmd_dev::info(&spec()?, t, json),
-        Cmd::Bind { bdf } => cmd_dev::bind(&bdf, json),
+        Cmd::Bind { bdf: Some(bdf), .. } => cmd_dev::bind(&bdf, json),
+        Cmd::Bind { bdf: None, ids, .. } => cmd_dev::bind_all(&ids, json),
         Cmd::Unbind { bdf } => cmd_dev::unbind(&bdf, json),
         Cmd::Csr(c) => cmd_csr::run(c, &spec()?, t, json),
         Cmd::Nq(c) => cmd_nq::run(c, &spec()?, t, json),

@@ -166,6 +166,44 @@ fn bind_checks_the_environment_and_reports_what_happened() {
 }
 
 #[test]
+fn bind_all_selects_by_neuron_ids_and_reports_each_device() {
+    let t = FakeTree::new("bind-all");
+    t.with_vfio_node();
+    t.add("0000:10:1e.0", SUNDA.pci_vendor, SUNDA.pci_devices[0], Some("vfio-pci"), Some(7));
+    t.add("0000:20:1e.0", CAYMAN.pci_vendor, CAYMAN.pci_devices[0], Some("vfio-pci"), Some(8));
+    t.add("0000:30:1e.0", CAYMAN.pci_vendor, CAYMAN.pci_devices[0], Some("neuron"), Some(9));
+    t.add("0000:00:03.0", 0x8086, 0x10d3, Some("e1000e"), Some(2));
+    // Only the sunda id: one device, already on vfio-pci.
+    let sunda = format!("{:04x}:{:04x}", SUNDA.pci_vendor, SUNDA.pci_devices[0]);
+    let out = t.cmd().args(["--json", "bind", "--ids", &sunda]).output().expect("run");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v.as_array().map(Vec::len), Some(1), "{v}");
+    assert_eq!(v[0]["bdf"], "0000:10:1e.0");
+    assert_eq!(v[0]["changed"], false);
+    // Every Neuron device (never the e1000e): the one the fabricated kernel does not rebind
+    // is reported with its error, and the command fails.
+    let out = t.cmd().args(["--json", "bind", "--all"]).output().expect("run");
+    assert!(!out.status.success());
+    let first = String::from_utf8_lossy(&out.stdout).lines().next().unwrap_or_default().to_string();
+    let v: serde_json::Value = serde_json::from_str(&first).expect("json");
+    let a = v.as_array().expect("array");
+    assert_eq!(
+        a.iter().map(|d| d["bdf"].as_str().unwrap_or("")).collect::<Vec<_>>(),
+        ["0000:10:1e.0", "0000:20:1e.0", "0000:30:1e.0"]
+    );
+    assert!(a[2]["error"].as_str().is_some_and(|e| e.contains("did not take effect")), "{v}");
+    assert!(a[0].get("error").is_none() && a[1].get("error").is_none(), "{v}");
+    // A non-Neuron id is refused before anything is touched; a BDF and --all conflict.
+    let e = err_line(t.cmd().args(["bind", "--ids", "8086:10d3"]));
+    assert!(e.contains("not a Neuron PCI id"), "{e}");
+    let e = err_line(t.cmd().args(["bind", "--ids", "zz"]));
+    assert!(e.contains("bad PCI id"), "{e}");
+    let out = t.cmd().args(["bind", "0000:10:1e.0", "--all"]).output().expect("run");
+    assert!(!out.status.success());
+}
+
+#[test]
 fn unbind_restores_the_recorded_driver_or_reprobes() {
     let t = FakeTree::new("unbind");
     let bdf = "0000:10:1e.0";

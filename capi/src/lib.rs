@@ -25,6 +25,8 @@ pub mod handles;
 pub use ffi::*;
 pub mod async_api;
 pub mod experimental;
+#[cfg(feature = "fabric")]
+pub mod global;
 pub mod info_ext;
 pub mod profile;
 pub mod sys_trace;

@@ -115,6 +115,14 @@ impl<T: Transport> Communicator<T> {
         &mut self.t
     }
 
+    /// The next collective (or point-to-point tag sequence) uses sequence number `seq` in its
+    /// wire tags (the low 16 bits; later ones count up from there). Every rank must set the same
+    /// value; callers that run several communicators over one transport keep their tags apart
+    /// this way.
+    pub fn set_seq(&mut self, seq: u64) {
+        self.seq = seq.wrapping_sub(1);
+    }
+
     fn next_seq(&mut self) -> u64 {
         self.seq = self.seq.wrapping_add(1);
         self.seq
@@ -544,7 +552,7 @@ impl<T: Transport> Communicator<T> {
 mod tests {
     use super::*;
     use crate::reduce::{reference_all_gather, reference_all_reduce, reference_reduce_scatter};
-    use crate::transport::loopback;
+    use crate::transport::{loopback, Subgroup};
     use std::time::Duration;
 
     /// All-reduce, reduce-scatter and all-gather outputs of one rank.
@@ -578,6 +586,50 @@ mod tests {
             let want_rs = reference_reduce_scatter(&refs, dt, op, r).unwrap_or_default();
             assert_eq!(got, Ok((want_ar.clone(), want_rs, want_ag.clone())), "n={n} len={len} {dt:?} {op:?} rank {r}");
         }
+    }
+
+    #[test]
+    fn subgroups_reduce_in_group_order_with_their_own_tags() {
+        // Ranks 2 and 0 of a 3-rank job form a group (group rank 0 = job rank 2); rank 1 sits
+        // out. Two collectives with caller-chosen tag sequences.
+        let len = 40 * 4;
+        let (dt, op) = (DType::F32, ReduceOp::Add);
+        let group = vec![2usize, 0];
+        let inputs: Vec<Vec<u8>> = (0..2).map(|g| reduce::pattern(g, len, dt, 7)).collect();
+        let refs: Vec<&[u8]> = inputs.iter().map(|v| v.as_slice()).collect();
+        let want = reference_all_reduce(&refs, dt, op).unwrap_or_default();
+        let handles: Vec<_> = loopback::group(3, Duration::from_secs(10))
+            .into_iter()
+            .map(|mut t| {
+                let group = group.clone();
+                let inputs = inputs.clone();
+                std::thread::spawn(move || -> Result<Option<Vec<u8>>, FabricError> {
+                    let Some(g) = group.iter().position(|&r| r == t.rank()) else { return Ok(None) };
+                    let mut out = Vec::new();
+                    for (seq, cfg) in
+                        [(40u64, CollConfig { chunk_bytes: 24, direct_max_bytes: 0 }), (41, CollConfig::default())]
+                    {
+                        let mut c = Communicator::new(Subgroup::new(&mut t, group.clone())?, cfg)?;
+                        c.set_seq(seq);
+                        let mut buf = inputs[g].clone();
+                        c.all_reduce(&mut buf, dt, op)?;
+                        out.push(buf);
+                    }
+                    if out[0] != out[1] {
+                        return Err(FabricError::Invalid("ring and direct differ".into()));
+                    }
+                    Ok(out.pop())
+                })
+            })
+            .collect();
+        for (r, h) in handles.into_iter().enumerate() {
+            let got = h.join().map_err(|_| "panic".to_string()).and_then(|x| x.map_err(|e| e.to_string()));
+            let expect = if r == 1 { None } else { Some(want.clone()) };
+            assert_eq!(got, Ok(expect), "job rank {r}");
+        }
+        let mut ts = loopback::group(2, Duration::from_secs(1));
+        assert!(Subgroup::new(&mut ts[0], vec![1, 1]).is_err());
+        assert!(Subgroup::new(&mut ts[0], vec![1]).is_err());
     }
 
     #[test]

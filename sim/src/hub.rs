@@ -1,9 +1,22 @@
 //! The collective fabric: participants of a collective (NCs on one or several devices)
 //! meet by (comm id, sequence number); the last arrival computes the result and every
 //! participant receives its output.
+//!
+//! Reduction order (the same as the `fabric` crate's algorithms, so that a group reduced
+//! here and a group reduced across processes give bit-identical results): the `count`
+//! elements are split into `n` segments, segment `k` holding elements
+//! `[k*count/n, (k+1)*count/n)`; every element of segment `k` is the left fold over the ranks
+//! `k+1, k+2, …, k` (indices mod `n`), rounding after every step in the element type.
+//! Reduce-scatter gives rank `r` segment `r` (docs/fabric.md).
+//!
+//! A group that spans processes (an [`InterHost`] installed and naming the communicator) is
+//! met here by its local participants only; their parts go across the seam from a worker
+//! thread and the results come back through [`crate::device::Dev::deliver`].
 
 use std::collections::HashMap;
-use std::sync::{Mutex, Weak};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+
+use crate::interhost::{CollKind, ElemType, InterHost, InterHostError, InterHostRequest, RedOp};
 
 use isa::device_ops::{alu, ctype, dtype};
 
@@ -28,6 +41,8 @@ struct Part {
 
 struct Rendezvous {
     size: usize,
+    /// The group ranks hosted here when the group spans processes.
+    local: Option<Vec<usize>>,
     op: u8,
     dtype: u8,
     ctype: u8,
@@ -61,9 +76,19 @@ pub(crate) enum CollError {
 #[derive(Default)]
 pub(crate) struct Hub {
     pending: Mutex<HashMap<(u32, u32), Rendezvous>>,
+    inter: RwLock<Option<Arc<dyn InterHost>>>,
 }
 
 impl Hub {
+    /// Install (or remove) the transport to other processes.
+    pub fn set_inter_host(&self, t: Option<Arc<dyn InterHost>>) {
+        *self.inter.write().unwrap_or_else(|e| e.into_inner()) = t;
+    }
+
+    fn inter(&self) -> Option<Arc<dyn InterHost>> {
+        self.inter.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     /// Register an arrival; when the group is complete, return every participant's output.
     pub fn arrive(&self, a: Arrival) -> Result<Vec<Delivery>, CollError> {
         if a.size == 0 || a.rank >= a.size {
@@ -73,10 +98,18 @@ impl Hub {
         if !a.data.len().is_multiple_of(esize) || !matches!(a.op, alu::ADD | alu::MAX | alu::MIN) {
             return Err(CollError::BadType);
         }
+        let inter = self.inter();
+        let local = inter.as_ref().and_then(|t| t.local_ranks(a.comm));
+        if let Some(l) = &local {
+            if !l.contains(&a.rank) || l.iter().any(|&r| r >= a.size) {
+                return Err(CollError::BadGroup);
+            }
+        }
         let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         let key = (a.comm, a.seq);
         let r = p.entry(key).or_insert_with(|| Rendezvous {
             size: a.size,
+            local: local.clone(),
             op: a.op,
             dtype: a.dtype,
             ctype: a.ctype,
@@ -91,25 +124,39 @@ impl Hub {
             }
         }
         r.parts[a.rank] = Some(Part { dev: a.dev, nc: a.nc, engine: a.engine, dst: a.dst, data: a.data });
-        if r.parts.iter().any(|x| x.is_none()) {
+        let complete = match &r.local {
+            Some(l) => l.iter().all(|&i| r.parts[i].is_some()),
+            None => r.parts.iter().all(|x| x.is_some()),
+        };
+        if !complete {
             return Ok(Vec::new());
         }
         let Some(r) = p.remove(&key) else { return Ok(Vec::new()) };
         drop(p);
+        if let (Some(t), Some(_)) = (inter, &r.local) {
+            spawn_inter_host(t, a.comm, a.seq, r)?;
+            return Ok(Vec::new());
+        }
         let parts: Vec<Part> = r.parts.into_iter().flatten().collect();
         let n = parts.len();
+        let data: Vec<&[u8]> = parts.iter().map(|p| &p.data[..]).collect();
         let out: Vec<Vec<u8>> = match r.ctype {
             ctype::ALL_GATHER => {
-                let all: Vec<u8> = parts.iter().flat_map(|p| p.data.iter().copied()).collect();
+                let all: Vec<u8> = data.concat();
                 vec![all; n]
             }
             ctype::REDUCE_SCATTER => {
-                let red = reduce(&parts, r.op, r.dtype, esize);
-                let chunk = (red.len() / esize / n) * esize;
-                (0..n).map(|i| red[i * chunk..(i + 1) * chunk].to_vec()).collect()
+                let red = reduce(&data, r.op, r.dtype, esize);
+                let count = red.len() / esize;
+                (0..n)
+                    .map(|i| {
+                        let s = segment(count, n, i);
+                        red[s.start * esize..s.end * esize].to_vec()
+                    })
+                    .collect()
             }
             _ => {
-                let red = reduce(&parts, r.op, r.dtype, esize);
+                let red = reduce(&data, r.op, r.dtype, esize);
                 vec![red; n]
             }
         };
@@ -127,14 +174,127 @@ impl Hub {
     }
 }
 
-fn reduce(parts: &[Part], op: u8, dt: u8, esize: usize) -> Vec<u8> {
-    let mut acc = parts[0].data.clone();
-    for p in &parts[1..] {
-        for (a, b) in acc.chunks_exact_mut(esize).zip(p.data.chunks_exact(esize)) {
-            combine(a, b, op, dt);
+/// Element range of segment `k` of `count` elements over `n` ranks (module docs).
+pub(crate) fn segment(count: usize, n: usize, k: usize) -> std::ops::Range<usize> {
+    if n == 0 {
+        return 0..0;
+    }
+    (count * k / n)..(count * (k + 1) / n)
+}
+
+/// Element-wise reduction of `parts` (one per rank, the same length) in the module's order.
+pub(crate) fn reduce(parts: &[&[u8]], op: u8, dt: u8, esize: usize) -> Vec<u8> {
+    let n = parts.len();
+    let len = parts.first().map_or(0, |p| p.len());
+    let count = len / esize;
+    let mut acc = vec![0u8; len];
+    for k in 0..n {
+        let s = segment(count, n, k);
+        let bytes = s.start * esize..s.end * esize;
+        let out = &mut acc[bytes.clone()];
+        out.copy_from_slice(&parts[(k + 1) % n][bytes.clone()]);
+        for i in 2..=n {
+            let inp = &parts[(k + i) % n][bytes.clone()];
+            for (a, b) in out.chunks_exact_mut(esize).zip(inp.chunks_exact(esize)) {
+                combine(a, b, op, dt);
+            }
         }
     }
     acc
+}
+
+fn kind_of(ct: u8) -> CollKind {
+    match ct {
+        ctype::ALL_GATHER => CollKind::AllGather,
+        ctype::REDUCE_SCATTER => CollKind::ReduceScatter,
+        _ => CollKind::AllReduce,
+    }
+}
+
+fn elem_of(dt: u8) -> Result<ElemType, CollError> {
+    match dt {
+        dtype::FP32 => Ok(ElemType::F32),
+        dtype::BF16 => Ok(ElemType::Bf16),
+        dtype::FP16 => Ok(ElemType::F16),
+        dtype::INT32 => Ok(ElemType::I32),
+        _ => Err(CollError::BadType),
+    }
+}
+
+fn op_of(op: u8) -> RedOp {
+    match op {
+        alu::MAX => RedOp::Max,
+        alu::MIN => RedOp::Min,
+        _ => RedOp::Add,
+    }
+}
+
+/// Hands a spanning group's local parts to `t` on a worker thread; delivers the results, or
+/// fails every local participant (network proxy: INTC `net_proxy_fail`; a malformed
+/// collective: `cc_error`) with its engine faulted, so the execution ends at once.
+fn spawn_inter_host(t: Arc<dyn InterHost>, comm: u32, seq: u32, r: Rendezvous) -> Result<(), CollError> {
+    let elem = elem_of(r.dtype)?;
+    let parts: Vec<(usize, Part)> = r.parts.into_iter().enumerate().filter_map(|(i, p)| p.map(|p| (i, p))).collect();
+    let mut req = InterHostRequest {
+        comm,
+        seq,
+        size: r.size,
+        kind: kind_of(r.ctype),
+        elem,
+        op: op_of(r.op),
+        parts: Vec::with_capacity(parts.len()),
+    };
+    let mut sinks = Vec::with_capacity(parts.len());
+    for (i, p) in parts {
+        req.parts.push((i, p.data));
+        sinks.push((p.dev, p.nc, p.engine, p.dst));
+    }
+    std::thread::Builder::new()
+        .name(format!("sim-interhost-{comm:x}-{seq}"))
+        .spawn(move || {
+            let res = t.collective(req).and_then(|out| {
+                if out.len() == sinks.len() {
+                    Ok(out)
+                } else {
+                    Err(InterHostError::Collective(format!("{} outputs for {} parts", out.len(), sinks.len())))
+                }
+            });
+            match res {
+                Ok(out) => {
+                    let work: Vec<Delivery> = sinks
+                        .iter()
+                        .zip(out)
+                        .map(|((dev, nc, engine, dst), data)| Delivery {
+                            dev: dev.clone(),
+                            nc: *nc,
+                            engine: *engine,
+                            dst: *dst,
+                            data,
+                        })
+                        .collect();
+                    if let Some(d) = sinks.first().and_then(|s| s.0.upgrade()) {
+                        d.deliver(work);
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(comm, seq, "collective across processes failed: {e}");
+                    let line = match e {
+                        InterHostError::Network(_) => crate::intc::Line::NetProxyFail,
+                        InterHostError::Collective(_) => crate::intc::Line::CcError,
+                    };
+                    for (dev, nc, engine, _) in &sinks {
+                        let Some(d) = dev.upgrade() else { continue };
+                        let mut st = d.lock();
+                        d.intc(&mut st, *nc, line);
+                        crate::seq::fault_engine(&d, &mut st, *nc, *engine, crate::seq::code::COLLECTIVE, None);
+                        st.pending[*nc] = true;
+                        d.after(st);
+                    }
+                }
+            }
+        })
+        .map(|_| ())
+        .map_err(|_| CollError::BadGroup)
 }
 
 fn f32_of(dt: u8, b: &[u8]) -> f32 {
@@ -234,6 +394,25 @@ fn f32_to_f16(v: f32) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn f32s(v: &[f32]) -> Vec<u8> {
+        v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn reduction_follows_the_segment_order() {
+        // Three ranks, three elements: element k is segment k, folded k+1, k+2, …, k.
+        let a = f32s(&[1.0, 1e8, -1e8]);
+        let b = f32s(&[1e8, -1e8, 1.0]);
+        let c = f32s(&[-1e8, 1.0, 1e8]);
+        let out = reduce(&[&a, &b, &c], alu::ADD, dtype::FP32, 4);
+        // Segment 0: (b + c) + a = (1e8 - 1e8) + 1 = 1; plain rank order would give 0.
+        // Segment 1: (c + a) + b = (1 + 1e8) - 1e8 = 0 in fp32.
+        // Segment 2: (a + b) + c = (-1e8 + 1) + 1e8 = 0 in fp32.
+        assert_eq!(out, f32s(&[1.0, 0.0, 0.0]));
+        let seg: Vec<_> = (0..3).map(|k| segment(7, 3, k)).collect();
+        assert_eq!(seg, vec![0..2, 2..4, 4..7]);
+    }
 
     #[test]
     fn half_conversions() {

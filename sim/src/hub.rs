@@ -230,8 +230,9 @@ fn op_of(op: u8) -> RedOp {
 }
 
 /// Hands a spanning group's local parts to `t` on a worker thread; delivers the results, or
-/// fails every local participant (network proxy: INTC `net_proxy_fail`; a malformed
-/// collective: `cc_error`) with its engine faulted, so the execution ends at once.
+/// fails every local participant: a network failure raises the NC's INTC `net_proxy_fail` (the
+/// line the `net-proxy` fault kind raises; NRT_NETWORK_PROXY_FAILURE), a malformed collective
+/// `cc_error` with the engine faulted (NRT_EXEC_HW_ERR_COLLECTIVES).
 fn spawn_inter_host(t: Arc<dyn InterHost>, comm: u32, seq: u32, r: Rendezvous) -> Result<(), CollError> {
     let elem = elem_of(r.dtype)?;
     let parts: Vec<(usize, Part)> = r.parts.into_iter().enumerate().filter_map(|(i, p)| p.map(|p| (i, p))).collect();
@@ -278,15 +279,18 @@ fn spawn_inter_host(t: Arc<dyn InterHost>, comm: u32, seq: u32, r: Rendezvous) -
                 }
                 Err(e) => {
                     tracing::error!(comm, seq, "collective across processes failed: {e}");
-                    let line = match e {
-                        InterHostError::Network(_) => crate::intc::Line::NetProxyFail,
-                        InterHostError::Collective(_) => crate::intc::Line::CcError,
-                    };
                     for (dev, nc, engine, _) in &sinks {
                         let Some(d) = dev.upgrade() else { continue };
                         let mut st = d.lock();
-                        d.intc(&mut st, *nc, line);
-                        crate::seq::fault_engine(&d, &mut st, *nc, *engine, crate::seq::code::COLLECTIVE, None);
+                        match e {
+                            // The network proxy's failure line, as the `net-proxy` fault kind
+                            // raises it: the runtime ends the execution with 1206.
+                            InterHostError::Network(_) => d.intc(&mut st, *nc, crate::intc::Line::NetProxyFail),
+                            InterHostError::Collective(_) => {
+                                d.intc(&mut st, *nc, crate::intc::Line::CcError);
+                                crate::seq::fault_engine(&d, &mut st, *nc, *engine, crate::seq::code::COLLECTIVE, None);
+                            }
+                        }
                         st.pending[*nc] = true;
                         d.after(st);
                     }

@@ -306,6 +306,18 @@ pub mod seq {
         /// Injected by the simulator's fault API.
         pub const INJECTED: u8 = 0x10;
     }
+
+    /// The 16-bit error mask of a TPB error record (record bits 23:8, `metadata_lo`;
+    /// docs/facts/libnrt.md §5.5, docs/records.md). libnrt reads it for FP_NAN (numerical iff a
+    /// bit outside `0x7E00` and the arch's DVE-spurious mask is set) and MEMORY_ERROR (memory
+    /// error iff `mask & 0xFD6B`). Which bit the hardware sets for which condition is not public:
+    /// the values below are **modeled**.
+    pub mod error_mask {
+        /// FP_NAN: a NaN produced by the engine's datapath (outside the ignored `0x7E00`).
+        pub const NAN_RESULT: u16 = 0x0001;
+        /// Records whose id carries no mask (sequencer, semaphore, …).
+        pub const NONE: u16 = 0;
+    }
 }
 
 /// PSEUDO_ADDR8 addressing (docs/facts/libnrt.md §2.4): marker bit 0x10 of the high byte names a var;

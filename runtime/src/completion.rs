@@ -393,9 +393,10 @@ pub struct ExecTracker {
 pub const SIGNAL_PROBE_INTERVAL: Duration = Duration::from_millis(1);
 
 /// Latched causes after which the engines cannot finish (a sequencer stopped on a fatal
-/// instruction, an aborted or faulted DMA queue that will never signal its semaphore).
+/// instruction, an aborted or faulted DMA queue that will never signal its semaphore, a
+/// collective the collectives hardware failed, which its engine waits on forever).
 pub fn stuck(c: &FatalCauses) -> bool {
-    c.intersects(FatalCauses::SEQ_FATAL | FatalCauses::DMA_ABORT | FatalCauses::DMA_FAULT)
+    c.intersects(FatalCauses::SEQ_FATAL | FatalCauses::DMA_ABORT | FatalCauses::DMA_FAULT | FatalCauses::CC_ERROR)
 }
 
 impl ExecTracker {

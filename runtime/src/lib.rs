@@ -27,6 +27,7 @@ pub mod error;
 pub mod error_decode;
 pub mod lanes;
 pub mod profile;
+pub mod records;
 pub mod rt;
 pub mod stage;
 pub mod state;

@@ -4,20 +4,20 @@
 //!
 //! | spec | effect |
 //! |---|---|
-//! | `nq-overflow@nc0` | the NC's notification rings behave as full: records dropped, NC INTC line 61 (g1 bit 29) |
+//! | `nq-overflow@nc0[:eng]` | the engine (default PE) floods its INFER_STATUS ring with debug notifications until the ring is really full (the host's head write-back lags by up to a quarter ring): records dropped, the next record's overflow bit, NC INTC line 61 (g1 bit 29) |
 //! | `dma-abort@nc1:q3` | the next packet on queue 3 of an engine of NC 1 aborts (M2S data AXI response error latched, NC INTC dma_abort) |
-//! | `hbm-ue@nc0` | uncorrectable HBM error: misc RAM `hbm_ecc[k].uncorrectable`, NC INTC hbm_ue |
-//! | `hbm-ue-repairable@nc0` | repairable HBM error: `hbm_ecc[k].repairable`, `hbm_repair_state` pending, NC INTC hbm_ue_repairable |
-//! | `nc-ue@nc0` | uncorrectable NC (SRAM) error: `sram_ecc.uncorrected`, NC INTC nc_ue |
+//! | `hbm-ue@nc0` | uncorrectable HBM error on the next DMA that reads the NC's HBM stack: the data it delivers is damaged (bits flipped), misc RAM `hbm_ecc[k].uncorrectable`, NC INTC hbm_ue |
+//! | `hbm-ue-repairable@nc0` | the same read, repairable: `hbm_ecc[k].repairable`, `hbm_repair_state` pending, NC INTC hbm_ue_repairable |
+//! | `nc-ue@nc0[:eng]` | uncorrectable NC (SRAM) error while the engine (default PE) executes its next slot: `sram_ecc.uncorrected`, NC INTC nc_ue |
 //! | `fp-nan@nc0:act` | FP_NAN error record from the engine's next slot |
 //! | `transient@nc0[:eng]` | SEQUENCER_NONFATAL error record |
 //! | `seq-fatal@nc0:pool` | SEQUENCER_FATAL error record; the engine stops |
 //! | `hang@nc0:pe` | the engine stops fetching (no records) |
-//! | `out-of-order@nc0:dve` | the engine posts an INST_END before its INST_START |
+//! | `out-of-order@nc0:dve` | the engine posts an INST_END before its INST_START (the host's matcher probes the overflow bit) |
 //! | `semaphore-error@nc0[:eng]` | SEMAPHORE_ERROR error record |
 //! | `oob@nc0[:eng]` | custom INFER_STATUS record with an out-of-bounds sub-id (2) |
-//! | `cc-error@nc0` | NC INTC cc_error (collectives hardware error) |
-//! | `net-proxy@nc0` | NC INTC net_proxy_fail |
+//! | `cc-error@nc0` | the NC's next collective fails mid-transfer: NC INTC cc_error, the collective never completes |
+//! | `net-proxy@nc0` | the network proxy stops answering during the NC's next collective: NC INTC net_proxy_fail, the collective never completes |
 
 use std::sync::atomic::Ordering;
 
@@ -72,7 +72,9 @@ impl FaultKind {
     pub(crate) fn per_engine(self) -> bool {
         matches!(
             self,
-            FaultKind::FpNan
+            FaultKind::NqOverflow
+                | FaultKind::NcUe
+                | FaultKind::FpNan
                 | FaultKind::Transient
                 | FaultKind::SeqFatal
                 | FaultKind::Hang
@@ -165,45 +167,22 @@ impl std::fmt::Display for FaultSpec {
     }
 }
 
-/// Arm `f` on the device.
+/// HBM stack of an NC (default NCs of HBM h: NC h on V2, NCs 2h, 2h+1 on V3/V4).
+fn stack_of(dev: &Dev, nc: usize) -> u64 {
+    (nc as u64 * dev.arch.counts.hbm_stacks / dev.arch.counts.ncs).min(dev.arch.counts.hbm_stacks.saturating_sub(1))
+}
+
+/// Arm `f` on the device. Faults take effect where the hardware would fail: per-engine kinds
+/// on the engine's next slot, `hbm-ue*` on the next DMA that reads the NC's HBM stack
+/// ([`hbm_ue_on_read`]), `cc-error` / `net-proxy` on the NC's next collective
+/// ([`collective_fault`]), `dma-abort` on the next packet of the queue.
 pub(crate) fn arm(dev: &Dev, st: &mut State, f: FaultSpec) {
     if f.nc >= dev.ncs() {
         dev.n.unclaimed.fetch_add(1, Ordering::Relaxed);
         return;
     }
     let nc = f.nc;
-    // HBM stack of an NC (default NCs of HBM h: NC h on V2, NCs 2h, 2h+1 on V3/V4).
-    let stack = (nc as u64 * dev.arch.counts.hbm_stacks / dev.arch.counts.ncs).min(dev.arch.counts.hbm_stacks - 1);
     match f.kind {
-        FaultKind::HbmUe | FaultKind::HbmUeRepairable | FaultKind::NcUe => {
-            let m = dev.misc_ram();
-            match f.kind {
-                FaultKind::HbmUe => {
-                    if let Ok(e) = m.hbm_ecc(stack) {
-                        let v = csr_maps::blocks::misc_ram::HbmEcc(dev.reg_value(st, e.offset()));
-                        let n = v.with_uncorrectable(v.uncorrectable().saturating_add(1).min(0xF));
-                        st.regs.insert(e.offset(), n.0);
-                    }
-                    dev.intc(st, nc, Line::HbmUe);
-                }
-                FaultKind::HbmUeRepairable => {
-                    if let Ok(e) = m.hbm_ecc(stack) {
-                        let v = csr_maps::blocks::misc_ram::HbmEcc(dev.reg_value(st, e.offset()));
-                        let n = v.with_repairable(v.repairable().saturating_add(1).min(0xFFF));
-                        st.regs.insert(e.offset(), n.0);
-                    }
-                    st.regs.insert(m.hbm_repair_state().offset(), 1);
-                    dev.intc(st, nc, Line::HbmUeRepairable);
-                }
-                _ => {
-                    let v = csr_maps::blocks::misc_ram::SramEcc(dev.reg_value(st, m.sram_ecc().offset()));
-                    st.regs.insert(m.sram_ecc().offset(), v.with_uncorrected(v.uncorrected().saturating_add(1)).0);
-                    dev.intc(st, nc, Line::NcUe);
-                }
-            }
-        }
-        FaultKind::CcError => dev.intc(st, nc, Line::CcError),
-        FaultKind::NetProxy => dev.intc(st, nc, Line::NetProxyFail),
         FaultKind::DmaAbort => {
             // The NC's own engines (not the host-facing ones it shares).
             let per = dev.arch.counts.dma_engines_per_nc as usize;
@@ -213,6 +192,77 @@ pub(crate) fn arm(dev: &Dev, st: &mut State, f: FaultSpec) {
         }
         _ => st.faults.push(f),
     }
+}
+
+/// An uncorrectable SRAM error in NC `nc` while its engine executes: misc RAM
+/// `sram_ecc.uncorrected` counts it and NC INTC `nc_ue` is raised (placement modeled).
+pub(crate) fn nc_ue(dev: &Dev, st: &mut State, nc: usize) {
+    let m = dev.misc_ram();
+    let v = csr_maps::blocks::misc_ram::SramEcc(dev.reg_value(st, m.sram_ecc().offset()));
+    st.regs.insert(m.sram_ecc().offset(), v.with_uncorrected(v.uncorrected().saturating_add(1)).0);
+    dev.intc(st, nc, Line::NcUe);
+}
+
+/// A DMA is about to read the source ranges `srcs` (device address, length). If an armed
+/// `hbm-ue` / `hbm-ue-repairable` covers the HBM stack one of them lies in, it fires now: the
+/// ECC error counter of that stack in the misc RAM (`hbm_ecc[k]`, the kmod's
+/// `neuron_dhal_v*.c` ECC registers; placement modeled) counts it, a repairable error also
+/// sets `hbm_repair_state` pending, and the armed NC's INTC line is raised. Returns whether
+/// one fired: the caller then delivers damaged data (every byte read inverted).
+pub(crate) fn hbm_ue_on_read(dev: &Dev, st: &mut State, srcs: impl Iterator<Item = (u64, u64)>) -> bool {
+    if !st.faults.iter().any(|f| matches!(f.kind, FaultKind::HbmUe | FaultKind::HbmUeRepairable)) {
+        return false;
+    }
+    let stacks: Vec<u64> =
+        srcs.filter(|r| r.1 > 0).filter_map(|(a, _)| dev.arch.dev_to_hbm(a).map(|(k, _)| k)).collect();
+    let Some(i) = st.faults.iter().position(|f| {
+        matches!(f.kind, FaultKind::HbmUe | FaultKind::HbmUeRepairable) && stacks.contains(&stack_of(dev, f.nc))
+    }) else {
+        return false;
+    };
+    let f = st.faults.remove(i);
+    let m = dev.misc_ram();
+    let Ok(e) = m.hbm_ecc(stack_of(dev, f.nc)) else { return true };
+    let v = csr_maps::blocks::misc_ram::HbmEcc(dev.reg_value(st, e.offset()));
+    if f.kind == FaultKind::HbmUe {
+        st.regs.insert(e.offset(), v.with_uncorrectable(v.uncorrectable().saturating_add(1).min(0xF)).0);
+        dev.intc(st, f.nc, Line::HbmUe);
+    } else {
+        st.regs.insert(e.offset(), v.with_repairable(v.repairable().saturating_add(1).min(0xFFF)).0);
+        st.regs.insert(m.hbm_repair_state().offset(), 1);
+        dev.intc(st, f.nc, Line::HbmUeRepairable);
+    }
+    true
+}
+
+/// Bytes an uncorrectable read delivers: the data, every bit flipped.
+pub(crate) fn damage(buf: &mut [u8]) {
+    for b in buf {
+        *b = !*b;
+    }
+}
+
+/// What an armed collective fault does to NC `nc`'s collective now starting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CollFault {
+    /// `cc-error`: the collectives hardware fails the transfer (NC INTC `cc_error`).
+    Error,
+    /// `net-proxy`: the network proxy stops answering (NC INTC `net_proxy_fail`).
+    ProxyDown,
+}
+
+/// Consume an armed `cc-error` / `net-proxy` of `nc` as its collective starts, raising the
+/// NC INTC line. The collective never completes: the engine stays waiting on it.
+pub(crate) fn collective_fault(dev: &Dev, st: &mut State, nc: usize) -> Option<CollFault> {
+    let i = st.faults.iter().position(|f| f.nc == nc && matches!(f.kind, FaultKind::CcError | FaultKind::NetProxy))?;
+    let f = st.faults.remove(i);
+    Some(if f.kind == FaultKind::CcError {
+        dev.intc(st, nc, Line::CcError);
+        CollFault::Error
+    } else {
+        dev.intc(st, nc, Line::NetProxyFail);
+        CollFault::ProxyDown
+    })
 }
 
 #[cfg(test)]

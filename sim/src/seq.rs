@@ -7,7 +7,7 @@
 
 use std::sync::atomic::Ordering;
 
-use csr_maps::consts::{q7 as q7c, seq as seqc};
+use csr_maps::consts::{q7 as q7c, seq as seqc, seq::error_mask};
 use csr_maps::formats::dge::{allowed_channels, DgeMailbox, MAILBOXES};
 use csr_maps::formats::error::{ErrorId, TpbErrorRecord};
 use csr_maps::formats::notify::{custom, ntype, InferStatus, Subtype};
@@ -131,8 +131,8 @@ fn timestamp(dev: &Dev, st: &State, nc: usize) -> u64 {
 /// (notific kind, subtype, custom sub-id, line) of an INFER_STATUS record.
 type Rec = (u8, Subtype, u16, u32);
 
-fn post_infer(dev: &Dev, st: &mut State, nc: usize, e: usize, (kind, subtype, sub_id, line): Rec) {
-    let Some(r) = eng_regs(dev, nc, e) else { return };
+fn post_infer(dev: &Dev, st: &mut State, nc: usize, e: usize, (kind, subtype, sub_id, line): Rec) -> bool {
+    let Some(r) = eng_regs(dev, nc, e) else { return false };
     let slot = dev.stored(st, r.nq_infer_slot().offset(), 0) as u64;
     let rec = InferStatus {
         line: line as u16,
@@ -143,36 +143,45 @@ fn post_infer(dev: &Dev, st: &mut State, nc: usize, e: usize, (kind, subtype, su
         timestamp: timestamp(dev, st, nc),
         ..Default::default()
     };
-    if st.faults.iter().any(|f| f.nc == nc && f.kind == FaultKind::NqOverflow) {
-        // Injected: this NC's rings are treated as full.
-        force_overflow(dev, st, nc, slot);
-        return;
-    }
-    if let Some(off) = crate::nq::nc_slot(dev, nc, slot) {
-        crate::nq::post(dev, st, nc, off, rec.encode());
+    match crate::nq::nc_slot(dev, nc, slot) {
+        Some(off) => crate::nq::post(dev, st, nc, off, rec.encode()),
+        None => false,
     }
 }
 
-fn force_overflow(dev: &Dev, st: &mut State, nc: usize, slot: u64) {
-    if let Some(off) = crate::nq::nc_slot(dev, nc, slot) {
-        let s = st.nq.entry(off).or_default();
-        s.dropped = s.dropped.saturating_add(1);
-        s.overflowed = true;
-        s.overflow_pending = true;
+/// Injected `nq-overflow`: engine `e` posts debug notifications (CUSTOM sub-id 6, non-fatal)
+/// into its INFER_STATUS ring faster than the host consumes them, until the ring is really
+/// full and a record is dropped. The host writes its consumer head back only every quarter
+/// ring and cannot while the device runs, so the ring fills from where the device last saw
+/// the head; the drop sets the overflow status, the next record's overflow bit and NC INTC
+/// line 61 (g1 bit 29) through the ring's ordinary full check ([`crate::nq::post`]). The
+/// slot's own START / END then find the ring full as well.
+fn flood(dev: &Dev, st: &mut State, nc: usize, e: usize, pc: u32) {
+    let Some(r) = eng_regs(dev, nc, e) else { return };
+    let slot = dev.stored(st, r.nq_infer_slot().offset(), 0) as u64;
+    let Some(off) = crate::nq::nc_slot(dev, nc, slot) else { return };
+    let records = dev.stored(st, off + csr_maps::blocks::notific_slot::SIZE_OFFSET, 0) as u64
+        / csr_maps::formats::notify::RECORD_BYTES as u64;
+    for _ in 0..=records {
+        if !post_infer(dev, st, nc, e, (ntype::EXPLICIT, Subtype::Custom, custom::DEBUG, pc)) {
+            break;
+        }
     }
-    dev.n.dropped_records.fetch_add(1, Ordering::Relaxed);
-    dev.intc(st, nc, Line::SwNqOverflow);
 }
 
-/// Post a TPB error record on the NC's error ring.
-pub(crate) fn post_error(dev: &Dev, st: &mut State, nc: usize, e: usize, id: ErrorId, pc: u32, info: u8) {
+/// Post a TPB error record on the NC's error ring (layout: docs/records.md). `mask` is the
+/// record's error mask (bits 23:8, `metadata_lo`: the NaN mask of FP_NAN, the memory mask of
+/// MEMORY_ERROR, [`error_mask::NONE`] otherwise); the sequencer metadata carries the engine as
+/// its block id (modeled), the slot's program counter and `info`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn post_error(dev: &Dev, st: &mut State, nc: usize, e: usize, id: ErrorId, mask: u16, pc: u32, info: u8) {
     let Some(s) = dev.seq(nc) else { return };
     let slot = dev.reg_value(st, s.err_nq_slot().offset()) as u64;
     let rec = TpbErrorRecord {
         error_id: id.to_u8(),
-        metadata_lo: e as u16,
+        metadata_lo: mask,
         header: ntype::ERROR,
-        metadata_hi: TpbErrorRecord::seq_metadata(0, (pc & 0xFFF) as u16, info),
+        metadata_hi: TpbErrorRecord::seq_metadata(e as u8, (pc & 0xFFF) as u16, info),
         timestamp: timestamp(dev, st, nc),
     };
     if let Some(off) = crate::nq::nc_slot(dev, nc, slot) {
@@ -183,7 +192,7 @@ pub(crate) fn post_error(dev: &Dev, st: &mut State, nc: usize, e: usize, id: Err
 /// Stop engine `e` of `nc` with a SEQUENCER_FATAL record.
 pub(crate) fn fault_engine(dev: &Dev, st: &mut State, nc: usize, e: usize, code: u8, _f: Option<DmaFault>) {
     let pc = st.seq.get(nc).map(|s| s[e].pc).unwrap_or(0);
-    post_error(dev, st, nc, e, ErrorId::SequencerFatal, pc, code);
+    post_error(dev, st, nc, e, ErrorId::SequencerFatal, error_mask::NONE, pc, code);
     if let Some(s) = st.seq.get_mut(nc).and_then(|s| s.get_mut(e)) {
         s.state = seqc::STATE_FAULT;
         s.fault_code = code;
@@ -309,13 +318,23 @@ fn step(dev: &Dev, st: &mut State, nc: usize, e: usize, out: &mut Vec<Delivery>)
                 fault_engine(dev, st, nc, e, code::INJECTED, None);
                 return true;
             }
-            FaultKind::FpNan => post_error(dev, st, nc, e, ErrorId::FpNan, s.pc, code::INJECTED),
-            FaultKind::Transient => post_error(dev, st, nc, e, ErrorId::SequencerNonfatal, s.pc, code::INJECTED),
-            FaultKind::SemaphoreError => post_error(dev, st, nc, e, ErrorId::SemaphoreError, s.pc, code::INJECTED),
-            FaultKind::OutOfOrder => post_infer(dev, st, nc, e, (ntype::INST_END, Subtype::End, 0, s.pc)),
-            FaultKind::Oob => {
-                post_infer(dev, st, nc, e, (ntype::EXPLICIT, Subtype::Custom, custom::OOB_INDIRECT_SCATTER, s.pc))
+            FaultKind::FpNan => {
+                post_error(dev, st, nc, e, ErrorId::FpNan, error_mask::NAN_RESULT, s.pc, code::INJECTED)
             }
+            FaultKind::Transient => {
+                post_error(dev, st, nc, e, ErrorId::SequencerNonfatal, error_mask::NONE, s.pc, code::INJECTED)
+            }
+            FaultKind::SemaphoreError => {
+                post_error(dev, st, nc, e, ErrorId::SemaphoreError, error_mask::NONE, s.pc, code::INJECTED)
+            }
+            FaultKind::OutOfOrder => {
+                post_infer(dev, st, nc, e, (ntype::INST_END, Subtype::End, 0, s.pc));
+            }
+            FaultKind::Oob => {
+                post_infer(dev, st, nc, e, (ntype::EXPLICIT, Subtype::Custom, custom::OOB_INDIRECT_SCATTER, s.pc));
+            }
+            FaultKind::NqOverflow => flood(dev, st, nc, e, s.pc),
+            FaultKind::NcUe => crate::fault::nc_ue(dev, st, nc),
             _ => {}
         }
     }
@@ -353,6 +372,16 @@ fn step(dev: &Dev, st: &mut State, nc: usize, e: usize, out: &mut Vec<Delivery>)
             let eng = st.seq[nc][e];
             if !eng.coll_wait {
                 let c = CollectiveOp::decode(&b);
+                if crate::fault::collective_fault(dev, st, nc).is_some() {
+                    // The transfer failed (or its proxy went silent): it never completes and
+                    // the engine keeps waiting on it. Its sequence number is used up, so the
+                    // NC's next collective does not pair with this one's peers.
+                    let seq = st.coll_seq.entry((nc as u32, c.comm_id)).or_insert(0);
+                    *seq = seq.wrapping_add(1);
+                    st.seq[nc][e].coll_wait = true;
+                    st.seq[nc][e].state = seqc::STATE_WAITING;
+                    return true;
+                }
                 match arrive(dev, st, nc, e, &c) {
                     Ok(d) => out.extend(d),
                     Err(code) => {
@@ -412,6 +441,9 @@ fn arrive(dev: &Dev, st: &mut State, nc: usize, e: usize, c: &CollectiveOp) -> R
     let bytes = (c.num_elements as usize).checked_mul(es).filter(|&b| b <= 1 << 30).ok_or(code::COLLECTIVE)?;
     let mut data = vec![0u8; bytes];
     dev.dev_read(st, c.src, &mut data).map_err(|_| code::MEMORY)?;
+    if crate::fault::hbm_ue_on_read(dev, st, [(c.src, bytes as u64)].into_iter()) {
+        crate::fault::damage(&mut data);
+    }
     let seq = st.coll_seq.entry((nc as u32, c.comm_id)).or_insert(0);
     let my = *seq;
     *seq = seq.wrapping_add(1);
@@ -464,7 +496,8 @@ fn dma2d(dev: &Dev, st: &mut State, nc: usize, e: usize, d: &Dma2d) -> Result<()
             .collect();
         let allowed = allowed_channels(prio, &mbs);
         if allowed == 0 {
-            post_error(dev, st, nc, e, ErrorId::SequencerNonfatal, st.seq[nc][e].pc, code::DGE_GATE);
+            let pc = st.seq[nc][e].pc;
+            post_error(dev, st, nc, e, ErrorId::SequencerNonfatal, error_mask::NONE, pc, code::DGE_GATE);
             return Err(code::DGE_GATE);
         }
         allowed.trailing_zeros() as usize
@@ -473,6 +506,9 @@ fn dma2d(dev: &Dev, st: &mut State, nc: usize, e: usize, d: &Dma2d) -> Result<()
     let ses = if d.src.elem_size == 0 { 65536 } else { d.src.elem_size as usize };
     for (k, a) in leg_elems(&d.src).enumerate() {
         dev.dev_read(st, a, &mut buf[k * ses..(k + 1) * ses]).map_err(|_| code::MEMORY)?;
+    }
+    if crate::fault::hbm_ue_on_read(dev, st, leg_elems(&d.src).map(|a| (a, ses as u64))) {
+        crate::fault::damage(&mut buf);
     }
     let des = if d.dst.elem_size == 0 { 65536 } else { d.dst.elem_size as usize };
     for (k, a) in leg_elems(&d.dst).enumerate() {

@@ -564,11 +564,28 @@ fn max_packet_bytes(dev: &Dev, st: &State, e: usize) -> u64 {
 
 /// Copy `total` bytes from the M2S descriptors' buffers into the S2M descriptors' buffers.
 fn copy(dev: &Dev, st: &mut State, md: &[UdmaDesc], sd: &[UdmaDesc], total: u64) -> Result<(), (Abort, DmaFault)> {
+    let ue = crate::fault::hbm_ue_on_read(dev, st, md.iter().map(|d| (d.addr, d.ctrl.len as u64)));
     let mut src = st.seg_pool.take();
     let mut dst = st.seg_pool.take();
     let r = copy_with(dev, st, md, sd, total, &mut src, &mut dst);
     st.seg_pool.give(src);
     st.seg_pool.give(dst);
+    if ue && r.is_ok() {
+        // An uncorrectable HBM error under the source: the data delivered is damaged.
+        let mut left = total;
+        for d in sd {
+            if left == 0 {
+                break;
+            }
+            let n = left.min(d.ctrl.len as u64);
+            let mut buf = vec![0u8; n as usize];
+            if dev.dev_read(st, d.addr, &mut buf).is_ok() {
+                crate::fault::damage(&mut buf);
+                let _ = dev.dev_write(st, d.addr, &buf);
+            }
+            left -= n;
+        }
+    }
     r
 }
 

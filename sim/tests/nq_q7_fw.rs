@@ -8,6 +8,7 @@ use csr_maps::formats::error::{ErrorId, TpbErrorRecord};
 use csr_maps::formats::fwio::FwHeader;
 use csr_maps::formats::notify::{custom, Subtype};
 use csr_maps::formats::ucpl::UcplHeader;
+use csr_maps::formats::udma::UdmaDesc;
 use csr_maps::{CAYMAN, MARIANA, SUNDA};
 use isa::device_ops::NotifyOp;
 use isa::slot::{Dma2d, Dma2dLeg, Events, Opcode, SlotHeader, SLOT_BYTES};
@@ -100,25 +101,25 @@ fn every_fault_kind_produces_its_records_and_registers() {
         };
         let g0 = |t: &T| t.regs().nc_intc(nc).unwrap().g0().cause().read().unwrap();
         check(&format!("nq-overflow@nc{nc}"), &|t, rings, _| {
-            assert!(rings.iter().all(|r| records(r, 16).is_empty()));
+            // PE filled its 16-entry ring (15 usable) with debug records; its START and END
+            // were dropped. The other engines' rings are untouched.
+            let pe = records(&rings[0], 16);
+            assert_eq!(pe.len(), 15);
+            assert!(pe.iter().all(|r| r.subtype == 6 && r.sub_id == 6), "{pe:?}");
+            assert!(rings[1..].iter().all(|r| records(r, 16).len() == 2));
+            assert_eq!(t.dev.stats().dropped_records, 3, "one debug record, START, END");
             assert_eq!(t.regs().nc_intc(nc).unwrap().g1().cause().read().unwrap().sw_nq_overflow(), 1);
         });
-        check(&format!("hbm-ue@nc{nc}"), &|t, _, _| {
-            assert_eq!(g0(t).hbm_ue(), 1);
-            let m = t.regs().misc_ram(0).unwrap();
-            let stack = nc * arch.counts.hbm_stacks / arch.counts.ncs;
-            assert_eq!(m.hbm_ecc(stack).unwrap().read().unwrap().uncorrectable(), 1);
-        });
-        check(&format!("hbm-ue-repairable@nc{nc}"), &|t, _, _| {
-            assert_eq!(g0(t).hbm_ue_repairable(), 1);
-            assert_eq!(t.regs().misc_ram(0).unwrap().hbm_repair_state().read().unwrap().state(), 1);
-        });
+        // Armed only: no DMA read the NC's HBM (instruction fetch is not a DMA).
+        check(&format!("hbm-ue@nc{nc}"), &|t, _, _| assert_eq!(g0(t).hbm_ue(), 0));
+        check(&format!("hbm-ue-repairable@nc{nc}"), &|t, _, _| assert_eq!(g0(t).hbm_ue_repairable(), 0));
         check(&format!("nc-ue@nc{nc}"), &|t, _, _| {
             assert_eq!(g0(t).nc_ue(), 1);
             assert_eq!(t.regs().misc_ram(0).unwrap().sram_ecc().read().unwrap().uncorrected(), 1);
         });
-        check(&format!("cc-error@nc{nc}"), &|t, _, _| assert_eq!(g0(t).cc_error(), 1));
-        check(&format!("net-proxy@nc{nc}"), &|t, _, _| assert_eq!(g0(t).net_proxy_fail(), 1));
+        // Armed only: no collective ran.
+        check(&format!("cc-error@nc{nc}"), &|t, _, _| assert_eq!(g0(t).cc_error(), 0));
+        check(&format!("net-proxy@nc{nc}"), &|t, _, _| assert_eq!(g0(t).net_proxy_fail(), 0));
         for (spec, id) in [
             ("fp-nan@ncN:act", ErrorId::FpNan),
             ("transient@ncN", ErrorId::SequencerNonfatal),
@@ -307,4 +308,55 @@ fn tpb_reset_restores_one_nc_and_device_reset_everything() {
     m.reset_request().write(csr_maps::blocks::misc_ram::ResetRequest(fwc::RESET_DEVICE)).unwrap();
     assert_eq!(t.sem(0, 3), 0);
     assert_eq!(t.dev.stats().resets, 2);
+}
+
+/// `hbm-ue` / `hbm-ue-repairable` fire on the first DMA that reads the armed NC's HBM stack:
+/// the ECC counter and the INTC line latch then, and the data delivered is damaged (every
+/// bit flipped). A DMA from host memory does not fire it.
+#[test]
+fn hbm_ue_fires_on_the_dma_that_reads_hbm() {
+    for arch in [&SUNDA, &CAYMAN] {
+        for repairable in [false, true] {
+            let t = T::new(arch);
+            let nc = 0u64;
+            let spec = if repairable { "hbm-ue-repairable@nc0" } else { "hbm-ue@nc0" };
+            t.dev.inject(spec.parse().unwrap());
+            let g0 = || t.regs().nc_intc(nc).unwrap().g0().cause().read().unwrap();
+            let e = nc * arch.counts.dma_engines_per_nc + 1;
+            let (mr, sr) = (t.map(4096), t.map(4096));
+            let buf = t.map(4096);
+            let data: Vec<u8> = (0..64u8).collect();
+            buf.mem().write(0, &data).unwrap();
+            t.setup_queue(e, 0, t.host(&mr, 0), t.host(&sr, 0), 64);
+            // Host → HBM: no HBM read, nothing fires.
+            let hbm = t.hbm(0x40_0000);
+            write_descs(&mr, 0, &[UdmaDesc::tx(t.host(&buf, 0), 64, 1, true, true)]);
+            write_descs(&sr, 0, &[UdmaDesc::rx(hbm, 64, 1, true, true)]);
+            t.doorbell(e, 0, 1, 1);
+            assert_eq!((g0().hbm_ue(), g0().hbm_ue_repairable()), (0, 0), "{arch} {spec}");
+            // HBM → host: fires; the data arrives damaged.
+            write_descs(&mr, 1, &[UdmaDesc::tx(hbm, 64, 1, true, true)]);
+            write_descs(&sr, 1, &[UdmaDesc::rx(t.host(&buf, 1024), 64, 1, true, true)]);
+            t.doorbell(e, 0, 1, 1);
+            let mut got = vec![0u8; 64];
+            buf.mem().read(1024, &mut got).unwrap();
+            assert_eq!(got, data.iter().map(|b| !b).collect::<Vec<_>>(), "{arch} {spec}: damaged");
+            let m = t.regs().misc_ram(0).unwrap();
+            let ecc = m.hbm_ecc(0).unwrap().read().unwrap();
+            if repairable {
+                assert_eq!((g0().hbm_ue(), g0().hbm_ue_repairable()), (0, 1));
+                assert_eq!(ecc.repairable(), 1);
+                assert_eq!(m.hbm_repair_state().read().unwrap().state(), 1);
+            } else {
+                assert_eq!((g0().hbm_ue(), g0().hbm_ue_repairable()), (1, 0));
+                assert_eq!(ecc.uncorrectable(), 1);
+            }
+            // Fired once: the next read is clean.
+            write_descs(&mr, 2, &[UdmaDesc::tx(hbm, 64, 1, true, true)]);
+            write_descs(&sr, 2, &[UdmaDesc::rx(t.host(&buf, 2048), 64, 1, true, true)]);
+            t.doorbell(e, 0, 1, 1);
+            buf.mem().read(2048, &mut got).unwrap();
+            assert_eq!(got, data);
+        }
+    }
 }

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use neff::NrtStatus;
 
-use super::execute::{bind_inputs, kick, read_outputs};
+use super::execute::{bind_inputs, invalidate_outputs, kick, read_outputs};
 use super::{lock, Held, Model, ModelHandle, NcXu, RtError, RtErrorKind, Runtime, TensorSet};
 use crate::completion::Step;
 use crate::xu::{Executor, Ticket, Xu, XuId};
@@ -170,6 +170,7 @@ impl Executor for XuExec {
                 m.lanes.set_dirty(nc, true);
             }
             tok.held = None;
+            invalidate_outputs(m, &tok.req.outputs, status);
             lock(&m.lifecycle).poison(status);
             return status;
         }

@@ -69,6 +69,7 @@ impl Runtime {
                 m.lanes.set_dirty(nc, true);
             }
             drop(held);
+            invalidate_outputs(m, outputs, status);
             lock(&m.lifecycle).poison(status);
             let timings = ExecTimings { total_ns: t0.elapsed().as_nanos() as u64, steps, ..Default::default() };
             m.count_execution(status, timings.total_ns, 0);
@@ -219,6 +220,23 @@ pub(super) fn kick(ex: &ExecState) -> Result<(), RtError> {
 }
 
 /// Copy outputs that were not bound by address.
+/// An execution that ended with an uncorrectable HBM error (1201, or the repairable 1205) may
+/// have produced damaged outputs ("Execution results may be invalid", libnrt's HBM-UE log line,
+/// docs/facts/libnrt-runtime-model.md §A.5.5). They are not handed out as valid: every output
+/// tensor the caller passed is zeroed and its completion count is not advanced.
+pub(super) fn invalidate_outputs(m: &Model, outputs: &TensorSet, status: NrtStatus) {
+    if !matches!(status, NrtStatus::ExecHwErrHbmUe | NrtStatus::ExecHwErrRepairableHbmUe) {
+        return;
+    }
+    for info in &m.outputs {
+        if let Some(t) = outputs.get(&info.name) {
+            if let Err(e) = t.fill(0, t.size, 0) {
+                tracing::error!(tensor = %info.name, error = %e, "could not zero an output after an HBM error");
+            }
+        }
+    }
+}
+
 pub(super) fn read_outputs(m: &Model, ex: &mut ExecState, outputs: &TensorSet) -> Result<(), RtError> {
     let Some(s) = ex.ncs.first() else { return Ok(()) };
     for info in &m.outputs {

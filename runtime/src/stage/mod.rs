@@ -92,6 +92,9 @@ pub struct StagedNc {
     pub bind: Vec<Option<u64>>,
     /// Per var: referenced only by DMA descriptors (so binding by address is possible).
     pub dma_only: Vec<bool>,
+    /// When the network proxy's status was last read ([`crate::completion::SIGNAL_PROBE_INTERVAL`]
+    /// apart at most, so a polling harvest stays free of MMIO reads in between).
+    pub net_probed: Option<std::time::Instant>,
 }
 
 impl StagedNc {
@@ -225,5 +228,6 @@ pub fn stage_graph(dev: &Device, g: &Graph, p: &GraphPlacement) -> Result<Staged
         raw: Vec::with_capacity(RING_RECORDS as usize),
         bind,
         dma_only,
+        net_probed: None,
     })
 }

@@ -1,12 +1,15 @@
 //! A staged NC as the completion engine's [`NotificationSource`]: its INFER_STATUS and error
 //! rings in host memory, its NC's interrupt causes. Harvesting allocates nothing (records
-//! land in the NC's preallocated scratch).
+//! land in the NC's preallocated scratch). Records are decoded by [`crate::records`], the
+//! runtime's own positional decoders.
 
 use csr_maps::formats::error::TpbErrorRecord;
 use csr_maps::formats::notify::InferStatus;
 
 use super::StagedNc;
-use crate::completion::{FatalCauses, NotificationSource, ProxyPoll, SourceError};
+use std::time::Instant;
+
+use crate::completion::{FatalCauses, NotificationSource, ProxyPoll, SourceError, SIGNAL_PROBE_INTERVAL};
 
 impl NotificationSource for StagedNc {
     fn poll_infer(&mut self, engine: usize, out: &mut Vec<InferStatus>, max: usize) -> Result<(), SourceError> {
@@ -15,7 +18,7 @@ impl NotificationSource for StagedNc {
         if let Some(r) = self.infer_rings.get_mut(engine) {
             r.poll(&regs, &mut self.raw, max).map_err(|source| SourceError::InferRing { engine, source })?;
         }
-        out.extend(self.raw.iter().map(InferStatus::decode));
+        out.extend(self.raw.iter().map(crate::records::infer_status));
         Ok(())
     }
     fn drain_infer(&mut self, engine: usize) -> Result<(), SourceError> {
@@ -31,7 +34,7 @@ impl NotificationSource for StagedNc {
         let regs = self.dev.regs();
         self.raw.clear();
         self.err_ring.poll(&regs, &mut self.raw, max).map_err(|source| SourceError::ErrorRing { source })?;
-        out.extend(self.raw.iter().map(TpbErrorRecord::decode));
+        out.extend(self.raw.iter().map(crate::records::error_record));
         Ok(())
     }
     fn nq_overflow(&mut self) -> bool {
@@ -40,10 +43,31 @@ impl NotificationSource for StagedNc {
     fn fatal_causes(&mut self) -> FatalCauses {
         self.dev.fatal_causes(self.nc).unwrap_or_default()
     }
+    /// The collectives barrier proxy of this NC, as its collective engine reports it: failed
+    /// once the collectives hardware latched an error (NC INTC `cc_error`), done otherwise
+    /// (the simulator's collective engine has no barrier task outstanding between executions).
     fn barrier_proxy(&mut self) -> ProxyPoll {
-        ProxyPoll::Done
+        match self.dev.fatal_causes(self.nc) {
+            Ok(c) if c.contains(FatalCauses::CC_ERROR) => ProxyPoll::Failed,
+            Ok(_) => ProxyPoll::Done,
+            Err(_) => ProxyPoll::Pending,
+        }
     }
+    /// The network proxy of this NC's collectives: failed once the device latched
+    /// `net_proxy_fail` (the proxy stopped answering), else still serving the execution's
+    /// collectives (pending: it is polled on every sweep, libnrt's WAIT_CORE; pending never
+    /// holds completion back). The status register is read at most every
+    /// [`SIGNAL_PROBE_INTERVAL`]; in between the poll is pending without an MMIO access. An
+    /// unreadable register is "no answer" as well: the core timeout still applies.
     fn network_proxy(&mut self) -> ProxyPoll {
-        ProxyPoll::Done
+        let now = Instant::now();
+        if self.net_probed.is_some_and(|t| now.saturating_duration_since(t) < SIGNAL_PROBE_INTERVAL) {
+            return ProxyPoll::Pending;
+        }
+        self.net_probed = Some(now);
+        match self.dev.fatal_causes(self.nc) {
+            Ok(c) if c.contains(FatalCauses::NET_PROXY) => ProxyPoll::Failed,
+            _ => ProxyPoll::Pending,
+        }
     }
 }

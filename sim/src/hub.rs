@@ -418,6 +418,74 @@ mod tests {
         assert_eq!(seg, vec![0..2, 2..4, 4..7]);
     }
 
+    /// Host reference in the documented order, with the `half` crate's conversions (independent
+    /// of the hub's own): segment `k` folded over ranks `k+1, …, k`, rounding every step.
+    fn reference(parts: &[Vec<u8>], dt: u8) -> Vec<u8> {
+        let n = parts.len();
+        let es = dtype::size(dt).unwrap_or(4);
+        let count = parts[0].len() / es;
+        let get = |p: &[u8], i: usize| -> f32 {
+            let b = &p[i * es..(i + 1) * es];
+            match dt {
+                dtype::FP32 => f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+                dtype::BF16 => half::bf16::from_le_bytes([b[0], b[1]]).to_f32(),
+                _ => half::f16::from_le_bytes([b[0], b[1]]).to_f32(),
+            }
+        };
+        let put = |v: f32| -> Vec<u8> {
+            match dt {
+                dtype::FP32 => v.to_le_bytes().to_vec(),
+                dtype::BF16 => half::bf16::from_f32(v).to_le_bytes().to_vec(),
+                _ => half::f16::from_f32(v).to_le_bytes().to_vec(),
+            }
+        };
+        let round = |v: f32| -> f32 {
+            let b = put(v);
+            get(&b, 0)
+        };
+        let mut out = Vec::new();
+        for i in 0..count {
+            let k = (0..n).find(|&k| segment(count, n, k).contains(&i)).unwrap_or(0);
+            let mut acc = get(&parts[(k + 1) % n], i);
+            for j in 2..=n {
+                acc = round(acc + get(&parts[(k + j) % n], i));
+            }
+            out.extend(put(acc));
+        }
+        out
+    }
+
+    #[test]
+    fn float_add_matches_the_ordered_reference_bit_for_bit() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for dt in [dtype::FP32, dtype::BF16, dtype::FP16] {
+            let es = dtype::size(dt).unwrap_or(4);
+            for n in 1..=5usize {
+                for count in [1usize, 4, 7, 33] {
+                    let parts: Vec<Vec<u8>> = (0..n)
+                        .map(|_| {
+                            (0..count)
+                                .flat_map(|_| {
+                                    x ^= x << 13;
+                                    x ^= x >> 7;
+                                    x ^= x << 17;
+                                    // Mixed magnitudes: the sum depends on the order.
+                                    let v = ((x % 2001) as f32 - 1000.0) * if x & 1 == 1 { 64.0 } else { 1.0 / 64.0 };
+                                    let mut b = vec![0u8; es];
+                                    store_f32(dt, v, &mut b);
+                                    b
+                                })
+                                .collect()
+                        })
+                        .collect();
+                    let refs: Vec<&[u8]> = parts.iter().map(|p| &p[..]).collect();
+                    let got = reduce(&refs, alu::ADD, dt, es);
+                    assert_eq!(got, reference(&parts, dt), "dtype {dt:#x} n={n} count={count}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn half_conversions() {
         for v in [0.0f32, 1.0, -2.5, 65504.0, 0.000061035156, 3.140625] {

@@ -27,13 +27,18 @@ use crate::FabricError;
 pub struct CollConfig {
     /// Largest sub-chunk of a ring step (bytes).
     pub chunk_bytes: usize,
-    /// Messages up to this many bytes use the one-round direct exchange.
+    /// Messages up to this many bytes skip the ring: they gather every rank's data and reduce
+    /// locally in the documented order (latency-bound sizes).
     pub direct_max_bytes: usize,
+    /// Groups of at least this many ranks gather small messages in `ceil(log2 n)` rounds
+    /// (Bruck's all-gather, any `n`) instead of the one-round direct exchange (`n-1` messages
+    /// per rank at once).
+    pub log_min_ranks: usize,
 }
 
 impl Default for CollConfig {
     fn default() -> Self {
-        Self { chunk_bytes: 512 << 10, direct_max_bytes: 16 << 10 }
+        Self { chunk_bytes: 512 << 10, direct_max_bytes: 16 << 10, log_min_ranks: 8 }
     }
 }
 
@@ -44,6 +49,7 @@ const PHASE_RS: u64 = 0;
 const PHASE_AG: u64 = 1;
 const PHASE_DIRECT: u64 = 2;
 const PHASE_P2P: u64 = 3;
+const PHASE_LOG: u64 = 4;
 
 fn tag(seq: u64, phase: u64, step: usize, chunk: usize) -> u64 {
     (((seq & 0xffff) << 32) | (phase << 28) | (((step as u64) & 0xfff) << 16) | (chunk as u64 & 0xffff)) & MAX_TAG
@@ -444,9 +450,49 @@ impl<T: Transport> Communicator<T> {
         Ok(())
     }
 
-    /// Every rank's full buffer to every other rank: `(n-1) * len` bytes of receive slots.
+    /// Bruck's all-gather: after round `k` (distance `d = 2^k`) a rank holds the blocks of
+    /// ranks `r, r+1, …, r+2d-1`; in each round it sends its first `min(d, n-d)` blocks to
+    /// `r-d` and receives as many from `r+d`. `ceil(log2 n)` rounds for any `n`. Returns the
+    /// blocks in rank order.
+    fn log_gather(&mut self, mine: &[u8], seq: u64) -> Result<Vec<u8>, FabricError> {
+        let n = self.size();
+        let r = self.rank();
+        let len = mine.len();
+        let mut tmp = vec![0u8; n * len];
+        tmp[..len].copy_from_slice(mine);
+        let regions = [(tmp.as_ptr(), tmp.len())];
+        let tp = tmp.as_mut_ptr();
+        let tl = tmp.len();
+        self.pinned(&regions, |c| {
+            // SAFETY: `tmp`, owned by this function and not resized while pinned; the closure is
+            // its only user while it runs.
+            let tmp = unsafe { std::slice::from_raw_parts_mut(tp, tl) };
+            let mut d = 1;
+            let mut step = 0;
+            while d < n {
+                let k = d.min(n - d);
+                let (have, rest) = tmp.split_at_mut(d * len);
+                let t = tag(seq, PHASE_LOG, step, 0);
+                let sends = [SendOp { peer: (r + n - d) % n, tag: t, buf: &have[..k * len] }];
+                let mut recvs = [RecvOp { peer: (r + d) % n, tag: t, buf: &mut rest[..k * len] }];
+                c.t.exchange(&sends, &mut recvs, &mut || {})?;
+                d *= 2;
+                step += 1;
+            }
+            Ok(())
+        })?;
+        // tmp[i] is rank (r+i)'s block: rotate into rank order.
+        tmp.rotate_right(r * len);
+        Ok(tmp)
+    }
+
+    /// Every rank's full buffer, in rank order: one round (`n-1` messages per rank) for small
+    /// groups, Bruck's `ceil(log2 n)` rounds from `log_min_ranks` ranks.
     fn direct_gather(&mut self, mine: &[u8], seq: u64) -> Result<Vec<u8>, FabricError> {
         let n = self.size();
+        if n >= self.cfg.log_min_ranks.max(2) {
+            return self.log_gather(mine, seq);
+        }
         let r = self.rank();
         let len = mine.len();
         let mut slots = vec![0u8; n * len];
@@ -492,6 +538,18 @@ impl<T: Transport> Communicator<T> {
             s.start * es..s.end * es
         };
         let mine = bytes(r);
+        if n >= self.cfg.log_min_ranks.max(2) {
+            // Gather every input in log rounds, reduce this rank's segment in the order.
+            let all = self.log_gather(input, seq)?;
+            let len = input.len();
+            let mut ranks = order(n, r);
+            let first = ranks.next().unwrap_or(r);
+            output.copy_from_slice(&all[first * len..][mine.clone()]);
+            for p in ranks {
+                reduce_into(output, &all[p * len..][mine.clone()], dt, op)?;
+            }
+            return Ok(());
+        }
         let mut slots = vec![0u8; n * mine.len()];
         let regions = [(input.as_ptr(), input.len()), (slots.as_ptr(), slots.len())];
         let t = tag(seq, PHASE_DIRECT, 0, 0);
@@ -526,6 +584,12 @@ impl<T: Transport> Communicator<T> {
     fn direct_all_gather(&mut self, output: &mut [u8], len: usize, seq: u64) -> Result<(), FabricError> {
         let n = self.size();
         let r = self.rank();
+        if n >= self.cfg.log_min_ranks.max(2) {
+            let mine = output[r * len..(r + 1) * len].to_vec();
+            let all = self.log_gather(&mine, seq)?;
+            output.copy_from_slice(&all);
+            return Ok(());
+        }
         let t = tag(seq, PHASE_DIRECT, 0, 0);
         let regions = [(output.as_ptr(), output.len())];
         let op = output.as_mut_ptr();
@@ -606,9 +670,10 @@ mod tests {
                 std::thread::spawn(move || -> Result<Option<Vec<u8>>, FabricError> {
                     let Some(g) = group.iter().position(|&r| r == t.rank()) else { return Ok(None) };
                     let mut out = Vec::new();
-                    for (seq, cfg) in
-                        [(40u64, CollConfig { chunk_bytes: 24, direct_max_bytes: 0 }), (41, CollConfig::default())]
-                    {
+                    for (seq, cfg) in [
+                        (40u64, CollConfig { chunk_bytes: 24, direct_max_bytes: 0, log_min_ranks: 8 }),
+                        (41, CollConfig::default()),
+                    ] {
                         let mut c = Communicator::new(Subgroup::new(&mut t, group.clone())?, cfg)?;
                         c.set_seq(seq);
                         let mut buf = inputs[g].clone();
@@ -634,14 +699,16 @@ mod tests {
 
     #[test]
     fn ring_and_direct_match_the_reference() {
-        let ring = CollConfig { chunk_bytes: 96, direct_max_bytes: 0 };
-        let direct = CollConfig { chunk_bytes: 96, direct_max_bytes: usize::MAX };
-        for n in [1, 2, 3, 4] {
+        let ring = CollConfig { chunk_bytes: 96, direct_max_bytes: 0, log_min_ranks: 8 };
+        let direct = CollConfig { chunk_bytes: 96, direct_max_bytes: usize::MAX, log_min_ranks: usize::MAX };
+        let log = CollConfig { chunk_bytes: 96, direct_max_bytes: usize::MAX, log_min_ranks: 0 };
+        for n in [1, 2, 3, 4, 5, 7] {
             for dt in DType::ALL {
                 for op in ReduceOp::ALL {
                     for elems in [1usize, 3, 17, 250] {
                         run(n, ring, elems * dt.size(), dt, op);
                         run(n, direct, elems * dt.size(), dt, op);
+                        run(n, log, elems * dt.size(), dt, op);
                     }
                 }
             }
@@ -652,7 +719,7 @@ mod tests {
     fn send_recv_and_bad_arguments() {
         let mut ts = loopback::group(2, Duration::from_millis(200)).into_iter();
         let (Some(a), Some(b)) = (ts.next(), ts.next()) else { panic!("group of 2") };
-        let cfg = CollConfig { chunk_bytes: 7, direct_max_bytes: 0 };
+        let cfg = CollConfig { chunk_bytes: 7, direct_max_bytes: 0, log_min_ranks: 8 };
         let h = std::thread::spawn(move || -> Result<Vec<u8>, FabricError> {
             let mut c = Communicator::new(b, cfg)?;
             let mut buf = vec![0u8; 50];

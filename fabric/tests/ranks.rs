@@ -19,7 +19,7 @@ const TIMEOUT: Duration = Duration::from_secs(3);
 const SIZES: [usize; 5] = [4, 2 * 7 * 3, 12 << 10, 100 << 10, 300 << 10];
 
 fn cfg() -> CollConfig {
-    CollConfig { chunk_bytes: 64 << 10, direct_max_bytes: 16 << 10 }
+    CollConfig { chunk_bytes: 64 << 10, direct_max_bytes: 16 << 10, ..CollConfig::default() }
 }
 
 fn env(k: &str) -> Option<usize> {

@@ -29,5 +29,6 @@ pub mod experimental;
 pub mod global;
 pub mod info_ext;
 pub mod profile;
+pub mod sendrecv;
 pub mod sys_trace;
 pub mod tensor_ops;

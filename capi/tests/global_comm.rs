@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use fabric::reduce::{pattern, reference_all_reduce};
 use fabric::{DType, ReduceOp};
 use nrt::experimental::{nrt_all_gather, nrt_barrier};
+use nrt::sendrecv::*;
 use nrt::*;
 
 const ELEMS: usize = 32;
@@ -64,6 +65,9 @@ fn rank_main(rank: usize, size: usize, mode: &str) -> Result<(i32, Vec<u8>), Str
         check("set out", nrt_allocate_tensor_set(&mut sout))?;
         check("add in", nrt_add_tensor_to_tensor_set(sin, nin.as_ptr(), tin))?;
         check("add out", nrt_add_tensor_to_tensor_set(sout, nout.as_ptr(), tout))?;
+        if mode == "sendrecv" {
+            return sendrecv(rank, tin, tout).map(|out| (0, out));
+        }
         if mode == "die" && rank == size - 1 {
             // A rank that dies before its first collective (the survivors are already in it or
             // about to be).
@@ -78,6 +82,58 @@ fn rank_main(rank: usize, size: usize, mode: &str) -> Result<(i32, Vec<u8>), Str
     }
 }
 
+/// `nrt_async_sendrecv.h` between rank 0 (lnc 0) and rank 1 (lnc 1): rank 0 sends its input
+/// tensor's bytes `[8, 8+96)`, rank 1 receives them into its output tensor at offset 16 and
+/// returns that tensor.
+///
+/// # Safety
+/// `tin`/`tout` are live tensors of `ELEMS × 4` bytes.
+unsafe fn sendrecv(rank: usize, tin: *mut nrt_tensor_t, tout: *mut nrt_tensor_t) -> Result<Vec<u8>, String> {
+    let check = |what: &str, s: i32| if s == 0 { Ok(()) } else { Err(format!("{what} -> {s}")) };
+    let ip = CString::new("127.0.0.1").unwrap_or_default();
+    let (lnc, peer) = (rank as i32, 1 - rank as i32);
+    // SAFETY: the C API called as nrt_async_sendrecv.h documents, with valid pointers.
+    unsafe {
+        check("sendrecv_init", nrt_async_sendrecv_init(lnc))?;
+        let mut comm = std::ptr::null_mut();
+        if rank == 0 {
+            check("connect", nrt_async_sendrecv_connect(ip.as_ptr(), peer, lnc, &mut comm))?;
+        } else {
+            check("accept", nrt_async_sendrecv_accept(ip.as_ptr(), peer, lnc, &mut comm))?;
+        }
+        let t0 = Instant::now();
+        loop {
+            let mut up = false;
+            check("test_comm", nrt_async_sendrecv_test_comm(comm, &mut up))?;
+            if up {
+                break;
+            }
+            if t0.elapsed() > Duration::from_secs(20) {
+                return Err("not connected after 20 s".into());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let mut req = std::ptr::null_mut();
+        if rank == 0 {
+            check("send_tensor", nrt_async_sendrecv_send_tensor(tin, 8, 96, comm, &mut req))?;
+        } else {
+            check("recv_tensor", nrt_async_sendrecv_recv_tensor(tout, 16, 96, comm, &mut req))?;
+        }
+        let (mut done, mut size) = (false, 0usize);
+        while !done {
+            check("test_request", nrt_async_sendrecv_test_request(req, &mut done, &mut size))?;
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        if size != 96 {
+            return Err(format!("{size} bytes moved, expected 96"));
+        }
+        let mut out = vec![0u8; ELEMS * 4];
+        check("read", nrt_tensor_read(tout, out.as_mut_ptr().cast(), 0, out.len()))?;
+        check("sendrecv_close", nrt_async_sendrecv_close(lnc))?;
+        Ok(if rank == 1 { out } else { Vec::new() })
+    }
+}
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(47113)
 }
@@ -89,6 +145,7 @@ fn launch(n: usize, mode: &str, timeout_s: u32) -> Vec<Result<String, String>> {
         Err(e) => return vec![Err(e.to_string())],
     };
     let root = format!("127.0.0.1:{}", free_port());
+    let sr_port = free_port().to_string();
     let kids: Vec<_> = (0..n)
         .map(|r| {
             Command::new(&exe)
@@ -97,6 +154,7 @@ fn launch(n: usize, mode: &str, timeout_s: u32) -> Vec<Result<String, String>> {
                 .env("NEURON_VFIO_DEVICE", "sim")
                 .env("NEURON_RT_EXEC_TIMEOUT", timeout_s.to_string())
                 .env("FI_PROVIDER", "tcp")
+                .env("NEURON_RT_ASYNC_SENDRECV_BOOTSTRAP_PORT", &sr_port)
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .spawn()
@@ -160,6 +218,14 @@ fn main() -> ExitCode {
         println!("{} survivors of {n} finished in {took:?}", if ok { "ok  " } else { "FAIL" });
         failed += usize::from(!ok);
     }
+    // nrt_async_sendrecv.h between two rank processes.
+    let got = launch(2, "sendrecv", 20);
+    let mut want = vec![0u8; ELEMS * 4];
+    want[16..112].copy_from_slice(&inputs(2)[0][8..104]);
+    let ok = got.first().map(|g| g.is_ok()) == Some(true)
+        && got.get(1).map(|g| g.as_deref().ok() == Some(format!("status=0 out={}", hex(&want)).as_str())) == Some(true);
+    println!("{} nrt_async_sendrecv between 2 processes: {got:?}", if ok { "ok  " } else { "FAIL" });
+    failed += usize::from(!ok);
     if failed == 0 {
         println!("global_comm: all passed");
         ExitCode::SUCCESS

@@ -253,7 +253,21 @@ fn spawn_inter_host(t: Arc<dyn InterHost>, comm: u32, seq: u32, r: Rendezvous) -
     std::thread::Builder::new()
         .name(format!("sim-interhost-{comm:x}-{seq}"))
         .spawn(move || {
-            let res = t.collective(req).and_then(|out| {
+            // An NC whose network-proxy line is latched (an earlier failure not yet cleared)
+            // does not take part: its peers see a dead rank. (The `net-proxy` fault kind acts
+            // earlier, as the collective starts: the NC never arrives here, with the same
+            // effect on the peers.)
+            let down = sinks.iter().find(|(dev, nc, _, _)| {
+                dev.upgrade().is_some_and(|d| {
+                    let mut st = d.lock();
+                    d.intc_latched(&mut st, *nc, crate::intc::Line::NetProxyFail)
+                })
+            });
+            let res = match down {
+                Some((_, nc, _, _)) => Err(InterHostError::Network(format!("nc {nc}: network proxy failed"))),
+                None => t.collective(req),
+            };
+            let res = res.and_then(|out| {
                 if out.len() == sinks.len() {
                     Ok(out)
                 } else {
@@ -484,6 +498,70 @@ mod tests {
                 }
             }
         }
+    }
+
+    struct Fake {
+        calls: std::sync::atomic::AtomicUsize,
+    }
+
+    impl InterHost for Fake {
+        fn local_ranks(&self, comm: u32) -> Option<Vec<usize>> {
+            (comm == 7).then(|| vec![0])
+        }
+        fn collective(&self, req: InterHostRequest) -> Result<Vec<Vec<u8>>, InterHostError> {
+            self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok(req.parts.into_iter().map(|p| p.1).collect())
+        }
+    }
+
+    fn arrival(d: &crate::SimDevice) -> Arrival {
+        Arrival {
+            comm: 7,
+            seq: 0,
+            rank: 0,
+            size: 2,
+            op: alu::ADD,
+            dtype: dtype::FP32,
+            ctype: ctype::ALL_REDUCE,
+            dev: Arc::downgrade(&d.dev),
+            nc: 0,
+            engine: 0,
+            dst: 0,
+            data: vec![0u8; 8],
+        }
+    }
+
+    #[test]
+    fn spanning_groups_cross_the_seam_unless_the_network_proxy_is_down() {
+        use std::sync::atomic::Ordering;
+        let cfg = crate::SimConfig::new(&csr_maps::SUNDA).timing(crate::Timing::Step);
+        let (Ok(up), Ok(down)) = (crate::SimDevice::new(cfg.clone()), crate::SimDevice::new(cfg)) else {
+            panic!("sim devices");
+        };
+        let t_up = Arc::new(Fake { calls: Default::default() });
+        let t_down = Arc::new(Fake { calls: Default::default() });
+        up.set_inter_host(Some(t_up.clone()));
+        down.set_inter_host(Some(t_down.clone()));
+        // The NC's network-proxy line is latched (an earlier failure not yet cleared).
+        {
+            let mut st = down.dev.lock();
+            down.dev.intc(&mut st, 0, crate::intc::Line::NetProxyFail);
+        }
+        // A group spanning processes: the only local participant completes the local part at
+        // once and nothing is delivered synchronously.
+        assert_eq!(down.dev.hub.arrive(arrival(&down)).map(|d| d.len()), Ok(0));
+        assert_eq!(up.dev.hub.arrive(arrival(&up)).map(|d| d.len()), Ok(0));
+        let t0 = std::time::Instant::now();
+        while t_up.calls.load(Ordering::SeqCst) == 0 && t0.elapsed() < std::time::Duration::from_secs(10) {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert_eq!(t_up.calls.load(Ordering::SeqCst), 1);
+        assert_eq!(t_down.calls.load(Ordering::SeqCst), 0, "a rank with its network proxy down must not take part");
+        // A rank outside the local set is refused.
+        let mut a = arrival(&up);
+        a.rank = 1;
+        assert_eq!(up.dev.hub.arrive(a).err(), Some(CollError::BadGroup));
     }
 
     #[test]

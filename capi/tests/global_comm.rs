@@ -193,7 +193,7 @@ fn main() -> ExitCode {
         };
     }
     let mut failed = 0;
-    for n in [2usize, 4] {
+    for n in [2usize, 3, 4] {
         let ins = inputs(n);
         let refs: Vec<&[u8]> = ins.iter().map(|v| v.as_slice()).collect();
         let want = reference_all_reduce(&refs, DType::F32, ReduceOp::Add).unwrap_or_default();

@@ -27,5 +27,5 @@ if cargo tree -p capi --no-default-features -e normal | grep -q ' sim v'; then
 fi
 # The libfabric transport and `bench collectives` are cargo features (off by default so a
 # fresh machine builds without libfabric); CI tests them in the same single invocation.
-cargo test --workspace --no-fail-fast --features fabric/ofi,cli/fabric
+cargo test --workspace --no-fail-fast --features fabric/ofi,cli/fabric,capi/fabric
 echo "test-all: done in $(( $(date +%s) - start )) s"

@@ -73,10 +73,17 @@ fn sim_timing() -> Result<SimTiming, RtError> {
     }
 }
 
-/// Open the platforms (every device of a simulated topology).
+/// Open the platforms (every device of a simulated topology). With the `fabric` feature the
+/// simulated devices' collective hub is connected to the process's global communicator
+/// (collectives whose replica group spans processes; `crate::global`).
 pub fn platforms(spec: &Spec) -> Result<Vec<Arc<dyn Platform>>, RtError> {
     let spec = resolve(spec.clone())?;
-    Ok(select::open_platforms(&spec, sim_timing()?).map_err(rt)?.platforms)
+    let opened = select::open_platforms(&spec, sim_timing()?).map_err(rt)?;
+    #[cfg(feature = "fabric")]
+    for s in &opened.sims {
+        s.set_inter_host(Some(crate::global::global().clone() as Arc<dyn sim::InterHost>));
+    }
+    Ok(opened.platforms)
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
-//! The rest of nrt_experimental.h and nrt.h's communicator set-up. This runtime drives the
-//! devices of one process; a communicator is the single worker `g_device_id` 0 of
-//! `g_device_count` 1 (NRT_INVALID otherwise, as `nrt_load_collectives` does).
+//! The rest of nrt_experimental.h and nrt.h's communicator set-up. The single worker
+//! `g_device_id` 0 of `g_device_count` 1 needs no transport; more workers form a global
+//! communicator across processes and hosts with the `fabric` feature (`crate::global`,
+//! docs/fabric.md) and are NRT_INVALID without it.
 
 use std::ffi::{c_char, c_int, c_void};
 
@@ -32,9 +33,12 @@ fn one_worker(vnc: i64, id: u32, count: u32) -> Result<(), RtError> {
         return Err(err(NrtStatus::Invalid, format!("no vnc {vnc}")));
     }
     if count != 1 || id != 0 {
+        #[cfg(feature = "fabric")]
+        return crate::global::global().ensure(id, count);
+        #[cfg(not(feature = "fabric"))]
         return Err(err(
             NrtStatus::Invalid,
-            format!("worker {id} of {count}: only a single-worker communicator (0 of 1) is supported"),
+            format!("worker {id} of {count}: built without the fabric feature, only a single-worker communicator (0 of 1) is supported"),
         ));
     }
     Ok(())
@@ -52,13 +56,22 @@ pub extern "C" fn nrt_cc_global_comm_init(vnc: u32, g_device_id: u32, g_device_c
     entry("nrt_cc_global_comm_init", || one_worker(vnc.into(), g_device_id, g_device_count))
 }
 
-/// `nrt_barrier`: with one worker the barrier is reached immediately.
+/// `nrt_barrier`: with one worker the barrier is reached immediately; with more (feature
+/// `fabric`) every worker of the global communicator meets over its out-of-band channel.
 #[no_mangle]
 pub extern "C" fn nrt_barrier(vnc: i32, g_device_id: u32, g_device_count: u32) -> NRT_STATUS {
-    entry("nrt_barrier", || one_worker(vnc.into(), g_device_id, g_device_count))
+    entry("nrt_barrier", || {
+        one_worker(vnc.into(), g_device_id, g_device_count)?;
+        #[cfg(feature = "fabric")]
+        if !crate::global::Global::single(g_device_id, g_device_count) {
+            return crate::global::global().barrier(g_device_id, g_device_count);
+        }
+        Ok(())
+    })
 }
 
-/// `nrt_all_gather`: with one worker the output is the input.
+/// `nrt_all_gather`: with one worker the output is the input; with more (feature `fabric`)
+/// every worker's input in rank order.
 ///
 /// # Safety
 /// `input` has `rank_input_size` readable bytes, `output` `g_device_count × rank_input_size`
@@ -76,6 +89,16 @@ pub unsafe extern "C" fn nrt_all_gather(
         one_worker(vnc.into(), g_device_id, g_device_count)?;
         need(input, "input")?;
         need(output, "output")?;
+        #[cfg(feature = "fabric")]
+        if !crate::global::Global::single(g_device_id, g_device_count) {
+            // SAFETY: non-null; `rank_input_size` readable bytes per nrt_experimental.h.
+            let mine = unsafe { std::slice::from_raw_parts(input.cast::<u8>(), rank_input_size as usize) }.to_vec();
+            let all = crate::global::global().all_gather(g_device_id, g_device_count, &mine)?;
+            // SAFETY: non-null; `g_device_count × rank_input_size` writable bytes per
+            // nrt_experimental.h (`all` has exactly that many).
+            unsafe { std::ptr::copy_nonoverlapping(all.as_ptr(), output.cast::<u8>(), all.len()) };
+            return Ok(());
+        }
         // SAFETY: non-null; sizes per nrt_experimental.h; `copy` allows overlap.
         unsafe { std::ptr::copy(input.cast::<u8>(), output.cast::<u8>(), rank_input_size as usize) };
         Ok(())

@@ -71,6 +71,11 @@ impl<V: Clone> Registry<V> {
         true
     }
 
+    /// Every live handle (its address) and value.
+    pub fn entries(&self) -> Vec<(usize, V)> {
+        self.lock().iter().map(|(k, v)| (*k, v.clone())).collect()
+    }
+
     /// Every live value.
     pub fn values(&self) -> Vec<V> {
         self.lock().values().cloned().collect()

@@ -25,7 +25,10 @@ pub mod handles;
 pub use ffi::*;
 pub mod async_api;
 pub mod experimental;
+#[cfg(feature = "fabric")]
+pub mod global;
 pub mod info_ext;
 pub mod profile;
+pub mod sendrecv;
 pub mod sys_trace;
 pub mod tensor_ops;

@@ -98,6 +98,7 @@ fn every_declared_function_is_exported() {
         "nrt_version.h",
         "nrt_experimental.h",
         "nrt_async.h",
+        "nrt_async_sendrecv.h",
         "nrt_profile.h",
         "nrt_sys_trace.h",
     ] {

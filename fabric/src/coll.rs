@@ -27,13 +27,18 @@ use crate::FabricError;
 pub struct CollConfig {
     /// Largest sub-chunk of a ring step (bytes).
     pub chunk_bytes: usize,
-    /// Messages up to this many bytes use the one-round direct exchange.
+    /// Messages up to this many bytes skip the ring: they gather every rank's data and reduce
+    /// locally in the documented order (latency-bound sizes).
     pub direct_max_bytes: usize,
+    /// Groups of at least this many ranks gather small messages in `ceil(log2 n)` rounds
+    /// (Bruck's all-gather, any `n`) instead of the one-round direct exchange (`n-1` messages
+    /// per rank at once).
+    pub log_min_ranks: usize,
 }
 
 impl Default for CollConfig {
     fn default() -> Self {
-        Self { chunk_bytes: 512 << 10, direct_max_bytes: 16 << 10 }
+        Self { chunk_bytes: 512 << 10, direct_max_bytes: 16 << 10, log_min_ranks: 8 }
     }
 }
 
@@ -44,6 +49,7 @@ const PHASE_RS: u64 = 0;
 const PHASE_AG: u64 = 1;
 const PHASE_DIRECT: u64 = 2;
 const PHASE_P2P: u64 = 3;
+const PHASE_LOG: u64 = 4;
 
 fn tag(seq: u64, phase: u64, step: usize, chunk: usize) -> u64 {
     (((seq & 0xffff) << 32) | (phase << 28) | (((step as u64) & 0xfff) << 16) | (chunk as u64 & 0xffff)) & MAX_TAG
@@ -113,6 +119,14 @@ impl<T: Transport> Communicator<T> {
     /// The transport.
     pub fn transport(&mut self) -> &mut T {
         &mut self.t
+    }
+
+    /// The next collective (or point-to-point tag sequence) uses sequence number `seq` in its
+    /// wire tags (the low 16 bits; later ones count up from there). Every rank must set the same
+    /// value; callers that run several communicators over one transport keep their tags apart
+    /// this way.
+    pub fn set_seq(&mut self, seq: u64) {
+        self.seq = seq.wrapping_sub(1);
     }
 
     fn next_seq(&mut self) -> u64 {
@@ -436,9 +450,49 @@ impl<T: Transport> Communicator<T> {
         Ok(())
     }
 
-    /// Every rank's full buffer to every other rank: `(n-1) * len` bytes of receive slots.
+    /// Bruck's all-gather: after round `k` (distance `d = 2^k`) a rank holds the blocks of
+    /// ranks `r, r+1, …, r+2d-1`; in each round it sends its first `min(d, n-d)` blocks to
+    /// `r-d` and receives as many from `r+d`. `ceil(log2 n)` rounds for any `n`. Returns the
+    /// blocks in rank order.
+    fn log_gather(&mut self, mine: &[u8], seq: u64) -> Result<Vec<u8>, FabricError> {
+        let n = self.size();
+        let r = self.rank();
+        let len = mine.len();
+        let mut tmp = vec![0u8; n * len];
+        tmp[..len].copy_from_slice(mine);
+        let regions = [(tmp.as_ptr(), tmp.len())];
+        let tp = tmp.as_mut_ptr();
+        let tl = tmp.len();
+        self.pinned(&regions, |c| {
+            // SAFETY: `tmp`, owned by this function and not resized while pinned; the closure is
+            // its only user while it runs.
+            let tmp = unsafe { std::slice::from_raw_parts_mut(tp, tl) };
+            let mut d = 1;
+            let mut step = 0;
+            while d < n {
+                let k = d.min(n - d);
+                let (have, rest) = tmp.split_at_mut(d * len);
+                let t = tag(seq, PHASE_LOG, step, 0);
+                let sends = [SendOp { peer: (r + n - d) % n, tag: t, buf: &have[..k * len] }];
+                let mut recvs = [RecvOp { peer: (r + d) % n, tag: t, buf: &mut rest[..k * len] }];
+                c.t.exchange(&sends, &mut recvs, &mut || {})?;
+                d *= 2;
+                step += 1;
+            }
+            Ok(())
+        })?;
+        // tmp[i] is rank (r+i)'s block: rotate into rank order.
+        tmp.rotate_right(r * len);
+        Ok(tmp)
+    }
+
+    /// Every rank's full buffer, in rank order: one round (`n-1` messages per rank) for small
+    /// groups, Bruck's `ceil(log2 n)` rounds from `log_min_ranks` ranks.
     fn direct_gather(&mut self, mine: &[u8], seq: u64) -> Result<Vec<u8>, FabricError> {
         let n = self.size();
+        if n >= self.cfg.log_min_ranks.max(2) {
+            return self.log_gather(mine, seq);
+        }
         let r = self.rank();
         let len = mine.len();
         let mut slots = vec![0u8; n * len];
@@ -484,6 +538,18 @@ impl<T: Transport> Communicator<T> {
             s.start * es..s.end * es
         };
         let mine = bytes(r);
+        if n >= self.cfg.log_min_ranks.max(2) {
+            // Gather every input in log rounds, reduce this rank's segment in the order.
+            let all = self.log_gather(input, seq)?;
+            let len = input.len();
+            let mut ranks = order(n, r);
+            let first = ranks.next().unwrap_or(r);
+            output.copy_from_slice(&all[first * len..][mine.clone()]);
+            for p in ranks {
+                reduce_into(output, &all[p * len..][mine.clone()], dt, op)?;
+            }
+            return Ok(());
+        }
         let mut slots = vec![0u8; n * mine.len()];
         let regions = [(input.as_ptr(), input.len()), (slots.as_ptr(), slots.len())];
         let t = tag(seq, PHASE_DIRECT, 0, 0);
@@ -518,6 +584,12 @@ impl<T: Transport> Communicator<T> {
     fn direct_all_gather(&mut self, output: &mut [u8], len: usize, seq: u64) -> Result<(), FabricError> {
         let n = self.size();
         let r = self.rank();
+        if n >= self.cfg.log_min_ranks.max(2) {
+            let mine = output[r * len..(r + 1) * len].to_vec();
+            let all = self.log_gather(&mine, seq)?;
+            output.copy_from_slice(&all);
+            return Ok(());
+        }
         let t = tag(seq, PHASE_DIRECT, 0, 0);
         let regions = [(output.as_ptr(), output.len())];
         let op = output.as_mut_ptr();
@@ -544,7 +616,7 @@ impl<T: Transport> Communicator<T> {
 mod tests {
     use super::*;
     use crate::reduce::{reference_all_gather, reference_all_reduce, reference_reduce_scatter};
-    use crate::transport::loopback;
+    use crate::transport::{loopback, Subgroup};
     use std::time::Duration;
 
     /// All-reduce, reduce-scatter and all-gather outputs of one rank.
@@ -581,15 +653,62 @@ mod tests {
     }
 
     #[test]
+    fn subgroups_reduce_in_group_order_with_their_own_tags() {
+        // Ranks 2 and 0 of a 3-rank job form a group (group rank 0 = job rank 2); rank 1 sits
+        // out. Two collectives with caller-chosen tag sequences.
+        let len = 40 * 4;
+        let (dt, op) = (DType::F32, ReduceOp::Add);
+        let group = vec![2usize, 0];
+        let inputs: Vec<Vec<u8>> = (0..2).map(|g| reduce::pattern(g, len, dt, 7)).collect();
+        let refs: Vec<&[u8]> = inputs.iter().map(|v| v.as_slice()).collect();
+        let want = reference_all_reduce(&refs, dt, op).unwrap_or_default();
+        let handles: Vec<_> = loopback::group(3, Duration::from_secs(10))
+            .into_iter()
+            .map(|mut t| {
+                let group = group.clone();
+                let inputs = inputs.clone();
+                std::thread::spawn(move || -> Result<Option<Vec<u8>>, FabricError> {
+                    let Some(g) = group.iter().position(|&r| r == t.rank()) else { return Ok(None) };
+                    let mut out = Vec::new();
+                    for (seq, cfg) in [
+                        (40u64, CollConfig { chunk_bytes: 24, direct_max_bytes: 0, log_min_ranks: 8 }),
+                        (41, CollConfig::default()),
+                    ] {
+                        let mut c = Communicator::new(Subgroup::new(&mut t, group.clone())?, cfg)?;
+                        c.set_seq(seq);
+                        let mut buf = inputs[g].clone();
+                        c.all_reduce(&mut buf, dt, op)?;
+                        out.push(buf);
+                    }
+                    if out[0] != out[1] {
+                        return Err(FabricError::Invalid("ring and direct differ".into()));
+                    }
+                    Ok(out.pop())
+                })
+            })
+            .collect();
+        for (r, h) in handles.into_iter().enumerate() {
+            let got = h.join().map_err(|_| "panic".to_string()).and_then(|x| x.map_err(|e| e.to_string()));
+            let expect = if r == 1 { None } else { Some(want.clone()) };
+            assert_eq!(got, Ok(expect), "job rank {r}");
+        }
+        let mut ts = loopback::group(2, Duration::from_secs(1));
+        assert!(Subgroup::new(&mut ts[0], vec![1, 1]).is_err());
+        assert!(Subgroup::new(&mut ts[0], vec![1]).is_err());
+    }
+
+    #[test]
     fn ring_and_direct_match_the_reference() {
-        let ring = CollConfig { chunk_bytes: 96, direct_max_bytes: 0 };
-        let direct = CollConfig { chunk_bytes: 96, direct_max_bytes: usize::MAX };
-        for n in [1, 2, 3, 4] {
+        let ring = CollConfig { chunk_bytes: 96, direct_max_bytes: 0, log_min_ranks: 8 };
+        let direct = CollConfig { chunk_bytes: 96, direct_max_bytes: usize::MAX, log_min_ranks: usize::MAX };
+        let log = CollConfig { chunk_bytes: 96, direct_max_bytes: usize::MAX, log_min_ranks: 0 };
+        for n in [1, 2, 3, 4, 5, 7] {
             for dt in DType::ALL {
                 for op in ReduceOp::ALL {
                     for elems in [1usize, 3, 17, 250] {
                         run(n, ring, elems * dt.size(), dt, op);
                         run(n, direct, elems * dt.size(), dt, op);
+                        run(n, log, elems * dt.size(), dt, op);
                     }
                 }
             }
@@ -600,7 +719,7 @@ mod tests {
     fn send_recv_and_bad_arguments() {
         let mut ts = loopback::group(2, Duration::from_millis(200)).into_iter();
         let (Some(a), Some(b)) = (ts.next(), ts.next()) else { panic!("group of 2") };
-        let cfg = CollConfig { chunk_bytes: 7, direct_max_bytes: 0 };
+        let cfg = CollConfig { chunk_bytes: 7, direct_max_bytes: 0, log_min_ranks: 8 };
         let h = std::thread::spawn(move || -> Result<Vec<u8>, FabricError> {
             let mut c = Communicator::new(b, cfg)?;
             let mut buf = vec![0u8; 50];

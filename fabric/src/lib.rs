@@ -27,7 +27,7 @@ pub mod ofi;
 
 pub use coll::Communicator;
 pub use reduce::{DType, ReduceOp};
-pub use transport::{RecvOp, SendOp, Transport};
+pub use transport::{RecvOp, SendOp, Subgroup, Transport};
 
 use std::time::Duration;
 

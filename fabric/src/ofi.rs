@@ -87,6 +87,12 @@ pub fn join(
     Ok((Communicator::new(t, cfg)?, oob))
 }
 
+// SAFETY: the libfabric objects behind the raw pointers are owned by this value alone and
+// used only through `&mut self` (one thread at a time); libfabric allows a domain's objects to
+// be used from any thread as long as the caller serialises access (FI_THREAD_DOMAIN and
+// stronger), so moving the value to another thread is sound.
+unsafe impl Send for OfiTransport {}
+
 impl OfiTransport {
     /// Opens an endpoint, exchanges endpoint names with every rank through `oob` and inserts
     /// them. `timeout`: how long an exchange may go without any completion.

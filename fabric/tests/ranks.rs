@@ -18,8 +18,10 @@ const TIMEOUT: Duration = Duration::from_secs(3);
 /// Small (direct), unaligned to the ring partition, one chunk, several pipelined chunks.
 const SIZES: [usize; 5] = [4, 2 * 7 * 3, 12 << 10, 100 << 10, 300 << 10];
 
+/// `FABRIC_TEST_LOG=1`: small messages take Bruck's log-round gather at any rank count.
 fn cfg() -> CollConfig {
-    CollConfig { chunk_bytes: 64 << 10, direct_max_bytes: 16 << 10 }
+    let log_min_ranks = if env("FABRIC_TEST_LOG") == Some(1) { 2 } else { CollConfig::default().log_min_ranks };
+    CollConfig { chunk_bytes: 64 << 10, direct_max_bytes: 16 << 10, log_min_ranks }
 }
 
 fn env(k: &str) -> Option<usize> {
@@ -135,6 +137,10 @@ fn rank_main(rank: usize, size: usize, root: &str, kill: Option<usize>) -> ExitC
 
 /// Runs `n` ranks; returns each rank's exit status (None: killed by a signal).
 fn launch(n: usize, kill: Option<usize>) -> Result<Vec<Option<i32>>, String> {
+    launch_with(n, kill, false)
+}
+
+fn launch_with(n: usize, kill: Option<usize>, log: bool) -> Result<Vec<Option<i32>>, String> {
     let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map_err(|e| e.to_string())?.port();
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut kids = Vec::new();
@@ -143,7 +149,8 @@ fn launch(n: usize, kill: Option<usize>) -> Result<Vec<Option<i32>>, String> {
         cmd.env("FABRIC_TEST_RANK", r.to_string())
             .env("FABRIC_TEST_SIZE", n.to_string())
             .env("FABRIC_TEST_ROOT", format!("127.0.0.1:{port}"))
-            .env("FI_PROVIDER", "tcp");
+            .env("FI_PROVIDER", "tcp")
+            .env("FABRIC_TEST_LOG", if log { "1" } else { "0" });
         if let Some(k) = kill {
             cmd.env("FABRIC_TEST_KILL", k.to_string());
         }
@@ -171,8 +178,11 @@ fn main() -> ExitCode {
         }
     };
     let t0 = Instant::now();
-    for n in [2, 4] {
+    for n in [2, 3, 4] {
         check(&format!("sweep_{n}_ranks"), launch(n, None), &|_, c| c == Some(0));
+    }
+    for n in [3, 4] {
+        check(&format!("sweep_{n}_ranks_log_rounds"), launch_with(n, None, true), &|_, c| c == Some(0));
     }
     for (n, victim) in [(2, 1), (4, 2)] {
         check(&format!("kill_rank_{victim}_of_{n}"), launch(n, Some(victim)), &|r, c| {

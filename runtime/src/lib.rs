@@ -39,5 +39,5 @@ pub mod timestamp;
 pub mod xu;
 
 pub use error::{RtError, RtErrorKind};
-pub use rt::{ExecTimings, Model, ModelHandle, PollPolicy, Runtime, RuntimeConfig, Tensor, TensorSet};
+pub use rt::{ExecTimings, GlobalPlacement, Model, ModelHandle, PollPolicy, Runtime, RuntimeConfig, Tensor, TensorSet};
 pub use status::{NrtStatus, Priority};

@@ -499,6 +499,13 @@ impl SimDevice {
         self.dev.arch
     }
 
+    /// Install (or remove, `None`) the transport for collectives whose replica group spans
+    /// processes, on this device's collective hub (shared by every device of a
+    /// [`crate::SimTopology`]); see [`crate::InterHost`].
+    pub fn set_inter_host(&self, t: Option<std::sync::Arc<dyn crate::InterHost>>) {
+        self.dev.hub.set_inter_host(t);
+    }
+
     /// Arm a fault (see [`FaultSpec`]).
     pub fn inject(&self, f: FaultSpec) {
         let mut st = self.dev.lock();

@@ -130,6 +130,14 @@ impl Dev {
         st.regs.insert(off, c | bits);
     }
 
+    /// Whether NC INTC line `line` of NC `nc` is latched.
+    pub fn intc_latched(&self, st: &mut State, nc: usize, line: Line) -> bool {
+        let Some(b) = self.nc_intc(nc) else { return false };
+        let (group, bits) = line.cause();
+        let off = if group == 0 { b.g0().cause().offset() } else { b.g1().cause().offset() };
+        self.stored(st, off, 0) & bits == bits
+    }
+
     /// Latch NC INTC line `line` of NC `nc`.
     pub fn intc(&self, st: &mut State, nc: usize, line: Line) {
         let Some(b) = self.nc_intc(nc) else { return };

@@ -21,6 +21,7 @@ mod fault;
 mod fwio;
 mod hub;
 mod intc;
+mod interhost;
 mod iommu;
 mod mpu;
 mod nq;
@@ -36,6 +37,7 @@ mod udma;
 pub use device::{SimConfig, SimDevice, SimStats, Timing};
 pub use external::{ExternalDma, ExternalError};
 pub use fault::{FaultKind, FaultSpec, FaultSpecError};
+pub use interhost::{CollKind, ElemType, InterHost, InterHostError, InterHostRequest, RedOp};
 pub use iommu::DmaFault;
 pub use topology::SimTopology;
 

@@ -58,9 +58,11 @@ pub unsafe extern "C" fn nrt_load(
     unsafe { load("nrt_load", neff_bytes, size, vnc, vnc_count, model, || Ok(())) }
 }
 
-/// `nrt_load_collectives`: as `nrt_load` for a single-device context. The NEFF's collectives
-/// run between the NCs it is loaded on, inside this process; multi-process communicators
-/// (`ctx_device_count` > 1) are not supported (NRT_INVALID).
+/// `nrt_load_collectives`: as `nrt_load`, in the global communicator `ctx_device_id` of
+/// `ctx_device_count`. One worker (0 of 1): the NEFF's collectives run between the NCs it is
+/// loaded on, inside this process. More workers (the `fabric` feature; docs/fabric.md): the
+/// communicator is joined or checked, graph `i` is global rank `ctx_device_id × graphs + i`,
+/// and replica groups spanning processes run over libfabric; without the feature NRT_INVALID.
 ///
 /// # Safety
 /// Pointer arguments are as nrt.h requires: NULL (rejected with NRT_INVALID where nrt.h
@@ -76,20 +78,62 @@ pub unsafe extern "C" fn nrt_load_collectives(
     ctx_device_count: u32,
     model: *mut *mut nrt_model_t,
 ) -> NRT_STATUS {
-    // SAFETY: forwarded from this function's own contract.
-    unsafe {
-        load("nrt_load_collectives", neff_bytes, size, vnc, vnc_count, model, || {
-            if ctx_device_count != 1 || ctx_device_id != 0 {
-                return Err(err(
-                NrtStatus::Invalid,
-                format!(
-                    "ctx_device_id {ctx_device_id} of {ctx_device_count}: only a single-device context (0 of 1) is supported"
-                ),
-            ));
-            }
-            Ok(())
-        })
+    if ctx_device_count == 1 && ctx_device_id == 0 {
+        // SAFETY: forwarded from this function's own contract.
+        return unsafe { load("nrt_load_collectives", neff_bytes, size, vnc, vnc_count, model, || Ok(())) };
     }
+    #[cfg(feature = "fabric")]
+    {
+        // SAFETY: forwarded from this function's own contract.
+        unsafe { load_global(neff_bytes, size, vnc, vnc_count, ctx_device_id, ctx_device_count, model) }
+    }
+    #[cfg(not(feature = "fabric"))]
+    entry("nrt_load_collectives", || {
+        guard()?;
+        Err(err(
+            NrtStatus::Invalid,
+            format!(
+                "ctx_device_id {ctx_device_id} of {ctx_device_count}: this libnrt is built without \
+                 the fabric feature; only a single-device context (0 of 1) is supported"
+            ),
+        ))
+    })
+}
+
+/// # Safety
+/// As [`nrt_load_collectives`].
+#[cfg(feature = "fabric")]
+unsafe fn load_global(
+    neff_bytes: *const c_void,
+    size: usize,
+    vnc: i32,
+    vnc_count: i32,
+    id: u32,
+    count: u32,
+    model: *mut *mut nrt_model_t,
+) -> NRT_STATUS {
+    entry("nrt_load_collectives", || {
+        guard()?;
+        need(model, "model")?;
+        need(neff_bytes, "neff_bytes")?;
+        if size == 0 || size > isize::MAX as usize {
+            return Err(err(NrtStatus::Invalid, format!("bad NEFF size {size}")));
+        }
+        let start = match vnc {
+            -1 => None,
+            v if v >= 0 => Some(v as usize),
+            v => return Err(err(NrtStatus::Invalid, format!("bad vnc {v}"))),
+        };
+        let count_nc = if vnc_count > 0 { Some(vnc_count as usize) } else { None };
+        // SAFETY: non-null; nrt.h: `neff_bytes` points to `size` readable bytes, which stay
+        // valid for the call; size ≤ isize::MAX was checked.
+        let bytes = unsafe { std::slice::from_raw_parts(neff_bytes.cast::<u8>(), size) };
+        let m = crate::global::global().load(bytes, start, count_nc, id, count)?;
+        let h = MODELS.insert(m);
+        // SAFETY: checked non-null; nrt.h: `model` points to a writable nrt_model_t*.
+        unsafe { put(model, h) };
+        Ok(())
+    })
 }
 
 /// `nrt_unload`: unload a model and free its handle.

@@ -14,12 +14,44 @@ use crate::stage::weights::DeviceSink;
 use crate::stage::{stage_graph, GraphPlacement, StagedNc};
 use crate::state::{ModelLifecycle, Unload};
 
+/// Where a load sits in a global communicator (several processes or hosts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GlobalPlacement {
+    /// Global rank of the NEFF's first graph.
+    pub rank_base: usize,
+    /// Communicator id of the load's collectives (equal in every process of the job).
+    pub comm_id: u32,
+}
+
 impl Runtime {
     /// `nrt_load`: parse and stage `neff` on `nc_count` NCs starting at logical NC
     /// `start_nc` (None = the least-loaded visible NCs). `nc_count` None = one NC per graph.
     /// The NCs may already hold other models: staging waits for the NCs' lanes (running
     /// executions finish first) and parks the model armed there.
     pub fn load(&self, bytes: &[u8], start_nc: Option<usize>, nc_count: Option<usize>) -> Result<ModelHandle, RtError> {
+        self.load_placed(bytes, start_nc, nc_count, None)
+    }
+
+    /// `nrt_load_collectives` with a global communicator: as [`Self::load`], but graph `i` is
+    /// global rank `g.rank_base + i` in the NEFF's replica groups, and the collectives use the
+    /// communicator id `g.comm_id`, which every process of the job passes alike.
+    pub fn load_global(
+        &self,
+        bytes: &[u8],
+        start_nc: Option<usize>,
+        nc_count: Option<usize>,
+        g: GlobalPlacement,
+    ) -> Result<ModelHandle, RtError> {
+        self.load_placed(bytes, start_nc, nc_count, Some(g))
+    }
+
+    fn load_placed(
+        &self,
+        bytes: &[u8],
+        start_nc: Option<usize>,
+        nc_count: Option<usize>,
+        global: Option<GlobalPlacement>,
+    ) -> Result<ModelHandle, RtError> {
         self.guard()?;
         let cfg = lock(&self.cfg).clone();
         let devices = lock(&self.devices).clone();
@@ -27,7 +59,7 @@ impl Runtime {
         let arch = first.arch();
         let opts = ReadOptions { verify: cfg.verify, arch: Some(arch), ..ReadOptions::default() };
         let n = Neff::parse(bytes, &opts)?;
-        self.load_parsed(n, start_nc, nc_count, None)
+        self.load_parsed(n, start_nc, nc_count, global, None)
     }
 
     /// `nrt_load` from a reader (e.g. a file) of `len` bytes, streaming: the weights go from
@@ -53,7 +85,7 @@ impl Runtime {
         let (dev, local) = self.device_of(target).ok_or_else(|| RtError::internal("NC vanished"))?;
         let mut sink = DeviceSink::new(&dev, local);
         let n = Neff::parse_streaming(r, len, &opts, &mut sink)?;
-        self.load_parsed(n, start_nc, nc_count, Some(&mut sink))
+        self.load_parsed(n, start_nc, nc_count, None, Some(&mut sink))
     }
 
     fn load_parsed(
@@ -61,6 +93,7 @@ impl Runtime {
         n: Neff,
         start_nc: Option<usize>,
         nc_count: Option<usize>,
+        global: Option<GlobalPlacement>,
         mut weights: Option<&mut DeviceSink>,
     ) -> Result<ModelHandle, RtError> {
         let cfg = lock(&self.cfg).clone();
@@ -106,7 +139,10 @@ impl Runtime {
         let mut staged: Vec<StagedNc> = Vec::new();
         let mut devs = Vec::new();
         let mut staged_bytes = Vec::new();
-        let comm_id = (id as u32).wrapping_mul(2654435761) ^ (std::process::id() << 8);
+        let (rank_base, comm_id) = match global {
+            Some(g) => (g.rank_base, g.comm_id),
+            None => (0, (id as u32).wrapping_mul(2654435761) ^ (std::process::id() << 8)),
+        };
         let progress = lock(&self.load_progress).clone();
         let total: u64 = n.graphs.iter().map(crate::stage::initial_bytes).sum();
         let done = std::sync::atomic::AtomicU64::new(0);
@@ -126,7 +162,12 @@ impl Runtime {
                 let s = stage_graph(
                     &dev,
                     g,
-                    &GraphPlacement { nc: local, rank, comm_id, unchecked: cfg.unchecked_loader_for_tests },
+                    &GraphPlacement {
+                        nc: local,
+                        rank: rank_base + rank,
+                        comm_id,
+                        unchecked: cfg.unchecked_loader_for_tests,
+                    },
                     &written,
                     weights.as_deref_mut(),
                 )

@@ -45,6 +45,7 @@ pub mod tensor;
 
 pub use crate::error::{RtError, RtErrorKind};
 pub use async_exec::{AsyncReq, AsyncTok, XuExec};
+pub use load::GlobalPlacement;
 pub use tensor::{Tensor, TensorMem, TensorSet};
 
 /// How the host waits between completion steps.

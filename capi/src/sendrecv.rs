@@ -1,0 +1,470 @@
+//! `nrt_async_sendrecv.h`: point-to-point tensor send/receive between logical NeuronCores of
+//! different processes or hosts, on the same libfabric transport as the global communicators
+//! (feature `fabric`; without it every call returns NRT_FAILURE).
+//!
+//! - `nrt_async_sendrecv_init(lnc)` / `_close(lnc)` bracket the use of an LNC (NRT_FAILURE if
+//!   the runtime is not initialised, the LNC is already (not) initialised, or
+//!   `NEURON_RT_ASYNC_SENDRECV_BOOTSTRAP_PORT` is not set).
+//! - `_accept(peer_ip, peer_lnc, lnc)` / `_connect(peer_ip, peer_lnc, lnc)` create the receive /
+//!   send side of one connection. The pair rendezvous over TCP: the receiver listens on
+//!   `NEURON_RT_ASYNC_SENDRECV_BOOTSTRAP_PORT + 128 × lnc + peer_lnc` (on every address), the
+//!   sender connects to `peer_ip` at the same port; the two then open a two-rank libfabric
+//!   endpoint pair (provider from `FI_PROVIDER`). Both calls return at once; the rendezvous runs
+//!   in the background and `_test_comm` reports when it is done.
+//! - `_send_tensor` / `_recv_tensor` queue a transfer of `length` bytes at `offset` of a tensor
+//!   and return a request; transfers of one communicator run in call order on its worker
+//!   thread. `_test_request` polls a request (`done`, bytes moved); a transfer that fails
+//!   (dead peer, timeout `NEURON_RT_EXEC_TIMEOUT`) reports NRT_TIMEOUT for a timeout and
+//!   NRT_FAILURE otherwise. A completed request's handle is released by the `_test_request`
+//!   that reports it done.
+
+use std::ffi::{c_char, c_int};
+
+use neff::NrtStatus;
+#[cfg(feature = "fabric")]
+use runtime::RtError;
+
+use crate::ffi::{entry, err, NRT_STATUS};
+
+/// `nrt_async_sendrecv_comm_t` (opaque).
+#[repr(C)]
+pub struct nrt_async_sendrecv_comm_t {
+    _p: [u8; 0],
+}
+
+/// `nrt_async_sendrecv_request_t` (opaque).
+#[repr(C)]
+pub struct nrt_async_sendrecv_request_t {
+    _p: [u8; 0],
+}
+
+/// `NEURON_RT_ASYNC_SENDRECV_BOOTSTRAP_PORT`.
+pub const BOOTSTRAP_PORT_VAR: &str = "NEURON_RT_ASYNC_SENDRECV_BOOTSTRAP_PORT";
+/// Logical NeuronCores per host addressed by the API (`0..128`).
+pub const MAX_LNC: c_int = 128;
+
+#[cfg(feature = "fabric")]
+mod imp {
+    use std::collections::HashSet;
+    use std::sync::mpsc::{channel, Sender};
+    use std::sync::{Arc, Mutex};
+    use std::thread::JoinHandle;
+
+    use fabric::bootstrap::{Oob, RankSpec};
+    use fabric::coll::CollConfig;
+    use fabric::ofi::OfiTransport;
+    use fabric::{Communicator, FabricError};
+
+    use super::*;
+    use crate::ffi::{lock, CTensor};
+    use crate::handles::Registry;
+
+    pub(super) static LNCS: Mutex<Option<HashSet<c_int>>> = Mutex::new(None);
+    pub(super) static COMMS: Registry<Arc<SrComm>> = Registry::new();
+    pub(super) static REQS: Registry<Arc<SrReq>> = Registry::new();
+
+    type Joined = Result<(Communicator<OfiTransport>, Oob), FabricError>;
+
+    pub(super) enum Link {
+        Connecting(JoinHandle<Joined>),
+        Ready(Sender<Job>),
+        Failed(String),
+        Taken,
+    }
+
+    pub(super) struct SrComm {
+        pub lnc: c_int,
+        /// Peer rank in the two-rank pair (the receiver is rank 0).
+        pub peer: usize,
+        pub link: Mutex<Link>,
+    }
+
+    pub(super) struct Job {
+        pub send: bool,
+        pub tensor: Arc<CTensor>,
+        pub offset: u64,
+        pub len: usize,
+        pub req: Arc<SrReq>,
+    }
+
+    #[derive(Default)]
+    pub(super) struct SrReq {
+        pub done: Mutex<Option<Result<usize, (NrtStatus, String)>>>,
+    }
+
+    fn status_of(e: &FabricError) -> NrtStatus {
+        match e {
+            FabricError::Timeout { .. } => NrtStatus::Timeout,
+            _ => NrtStatus::Failure,
+        }
+    }
+
+    fn run(job: &Job, c: &mut Communicator<OfiTransport>, peer: usize) -> Result<usize, (NrtStatus, String)> {
+        let mut buf = vec![0u8; job.len];
+        if job.send {
+            job.tensor.tensor.read(job.offset, &mut buf).map_err(|e| (e.status, e.to_string()))?;
+            c.send(peer, &buf).map_err(|e| (status_of(&e), e.to_string()))?;
+        } else {
+            c.recv(peer, &mut buf).map_err(|e| (status_of(&e), e.to_string()))?;
+            job.tensor.tensor.write(job.offset, &buf).map_err(|e| (e.status, e.to_string()))?;
+        }
+        Ok(job.len)
+    }
+
+    /// Starts the rendezvous of one side of a connection.
+    pub(super) fn open(peer_ip: &str, peer_lnc: c_int, lnc: c_int, send: bool) -> Result<Arc<SrComm>, RtError> {
+        let initialised = lock(&LNCS).as_ref().is_some_and(|s| s.contains(&lnc));
+        if !initialised {
+            return Err(err(NrtStatus::Failure, format!("lnc {lnc}: nrt_async_sendrecv_init was not called")));
+        }
+        if !(0..MAX_LNC).contains(&peer_lnc) {
+            return Err(err(NrtStatus::Failure, format!("bad peer lnc {peer_lnc}")));
+        }
+        let base = base_port()?;
+        let (recv_lnc, send_lnc) = if send { (peer_lnc, lnc) } else { (lnc, peer_lnc) };
+        let port = base + 128 * recv_lnc as u32 + send_lnc as u32;
+        let port = u16::try_from(port)
+            .map_err(|_| err(NrtStatus::Failure, format!("{BOOTSTRAP_PORT_VAR}: port {port} out of range")))?;
+        let root = if send { format!("{peer_ip}:{port}") } else { format!("0.0.0.0:{port}") };
+        if send {
+            fabric::bootstrap::parse_root(&root).map_err(|e| err(NrtStatus::Failure, e.to_string()))?;
+        }
+        let spec = RankSpec { rank: usize::from(send), size: 2 };
+        let timeout = crate::global::timeout()?;
+        let h = std::thread::Builder::new()
+            .name(format!("nrt-sr-{lnc}-{peer_lnc}"))
+            .spawn(move || fabric::ofi::join(&root, spec, timeout, CollConfig::default()))
+            .map_err(|e| err(NrtStatus::Failure, format!("cannot start the rendezvous: {e}")))?;
+        Ok(Arc::new(SrComm { lnc, peer: usize::from(!send), link: Mutex::new(Link::Connecting(h)) }))
+    }
+
+    /// Whether the connection is up (starting its worker when the rendezvous just finished).
+    pub(super) fn test(c: &SrComm) -> Result<bool, RtError> {
+        let mut l = lock(&c.link);
+        match &*l {
+            Link::Ready(_) => return Ok(true),
+            Link::Failed(m) => return Err(err(NrtStatus::Failure, m.clone())),
+            Link::Connecting(h) if !h.is_finished() => return Ok(false),
+            _ => {}
+        }
+        let Link::Connecting(h) = std::mem::replace(&mut *l, Link::Taken) else {
+            return Err(err(NrtStatus::Failure, "communicator in an unknown state"));
+        };
+        let joined = h.join().map_err(|_| FabricError::Bootstrap("rendezvous thread panicked".into()));
+        match joined.and_then(|j| j) {
+            Ok((mut comm, oob)) => {
+                let (tx, rx) = channel::<Job>();
+                let peer = c.peer;
+                std::thread::Builder::new()
+                    .name(format!("nrt-sr-{}", c.lnc))
+                    .spawn(move || {
+                        let _oob = oob;
+                        for job in rx {
+                            let r = run(&job, &mut comm, peer);
+                            *lock(&job.req.done) = Some(r);
+                        }
+                    })
+                    .map_err(|e| err(NrtStatus::Failure, format!("cannot start the transfer thread: {e}")))?;
+                *l = Link::Ready(tx);
+                Ok(true)
+            }
+            Err(e) => {
+                *l = Link::Failed(e.to_string());
+                Err(err(NrtStatus::Failure, e.to_string()))
+            }
+        }
+    }
+
+    pub(super) fn submit(c: &SrComm, job: Job) -> Result<(), RtError> {
+        match &*lock(&c.link) {
+            Link::Ready(tx) => {
+                tx.send(job).map_err(|_| err(NrtStatus::Failure, "the communicator's transfer thread has stopped"))
+            }
+            _ => Err(err(NrtStatus::Failure, "the communicator is not connected (nrt_async_sendrecv_test_comm)")),
+        }
+    }
+
+    fn base_port() -> Result<u32, RtError> {
+        let v = std::env::var(BOOTSTRAP_PORT_VAR)
+            .map_err(|_| err(NrtStatus::Failure, format!("{BOOTSTRAP_PORT_VAR} is not set")))?;
+        v.trim()
+            .parse::<u16>()
+            .map(u32::from)
+            .map_err(|_| err(NrtStatus::Failure, format!("{BOOTSTRAP_PORT_VAR}={v:?} is not a port")))
+    }
+
+    pub(super) fn init(lnc: c_int) -> Result<(), RtError> {
+        base_port()?;
+        let mut l = lock(&LNCS);
+        if !l.get_or_insert_with(HashSet::new).insert(lnc) {
+            return Err(err(NrtStatus::Failure, format!("lnc {lnc} is already initialised")));
+        }
+        Ok(())
+    }
+
+    pub(super) fn close(lnc: c_int) -> Result<(), RtError> {
+        if !lock(&LNCS).as_mut().is_some_and(|s| s.remove(&lnc)) {
+            return Err(err(NrtStatus::Failure, format!("lnc {lnc} is not initialised")));
+        }
+        // Every communicator of the LNC: dropping the handle's sender ends its worker once its
+        // queued transfers are done.
+        for (p, c) in COMMS.entries() {
+            if c.lnc == lnc {
+                COMMS.remove(p as *const nrt_async_sendrecv_comm_t);
+            }
+        }
+        Ok(())
+    }
+}
+
+fn check_lnc(lnc: c_int) -> Result<(), runtime::RtError> {
+    crate::ffi::guard().map_err(|e| err(NrtStatus::Failure, e.to_string()))?;
+    if !(0..MAX_LNC).contains(&lnc) {
+        return Err(err(NrtStatus::Failure, format!("bad lnc {lnc}")));
+    }
+    Ok(())
+}
+
+#[cfg(not(feature = "fabric"))]
+fn unsupported() -> Result<(), runtime::RtError> {
+    Err(err(NrtStatus::Failure, "this libnrt is built without the fabric feature (nrt_async_sendrecv)"))
+}
+
+/// `nrt_async_sendrecv_init`.
+#[no_mangle]
+pub extern "C" fn nrt_async_sendrecv_init(lnc: c_int) -> NRT_STATUS {
+    entry("nrt_async_sendrecv_init", || {
+        check_lnc(lnc)?;
+        #[cfg(feature = "fabric")]
+        return imp::init(lnc);
+        #[cfg(not(feature = "fabric"))]
+        unsupported()
+    })
+}
+
+/// `nrt_async_sendrecv_close`.
+#[no_mangle]
+pub extern "C" fn nrt_async_sendrecv_close(lnc: c_int) -> NRT_STATUS {
+    entry("nrt_async_sendrecv_close", || {
+        check_lnc(lnc)?;
+        #[cfg(feature = "fabric")]
+        return imp::close(lnc);
+        #[cfg(not(feature = "fabric"))]
+        unsupported()
+    })
+}
+
+/// # Safety
+/// `peer_ip` NULL or NUL-terminated; `out` NULL or writable.
+unsafe fn open_entry(
+    func: &str,
+    peer_ip: *const c_char,
+    peer_lnc: c_int,
+    lnc: c_int,
+    out: *mut *mut nrt_async_sendrecv_comm_t,
+    send: bool,
+) -> NRT_STATUS {
+    entry(func, || {
+        check_lnc(lnc)?;
+        if peer_ip.is_null() || out.is_null() {
+            return Err(err(NrtStatus::Failure, "peer_ip and the communicator pointer must not be NULL"));
+        }
+        // SAFETY: non-null and NUL-terminated per nrt_async_sendrecv.h.
+        let ip = unsafe { std::ffi::CStr::from_ptr(peer_ip) }.to_string_lossy().into_owned();
+        #[cfg(feature = "fabric")]
+        {
+            let c = imp::open(&ip, peer_lnc, lnc, send)?;
+            let h = imp::COMMS.insert(c);
+            // SAFETY: checked non-null; writable per nrt_async_sendrecv.h.
+            unsafe { out.write(h) };
+            Ok(())
+        }
+        #[cfg(not(feature = "fabric"))]
+        {
+            let _ = (ip, peer_lnc, send);
+            unsupported()
+        }
+    })
+}
+
+/// `nrt_async_sendrecv_connect`: the send side of a connection to `peer_ip`'s `peer_lnc`.
+///
+/// # Safety
+/// `peer_ip` NULL or NUL-terminated; `send_comm` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn nrt_async_sendrecv_connect(
+    peer_ip: *const c_char,
+    peer_lnc: c_int,
+    lnc: c_int,
+    send_comm: *mut *mut nrt_async_sendrecv_comm_t,
+) -> NRT_STATUS {
+    // SAFETY: forwarded from this function's contract.
+    unsafe { open_entry("nrt_async_sendrecv_connect", peer_ip, peer_lnc, lnc, send_comm, true) }
+}
+
+/// `nrt_async_sendrecv_accept`: the receive side of a connection from `peer_ip`'s `peer_lnc`.
+///
+/// # Safety
+/// `peer_ip` NULL or NUL-terminated; `recv_comm` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn nrt_async_sendrecv_accept(
+    peer_ip: *const c_char,
+    peer_lnc: c_int,
+    lnc: c_int,
+    recv_comm: *mut *mut nrt_async_sendrecv_comm_t,
+) -> NRT_STATUS {
+    // SAFETY: forwarded from this function's contract.
+    unsafe { open_entry("nrt_async_sendrecv_accept", peer_ip, peer_lnc, lnc, recv_comm, false) }
+}
+
+/// `nrt_async_sendrecv_test_comm`: `*connected` = whether the connection is established.
+///
+/// # Safety
+/// `connected` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn nrt_async_sendrecv_test_comm(
+    comm: *mut nrt_async_sendrecv_comm_t,
+    connected: *mut bool,
+) -> NRT_STATUS {
+    entry("nrt_async_sendrecv_test_comm", || {
+        if connected.is_null() {
+            return Err(err(NrtStatus::Failure, "connected must not be NULL"));
+        }
+        #[cfg(feature = "fabric")]
+        {
+            let c = imp::COMMS
+                .get(comm)
+                .ok_or_else(|| err(NrtStatus::InvalidHandle, format!("{comm:p} is not a sendrecv communicator")))?;
+            let up = imp::test(&c)?;
+            // SAFETY: checked non-null; writable per nrt_async_sendrecv.h.
+            unsafe { connected.write(up) };
+            Ok(())
+        }
+        #[cfg(not(feature = "fabric"))]
+        {
+            let _ = comm;
+            unsupported()
+        }
+    })
+}
+
+/// # Safety
+/// `request` NULL or writable.
+unsafe fn transfer(
+    func: &str,
+    tensor: *mut crate::ffi::nrt_tensor_t,
+    offset: usize,
+    length: usize,
+    comm: *mut nrt_async_sendrecv_comm_t,
+    request: *mut *mut nrt_async_sendrecv_request_t,
+    send: bool,
+) -> NRT_STATUS {
+    entry(func, || {
+        crate::ffi::guard().map_err(|e| err(NrtStatus::Failure, e.to_string()))?;
+        if request.is_null() {
+            return Err(err(NrtStatus::Failure, "request must not be NULL"));
+        }
+        #[cfg(feature = "fabric")]
+        {
+            let t = crate::ffi::tensor_of(tensor)?;
+            let c = imp::COMMS
+                .get(comm)
+                .ok_or_else(|| err(NrtStatus::InvalidHandle, format!("{comm:p} is not a sendrecv communicator")))?;
+            let end = offset.checked_add(length).filter(|&e| e as u64 <= t.tensor.size);
+            if end.is_none() {
+                return Err(err(NrtStatus::Failure, format!("{length} bytes at {offset} exceed the tensor")));
+            }
+            let req = std::sync::Arc::new(imp::SrReq::default());
+            imp::submit(&c, imp::Job { send, tensor: t, offset: offset as u64, len: length, req: req.clone() })?;
+            let h = imp::REQS.insert(req);
+            // SAFETY: checked non-null; writable per nrt_async_sendrecv.h.
+            unsafe { request.write(h) };
+            Ok(())
+        }
+        #[cfg(not(feature = "fabric"))]
+        {
+            let _ = (tensor, offset, length, comm, send);
+            unsupported()
+        }
+    })
+}
+
+/// `nrt_async_sendrecv_send_tensor`: queue sending `length` bytes at `offset` of `tensor`.
+///
+/// # Safety
+/// `request` NULL or writable; handles are validated, never dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn nrt_async_sendrecv_send_tensor(
+    tensor: *mut crate::ffi::nrt_tensor_t,
+    offset: usize,
+    length: usize,
+    send_comm: *mut nrt_async_sendrecv_comm_t,
+    request: *mut *mut nrt_async_sendrecv_request_t,
+) -> NRT_STATUS {
+    // SAFETY: forwarded from this function's contract.
+    unsafe { transfer("nrt_async_sendrecv_send_tensor", tensor, offset, length, send_comm, request, true) }
+}
+
+/// `nrt_async_sendrecv_recv_tensor`: queue receiving `length` bytes into `tensor` at `offset`.
+///
+/// # Safety
+/// `request` NULL or writable; handles are validated, never dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn nrt_async_sendrecv_recv_tensor(
+    tensor: *mut crate::ffi::nrt_tensor_t,
+    offset: usize,
+    length: usize,
+    recv_comm: *mut nrt_async_sendrecv_comm_t,
+    request: *mut *mut nrt_async_sendrecv_request_t,
+) -> NRT_STATUS {
+    // SAFETY: forwarded from this function's contract.
+    unsafe { transfer("nrt_async_sendrecv_recv_tensor", tensor, offset, length, recv_comm, request, false) }
+}
+
+/// `nrt_async_sendrecv_test_request`: `*done` and `*size` (bytes moved) of a request; a
+/// request reported done is released.
+///
+/// # Safety
+/// `done` and `size` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn nrt_async_sendrecv_test_request(
+    request: *mut nrt_async_sendrecv_request_t,
+    done: *mut bool,
+    size: *mut usize,
+) -> NRT_STATUS {
+    entry("nrt_async_sendrecv_test_request", || {
+        if done.is_null() {
+            return Err(err(NrtStatus::Failure, "done must not be NULL"));
+        }
+        #[cfg(feature = "fabric")]
+        {
+            let r = imp::REQS
+                .get(request)
+                .ok_or_else(|| err(NrtStatus::InvalidHandle, format!("{request:p} is not a sendrecv request")))?;
+            let state = crate::ffi::lock(&r.done).clone();
+            let Some(res) = state else {
+                // SAFETY: checked non-null; writable per nrt_async_sendrecv.h.
+                unsafe { done.write(false) };
+                return Ok(());
+            };
+            imp::REQS.remove(request);
+            // SAFETY: checked non-null; writable per nrt_async_sendrecv.h.
+            unsafe { done.write(true) };
+            match res {
+                Ok(n) => {
+                    if !size.is_null() {
+                        // SAFETY: non-null; writable per nrt_async_sendrecv.h.
+                        unsafe { size.write(n) };
+                    }
+                    Ok(())
+                }
+                Err((s, m)) => Err(err(s, m)),
+            }
+        }
+        #[cfg(not(feature = "fabric"))]
+        {
+            let _ = (request, size);
+            unsupported()
+        }
+    })
+}

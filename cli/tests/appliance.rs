@@ -95,10 +95,11 @@ fn build_refuses_a_bad_config_before_building() {
     }
 }
 
-/// libnrt.so of this build (next to the binary: `cargo test --workspace` builds it).
+/// libnrt.so of this build: `cargo test --workspace` builds it into deps/ (a `cargo build`
+/// also copies it next to the binary, where an older copy may lie: deps/ first).
 fn libnrt() -> Option<PathBuf> {
-    let lib = Path::new(env!("CARGO_BIN_EXE_neuron-vfio")).parent()?.join("libnrt.so");
-    lib.is_file().then_some(lib)
+    let dir = Path::new(env!("CARGO_BIN_EXE_neuron-vfio")).parent()?;
+    [dir.join("deps/libnrt.so"), dir.join("libnrt.so")].into_iter().find(|p| p.is_file())
 }
 
 #[test]

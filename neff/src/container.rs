@@ -107,9 +107,9 @@ pub struct MemberInfo {
     pub size: u64,
     /// Byte range in the payload buffer. For a streamed member ([`MemberInfo::streamed`]) only
     /// its first [`STREAM_PREFIX`] bytes are kept there (an `.npy` header); its body went to the
-    /// [`MemberSink`].
+    /// [`crate::stream::MemberSink`].
     pub range: Range<usize>,
-    /// The body was streamed to a [`MemberSink`] rather than held in host memory.
+    /// The body was streamed to a [`crate::stream::MemberSink`] rather than held in host memory.
     pub streamed: bool,
 }
 

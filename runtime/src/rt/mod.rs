@@ -248,6 +248,10 @@ pub struct Runtime {
     pid: AtomicU64,
     /// [`platform::fork::forks`] at init (u64::MAX: not known, ask for the pid).
     forks_at_init: AtomicU64,
+    /// The state is INIT in the process that initialised the runtime: [`Runtime::guard`]'s
+    /// lock-free fast path (set last by `init`, cleared first by `close`; every other case —
+    /// a forked child, an unknown fork count — takes the state mutex).
+    live: AtomicBool,
     closed_devices: AtomicBool,
     epoch: Instant,
     /// The shared-memory counters monitors read (crate::counters), from init to close.
@@ -279,6 +283,7 @@ impl Runtime {
             next_id: AtomicU64::new(1),
             pid: AtomicU64::new(std::process::id() as u64),
             forks_at_init: AtomicU64::new(u64::MAX),
+            live: AtomicBool::new(false),
             closed_devices: AtomicBool::new(false),
             epoch: Instant::now(),
             counters: Mutex::new(None),
@@ -296,6 +301,10 @@ impl Runtime {
     /// handler could not be registered, is the pid asked for.
     pub fn guard(&self) -> Result<(), RtError> {
         let same = platform::fork::forks().is_some_and(|f| f == self.forks_at_init.load(Ordering::Relaxed));
+        // INIT seen by its owner needs no state change: no shared lock on the execute path.
+        if same && self.live.load(Ordering::Acquire) {
+            return Ok(());
+        }
         let pid = if same { self.pid.load(Ordering::Relaxed) as u32 } else { std::process::id() };
         Ok(lock(&self.state).guard(pid)?)
     }
@@ -336,6 +345,7 @@ impl Runtime {
         *lock(&self.cfg) = cfg;
         self.pid.store(std::process::id() as u64, Ordering::Relaxed);
         self.forks_at_init.store(platform::fork::forks().unwrap_or(u64::MAX), Ordering::Relaxed);
+        self.live.store(true, Ordering::Release);
         Ok(())
     }
 
@@ -349,6 +359,7 @@ impl Runtime {
     /// `nrt_close`: unload everything, stop workers, release the devices.
     pub fn close(&self) -> Result<(), RtError> {
         self.guard()?;
+        self.live.store(false, Ordering::Release);
         let xus: Vec<Arc<NcXu>> = lock(&self.xus).drain().map(|(_, x)| x).collect();
         for x in xus {
             if let Ok(x) = Arc::try_unwrap(x) {

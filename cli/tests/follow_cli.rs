@@ -2,69 +2,30 @@
 //! drives, through its runtime's read-only debug endpoint.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command as StdCommand, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Output;
+use std::time::Duration;
 
-use assert_cmd::cargo::CommandCargoExt;
 use serde_json::Value;
 
-const TWO: &str = "examples/allreduce_2nc.neff";
-const INPUT: &str = "input=examples/input_32xf32.bin";
+mod common;
 
-fn root() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
-}
-
-fn cli(shm: &Path) -> StdCommand {
-    let mut c = StdCommand::cargo_bin("neuron-vfio").expect("binary");
-    c.current_dir(root()).env("NEURON_VFIO_SHM_DIR", shm).env_remove("NEURON_VFIO_DEBUG_ENDPOINT");
-    c
-}
+use common::{cli_in as cli, root, Runner};
 
 fn shm_dir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("nv-fol-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("shm dir");
-    d
+    common::shm_dir("fol", tag)
 }
 
-/// A process executing the 2-NC model on sim:cayman repeatedly; returns once its debug
-/// endpoint exists and it has had time to load.
-struct Runner(Child);
-
-impl Runner {
-    fn start(shm: &Path) -> Self {
-        let child = cli(shm)
-            .args(["--device", "sim:cayman", "run", TWO, "--input", INPUT, "--repeat", "2000000"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn the runner");
-        let t0 = Instant::now();
-        let has_endpoint = || {
-            std::fs::read_dir(shm)
-                .into_iter()
-                .flatten()
-                .flatten()
-                .any(|e| e.file_name().to_string_lossy().ends_with(".debug") && e.path().join("sock").exists())
-        };
-        while !has_endpoint() {
-            assert!(t0.elapsed() < Duration::from_secs(60), "the runner published no debug endpoint");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        std::thread::sleep(Duration::from_millis(500));
-        Runner(child)
-    }
-    fn pid(&self) -> String {
-        self.0.id().to_string()
-    }
-}
-
-impl Drop for Runner {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+/// A process executing the 2-NC model on sim:cayman repeatedly, once its debug endpoint exists
+/// and it has had time to load.
+fn runner(shm: &Path) -> Runner {
+    let has_endpoint = |shm: &Path| {
+        std::fs::read_dir(shm)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().ends_with(".debug") && e.path().join("sock").exists())
+    };
+    Runner::start(shm, "debug endpoint", has_endpoint, Duration::from_millis(500))
 }
 
 fn ok(o: &Output) -> String {
@@ -84,7 +45,7 @@ fn json_lines(s: &str) -> Vec<Value> {
 #[test]
 fn another_process_records_and_registers_are_followed() {
     let shm = shm_dir("run");
-    let runner = Runner::start(&shm);
+    let runner = runner(&shm);
     let pid = runner.pid();
 
     // The runner's rings for NC 0 are programmed; their records are readable.

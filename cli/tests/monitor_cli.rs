@@ -2,65 +2,30 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command as StdCommand, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Stdio;
+use std::time::Duration;
 
-use assert_cmd::cargo::CommandCargoExt;
+mod common;
 
-const TWO: &str = "examples/allreduce_2nc.neff";
+use common::{cli_in as cli, Runner};
+
 const INPUT: &str = "input=examples/input_32xf32.bin";
 
-fn root() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
-}
-
-fn cli(shm: &Path) -> StdCommand {
-    let mut c = StdCommand::cargo_bin("neuron-vfio").expect("binary");
-    c.current_dir(root()).env("NEURON_VFIO_SHM_DIR", shm).env_remove("NEURON_VFIO_COUNTERS");
-    c
-}
-
 fn shm_dir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("nv-mon-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("shm dir");
-    d
+    common::shm_dir("mon", tag)
 }
 
-/// A process executing the 2-NC model on sim:cayman for a long while; returns once its
-/// counters segment exists.
-struct Runner(Child);
-
-impl Runner {
-    fn start(shm: &Path) -> Self {
-        let child = cli(shm)
-            .args(["--device", "sim:cayman", "run", TWO, "--input", INPUT, "--repeat", "2000000"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn the runner");
-        let t0 = Instant::now();
-        while std::fs::read_dir(shm).map(|d| d.count()).unwrap_or(0) == 0 {
-            assert!(t0.elapsed() < Duration::from_secs(60), "the runner published no counters");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        // Let it load and start executing.
-        std::thread::sleep(Duration::from_millis(300));
-        Runner(child)
-    }
-}
-
-impl Drop for Runner {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+/// A process executing the 2-NC model on sim:cayman for a long while, once its counters
+/// segment exists and it has had time to load and start executing.
+fn runner(shm: &Path) -> Runner {
+    let published = |shm: &Path| std::fs::read_dir(shm).map(|d| d.count()).unwrap_or(0) > 0;
+    Runner::start(shm, "counters", published, Duration::from_millis(300))
 }
 
 #[test]
 fn monitor_json_sees_another_process_executing() {
     let shm = shm_dir("json");
-    let runner = Runner::start(&shm);
+    let runner = runner(&shm);
     let out = cli(&shm).args(["--json", "monitor", "--count", "2", "--period-ms", "400"]).output().expect("monitor");
     drop(runner);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -133,7 +98,7 @@ fn check_prometheus(text: &str) -> Vec<(String, String, f64)> {
 #[test]
 fn prometheus_metrics_parse_and_count_executions() {
     let shm = shm_dir("prom");
-    let runner = Runner::start(&shm);
+    let runner = runner(&shm);
     let mut mon = cli(&shm)
         .args(["monitor", "--count", "8", "--period-ms", "250", "--prometheus", "127.0.0.1:0"])
         .stdout(Stdio::null())
@@ -170,7 +135,7 @@ fn prometheus_metrics_parse_and_count_executions() {
 #[test]
 fn top_once_renders_a_row_per_nc() {
     let shm = shm_dir("top");
-    let runner = Runner::start(&shm);
+    let runner = runner(&shm);
     let out = cli(&shm).args(["--device", "sim:cayman", "top", "--once", "--period-ms", "300"]).output().expect("top");
     drop(runner);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

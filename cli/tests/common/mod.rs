@@ -140,3 +140,73 @@ impl FakeTree {
 pub fn exists(p: &Path) -> bool {
     p.exists()
 }
+
+/// The repository root (the CLI tests run the binary from there: examples/ paths).
+pub fn root() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+}
+
+/// The binary as a std command, run from the repository root with its shared-memory segments
+/// (counters, debug endpoints) in `shm` and both publications at their defaults.
+pub fn cli_in(shm: &Path) -> std::process::Command {
+    use assert_cmd::cargo::CommandCargoExt;
+    let mut c = std::process::Command::cargo_bin("neuron-vfio").expect("binary");
+    c.current_dir(root())
+        .env("NEURON_VFIO_SHM_DIR", shm)
+        .env_remove("NEURON_VFIO_COUNTERS")
+        .env_remove("NEURON_VFIO_DEBUG_ENDPOINT");
+    c
+}
+
+/// A fresh, empty directory for one test's shared-memory segments.
+pub fn shm_dir(prefix: &str, tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("nv-{prefix}-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("shm dir");
+    d
+}
+
+/// Another process executing the 2-NC example model on sim:cayman for a long while (killed on
+/// drop): started, then awaited until `ready(shm)` holds (what it publishes), then given
+/// `settle` to load and start executing.
+pub struct Runner(pub std::process::Child);
+
+impl Runner {
+    pub fn start(shm: &Path, what: &str, ready: impl Fn(&Path) -> bool, settle: std::time::Duration) -> Self {
+        use std::time::{Duration, Instant};
+        let child = cli_in(shm)
+            .args([
+                "--device",
+                "sim:cayman",
+                "run",
+                "examples/allreduce_2nc.neff",
+                "--input",
+                "input=examples/input_32xf32.bin",
+                "--repeat",
+                "2000000",
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn the runner");
+        let runner = Runner(child);
+        let t0 = Instant::now();
+        while !ready(shm) {
+            assert!(t0.elapsed() < Duration::from_secs(60), "the runner published no {what}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(settle);
+        runner
+    }
+
+    pub fn pid(&self) -> String {
+        self.0.id().to_string()
+    }
+}
+
+impl Drop for Runner {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

@@ -16,6 +16,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod common;
+
+use common::{find_qemu, which};
+
 use serde_json::Value;
 
 const TIMEOUT: Duration = Duration::from_secs(180);
@@ -30,21 +34,6 @@ fn unavailable(why: &str) {
         panic!("appliance QEMU test required (NEURON_VFIO_REQUIRE_QEMU=1) but unavailable: {why}; run scripts/qemu/setup.sh");
     }
     eprintln!("NOTICE: skipping the appliance QEMU test: {why} (run scripts/qemu/setup.sh; set NEURON_VFIO_REQUIRE_QEMU=1 to make this a failure)");
-}
-
-fn which(cmd: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH")?.to_str()?.split(':').map(|d| Path::new(d).join(cmd)).find(|p| p.is_file())
-}
-
-/// The QEMU to boot, as cli/tests/qemu.rs picks it.
-fn find_qemu(cache: &Path) -> Option<PathBuf> {
-    if let Some(q) = std::env::var_os("NEURON_VFIO_QEMU") {
-        return Some(PathBuf::from(q));
-    }
-    if cache.join("qemu-11/root/usr/bin/qemu-system-x86_64").is_file() {
-        return Some(repo().join("scripts/qemu/qemu-vfio-user"));
-    }
-    which("qemu-system-x86_64")
 }
 
 /// The appliance's JSON step lines from a serial log (a line may start after console noise).

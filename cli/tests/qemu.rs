@@ -46,6 +46,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod common;
+
+use common::{find_qemu, which};
+
 const TIMEOUT: Duration = Duration::from_secs(180);
 
 fn repo() -> PathBuf {
@@ -150,22 +154,6 @@ fn control(path: &Path, line: &str) -> std::io::Result<String> {
     let mut reply = String::new();
     std::io::BufReader::new(s).read_line(&mut reply)?;
     Ok(reply.trim_end().to_string())
-}
-
-fn which(cmd: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH")?.to_str()?.split(':').map(|d| Path::new(d).join(cmd)).find(|p| p.is_file())
-}
-
-/// The QEMU to boot: NEURON_VFIO_QEMU; else the QEMU 11 that setup.sh unpacked into
-/// CACHE/qemu-11/root, through its wrapper; else qemu-system-x86_64 from PATH.
-fn find_qemu(cache: &Path) -> Option<PathBuf> {
-    if let Some(q) = std::env::var_os("NEURON_VFIO_QEMU") {
-        return Some(PathBuf::from(q));
-    }
-    if cache.join("qemu-11/root/usr/bin/qemu-system-x86_64").is_file() {
-        return Some(repo().join("scripts/qemu/qemu-vfio-user"));
-    }
-    which("qemu-system-x86_64")
 }
 
 /// One line per guest check, `ok|FAIL|skip name[: detail]` (details cut to `width` characters).

@@ -210,3 +210,20 @@ impl Drop for Runner {
         let _ = self.0.wait();
     }
 }
+
+/// `cmd` on PATH.
+pub fn which(cmd: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?.to_str()?.split(':').map(|d| Path::new(d).join(cmd)).find(|p| p.is_file())
+}
+
+/// The QEMU to boot: NEURON_VFIO_QEMU; else the QEMU 11 that scripts/qemu/setup.sh unpacked
+/// into CACHE/qemu-11/root, through its wrapper; else qemu-system-x86_64 from PATH.
+pub fn find_qemu(cache: &Path) -> Option<PathBuf> {
+    if let Some(q) = std::env::var_os("NEURON_VFIO_QEMU") {
+        return Some(PathBuf::from(q));
+    }
+    if cache.join("qemu-11/root/usr/bin/qemu-system-x86_64").is_file() {
+        return Some(root().join("scripts/qemu/qemu-vfio-user"));
+    }
+    which("qemu-system-x86_64")
+}

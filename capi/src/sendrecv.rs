@@ -17,6 +17,17 @@
 //!   (dead peer, timeout `NEURON_RT_EXEC_TIMEOUT`) reports NRT_TIMEOUT for a timeout and
 //!   NRT_FAILURE otherwise. A completed request's handle is released by the `_test_request`
 //!   that reports it done.
+//! - Limits (our choice; libnrt does not publish its values): at most
+//!   [`MAX_COMMUNICATORS_PER_LNC`] communicators per LNC and [`MAX_PENDING_REQUESTS`] requests
+//!   per communicator that `_test_request` has not yet reported done; one more is NRT_RESOURCE.
+//!   `_get_max_num_communicators_per_lnc` / `_get_max_num_pending_request` report them.
+//! - `_flush(lnc)`: a receive is reported done only after its bytes were written into the
+//!   tensor (device memory) by the runtime's synchronous tensor write, so every receive tested
+//!   done before the flush has already fully arrived; flush checks the LNC and returns.
+//! - `_close(lnc)` with a communicator still connecting or a request still in flight is
+//!   NRT_FAILURE (the LNC's communicators are released all the same), and every later `_init`
+//!   of that LNC is NRT_FAILURE until `nrt_close` (as nrt_async_sendrecv.h specifies).
+//!   `nrt_close` ends every LNC still initialised.
 
 use std::ffi::{c_char, c_int};
 
@@ -42,10 +53,16 @@ pub struct nrt_async_sendrecv_request_t {
 pub const BOOTSTRAP_PORT_VAR: &str = "NEURON_RT_ASYNC_SENDRECV_BOOTSTRAP_PORT";
 /// Logical NeuronCores per host addressed by the API (`0..128`).
 pub const MAX_LNC: c_int = 128;
+/// Communicators per LNC (`nrt_async_sendrecv_get_max_num_communicators_per_lnc`).
+pub const MAX_COMMUNICATORS_PER_LNC: c_int = 32;
+/// Requests per communicator not yet reported done
+/// (`nrt_async_sendrecv_get_max_num_pending_request`).
+pub const MAX_PENDING_REQUESTS: c_int = 64;
 
 #[cfg(feature = "fabric")]
 mod imp {
     use std::collections::HashSet;
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::mpsc::{channel, Sender};
     use std::sync::{Arc, Mutex};
     use std::thread::JoinHandle;
@@ -60,6 +77,8 @@ mod imp {
     use crate::handles::Registry;
 
     pub(super) static LNCS: Mutex<Option<HashSet<c_int>>> = Mutex::new(None);
+    /// LNCs whose last `_close` failed: `_init` refuses them until `nrt_close`.
+    static FAILED_CLOSE: Mutex<Option<HashSet<c_int>>> = Mutex::new(None);
     pub(super) static COMMS: Registry<Arc<SrComm>> = Registry::new();
     pub(super) static REQS: Registry<Arc<SrReq>> = Registry::new();
 
@@ -77,6 +96,8 @@ mod imp {
         /// Peer rank in the two-rank pair (the receiver is rank 0).
         pub peer: usize,
         pub link: Mutex<Link>,
+        /// Requests of this communicator not yet reported done by `_test_request`.
+        pub pending: AtomicUsize,
     }
 
     pub(super) struct Job {
@@ -87,9 +108,26 @@ mod imp {
         pub req: Arc<SrReq>,
     }
 
-    #[derive(Default)]
     pub(super) struct SrReq {
         pub done: Mutex<Option<Result<usize, (NrtStatus, String)>>>,
+        pub comm: Arc<SrComm>,
+    }
+
+    impl SrReq {
+        /// A new request counted against `comm`'s pending limit (NRT_RESOURCE beyond it).
+        pub(super) fn new(comm: &Arc<SrComm>) -> Result<Arc<Self>, RtError> {
+            let max = MAX_PENDING_REQUESTS as usize;
+            comm.pending
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1))
+                .map_err(|_| err(NrtStatus::Resource, format!("{max} requests of this communicator are pending")))?;
+            Ok(Arc::new(Self { done: Mutex::new(None), comm: comm.clone() }))
+        }
+    }
+
+    impl Drop for SrReq {
+        fn drop(&mut self) {
+            self.comm.pending.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 
     fn status_of(e: &FabricError) -> NrtStatus {
@@ -111,14 +149,30 @@ mod imp {
         Ok(job.len)
     }
 
-    /// Starts the rendezvous of one side of a connection.
-    pub(super) fn open(peer_ip: &str, peer_lnc: c_int, lnc: c_int, send: bool) -> Result<Arc<SrComm>, RtError> {
+    /// Serialises opening communicators (the per-LNC count and the registration are one step).
+    static OPENING: Mutex<()> = Mutex::new(());
+
+    /// Starts the rendezvous of one side of a connection and registers its handle.
+    pub(super) fn open(
+        peer_ip: &str,
+        peer_lnc: c_int,
+        lnc: c_int,
+        send: bool,
+    ) -> Result<*mut nrt_async_sendrecv_comm_t, RtError> {
+        let _one = lock(&OPENING);
         let initialised = lock(&LNCS).as_ref().is_some_and(|s| s.contains(&lnc));
         if !initialised {
             return Err(err(NrtStatus::Failure, format!("lnc {lnc}: nrt_async_sendrecv_init was not called")));
         }
         if !(0..MAX_LNC).contains(&peer_lnc) {
             return Err(err(NrtStatus::Failure, format!("bad peer lnc {peer_lnc}")));
+        }
+        let open = COMMS.entries().iter().filter(|(_, c)| c.lnc == lnc).count();
+        if open >= MAX_COMMUNICATORS_PER_LNC as usize {
+            return Err(err(
+                NrtStatus::Resource,
+                format!("lnc {lnc} has {MAX_COMMUNICATORS_PER_LNC} communicators already"),
+            ));
         }
         let base = base_port()?;
         let (recv_lnc, send_lnc) = if send { (peer_lnc, lnc) } else { (lnc, peer_lnc) };
@@ -135,7 +189,12 @@ mod imp {
             .name(format!("nrt-sr-{lnc}-{peer_lnc}"))
             .spawn(move || fabric::ofi::join(&root, spec, timeout, CollConfig::default()))
             .map_err(|e| err(NrtStatus::Failure, format!("cannot start the rendezvous: {e}")))?;
-        Ok(Arc::new(SrComm { lnc, peer: usize::from(!send), link: Mutex::new(Link::Connecting(h)) }))
+        Ok(COMMS.insert(Arc::new(SrComm {
+            lnc,
+            peer: usize::from(!send),
+            link: Mutex::new(Link::Connecting(h)),
+            pending: AtomicUsize::new(0),
+        })))
     }
 
     /// Whether the connection is up (starting its worker when the rendezvous just finished).
@@ -195,6 +254,12 @@ mod imp {
 
     pub(super) fn init(lnc: c_int) -> Result<(), RtError> {
         base_port()?;
+        if lock(&FAILED_CLOSE).as_ref().is_some_and(|s| s.contains(&lnc)) {
+            return Err(err(
+                NrtStatus::Failure,
+                format!("lnc {lnc}: its last nrt_async_sendrecv_close failed (usable again after nrt_close)"),
+            ));
+        }
         let mut l = lock(&LNCS);
         if !l.get_or_insert_with(HashSet::new).insert(lnc) {
             return Err(err(NrtStatus::Failure, format!("lnc {lnc} is already initialised")));
@@ -202,19 +267,60 @@ mod imp {
         Ok(())
     }
 
+    /// Whether `c` is still connecting.
+    fn connecting(c: &SrComm) -> bool {
+        matches!(&*lock(&c.link), Link::Connecting(_))
+    }
+
     pub(super) fn close(lnc: c_int) -> Result<(), RtError> {
         if !lock(&LNCS).as_mut().is_some_and(|s| s.remove(&lnc)) {
             return Err(err(NrtStatus::Failure, format!("lnc {lnc} is not initialised")));
         }
+        let inflight = REQS.entries().iter().filter(|(_, r)| r.comm.lnc == lnc && lock(&r.done).is_none()).count();
         // Every communicator of the LNC: dropping the handle's sender ends its worker once its
         // queued transfers are done.
+        let mut unconnected = 0usize;
         for (p, c) in COMMS.entries() {
             if c.lnc == lnc {
+                unconnected += usize::from(connecting(&c));
                 COMMS.remove(p as *const nrt_async_sendrecv_comm_t);
             }
         }
+        if unconnected > 0 || inflight > 0 {
+            lock(&FAILED_CLOSE).get_or_insert_with(HashSet::new).insert(lnc);
+            return Err(err(
+                NrtStatus::Failure,
+                format!("lnc {lnc} closed with {unconnected} communicator(s) not connected and {inflight} request(s) in flight"),
+            ));
+        }
         Ok(())
     }
+
+    pub(super) fn flush(lnc: c_int) -> Result<(), RtError> {
+        if !lock(&LNCS).as_ref().is_some_and(|s| s.contains(&lnc)) {
+            return Err(err(NrtStatus::Failure, format!("lnc {lnc} is not initialised")));
+        }
+        Ok(())
+    }
+
+    /// `nrt_close`: every LNC ends, its communicators and requests are released, failed
+    /// closes are forgotten.
+    pub(super) fn close_all() {
+        *lock(&LNCS) = None;
+        *lock(&FAILED_CLOSE) = None;
+        for (p, _) in COMMS.entries() {
+            COMMS.remove(p as *const nrt_async_sendrecv_comm_t);
+        }
+        for (p, _) in REQS.entries() {
+            REQS.remove(p as *const nrt_async_sendrecv_request_t);
+        }
+    }
+}
+
+/// Ends every LNC's async sendrecv use (called by `nrt_close`).
+pub(crate) fn close_all() {
+    #[cfg(feature = "fabric")]
+    imp::close_all();
 }
 
 fn check_lnc(lnc: c_int) -> Result<(), runtime::RtError> {
@@ -255,6 +361,51 @@ pub extern "C" fn nrt_async_sendrecv_close(lnc: c_int) -> NRT_STATUS {
 }
 
 /// # Safety
+/// `num` NULL or writable.
+unsafe fn write_limit(func: &str, num: *mut c_int, v: c_int) -> NRT_STATUS {
+    entry(func, || {
+        if num.is_null() {
+            return Err(err(NrtStatus::Failure, "num must not be NULL"));
+        }
+        // SAFETY: checked non-null; writable per nrt_async_sendrecv.h.
+        unsafe { num.write(v) };
+        Ok(())
+    })
+}
+
+/// `nrt_async_sendrecv_get_max_num_communicators_per_lnc`.
+///
+/// # Safety
+/// `num` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn nrt_async_sendrecv_get_max_num_communicators_per_lnc(num: *mut c_int) -> NRT_STATUS {
+    // SAFETY: forwarded from this function's contract.
+    unsafe { write_limit("nrt_async_sendrecv_get_max_num_communicators_per_lnc", num, MAX_COMMUNICATORS_PER_LNC) }
+}
+
+/// `nrt_async_sendrecv_get_max_num_pending_request`.
+///
+/// # Safety
+/// `num` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn nrt_async_sendrecv_get_max_num_pending_request(num: *mut c_int) -> NRT_STATUS {
+    // SAFETY: forwarded from this function's contract.
+    unsafe { write_limit("nrt_async_sendrecv_get_max_num_pending_request", num, MAX_PENDING_REQUESTS) }
+}
+
+/// `nrt_async_sendrecv_flush`: every receive of `lnc` tested done has fully arrived in memory.
+#[no_mangle]
+pub extern "C" fn nrt_async_sendrecv_flush(lnc: c_int) -> NRT_STATUS {
+    entry("nrt_async_sendrecv_flush", || {
+        check_lnc(lnc)?;
+        #[cfg(feature = "fabric")]
+        return imp::flush(lnc);
+        #[cfg(not(feature = "fabric"))]
+        unsupported()
+    })
+}
+
+/// # Safety
 /// `peer_ip` NULL or NUL-terminated; `out` NULL or writable.
 unsafe fn open_entry(
     func: &str,
@@ -273,8 +424,7 @@ unsafe fn open_entry(
         let ip = unsafe { std::ffi::CStr::from_ptr(peer_ip) }.to_string_lossy().into_owned();
         #[cfg(feature = "fabric")]
         {
-            let c = imp::open(&ip, peer_lnc, lnc, send)?;
-            let h = imp::COMMS.insert(c);
+            let h = imp::open(&ip, peer_lnc, lnc, send)?;
             // SAFETY: checked non-null; writable per nrt_async_sendrecv.h.
             unsafe { out.write(h) };
             Ok(())
@@ -317,18 +467,18 @@ pub unsafe extern "C" fn nrt_async_sendrecv_accept(
     unsafe { open_entry("nrt_async_sendrecv_accept", peer_ip, peer_lnc, lnc, recv_comm, false) }
 }
 
-/// `nrt_async_sendrecv_test_comm`: `*connected` = whether the connection is established.
+/// `nrt_async_sendrecv_test_comm`: `*done` = whether the connection is established.
 ///
 /// # Safety
-/// `connected` NULL or writable.
+/// `done` NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn nrt_async_sendrecv_test_comm(
     comm: *mut nrt_async_sendrecv_comm_t,
-    connected: *mut bool,
+    done: *mut bool,
 ) -> NRT_STATUS {
     entry("nrt_async_sendrecv_test_comm", || {
-        if connected.is_null() {
-            return Err(err(NrtStatus::Failure, "connected must not be NULL"));
+        if done.is_null() {
+            return Err(err(NrtStatus::Failure, "done must not be NULL"));
         }
         #[cfg(feature = "fabric")]
         {
@@ -337,7 +487,7 @@ pub unsafe extern "C" fn nrt_async_sendrecv_test_comm(
                 .ok_or_else(|| err(NrtStatus::InvalidHandle, format!("{comm:p} is not a sendrecv communicator")))?;
             let up = imp::test(&c)?;
             // SAFETY: checked non-null; writable per nrt_async_sendrecv.h.
-            unsafe { connected.write(up) };
+            unsafe { done.write(up) };
             Ok(())
         }
         #[cfg(not(feature = "fabric"))]
@@ -374,7 +524,7 @@ unsafe fn transfer(
             if end.is_none() {
                 return Err(err(NrtStatus::Failure, format!("{length} bytes at {offset} exceed the tensor")));
             }
-            let req = std::sync::Arc::new(imp::SrReq::default());
+            let req = imp::SrReq::new(&c)?;
             imp::submit(&c, imp::Job { send, tensor: t, offset: offset as u64, len: length, req: req.clone() })?;
             let h = imp::REQS.insert(req);
             // SAFETY: checked non-null; writable per nrt_async_sendrecv.h.

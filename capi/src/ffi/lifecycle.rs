@@ -39,6 +39,7 @@ pub extern "C" fn nrt_close() {
             return;
         }
         crate::async_api::close();
+        crate::sendrecv::close_all();
         if let Err(e) = rt().close() {
             log_error("nrt_close", &e);
         }

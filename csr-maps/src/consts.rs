@@ -317,6 +317,9 @@ pub mod seq {
         pub const NAN_RESULT: u16 = 0x0001;
         /// Records whose id carries no mask (sequencer, semaphore, …).
         pub const NONE: u16 = 0;
+        /// ECC records (`formats::notify::ntype::ECC`): set for an uncorrectable error, clear
+        /// for a corrected one.
+        pub const ECC_UNCORRECTABLE: u16 = 0x0001;
     }
 }
 

@@ -884,8 +884,13 @@ impl ExecTracker {
                 }
             }
         }
-        if c.contains(FatalCauses::NC_UE) {
-            tracing::error!("(FATAL-RT-UNDEFINED-STATE) Uncorrectable memory error is detected");
+        // 1202 is the error ring's verdict (the ECC record, consumed in the sweep); the NC-UE
+        // interrupt line only ends the wait. A line with no record (the record lost, e.g. to an
+        // overflowing error ring) still reports 1202.
+        if c.contains(FatalCauses::NC_UE) && !n.errors.nc_ue {
+            tracing::error!(
+                "(FATAL-RT-UNDEFINED-STATE) Uncorrectable memory error is detected (interrupt, no error record)"
+            );
             n.ret = worse(n.ret, NrtStatus::ExecHwErrNcUe);
         }
         if c.contains(FatalCauses::NET_PROXY) {

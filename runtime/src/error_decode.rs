@@ -14,6 +14,13 @@
 //! Subtype → status: NUMERICAL → 1003; TRANSIENT, MEMORY_ERROR, SW_FAKE, SW_SEMAPHORE,
 //! SW_EVENT, SW_PSUM_COLLISION, SW_SEQUENCER → 1004; NONE → no status.
 //!
+//! The error ring also carries NeuronCore memory ECC records (libnrt's consume stage: a
+//! corrected error is logged, an uncorrectable one is NRT_EXEC_HW_ERR_NC_UE, 1202, with the
+//! "Uncorrectable memory error … metadata" message). They are told apart by their notific
+//! type (`ntype::ECC`, an encoding the public sources do not give: modeled, docs/records.md
+//! §1) and never go through the subtype table. 1202 is fatal: once seen, later subtype records
+//! of the block no longer change its status.
+//!
 //! Within one NC's error block libnrt de-duplicates by subtype (`already_logged[]`) and each
 //! first occurrence *assigns* the block status, so the last newly-seen subtype decides the
 //! block's status ([`ErrorBlock`]). The block status is then merged into the NC's result by
@@ -44,12 +51,17 @@ pub const INFER_ERROR_SUBTYPE_MAX: usize = 9;
 /// SUNDA `error_id → subtype` table (ids 0..=11).
 pub const SUNDA_ERROR_SUBTYPES: [u8; 12] = [0, 1, 0, 0, 3, 4, 5, 6, 7, 2, 8, 0];
 
+/// The mask bit of an ECC record that makes it uncorrectable (modeled, csr-maps).
+pub use csr_maps::consts::seq::error_mask::ECC_UNCORRECTABLE;
 /// Mask bits of a MEMORY_ERROR record that make it a memory error rather than transient
 /// (defined with the record format in csr-maps).
 pub use csr_maps::formats::error::MEMORY_ERROR_MASK;
 /// Mask bits always ignored when deciding whether an FP_NAN record is numerical (defined with
 /// the record format in csr-maps).
 pub use csr_maps::formats::error::NAN_IGNORED_MASK;
+/// The notific type of an NC memory ECC record (modeled, defined with the record types in
+/// csr-maps).
+pub use csr_maps::formats::notify::ntype::ECC as ECC_RECORD;
 
 impl InferErrorSubtype {
     /// From the numeric value (0..=8).
@@ -122,6 +134,10 @@ pub struct ErrorBlock {
     pub status: Option<NrtStatus>,
     /// Records consumed.
     pub records: u64,
+    /// An uncorrectable NC memory ECC record was seen (status 1202).
+    pub nc_ue: bool,
+    /// Corrected NC memory ECC records seen (logged only).
+    pub ecc_corrected: u64,
 }
 
 impl ErrorBlock {
@@ -132,12 +148,28 @@ impl ErrorBlock {
     /// Consume one record.
     pub fn consume(&mut self, rec: &TpbErrorRecord, arch: &Arch, cfg: &ErrorDecodeConfig) -> InferErrorSubtype {
         self.records += 1;
+        if crate::records::header(rec.header).ntype == ECC_RECORD {
+            if rec.metadata_lo & ECC_UNCORRECTABLE == 0 {
+                self.ecc_corrected += 1;
+                tracing::warn!(metadata = rec.metadata_hi, "Correctable memory error is detected");
+            } else if !self.nc_ue {
+                self.nc_ue = true;
+                self.status = Some(NrtStatus::ExecHwErrNcUe);
+                tracing::error!(
+                    "(FATAL-RT-UNDEFINED-STATE) Uncorrectable memory error is detected, metadata: {:#x}",
+                    rec.metadata_hi
+                );
+            }
+            return InferErrorSubtype::None;
+        }
         let sub = infer_error_subtype(rec, arch, cfg);
         if sub == InferErrorSubtype::None || self.flags[sub.index()] {
             return sub;
         }
         self.flags[sub.index()] = true;
-        self.status = sub.status();
+        if !self.nc_ue {
+            self.status = sub.status();
+        }
         tracing::warn!(error_id = rec.error_id, subtype = ?sub, metadata = rec.metadata_lo, "TPB error notification");
         sub
     }
@@ -188,5 +220,24 @@ mod tests {
         assert_eq!(b.status, Some(NrtStatus::ExecCompletedWithNumErr));
         assert!(b.seen(InferErrorSubtype::Transient) && b.seen(InferErrorSubtype::Numerical));
         assert_eq!(b.records, 3);
+    }
+
+    #[test]
+    fn ecc_records_take_their_own_lane() {
+        let c = ErrorDecodeConfig::default();
+        let ecc =
+            |mask| TpbErrorRecord { error_id: 1, metadata_lo: mask, header: 0x80 | ECC_RECORD, ..Default::default() };
+        let mut b = ErrorBlock::new();
+        // A corrected error is only counted, whatever its error id byte says.
+        assert_eq!(b.consume(&ecc(0), &csr_maps::SUNDA, &c), InferErrorSubtype::None);
+        assert_eq!((b.status, b.ecc_corrected, b.nc_ue), (None, 1, false));
+        b.consume(&rec(1, 1), &csr_maps::SUNDA, &c);
+        assert_eq!(b.status, Some(NrtStatus::ExecCompletedWithNumErr));
+        b.consume(&ecc(ECC_UNCORRECTABLE), &csr_maps::SUNDA, &c);
+        assert_eq!(b.status, Some(NrtStatus::ExecHwErrNcUe));
+        // A later new subtype does not downgrade the fatal 1202.
+        b.consume(&rec(9, 0), &csr_maps::SUNDA, &c);
+        assert_eq!(b.status, Some(NrtStatus::ExecHwErrNcUe));
+        assert!(b.nc_ue && b.seen(InferErrorSubtype::Transient));
     }
 }

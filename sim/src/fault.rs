@@ -194,12 +194,15 @@ pub(crate) fn arm(dev: &Dev, st: &mut State, f: FaultSpec) {
     }
 }
 
-/// An uncorrectable SRAM error in NC `nc` while its engine executes: misc RAM
-/// `sram_ecc.uncorrected` counts it and NC INTC `nc_ue` is raised (placement modeled).
-pub(crate) fn nc_ue(dev: &Dev, st: &mut State, nc: usize) {
+/// An uncorrectable SRAM error in NC `nc` while engine `e` executes the slot at `pc`: misc
+/// RAM `sram_ecc.uncorrected` counts it, the NC's error ring gets the uncorrectable ECC record
+/// (libnrt derives NRT_EXEC_HW_ERR_NC_UE from it; encoding modeled) and NC INTC `nc_ue` is
+/// raised (placement modeled) so the host stops waiting for the engines.
+pub(crate) fn nc_ue(dev: &Dev, st: &mut State, nc: usize, e: usize, pc: u32) {
     let m = dev.misc_ram();
     let v = csr_maps::blocks::misc_ram::SramEcc(dev.reg_value(st, m.sram_ecc().offset()));
     st.regs.insert(m.sram_ecc().offset(), v.with_uncorrected(v.uncorrected().saturating_add(1)).0);
+    crate::seq::post_ecc_uncorrectable(dev, st, nc, e, pc);
     dev.intc(st, nc, Line::NcUe);
 }
 

@@ -178,12 +178,24 @@ fn flood(dev: &Dev, st: &mut State, nc: usize, e: usize, pc: u32) {
 /// its block id (modeled), the slot's program counter and `info`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn post_error(dev: &Dev, st: &mut State, nc: usize, e: usize, id: ErrorId, mask: u16, pc: u32, info: u8) {
+    post_error_record(dev, st, nc, e, (ntype::ERROR, id.to_u8(), mask), pc, info);
+}
+
+/// Post an uncorrectable NC memory ECC record (`ntype::ECC`, modeled; docs/records.md §1)
+/// for engine `e` at `pc` on the NC's error ring.
+pub(crate) fn post_ecc_uncorrectable(dev: &Dev, st: &mut State, nc: usize, e: usize, pc: u32) {
+    post_error_record(dev, st, nc, e, (ntype::ECC, 0, error_mask::ECC_UNCORRECTABLE), pc, code::INJECTED);
+}
+
+/// Post an error-ring record of notific type `kind.0`, error id `kind.1` and mask `kind.2`.
+fn post_error_record(dev: &Dev, st: &mut State, nc: usize, e: usize, kind: (u8, u8, u16), pc: u32, info: u8) {
     let Some(s) = dev.seq(nc) else { return };
     let slot = dev.reg_value(st, s.err_nq_slot().offset()) as u64;
+    let (ty, error_id, mask) = kind;
     let rec = TpbErrorRecord {
-        error_id: id.to_u8(),
+        error_id,
         metadata_lo: mask,
-        header: ntype::ERROR,
+        header: ty,
         metadata_hi: TpbErrorRecord::seq_metadata(e as u8, (pc & 0xFFF) as u16, info),
         timestamp: timestamp(dev, st, nc),
     };
@@ -343,7 +355,7 @@ fn step(dev: &Dev, st: &mut State, nc: usize, e: usize, out: &mut Vec<Delivery>)
                 post_infer(dev, st, nc, e, (ntype::EXPLICIT, Subtype::Custom, custom::OOB_INDIRECT_SCATTER, s.pc));
             }
             FaultKind::NqOverflow => flood(dev, st, nc, e, s.pc),
-            FaultKind::NcUe => crate::fault::nc_ue(dev, st, nc),
+            FaultKind::NcUe => crate::fault::nc_ue(dev, st, nc, e, s.pc),
             _ => {}
         }
     }

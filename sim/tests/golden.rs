@@ -88,6 +88,21 @@ fn fp_nan_every_engine_mask_and_block() {
     }
 }
 
+/// `nc-ue@nc0:act` on the first slot: the uncorrectable ECC record `error.ecc.uncorrectable.act`
+/// on the error ring (besides the NC-UE interrupt line).
+#[test]
+fn nc_ue_ecc_record() {
+    let t = T::new(&SUNDA);
+    let err = t.err_ring(0, 16);
+    let _ring = t.infer_ring(0, 1, 16);
+    t.load_program(0, 1, nc_area(&t, 0, 0x20_0000), &[nop(0, Events::NONE)], false);
+    t.dev.inject("nc-ue@nc0:act".parse::<FaultSpec>().unwrap());
+    t.start(0, 1, false);
+    let b = raw(&err, 0);
+    assert_eq!(b[..8], golden_error("error.ecc.uncorrectable.act").bytes[..8], "{b:02X?}");
+    assert!(ts(&b) > 0);
+}
+
 /// A garbage slot on POOL (events byte 0xA5: no such wait mode): SEQUENCER_FATAL, block 2,
 /// info WAIT_MODE (0x04).
 #[test]

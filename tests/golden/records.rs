@@ -108,6 +108,35 @@ pub const GOLDEN_ERRORS: &[GoldenError] = &[
         timestamp: 0,
         status: 1004,
     },
+    // NC memory ECC record (notific type 0x01, modeled), uncorrectable (mask bit 0), from ACT
+    // (engine 1) at pc 0, injected: 1202 whatever the error id byte.
+    GoldenError {
+        name: "error.ecc.uncorrectable.act",
+        bytes: [0x00, 0x01, 0x00, 0x81, 0x01, 0x00, 0x10, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00],
+        error_id: 0,
+        mask: 0x0001,
+        ntype: 0x01,
+        phase: true,
+        block_id: 1,
+        pc: 0,
+        info: 0x10,
+        timestamp: 0x100,
+        status: 1202,
+    },
+    // NC memory ECC record, corrected (mask bit 0 clear), error id byte 1 (ignored): no status.
+    GoldenError {
+        name: "error.ecc.corrected",
+        bytes: [0x01, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00],
+        error_id: 1,
+        mask: 0,
+        ntype: 0x01,
+        phase: false,
+        block_id: 0,
+        pc: 0,
+        info: 0,
+        timestamp: 0,
+        status: 0,
+    },
 ];
 
 pub const GOLDEN_INFERS: &[GoldenInfer] = &[

@@ -18,6 +18,13 @@ const PHASE_BIT: u8 = 1 << 7;
 
 /// ISA notific_type values (docs/facts/libnrt.md §5.3).
 pub mod ntype {
+    /// NeuronCore memory (SRAM) ECC record on the error ring: libnrt's error consumer has an
+    /// ECC lane next to the TPB-error and sequencer-metadata lanes (correctable → logged,
+    /// uncorrectable → NRT_EXEC_HW_ERR_NC_UE, docs/facts/libnrt.md §5.5), but the public
+    /// sources do not give its encoding: this notific_type (unused by the documented types)
+    /// is **modeled**; the record's layout is the TPB error record's, with
+    /// `consts::seq::error_mask::ECC_UNCORRECTABLE` in its mask (docs/records.md §1).
+    pub const ECC: u8 = 0x01;
     /// DMA notification.
     pub const DMA: u8 = 0x02;
     /// Error.
@@ -77,6 +84,7 @@ pub mod ntype {
             return (ENGINES.get(usize::from((tag - ENGINE_BASE) / per)).copied(), kind);
         }
         let kind = match tag {
+            ECC => "ecc",
             DMA => "dma",
             ERROR => "error",
             TPB_AXI_EVT_SEM => "tpb_axi_evt_sem",

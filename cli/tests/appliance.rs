@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{find_qemu, which};
+use common::{find_qemu, wait_or_kill, wait_serving, which};
 
 use serde_json::Value;
 
@@ -168,14 +168,7 @@ fn the_appliance_boots_binds_lists_and_runs_its_models() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("start neuron-vfio sim-serve");
-    let served = Instant::now();
-    while !sock.exists() {
-        if let Some(st) = server.try_wait().unwrap() {
-            panic!("sim-serve exited ({st}) before serving");
-        }
-        assert!(served.elapsed() < Duration::from_secs(30), "sim-serve did not create its socket in 30 s");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_serving(&mut server, "sim-serve", || sock.exists());
     let vdev = Command::new("sh")
         .arg(repo().join("scripts/qemu/vdev-args.sh"))
         .args(["-m", "512"])
@@ -208,29 +201,10 @@ fn the_appliance_boots_binds_lists_and_runs_its_models() {
         let _ = out.read_to_end(&mut buf);
         String::from_utf8_lossy(&buf).into_owned()
     });
-    let deadline = Instant::now() + TIMEOUT;
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break Some(st);
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = wait_or_kill(&mut child, Instant::now() + TIMEOUT, Duration::from_millis(50));
     let wall = started.elapsed();
     let log = reader.join().unwrap_or_default();
-    let server_deadline = Instant::now() + Duration::from_secs(10);
-    while server.try_wait().unwrap().is_none() {
-        if Instant::now() > server_deadline {
-            let _ = server.kill();
-            let _ = server.wait();
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_or_kill(&mut server, Instant::now() + Duration::from_secs(10), Duration::from_millis(50));
     let mut err = String::new();
     if let Some(mut e) = child.stderr.take() {
         let _ = e.read_to_string(&mut err);

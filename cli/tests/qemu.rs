@@ -48,7 +48,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{find_qemu, which};
+use common::{find_qemu, wait_or_kill, wait_serving, which};
 
 const TIMEOUT: Duration = Duration::from_secs(180);
 
@@ -285,16 +285,7 @@ fn vfio_and_the_virtual_neuron_device_in_qemu() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("start neuron-vfio sim-serve");
-    let served = Instant::now();
-    while !(vdev_sock.exists() && vdev_ctl.exists()) {
-        if let Some(st) = server.try_wait().unwrap() {
-            let mut e = String::new();
-            let _ = server.stderr.take().map(|mut s| s.read_to_string(&mut e));
-            panic!("sim-serve exited ({st}) before serving: {e}");
-        }
-        assert!(served.elapsed() < Duration::from_secs(30), "sim-serve did not create its sockets in 30 s");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_serving(&mut server, "sim-serve", || vdev_sock.exists() && vdev_ctl.exists());
     let vdev_args = Command::new("sh")
         .arg(repo().join("scripts/qemu/vdev-args.sh"))
         .args(["-m", "1024", "-n"])
@@ -390,32 +381,10 @@ fn vfio_and_the_virtual_neuron_device_in_qemu() {
         }
         (String::from_utf8_lossy(&buf).into_owned(), injected)
     });
-    let deadline = Instant::now() + TIMEOUT;
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break Some(st);
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let status = wait_or_kill(&mut child, Instant::now() + TIMEOUT, Duration::from_millis(100));
     let (raw, injected) = reader.join().unwrap_or_default();
     // sim-serve ends when QEMU disconnects.
-    let server_deadline = Instant::now() + Duration::from_secs(10);
-    let server_status = loop {
-        if let Some(st) = server.try_wait().unwrap() {
-            break Some(st);
-        }
-        if Instant::now() > server_deadline {
-            let _ = server.kill();
-            let _ = server.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let server_status = wait_or_kill(&mut server, Instant::now() + Duration::from_secs(10), Duration::from_millis(50));
     let mut server_err = String::new();
     if let Some(mut e) = server.stderr.take() {
         let _ = e.read_to_string(&mut server_err);

@@ -227,3 +227,39 @@ pub fn find_qemu(cache: &Path) -> Option<PathBuf> {
     }
     which("qemu-system-x86_64")
 }
+
+/// Waits for `child` until `deadline`, polling every `poll`; past the deadline it is killed
+/// and reaped and the result is `None`.
+pub fn wait_or_kill(
+    child: &mut std::process::Child,
+    deadline: std::time::Instant,
+    poll: std::time::Duration,
+) -> Option<std::process::ExitStatus> {
+    loop {
+        match child.try_wait() {
+            Ok(Some(st)) => return Some(st),
+            Ok(None) if std::time::Instant::now() <= deadline => std::thread::sleep(poll),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+        }
+    }
+}
+
+/// Waits until `ready()` holds for a server `child` just started: panics with its stderr if it
+/// exits first, or if `ready` does not hold within 30 s.
+pub fn wait_serving(child: &mut std::process::Child, what: &str, ready: impl Fn() -> bool) {
+    use std::io::Read;
+    let started = std::time::Instant::now();
+    while !ready() {
+        if let Ok(Some(st)) = child.try_wait() {
+            let mut e = String::new();
+            let _ = child.stderr.take().map(|mut s| s.read_to_string(&mut e));
+            panic!("{what} exited ({st}) before serving: {e}");
+        }
+        assert!(started.elapsed() < std::time::Duration::from_secs(30), "{what} was not serving after 30 s");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

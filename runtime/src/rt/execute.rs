@@ -29,7 +29,7 @@ impl Runtime {
         let t0 = Instant::now();
         // Executions on an NC are serialized in arrival order (its lane); the model armed on
         // the NC is switched if needed.
-        let held = Held::acquire(&m.lanes, &m.ncs);
+        let held = Held::acquire_ref(&m.lanes, &m.ncs);
         if !m.lanes.all_active(&held.t, |a| a.id == m.id) {
             super::ncs::switch_in(m)?;
         }

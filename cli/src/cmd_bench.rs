@@ -415,11 +415,16 @@ pub struct ScaleBenchArgs {
     /// Thread counts to drive executes from (default 1, 2 and every core beyond).
     #[arg(long, value_delimiter = ',')]
     pub threads: Vec<usize>,
+    /// Give the threads the models round-robin (NC 0 to thread 0, NC 1 to thread 1, …), so
+    /// threads share every simulated device, instead of contiguous blocks of NCs (whole
+    /// devices when the thread count divides the device count).
+    #[arg(long)]
+    pub interleave: bool,
 }
 
 /// `bench scale`: `--devices` simulated devices (inline device work), one model per NC, and
 /// synchronous executes driven from 1, 2, … threads, each thread owning an equal share of the
-/// models (round-robin). Reports init time, executes/s per thread count, the 2-thread scaling
+/// models (a contiguous block of NCs, or round-robin with `--interleave`). Reports init time, executes/s per thread count, the 2-thread scaling
 /// and the runtime's lock contentions during each run.
 #[cfg(feature = "sim")]
 pub fn scale_bench(a: ScaleBenchArgs, json_out: bool) -> Result<(), CliError> {
@@ -475,9 +480,13 @@ pub fn scale_bench(a: ScaleBenchArgs, json_out: bool) -> Result<(), CliError> {
         let done: u64 = std::thread::scope(|s| {
             let hs: Vec<_> = (0..n)
                 .map(|t| {
-                    let (rt, work, failed) = (&rt, &work, &failed);
+                    let (rt, work, failed, interleave) = (&rt, &work, &failed, a.interleave);
                     s.spawn(move || {
-                        let mine: Vec<_> = work.iter().skip(t).step_by(n).collect();
+                        let mine: Vec<_> = if interleave {
+                            work.iter().skip(t).step_by(n).collect()
+                        } else {
+                            work[work.len() * t / n..work.len() * (t + 1) / n].iter().collect()
+                        };
                         let mut k = 0u64;
                         while start.elapsed() < dur {
                             for (m, i, o) in &mine {
@@ -518,12 +527,13 @@ pub fn scale_bench(a: ScaleBenchArgs, json_out: bool) -> Result<(), CliError> {
             "{}",
             json!({"bench": "scale", "arch": arch.name, "devices": a.devices, "ncs": ncs, "models": work.len(),
                 "init_s": init_s, "load_all_s": load_s, "cores": cores, "runs": rows, "scaling": scaling,
+                "assignment": if a.interleave { "interleaved" } else { "blocks" },
                 "loadavg": loadavg})
         );
     } else {
         println!(
-            "bench scale: {} × {} ({ncs} NCs, one model per NC), init {init_s:.3} s, {} loads in {load_s:.3} s, {cores} cores, load average {loadavg:?}",
-            a.devices, arch.name, work.len()
+            "bench scale: {} × {} ({ncs} NCs, one model per NC, {} per thread), init {init_s:.3} s, {} loads in {load_s:.3} s, {cores} cores, load average {loadavg:?}",
+            a.devices, arch.name, if a.interleave { "NCs interleaved" } else { "a block of NCs" }, work.len()
         );
         for r in &rows {
             println!(

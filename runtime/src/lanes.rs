@@ -130,6 +130,13 @@ impl<A> Lane<A> {
     }
 }
 
+/// What [`Lanes::take`] saw: every ticket served at once, and every armed model `is_mine`.
+#[derive(Default)]
+struct Served {
+    all: bool,
+    mine: bool,
+}
+
 /// The execution lanes of every NC of a runtime.
 pub struct Lanes<A> {
     lanes: Vec<Lane<A>>,
@@ -161,6 +168,31 @@ impl<A: Clone> Lanes<A> {
     /// Take one ticket on each of `ncs` (unknown NCs are ignored, duplicates count once): the
     /// lanes are locked in ascending NC order and all stay locked until every ticket is taken.
     pub fn enqueue(&self, ncs: &[usize]) -> Tickets {
+        let mut t = self.tickets(ncs);
+        let mut served = Served::default();
+        self.take(t.held_mut(), &|_: &A| false, &mut served);
+        t
+    }
+
+    /// [`Lanes::enqueue`], [`Lanes::wait`] and [`Lanes::all_active`] in one: the tickets and
+    /// whether `is_mine` holds for the model armed on every lane. A lane that serves the
+    /// ticket at once is checked under the lock the ticket was taken with (nobody but the
+    /// served request changes what is armed), so an uncontended request locks each lane once
+    /// here and once to give the ticket back.
+    pub fn acquire(&self, ncs: &[usize], is_mine: impl Fn(&A) -> bool) -> (Tickets, bool) {
+        let mut t = self.tickets(ncs);
+        let mut served = Served { all: true, mine: true };
+        self.take(t.held_mut(), &is_mine, &mut served);
+        if served.all {
+            return (t, served.mine);
+        }
+        self.wait(&t);
+        let mine = self.all_active(&t, is_mine);
+        (t, mine)
+    }
+
+    /// One unfilled ticket per known, distinct NC of `ncs`, in ascending NC order.
+    fn tickets(&self, ncs: &[usize]) -> Tickets {
         let mut t = Tickets::default();
         for &nc in ncs {
             if nc < self.lanes.len() && !t.held().iter().any(|&(n, _)| n == nc) {
@@ -168,18 +200,25 @@ impl<A: Clone> Lanes<A> {
             }
         }
         t.held_mut().sort_unstable();
-        self.take(t.held_mut());
         t
     }
 
-    /// Lock the first lane of `held`, take its ticket, recurse into the rest, then unlock
-    /// (the guards live on the stack: no allocation).
-    fn take(&self, held: &mut [(usize, u64)]) {
+    /// Lock the first lane of `held`, take its ticket (noting in `served` whether the lane
+    /// serves it at once and, if so, whether `is_mine` holds for its armed model), recurse
+    /// into the rest, then unlock (the guards live on the stack: no allocation).
+    fn take<F: Fn(&A) -> bool>(&self, held: &mut [(usize, u64)], is_mine: &F, served: &mut Served) {
         let Some(((nc, tk), rest)) = held.split_first_mut() else { return };
         let mut g = self.lanes[*nc].lock();
         *tk = g.next;
         g.next += 1;
-        self.take(rest);
+        if served.all {
+            if g.serving == *tk {
+                served.mine &= g.active.as_ref().is_some_and(is_mine);
+            } else {
+                served.all = false;
+            }
+        }
+        self.take(rest, is_mine, served);
         drop(g);
     }
 

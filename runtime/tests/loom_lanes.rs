@@ -8,6 +8,7 @@
 //! - No deadlock: requests taking tickets on several NCs (in either order) all complete,
 //!   with a single-NC request queued on one of the shared lanes at the same time.
 //! - One order: two multi-NC requests sharing lanes are served in the same order on each.
+//! - The fused acquire ([`Lanes::acquire`]) tells truly whether the model is armed on its lanes.
 //! - The XU hand-off: a request queued without blocking (the XU worker polls `ready`) and
 //!   one given back before its turn (a cancelled ticket) never stall the lane.
 
@@ -61,12 +62,24 @@ impl Inside {
     }
 }
 
-/// Run `ncs` as a blocking request (a synchronous execute): its place on each NC.
-fn request(lanes: &Lanes<u64>, inside: &Inside, ncs: &[usize]) -> [usize; 2] {
-    let mut t = lanes.enqueue(ncs);
-    lanes.wait(&t);
+/// Run `ncs` as a blocking request (a synchronous execute) of model `id`, which arms itself
+/// on its NCs: its place on each NC. `fused`: through [`Lanes::acquire`] (whose "already armed"
+/// answer must match what the lanes hold once served), else `enqueue` + `wait`.
+fn request(lanes: &Lanes<u64>, inside: &Inside, ncs: &[usize], id: u64, fused: bool) -> [usize; 2] {
+    let (mut t, mine) = if fused {
+        lanes.acquire(ncs, |&a| a == id)
+    } else {
+        let t = lanes.enqueue(ncs);
+        lanes.wait(&t);
+        let mine = lanes.all_active(&t, |&a| a == id);
+        (t, mine)
+    };
     assert!(lanes.ready(&t));
     let place = inside.enter(ncs);
+    assert_eq!(mine, ncs.iter().all(|&nc| lanes.active(nc) == Some(id)), "stale armed-model answer");
+    for &nc in ncs {
+        lanes.set_active(nc, Some(id));
+    }
     inside.leave(ncs);
     lanes.release(&mut t);
     place
@@ -80,9 +93,10 @@ fn overlapping_requests_are_exclusive_and_never_deadlock() {
         let reqs: [&'static [usize]; 2] = [&[0, 1], &[1, 0]];
         let hs: Vec<_> = reqs
             .into_iter()
-            .map(|ncs| {
+            .enumerate()
+            .map(|(i, ncs)| {
                 let (lanes, inside) = (lanes.clone(), inside.clone());
-                thread::spawn(move || request(&lanes, &inside, ncs))
+                thread::spawn(move || request(&lanes, &inside, ncs, i as u64, false))
             })
             .collect();
         for h in hs {
@@ -99,12 +113,15 @@ fn two_multi_nc_requests_and_a_single_nc_one_share_one_order() {
     model(|| {
         let lanes = Arc::new(Lanes::<u64>::new(2));
         let inside = Arc::new(Inside::new());
-        let reqs: [&'static [usize]; 3] = [&[1, 0], &[0, 1], &[1]];
+        // Model 1 is armed on both NCs to begin with; the single-NC request is model 1 too.
+        lanes.set_active(0, Some(1));
+        lanes.set_active(1, Some(1));
+        let reqs: [(&'static [usize], u64, bool); 3] = [(&[1, 0], 0, false), (&[0, 1], 1, true), (&[1], 1, true)];
         let hs: Vec<_> = reqs
             .into_iter()
-            .map(|ncs| {
+            .map(|(ncs, id, fused)| {
                 let (lanes, inside) = (lanes.clone(), inside.clone());
-                thread::spawn(move || request(&lanes, &inside, ncs))
+                thread::spawn(move || request(&lanes, &inside, ncs, id, fused))
             })
             .collect();
         let places: Vec<[usize; 2]> = hs.into_iter().map(|h| h.join().unwrap()).collect();

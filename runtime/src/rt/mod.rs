@@ -173,11 +173,11 @@ impl Held {
 }
 
 impl<'a> Held<&'a NcLanes> {
-    /// Queue on `ncs` and wait for the turn, borrowing the lanes.
-    pub(crate) fn acquire_ref(lanes: &'a NcLanes, ncs: &[usize]) -> Self {
-        let h = Self { lanes, t: lanes.enqueue(ncs) };
-        h.lanes.wait(&h.t);
-        h
+    /// Queue on `ncs` and wait for the turn, borrowing the lanes; with whether model `id` is
+    /// the one armed on every NC ([`crate::lanes::Lanes::acquire`]).
+    pub(crate) fn acquire_ref(lanes: &'a NcLanes, ncs: &[usize], id: u64) -> (Self, bool) {
+        let (t, mine) = lanes.acquire(ncs, |a| a.id == id);
+        (Self { lanes, t }, mine)
     }
 }
 

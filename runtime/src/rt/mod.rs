@@ -228,8 +228,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     }
 }
 
-/// Times any of the runtime's mutexes (runtime state, models, per-model locks) and the NC
-/// lanes' lock was found held by another thread, process-wide: a contention count for
+/// Times any of the runtime's mutexes (runtime state, models, per-model locks) or an NC
+/// lane's lock was found held by another thread, process-wide: a contention count for
 /// benchmarks (a shared lock on the hot path shows here as executes from several threads).
 pub fn lock_contentions() -> u64 {
     CONTENDED.load(Ordering::Relaxed) + crate::lanes::contentions()

@@ -415,11 +415,16 @@ pub struct ScaleBenchArgs {
     /// Thread counts to drive executes from (default 1, 2 and every core beyond).
     #[arg(long, value_delimiter = ',')]
     pub threads: Vec<usize>,
+    /// Give the threads the models round-robin (NC 0 to thread 0, NC 1 to thread 1, …), so
+    /// threads share every simulated device, instead of contiguous blocks of NCs (whole
+    /// devices when the thread count divides the device count).
+    #[arg(long)]
+    pub interleave: bool,
 }
 
 /// `bench scale`: `--devices` simulated devices (inline device work), one model per NC, and
 /// synchronous executes driven from 1, 2, … threads, each thread owning an equal share of the
-/// models (round-robin). Reports init time, executes/s per thread count, the 2-thread scaling
+/// models (a contiguous block of NCs, or round-robin with `--interleave`). Reports init time, executes/s per thread count, the 2-thread scaling
 /// and the runtime's lock contentions during each run.
 #[cfg(feature = "sim")]
 pub fn scale_bench(a: ScaleBenchArgs, json_out: bool) -> Result<(), CliError> {
@@ -463,6 +468,7 @@ pub fn scale_bench(a: ScaleBenchArgs, json_out: bool) -> Result<(), CliError> {
     let dur = Duration::from_secs_f64(a.seconds.max(0.1));
     let mut rows = Vec::new();
     let mut rate_of = std::collections::BTreeMap::new();
+    let mut per_cpu_of = std::collections::BTreeMap::new();
     for &n in &counts {
         let n = n.clamp(1, ncs);
         // Warm up every model once.
@@ -472,13 +478,18 @@ pub fn scale_bench(a: ScaleBenchArgs, json_out: bool) -> Result<(), CliError> {
         let c0 = runtime::rt::lock_contentions();
         let failed = std::sync::atomic::AtomicU64::new(0);
         let start = Instant::now();
-        let done: u64 = std::thread::scope(|s| {
+        let (done, cpu_ns): (u64, u64) = std::thread::scope(|s| {
             let hs: Vec<_> = (0..n)
                 .map(|t| {
-                    let (rt, work, failed) = (&rt, &work, &failed);
+                    let (rt, work, failed, interleave) = (&rt, &work, &failed, a.interleave);
                     s.spawn(move || {
-                        let mine: Vec<_> = work.iter().skip(t).step_by(n).collect();
+                        let mine: Vec<_> = if interleave {
+                            work.iter().skip(t).step_by(n).collect()
+                        } else {
+                            work[work.len() * t / n..work.len() * (t + 1) / n].iter().collect()
+                        };
                         let mut k = 0u64;
+                        let cpu0 = thread_cpu_ns();
                         while start.elapsed() < dur {
                             for (m, i, o) in &mine {
                                 match rt.execute(m, i, o) {
@@ -489,17 +500,24 @@ pub fn scale_bench(a: ScaleBenchArgs, json_out: bool) -> Result<(), CliError> {
                                 }
                             }
                         }
-                        k
+                        (k, thread_cpu_ns().zip(cpu0).map(|(b, a)| b.saturating_sub(a)).unwrap_or(0))
                     })
                 })
                 .collect();
-            hs.into_iter().map(|h| h.join().unwrap_or(0)).sum()
+            hs.into_iter().map(|h| h.join().unwrap_or((0, 0))).fold((0, 0), |(k, c), (a, b)| (k + a, c + b))
         });
         let secs = start.elapsed().as_secs_f64();
         let contended = runtime::rt::lock_contentions() - c0;
         let rate = done as f64 / secs;
         rate_of.insert(n, rate);
+        // Executes per CPU-second the driving threads got: what the rate would be with a core
+        // per thread, whatever else the machine runs.
+        let per_cpu_s = (cpu_ns > 0).then(|| done as f64 * 1e9 / cpu_ns as f64);
+        if let Some(r) = per_cpu_s {
+            per_cpu_of.insert(n, r);
+        }
         rows.push(json!({"threads": n, "executes": done, "seconds": secs, "executes_per_s": rate,
+            "thread_cpu_s": cpu_ns as f64 / 1e9, "executes_per_cpu_s": per_cpu_s,
             "failed": failed.load(std::sync::atomic::Ordering::Relaxed), "lock_contentions": contended,
             "lock_contentions_per_1k_exec": contended as f64 * 1000.0 / done.max(1) as f64}));
     }
@@ -511,6 +529,13 @@ pub fn scale_bench(a: ScaleBenchArgs, json_out: bool) -> Result<(), CliError> {
         (Some(r1), Some(r2)) if *r1 > 0.0 => Some(r2 / r1),
         _ => None,
     };
+    // The same ratio had each thread a core of its own: 2 × (executes per CPU-second with 2
+    // threads / with 1). Shared locks or cache lines lower it; other load on the machine does
+    // not (it lowers `scaling`).
+    let scaling_per_cpu = match (per_cpu_of.get(&1), per_cpu_of.get(&2)) {
+        (Some(r1), Some(r2)) if *r1 > 0.0 => Some(2.0 * r2 / r1),
+        _ => None,
+    };
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let loadavg: Vec<f64> = load.split_whitespace().take(3).filter_map(|x| x.parse().ok()).collect();
     if json_out {
@@ -518,27 +543,39 @@ pub fn scale_bench(a: ScaleBenchArgs, json_out: bool) -> Result<(), CliError> {
             "{}",
             json!({"bench": "scale", "arch": arch.name, "devices": a.devices, "ncs": ncs, "models": work.len(),
                 "init_s": init_s, "load_all_s": load_s, "cores": cores, "runs": rows, "scaling": scaling,
+                "scaling_per_cpu": scaling_per_cpu,
+                "assignment": if a.interleave { "interleaved" } else { "blocks" },
                 "loadavg": loadavg})
         );
     } else {
         println!(
-            "bench scale: {} × {} ({ncs} NCs, one model per NC), init {init_s:.3} s, {} loads in {load_s:.3} s, {cores} cores, load average {loadavg:?}",
-            a.devices, arch.name, work.len()
+            "bench scale: {} × {} ({ncs} NCs, one model per NC, {} per thread), init {init_s:.3} s, {} loads in {load_s:.3} s, {cores} cores, load average {loadavg:?}",
+            a.devices, arch.name, if a.interleave { "NCs interleaved" } else { "a block of NCs" }, work.len()
         );
         for r in &rows {
             println!(
-                "  {} thread(s): {:.0} executes/s ({} executes), {} lock contentions",
+                "  {} thread(s): {:.0} executes/s ({} executes, {:.0} per CPU-second), {} lock contentions",
                 r["threads"],
                 r["executes_per_s"].as_f64().unwrap_or(0.0),
                 r["executes"],
+                r["executes_per_cpu_s"].as_f64().unwrap_or(0.0),
                 r["lock_contentions"]
             );
         }
         if let Some(s) = scaling {
             println!("  scaling (2 threads / 1 thread): {s:.2}");
         }
+        if let Some(s) = scaling_per_cpu {
+            println!("  scaling per CPU-second (2 × executes per CPU-s with 2 threads / with 1): {s:.2}");
+        }
     }
     Ok(())
+}
+
+/// CPU time of the calling thread so far, ns (`/proc/thread-self/schedstat`: time on CPU).
+#[cfg(feature = "sim")]
+fn thread_cpu_ns() -> Option<u64> {
+    std::fs::read_to_string("/proc/thread-self/schedstat").ok()?.split_whitespace().next()?.parse().ok()
 }
 
 /// `bench scale` runs on the simulator: without it there is nothing to run.

@@ -161,6 +161,12 @@ pub trait NotificationSource {
     fn barrier_proxy(&mut self) -> ProxyPoll;
     /// Collectives network-proxy status.
     fn network_proxy(&mut self) -> ProxyPoll;
+    /// [`NotificationSource::network_proxy`] polled by a sweep at `now` (the step's clock): a
+    /// source that rate-limits its register reads uses it instead of reading the clock again.
+    fn network_proxy_at(&mut self, now: Instant) -> ProxyPoll {
+        let _ = now;
+        self.network_proxy()
+    }
 }
 
 /// One-step verdict (values = libnrt's return codes, = `ERP_STEP`).
@@ -608,7 +614,7 @@ impl ExecTracker {
     fn step_core<S: NotificationSource>(&mut self, sources: &mut [S], now: Instant) -> Step {
         for nc in 0..self.ncs.len() {
             if !self.ncs[nc].network_done {
-                match sources[nc].network_proxy() {
+                match sources[nc].network_proxy_at(now) {
                     ProxyPoll::Done => self.ncs[nc].network_done = true,
                     ProxyPoll::Pending => {}
                     ProxyPoll::Failed => {

@@ -185,6 +185,9 @@ pub struct NcId {
 pub struct Counters {
     shm: ShmWords,
     ncs: usize,
+    /// Unix time (ns) at `at`: an execution's end is stamped from the host instant the
+    /// runtime already read (no second clock read per execute).
+    unix_at: (std::time::Instant, u64),
 }
 
 static SEGMENT_SEQ: AtomicU64 = AtomicU64::new(0);
@@ -204,7 +207,7 @@ impl Counters {
     /// Create a segment at `path`.
     pub fn create_at(path: &Path, ncs: &[NcId], devices: usize) -> Result<Self, platform::ShmError> {
         let shm = ShmWords::create(path, HEADER_WORDS + ncs.len() * SLOT_WORDS)?;
-        let c = Self { shm, ncs: ncs.len() };
+        let c = Self { shm, ncs: ncs.len(), unix_at: (std::time::Instant::now(), now_ns()) };
         for (i, id) in ncs.iter().enumerate() {
             c.set(i, slot::DEVICE, id.device as u64);
             c.set(i, slot::NC, id.nc as u64);
@@ -263,7 +266,21 @@ impl Counters {
     /// An execution of a model on global NCs `ncs` ended: its status, host latency and
     /// device busy time (from the START/END records; 0 when it failed before them).
     pub fn execution(&self, ncs: &[usize], status: NrtStatus, latency_ns: u64, busy_ns: u64) {
-        let end = now_ns();
+        self.execution_at(ncs, status, latency_ns, busy_ns, std::time::Instant::now());
+    }
+
+    /// [`Counters::execution`] for an execution that ended at host instant `end` (its unix
+    /// time is derived from the pair of clocks read when the segment was created).
+    pub fn execution_at(
+        &self,
+        ncs: &[usize],
+        status: NrtStatus,
+        latency_ns: u64,
+        busy_ns: u64,
+        end: std::time::Instant,
+    ) {
+        let (at, unix) = self.unix_at;
+        let end = unix.saturating_add(end.saturating_duration_since(at).as_nanos() as u64);
         let bucket = latency_bucket(latency_ns);
         for &nc in ncs {
             self.add(nc, slot::EXECUTIONS, 1);
@@ -368,9 +385,9 @@ impl Drop for TensorAcct {
 
 impl crate::rt::Model {
     /// Count an execution of this model that ended with `status` (no-op when unpublished).
-    pub(crate) fn count_execution(&self, status: NrtStatus, latency_ns: u64, busy_ns: u64) {
+    pub(crate) fn count_execution(&self, status: NrtStatus, latency_ns: u64, busy_ns: u64, end: std::time::Instant) {
         if let Some(c) = &self.counters {
-            c.execution(&self.ncs, status, latency_ns, busy_ns);
+            c.execution_at(&self.ncs, status, latency_ns, busy_ns, end);
         }
     }
 }

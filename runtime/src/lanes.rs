@@ -3,19 +3,26 @@
 //!
 //! Every user of an NC's hardware — an execution (sync or through an XU), a load staging a
 //! graph, an unload tearing one down — first takes one ticket on each NC it needs, all in one
-//! atomic step ([`Lanes::enqueue`]), and waits until it is served on all of them. Tickets are
-//! handed out in one global order, so requests on overlapping NC sets can never wait on each
-//! other in a cycle, and each lane serves strictly in arrival order (no starvation). A ticket
-//! given back before it was served is cancelled and skipped.
+//! atomic step ([`Lanes::enqueue`]), and waits until it is served on all of them. Each lane has
+//! its own lock, so requests on different NCs share nothing. A request on several NCs locks
+//! their lanes in ascending NC order and takes its tickets with all of them held, so any two
+//! requests are in the same order on every lane they share: they can never wait on each other
+//! in a cycle. Each lane serves strictly in arrival order (no starvation). A ticket given back
+//! before it was served is cancelled and skipped.
+//!
+//! Waiting needs no lock once served (the lane publishes the ticket it serves in an atomic);
+//! a release wakes the lane's condition variable only when a thread sleeps on it, so an
+//! uncontended request makes no futex syscall.
 //!
 //! The lane also records the model armed on the NC ([`Lanes::active`]): when a request for
 //! another model is served, the runtime parks the armed model and re-arms its own (see
 //! `docs/lifecycle.md`). The type is generic over that record so the queue can be model-checked
 //! on its own (`runtime/tests/loom_lanes.rs`).
 
-use super::sync::{AtomicUsize, Condvar, Mutex, MutexGuard, Ordering};
+use super::sync::{AtomicU64, AtomicUsize, Condvar, Mutex, MutexGuard, Ordering};
 
-struct Lane<A> {
+/// A lane's queue and armed model (under the lane's lock).
+struct Queue<A> {
     next: u64,
     serving: u64,
     /// Tickets given back before they were served.
@@ -25,7 +32,7 @@ struct Lane<A> {
     dirty: bool,
 }
 
-impl<A> Lane<A> {
+impl<A> Queue<A> {
     fn advance(&mut self) {
         self.serving += 1;
         while let Some(i) = self.cancelled.iter().position(|&t| t == self.serving) {
@@ -86,127 +93,195 @@ impl Tickets {
     }
 }
 
-/// Times a lanes lock was found held by another thread (process-wide).
+/// Times a lane's lock was found held by another thread (process-wide; only written when it
+/// happens, so it costs nothing uncontended).
 static CONTENDED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// Lanes-lock contentions so far (see [`crate::rt::lock_contentions`]).
+/// Lane-lock contentions so far (see [`crate::rt::lock_contentions`]).
 pub fn contentions() -> u64 {
     CONTENDED.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+/// One NC's lane, on cache lines of its own (lanes of NCs driven from different threads do not
+/// share a line).
+#[repr(align(128))]
+struct Lane<A> {
+    q: Mutex<Queue<A>>,
+    /// `q.serving`, published for lock-free [`Lanes::ready`] / [`Lanes::wait`] (stored under
+    /// the lock, with Release: a request that sees its ticket served sees what the previous
+    /// holder did).
+    serving: AtomicU64,
+    cv: Condvar,
+    /// Threads blocked on `cv` (changed under `q`): a release wakes only when there is
+    /// someone to wake.
+    waiters: AtomicUsize,
+}
+
+impl<A> Lane<A> {
+    fn lock(&self) -> MutexGuard<'_, Queue<A>> {
+        if let Ok(g) = self.q.try_lock() {
+            return g;
+        }
+        CONTENDED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.q.lock().unwrap_or_else(|e| e.into_inner())
+    }
+    fn served(&self, tk: u64) -> bool {
+        self.serving.load(Ordering::Acquire) == tk
+    }
+}
+
+/// What [`Lanes::take`] saw: every ticket served at once, and every armed model `is_mine`.
+#[derive(Default)]
+struct Served {
+    all: bool,
+    mine: bool,
+}
+
 /// The execution lanes of every NC of a runtime.
 pub struct Lanes<A> {
-    st: Mutex<Vec<Lane<A>>>,
-    cv: Condvar,
-    /// Threads blocked in [`Lanes::wait`] (changed under `st`): a release wakes only when
-    /// there is someone to wake, so an uncontended execute makes no futex syscall.
-    waiters: AtomicUsize,
+    lanes: Vec<Lane<A>>,
 }
 
 impl<A: Clone> Lanes<A> {
     /// `ncs` idle lanes with nothing armed.
     pub fn new(ncs: usize) -> Self {
-        let lanes =
-            (0..ncs).map(|_| Lane { next: 0, serving: 0, cancelled: Vec::new(), active: None, dirty: false }).collect();
-        Self { st: Mutex::new(lanes), cv: Condvar::new(), waiters: AtomicUsize::new(0) }
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Vec<Lane<A>>> {
-        if let Ok(g) = self.st.try_lock() {
-            return g;
-        }
-        CONTENDED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.st.lock().unwrap_or_else(|e| e.into_inner())
+        let lanes = (0..ncs)
+            .map(|_| Lane {
+                q: Mutex::new(Queue { next: 0, serving: 0, cancelled: Vec::new(), active: None, dirty: false }),
+                serving: AtomicU64::new(0),
+                cv: Condvar::new(),
+                waiters: AtomicUsize::new(0),
+            })
+            .collect();
+        Self { lanes }
     }
 
     /// Number of lanes.
     pub fn len(&self) -> usize {
-        self.lock().len()
+        self.lanes.len()
     }
     /// Whether there are no lanes.
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.lanes.is_empty()
     }
 
-    /// Take one ticket on each of `ncs` (unknown NCs are ignored, duplicates count once).
+    /// Take one ticket on each of `ncs` (unknown NCs are ignored, duplicates count once): the
+    /// lanes are locked in ascending NC order and all stay locked until every ticket is taken.
     pub fn enqueue(&self, ncs: &[usize]) -> Tickets {
-        let mut g = self.lock();
+        let mut t = self.tickets(ncs);
+        let mut served = Served::default();
+        self.take(t.held_mut(), &|_: &A| false, &mut served);
+        t
+    }
+
+    /// [`Lanes::enqueue`], [`Lanes::wait`] and [`Lanes::all_active`] in one: the tickets and
+    /// whether `is_mine` holds for the model armed on every lane. A lane that serves the
+    /// ticket at once is checked under the lock the ticket was taken with (nobody but the
+    /// served request changes what is armed), so an uncontended request locks each lane once
+    /// here and once to give the ticket back.
+    pub fn acquire(&self, ncs: &[usize], is_mine: impl Fn(&A) -> bool) -> (Tickets, bool) {
+        let mut t = self.tickets(ncs);
+        let mut served = Served { all: true, mine: true };
+        self.take(t.held_mut(), &is_mine, &mut served);
+        if served.all {
+            return (t, served.mine);
+        }
+        self.wait(&t);
+        let mine = self.all_active(&t, is_mine);
+        (t, mine)
+    }
+
+    /// One unfilled ticket per known, distinct NC of `ncs`, in ascending NC order.
+    fn tickets(&self, ncs: &[usize]) -> Tickets {
         let mut t = Tickets::default();
         for &nc in ncs {
-            if nc < g.len() && !t.held().iter().any(|&(n, _)| n == nc) {
+            if nc < self.lanes.len() && !t.held().iter().any(|&(n, _)| n == nc) {
                 t.push((nc, 0));
             }
         }
         t.held_mut().sort_unstable();
-        for (nc, tk) in t.held_mut().iter_mut() {
-            let l = &mut g[*nc];
-            *tk = l.next;
-            l.next += 1;
-        }
         t
     }
 
-    fn served(g: &[Lane<A>], t: &Tickets) -> bool {
-        t.held().iter().all(|&(nc, tk)| g[nc].serving == tk)
+    /// Lock the first lane of `held`, take its ticket (noting in `served` whether the lane
+    /// serves it at once and, if so, whether `is_mine` holds for its armed model), recurse
+    /// into the rest, then unlock (the guards live on the stack: no allocation).
+    fn take<F: Fn(&A) -> bool>(&self, held: &mut [(usize, u64)], is_mine: &F, served: &mut Served) {
+        let Some(((nc, tk), rest)) = held.split_first_mut() else { return };
+        let mut g = self.lanes[*nc].lock();
+        *tk = g.next;
+        g.next += 1;
+        if served.all {
+            if g.serving == *tk {
+                served.mine &= g.active.as_ref().is_some_and(is_mine);
+            } else {
+                served.all = false;
+            }
+        }
+        self.take(rest, is_mine, served);
+        drop(g);
     }
 
-    /// Whether `t` is served on every lane (non-blocking: the XU worker polls it).
+    /// Whether `t` is served on every lane (non-blocking, lock-free: the XU worker polls it).
     pub fn ready(&self, t: &Tickets) -> bool {
-        Self::served(&self.lock(), t)
+        t.held().iter().all(|&(nc, tk)| self.lanes[nc].served(tk))
     }
 
-    /// Block until `t` is served on every lane.
+    /// Block until `t` is served on every lane (lane by lane in ascending NC order: a lane
+    /// keeps serving a ticket until it is given back, so one served stays served).
     pub fn wait(&self, t: &Tickets) {
-        let mut g = self.lock();
-        while !Self::served(&g, t) {
-            self.waiters.fetch_add(1, Ordering::Relaxed);
-            g = self.cv.wait(g).unwrap_or_else(|e| e.into_inner());
-            self.waiters.fetch_sub(1, Ordering::Relaxed);
+        for &(nc, tk) in t.held() {
+            let l = &self.lanes[nc];
+            if l.served(tk) {
+                continue;
+            }
+            let mut g = l.lock();
+            while g.serving != tk {
+                l.waiters.fetch_add(1, Ordering::Relaxed);
+                g = l.cv.wait(g).unwrap_or_else(|e| e.into_inner());
+                l.waiters.fetch_sub(1, Ordering::Relaxed);
+            }
         }
     }
 
     /// Give the tickets back: a served lane moves on to its next ticket; an unserved ticket
     /// is cancelled (skipped when its turn comes).
     pub fn release(&self, t: &mut Tickets) {
-        if t.is_empty() {
-            return;
-        }
-        let mut g = self.lock();
         for &(nc, tk) in t.held() {
-            let l = &mut g[nc];
-            if l.serving == tk {
-                l.advance();
-            } else if tk > l.serving {
-                l.cancelled.push(tk);
+            let l = &self.lanes[nc];
+            let mut g = l.lock();
+            if g.serving == tk {
+                g.advance();
+                l.serving.store(g.serving, Ordering::Release);
+            } else if tk > g.serving {
+                g.cancelled.push(tk);
+            }
+            // Read under the lock: a waiter counts itself under it before it sleeps.
+            let wake = l.waiters.load(Ordering::Relaxed) > 0;
+            drop(g);
+            if wake {
+                l.cv.notify_all();
             }
         }
-        // Read under the lock: a waiter counts itself under it before it sleeps.
-        let wake = self.waiters.load(Ordering::Relaxed) > 0;
-        drop(g);
         t.clear();
-        if wake {
-            self.cv.notify_all();
-        }
     }
 
     /// The record of the model armed on `nc`.
     pub fn active(&self, nc: usize) -> Option<A> {
-        self.lock().get(nc).and_then(|l| l.active.clone())
+        self.lanes.get(nc).and_then(|l| l.lock().active.clone())
     }
 
     /// Whether `is_mine` holds for the model armed on every NC of `t` (the fast path of an
     /// execution: nothing to switch).
     pub fn all_active(&self, t: &Tickets, is_mine: impl Fn(&A) -> bool) -> bool {
-        let g = self.lock();
-        t.held().iter().all(|&(nc, _)| g[nc].active.as_ref().is_some_and(&is_mine))
+        t.held().iter().all(|&(nc, _)| self.lanes[nc].lock().active.as_ref().is_some_and(&is_mine))
     }
 
     /// Record `a` as armed on `nc` (None: nothing is armed, the next user re-arms fully);
     /// returns the previous record.
     pub fn set_active(&self, nc: usize, a: Option<A>) -> Option<A> {
-        let mut g = self.lock();
-        match g.get_mut(nc) {
-            Some(l) => std::mem::replace(&mut l.active, a),
+        match self.lanes.get(nc) {
+            Some(l) => std::mem::replace(&mut l.lock().active, a),
             None => None,
         }
     }
@@ -214,9 +289,8 @@ impl<A: Clone> Lanes<A> {
     /// Mark `nc` as needing a reset before its next re-arm (or clear the mark); returns the
     /// previous mark.
     pub fn set_dirty(&self, nc: usize, dirty: bool) -> bool {
-        let mut g = self.lock();
-        match g.get_mut(nc) {
-            Some(l) => std::mem::replace(&mut l.dirty, dirty),
+        match self.lanes.get(nc) {
+            Some(l) => std::mem::replace(&mut l.lock().dirty, dirty),
             None => false,
         }
     }

@@ -1,8 +1,14 @@
 //! loom model of the per-NC execution lanes ([`runtime::lanes`], compiled here against loom's
 //! primitives): every interleaving of a few requests is explored.
 //!
+//! Each NC's lane has its own lock; a request on several NCs takes its tickets with all of
+//! their locks held (locked in ascending NC order).
+//!
 //! - Mutual exclusion: requests on overlapping NC sets are never served together.
-//! - No deadlock: requests taking tickets on several NCs (in either order) all complete.
+//! - No deadlock: requests taking tickets on several NCs (in either order) all complete,
+//!   with a single-NC request queued on one of the shared lanes at the same time.
+//! - One order: two multi-NC requests sharing lanes are served in the same order on each.
+//! - The fused acquire ([`Lanes::acquire`]) tells truly whether the model is armed on its lanes.
 //! - The XU hand-off: a request queued without blocking (the XU worker polls `ready`) and
 //!   one given back before its turn (a cancelled ticket) never stall the lane.
 
@@ -11,7 +17,7 @@ use loom::sync::Arc;
 use loom::thread;
 
 mod sync {
-    pub use loom::sync::atomic::{AtomicUsize, Ordering};
+    pub use loom::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
     pub use loom::sync::{Condvar, Mutex, MutexGuard};
 }
 
@@ -30,23 +36,53 @@ fn model(f: impl Fn() + Sync + Send + 'static) {
     b.check(f);
 }
 
-/// Per NC: how many requests are being served on it right now.
-struct Inside([AtomicUsize; 2]);
+/// Per NC: how many requests are being served on it right now, and how many were served.
+struct Inside {
+    now: [AtomicUsize; 2],
+    served: [AtomicUsize; 2],
+}
 
 impl Inside {
     fn new() -> Self {
-        Self([AtomicUsize::new(0), AtomicUsize::new(0)])
+        Self { now: [AtomicUsize::new(0), AtomicUsize::new(0)], served: [AtomicUsize::new(0), AtomicUsize::new(0)] }
     }
-    fn enter(&self, ncs: &[usize]) {
+    /// Enter `ncs`; returns the request's place in each NC's service order (indexed by NC).
+    fn enter(&self, ncs: &[usize]) -> [usize; 2] {
+        let mut place = [usize::MAX; 2];
         for &nc in ncs {
-            assert_eq!(self.0[nc].fetch_add(1, Ordering::SeqCst), 0, "two requests served on NC {nc}");
+            assert_eq!(self.now[nc].fetch_add(1, Ordering::SeqCst), 0, "two requests served on NC {nc}");
+            place[nc] = self.served[nc].fetch_add(1, Ordering::SeqCst);
         }
+        place
     }
     fn leave(&self, ncs: &[usize]) {
         for &nc in ncs {
-            self.0[nc].fetch_sub(1, Ordering::SeqCst);
+            self.now[nc].fetch_sub(1, Ordering::SeqCst);
         }
     }
+}
+
+/// Run `ncs` as a blocking request (a synchronous execute) of model `id`, which arms itself
+/// on its NCs: its place on each NC. `fused`: through [`Lanes::acquire`] (whose "already armed"
+/// answer must match what the lanes hold once served), else `enqueue` + `wait`.
+fn request(lanes: &Lanes<u64>, inside: &Inside, ncs: &[usize], id: u64, fused: bool) -> [usize; 2] {
+    let (mut t, mine) = if fused {
+        lanes.acquire(ncs, |&a| a == id)
+    } else {
+        let t = lanes.enqueue(ncs);
+        lanes.wait(&t);
+        let mine = lanes.all_active(&t, |&a| a == id);
+        (t, mine)
+    };
+    assert!(lanes.ready(&t));
+    let place = inside.enter(ncs);
+    assert_eq!(mine, ncs.iter().all(|&nc| lanes.active(nc) == Some(id)), "stale armed-model answer");
+    for &nc in ncs {
+        lanes.set_active(nc, Some(id));
+    }
+    inside.leave(ncs);
+    lanes.release(&mut t);
+    place
 }
 
 #[test]
@@ -57,15 +93,10 @@ fn overlapping_requests_are_exclusive_and_never_deadlock() {
         let reqs: [&'static [usize]; 2] = [&[0, 1], &[1, 0]];
         let hs: Vec<_> = reqs
             .into_iter()
-            .map(|ncs| {
+            .enumerate()
+            .map(|(i, ncs)| {
                 let (lanes, inside) = (lanes.clone(), inside.clone());
-                thread::spawn(move || {
-                    let mut t = lanes.enqueue(ncs);
-                    lanes.wait(&t);
-                    inside.enter(ncs);
-                    inside.leave(ncs);
-                    lanes.release(&mut t);
-                })
+                thread::spawn(move || request(&lanes, &inside, ncs, i as u64, false))
             })
             .collect();
         for h in hs {
@@ -74,6 +105,34 @@ fn overlapping_requests_are_exclusive_and_never_deadlock() {
         // All tickets served: a new request is served at once.
         let t = lanes.enqueue(&[0, 1]);
         assert!(lanes.ready(&t));
+    });
+}
+
+#[test]
+fn two_multi_nc_requests_and_a_single_nc_one_share_one_order() {
+    model(|| {
+        let lanes = Arc::new(Lanes::<u64>::new(2));
+        let inside = Arc::new(Inside::new());
+        // Model 1 is armed on both NCs to begin with; the single-NC request is model 1 too.
+        lanes.set_active(0, Some(1));
+        lanes.set_active(1, Some(1));
+        let reqs: [(&'static [usize], u64, bool); 3] = [(&[1, 0], 0, false), (&[0, 1], 1, true), (&[1], 1, true)];
+        let hs: Vec<_> = reqs
+            .into_iter()
+            .map(|(ncs, id, fused)| {
+                let (lanes, inside) = (lanes.clone(), inside.clone());
+                thread::spawn(move || request(&lanes, &inside, ncs, id, fused))
+            })
+            .collect();
+        let places: Vec<[usize; 2]> = hs.into_iter().map(|h| h.join().unwrap()).collect();
+        // The two multi-NC requests come in the same order on NC 0 and on NC 1.
+        let (a, b) = (places[0], places[1]);
+        assert_eq!(a[0] < b[0], a[1] < b[1], "multi-NC requests served in different orders: {a:?} {b:?}");
+        // The single-NC request was served once, on NC 1 only.
+        assert_eq!(places[2][0], usize::MAX);
+        assert_eq!(inside.served[1].load(Ordering::SeqCst), 3);
+        let t = lanes.enqueue(&[1, 0]);
+        assert!(lanes.ready(&t), "a lane was left serving a released ticket");
     });
 }
 
@@ -92,7 +151,7 @@ fn xu_hand_off_and_cancelled_tickets_do_not_stall() {
                 while !lanes.ready(&a) {
                     thread::yield_now();
                 }
-                inside.enter(&[0]);
+                let _ = inside.enter(&[0]);
                 lanes.set_active(0, Some(1));
                 inside.leave(&[0]);
                 lanes.release(&mut a);
@@ -105,7 +164,7 @@ fn xu_hand_off_and_cancelled_tickets_do_not_stall() {
             thread::spawn(move || {
                 let mut t = lanes.enqueue(&[0]);
                 lanes.wait(&t);
-                inside.enter(&[0]);
+                let _ = inside.enter(&[0]);
                 lanes.set_active(0, Some(2));
                 inside.leave(&[0]);
                 lanes.release(&mut t);

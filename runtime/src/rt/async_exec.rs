@@ -163,7 +163,8 @@ impl Executor for XuExec {
             crate::profile::record_exec(m.id, &m.name, &m.ncs, ex.seq, tok.t0, m.epoch, status, &t, &ex.sync);
         }
         let busy_ns = ex.tracker.timing(0).and_then(|t| t.duration()).unwrap_or(0) / 1000;
-        m.count_execution(status, tok.t0.elapsed().as_nanos() as u64, busy_ns);
+        let end = Instant::now();
+        m.count_execution(status, end.saturating_duration_since(tok.t0).as_nanos() as u64, busy_ns, end);
         if ex.tracker.verdict() == Some(Step::DoneWithError) {
             drop(g);
             for &nc in &m.ncs {

@@ -22,15 +22,18 @@ impl Runtime {
         outputs: &TensorSet,
     ) -> Result<(NrtStatus, ExecTimings), RtError> {
         self.guard()?;
-        lock(&m.lifecycle).check_executable()?;
-        if lock(&m.lifecycle).poisoned().is_some() {
-            return Ok((NrtStatus::ExecUnitUnrecoverable, ExecTimings::default()));
+        {
+            let lc = lock(&m.lifecycle);
+            lc.check_executable()?;
+            if lc.poisoned().is_some() {
+                return Ok((NrtStatus::ExecUnitUnrecoverable, ExecTimings::default()));
+            }
         }
         let t0 = Instant::now();
         // Executions on an NC are serialized in arrival order (its lane); the model armed on
         // the NC is switched if needed.
-        let held = Held::acquire(&m.lanes, &m.ncs);
-        if !m.lanes.all_active(&held.t, |a| a.id == m.id) {
+        let (held, armed) = Held::acquire_ref(&m.lanes, &m.ncs, m.id);
+        if !armed {
             super::ncs::switch_in(m)?;
         }
         let mut g = lock(&m.exec);
@@ -45,17 +48,25 @@ impl Runtime {
         kick(ex)?;
         let t_kicked = Instant::now();
         let mut steps = 0u64;
+        // The clock is read again only after the host waited: a step that moved the engine on
+        // (INIT → barrier wait → core wait) is followed at once by the next, at the same instant.
+        let mut now = t_kicked;
         let step = loop {
             steps += 1;
-            match ex.tracker.step(&mut ex.ncs, Instant::now()) {
-                Step::InFlight => match (&ex.irq, m.poll) {
-                    // Bounded sleep: a device that never raises still reaches the timeout.
-                    (Some(irq), PollPolicy::Interrupt) => {
-                        irq.wait(Duration::from_millis(1));
+            let before = ex.tracker.state();
+            match ex.tracker.step(&mut ex.ncs, now) {
+                Step::InFlight if ex.tracker.state() != before => {}
+                Step::InFlight => {
+                    match (&ex.irq, m.poll) {
+                        // Bounded sleep: a device that never raises still reaches the timeout.
+                        (Some(irq), PollPolicy::Interrupt) => {
+                            irq.wait(Duration::from_millis(1));
+                        }
+                        (_, PollPolicy::Spin) if steps >= LONG_WAIT_STEPS => long_wait(ex, steps),
+                        _ => wait(m.poll, steps),
                     }
-                    (_, PollPolicy::Spin) if steps >= LONG_WAIT_STEPS => long_wait(ex, steps),
-                    _ => wait(m.poll, steps),
-                },
+                    now = Instant::now();
+                }
                 s => break s,
             }
         };
@@ -74,8 +85,13 @@ impl Runtime {
             drop(held);
             invalidate_outputs(m, outputs, status);
             lock(&m.lifecycle).poison(status);
-            let timings = ExecTimings { total_ns: t0.elapsed().as_nanos() as u64, steps, ..Default::default() };
-            m.count_execution(status, timings.total_ns, 0);
+            let end = Instant::now();
+            let timings = ExecTimings {
+                total_ns: end.saturating_duration_since(t0).as_nanos() as u64,
+                steps,
+                ..Default::default()
+            };
+            m.count_execution(status, timings.total_ns, 0, end);
             return Ok((status, timings));
         }
         let timing = ex.tracker.timing(0).unwrap_or_default();
@@ -86,7 +102,7 @@ impl Runtime {
         read_outputs(m, ex, outputs)?;
         let t_end = Instant::now();
         let total_ns = t_end.duration_since(t0).as_nanos() as u64;
-        m.count_execution(status, total_ns, device_ns);
+        m.count_execution(status, total_ns, device_ns, t_end);
         let ns = |a: Instant, b: Instant| b.duration_since(a).as_nanos() as u64;
         Ok((
             status,

@@ -151,9 +151,11 @@ pub(crate) struct Armed {
 /// The runtime's execution lanes (one per global NC).
 pub(crate) type NcLanes = crate::lanes::Lanes<Armed>;
 
-/// Tickets on a model's lanes, given back when dropped.
-pub(crate) struct Held {
-    lanes: Arc<NcLanes>,
+/// Tickets on a model's lanes, given back when dropped. `L` reaches the lanes: a borrow for a
+/// synchronous execute (no reference count touched on the shared lanes object), an `Arc` where
+/// the tickets outlive the call (async requests, loads).
+pub(crate) struct Held<L: std::ops::Deref<Target = NcLanes> = Arc<NcLanes>> {
+    lanes: L,
     t: crate::lanes::Tickets,
 }
 
@@ -168,12 +170,24 @@ impl Held {
         h.lanes.wait(&h.t);
         h
     }
+}
+
+impl<'a> Held<&'a NcLanes> {
+    /// Queue on `ncs` and wait for the turn, borrowing the lanes; with whether model `id` is
+    /// the one armed on every NC ([`crate::lanes::Lanes::acquire`]).
+    pub(crate) fn acquire_ref(lanes: &'a NcLanes, ncs: &[usize], id: u64) -> (Self, bool) {
+        let (t, mine) = lanes.acquire(ncs, |a| a.id == id);
+        (Self { lanes, t }, mine)
+    }
+}
+
+impl<L: std::ops::Deref<Target = NcLanes>> Held<L> {
     pub(crate) fn ready(&self) -> bool {
         self.lanes.ready(&self.t)
     }
 }
 
-impl Drop for Held {
+impl<L: std::ops::Deref<Target = NcLanes>> Drop for Held<L> {
     fn drop(&mut self) {
         self.lanes.release(&mut self.t);
     }
@@ -214,8 +228,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     }
 }
 
-/// Times any of the runtime's mutexes (runtime state, models, per-model locks) and the NC
-/// lanes' lock was found held by another thread, process-wide: a contention count for
+/// Times any of the runtime's mutexes (runtime state, models, per-model locks) or an NC
+/// lane's lock was found held by another thread, process-wide: a contention count for
 /// benchmarks (a shared lock on the hot path shows here as executes from several threads).
 pub fn lock_contentions() -> u64 {
     CONTENDED.load(Ordering::Relaxed) + crate::lanes::contentions()

@@ -60,7 +60,10 @@ impl NotificationSource for StagedNc {
     /// [`SIGNAL_PROBE_INTERVAL`]; in between the poll is pending without an MMIO access. An
     /// unreadable register is "no answer" as well: the core timeout still applies.
     fn network_proxy(&mut self) -> ProxyPoll {
-        let now = Instant::now();
+        self.network_proxy_at(Instant::now())
+    }
+    /// As [`NotificationSource::network_proxy`], with the sweep's clock.
+    fn network_proxy_at(&mut self, now: Instant) -> ProxyPoll {
         if self.net_probed.is_some_and(|t| now.saturating_duration_since(t) < SIGNAL_PROBE_INTERVAL) {
             return ProxyPoll::Pending;
         }

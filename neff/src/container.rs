@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::io::{self, Read};
 use std::ops::{Deref, Range};
-use std::sync::mpsc::{sync_channel, Receiver};
+use std::sync::mpsc::{channel, sync_channel, Receiver, Sender};
 use std::sync::Arc;
 
 use crate::header::{
@@ -229,8 +229,11 @@ fn read_full<R: Read>(r: &mut R, buf: &mut [u8]) -> io::Result<usize> {
 }
 
 /// A `Read` over chunks arriving on a channel.
+/// A consumed chunk goes back to the sender (`back`) to be filled again, so the hash pass
+/// allocates a fixed number of chunks whatever the size of the NEFF.
 struct ChannelReader {
     rx: Receiver<Vec<u8>>,
+    back: Sender<Vec<u8>>,
     cur: Vec<u8>,
     pos: usize,
 }
@@ -240,7 +243,11 @@ impl Read for ChannelReader {
         while self.pos >= self.cur.len() {
             match self.rx.recv() {
                 Ok(c) => {
-                    self.cur = c;
+                    let done = std::mem::replace(&mut self.cur, c);
+                    if done.capacity() > 0 {
+                        // The hasher may have finished; then the chunk is simply dropped.
+                        let _ = self.back.send(done);
+                    }
                     self.pos = 0;
                 }
                 Err(_) => return Ok(0),
@@ -362,12 +369,23 @@ pub(crate) fn digest_pass<R: Read + Send, T>(
     }
     let (out, hashed) = std::thread::scope(|s| {
         let (tx, rx) = sync_channel::<Vec<u8>>(4);
+        let (back, recycled) = channel::<Vec<u8>>();
         let hasher = s.spawn(move || -> io::Result<(Vec<u8>, u64)> {
             let mut h = Hasher::new(pkg);
             let mut total = 0u64;
             let mut forward = true;
+            // Once forwarding stops, one chunk is reused in place.
+            let mut spare: Option<Vec<u8>> = None;
             loop {
-                let mut chunk = vec![0u8; CHUNK];
+                // A chunk the reader is done with, else a new one (at most the channel's
+                // depth plus the two the reader and this thread hold are ever allocated).
+                let mut chunk = match spare.take().or_else(|| recycled.try_recv().ok()) {
+                    Some(mut c) => {
+                        c.resize(CHUNK, 0);
+                        c
+                    }
+                    None => vec![0u8; CHUNK],
+                };
                 let n = read_full(&mut window, &mut chunk)?;
                 if n == 0 {
                     break;
@@ -375,13 +393,18 @@ pub(crate) fn digest_pass<R: Read + Send, T>(
                 chunk.truncate(n);
                 h.update(&chunk);
                 total += n as u64;
-                if forward && tx.send(chunk).is_err() {
-                    forward = false;
+                if forward {
+                    if let Err(e) = tx.send(chunk) {
+                        forward = false;
+                        spare = Some(e.0);
+                    }
+                } else {
+                    spare = Some(chunk);
                 }
             }
             Ok((h.finalize(), total))
         });
-        let mut rd = ChannelReader { rx, cur: Vec::new(), pos: 0 };
+        let mut rd = ChannelReader { rx, back, cur: Vec::new(), pos: 0 };
         let out = f(&mut rd);
         // Stop forwarding: the hasher finishes the window on its own.
         drop(rd);

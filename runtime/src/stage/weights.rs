@@ -6,6 +6,12 @@
 //! streamed member's allocation as the var's memory (or copies it, device to device, when the
 //! var lands elsewhere).
 //!
+//! A member's allocation is not zeroed first ([`Device::alloc_device_for_overwrite`]): the
+//! stream writes every byte of it, and [`MemberSink::end`] zeroes what it did not write (the
+//! one byte of an empty member's allocation), so nothing stale is ever handed out. A sink
+//! dropped without [`DeviceSink::commit`] (the load failed: a short member, a refused digest,
+//! a later check) zeroes everything it still holds before freeing it.
+//!
 //! [`vars::place_vars`]: super::vars::place_vars
 
 use std::collections::HashMap;
@@ -109,6 +115,8 @@ pub struct DeviceSink {
     done: HashMap<String, StreamedMember>,
     /// Bytes streamed into device memory.
     pub bytes: u64,
+    /// The load succeeded: what is left is freed as is (see [`DeviceSink::commit`]).
+    committed: bool,
 }
 
 fn hal_err(e: HalError) -> SinkError {
@@ -133,7 +141,15 @@ impl DeviceSink {
             cur: None,
             done: HashMap::new(),
             bytes: 0,
+            committed: false,
         }
+    }
+
+    /// The load that used this sink succeeded. Members still held (copied to their vars
+    /// rather than adopted) hold this model's own, fully written weights and are freed as
+    /// they are; without a commit, dropping the sink zeroes them first.
+    pub fn commit(&mut self) {
+        self.committed = true;
     }
 
     /// The device the members were written to.
@@ -156,7 +172,8 @@ impl DeviceSink {
         let Some(c) = self.cur.as_mut() else { return Ok(()) };
         if c.mem.is_none() {
             let len = (c.size - c.skip).max(1);
-            c.mem = Some(self.dev.alloc_device(self.chan, len, MEMBER_ALIGN).map_err(hal_err)?);
+            // Not zeroed: the stream writes bytes [0, size - skip), `end` zeroes the rest.
+            c.mem = Some(self.dev.alloc_device_for_overwrite(self.chan, len, MEMBER_ALIGN).map_err(hal_err)?);
         }
         Ok(())
     }
@@ -295,6 +312,12 @@ impl MemberSink for DeviceSink {
         }
         self.flush()?;
         self.drain()?;
+        if let Some(c) = self.cur.as_ref() {
+            // Zero the bytes the stream did not write (an empty member's one-byte block).
+            if let Some(mem) = c.mem.as_ref().filter(|m| c.sent < m.len()) {
+                self.dev.zero_device(self.nc, mem.addr() + c.sent, mem.len() - c.sent).map_err(hal_err)?;
+            }
+        }
         if let Some(c) = self.cur.take() {
             self.bytes += c.sent;
             if let Some(mem) = c.mem {
@@ -302,6 +325,26 @@ impl MemberSink for DeviceSink {
             }
         }
         Ok(())
+    }
+}
+
+impl Drop for DeviceSink {
+    /// A sink dropped without [`DeviceSink::commit`] zeroes the memory it still holds: the
+    /// member being received (partly written over memory that was not zeroed) and the
+    /// members of a refused NEFF. The DMA thread is stopped first, so nothing is in flight.
+    fn drop(&mut self) {
+        self.pipe = None;
+        if self.committed {
+            return;
+        }
+        let held = self.cur.take().and_then(|c| c.mem).into_iter().chain(self.done.drain().map(|(_, m)| m.mem));
+        for mem in held {
+            if let Err(e) = self.dev.zero_device(self.nc, mem.addr(), mem.len()) {
+                // Still safe: freed memory is zeroed again before its next owner gets it
+                // through `Device::alloc_device`.
+                tracing::warn!("zeroing {} bytes of a refused NEFF's weights failed: {e}", mem.len());
+            }
+        }
     }
 }
 

@@ -153,9 +153,9 @@ fn load_with_progress(
         return rt.load_reader(src, len, nc, None).map_err(rt_err);
     }
     let bar = indicatif::ProgressBar::new(len);
-    if let Ok(st) =
-        indicatif::ProgressStyle::with_template("{msg} [{bar:40}] {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}")
-    {
+    if let Ok(st) = indicatif::ProgressStyle::with_template(
+        "{msg} [{bar:40}] {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}",
+    ) {
         bar.set_style(st.progress_chars("=> "));
     }
     bar.set_message("loading model");

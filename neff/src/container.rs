@@ -8,7 +8,7 @@
 //! chunks; with verification on, a second thread hashes the chunks while the first inflates.
 
 use std::collections::HashMap;
-use std::io::{self, Read};
+use std::io::{self, BufRead, Read};
 use std::ops::{Deref, Range};
 use std::sync::mpsc::{channel, sync_channel, Receiver, Sender};
 use std::sync::Arc;
@@ -240,6 +240,20 @@ struct ChannelReader {
 
 impl Read for ChannelReader {
     fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        let n = {
+            let avail = self.fill_buf()?;
+            let n = out.len().min(avail.len());
+            out[..n].copy_from_slice(&avail[..n]);
+            n
+        };
+        self.consume(n);
+        Ok(n)
+    }
+}
+
+/// The inflater reads the chunks in place (no copy into a buffer of its own).
+impl BufRead for ChannelReader {
+    fn fill_buf(&mut self) -> io::Result<&[u8]> {
         while self.pos >= self.cur.len() {
             match self.rx.recv() {
                 Ok(c) => {
@@ -250,13 +264,14 @@ impl Read for ChannelReader {
                     }
                     self.pos = 0;
                 }
-                Err(_) => return Ok(0),
+                Err(_) => return Ok(&[]),
             }
         }
-        let n = out.len().min(self.cur.len() - self.pos);
-        out[..n].copy_from_slice(&self.cur[self.pos..self.pos + n]);
-        self.pos += n;
-        Ok(n)
+        Ok(&self.cur[self.pos..])
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.pos = (self.pos + n).min(self.cur.len());
     }
 }
 
@@ -289,11 +304,11 @@ fn inflate_err(e: io::Error, pkg: u64, cap_hit: bool, cap: u64) -> NeffError {
 }
 
 /// Inflates (pkg 2) or copies (pkg 1) the data window into one buffer of at most `cap` bytes.
-fn inflate_all<R: Read>(src: R, pkg: u64, cap: u64) -> Result<Vec<u8>, NeffError> {
+fn inflate_all<R: BufRead>(src: R, pkg: u64, cap: u64) -> Result<Vec<u8>, NeffError> {
     let mut out = Vec::new();
     let limit = cap.saturating_add(1);
     let res = if pkg == PKG_VERSION_GZIP_MD5 {
-        flate2::read::GzDecoder::new(src).take(limit).read_to_end(&mut out)
+        flate2::bufread::GzDecoder::new(src).take(limit).read_to_end(&mut out)
     } else {
         src.take(limit).read_to_end(&mut out)
     };
@@ -352,13 +367,14 @@ pub(crate) fn digest_pass<R: Read + Send, T>(
     mut window: R,
     header: &NeffHeader,
     verify: bool,
-    f: impl FnOnce(&mut dyn Read) -> Result<T, NeffError>,
+    f: impl FnOnce(&mut dyn BufRead) -> Result<T, NeffError>,
 ) -> Result<T, NeffError> {
     let pkg = header.pkg_version;
     let data_size = header.data_size;
     if !verify {
-        let mut counted = Counting { inner: window, n: 0 };
+        let mut counted = io::BufReader::with_capacity(CHUNK, Counting { inner: window, n: 0 });
         let out = f(&mut counted);
+        let counted = counted.get_ref();
         if pkg == PKG_VERSION_TAR_SHA256 && out.is_ok() && counted.n < data_size {
             return Err(NeffError::Archive(format!(
                 "payload truncated: data_size {data_size}, only {} bytes present",

@@ -469,8 +469,8 @@ mod tests {
         model.write_to(&mut out, &WriteOptions::default()).expect("write");
         let bytes = out.into_inner();
         let mut sink = DeviceSink::new(&dev, 0);
-        let n = Neff::parse_streaming(&bytes[..], bytes.len() as u64, &ReadOptions::default(), &mut sink)
-            .expect("parse");
+        let n =
+            Neff::parse_streaming(&bytes[..], bytes.len() as u64, &ReadOptions::default(), &mut sink).expect("parse");
         let g = &n.graphs[0];
         assert!(g.var("weights").is_some_and(|v| v.streamed.is_some()), "the weights were streamed");
         let vars = place_vars(&dev, g, 0, false, &|_| {}, Some(&mut sink)).expect("place");

@@ -11,6 +11,8 @@ use neff::{builder, WeightFormat};
 const WEIGHTS: usize = 128 << 20;
 
 /// Runs `cmd` to its end; its exit status and peak RSS (KiB, from `wait4`).
+// The child is reaped by `wait4` (which `Child::wait` cannot do: it gives no rusage).
+#[allow(clippy::zombie_processes)]
 fn run_measured(cmd: &mut StdCommand) -> (i32, u64) {
     let child = cmd.stdout(Stdio::null()).stderr(Stdio::inherit()).spawn().expect("spawn");
     let pid = child.id() as libc::pid_t;

@@ -190,8 +190,9 @@ impl Global {
         }
         let res = match bad {
             Some(m) => Err(err(NrtStatus::Invalid, m)),
-            None => crate::ffi::rt().load_global(
+            None => crate::ffi::rt().load_reader_global(
                 bytes,
+                bytes.len() as u64,
                 start,
                 nc_count,
                 runtime::GlobalPlacement { rank_base: me * g, comm_id: comm_base },
@@ -245,8 +246,27 @@ impl Layout {
     }
 }
 
+/// Takes the weights of a NEFF read only for its layout and keeps nothing of them.
+struct SkipWeights;
+
+impl neff::MemberSink for SkipWeights {
+    fn wants(&mut self, name: &str, size: u64) -> bool {
+        size >= 1 << 20 && name.ends_with(".npy")
+    }
+    fn begin(&mut self, _: &str, _: u64) -> Result<(), neff::SinkError> {
+        Ok(())
+    }
+    fn write(&mut self, _: &[u8]) -> Result<(), neff::SinkError> {
+        Ok(())
+    }
+    fn end(&mut self) -> Result<(), neff::SinkError> {
+        Ok(())
+    }
+}
+
+/// The graph count and replica groups (the weights are inflated past, not held).
 fn layout_of(bytes: &[u8]) -> Result<Layout, RtError> {
-    let n = neff::Neff::parse(bytes, &neff::ReadOptions::default())?;
+    let n = neff::Neff::parse_streaming(bytes, bytes.len() as u64, &neff::ReadOptions::default(), &mut SkipWeights)?;
     let first = n.graphs.first().ok_or_else(|| err(NrtStatus::Invalid, "the NEFF has no graph"))?;
     if n.graphs.iter().any(|g| g.replica_groups != first.replica_groups) {
         return Err(err(NrtStatus::Invalid, "graphs of a global load must share one replica-group table"));

@@ -316,6 +316,26 @@ fn vm_hwm_kib() -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// CPU seconds this process has used, all threads (user + system, `/proc/self/stat` fields
+/// 14 and 15 in USER_HZ ticks, which Linux fixes at 100 per second for user space).
+fn process_cpu_s() -> Option<f64> {
+    cpu_s_of("/proc/self/stat")
+}
+
+/// CPU seconds of the calling thread (as [`process_cpu_s`], from `/proc/thread-self/stat`).
+fn thread_cpu_s() -> Option<f64> {
+    cpu_s_of("/proc/thread-self/stat")
+}
+
+fn cpu_s_of(path: &str) -> Option<f64> {
+    let s = std::fs::read_to_string(path).ok()?;
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let rest = &s[s.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    Some(ticks as f64 / 100.0)
+}
+
 fn reset_hwm() -> bool {
     std::fs::write("/proc/self/clear_refs", "5").is_ok()
 }
@@ -337,10 +357,12 @@ fn gen_weights(bytes: usize) -> Vec<u8> {
     out
 }
 
-fn time_raw_inflate(path: &Path, data_size: u64) -> Result<(Duration, u64), CmdError> {
+/// Wall time, inflated bytes, CPU seconds.
+fn time_raw_inflate(path: &Path, data_size: u64) -> Result<(Duration, u64, Option<f64>), CmdError> {
     let mut f = File::open(path).map_err(|e| io_err("opening", path, e))?;
     f.seek(SeekFrom::Start(1024)).map_err(|e| io_err("seeking", path, e))?;
     let t = Instant::now();
+    let cpu = thread_cpu_s();
     let mut d = flate2::read::GzDecoder::new(io::BufReader::with_capacity(1 << 20, f.take(data_size)));
     let mut buf = vec![0u8; 1 << 16];
     let mut total = 0u64;
@@ -351,7 +373,8 @@ fn time_raw_inflate(path: &Path, data_size: u64) -> Result<(Duration, u64), CmdE
         }
         total += k as u64;
     }
-    Ok((t.elapsed(), total))
+    let cpu = thread_cpu_s().zip(cpu).map(|(b, a)| b - a);
+    Ok((t.elapsed(), total, cpu))
 }
 
 /// One streaming load of `path` into a fresh simulated device (see [`bench_neff_load`]).
@@ -365,6 +388,10 @@ struct LoadRun {
     /// Peak live heap over the load (counting allocator only), bytes.
     heap_peak: Option<u64>,
     streamed: bool,
+    /// CPU seconds of the process over the load (every thread: reader, hasher, DMA, simulator).
+    cpu_s: Option<f64>,
+    /// CPU seconds of the calling thread over the load (inflate, tar walk, bounce-buffer copy).
+    reader_cpu_s: Option<f64>,
 }
 
 #[cfg(feature = "sim")]
@@ -384,14 +411,18 @@ fn time_load(path: &Path, payload_hint: u64) -> Result<LoadRun, CmdError> {
     let hwm_reset = reset_hwm();
     crate::alloc_count::reset_peak();
     let t = Instant::now();
+    let cpu = process_cpu_s();
+    let reader_cpu = thread_cpu_s();
     let m = rt.load_reader(io::BufReader::with_capacity(1 << 20, f), len, None, None).map_err(e)?;
     let elapsed = t.elapsed();
+    let cpu_s = process_cpu_s().zip(cpu).map(|(b, a)| b - a);
+    let reader_cpu_s = thread_cpu_s().zip(reader_cpu).map(|(b, a)| b - a);
     let hwm_kib = vm_hwm_kib().unwrap_or(0);
     let heap_peak = crate::alloc_count::active().then(crate::alloc_count::peak_live_bytes);
     let device_bytes = u64::try_from(sim.stats().device_bytes).unwrap_or(0);
     rt.unload(&m).map_err(e)?;
     let _ = rt.close();
-    Ok(LoadRun { elapsed, hwm_kib, device_bytes, heap_peak, streamed: hwm_reset })
+    Ok(LoadRun { elapsed, hwm_kib, device_bytes, heap_peak, streamed: hwm_reset, cpu_s, reader_cpu_s })
 }
 
 struct TempFile(PathBuf);
@@ -474,12 +505,16 @@ fn bench_one(args: &BenchNeffLoadArgs, size_mib: u64, json: bool) -> Result<Valu
     let file_len = std::fs::metadata(&path).map_err(|e| io_err("reading", &path, e))?.len();
     let data_size = file_len.saturating_sub(1024);
     let mut best_inflate = Duration::MAX;
+    let mut inflate_cpu: Option<f64> = None;
     let mut best: Option<LoadRun> = None;
     let mut inflated = 0;
     let mut worst_host_kib = 0u64;
     let mut hwm_reset = true;
     for _ in 0..args.runs.max(1) {
-        let (t, n) = time_raw_inflate(&path, data_size)?;
+        let (t, n, cpu) = time_raw_inflate(&path, data_size)?;
+        if t < best_inflate {
+            inflate_cpu = cpu;
+        }
         best_inflate = best_inflate.min(t);
         inflated = n;
         let r = time_load(&path, size_mib << 20)?;
@@ -504,6 +539,12 @@ fn bench_one(args: &BenchNeffLoadArgs, size_mib: u64, json: bool) -> Result<Valu
         "peak_rss_mib": peak_mib, "peak_rss_incl_sim_device_mib": best.hwm_kib as f64 / 1024.0,
         "sim_device_mib": best.device_bytes as f64 / (1 << 20) as f64,
         "peak_heap_mib": heap_mib, "peak_rss_reset": hwm_reset,
+        "neff_load_cpu_s": best.cpu_s, "raw_inflate_cpu_s": inflate_cpu,
+        "cpu_ratio": best.cpu_s.zip(inflate_cpu).map(|(l, r)| l / r.max(0.01)),
+        "reader_cpu_s": best.reader_cpu_s,
+        "reader_cpu_ratio": best.reader_cpu_s.zip(inflate_cpu).map(|(l, r)| l / r.max(0.01)),
+        "load_avg": std::fs::read_to_string("/proc/loadavg").ok()
+            .and_then(|l| l.split_whitespace().next().and_then(|x| x.parse::<f64>().ok())),
         "rss_budget_mib": 256.0, "rss_within_budget": peak_mib <= 256.0,
     });
     if !json {
@@ -511,6 +552,12 @@ fn bench_one(args: &BenchNeffLoadArgs, size_mib: u64, json: bool) -> Result<Valu
         println!("  raw inflate (flate2 → sink):                     {:>8.3} s", best_inflate.as_secs_f64());
         println!("  streaming load (inflate + MD5 + DMA into device): {:>8.3} s", best.elapsed.as_secs_f64());
         println!("  ratio {ratio:.3} (target <= 1.1)");
+        if let (Some(l), Some(r)) = (best.cpu_s, inflate_cpu) {
+            println!(
+                "  CPU time: load {l:.2} s (all threads; {:.2} s on the reading thread), raw inflate {r:.2} s",
+                best.reader_cpu_s.unwrap_or(0.0)
+            );
+        }
         println!(
             "  peak host RSS {peak_mib:.1} MiB (process peak {:.1} MiB less {:.1} MiB of simulated device memory; \
              budget 256 MiB: {}){}{}",

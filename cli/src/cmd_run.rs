@@ -105,54 +105,63 @@ fn rt_err(e: runtime::RtError) -> CliError {
     CliError::new(e.status, e.message())
 }
 
-/// Weights below this load without a progress bar.
+/// Model files below this load without a progress bar.
 pub const PROGRESS_MIN_BYTES: u64 = 64 << 20;
 
-/// Whether a load of `total` weight bytes shows a progress bar: only on a terminal, not under
-/// --json, and only for large weights.
+/// Whether a load of a `total`-byte model file shows a progress bar: only on a terminal, not
+/// under --json, and only for large models.
 pub fn shows_load_progress(total: u64, stderr_is_terminal: bool, json: bool) -> bool {
     stderr_is_terminal && !json && total >= PROGRESS_MIN_BYTES
 }
 
-/// `rt.load`, with a bar on stderr while large weights are written to the device (a terminal
-/// only; nothing is printed otherwise).
+/// The model file, opened for a streaming load: the NEFF is read as it is inflated and its
+/// weights go to the device in bounded pieces ([`Runtime::load_reader`]), so host memory does
+/// not grow with the model.
+struct ModelFile {
+    file: std::fs::File,
+    len: u64,
+}
+
+/// A reader that moves a progress bar by the bytes read. With a streaming load the time goes
+/// into reading the file (inflate, digest and weights DMA on the same pass), so the bar
+/// follows the file.
+struct Progressed<R> {
+    inner: R,
+    bar: indicatif::ProgressBar,
+}
+
+impl<R: std::io::Read> std::io::Read for Progressed<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let k = self.inner.read(buf)?;
+        self.bar.inc(k as u64);
+        Ok(k)
+    }
+}
+
+/// `rt.load_reader` over the model file, with a bar on stderr while a large file is read and
+/// its weights written to the device (a terminal only; nothing is printed otherwise).
 fn load_with_progress(
     rt: &Runtime,
-    bytes: &[u8],
+    model: ModelFile,
     nc: Option<usize>,
     json: bool,
 ) -> Result<runtime::ModelHandle, CliError> {
     use std::io::IsTerminal;
-    use std::sync::{Arc, Mutex};
-    let tty = std::io::stderr().is_terminal();
-    if tty && !json {
-        let bar: Arc<Mutex<Option<indicatif::ProgressBar>>> = Arc::default();
-        let b = bar.clone();
-        rt.set_load_progress(Some(Arc::new(move |p: runtime::stage::LoadProgress| {
-            if !shows_load_progress(p.total, true, false) {
-                return;
-            }
-            let mut g = b.lock().unwrap_or_else(|e| e.into_inner());
-            let pb = g.get_or_insert_with(|| {
-                let pb = indicatif::ProgressBar::new(p.total);
-                if let Ok(st) = indicatif::ProgressStyle::with_template(
-                    "{msg} [{bar:40}] {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}",
-                ) {
-                    pb.set_style(st.progress_chars("=> "));
-                }
-                pb.set_message("loading weights");
-                pb
-            });
-            pb.set_position(p.done);
-        })));
-        let r = rt.load(bytes, nc, None);
-        rt.set_load_progress(None);
-        if let Some(pb) = bar.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            pb.finish_and_clear();
-        }
-        return r.map_err(rt_err);
+    let ModelFile { file, len } = model;
+    let src = std::io::BufReader::with_capacity(1 << 20, file);
+    if !shows_load_progress(len, std::io::stderr().is_terminal(), json) {
+        return rt.load_reader(src, len, nc, None).map_err(rt_err);
     }
-    rt.load(bytes, nc, None).map_err(rt_err)
+    let bar = indicatif::ProgressBar::new(len);
+    if let Ok(st) = indicatif::ProgressStyle::with_template(
+        "{msg} [{bar:40}] {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}",
+    ) {
+        bar.set_style(st.progress_chars("=> "));
+    }
+    bar.set_message("loading model");
+    let r = rt.load_reader(Progressed { inner: src, bar: bar.clone() }, len, nc, None);
+    bar.finish_and_clear();
+    r.map_err(rt_err)
 }
 
 fn start(device: Option<&str>, timing: SimTiming, cfg: RuntimeConfig) -> Result<(Runtime, Opened), CliError> {
@@ -212,8 +221,15 @@ fn inject(_: &Runtime, _: &Opened, faults: Vec<std::convert::Infallible>) -> Res
     Ok(())
 }
 
-fn read_model(p: &PathBuf) -> Result<Vec<u8>, CliError> {
-    std::fs::read(p).map_err(|e| CliError::invalid(format!("{}: {e}", p.display())))
+/// Open the model file (not read: the load streams it).
+fn read_model(p: &PathBuf) -> Result<ModelFile, CliError> {
+    let bad = |e: std::io::Error| CliError::invalid(format!("{}: {e}", p.display()));
+    let file = std::fs::File::open(p).map_err(bad)?;
+    let meta = file.metadata().map_err(bad)?;
+    if meta.is_dir() {
+        return Err(bad(std::io::Error::new(std::io::ErrorKind::IsADirectory, "is a directory")));
+    }
+    Ok(ModelFile { file, len: meta.len() })
 }
 
 fn tensor_json(t: &neff::TensorInfo) -> Value {
@@ -222,10 +238,10 @@ fn tensor_json(t: &neff::TensorInfo) -> Value {
 
 /// `load`: validate and stage the model, print its tensors.
 pub fn load(a: LoadArgs, device: Option<&str>, timing: SimTiming, json_out: bool) -> Result<(), CliError> {
-    let bytes = read_model(&a.model)?;
+    let model = read_model(&a.model)?;
     let cfg = RuntimeConfig::from_env().map_err(rt_err)?;
     let (rt, _opened) = start(device, timing, cfg)?;
-    let m = load_with_progress(&rt, &bytes, a.nc, json_out)?;
+    let m = load_with_progress(&rt, model, a.nc, json_out)?;
     if json_out {
         println!(
             "{}",
@@ -258,7 +274,7 @@ fn input_bytes(path: &str) -> Result<Vec<u8>, CliError> {
 
 /// `run`: load, bind inputs, execute (`--repeat` times), write outputs, print status.
 pub fn run(a: RunArgs, device: Option<&str>, timing: SimTiming, json_out: bool) -> Result<(), CliError> {
-    let bytes = read_model(&a.model)?;
+    let model = read_model(&a.model)?;
     let mut cfg = RuntimeConfig::from_env().map_err(rt_err)?;
     if let Some(t) = a.timeout {
         if !(t > 0.0 && t.is_finite()) {
@@ -272,7 +288,7 @@ pub fn run(a: RunArgs, device: Option<&str>, timing: SimTiming, json_out: bool) 
     if !faults.is_empty() && !opened.is_sim() {
         return Err(CliError::invalid("--sim-fault needs a simulated device (--device sim…)"));
     }
-    let m = load_with_progress(&rt, &bytes, a.nc, json_out)?;
+    let m = load_with_progress(&rt, model, a.nc, json_out)?;
     let nc = m.vncs.first().copied().unwrap_or(0);
     let mut given: Vec<(String, Vec<u8>)> = Vec::new();
     for s in &a.inputs {

@@ -275,6 +275,17 @@ impl Device {
         Ok(m)
     }
 
+    /// Device memory on HBM channel `chan` that is **not** zeroed: it may hold an earlier
+    /// owner's bytes. For a caller that overwrites all of it before anything else can read it
+    /// (streamed weights: every byte is written by DMA, the rest zeroed with
+    /// [`Device::zero_device`]), saving the zeroing write of [`Device::alloc_device`]. Freed
+    /// memory is zeroed again by the next [`Device::alloc_device`], so a caller that fails
+    /// midway never hands stale bytes out by dropping the buffer; it must not expose the
+    /// address before every byte is written.
+    pub fn alloc_device_for_overwrite(&self, chan: usize, len: u64, align: u64) -> Result<DevBuf> {
+        self.inner.hbm.alloc(chan, len, align)
+    }
+
     /// Zero `len` bytes of device memory at `addr` through NC `nc`'s host-to-device ring.
     pub fn zero_device(&self, nc: usize, addr: u64, len: u64) -> Result<()> {
         let chunk = self.inner.opts.host_chunk.clamp(4096, 4 << 20) as u64;

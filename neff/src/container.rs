@@ -8,9 +8,9 @@
 //! chunks; with verification on, a second thread hashes the chunks while the first inflates.
 
 use std::collections::HashMap;
-use std::io::{self, Read};
+use std::io::{self, BufRead, Read};
 use std::ops::{Deref, Range};
-use std::sync::mpsc::{sync_channel, Receiver};
+use std::sync::mpsc::{channel, sync_channel, Receiver, Sender};
 use std::sync::Arc;
 
 use crate::header::{
@@ -229,27 +229,49 @@ fn read_full<R: Read>(r: &mut R, buf: &mut [u8]) -> io::Result<usize> {
 }
 
 /// A `Read` over chunks arriving on a channel.
+/// A consumed chunk goes back to the sender (`back`) to be filled again, so the hash pass
+/// allocates a fixed number of chunks whatever the size of the NEFF.
 struct ChannelReader {
     rx: Receiver<Vec<u8>>,
+    back: Sender<Vec<u8>>,
     cur: Vec<u8>,
     pos: usize,
 }
 
 impl Read for ChannelReader {
     fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        let n = {
+            let avail = self.fill_buf()?;
+            let n = out.len().min(avail.len());
+            out[..n].copy_from_slice(&avail[..n]);
+            n
+        };
+        self.consume(n);
+        Ok(n)
+    }
+}
+
+/// The inflater reads the chunks in place (no copy into a buffer of its own).
+impl BufRead for ChannelReader {
+    fn fill_buf(&mut self) -> io::Result<&[u8]> {
         while self.pos >= self.cur.len() {
             match self.rx.recv() {
                 Ok(c) => {
-                    self.cur = c;
+                    let done = std::mem::replace(&mut self.cur, c);
+                    if done.capacity() > 0 {
+                        // The hasher may have finished; then the chunk is simply dropped.
+                        let _ = self.back.send(done);
+                    }
                     self.pos = 0;
                 }
-                Err(_) => return Ok(0),
+                Err(_) => return Ok(&[]),
             }
         }
-        let n = out.len().min(self.cur.len() - self.pos);
-        out[..n].copy_from_slice(&self.cur[self.pos..self.pos + n]);
-        self.pos += n;
-        Ok(n)
+        Ok(&self.cur[self.pos..])
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.pos = (self.pos + n).min(self.cur.len());
     }
 }
 
@@ -282,11 +304,11 @@ fn inflate_err(e: io::Error, pkg: u64, cap_hit: bool, cap: u64) -> NeffError {
 }
 
 /// Inflates (pkg 2) or copies (pkg 1) the data window into one buffer of at most `cap` bytes.
-fn inflate_all<R: Read>(src: R, pkg: u64, cap: u64) -> Result<Vec<u8>, NeffError> {
+fn inflate_all<R: BufRead>(src: R, pkg: u64, cap: u64) -> Result<Vec<u8>, NeffError> {
     let mut out = Vec::new();
     let limit = cap.saturating_add(1);
     let res = if pkg == PKG_VERSION_GZIP_MD5 {
-        flate2::read::GzDecoder::new(src).take(limit).read_to_end(&mut out)
+        flate2::bufread::GzDecoder::new(src).take(limit).read_to_end(&mut out)
     } else {
         src.take(limit).read_to_end(&mut out)
     };
@@ -345,13 +367,14 @@ pub(crate) fn digest_pass<R: Read + Send, T>(
     mut window: R,
     header: &NeffHeader,
     verify: bool,
-    f: impl FnOnce(&mut dyn Read) -> Result<T, NeffError>,
+    f: impl FnOnce(&mut dyn BufRead) -> Result<T, NeffError>,
 ) -> Result<T, NeffError> {
     let pkg = header.pkg_version;
     let data_size = header.data_size;
     if !verify {
-        let mut counted = Counting { inner: window, n: 0 };
+        let mut counted = io::BufReader::with_capacity(CHUNK, Counting { inner: window, n: 0 });
         let out = f(&mut counted);
+        let counted = counted.get_ref();
         if pkg == PKG_VERSION_TAR_SHA256 && out.is_ok() && counted.n < data_size {
             return Err(NeffError::Archive(format!(
                 "payload truncated: data_size {data_size}, only {} bytes present",
@@ -362,12 +385,23 @@ pub(crate) fn digest_pass<R: Read + Send, T>(
     }
     let (out, hashed) = std::thread::scope(|s| {
         let (tx, rx) = sync_channel::<Vec<u8>>(4);
+        let (back, recycled) = channel::<Vec<u8>>();
         let hasher = s.spawn(move || -> io::Result<(Vec<u8>, u64)> {
             let mut h = Hasher::new(pkg);
             let mut total = 0u64;
             let mut forward = true;
+            // Once forwarding stops, one chunk is reused in place.
+            let mut spare: Option<Vec<u8>> = None;
             loop {
-                let mut chunk = vec![0u8; CHUNK];
+                // A chunk the reader is done with, else a new one (at most the channel's
+                // depth plus the two the reader and this thread hold are ever allocated).
+                let mut chunk = match spare.take().or_else(|| recycled.try_recv().ok()) {
+                    Some(mut c) => {
+                        c.resize(CHUNK, 0);
+                        c
+                    }
+                    None => vec![0u8; CHUNK],
+                };
                 let n = read_full(&mut window, &mut chunk)?;
                 if n == 0 {
                     break;
@@ -375,13 +409,18 @@ pub(crate) fn digest_pass<R: Read + Send, T>(
                 chunk.truncate(n);
                 h.update(&chunk);
                 total += n as u64;
-                if forward && tx.send(chunk).is_err() {
-                    forward = false;
+                if forward {
+                    if let Err(e) = tx.send(chunk) {
+                        forward = false;
+                        spare = Some(e.0);
+                    }
+                } else {
+                    spare = Some(chunk);
                 }
             }
             Ok((h.finalize(), total))
         });
-        let mut rd = ChannelReader { rx, cur: Vec::new(), pos: 0 };
+        let mut rd = ChannelReader { rx, back, cur: Vec::new(), pos: 0 };
         let out = f(&mut rd);
         // Stop forwarding: the hasher finishes the window on its own.
         drop(rd);

@@ -12,7 +12,7 @@
 //! sink made and drops it when the read fails.
 
 use std::collections::HashMap;
-use std::io::{self, Read};
+use std::io::{self, BufRead, Read};
 use std::sync::Arc;
 
 use crate::container::{
@@ -79,14 +79,14 @@ fn read_some<R: Read>(r: &mut R, buf: &mut [u8]) -> io::Result<usize> {
 
 /// Walks the tar coming out of `src` (inflating it for pkg 2), sending wanted members to
 /// `sink` and keeping the others (and a prefix of each streamed one) in the payload buffer.
-fn walk_stream<R: Read>(
+fn walk_stream<R: BufRead>(
     src: R,
     pkg: u64,
     cap: u64,
     sink: &mut dyn MemberSink,
 ) -> Result<(Vec<u8>, Vec<MemberInfo>), NeffError> {
     let inner: Box<dyn Read + '_> =
-        if pkg == PKG_VERSION_GZIP_MD5 { Box::new(flate2::read::GzDecoder::new(src)) } else { Box::new(src) };
+        if pkg == PKG_VERSION_GZIP_MD5 { Box::new(flate2::bufread::GzDecoder::new(src)) } else { Box::new(src) };
     let mut ar = tar::Archive::new(Capped { inner, n: 0, limit: cap.saturating_add(1) });
     let res = walk_entries(&mut ar, cap, sink);
     let mut rest = ar.into_inner();

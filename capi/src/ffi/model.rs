@@ -31,7 +31,9 @@ unsafe fn load(
         // SAFETY: non-null; nrt.h: `neff_bytes` points to `size` readable bytes, which stay
         // valid for the call; size ≤ isize::MAX was checked.
         let bytes = unsafe { std::slice::from_raw_parts(neff_bytes.cast::<u8>(), size) };
-        let m = rt().load(bytes, start, count)?;
+        // Streamed from the caller's buffer: the inflated payload is never held whole (the
+        // weights go to device memory in bounded pieces as they are inflated).
+        let m = rt().load_reader(bytes, size as u64, start, count)?;
         let h = MODELS.insert(m);
         // SAFETY: checked non-null; nrt.h: `model` points to a writable nrt_model_t*.
         unsafe { put(model, h) };

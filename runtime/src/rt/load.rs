@@ -74,6 +74,29 @@ impl Runtime {
         start_nc: Option<usize>,
         nc_count: Option<usize>,
     ) -> Result<ModelHandle, RtError> {
+        self.load_reader_placed(r, len, start_nc, nc_count, None)
+    }
+
+    /// [`Self::load_global`] from a reader, streaming as [`Self::load_reader`] does.
+    pub fn load_reader_global<R: Read + Send>(
+        &self,
+        r: R,
+        len: u64,
+        start_nc: Option<usize>,
+        nc_count: Option<usize>,
+        g: GlobalPlacement,
+    ) -> Result<ModelHandle, RtError> {
+        self.load_reader_placed(r, len, start_nc, nc_count, Some(g))
+    }
+
+    fn load_reader_placed<R: Read + Send>(
+        &self,
+        r: R,
+        len: u64,
+        start_nc: Option<usize>,
+        nc_count: Option<usize>,
+        global: Option<GlobalPlacement>,
+    ) -> Result<ModelHandle, RtError> {
         self.guard()?;
         let cfg = lock(&self.cfg).clone();
         let devices = lock(&self.devices).clone();
@@ -85,7 +108,9 @@ impl Runtime {
         let (dev, local) = self.device_of(target).ok_or_else(|| RtError::internal("NC vanished"))?;
         let mut sink = DeviceSink::new(&dev, local);
         let n = Neff::parse_streaming(r, len, &opts, &mut sink)?;
-        self.load_parsed(n, start_nc, nc_count, None, Some(&mut sink))
+        let m = self.load_parsed(n, start_nc, nc_count, global, Some(&mut sink))?;
+        sink.commit();
+        Ok(m)
     }
 
     fn load_parsed(

@@ -88,7 +88,14 @@ pub fn place_vars(
                 (a, Some(m.mem))
             }
             _ => {
-                let m = dev.alloc_device(chan, size.max(1), align).map_err(|e| match e {
+                // Streamed weights copied here (below) overwrite the start of the var and the
+                // rest is zeroed there, so its memory need not be zeroed first.
+                let alloc = if v.streamed.is_some() && weights.is_some() {
+                    Device::alloc_device_for_overwrite
+                } else {
+                    Device::alloc_device
+                };
+                let m = alloc(dev, chan, size.max(1), align).map_err(|e| match e {
                     hal::HalError::OutOfDeviceMemory { .. } | hal::HalError::TooLarge { .. } => {
                         StageError::resource(format!("var {}: {e}", v.name))
                     }
@@ -139,6 +146,14 @@ pub fn place_vars(
                 })?;
                 let len = s.len.min(vars[i].size);
                 copy_member(w.device(), src, dev, nc, vars[i].addr, len)?;
+                // The bytes past the weights (the memory was not zeroed at allocation).
+                if let Some(m) = &vars[i].mem {
+                    let end = vars[i].addr + len;
+                    let stop = m.addr() + m.len();
+                    if end < stop {
+                        dev.zero_device(nc, end, stop - end)?;
+                    }
+                }
                 written(len);
             } else {
                 written(s.len.min(vars[i].size));

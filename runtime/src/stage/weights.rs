@@ -6,6 +6,12 @@
 //! streamed member's allocation as the var's memory (or copies it, device to device, when the
 //! var lands elsewhere).
 //!
+//! A member's allocation is not zeroed first ([`Device::alloc_device_for_overwrite`]): the
+//! stream writes every byte of it, and [`MemberSink::end`] zeroes what it did not write (the
+//! one byte of an empty member's allocation), so nothing stale is ever handed out. A sink
+//! dropped without [`DeviceSink::commit`] (the load failed: a short member, a refused digest,
+//! a later check) zeroes everything it still holds before freeing it.
+//!
 //! [`vars::place_vars`]: super::vars::place_vars
 
 use std::collections::HashMap;
@@ -109,6 +115,8 @@ pub struct DeviceSink {
     done: HashMap<String, StreamedMember>,
     /// Bytes streamed into device memory.
     pub bytes: u64,
+    /// The load succeeded: what is left is freed as is (see [`DeviceSink::commit`]).
+    committed: bool,
 }
 
 fn hal_err(e: HalError) -> SinkError {
@@ -133,7 +141,15 @@ impl DeviceSink {
             cur: None,
             done: HashMap::new(),
             bytes: 0,
+            committed: false,
         }
+    }
+
+    /// The load that used this sink succeeded. Members still held (copied to their vars
+    /// rather than adopted) hold this model's own, fully written weights and are freed as
+    /// they are; without a commit, dropping the sink zeroes them first.
+    pub fn commit(&mut self) {
+        self.committed = true;
     }
 
     /// The device the members were written to.
@@ -156,7 +172,8 @@ impl DeviceSink {
         let Some(c) = self.cur.as_mut() else { return Ok(()) };
         if c.mem.is_none() {
             let len = (c.size - c.skip).max(1);
-            c.mem = Some(self.dev.alloc_device(self.chan, len, MEMBER_ALIGN).map_err(hal_err)?);
+            // Not zeroed: the stream writes bytes [0, size - skip), `end` zeroes the rest.
+            c.mem = Some(self.dev.alloc_device_for_overwrite(self.chan, len, MEMBER_ALIGN).map_err(hal_err)?);
         }
         Ok(())
     }
@@ -295,6 +312,12 @@ impl MemberSink for DeviceSink {
         }
         self.flush()?;
         self.drain()?;
+        if let Some(c) = self.cur.as_ref() {
+            // Zero the bytes the stream did not write (an empty member's one-byte block).
+            if let Some(mem) = c.mem.as_ref().filter(|m| c.sent < m.len()) {
+                self.dev.zero_device(self.nc, mem.addr() + c.sent, mem.len() - c.sent).map_err(hal_err)?;
+            }
+        }
         if let Some(c) = self.cur.take() {
             self.bytes += c.sent;
             if let Some(mem) = c.mem {
@@ -302,6 +325,26 @@ impl MemberSink for DeviceSink {
             }
         }
         Ok(())
+    }
+}
+
+impl Drop for DeviceSink {
+    /// A sink dropped without [`DeviceSink::commit`] zeroes the memory it still holds: the
+    /// member being received (partly written over memory that was not zeroed) and the
+    /// members of a refused NEFF. The DMA thread is stopped first, so nothing is in flight.
+    fn drop(&mut self) {
+        self.pipe = None;
+        if self.committed {
+            return;
+        }
+        let held = self.cur.take().and_then(|c| c.mem).into_iter().chain(self.done.drain().map(|(_, m)| m.mem));
+        for mem in held {
+            if let Err(e) = self.dev.zero_device(self.nc, mem.addr(), mem.len()) {
+                // Still safe: freed memory is zeroed again before its next owner gets it
+                // through `Device::alloc_device`.
+                tracing::warn!("zeroing {} bytes of a refused NEFF's weights failed: {e}", mem.len());
+            }
+        }
     }
 }
 
@@ -394,6 +437,93 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Fill every free block of `order_bytes` on NC 0's channel with 0xA5 and free it again,
+    /// so memory that is not zeroed before use shows stale bytes.
+    fn dirty(dev: &Device, order_bytes: u64) {
+        let chan = dev.hbm_for_nc(0);
+        let junk = vec![0xA5u8; order_bytes as usize];
+        let mut held = Vec::new();
+        while let Ok(m) = dev.alloc_device(chan, order_bytes, 4096) {
+            dev.write_device(0, m.addr(), &junk).expect("dirty");
+            held.push(m);
+        }
+        assert!(!held.is_empty(), "nothing to dirty");
+    }
+
+    /// A var larger than its weight member (allowed for a non-file var) gets the weights at its
+    /// start and zeros after them, although its memory and the member's were not zeroed at
+    /// allocation and held an earlier owner's bytes.
+    #[test]
+    fn partly_covered_var_has_its_uncovered_bytes_zero() {
+        let dev = device();
+        dirty(&dev, 8 << 20);
+        let data = pattern(BOUNCE + 4321);
+        let extra = 8192 + 77;
+        let mut model = weights_model(data.clone(), WeightFormat::Npy);
+        let var = model.graphs[0].vars.iter_mut().find(|v| v.name == "weights").expect("var");
+        var.kind = neff::VarKind::TmpBuf;
+        var.size = (data.len() + extra) as u64;
+        let mut out = std::io::Cursor::new(Vec::new());
+        model.write_to(&mut out, &WriteOptions::default()).expect("write");
+        let bytes = out.into_inner();
+        let mut sink = DeviceSink::new(&dev, 0);
+        let n =
+            Neff::parse_streaming(&bytes[..], bytes.len() as u64, &ReadOptions::default(), &mut sink).expect("parse");
+        let g = &n.graphs[0];
+        assert!(g.var("weights").is_some_and(|v| v.streamed.is_some()), "the weights were streamed");
+        let vars = place_vars(&dev, g, 0, false, &|_| {}, Some(&mut sink)).expect("place");
+        let sv = vars.iter().find(|x| x.name == "weights").expect("staged");
+        assert_eq!(sv.size, (data.len() + extra) as u64);
+        let mut back = vec![0u8; data.len() + extra];
+        dev.read_device(0, sv.addr, &mut back).expect("read");
+        assert!(back[..data.len()] == data[..], "the weights");
+        assert!(back[data.len()..].iter().all(|&b| b == 0), "stale bytes past the weights");
+    }
+
+    /// The bytes of a member's allocation the stream does not write (an `.npy` member that is
+    /// all preamble gets a one-byte block) are zeroed.
+    #[test]
+    fn a_member_with_no_data_gets_a_zeroed_block() {
+        let dev = device();
+        dirty(&dev, 4096);
+        let mut sink = DeviceSink::new(&dev, 0);
+        let mut member = vec![b' '; 100];
+        member[..8].copy_from_slice(b"\x93NUMPY\x01\x00");
+        member[8..10].copy_from_slice(&90u16.to_le_bytes());
+        sink.begin("empty.npy", 100).expect("begin");
+        sink.write(&member).expect("write");
+        sink.end().expect("end");
+        let m = sink.get("empty.npy").expect("member");
+        assert_eq!((m.skip, m.mem.len()), (100, 1));
+        let mut b = [0xFFu8; 1];
+        dev.read_device(0, m.mem.addr(), &mut b).expect("read");
+        assert_eq!(b, [0]);
+    }
+
+    /// A load that fails midway (the member is cut short) leaves no weights behind: the sink,
+    /// dropped without a commit, zeroes what it holds before freeing it.
+    #[test]
+    fn a_failed_stream_is_zeroed_when_the_sink_is_dropped() {
+        let dev = device();
+        let data = pattern(BOUNCE + 999);
+        let (addr, len) = {
+            let mut sink = DeviceSink::new(&dev, 0);
+            sink.begin("w.bin", 2 * data.len() as u64).expect("begin");
+            sink.write(&data).expect("write");
+            sink.flush().expect("flush");
+            sink.drain().expect("drain");
+            let mem = sink.cur.as_ref().and_then(|c| c.mem.as_ref()).expect("allocated");
+            let at = (mem.addr(), mem.len());
+            let mut back = vec![0u8; data.len()];
+            dev.read_device(0, at.0, &mut back).expect("read");
+            assert!(back == data, "written before the failure");
+            at
+        };
+        let mut back = vec![0xFFu8; len as usize];
+        dev.read_device(0, addr, &mut back).expect("read");
+        assert!(back.iter().all(|&b| b == 0), "weights of a failed load left in device memory");
     }
 
     /// A corrupt digest fails the load (after the weights were streamed) and everything the

@@ -66,6 +66,7 @@ impl Runtime {
             let t = ex.tracker.timings();
             crate::profile::record_exec(m.id, &m.name, &m.ncs, ex.seq, t0, m.epoch, status, &t, &ex.sync);
         }
+        let ex_warnings = ex.tracker.barrier_warnings();
         if step == Step::DoneWithError {
             drop(g);
             for &nc in &m.ncs {
@@ -74,7 +75,12 @@ impl Runtime {
             drop(held);
             invalidate_outputs(m, outputs, status);
             lock(&m.lifecycle).poison(status);
-            let timings = ExecTimings { total_ns: t0.elapsed().as_nanos() as u64, steps, ..Default::default() };
+            let timings = ExecTimings {
+                total_ns: t0.elapsed().as_nanos() as u64,
+                steps,
+                barrier_warnings: ex_warnings,
+                ..Default::default()
+            };
             m.count_execution(status, timings.total_ns, 0);
             return Ok((status, timings));
         }
@@ -94,6 +100,7 @@ impl Runtime {
                 total_ns,
                 device_ns,
                 steps,
+                barrier_warnings: ex_warnings,
                 completion_lag_ns,
                 bind_ns: ns(t0, t_bound),
                 kick_ns: ns(t_bound, t_kicked),
@@ -226,9 +233,13 @@ pub(super) fn bind_inputs(
     Ok(())
 }
 
-/// The kickoff: one MMIO write per NC (the kick slot was resolved at load).
+/// The kickoff: one MMIO write per NC (the kick slot was resolved at load), after arming the
+/// collectives barrier of an NC whose collectives span several ranks (docs/faults.md).
 pub(super) fn kick(ex: &ExecState) -> Result<(), RtError> {
     for s in &ex.ncs {
+        if let Some(b) = s.barrier {
+            s.dev.barrier_arm(s.nc, b.comm, b.rank, b.size)?;
+        }
         s.dev.kick(&s.kick)?;
     }
     Ok(())

@@ -13,8 +13,9 @@
 //!
 //! The barrier gates the instruction stream: while an NC's barrier task is outstanding its
 //! sequencers do not fetch (no START record is posted, no collective starts), as libnrt does
-//! not let an execution's engines run ahead of its barrier; once the task is done (or failed)
-//! the NC's pending work runs. The runtime harvests nothing before the barrier clears, and its
+//! not let an execution's engines run ahead of its barrier; once the task is done the NC's
+//! pending work runs. After a failed barrier the execution never starts (the runtime ends it
+//! with the barrier's status and resets the NC before its next use). The runtime harvests nothing before the barrier clears, and its
 //! core timeout starts when it clears (docs/faults.md). A model without collectives never
 //! arms the barrier and is never gated.
 //!
@@ -46,9 +47,10 @@ impl NcBarriers {
         Self { status: (0..ncs).map(|_| AtomicU32::new(0)).collect(), seq: Mutex::new(HashMap::new()) }
     }
 
-    /// Whether `nc`'s sequencers are held back by an outstanding barrier.
+    /// Whether `nc`'s sequencers are held back: its barrier is outstanding, or failed (the
+    /// execution never starts; the next arrival or a reset lifts it).
     pub fn gated(&self, nc: usize) -> bool {
-        nc_barrier::Status(self.status(nc)).state() == bc::OUTSTANDING
+        matches!(nc_barrier::Status(self.status(nc)).state(), bc::OUTSTANDING | bc::FAILED)
     }
 
     /// The status word of `nc` (0 for an NC out of range).

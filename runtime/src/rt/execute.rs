@@ -68,6 +68,14 @@ impl Runtime {
         }
         let ex_warnings = ex.tracker.barrier_warnings();
         if step == Step::DoneWithError {
+            let mut ex_fatal = crate::state::FatalFlags::default();
+            for nc in 0..ex.tracker.nc_count() {
+                for c in crate::state::ExecFatalStatus::ALL {
+                    if ex.tracker.fatal_flags(nc).is_some_and(|f| f.get(c)) {
+                        ex_fatal.set(c);
+                    }
+                }
+            }
             drop(g);
             for &nc in &m.ncs {
                 m.lanes.set_dirty(nc, true);
@@ -79,6 +87,7 @@ impl Runtime {
                 total_ns: t0.elapsed().as_nanos() as u64,
                 steps,
                 barrier_warnings: ex_warnings,
+                fatal: ex_fatal,
                 ..Default::default()
             };
             m.count_execution(status, timings.total_ns, 0);
@@ -101,6 +110,7 @@ impl Runtime {
                 device_ns,
                 steps,
                 barrier_warnings: ex_warnings,
+                fatal: Default::default(),
                 completion_lag_ns,
                 bind_ns: ns(t0, t_bound),
                 kick_ns: ns(t_bound, t_kicked),

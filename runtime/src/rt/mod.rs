@@ -131,6 +131,9 @@ pub struct ExecTimings {
     /// "Waiting on barrier proxy task" warnings this execution emitted (its collectives
     /// barrier was outstanding past the warning threshold; docs/faults.md).
     pub barrier_warnings: u32,
+    /// `exec_fatal_status` of a failed execution: the causes flagged on any of its NCs
+    /// (empty for an execution that completed).
+    pub fatal: crate::state::FatalFlags,
     /// From the last END record's device timestamp (rescaled to host time through the sync
     /// point taken at load) to the host observing completion, ns. Never clamped: a negative
     /// value means the two clocks' offset is off by more than the lag. None for a failed

@@ -206,6 +206,11 @@ fn arrive(dev: &Dev, nc: usize, comm: u32, rank: usize, size: usize, failed: boo
             m.failed |= failed;
             m.members[rank] = Some(me);
         }
+        if m.failed {
+            // A failed barrier fails at once for every rank that met it so far, and for each
+            // later one as it arrives (no rank waits on a barrier that cannot succeed).
+            settle_all(m, bc::FAILED);
+        }
         let complete = match &m.local {
             Some(l) => l.iter().all(|&i| m.members.get(i).is_some_and(|x| x.is_some())),
             None => m.members.iter().all(|x| x.is_some()),
@@ -271,5 +276,67 @@ fn spawn_inter_host(t: Arc<dyn InterHost>, comm: u32, seq: u32, m: Meet) {
     });
     if let Err(e) = spawned {
         tracing::error!(comm, seq, "barrier: no worker thread: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use csr_maps::{Regs, SUNDA};
+    use platform::Platform;
+
+    fn status(regs: &Regs<'_>, nc: u64) -> (u32, u32) {
+        let s = regs.nc_barrier(nc).and_then(|b| Ok(b.status().read()?)).map(|s| (s.state(), s.generation()));
+        s.unwrap_or((u32::MAX, 0))
+    }
+
+    fn arm(regs: &Regs<'_>, nc: u64, comm: u32, rank: u32, size: u32) {
+        let Ok(b) = regs.nc_barrier(nc) else { panic!("nc_barrier {nc}") };
+        let w = b
+            .comm()
+            .write(nc_barrier::Comm(comm))
+            .and_then(|()| b.member().write(nc_barrier::Member(0).with_rank(rank).with_size(size)))
+            .and_then(|()| b.arm().write(nc_barrier::Arm(0).with_go(1)));
+        assert!(w.is_ok(), "{w:?}");
+    }
+
+    #[test]
+    fn outstanding_until_every_rank_arrived_failed_when_the_group_disagrees() {
+        let d = crate::SimDevice::new(crate::SimConfig::new(&SUNDA).timing(crate::Timing::Step));
+        let Ok(d) = d else { panic!("sim device") };
+        let Ok(bar) = d.bar(0) else { panic!("bar0") };
+        let regs = Regs::new(&SUNDA, bar.as_ref());
+        assert_eq!(status(&regs, 0), (bc::IDLE, 0));
+        arm(&regs, 0, 9, 0, 2);
+        assert_eq!(status(&regs, 0), (bc::OUTSTANDING, 1));
+        assert!(d.dev.barriers.gated(0), "the sequencers wait");
+        arm(&regs, 1, 9, 1, 2);
+        assert_eq!((status(&regs, 0), status(&regs, 1)), ((bc::DONE, 1), (bc::DONE, 1)));
+        assert!(!d.dev.barriers.gated(0));
+        // The next barrier pairs by arrival count, whichever rank comes first.
+        arm(&regs, 1, 9, 1, 2);
+        assert_eq!((status(&regs, 0), status(&regs, 1)), ((bc::DONE, 1), (bc::OUTSTANDING, 2)));
+        arm(&regs, 0, 9, 0, 2);
+        assert_eq!((status(&regs, 0), status(&regs, 1)), ((bc::DONE, 2), (bc::DONE, 2)));
+        // Another communicator whose ranks disagree on the size: failed for both, at once.
+        arm(&regs, 0, 10, 0, 2);
+        assert_eq!(status(&regs, 0), (bc::OUTSTANDING, 3));
+        arm(&regs, 1, 10, 1, 3);
+        assert_eq!((status(&regs, 0), status(&regs, 1)), ((bc::FAILED, 3), (bc::FAILED, 3)));
+        assert!(d.dev.barriers.gated(0), "a failed barrier's execution never starts");
+        // A rank outside its group fails alone.
+        arm(&regs, 0, 11, 2, 2);
+        assert_eq!(status(&regs, 0), (bc::FAILED, 4));
+        // The barrier fault: the first arrival fails at once, its peer as it arrives.
+        d.inject(crate::FaultSpec { kind: crate::FaultKind::Barrier, nc: 1, engine: None, queue: None });
+        arm(&regs, 1, 9, 1, 2);
+        assert_eq!(status(&regs, 1), (bc::FAILED, 4));
+        arm(&regs, 0, 9, 0, 2);
+        assert_eq!(status(&regs, 0), (bc::FAILED, 5));
+        // A reset NC is idle and its counts start over.
+        let mut st = d.dev.lock();
+        d.dev.reset_all(&mut st);
+        drop(st);
+        assert_eq!((status(&regs, 0), status(&regs, 1)), ((bc::IDLE, 0), (bc::IDLE, 0)));
     }
 }

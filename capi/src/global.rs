@@ -347,4 +347,35 @@ impl InterHost for Global {
         };
         out.map(|o| vec![o]).map_err(seam)
     }
+
+    /// The collectives barrier of a spanning group: a one-byte all-gather over the group's
+    /// processes, which returns once every process's rank arrived (a late process keeps it
+    /// waiting; a dead one fails it when the transport's timeout expires: network proxy).
+    fn barrier(&self, comm: u32, seq: u32, size: usize, local: &[usize]) -> Result<(), InterHostError> {
+        let span = self
+            .spans
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&comm)
+            .cloned()
+            .ok_or_else(|| InterHostError::Collective(format!("communicator {comm:#x} is not registered")))?;
+        if span.procs.len() != size || span.local != local {
+            return Err(InterHostError::Collective(format!(
+                "barrier ranks {local:?} of {size} do not match the registered group {:?}",
+                span.procs
+            )));
+        }
+        let mut w = lock(&self.world);
+        let w = w.as_mut().ok_or_else(|| InterHostError::Network("no global communicator".into()))?;
+        let mut c = Communicator::new(
+            Subgroup::new(w.comm.transport(), span.procs.clone()).map_err(seam)?,
+            CollConfig::default(),
+        )
+        .map_err(seam)?;
+        // Tags apart from the collectives' (their sequence numbers are folded in even steps
+        // from another base).
+        c.set_seq(u64::from(comm.wrapping_mul(0x85eb_ca6b).wrapping_add(seq.wrapping_mul(2)).wrapping_add(1) & 0xffff));
+        let mut out = vec![0u8; size];
+        c.all_gather(&[1u8], &mut out).map_err(seam)
+    }
 }

@@ -3,7 +3,11 @@
 //! same one-graph all-reduce NEFF as rank R of N (replica group `[0, …, N-1]`), execute, and
 //! compare the output bit for bit with the host reference in the documented reduction order.
 //! A rank killed before the collective makes every survivor's execution fail with
-//! NRT_NETWORK_PROXY_FAILURE (1206) within the timeout.
+//! NRT_NETWORK_PROXY_FAILURE (1206) within the timeout: the survivors wait in their
+//! collectives barrier (never fatal by itself) until the transport declares the peer dead.
+//! A rank that starts its execution late keeps the others' barrier pending, with libnrt's
+//! doubling warnings (threshold shortened to 100 ms by `NEURON_VFIO_BARRIER_WARN_MS`), and all
+//! succeed once it arrives.
 //!
 //! The test binary is its own rank process (`GLOBAL_COMM_CHILD=rank,size,mode`).
 
@@ -20,6 +24,8 @@ use nrt::*;
 
 const ELEMS: usize = 32;
 const CHILD: &str = "GLOBAL_COMM_CHILD";
+/// How late the last rank starts its execution in mode `late`.
+const LATE: Duration = Duration::from_millis(700);
 
 fn inputs(n: usize) -> Vec<Vec<u8>> {
     (0..n).map(|r| pattern(r, ELEMS * 4, DType::F32, 0x61)).collect()
@@ -73,7 +79,16 @@ fn rank_main(rank: usize, size: usize, mode: &str) -> Result<(i32, Vec<u8>), Str
             // about to be).
             libc::kill(libc::getpid(), libc::SIGKILL);
         }
+        if mode == "late" && rank == size - 1 {
+            // Every other rank is already waiting on its barrier.
+            std::thread::sleep(LATE);
+        }
+        let warned = runtime::completion::barrier_warnings_total();
         let s = nrt_execute(model, sin, sout);
+        if mode == "late" {
+            // Reported on stderr: the barrier warnings this execution emitted.
+            eprintln!("warnings={}", runtime::completion::barrier_warnings_total() - warned);
+        }
         let mut out = vec![0u8; ELEMS * 4];
         if s == 0 {
             check("read", nrt_tensor_read(tout, out.as_mut_ptr().cast(), 0, out.len()))?;
@@ -140,6 +155,11 @@ fn free_port() -> u16 {
 
 /// Launches `n` rank processes; returns each one's stdout line or failure.
 fn launch(n: usize, mode: &str, timeout_s: u32) -> Vec<Result<String, String>> {
+    launch_with_stderr(n, mode, timeout_s).into_iter().map(|r| r.map(|(out, _)| out)).collect()
+}
+
+/// [`launch`], with each successful rank's stderr.
+fn launch_with_stderr(n: usize, mode: &str, timeout_s: u32) -> Vec<Result<(String, String), String>> {
     let exe = match std::env::current_exe() {
         Ok(e) => e,
         Err(e) => return vec![Err(e.to_string())],
@@ -155,6 +175,7 @@ fn launch(n: usize, mode: &str, timeout_s: u32) -> Vec<Result<String, String>> {
                 .env("NEURON_RT_EXEC_TIMEOUT", timeout_s.to_string())
                 .env("FI_PROVIDER", "tcp")
                 .env("NEURON_RT_ASYNC_SENDRECV_BOOTSTRAP_PORT", &sr_port)
+                .env("NEURON_VFIO_BARRIER_WARN_MS", "100")
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .spawn()
@@ -165,7 +186,7 @@ fn launch(n: usize, mode: &str, timeout_s: u32) -> Vec<Result<String, String>> {
             let out = k.map_err(|e| e.to_string())?.wait_with_output().map_err(|e| e.to_string())?;
             let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
             if out.status.success() {
-                Ok(text)
+                Ok((text, String::from_utf8_lossy(&out.stderr).to_string()))
             } else {
                 Err(format!("{:?}: {text} {}", out.status, String::from_utf8_lossy(&out.stderr).trim()))
             }
@@ -217,6 +238,32 @@ fn main() -> ExitCode {
         let ok = took < Duration::from_secs(20);
         println!("{} survivors of {n} finished in {took:?}", if ok { "ok  " } else { "FAIL" });
         failed += usize::from(!ok);
+    }
+    // The last of 3 ranks starts its execution late: the others wait in their barrier with
+    // warnings at 100, 200, 400 ms (never failing), then all complete with the right sum.
+    {
+        let n = 3;
+        let ins = inputs(n);
+        let refs: Vec<&[u8]> = ins.iter().map(|v| v.as_slice()).collect();
+        let want = reference_all_reduce(&refs, DType::F32, ReduceOp::Add).unwrap_or_default();
+        let expect = format!("status=0 out={}", hex(&want));
+        let got = launch_with_stderr(n, "late", 20);
+        for (r, g) in got.iter().enumerate() {
+            let warnings = g.as_ref().ok().and_then(|(_, err)| {
+                err.lines().find_map(|l| l.strip_prefix("warnings=")).and_then(|w| w.trim().parse::<u64>().ok())
+            });
+            // The early ranks wait about LATE (thresholds 100, 200, 400 ms passed); the late one
+            // arrives last and does not wait.
+            let want_warn = if r == n - 1 { warnings == Some(0) } else { warnings.is_some_and(|w| w >= 3) };
+            let ok = g.as_ref().is_ok_and(|(o, _)| o == &expect) && want_warn;
+            let line = g.as_ref().map(|(o, _)| o.as_str());
+            println!(
+                "{} rank {r} of {n} with rank {} late: {line:?}, {warnings:?} barrier warnings",
+                if ok { "ok  " } else { "FAIL" },
+                n - 1
+            );
+            failed += usize::from(!ok);
+        }
     }
     // nrt_async_sendrecv.h between two rank processes.
     let got = launch(2, "sendrecv", 20);

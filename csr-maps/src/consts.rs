@@ -356,6 +356,22 @@ pub mod regions {
     pub const SOURCE_DMA: u32 = 0x10;
 }
 
+/// The NC collectives barrier task (`nc_barrier`, modeled: libnrt's barrier proxy is a host
+/// task; no public source places a register for it; this project's model, docs/faults.md).
+pub mod barrier {
+    /// `status.state`: never armed since the last reset.
+    pub const IDLE: u32 = 0;
+    /// `status.state`: armed; some rank of the group has not arrived yet.
+    pub const OUTSTANDING: u32 = 1;
+    /// `status.state`: every rank of the group arrived.
+    pub const DONE: u32 = 2;
+    /// `status.state`: the barrier failed (its group disagreed, or the transport to the other
+    /// ranks failed).
+    pub const FAILED: u32 = 3;
+    /// `status.generation` wraps at this many arrivals.
+    pub const GENERATION_MASK: u32 = 0xFF_FFFF;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -69,6 +69,27 @@ impl Default for DeviceOptions {
     }
 }
 
+/// State of an NC's collectives barrier task ([`Device::barrier_status`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BarrierState {
+    /// Never armed since the last reset.
+    Idle,
+    /// Some rank of the group has not arrived yet.
+    Outstanding,
+    /// Every rank arrived.
+    Done,
+    /// The barrier failed (the group disagreed, the transport to other ranks failed, or an
+    /// injected fault).
+    Failed,
+}
+
+/// An NC's collectives barrier task: its state and generation (arrivals so far).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BarrierStatus {
+    pub state: BarrierState,
+    pub generation: u32,
+}
+
 bitflags::bitflags! {
     /// Fatal hardware causes latched in an NC's error-trigger block (its interrupt
     /// controller's group-0 cause register). The bit values are this type's own; the
@@ -501,6 +522,29 @@ impl Device {
         causes.set(FatalCauses::CC_ERROR, c.cc_error() != 0);
         causes.set(FatalCauses::NET_PROXY, c.net_proxy_fail() != 0);
         Ok(causes)
+    }
+    /// NC `nc` arrives at the next collectives barrier of replica group `comm` as `rank` of
+    /// `size` (the modeled `nc_barrier` block): its barrier task is outstanding until every
+    /// rank of the group arrived (docs/faults.md). Three MMIO writes.
+    pub fn barrier_arm(&self, nc: usize, comm: u32, rank: u8, size: u8) -> Result<()> {
+        use csr_maps::blocks::nc_barrier as nb;
+        let b = self.regs().nc_barrier(nc as u64)?;
+        b.comm().write(nb::Comm(comm))?;
+        b.member().write(nb::Member(0).with_rank(rank as u32).with_size(size as u32))?;
+        b.arm().write(nb::Arm(0).with_go(1))?;
+        Ok(())
+    }
+    /// NC `nc`'s collectives barrier task (one MMIO read).
+    pub fn barrier_status(&self, nc: usize) -> Result<BarrierStatus> {
+        use csr_maps::consts::barrier as bc;
+        let s = self.regs().nc_barrier(nc as u64)?.status().read()?;
+        let state = match s.state() {
+            bc::OUTSTANDING => BarrierState::Outstanding,
+            bc::DONE => BarrierState::Done,
+            bc::FAILED => BarrierState::Failed,
+            _ => BarrierState::Idle,
+        };
+        Ok(BarrierStatus { state, generation: s.generation() })
     }
     /// Clear every latched cause of NC `nc`. The causes are write-0-to-clear like every
     /// IOFIC group (the Annapurna Labs HAL's `al_iofic_clear_cause` writes the complement of

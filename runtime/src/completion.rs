@@ -6,7 +6,9 @@
 //!
 //! * **INIT** → arm the barrier-proxy wait (warn threshold 120 s) → WAIT_BARRIER_PROXY; in flight.
 //! * **WAIT_BARRIER_PROXY**: poll every NC's barrier proxy. A failure flags
-//!   `EXEC_FATAL_STATUS_BARRIER` and finalizes with `NRT_EXEC_HW_ERR_COLLECTIVES`. While any is
+//!   `EXEC_FATAL_STATUS_BARRIER` and finalizes with `NRT_EXEC_HW_ERR_COLLECTIVES`, or with
+//!   `NRT_NETWORK_PROXY_FAILURE` when the NC latched `net_proxy_fail` (the transport to the other
+//!   ranks failed: the barrier check's own status, as libnrt's `FINALIZE(rc)`). While any is
 //!   pending: once the wait reaches the threshold, warn and double the threshold (never fatal).
 //!   When all clear: every expected engine of every NC becomes START_PENDING, the core start
 //!   time is captured (the timeout is measured from here) → WAIT_CORE; in flight.
@@ -74,6 +76,15 @@ pub const BARRIER_WARN_INITIAL: Duration = Duration::from_secs(120);
 pub const TAG_FIXUP_ENGINE: usize = 2;
 /// The tag forced on those records.
 pub const TAG_FIXUP_VALUE: u8 = csr_maps::formats::notify::ntype::engine(2, csr_maps::formats::notify::ntype::EXPLICIT);
+
+/// Barrier-proxy warnings emitted in this process, by every tracker.
+static BARRIER_WARNINGS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// "Timeout exceeded: Waiting on barrier proxy task" warnings emitted in this process so far
+/// (every execution's; [`ExecTracker::barrier_warnings`] counts one execution's).
+pub fn barrier_warnings_total() -> u64 {
+    BARRIER_WARNINGS.load(std::sync::atomic::Ordering::Relaxed)
+}
 
 /// Result of a proxy (collectives barrier / network) poll.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -579,11 +590,23 @@ impl ExecTracker {
                 ProxyPoll::Done => self.ncs[nc].barrier_done = true,
                 ProxyPoll::Pending => pending = true,
                 ProxyPoll::Failed => {
-                    tracing::error!(nc, "(FATAL-RT-UNDEFINED-STATE) collectives barrier proxy failed");
+                    // libnrt finalizes with the barrier check's own status: the network
+                    // proxy's when the transport to the other ranks failed (the device latched
+                    // `net_proxy_fail`), else the collectives'.
+                    let rc = if sources[nc].fatal_causes().contains(FatalCauses::NET_PROXY) {
+                        NrtStatus::NetworkProxyFailure
+                    } else {
+                        NrtStatus::ExecHwErrCollectives
+                    };
+                    tracing::error!(
+                        nc,
+                        status = rc.code(),
+                        "(FATAL-RT-UNDEFINED-STATE) collectives barrier proxy failed"
+                    );
                     let n = &mut self.ncs[nc];
                     n.fatal.set(ExecFatalStatus::Barrier);
-                    n.ret = NrtStatus::ExecHwErrCollectives;
-                    return self.finalize(sources, NrtStatus::ExecHwErrCollectives);
+                    n.ret = rc;
+                    return self.finalize(sources, rc);
                 }
             }
         }
@@ -591,11 +614,14 @@ impl ExecTracker {
             let start = *self.barrier_start.get_or_insert(now);
             let waited = now.saturating_duration_since(start);
             if waited >= self.barrier_thresh {
+                // libnrt's text; the threshold in whole seconds (and in ms, for shortened ones).
                 tracing::warn!(
-                    seconds = self.barrier_thresh.as_secs(),
-                    "Timeout exceeded: waiting on barrier proxy task; continuing"
+                    threshold_ms = self.barrier_thresh.as_millis() as u64,
+                    "Timeout exceeded: Waiting on barrier proxy task: {} sec",
+                    self.barrier_thresh.as_secs()
                 );
                 self.barrier_warnings = self.barrier_warnings.saturating_add(1);
+                BARRIER_WARNINGS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 self.barrier_thresh = self.barrier_thresh.saturating_mul(2);
             }
             return Step::InFlight;

@@ -9,6 +9,9 @@
 //!   and non-numbers are errors.
 //! * `NEURON_RT_LOG_LEVEL`: `ERROR` (default), `WARNING` (also `WARN`), `INFO`, `DEBUG`,
 //!   `TRACE`, case-insensitive → `tracing::Level`.
+//! * `NEURON_VFIO_BARRIER_WARN_MS` (this project's, not libnrt's): the first warning threshold
+//!   of the collectives barrier wait in milliseconds, `1..`, default 120000 (libnrt's fixed
+//!   120 s), so that tests can shorten it (docs/faults.md).
 
 use std::time::Duration;
 use thiserror::Error;
@@ -19,6 +22,8 @@ pub const EXEC_TIMEOUT_VAR: &str = "NEURON_RT_EXEC_TIMEOUT";
 pub const VISIBLE_CORES_VAR: &str = "NEURON_RT_VISIBLE_CORES";
 /// `NEURON_RT_LOG_LEVEL`.
 pub const LOG_LEVEL_VAR: &str = "NEURON_RT_LOG_LEVEL";
+/// `NEURON_VFIO_BARRIER_WARN_MS`.
+pub const BARRIER_WARN_VAR: &str = "NEURON_VFIO_BARRIER_WARN_MS";
 /// Default execution timeout, seconds.
 pub const DEFAULT_EXEC_TIMEOUT_SECS: u32 = 600;
 /// Default log level.
@@ -33,6 +38,8 @@ pub enum EnvError {
     BadCores { var: &'static str, value: String, reason: &'static str },
     #[error("{var}: invalid log level {value:?} (expected ERROR, WARNING, INFO, DEBUG or TRACE)")]
     BadLogLevel { var: &'static str, value: String },
+    #[error("{var}: invalid threshold {value:?} (expected whole milliseconds, at least 1)")]
+    BadThreshold { var: &'static str, value: String },
     #[error("{var}: value is not valid unicode")]
     NotUnicode { var: &'static str },
 }
@@ -49,6 +56,19 @@ pub fn parse_exec_timeout(raw: &str) -> Result<u32, EnvError> {
         return Err(bad());
     }
     Ok(v)
+}
+
+/// Parse `NEURON_VFIO_BARRIER_WARN_MS` (milliseconds, at least 1).
+pub fn parse_barrier_warn(raw: &str) -> Result<Duration, EnvError> {
+    let bad = || EnvError::BadThreshold { var: BARRIER_WARN_VAR, value: raw.to_string() };
+    let t = raw.trim();
+    if t.is_empty() || !t.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad());
+    }
+    match t.parse::<u64>() {
+        Ok(v) if v >= 1 => Ok(Duration::from_millis(v)),
+        _ => Err(bad()),
+    }
 }
 
 /// The core-phase timeout of a model whose timeout is `secs` seconds: `1000 × secs` ms.

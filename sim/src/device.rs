@@ -287,6 +287,8 @@ pub(crate) struct Dev {
     /// Memory behind external DMA mappings (`SimDevice::map_external`), by IOVA.
     pub ext: Mutex<std::collections::BTreeMap<u64, Box<dyn crate::external::ExternalDma>>>,
     pub me: Weak<Dev>,
+    /// The NCs' collectives barrier tasks ([`crate::barrier`]).
+    pub barriers: crate::barrier::NcBarriers,
     /// A zero-sized MMIO: block handles on it only compute typed register offsets.
     pub null: MemMmio,
 }
@@ -461,6 +463,7 @@ impl SimDevice {
             irq: Mutex::new(HashMap::new()),
             ext: Mutex::new(std::collections::BTreeMap::new()),
             me: me.clone(),
+            barriers: crate::barrier::NcBarriers::new(ncs),
             null: MemMmio::new(0),
             cfg,
         });

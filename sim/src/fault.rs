@@ -18,6 +18,7 @@
 //! | `oob@nc0[:eng]` | custom INFER_STATUS record with an out-of-bounds sub-id (2) |
 //! | `cc-error@nc0` | the NC's next collective fails mid-transfer: NC INTC cc_error, the collective never completes |
 //! | `net-proxy@nc0` | the network proxy stops answering during the NC's next collective: NC INTC net_proxy_fail, the collective never completes |
+//! | `barrier@nc0` | the NC's next collectives barrier task fails: `nc_barrier.status` failed for every rank of that barrier (docs/faults.md) |
 
 use std::sync::atomic::Ordering;
 
@@ -43,10 +44,11 @@ pub enum FaultKind {
     Oob,
     CcError,
     NetProxy,
+    Barrier,
 }
 
 impl FaultKind {
-    const ALL: [(&'static str, FaultKind); 14] = [
+    const ALL: [(&'static str, FaultKind); 15] = [
         ("nq-overflow", FaultKind::NqOverflow),
         ("dma-abort", FaultKind::DmaAbort),
         ("hbm-ue", FaultKind::HbmUe),
@@ -61,6 +63,7 @@ impl FaultKind {
         ("oob", FaultKind::Oob),
         ("cc-error", FaultKind::CcError),
         ("net-proxy", FaultKind::NetProxy),
+        ("barrier", FaultKind::Barrier),
     ];
 
     /// Spec name.
@@ -266,6 +269,13 @@ pub(crate) fn collective_fault(dev: &Dev, st: &mut State, nc: usize) -> Option<C
         dev.intc(st, nc, Line::NetProxyFail);
         CollFault::ProxyDown
     })
+}
+
+/// Consume an armed `barrier` fault of `nc` as the NC arrives at a barrier: that barrier fails.
+pub(crate) fn barrier_fault(st: &mut State, nc: usize) -> bool {
+    let Some(i) = st.faults.iter().position(|f| f.nc == nc && f.kind == FaultKind::Barrier) else { return false };
+    st.faults.remove(i);
+    true
 }
 
 #[cfg(test)]

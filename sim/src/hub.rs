@@ -79,6 +79,8 @@ pub(crate) struct Hub {
     inter: RwLock<Option<Arc<dyn InterHost>>>,
     /// Buffers kept between collectives, so a collective in steady state allocates nothing.
     pool: Mutex<Pool>,
+    /// The collectives barriers being met ([`crate::barrier`]).
+    pub barriers: crate::barrier::Meets,
 }
 
 /// Reusable buffers: collective data, rendezvous part lists and delivery lists.
@@ -137,7 +139,7 @@ impl Hub {
         *self.inter.write().unwrap_or_else(|e| e.into_inner()) = t;
     }
 
-    fn inter(&self) -> Option<Arc<dyn InterHost>> {
+    pub(crate) fn inter(&self) -> Option<Arc<dyn InterHost>> {
         self.inter.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
@@ -248,6 +250,8 @@ impl Hub {
     pub fn forget(&self, dev: &Weak<Dev>) {
         let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         p.retain(|_, r| !r.parts.iter().flatten().any(|x| x.dev.ptr_eq(dev)));
+        drop(p);
+        self.barriers.forget(dev);
     }
 }
 
@@ -593,6 +597,9 @@ mod tests {
         fn collective(&self, req: InterHostRequest) -> Result<Vec<Vec<u8>>, InterHostError> {
             self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             Ok(req.parts.into_iter().map(|p| p.1).collect())
+        }
+        fn barrier(&self, _comm: u32, _seq: u32, _size: usize, _local: &[usize]) -> Result<(), InterHostError> {
+            Ok(())
         }
     }
 

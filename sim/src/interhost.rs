@@ -77,4 +77,10 @@ pub trait InterHost: Send + Sync {
     /// local part, in the order of `req.parts`. Called from a worker thread; may block up to the
     /// transport's timeout.
     fn collective(&self, req: InterHostRequest) -> Result<Vec<Vec<u8>>, InterHostError>;
+
+    /// The barrier number `seq` of communicator `comm` (a group of `size` ranks), met here by
+    /// the group ranks `local`: returns once every rank of the group in every process has
+    /// arrived. Called from a worker thread; a rank that never arrives keeps it blocked until
+    /// the transport gives up on the peer ([`InterHostError::Network`]).
+    fn barrier(&self, comm: u32, seq: u32, size: usize, local: &[usize]) -> Result<(), InterHostError>;
 }

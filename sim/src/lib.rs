@@ -13,6 +13,7 @@
 //! devices ([`SimTopology`]), Q7 control blocks with the DGE mailbox gate, the FW-IO
 //! mailbox (CRC-32C) and reset, and fault injection ([`FaultSpec`]).
 
+mod barrier;
 mod decode;
 mod device;
 mod exec;

@@ -39,6 +39,7 @@ impl Dev {
             | RegId::Sdma(_, sdma::RegId::TraceNq(notific::RegId::Nq(_, r))) => crate::nq::reg_read(self, st, &hit, r),
             RegId::Seq(nc, r) => crate::seq::reg_read(self, st, &hit, nc, r),
             RegId::MiscRam(_, r) => crate::fwio::reg_read(self, st, &hit, r),
+            RegId::NcBarrier(nc, r) => crate::barrier::reg_read(self, st, &hit, nc, r),
             _ => self.generic_read(st, &hit),
         }
     }
@@ -78,6 +79,7 @@ impl Dev {
             RegId::MiscRam(_, r) => crate::fwio::reg_write(self, st, &hit, r, val),
             RegId::Q7(..) | RegId::Nx(..) => crate::seq::q7_write(self, st, &hit, val),
             RegId::NcRegions(nc, _) => crate::mpu::reg_write(self, st, &hit, nc, val),
+            RegId::NcBarrier(nc, r) => crate::barrier::reg_write(self, st, &hit, nc, r, val),
             _ => self.generic_write(st, &hit, val),
         }
     }

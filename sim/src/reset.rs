@@ -30,6 +30,9 @@ impl Dev {
         st.nq.clear();
         st.faults.clear();
         st.coll_seq.clear();
+        for nc in 0..self.ncs() {
+            self.barriers.reset(nc);
+        }
         self.init_regs(st);
         self.n.resets.fetch_add(1, Ordering::Relaxed);
     }
@@ -94,10 +97,12 @@ impl Dev {
         for e in st.seq[nc].iter_mut() {
             *e = SeqEng::default();
         }
-        let clear: Vec<(u64, u64)> = [InstanceId::Seq, InstanceId::NcIntc, InstanceId::Notific, InstanceId::NcRegions]
-            .into_iter()
-            .filter_map(|inst| self.dec.span(inst, nc as u32))
-            .collect();
+        self.barriers.reset(nc);
+        let clear: Vec<(u64, u64)> =
+            [InstanceId::Seq, InstanceId::NcIntc, InstanceId::Notific, InstanceId::NcRegions, InstanceId::NcBarrier]
+                .into_iter()
+                .filter_map(|inst| self.dec.span(inst, nc as u32))
+                .collect();
         st.regs.retain(|k, _| !clear.iter().any(|(a, b)| k >= a && k < b));
         st.nq.retain(|k, _| !clear.iter().any(|(a, b)| k >= a && k < b));
         crate::mpu::invalidate(st, nc);

@@ -217,6 +217,10 @@ pub(crate) fn fault_engine(dev: &Dev, st: &mut State, nc: usize, e: usize, code:
 
 /// Run the engines of `nc` until none can make progress. Returns whether any did.
 pub(crate) fn run(dev: &Dev, st: &mut State, nc: usize, out: &mut Vec<Delivery>) -> bool {
+    if dev.barriers.gated(nc) {
+        // Held back until the NC's collectives barrier clears ([`crate::barrier`]).
+        return false;
+    }
     let mut any = false;
     loop {
         let mut progress = false;

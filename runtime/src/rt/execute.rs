@@ -77,7 +77,16 @@ impl Runtime {
             let t = ex.tracker.timings();
             crate::profile::record_exec(m.id, &m.name, &m.ncs, ex.seq, t0, m.epoch, status, &t, &ex.sync);
         }
+        let ex_warnings = ex.tracker.barrier_warnings();
         if step == Step::DoneWithError {
+            let mut ex_fatal = crate::state::FatalFlags::default();
+            for nc in 0..ex.tracker.nc_count() {
+                for c in crate::state::ExecFatalStatus::ALL {
+                    if ex.tracker.fatal_flags(nc).is_some_and(|f| f.get(c)) {
+                        ex_fatal.set(c);
+                    }
+                }
+            }
             drop(g);
             for &nc in &m.ncs {
                 m.lanes.set_dirty(nc, true);
@@ -89,6 +98,8 @@ impl Runtime {
             let timings = ExecTimings {
                 total_ns: end.saturating_duration_since(t0).as_nanos() as u64,
                 steps,
+                barrier_warnings: ex_warnings,
+                fatal: ex_fatal,
                 ..Default::default()
             };
             m.count_execution(status, timings.total_ns, 0, end);
@@ -110,6 +121,8 @@ impl Runtime {
                 total_ns,
                 device_ns,
                 steps,
+                barrier_warnings: ex_warnings,
+                fatal: Default::default(),
                 completion_lag_ns,
                 bind_ns: ns(t0, t_bound),
                 kick_ns: ns(t_bound, t_kicked),
@@ -242,9 +255,13 @@ pub(super) fn bind_inputs(
     Ok(())
 }
 
-/// The kickoff: one MMIO write per NC (the kick slot was resolved at load).
+/// The kickoff: one MMIO write per NC (the kick slot was resolved at load), after arming the
+/// collectives barrier of an NC whose collectives span several ranks (docs/faults.md).
 pub(super) fn kick(ex: &ExecState) -> Result<(), RtError> {
     for s in &ex.ncs {
+        if let Some(b) = s.barrier {
+            s.dev.barrier_arm(s.nc, b.comm, b.rank, b.size)?;
+        }
         s.dev.kick(&s.kick)?;
     }
     Ok(())

@@ -72,6 +72,9 @@ pub struct RuntimeConfig {
     pub async_capacity: usize,
     /// Verify the NEFF digest at load.
     pub verify: bool,
+    /// First warning threshold of the collectives barrier wait (libnrt: 120 s, doubled after
+    /// every warning, never fatal); `NEURON_VFIO_BARRIER_WARN_MS`. Tests shorten it.
+    pub barrier_warn: Duration,
     /// Tests only: skip the loader's confinement checks (raw and out-of-range addresses,
     /// the WRITE allow-list, state-buffer fit, virtual-var backing), so that a test can show
     /// the device's own ownership check (the NC's region table) stopping a hostile model
@@ -88,6 +91,7 @@ impl Default for RuntimeConfig {
             poll: PollPolicy::Spin,
             async_capacity: 64,
             verify: true,
+            barrier_warn: crate::completion::BARRIER_WARN_INITIAL,
             unchecked_loader_for_tests: false,
         }
     }
@@ -97,7 +101,17 @@ impl RuntimeConfig {
     /// Defaults overridden by NEURON_RT_EXEC_TIMEOUT and NEURON_RT_VISIBLE_CORES.
     pub fn from_env() -> Result<Self, RtError> {
         let env = crate::env::RtEnv::from_env().map_err(|e| RtError::invalid(e.to_string()))?;
+        let barrier_warn = match std::env::var(crate::env::BARRIER_WARN_VAR) {
+            Ok(v) => crate::env::parse_barrier_warn(&v).map_err(|e| RtError::invalid(e.to_string()))?,
+            Err(std::env::VarError::NotPresent) => crate::completion::BARRIER_WARN_INITIAL,
+            Err(std::env::VarError::NotUnicode(_)) => {
+                return Err(RtError::invalid(
+                    crate::env::EnvError::NotUnicode { var: crate::env::BARRIER_WARN_VAR }.to_string(),
+                ))
+            }
+        };
         Ok(Self {
+            barrier_warn,
             exec_timeout: Duration::from_secs(env.exec_timeout_secs as u64),
             visible_cores: env.visible_cores.map(|v| v.into_iter().map(|c| c as usize).collect()),
             ..Self::default()
@@ -114,6 +128,12 @@ pub struct ExecTimings {
     pub device_ns: u64,
     /// Completion-engine steps taken.
     pub steps: u64,
+    /// "Waiting on barrier proxy task" warnings this execution emitted (its collectives
+    /// barrier was outstanding past the warning threshold; docs/faults.md).
+    pub barrier_warnings: u32,
+    /// `exec_fatal_status` of a failed execution: the causes flagged on any of its NCs
+    /// (empty for an execution that completed).
+    pub fatal: crate::state::FatalFlags,
     /// From the last END record's device timestamp (rescaled to host time through the sync
     /// point taken at load) to the host observing completion, ns. Never clamped: a negative
     /// value means the two clocks' offset is off by more than the lag. None for a failed

@@ -97,11 +97,35 @@ pub struct StagedNc {
     /// When the network proxy's status was last read ([`crate::completion::SIGNAL_PROBE_INTERVAL`]
     /// apart at most, so a polling harvest stays free of MMIO reads in between).
     pub net_probed: Option<std::time::Instant>,
+    /// The replica group whose collectives barrier the NC arms before every execution (the
+    /// group of its first collective); None for a graph without collectives or whose first
+    /// collective's group is this NC alone (nothing to wait for): such an execution neither
+    /// arms nor polls the barrier (docs/faults.md).
+    pub barrier: Option<BarrierGroup>,
     /// The NC's ownership regions of this graph, without bound tensors ([`regions`]).
     pub regions: Vec<hal::Region>,
     /// The bindings the NC's region table was last programmed with for this graph (None: the
     /// table does not hold this graph's regions — not yet programmed, or another model ran).
     pub regions_bound: Option<Vec<Option<u64>>>,
+}
+
+/// An NC's place in the replica group of its collectives barrier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BarrierGroup {
+    /// Communicator id of the group (the id its collectives carry).
+    pub comm: u32,
+    pub rank: u8,
+    pub size: u8,
+}
+
+/// The barrier group of the lowered programs: the group of the first collective of the TPB
+/// engines' programs (PE, ACT, POOL, DVE in that order), unless it is a group of one.
+fn barrier_group(progs: &[lower::Slots]) -> Option<BarrierGroup> {
+    use isa::device_ops::CollectiveOp;
+    use isa::slot::Opcode;
+    let b = progs.iter().take(4).flatten().find(|b| Opcode::from_code(b[0]) == Opcode::Sb2sbCollective)?;
+    let c = CollectiveOp::decode(b);
+    (c.group_size > 1).then_some(BarrierGroup { comm: c.comm_id, rank: c.rank, size: c.group_size })
 }
 
 impl StagedNc {
@@ -267,6 +291,7 @@ pub fn stage_graph(
     one.write_u32(0, 1)?;
     let queues = queues::build_queues(dev, g, nc, &vars, &one, p.unchecked)?;
     let progs = lower::lower_programs(dev, g, p, &vars, &queues, &model_sems)?;
+    let barrier = barrier_group(&progs);
     let rings::Armed { infer_rings, err_ring, streams } = rings::arm_rings(dev, nc, &progs)?;
     let dge_core = Some(ucode::dge_mailboxes(dev, nc)?);
     let (q7_core, ucode) = ucode::stage_ucode(dev, g, nc)?;
@@ -300,6 +325,7 @@ pub fn stage_graph(
         bind,
         dma_only,
         net_probed: None,
+        barrier,
         regions,
         regions_bound: None,
     };

@@ -43,13 +43,23 @@ impl NotificationSource for StagedNc {
     fn fatal_causes(&mut self) -> FatalCauses {
         self.dev.fatal_causes(self.nc).unwrap_or_default()
     }
-    /// The collectives barrier proxy of this NC, as its collective engine reports it: failed
-    /// once the collectives hardware latched an error (NC INTC `cc_error`), done otherwise
-    /// (the simulator's collective engine has no barrier task outstanding between executions).
+    /// The collectives barrier task of this NC (`nc_barrier.status`, docs/faults.md): done,
+    /// failed, or outstanding (pending) while a rank of its group has not arrived — failed as
+    /// well once the collectives hardware latched an error (NC INTC `cc_error`, read only while
+    /// the task is not done). An NC without a barrier (no collectives, or a group of one) is
+    /// done without any MMIO access, as libnrt only polls NCs with a collectives context. An
+    /// unreadable register is pending: the wait warns and goes on, never fatal.
     fn barrier_proxy(&mut self) -> ProxyPoll {
-        match self.dev.fatal_causes(self.nc) {
-            Ok(c) if c.contains(FatalCauses::CC_ERROR) => ProxyPoll::Failed,
-            Ok(_) => ProxyPoll::Done,
+        if self.barrier.is_none() {
+            return ProxyPoll::Done;
+        }
+        match self.dev.barrier_status(self.nc) {
+            Ok(s) if s.state == hal::BarrierState::Done => ProxyPoll::Done,
+            Ok(s) if s.state == hal::BarrierState::Failed => ProxyPoll::Failed,
+            Ok(_) => match self.dev.fatal_causes(self.nc) {
+                Ok(c) if c.contains(FatalCauses::CC_ERROR) => ProxyPoll::Failed,
+                _ => ProxyPoll::Pending,
+            },
             Err(_) => ProxyPoll::Pending,
         }
     }

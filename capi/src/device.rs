@@ -60,7 +60,8 @@ fn fault_var() -> Result<Option<String>, RtError> {
 #[cfg(feature = "sim")]
 pub fn arm(rt: &runtime::Runtime, opened: &select::Opened, faults: Vec<sim::FaultSpec>) -> Result<(), RtError> {
     for mut f in faults {
-        let global = rt.global_nc(f.nc).map_err(|e| RtError::new(NrtStatus::Invalid, format!("{SIM_FAULT_VAR}: {e}")))?;
+        let global =
+            rt.global_nc(f.nc).map_err(|e| RtError::new(NrtStatus::Invalid, format!("{SIM_FAULT_VAR}: {e}")))?;
         let (s, local) = opened.sim_of_nc(global).ok_or_else(|| {
             RtError::new(NrtStatus::Invalid, format!("{SIM_FAULT_VAR}: no simulated device serves NC {}", f.nc))
         })?;

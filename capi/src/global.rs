@@ -340,15 +340,14 @@ impl InterHost for Global {
                     let mut parts = req.parts;
                     c.group_all_reduce(&at, &mut parts, dt, op).map(|()| parts.into_iter().map(|(_, b)| b).collect())
                 }
-                CollKind::AllGather => {
-                    c.group_all_gather(&at, &req.parts).map(|all| vec![all; req.parts.len()])
-                }
+                CollKind::AllGather => c.group_all_gather(&at, &req.parts).map(|all| vec![all; req.parts.len()]),
                 CollKind::ReduceScatter => c.group_reduce_scatter(&at, &req.parts, dt, op),
             };
             return out.map_err(seam);
         }
-        let [(grank, input)] = <[(usize, Vec<u8>); 1]>::try_from(req.parts)
-            .map_err(|p| InterHostError::Collective(format!("{} local parts in a one-rank-per-process group", p.len())))?;
+        let [(grank, input)] = <[(usize, Vec<u8>); 1]>::try_from(req.parts).map_err(|p| {
+            InterHostError::Collective(format!("{} local parts in a one-rank-per-process group", p.len()))
+        })?;
         let out = match req.kind {
             CollKind::AllReduce => {
                 let mut buf = input;

@@ -70,7 +70,12 @@ impl Plan<'_> {
 
 impl<T: Transport> Communicator<T> {
     /// Checks a placement and this process's parts; returns the element count.
-    fn check_parts<B: AsRef<[u8]>>(&self, procs: &[usize], parts: &[(usize, B)], es: usize) -> Result<usize, FabricError> {
+    fn check_parts<B: AsRef<[u8]>>(
+        &self,
+        procs: &[usize],
+        parts: &[(usize, B)],
+        es: usize,
+    ) -> Result<usize, FabricError> {
         let (me, size) = (self.rank(), self.size());
         if procs.is_empty() || procs.len() > MAX_RANKS || procs.iter().any(|&p| p >= size) {
             return Err(FabricError::Invalid(format!("placement {procs:?} over {size} processes")));
@@ -87,7 +92,9 @@ impl<T: Transport> Communicator<T> {
         }
         let len = parts.first().map_or(0, |(_, b)| b.as_ref().len());
         if parts.iter().any(|(_, b)| b.as_ref().len() != len) || !len.is_multiple_of(es) {
-            return Err(FabricError::Invalid(format!("parts of different lengths or not whole elements of {es} bytes")));
+            return Err(FabricError::Invalid(format!(
+                "parts of different lengths or not whole elements of {es} bytes"
+            )));
         }
         Ok(len / es)
     }
@@ -107,9 +114,7 @@ impl<T: Transport> Communicator<T> {
         let mine = plan.owned_bytes(me);
         let packs: Vec<(usize, usize, Vec<u8>)> = parts
             .iter()
-            .flat_map(|(g, b)| {
-                (0..size).filter(move |&q| q != me).map(move |q| (*g, q, plan.pack(b.as_ref(), q)))
-            })
+            .flat_map(|(g, b)| (0..size).filter(move |&q| q != me).map(move |q| (*g, q, plan.pack(b.as_ref(), q))))
             .filter(|(_, _, p)| !p.is_empty())
             .collect();
         // Remote group rank j's contributions to this process's segments.
@@ -189,14 +194,22 @@ impl<T: Transport> Communicator<T> {
         let sends: Vec<SendOp<'_>> = (0..size)
             .filter(|&q| q != me)
             .flat_map(|q| {
-                mine.chunks(chunk).enumerate().map(move |(c, buf)| SendOp { peer: q, tag: tag(seq, PHASE_HIER_OUT, step, c), buf })
+                mine.chunks(chunk).enumerate().map(move |(c, buf)| SendOp {
+                    peer: q,
+                    tag: tag(seq, PHASE_HIER_OUT, step, c),
+                    buf,
+                })
             })
             .collect();
         let mut recvs: Vec<RecvOp<'_>> = got
             .iter_mut()
             .enumerate()
             .flat_map(|(q, b)| {
-                b.chunks_mut(chunk).enumerate().map(move |(c, buf)| RecvOp { peer: q, tag: tag(seq, PHASE_HIER_OUT, step, c), buf })
+                b.chunks_mut(chunk).enumerate().map(move |(c, buf)| RecvOp {
+                    peer: q,
+                    tag: tag(seq, PHASE_HIER_OUT, step, c),
+                    buf,
+                })
             })
             .collect();
         let mut regions = vec![(mine.as_ptr(), mine.len())];
@@ -340,7 +353,8 @@ mod tests {
     fn placed_groups_match_the_flat_reference() {
         // 2 processes × 2 ranks (contiguous and interleaved), 3 + 1, 1 + 3 (the owner of
         // segment k alone), 2 + 1 + 2, and one rank per process.
-        let placements: [&[usize]; 6] = [&[0, 0, 1, 1], &[0, 1, 0, 1], &[0, 0, 0, 1], &[1, 0, 0, 0], &[0, 1, 2, 0, 2], &[0, 1, 2]];
+        let placements: [&[usize]; 6] =
+            [&[0, 0, 1, 1], &[0, 1, 0, 1], &[0, 0, 0, 1], &[1, 0, 0, 0], &[0, 1, 2, 0, 2], &[0, 1, 2]];
         for procs in placements {
             for dt in DType::ALL {
                 for op in ReduceOp::ALL {

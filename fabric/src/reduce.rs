@@ -164,21 +164,57 @@ fn fold(
         )));
     }
     match dt {
-        DType::F32 => elementwise::<4>(out, left, right, |x, y| {
-            let (x, y) = (f32::from_le_bytes(x), f32::from_le_bytes(y));
-            let (a, b) = if swap { (y, x) } else { (x, y) };
-            fold_f32(a, b, op).to_le_bytes()
-        }),
-        DType::I32 => elementwise::<4>(out, left, right, |x, y| {
-            let (x, y) = (i32::from_le_bytes(x), i32::from_le_bytes(y));
-            let (a, b) = if swap { (y, x) } else { (x, y) };
-            match op {
-                ReduceOp::Add => a.wrapping_add(b),
-                ReduceOp::Max => a.max(b),
-                ReduceOp::Min => a.min(b),
+        // fp32 and int32: one loop per (operator, operand order), so that nothing but the
+        // operation itself is left in the loop.
+        DType::F32 => {
+            let f = |x: [u8; 4], y: [u8; 4]| (f32::from_le_bytes(x), f32::from_le_bytes(y));
+            let max = |a: f32, b: f32| if b > a { b } else { a };
+            let min = |a: f32, b: f32| if b < a { b } else { a };
+            match (op, swap) {
+                (ReduceOp::Add, false) => elementwise::<4>(out, left, right, |x, y| {
+                    let (a, b) = f(x, y);
+                    (a + b).to_le_bytes()
+                }),
+                (ReduceOp::Add, true) => elementwise::<4>(out, left, right, |x, y| {
+                    let (a, b) = f(x, y);
+                    (b + a).to_le_bytes()
+                }),
+                (ReduceOp::Max, false) => elementwise::<4>(out, left, right, |x, y| {
+                    let (a, b) = f(x, y);
+                    max(a, b).to_le_bytes()
+                }),
+                (ReduceOp::Max, true) => elementwise::<4>(out, left, right, |x, y| {
+                    let (a, b) = f(x, y);
+                    max(b, a).to_le_bytes()
+                }),
+                (ReduceOp::Min, false) => elementwise::<4>(out, left, right, |x, y| {
+                    let (a, b) = f(x, y);
+                    min(a, b).to_le_bytes()
+                }),
+                (ReduceOp::Min, true) => elementwise::<4>(out, left, right, |x, y| {
+                    let (a, b) = f(x, y);
+                    min(b, a).to_le_bytes()
+                }),
             }
-            .to_le_bytes()
-        }),
+        }
+        // Integer operations are commutative: the operand order does not matter.
+        DType::I32 => {
+            let f = |x: [u8; 4], y: [u8; 4]| (i32::from_le_bytes(x), i32::from_le_bytes(y));
+            match op {
+                ReduceOp::Add => elementwise::<4>(out, left, right, |x, y| {
+                    let (a, b) = f(x, y);
+                    a.wrapping_add(b).to_le_bytes()
+                }),
+                ReduceOp::Max => elementwise::<4>(out, left, right, |x, y| {
+                    let (a, b) = f(x, y);
+                    a.max(b).to_le_bytes()
+                }),
+                ReduceOp::Min => elementwise::<4>(out, left, right, |x, y| {
+                    let (a, b) = f(x, y);
+                    a.min(b).to_le_bytes()
+                }),
+            }
+        }
         DType::Bf16 => elementwise::<2>(out, left, right, |x, y| {
             let (x, y) = (bf16::from_le_bytes(x).to_f32(), bf16::from_le_bytes(y).to_f32());
             let (a, b) = if swap { (y, x) } else { (x, y) };

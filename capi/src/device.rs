@@ -9,8 +9,6 @@
 //! own parser, `sim::FaultSpec`), `ncN` a logical NC as every other knob names one (e.g.
 //! `net-proxy@nc0` in a rank process makes its next collective fail its network proxy).
 
-use std::sync::Arc;
-
 use neff::NrtStatus;
 use runtime::RtError;
 use select::{SelectError, SimTiming, Spec};
@@ -143,7 +141,7 @@ pub fn platforms(spec: &Spec) -> Result<select::Opened, RtError> {
     let opened = select::open_platforms(&spec, sim_timing()?).map_err(rt)?;
     #[cfg(feature = "fabric")]
     for s in &opened.sims {
-        s.set_inter_host(Some(crate::global::global().clone() as Arc<dyn sim::InterHost>));
+        s.set_inter_host(Some(crate::global::global().clone() as std::sync::Arc<dyn sim::InterHost>));
     }
     Ok(opened)
 }

@@ -15,7 +15,9 @@
 //!   through [`sim::InterHost`]: the hub meets the local participant and hands its part to
 //!   [`Global`], which runs the collective over the libfabric ring/direct algorithms on the
 //!   group's processes ([`fabric::Subgroup`]); a group inside this process stays on the device
-//!   path. The reduction order is the one of `docs/fabric.md`, the same in both paths.
+//!   path. A spanning group with several ranks in this process hands all their parts across
+//!   together and runs the hierarchical collective (`Communicator::group_all_reduce`, …).
+//!   The reduction order is the one of `docs/fabric.md`, the same in every path.
 //! - `nrt_barrier` and `nrt_all_gather` run over the bootstrap's out-of-band channel.
 
 use std::collections::HashMap;

@@ -4,12 +4,12 @@
 //!
 //! Other knobs: `NEURON_VFIO_SYSFS`, `NEURON_VFIO_DEVDIR`, `NEURON_VFIO_BACKEND` (see
 //! `select`) and, for the simulator, `NEURON_VFIO_SIM_TIMING=inline|threaded` (default
-//! `inline`).
-
-use std::sync::Arc;
+//! `inline`), and `NEURON_VFIO_SIM_FAULT=KIND@ncN[:ENGINE|:qN][,…]`: simulator faults armed
+//! once `nrt_init` has opened the devices — the CLI's `--sim-fault` specs (the simulator's
+//! own parser, `sim::FaultSpec`), `ncN` a logical NC as every other knob names one (e.g.
+//! `net-proxy@nc0` in a rank process makes its next collective fail its network proxy).
 
 use neff::NrtStatus;
-use platform::Platform;
 use runtime::RtError;
 use select::{SelectError, SimTiming, Spec};
 
@@ -17,6 +17,66 @@ use select::{SelectError, SimTiming, Spec};
 pub const DEVICE_VAR: &str = "NEURON_VFIO_DEVICE";
 /// The simulator-timing environment variable.
 pub const SIM_TIMING_VAR: &str = "NEURON_VFIO_SIM_TIMING";
+/// The simulator-fault environment variable (module docs).
+pub const SIM_FAULT_VAR: &str = "NEURON_VFIO_SIM_FAULT";
+
+/// Faults named by [`SIM_FAULT_VAR`], parsed before anything is opened (NRT_INVALID when one
+/// does not parse).
+#[cfg(feature = "sim")]
+pub fn sim_faults() -> Result<Vec<sim::FaultSpec>, RtError> {
+    let Some(v) = fault_var()? else { return Ok(Vec::new()) };
+    v.split(',')
+        .map(|f| f.trim().parse().map_err(|e| RtError::new(NrtStatus::Invalid, format!("{SIM_FAULT_VAR}: {e}"))))
+        .collect()
+}
+
+/// Built without the simulator there is nothing to arm: a set [`SIM_FAULT_VAR`] is NRT_INVALID.
+#[cfg(not(feature = "sim"))]
+pub fn sim_faults() -> Result<Vec<std::convert::Infallible>, RtError> {
+    match fault_var()? {
+        None => Ok(Vec::new()),
+        Some(v) => Err(RtError::new(
+            NrtStatus::Invalid,
+            format!("{SIM_FAULT_VAR}={v}: libnrt built without the simulator (cargo feature `sim`)"),
+        )),
+    }
+}
+
+fn fault_var() -> Result<Option<String>, RtError> {
+    match std::env::var(SIM_FAULT_VAR) {
+        Ok(v) if v.trim().is_empty() => Ok(None),
+        Ok(v) => Ok(Some(v)),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => {
+            Err(RtError::new(NrtStatus::Invalid, format!("{SIM_FAULT_VAR} is not UTF-8")))
+        }
+    }
+}
+
+/// Arms `faults` on the simulated devices of `opened`, after `rt` is initialised on them (the
+/// spec's `ncN` is a logical NC: an index into the visible cores).
+#[cfg(feature = "sim")]
+pub fn arm(rt: &runtime::Runtime, opened: &select::Opened, faults: Vec<sim::FaultSpec>) -> Result<(), RtError> {
+    for mut f in faults {
+        let global =
+            rt.global_nc(f.nc).map_err(|e| RtError::new(NrtStatus::Invalid, format!("{SIM_FAULT_VAR}: {e}")))?;
+        let (s, local) = opened.sim_of_nc(global).ok_or_else(|| {
+            RtError::new(NrtStatus::Invalid, format!("{SIM_FAULT_VAR}: no simulated device serves NC {}", f.nc))
+        })?;
+        tracing::info!(fault = %f, global, "arming a simulator fault");
+        f.nc = local;
+        s.inject(f);
+    }
+    Ok(())
+}
+
+#[cfg(not(feature = "sim"))]
+pub fn arm(_: &runtime::Runtime, _: &select::Opened, faults: Vec<std::convert::Infallible>) -> Result<(), RtError> {
+    match faults.into_iter().next() {
+        Some(f) => match f {},
+        None => Ok(()),
+    }
+}
 
 fn rt(e: SelectError) -> RtError {
     match e {
@@ -76,14 +136,14 @@ fn sim_timing() -> Result<SimTiming, RtError> {
 /// Open the platforms (every device of a simulated topology). With the `fabric` feature the
 /// simulated devices' collective hub is connected to the process's global communicator
 /// (collectives whose replica group spans processes; `crate::global`).
-pub fn platforms(spec: &Spec) -> Result<Vec<Arc<dyn Platform>>, RtError> {
+pub fn platforms(spec: &Spec) -> Result<select::Opened, RtError> {
     let spec = resolve(spec.clone())?;
     let opened = select::open_platforms(&spec, sim_timing()?).map_err(rt)?;
     #[cfg(feature = "fabric")]
     for s in &opened.sims {
-        s.set_inter_host(Some(crate::global::global().clone() as Arc<dyn sim::InterHost>));
+        s.set_inter_host(Some(crate::global::global().clone() as std::sync::Arc<dyn sim::InterHost>));
     }
-    Ok(opened.platforms)
+    Ok(opened)
 }
 
 #[cfg(test)]

@@ -15,7 +15,9 @@
 //!   through [`sim::InterHost`]: the hub meets the local participant and hands its part to
 //!   [`Global`], which runs the collective over the libfabric ring/direct algorithms on the
 //!   group's processes ([`fabric::Subgroup`]); a group inside this process stays on the device
-//!   path. The reduction order is the one of `docs/fabric.md`, the same in both paths.
+//!   path. A spanning group with several ranks in this process hands all their parts across
+//!   together and runs the hierarchical collective (`Communicator::group_all_reduce`, …).
+//!   The reduction order is the one of `docs/fabric.md`, the same in every path.
 //! - `nrt_barrier` and `nrt_all_gather` run over the bootstrap's out-of-band channel.
 
 use std::collections::HashMap;
@@ -46,6 +48,32 @@ struct World {
 struct Span {
     procs: Vec<usize>,
     local: Vec<usize>,
+}
+
+impl Span {
+    /// The group's processes in order of first appearance (the subgroup of the transport),
+    /// and each group rank's index among them.
+    fn placement(&self) -> (Vec<usize>, Vec<usize>) {
+        let mut uniq: Vec<usize> = Vec::new();
+        let mut at = Vec::with_capacity(self.procs.len());
+        for &p in &self.procs {
+            let i = match uniq.iter().position(|&q| q == p) {
+                Some(i) => i,
+                None => {
+                    uniq.push(p);
+                    uniq.len() - 1
+                }
+            };
+            at.push(i);
+        }
+        (uniq, at)
+    }
+
+    /// One group rank per process: the flat ring / direct algorithms apply as they are.
+    fn flat(&self) -> bool {
+        let (uniq, _) = self.placement();
+        uniq.len() == self.procs.len()
+    }
 }
 
 /// The process's global communicator and the groups registered on it.
@@ -158,8 +186,9 @@ impl Global {
         }
         let comm_base = 0x6e00_0000u32 ^ w.loads.wrapping_mul(0x9e37_79b1);
         w.loads = w.loads.wrapping_add(1);
-        // kmgr_validate_replica_groups: every group names existing global ranks once; a group
-        // spanning processes holds at most one rank per process.
+        // kmgr_validate_replica_groups: every group names existing global ranks, each once. A
+        // group spanning processes may hold several ranks of one process: they meet in the
+        // hub and the fabric runs the hierarchical collective (`fabric::coll::hier`).
         let mut spans = HashMap::new();
         let mut bad = None;
         for (j, grp) in layout.groups.iter().enumerate() {
@@ -173,14 +202,11 @@ impl Global {
             if bad.is_some() || procs.iter().all(|&p| p == me) {
                 continue;
             }
-            let mut seen = procs.clone();
+            let mut seen = grp.clone();
             seen.sort_unstable();
             seen.dedup();
-            if seen.len() != procs.len() {
-                bad = Some(format!(
-                    "replica group {j} {grp:?} spans processes with several ranks in one process \
-                     (a spanning group holds at most one rank per process)"
-                ));
+            if seen.len() != grp.len() {
+                bad = Some(format!("replica group {j} {grp:?} names a rank twice"));
                 continue;
             }
             let local: Vec<usize> = procs.iter().enumerate().filter(|(_, &p)| p == me).map(|(i, _)| i).collect();
@@ -312,24 +338,38 @@ impl InterHost for Global {
             .get(&req.comm)
             .cloned()
             .ok_or_else(|| InterHostError::Collective(format!("communicator {:#x} is not registered", req.comm)))?;
-        let [(grank, input)] = <[(usize, Vec<u8>); 1]>::try_from(req.parts)
-            .map_err(|p| InterHostError::Collective(format!("{} local parts (one per process supported)", p.len())))?;
-        if span.procs.len() != req.size || span.local != [grank] {
+        let given: Vec<usize> = req.parts.iter().map(|(g, _)| *g).collect();
+        if span.procs.len() != req.size || span.local != given {
             return Err(InterHostError::Collective(format!(
-                "group rank {grank} of {} does not match the registered group {:?}",
-                req.size, span.procs
+                "group ranks {given:?} of {} do not match the registered group {:?} (local {:?})",
+                req.size, span.procs, span.local
             )));
         }
         let mut w = lock(&self.world);
         let w = w.as_mut().ok_or_else(|| InterHostError::Network("no global communicator".into()))?;
-        let mut c = Communicator::new(
-            Subgroup::new(w.comm.transport(), span.procs.clone()).map_err(seam)?,
-            CollConfig::default(),
-        )
-        .map_err(seam)?;
+        let (uniq, at) = span.placement();
+        let flat = span.flat();
+        let mut c = Communicator::new(Subgroup::new(w.comm.transport(), uniq).map_err(seam)?, CollConfig::default())
+            .map_err(seam)?;
         // Tags of this collective: (communicator, sequence) folded into the 16-bit tag sequence.
         c.set_seq(u64::from(req.comm.wrapping_mul(0x9e37_79b1).wrapping_add(req.seq.wrapping_mul(2)) & 0xffff));
         let (dt, op) = (dtype_of(req.elem), op_of(req.op));
+        if !flat {
+            // Several ranks of the group in this process: the hierarchical collective, exact
+            // in the same order (`fabric::coll::hier`).
+            let out = match req.kind {
+                CollKind::AllReduce => {
+                    let mut parts = req.parts;
+                    c.group_all_reduce(&at, &mut parts, dt, op).map(|()| parts.into_iter().map(|(_, b)| b).collect())
+                }
+                CollKind::AllGather => c.group_all_gather(&at, &req.parts).map(|all| vec![all; req.parts.len()]),
+                CollKind::ReduceScatter => c.group_reduce_scatter(&at, &req.parts, dt, op),
+            };
+            return out.map_err(seam);
+        }
+        let [(grank, input)] = <[(usize, Vec<u8>); 1]>::try_from(req.parts).map_err(|p| {
+            InterHostError::Collective(format!("{} local parts in a one-rank-per-process group", p.len()))
+        })?;
         let out = match req.kind {
             CollKind::AllReduce => {
                 let mut buf = input;

@@ -9,6 +9,13 @@
 //! doubling warnings (threshold shortened to 100 ms by `NEURON_VFIO_BARRIER_WARN_MS`), and all
 //! succeed once it arrives.
 //!
+//! The matrix (one launch per layout, the cases batched in it): all-reduce ADD/MAX/MIN ×
+//! fp32/bf16/fp16/int32, all-gather and reduce-scatter, sizes from one element to 1 MiB, over
+//! 2 and 4 rank processes with one rank each and over 2 processes holding 2 ranks each of one
+//! replica group (contiguous and interleaved group order: the hierarchical path) — every
+//! output bit-exact against the host reference. `NEURON_VFIO_SIM_FAULT=net-proxy@nc0` in one
+//! rank process makes every rank's execution fail with 1206 (or 1200) within the timeout.
+//!
 //! The test binary is its own rank process (`GLOBAL_COMM_CHILD=rank,size,mode`).
 
 use std::ffi::CString;
@@ -16,8 +23,12 @@ use std::net::TcpListener;
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
-use fabric::reduce::{pattern, reference_all_reduce};
+use fabric::reduce::{pattern, reference_all_gather, reference_all_reduce, reference_reduce_scatter};
 use fabric::{DType, ReduceOp};
+use isa::device_ops::{alu, ctype, dtype};
+use isa::slot::{Events, Instruction, Opcode, SlotHeader, TriggerCollective};
+use neff::builder::{self, sems, EngineDesc, GraphDesc, TensorDesc, VarDesc};
+use neff::model::{EngineKind, VarKind};
 use nrt::experimental::{nrt_all_gather, nrt_barrier};
 use nrt::sendrecv::*;
 use nrt::*;
@@ -149,17 +160,262 @@ unsafe fn sendrecv(rank: usize, tin: *mut nrt_tensor_t, tout: *mut nrt_tensor_t)
     }
 }
 
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Kind {
+    AllReduce,
+    AllGather,
+    ReduceScatter,
+}
+
+/// One collective of the matrix: a NEFF of `g` graphs per process, replica group `group`
+/// (global ranks), `elems` input elements per rank.
+#[derive(Debug, Clone)]
+struct Case {
+    kind: Kind,
+    dt: DType,
+    op: ReduceOp,
+    elems: usize,
+    group: Vec<u32>,
+}
+
+impl Case {
+    fn label(&self) -> String {
+        format!("{:?} {} {} x{} group {:?}", self.kind, self.op.name(), self.dt.name(), self.elems, self.group)
+    }
+
+    fn in_bytes(&self) -> usize {
+        self.elems * self.dt.size()
+    }
+
+    /// Bytes of the output tensor (reduce-scatter: the largest segment).
+    fn out_bytes(&self) -> usize {
+        let n = self.group.len();
+        match self.kind {
+            Kind::AllReduce => self.in_bytes(),
+            Kind::AllGather => self.in_bytes() * n,
+            Kind::ReduceScatter => self.elems.div_ceil(n) * self.dt.size(),
+        }
+    }
+}
+
+/// The cases of a launch of `procs` processes with `g` ranks each (the same list in the parent
+/// and every rank process). Sizes: odd element counts of a few bytes, 64 KiB, 1 MiB.
+fn cases(procs: usize, g: usize) -> Vec<Case> {
+    let n = procs * g;
+    let flat: Vec<u32> = (0..n as u32).collect();
+    // Interleaved: group rank order alternates processes ([0, 2, 1, 3] for 2 x 2).
+    let woven: Vec<u32> = (0..g as u32).flat_map(|i| (0..procs as u32).map(move |p| p * g as u32 + i)).collect();
+    let mut v = Vec::new();
+    let c = |kind, dt, op, elems, group: &Vec<u32>| Case { kind, dt, op, elems, group: group.clone() };
+    for dt in DType::ALL {
+        for op in ReduceOp::ALL {
+            v.push(c(Kind::AllReduce, dt, op, 7, &flat));
+        }
+    }
+    let (kib64, mib) = (64 << 10, 1 << 20);
+    v.push(c(Kind::AllReduce, DType::F32, ReduceOp::Add, 1, &flat));
+    v.push(c(Kind::AllReduce, DType::F32, ReduceOp::Add, kib64 / 4, &flat));
+    v.push(c(Kind::AllReduce, DType::Bf16, ReduceOp::Add, kib64 / 2 + 3, &woven));
+    v.push(c(Kind::AllReduce, DType::F32, ReduceOp::Add, mib / 4, &woven));
+    v.push(c(Kind::AllReduce, DType::F16, ReduceOp::Max, mib / 2, &flat));
+    v.push(c(Kind::AllGather, DType::F32, ReduceOp::Add, 3, &flat));
+    v.push(c(Kind::AllGather, DType::Bf16, ReduceOp::Add, kib64 / 2, &woven));
+    v.push(c(Kind::AllGather, DType::I32, ReduceOp::Add, mib / 4 / n, &flat));
+    v.push(c(Kind::ReduceScatter, DType::F32, ReduceOp::Add, 5, &flat));
+    v.push(c(Kind::ReduceScatter, DType::F16, ReduceOp::Min, 9, &woven));
+    v.push(c(Kind::ReduceScatter, DType::Bf16, ReduceOp::Add, kib64 / 2 + 1, &flat));
+    v.push(c(Kind::ReduceScatter, DType::I32, ReduceOp::Max, mib / 4, &woven));
+    v.push(c(Kind::ReduceScatter, DType::F32, ReduceOp::Add, mib / 4 + 3, &flat));
+    v
+}
+
+fn copy(from: &str, to: &str, bytes: u64) -> neff::model::DmaDesc {
+    neff::model::DmaDesc {
+        op: neff::model::DmaOp::Copy,
+        from: from.into(),
+        to: to.into(),
+        from_sizes: vec![bytes, 1],
+        from_steps: vec![1, bytes as i64],
+        to_sizes: vec![bytes, 1],
+        to_steps: vec![1, bytes as i64],
+    }
+}
+
+/// Graph `i`: input `in{i}` → DMA → the collective → DMA → `output` (libnrt's test model's
+/// program shape, [`builder::allreduce_graph`], with the case's collective and sizes).
+fn graph(c: &Case, i: usize) -> GraphDesc {
+    let (ib, ob) = (c.in_bytes() as u64, c.out_bytes() as u64);
+    // The collective's destination must hold the input's size too (the staging check).
+    let gb = ib.max(ob);
+    let input = format!("in{i}");
+    let mut gr = builder::allreduce_graph(&format!("sg{i:02}"), c.group.clone());
+    gr.vars = vec![
+        VarDesc::new(&input, VarKind::Input, ib),
+        VarDesc::new("output", VarKind::Output, ob),
+        VarDesc::new("gradient_in", VarKind::TmpBuf, ib),
+        VarDesc::new("gradient_out", VarKind::TmpBuf, gb),
+    ];
+    for e in gr.engines.iter_mut() {
+        for b in e.dma_blocks.iter_mut() {
+            for d in b.descs.iter_mut() {
+                *d = if d.from == "input" {
+                    copy(&input, "gradient_in", ib)
+                } else {
+                    copy("gradient_out", "output", ob)
+                };
+            }
+        }
+    }
+    let mut pe = EngineDesc::new(EngineKind::Pe);
+    pe.push(&Instruction::TriggerCollective(TriggerCollective {
+        header: SlotHeader::new(Opcode::PseudoTriggerCollective),
+        events: Events::wait_gt(sems::IN_DONE, 0).inc_on_complete(sems::CC_DONE),
+        op: match c.op {
+            ReduceOp::Add => alu::ADD,
+            ReduceOp::Max => alu::MAX,
+            ReduceOp::Min => alu::MIN,
+        },
+        dtype: match c.dt {
+            DType::F32 => dtype::FP32,
+            DType::Bf16 => dtype::BF16,
+            DType::F16 => dtype::FP16,
+            DType::I32 => dtype::INT32,
+        },
+        group_id: 0,
+        input_tensor_id: 2,
+        output_tensor_id: 3,
+        num_elements: c.elems as u64,
+        ctype: match c.kind {
+            Kind::AllReduce => ctype::ALL_REDUCE,
+            Kind::AllGather => ctype::ALL_GATHER,
+            Kind::ReduceScatter => ctype::REDUCE_SCATTER,
+        },
+        reserved: [0; 15],
+        src_offset_elems: 0,
+        dst_offset_elems: 0,
+    }));
+    for e in gr.engines.iter_mut() {
+        if e.kind == EngineKind::Pe {
+            *e = pe.clone();
+        }
+    }
+    gr
+}
+
+fn case_neff(c: &Case, g: usize) -> Result<Vec<u8>, String> {
+    let mut m = builder::allreduce_model(1);
+    m.name = "collective".into();
+    m.inputs = (0..g)
+        .map(|i| TensorDesc { name: format!("in{i}"), dtype: "uint8".into(), shape: vec![c.in_bytes() as u64] })
+        .collect();
+    m.outputs = vec![TensorDesc { name: "output".into(), dtype: "uint8".into(), shape: vec![c.out_bytes() as u64] }];
+    m.graphs = (0..g).map(|i| graph(c, i)).collect();
+    m.build().map_err(|e| e.to_string())
+}
+
+/// Input of global rank `r` in case `k`.
+fn case_input(c: &Case, k: usize, r: u32) -> Vec<u8> {
+    pattern(r as usize, c.in_bytes(), c.dt, 0x7700 + k as u64)
+}
+
+/// What graph 0 of process `proc` (global rank `proc·g`) must output: the host reference over
+/// the group's inputs in group order.
+fn case_expect(c: &Case, k: usize, proc: usize, g: usize) -> Result<Vec<u8>, String> {
+    let ins: Vec<Vec<u8>> = c.group.iter().map(|&r| case_input(c, k, r)).collect();
+    let refs: Vec<&[u8]> = ins.iter().map(|v| v.as_slice()).collect();
+    let me = c.group.iter().position(|&r| r as usize == proc * g).ok_or("graph 0 is not in the group")?;
+    match c.kind {
+        Kind::AllReduce => reference_all_reduce(&refs, c.dt, c.op).map_err(|e| e.to_string()),
+        Kind::AllGather => Ok(reference_all_gather(&refs)),
+        Kind::ReduceScatter => reference_reduce_scatter(&refs, c.dt, c.op, me).map_err(|e| e.to_string()),
+    }
+}
+
+/// Runs every case of the launch as rank `rank` of `size` processes holding `g` ranks each;
+/// one line per case.
+fn matrix_main(rank: usize, size: usize, g: usize) -> Result<Vec<String>, String> {
+    let check = |what: &str, s: i32| if s == 0 { Ok(()) } else { Err(format!("{what} -> {s}")) };
+    let mut lines = Vec::new();
+    // SAFETY: the C API called as nrt.h documents, with valid pointers throughout.
+    unsafe {
+        check("nrt_init", nrt_init(0, std::ptr::null(), std::ptr::null()))?;
+        for (k, c) in cases(size, g).iter().enumerate() {
+            let bytes = case_neff(c, g)?;
+            let mut model = std::ptr::null_mut();
+            check(
+                "nrt_load_collectives",
+                nrt_load_collectives(bytes.as_ptr().cast(), bytes.len(), -1, -1, rank as u32, size as u32, &mut model),
+            )?;
+            let (mut sin, mut sout) = (std::ptr::null_mut(), std::ptr::null_mut());
+            check("set in", nrt_allocate_tensor_set(&mut sin))?;
+            check("set out", nrt_allocate_tensor_set(&mut sout))?;
+            let mut tensors = Vec::new();
+            for i in 0..g {
+                let name = CString::new(format!("in{i}")).unwrap_or_default();
+                let mut t = std::ptr::null_mut();
+                check(
+                    "alloc in",
+                    nrt_tensor_allocate(NRT_TENSOR_PLACEMENT_DEVICE, 0, c.in_bytes(), name.as_ptr(), &mut t),
+                )?;
+                let data = case_input(c, k, (rank * g + i) as u32);
+                check("write", nrt_tensor_write(t, data.as_ptr().cast(), 0, data.len()))?;
+                check("add in", nrt_add_tensor_to_tensor_set(sin, name.as_ptr(), t))?;
+                tensors.push(t);
+            }
+            let oname = CString::new("output").unwrap_or_default();
+            let mut tout = std::ptr::null_mut();
+            check(
+                "alloc out",
+                nrt_tensor_allocate(NRT_TENSOR_PLACEMENT_DEVICE, 0, c.out_bytes(), oname.as_ptr(), &mut tout),
+            )?;
+            check("add out", nrt_add_tensor_to_tensor_set(sout, oname.as_ptr(), tout))?;
+            tensors.push(tout);
+            let s = nrt_execute(model, sin, sout);
+            let mut out = vec![0u8; c.out_bytes()];
+            check("read", nrt_tensor_read(tout, out.as_mut_ptr().cast(), 0, out.len()))?;
+            let want = case_expect(c, k, rank, g)?;
+            let got = &out[..want.len().min(out.len())];
+            let verdict = if s != 0 {
+                format!("status={s}")
+            } else if got == want.as_slice() {
+                "ok".to_string()
+            } else {
+                let at = got.iter().zip(&want).position(|(a, b)| a != b).unwrap_or(got.len());
+                format!("mismatch at byte {at} of {}", want.len())
+            };
+            lines.push(format!("case {k} {}: {verdict}", c.label()));
+            for mut t in tensors {
+                nrt_tensor_free(&mut t);
+            }
+            nrt_destroy_tensor_set(&mut sin);
+            nrt_destroy_tensor_set(&mut sout);
+            check("nrt_unload", nrt_unload(model))?;
+        }
+    }
+    Ok(lines)
+}
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(47113)
 }
 
 /// Launches `n` rank processes; returns each one's stdout line or failure.
 fn launch(n: usize, mode: &str, timeout_s: u32) -> Vec<Result<String, String>> {
-    launch_with_stderr(n, mode, timeout_s).into_iter().map(|r| r.map(|(out, _)| out)).collect()
+    launch_env(n, mode, timeout_s, &|_| None).into_iter().map(|r| r.map(|(out, _)| out)).collect()
 }
 
 /// [`launch`], with each successful rank's stderr.
 fn launch_with_stderr(n: usize, mode: &str, timeout_s: u32) -> Vec<Result<(String, String), String>> {
+    launch_env(n, mode, timeout_s, &|_| None)
+}
+
+/// [`launch_with_stderr`], with an extra environment variable for some ranks.
+fn launch_env(
+    n: usize,
+    mode: &str,
+    timeout_s: u32,
+    extra: &dyn Fn(usize) -> Option<(&'static str, String)>,
+) -> Vec<Result<(String, String), String>> {
     let exe = match std::env::current_exe() {
         Ok(e) => e,
         Err(e) => return vec![Err(e.to_string())],
@@ -168,8 +424,11 @@ fn launch_with_stderr(n: usize, mode: &str, timeout_s: u32) -> Vec<Result<(Strin
     let sr_port = free_port().to_string();
     let kids: Vec<_> = (0..n)
         .map(|r| {
-            Command::new(&exe)
-                .env(CHILD, format!("{r},{n},{mode}"))
+            let mut cmd = Command::new(&exe);
+            if let Some((k, v)) = extra(r) {
+                cmd.env(k, v);
+            }
+            cmd.env(CHILD, format!("{r},{n},{mode}"))
                 .env("NEURON_RT_ROOT_COMM_ID", &root)
                 .env("NEURON_VFIO_DEVICE", "sim")
                 .env("NEURON_RT_EXEC_TIMEOUT", timeout_s.to_string())
@@ -202,7 +461,20 @@ fn main() -> ExitCode {
     if let Ok(spec) = std::env::var(CHILD) {
         let p: Vec<&str> = spec.split(',').collect();
         let (rank, size) = (p[0].parse().unwrap_or(0), p[1].parse().unwrap_or(1));
-        return match rank_main(rank, size, p.get(2).copied().unwrap_or("ok")) {
+        let mode = p.get(2).copied().unwrap_or("ok");
+        if let Some(g) = mode.strip_prefix("matrix") {
+            return match matrix_main(rank, size, g.parse().unwrap_or(1)) {
+                Ok(lines) => {
+                    println!("{}", lines.join("\n"));
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    println!("error: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
+        return match rank_main(rank, size, mode) {
             Ok((s, out)) => {
                 println!("status={s} out={}", hex(&out));
                 ExitCode::SUCCESS
@@ -264,6 +536,45 @@ fn main() -> ExitCode {
             );
             failed += usize::from(!ok);
         }
+    }
+    // The matrix: 2 and 4 processes of one rank, 2 processes of 2 ranks (hierarchical).
+    for (procs, g) in [(2usize, 1usize), (4, 1), (2, 2)] {
+        let t0 = Instant::now();
+        let want = cases(procs, g).len();
+        let got = launch(procs, &format!("matrix{g}"), 30);
+        for (r, out) in got.iter().enumerate() {
+            let lines: Vec<&str> = out.as_deref().map(|t| t.lines().collect()).unwrap_or_default();
+            let bad: Vec<&&str> = lines.iter().filter(|l| !l.ends_with(": ok")).collect();
+            let ok = out.is_ok() && lines.len() == want && bad.is_empty();
+            if ok {
+                println!("ok   matrix {procs} processes x {g} ranks: rank process {r}: {want} cases bit-exact");
+            } else {
+                println!(
+                    "FAIL matrix {procs} processes x {g} ranks: rank process {r}: {bad:?} {:?}",
+                    out.as_ref().err()
+                );
+            }
+            failed += usize::from(!ok);
+        }
+        println!("     matrix {procs} x {g}: {:?}", t0.elapsed());
+    }
+    // NEURON_VFIO_SIM_FAULT: the net-proxy fault armed in one rank process fails every rank.
+    for n in [2usize, 4] {
+        let t0 = Instant::now();
+        let got: Vec<Result<String, String>> =
+            launch_env(n, "ok", 4, &|r| (r == n - 1).then(|| ("NEURON_VFIO_SIM_FAULT", "net-proxy@nc0".to_string())))
+                .into_iter()
+                .map(|r| r.map(|(out, _)| out))
+                .collect();
+        let took = t0.elapsed();
+        for (r, g) in got.iter().enumerate() {
+            let ok = g.as_deref().is_ok_and(|s| s.starts_with("status=1206 ") || s.starts_with("status=1200 "));
+            println!("{} net-proxy fault in rank {} of {n}: rank {r}: {g:?}", if ok { "ok  " } else { "FAIL" }, n - 1);
+            failed += usize::from(!ok);
+        }
+        let ok = took < Duration::from_secs(20);
+        println!("{} every rank of {n} finished in {took:?}", if ok { "ok  " } else { "FAIL" });
+        failed += usize::from(!ok);
     }
     // nrt_async_sendrecv.h between two rank processes.
     let got = launch(2, "sendrecv", 20);

@@ -12,8 +12,8 @@
 //! `busbw = algbw * 2(n-1)/n` for all-reduce and `algbw * (n-1)/n` for all-gather and
 //! reduce-scatter; time is the slowest rank's mean over `--iters`. `correct` compares every
 //! rank's output with the host reference (fabric::reduce). `socket_gbps` is a plain TCP socket
-//! copy of `bytes` around the same ring, measured in the same run, and `ratio` is
-//! `busbw / socket_gbps`.
+//! copy of `bytes` around the same ring, measured in the same run with the same statistic
+//! (one warm-up, the slowest rank's mean over `--iters`), and `ratio` is `busbw / socket_gbps`.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -395,8 +395,16 @@ fn rank_run(
                 Some(ring) => {
                     let mut sink = vec![0u8; bytes];
                     let src = vec![0x5au8; bytes];
+                    // The same statistic as the collective's: one warm-up copy, then the
+                    // mean of `iters` copies, the slowest rank's.
                     oob.barrier()?;
-                    let t = ring.copy(&src, &mut sink)?.as_secs_f64();
+                    ring.copy(&src, &mut sink)?;
+                    oob.barrier()?;
+                    let mut total = Duration::ZERO;
+                    for _ in 0..a.iters {
+                        total += ring.copy(&src, &mut sink)?;
+                    }
+                    let t = total.as_secs_f64() / a.iters as f64;
                     let all = oob.allgather(&t.to_le_bytes())?;
                     max_f64(&all)
                 }

@@ -195,18 +195,9 @@ fn inject(rt: &Runtime, opened: &Opened, faults: Vec<sim::FaultSpec>) -> Result<
         // `@ncN` names a core as every other option does: logically (an index into
         // NEURON_RT_VISIBLE_CORES); the device takes its own NC index.
         let global = rt.global_nc(f.nc).map_err(|e| CliError::invalid(format!("--sim-fault: {e}")))?;
-        let mut base = 0;
-        let mut target = None;
-        for s in &opened.sims {
-            let n = s.arch().counts.ncs as usize;
-            if global < base + n {
-                target = Some((s, global - base));
-                break;
-            }
-            base += n;
-        }
-        let (s, local) =
-            target.ok_or_else(|| CliError::invalid(format!("--sim-fault: no simulated device serves NC {}", f.nc)))?;
+        let (s, local) = opened
+            .sim_of_nc(global)
+            .ok_or_else(|| CliError::invalid(format!("--sim-fault: no simulated device serves NC {}", f.nc)))?;
         f.nc = local;
         s.inject(f);
     }

@@ -13,12 +13,15 @@
 //!   every other rank, then reduces locally in the same order (latency-bound sizes: 1 round
 //!   trip instead of `2(n-1)`; O(n) messages per rank, fine for the rank counts of one job's
 //!   replica group at these sizes).
+//! - Replica groups with several ranks per process (`group_all_reduce`, …): see [`hier`].
 //! - Point-to-point [`Communicator::send`] / [`Communicator::recv`], matched per peer pair in
 //!   call order.
 
 use std::ops::Range;
 
-use crate::reduce::{self, order, reduce_into, segment, DType, ReduceOp};
+mod hier;
+
+use crate::reduce::{self, order, reduce_after, reduce_into, reduce_pair, segment, DType, ReduceOp};
 use crate::transport::{RecvOp, SendOp, Transport, MAX_TAG};
 use crate::FabricError;
 
@@ -194,7 +197,7 @@ impl<T: Transport> Communicator<T> {
             // SAFETY: `bp`/`bl` are `buf`, exclusively borrowed by this call; the closure is the
             // only user while it runs.
             let data = unsafe { std::slice::from_raw_parts_mut(bp, bl) };
-            c.ring_reduce_scatter(data, dt, op, seq, m, &seg)?;
+            c.ring_reduce_scatter(data, None, dt, op, seq, m, &seg)?;
             c.ring_all_gather(data, seq, m, es, &seg)
         })
     }
@@ -238,11 +241,13 @@ impl<T: Transport> Communicator<T> {
         };
         let m = self.sub_chunks(count.div_ceil(n) * es, es);
         self.size_scratch(count.div_ceil(n).div_ceil(m) * es);
+        // The work buffer takes the reduced segments only (each written before it is read):
+        // the input itself is never copied.
         let mut work = std::mem::take(&mut self.work);
-        work.clear();
-        work.extend_from_slice(input);
-        let regions = self.regions_with(&work);
-        let res = self.pinned(&regions, |c| c.ring_reduce_scatter(&mut work, dt, op, seq, m, &seg));
+        work.resize(input.len(), 0);
+        let mut regions = self.regions_with(&work);
+        regions.push((input.as_ptr(), input.len()));
+        let res = self.pinned(&regions, |c| c.ring_reduce_scatter(&mut work, Some(input), dt, op, seq, m, &seg));
         if res.is_ok() {
             output.copy_from_slice(&work[mine]);
         }
@@ -347,9 +352,16 @@ impl<T: Transport> Communicator<T> {
         ]
     }
 
+    /// The ring reduce-scatter over `data`. `own` is this rank's input when it is not `data`
+    /// itself: then `data` is a work buffer whose segments are written as they are reduced
+    /// (never read before), and segment `r-1`, sent at step 0, is read from `own` — no copy of
+    /// the input. Received partials hold the earlier ranks of the order: they are the left
+    /// operand of every fold.
+    #[allow(clippy::too_many_arguments)]
     fn ring_reduce_scatter(
         &mut self,
         data: &mut [u8],
+        own: Option<&[u8]>,
         dt: DType,
         op: ReduceOp,
         seq: u64,
@@ -366,6 +378,11 @@ impl<T: Transport> Communicator<T> {
             let e = segment(s.len() / es, m, j);
             s.start + e.start * es..s.start + e.end * es
         };
+        // `data[range] = received ⊕ own[range]`.
+        let fold = |dst: &mut [u8], range: &Range<usize>, received: &[u8]| match own {
+            Some(o) => reduce_pair(dst, received, &o[range.clone()], dt, op),
+            None => reduce_after(dst, received, dt, op),
+        };
         let [s0, s1] = &mut self.scratch;
         let mut pending: Option<(Range<usize>, usize)> = None;
         let mut slot = 0usize;
@@ -379,7 +396,7 @@ impl<T: Transport> Communicator<T> {
                 if let Some((pr, ps)) = pending.take() {
                     if overlaps(&pr, &sr) {
                         let src = if ps == 0 { &s0[..pr.len()] } else { &s1[..pr.len()] };
-                        reduce_into(&mut data[pr], src, dt, op)?;
+                        fold(&mut data[pr.clone()], &pr, src)?;
                     } else {
                         pending = Some((pr, ps));
                     }
@@ -387,7 +404,11 @@ impl<T: Transport> Communicator<T> {
                 let (recv_scr, other_scr): (&mut Vec<u8>, &Vec<u8>) =
                     if slot == 0 { (&mut *s0, &*s1) } else { (&mut *s1, &*s0) };
                 let pr = pending.clone().map_or(0..0, |p| p.0);
-                let (send_buf, pend_buf) = split_disjoint(data, sr.clone(), pr.clone());
+                let (send_buf, pend_buf): (&[u8], &mut [u8]) = match own {
+                    // Step 0 sends this rank's own segment, straight from the input.
+                    Some(o) if s == 0 => (&o[sr.clone()], &mut data[pr.clone()]),
+                    _ => split_disjoint(data, sr.clone(), pr.clone()),
+                };
                 let t = tag(seq, PHASE_RS, s, j);
                 let sends = [SendOp { peer: next, tag: t, buf: send_buf }];
                 let mut recvs = [RecvOp { peer: prev, tag: t, buf: &mut recv_scr[..rr.len()] }];
@@ -395,7 +416,7 @@ impl<T: Transport> Communicator<T> {
                 let recvs = if rr.is_empty() { &mut recvs[..0] } else { &mut recvs[..] };
                 let mut overlap = || {
                     if !pend_buf.is_empty() {
-                        if let Err(e) = reduce_into(pend_buf, &other_scr[..pend_buf.len()], dt, op) {
+                        if let Err(e) = fold(pend_buf, &pr, &other_scr[..pend_buf.len()]) {
                             red_err = Some(e);
                         }
                     }
@@ -410,7 +431,7 @@ impl<T: Transport> Communicator<T> {
         }
         if let Some((pr, ps)) = pending {
             let src = if ps == 0 { &s0[..pr.len()] } else { &s1[..pr.len()] };
-            reduce_into(&mut data[pr], src, dt, op)?;
+            fold(&mut data[pr.clone()], &pr, src)?;
         }
         Ok(())
     }
@@ -623,7 +644,12 @@ mod tests {
     type Outputs = (Vec<u8>, Vec<u8>, Vec<u8>);
 
     fn run(n: usize, cfg: CollConfig, len: usize, dt: DType, op: ReduceOp) {
-        let inputs: Vec<Vec<u8>> = (0..n).map(|r| reduce::pattern(r, len, dt, len as u64)).collect();
+        run_inputs((0..n).map(|r| reduce::pattern(r, len, dt, len as u64)).collect(), cfg, dt, op);
+    }
+
+    fn run_inputs(inputs: Vec<Vec<u8>>, cfg: CollConfig, dt: DType, op: ReduceOp) {
+        let n = inputs.len();
+        let len = inputs.first().map_or(0, |v| v.len());
         let refs: Vec<&[u8]> = inputs.iter().map(|v| v.as_slice()).collect();
         let want_ar = reference_all_reduce(&refs, dt, op).unwrap_or_default();
         let want_ag = reference_all_gather(&refs);
@@ -710,6 +736,30 @@ mod tests {
                         run(n, direct, elems * dt.size(), dt, op);
                         run(n, log, elems * dt.size(), dt, op);
                     }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn ties_between_signed_zeros_and_nans_keep_the_earlier_rank() {
+        // MAX/MIN keep the earlier operand of the order on ties (+0 vs -0) and NaNs: the ring
+        // must fold the received partial on the left, as the reference and the hub do.
+        let ring = CollConfig { chunk_bytes: 8, direct_max_bytes: 0, log_min_ranks: 8 };
+        let direct = CollConfig { chunk_bytes: 8, direct_max_bytes: usize::MAX, log_min_ranks: usize::MAX };
+        let vals: [u32; 4] = [0x0000_0000, 0x8000_0000, 0x7fc0_0001, 0xffc0_0002];
+        for n in [2usize, 3, 4] {
+            for op in [ReduceOp::Max, ReduceOp::Min] {
+                let f32s: Vec<Vec<u8>> =
+                    (0..n).map(|r| (0..24).flat_map(|i| vals[(r + i) % 4].to_le_bytes()).collect()).collect();
+                let halves: Vec<Vec<u8>> = (0..n)
+                    .map(|r| {
+                        (0..24).flat_map(|i| [0x0000u16, 0x8000, 0x7e01, 0xfe02][(r + i) % 4].to_le_bytes()).collect()
+                    })
+                    .collect();
+                for cfg in [ring, direct] {
+                    run_inputs(f32s.clone(), cfg, DType::F32, op);
+                    run_inputs(halves.clone(), cfg, DType::Bf16, op);
                 }
             }
         }

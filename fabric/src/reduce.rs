@@ -128,45 +128,133 @@ fn fold_f32(a: f32, b: f32, op: ReduceOp) -> f32 {
 
 /// `acc[i] = acc[i] ⊕ inp[i]` element-wise (`acc` holds the ranks earlier in the order).
 pub fn reduce_into(acc: &mut [u8], inp: &[u8], dt: DType, op: ReduceOp) -> Result<(), FabricError> {
-    if acc.len() != inp.len() || !acc.len().is_multiple_of(dt.size()) {
-        return Err(FabricError::Invalid(format!("reduce of {} and {} bytes of {}", acc.len(), inp.len(), dt.name())));
+    fold(acc, None, inp, false, dt, op)
+}
+
+/// `acc[i] = earlier[i] ⊕ acc[i]` element-wise: `acc` holds a later rank (the ring folds the
+/// received partial, `earlier`, with the rank's own data in place).
+pub fn reduce_after(acc: &mut [u8], earlier: &[u8], dt: DType, op: ReduceOp) -> Result<(), FabricError> {
+    fold(acc, None, earlier, true, dt, op)
+}
+
+/// `out[i] = earlier[i] ⊕ later[i]` element-wise.
+pub fn reduce_pair(out: &mut [u8], earlier: &[u8], later: &[u8], dt: DType, op: ReduceOp) -> Result<(), FabricError> {
+    if earlier.len() != out.len() {
+        return Err(FabricError::Invalid(format!("reduce of {} and {} bytes", earlier.len(), out.len())));
+    }
+    fold(out, Some(earlier), later, false, dt, op)
+}
+
+/// `out[i] = x[i] ⊕ y[i]` with `x = left` (`out` itself when `None`) and `y = right`, or
+/// `out[i] = y[i] ⊕ x[i]` when `swap`.
+fn fold(
+    out: &mut [u8],
+    left: Option<&[u8]>,
+    right: &[u8],
+    swap: bool,
+    dt: DType,
+    op: ReduceOp,
+) -> Result<(), FabricError> {
+    if out.len() != right.len() || !out.len().is_multiple_of(dt.size()) {
+        return Err(FabricError::Invalid(format!(
+            "reduce of {} and {} bytes of {}",
+            out.len(),
+            right.len(),
+            dt.name()
+        )));
     }
     match dt {
+        // fp32 and int32: one loop per (operator, operand order), so that nothing but the
+        // operation itself is left in the loop.
         DType::F32 => {
-            for (a, b) in acc.chunks_exact_mut(4).zip(inp.chunks_exact(4)) {
-                let x = f32::from_le_bytes([a[0], a[1], a[2], a[3]]);
-                let y = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-                a.copy_from_slice(&fold_f32(x, y, op).to_le_bytes());
+            let f = |x: [u8; 4], y: [u8; 4]| (f32::from_le_bytes(x), f32::from_le_bytes(y));
+            let max = |a: f32, b: f32| if b > a { b } else { a };
+            let min = |a: f32, b: f32| if b < a { b } else { a };
+            match (op, swap) {
+                (ReduceOp::Add, false) => elementwise::<4>(out, left, right, |x, y| {
+                    let (a, b) = f(x, y);
+                    (a + b).to_le_bytes()
+                }),
+                (ReduceOp::Add, true) => elementwise::<4>(out, left, right, |x, y| {
+                    let (a, b) = f(x, y);
+                    (b + a).to_le_bytes()
+                }),
+                (ReduceOp::Max, false) => elementwise::<4>(out, left, right, |x, y| {
+                    let (a, b) = f(x, y);
+                    max(a, b).to_le_bytes()
+                }),
+                (ReduceOp::Max, true) => elementwise::<4>(out, left, right, |x, y| {
+                    let (a, b) = f(x, y);
+                    max(b, a).to_le_bytes()
+                }),
+                (ReduceOp::Min, false) => elementwise::<4>(out, left, right, |x, y| {
+                    let (a, b) = f(x, y);
+                    min(a, b).to_le_bytes()
+                }),
+                (ReduceOp::Min, true) => elementwise::<4>(out, left, right, |x, y| {
+                    let (a, b) = f(x, y);
+                    min(b, a).to_le_bytes()
+                }),
             }
         }
+        // Integer operations are commutative: the operand order does not matter.
         DType::I32 => {
-            for (a, b) in acc.chunks_exact_mut(4).zip(inp.chunks_exact(4)) {
-                let x = i32::from_le_bytes([a[0], a[1], a[2], a[3]]);
-                let y = i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-                let r = match op {
-                    ReduceOp::Add => x.wrapping_add(y),
-                    ReduceOp::Max => x.max(y),
-                    ReduceOp::Min => x.min(y),
-                };
-                a.copy_from_slice(&r.to_le_bytes());
+            let f = |x: [u8; 4], y: [u8; 4]| (i32::from_le_bytes(x), i32::from_le_bytes(y));
+            match op {
+                ReduceOp::Add => elementwise::<4>(out, left, right, |x, y| {
+                    let (a, b) = f(x, y);
+                    a.wrapping_add(b).to_le_bytes()
+                }),
+                ReduceOp::Max => elementwise::<4>(out, left, right, |x, y| {
+                    let (a, b) = f(x, y);
+                    a.max(b).to_le_bytes()
+                }),
+                ReduceOp::Min => elementwise::<4>(out, left, right, |x, y| {
+                    let (a, b) = f(x, y);
+                    a.min(b).to_le_bytes()
+                }),
             }
         }
-        DType::Bf16 => {
-            for (a, b) in acc.chunks_exact_mut(2).zip(inp.chunks_exact(2)) {
-                let x = bf16::from_le_bytes([a[0], a[1]]).to_f32();
-                let y = bf16::from_le_bytes([b[0], b[1]]).to_f32();
-                a.copy_from_slice(&bf16::from_f32(fold_f32(x, y, op)).to_le_bytes());
+        DType::Bf16 => elementwise::<2>(out, left, right, |x, y| {
+            let (x, y) = (bf16::from_le_bytes(x).to_f32(), bf16::from_le_bytes(y).to_f32());
+            let (a, b) = if swap { (y, x) } else { (x, y) };
+            bf16::from_f32(fold_f32(a, b, op)).to_le_bytes()
+        }),
+        DType::F16 => elementwise::<2>(out, left, right, |x, y| {
+            let (x, y) = (f16::from_le_bytes(x).to_f32(), f16::from_le_bytes(y).to_f32());
+            let (a, b) = if swap { (y, x) } else { (x, y) };
+            f16::from_f32(fold_f32(a, b, op)).to_le_bytes()
+        }),
+    }
+    Ok(())
+}
+
+/// `out[i] = f(x[i], y[i])` over elements of `N` bytes, `x` from `left` or `out` itself.
+#[inline(always)]
+fn elementwise<const N: usize>(
+    out: &mut [u8],
+    left: Option<&[u8]>,
+    right: &[u8],
+    f: impl Fn([u8; N], [u8; N]) -> [u8; N],
+) {
+    let arr = |c: &[u8]| -> [u8; N] {
+        let mut a = [0u8; N];
+        a.copy_from_slice(c);
+        a
+    };
+    match left {
+        None => {
+            for (o, y) in out.chunks_exact_mut(N).zip(right.chunks_exact(N)) {
+                let v = f(arr(o), arr(y));
+                o.copy_from_slice(&v);
             }
         }
-        DType::F16 => {
-            for (a, b) in acc.chunks_exact_mut(2).zip(inp.chunks_exact(2)) {
-                let x = f16::from_le_bytes([a[0], a[1]]).to_f32();
-                let y = f16::from_le_bytes([b[0], b[1]]).to_f32();
-                a.copy_from_slice(&f16::from_f32(fold_f32(x, y, op)).to_le_bytes());
+        Some(l) => {
+            for ((o, x), y) in out.chunks_exact_mut(N).zip(l.chunks_exact(N)).zip(right.chunks_exact(N)) {
+                o.copy_from_slice(&f(arr(x), arr(y)));
             }
         }
     }
-    Ok(())
 }
 
 /// Host reference of all-reduce over `inputs[rank]` (all the same length) in the documented

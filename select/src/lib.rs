@@ -251,6 +251,21 @@ impl Opened {
         #[cfg(not(feature = "sim"))]
         return false;
     }
+
+    /// The simulated device serving global NC `global` (devices in order, each with its arch's
+    /// NC count) and the NC's index on it — where a `KIND@ncN` fault spec is armed.
+    #[cfg(feature = "sim")]
+    pub fn sim_of_nc(&self, global: usize) -> Option<(&sim::SimDevice, usize)> {
+        let mut base = 0;
+        for s in &self.sims {
+            let n = s.arch().counts.ncs as usize;
+            if global < base + n {
+                return Some((s, global - base));
+            }
+            base += n;
+        }
+        None
+    }
 }
 
 /// Open the platforms behind a resolved `spec` (every device of a simulated topology) and

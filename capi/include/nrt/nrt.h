@@ -8,7 +8,9 @@
  *
  * Device selection: NEURON_VFIO_DEVICE=sim[:ARCH[:N]] | <PCI BDF> (default: the first Neuron
  * device bound to vfio-pci, else the simulator); NEURON_VFIO_BACKEND=auto|container|iommufd|
- * noiommu picks the VFIO interface.
+ * noiommu picks the VFIO interface. On the simulator, NEURON_VFIO_SIM_FAULT=KIND@ncN[,...]
+ * arms faults when nrt_init has opened the device (the CLI's --sim-fault syntax, N a logical
+ * NC; e.g. net-proxy@nc0 in one rank process of a global communicator: docs/fabric.md).
  */
 #pragma once
 

@@ -24,8 +24,17 @@ pub unsafe extern "C" fn nrt_init(
         // Refuse (already initialised, forked child) before any device is opened.
         rt().check_init()?;
         let cfg = RuntimeConfig::from_env()?;
-        let platforms = crate::device::platforms(&crate::device::from_env()?)?;
-        rt().init(platforms, cfg, hal::DeviceOptions::default())
+        let faults = crate::device::sim_faults()?;
+        let opened = crate::device::platforms(&crate::device::from_env()?)?;
+        rt().init(opened.platforms.clone(), cfg, hal::DeviceOptions::default())?;
+        // Simulator faults of NEURON_VFIO_SIM_FAULT: a bad NC undoes the init.
+        if let Err(e) = crate::device::arm(rt(), &opened, faults) {
+            if let Err(c) = rt().close() {
+                log_error("nrt_init", &c);
+            }
+            return Err(e);
+        }
+        Ok(())
     })
 }
 

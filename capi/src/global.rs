@@ -389,7 +389,8 @@ impl InterHost for Global {
     }
 
     /// The collectives barrier of a spanning group: a one-byte all-gather over the group's
-    /// processes, which returns once every process's rank arrived (a late process keeps it
+    /// distinct processes (a process hosting several ranks arrives once, when the hub has met
+    /// all of them), which returns once every process's rank arrived (a late process keeps it
     /// waiting; a dead one fails it when the transport's timeout expires: network proxy).
     fn barrier(&self, comm: u32, seq: u32, size: usize, local: &[usize]) -> Result<(), InterHostError> {
         let span = self
@@ -405,17 +406,17 @@ impl InterHost for Global {
                 span.procs
             )));
         }
+        // One arrival per process: its local ranks have all arrived when the hub calls this.
+        let (uniq, _) = span.placement();
         let mut w = lock(&self.world);
         let w = w.as_mut().ok_or_else(|| InterHostError::Network("no global communicator".into()))?;
-        let mut c = Communicator::new(
-            Subgroup::new(w.comm.transport(), span.procs.clone()).map_err(seam)?,
-            CollConfig::default(),
-        )
-        .map_err(seam)?;
+        let mut c =
+            Communicator::new(Subgroup::new(w.comm.transport(), uniq.clone()).map_err(seam)?, CollConfig::default())
+                .map_err(seam)?;
         // Tags apart from the collectives' (their sequence numbers are folded in even steps
         // from another base).
         c.set_seq(u64::from(comm.wrapping_mul(0x85eb_ca6b).wrapping_add(seq.wrapping_mul(2)).wrapping_add(1) & 0xffff));
-        let mut out = vec![0u8; size];
+        let mut out = vec![0u8; uniq.len()];
         c.all_gather(&[1u8], &mut out).map_err(seam)
     }
 }

@@ -39,7 +39,7 @@ pub(crate) struct Decoder {
     arch: &'static Arch,
     spans: Vec<Span>,
     /// Span by (instance, index).
-    by_id: HashMap<(InstanceId, u32), Span>,
+    by_id: rustc_hash::FxHashMap<(InstanceId, u32), Span>,
     pub bar0_size: u64,
 }
 

@@ -4,6 +4,11 @@
 //! execution (`exec`), reset (`reset`), the Platform impl (`platform`).
 
 use std::collections::HashMap;
+
+// Register offsets and queue ids are looked up on every MMIO access: a fast non-keyed hash
+// (the keys are the device's own offsets, not attacker-sized input: the decoder rejects
+// offsets outside the register map before anything is stored).
+use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
@@ -155,13 +160,13 @@ pub(crate) struct Counters {
 
 /// Mutable device state, behind one lock.
 pub(crate) struct State {
-    pub regs: HashMap<u64, u32>,
+    pub regs: FxHashMap<u64, u32>,
     pub sems: Vec<Vec<i32>>,
     pub events: Vec<Vec<u8>>,
     pub topsp_sems: Vec<Vec<i32>>,
     pub topsp_events: Vec<Vec<u8>>,
     pub udma: Vec<Engine>,
-    pub nq: HashMap<u64, NqSlot>,
+    pub nq: FxHashMap<u64, NqSlot>,
     pub seq: Vec<[SeqEng; 5]>,
     /// Work pending per NC (doorbells, semaphore changes, collective completions).
     pub pending: Vec<bool>,
@@ -169,7 +174,7 @@ pub(crate) struct State {
     /// wait only when the semaphore it waits on changed.
     pub sem_gen: Vec<Vec<u32>>,
     pub faults: Vec<FaultSpec>,
-    pub coll_seq: HashMap<(u32, u32), u32>,
+    pub coll_seq: FxHashMap<(u32, u32), u32>,
     pub fw_busy_until: Option<Instant>,
     pub dge_bytes: Vec<u64>,
     pub scratch: Vec<u8>,
@@ -425,19 +430,19 @@ impl SimDevice {
         let sems = arch.counts.semaphores as usize;
         let evs = arch.counts.events as usize;
         let st = State {
-            regs: HashMap::new(),
+            regs: FxHashMap::default(),
             sems: vec![vec![0; sems]; ncs],
             events: vec![vec![0; evs]; ncs],
             topsp_sems: vec![vec![0; sems]; arch.counts.top_sps as usize],
             topsp_events: vec![vec![0; evs]; arch.counts.top_sps as usize],
             udma: (0..arch.counts.dma_engines).map(|_| Engine::default()).collect(),
-            nq: HashMap::new(),
+            nq: FxHashMap::default(),
             seq: (0..ncs).map(|_| Default::default()).collect(),
             regions: vec![crate::mpu::Table::default(); ncs],
             pending: vec![false; ncs],
             sem_gen: vec![vec![0; sems]; ncs],
             faults: Vec::new(),
-            coll_seq: HashMap::new(),
+            coll_seq: FxHashMap::default(),
             fw_busy_until: None,
             dge_bytes: vec![0; arch.counts.dma_engines_per_nc as usize],
             scratch: Vec::new(),

@@ -229,18 +229,6 @@ fn cases(procs: usize, g: usize) -> Vec<Case> {
     v
 }
 
-fn copy(from: &str, to: &str, bytes: u64) -> neff::model::DmaDesc {
-    neff::model::DmaDesc {
-        op: neff::model::DmaOp::Copy,
-        from: from.into(),
-        to: to.into(),
-        from_sizes: vec![bytes, 1],
-        from_steps: vec![1, bytes as i64],
-        to_sizes: vec![bytes, 1],
-        to_steps: vec![1, bytes as i64],
-    }
-}
-
 /// Graph `i`: input `in{i}` → DMA → the collective → DMA → `output` (libnrt's test model's
 /// program shape, [`builder::allreduce_graph`], with the case's collective and sizes).
 fn graph(c: &Case, i: usize) -> GraphDesc {
@@ -259,9 +247,9 @@ fn graph(c: &Case, i: usize) -> GraphDesc {
         for b in e.dma_blocks.iter_mut() {
             for d in b.descs.iter_mut() {
                 *d = if d.from == "input" {
-                    copy(&input, "gradient_in", ib)
+                    neff::builder::copy_desc(&input, "gradient_in", ib)
                 } else {
-                    copy("gradient_out", "output", ob)
+                    neff::builder::copy_desc("gradient_out", "output", ob)
                 };
             }
         }

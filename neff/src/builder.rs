@@ -673,7 +673,8 @@ pub mod sems {
     pub const CC_DONE: u8 = 22;
 }
 
-fn copy_desc(from: &str, to: &str, bytes: u64) -> DmaDesc {
+/// A contiguous copy of `bytes` from var `from` to var `to` (one DMA descriptor).
+pub fn copy_desc(from: &str, to: &str, bytes: u64) -> DmaDesc {
     DmaDesc {
         op: DmaOp::Copy,
         from: from.into(),

@@ -184,6 +184,8 @@ pub(crate) struct State {
     pub desc_pool: ListPool<csr_maps::formats::udma::UdmaDesc>,
     /// Per NC: the checker's copy of its ownership region table.
     pub regions: Vec<crate::mpu::Table>,
+    /// Recently decoded BAR0 offsets (register reads and writes).
+    pub decoded: crate::decode::DecodeCache,
 }
 
 /// Emptied lists kept for reuse, so the device's hot paths do not allocate.
@@ -448,6 +450,7 @@ impl SimDevice {
             scratch: Vec::new(),
             seg_pool: ListPool::default(),
             desc_pool: ListPool::default(),
+            decoded: Default::default(),
         };
         let dev = Arc::new_cyclic(|me| Dev {
             arch,

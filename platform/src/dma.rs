@@ -282,6 +282,7 @@ impl DmaMapping {
         Self { mem: Some(mem), iova, dir, unmapper }
     }
     /// Device-visible address of byte 0.
+    #[inline]
     pub fn iova(&self) -> u64 {
         self.iova
     }
@@ -298,6 +299,7 @@ impl DmaMapping {
         self.dir
     }
     /// The host memory.
+    #[inline]
     pub fn mem(&self) -> &HostMem {
         // Only None during drop.
         match &self.mem {

@@ -2,7 +2,6 @@
 //! instance is found by offset here, the register within it by the code csr-maps generates
 //! from the block descriptions.
 
-
 use csr_maps::meta::{self, RegDef};
 use csr_maps::{Arch, InstanceId, RegId};
 

@@ -217,6 +217,10 @@ impl<T> ListPool<T> {
 pub(crate) struct Layout {
     /// The per-NC state buffer windows in BAR0.
     pub sbuf: &'static RegionDef,
+    /// Their BAR0 bases, by NC, and the range `[lo, hi)` that covers them all (every BAR0
+    /// access asks whether it falls in a state buffer).
+    pub sbuf_bases: Vec<Option<u64>>,
+    pub sbuf_span: (u64, u64),
     /// The HBM apertures in BAR4.
     pub hbm: &'static RegionDef,
     /// BAR4 size: the end of the last HBM aperture.
@@ -252,8 +256,15 @@ impl Layout {
             .copied()
             .flatten()
             .ok_or(SimError::MissingInstance { arch: arch.name, instance: InstanceId::MiscRam })?;
+        let sbuf_bases: Vec<Option<u64>> = (0..sbuf.count()).map(|i| sbuf.base(i)).collect();
+        let sbuf_span = (
+            sbuf_bases.iter().flatten().copied().min().unwrap_or(0),
+            sbuf_bases.iter().flatten().map(|b| b + sbuf.size).max().unwrap_or(0),
+        );
         Ok(Self {
             sbuf,
+            sbuf_bases,
+            sbuf_span,
             hbm,
             bar4_size,
             udma: placed(InstanceId::Udma)?,

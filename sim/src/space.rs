@@ -73,7 +73,7 @@ impl Dev {
         }
         l.sbuf_bases.iter().enumerate().find_map(|(i, b)| {
             let b = (*b)?;
-            (bar_off >= b && bar_off - b < l.sbuf.size).then_some((i, bar_off - b))
+            (bar_off >= b && bar_off - b < l.sbuf.size).then(|| (i, bar_off - b))
         })
     }
 

@@ -38,8 +38,11 @@ impl Hit {
 /// touches on every execution (the kick slot, the NQ heads, the NC interrupt causes) the
 /// span search and the register-id construction.
 pub(crate) struct DecodeCache {
-    slots: Box<[Option<(u64, Option<Hit>)>; DECODE_CACHE_SLOTS]>,
+    slots: Box<[Option<Cached>; DECODE_CACHE_SLOTS]>,
 }
+
+/// A cached decode: the offset and what it decoded to (`None`: no register there).
+type Cached = (u64, Option<Hit>);
 
 const DECODE_CACHE_SLOTS: usize = 64;
 

@@ -202,7 +202,7 @@ impl Device {
         ));
         let pool = HostPool::new(platform.clone(), opts.host_chunk);
         let park = Arc::new(Parking::new(arch, bar0.clone()));
-        let nc_intc = (0..u64::from(arch.counts.ncs)).map(|nc| regs.nc_intc(nc).ok().map(|b| b.base())).collect();
+        let nc_intc = (0..arch.counts.ncs).map(|nc| regs.nc_intc(nc).ok().map(|b| b.base())).collect();
         Ok(Self {
             inner: Arc::new(Inner {
                 platform,

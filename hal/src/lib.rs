@@ -148,6 +148,9 @@ struct Inner {
     regions: Mutex<Vec<Vec<Region>>>,
     /// Device bytes zeroed for new owners ([`Device::zero_device`]).
     dev_zeroed: std::sync::atomic::AtomicU64,
+    /// Per NC: the BAR0 base of its interrupt controller (`nc_intc`), resolved once: its
+    /// cause registers are read at the end of every execution.
+    nc_intc: Vec<Option<u64>>,
 }
 
 /// An open Neuron device. Cheap to clone; the device is closed when the last clone
@@ -199,6 +202,7 @@ impl Device {
         ));
         let pool = HostPool::new(platform.clone(), opts.host_chunk);
         let park = Arc::new(Parking::new(arch, bar0.clone()));
+        let nc_intc = (0..arch.counts.ncs).map(|nc| regs.nc_intc(nc).ok().map(|b| b.base())).collect();
         Ok(Self {
             inner: Arc::new(Inner {
                 platform,
@@ -214,6 +218,7 @@ impl Device {
                 index,
                 regions: Mutex::new(vec![Vec::new(); arch.counts.ncs as usize]),
                 dev_zeroed: Default::default(),
+                nc_intc,
             }),
         })
     }
@@ -507,11 +512,19 @@ impl Device {
     }
     /// INTC line 61 (group 1 bit 29): software NQ overflow on NC `nc`.
     pub fn nq_overflow(&self, nc: usize) -> Result<bool> {
-        Ok(self.regs().nc_intc(nc as u64)?.g1().cause().read()?.sw_nq_overflow() != 0)
+        Ok(self.nc_intc(nc)?.g1().cause().read()?.sw_nq_overflow() != 0)
+    }
+    /// NC `nc`'s interrupt controller, at the base resolved when the device was opened.
+    fn nc_intc(&self, nc: usize) -> Result<csr_maps::blocks::nc_intc::Block<'_>> {
+        match self.inner.nc_intc.get(nc).copied().flatten() {
+            Some(base) => Ok(csr_maps::blocks::nc_intc::Block::at(self.inner.bar0.as_ref(), base)),
+            // Not an NC of this arch: the lookup's own error.
+            None => Ok(self.regs().nc_intc(nc as u64)?),
+        }
     }
     /// Fatal causes latched on NC `nc`.
     pub fn fatal_causes(&self, nc: usize) -> Result<FatalCauses> {
-        let c = self.regs().nc_intc(nc as u64)?.g0().cause().read()?;
+        let c = self.nc_intc(nc)?.g0().cause().read()?;
         let mut causes = FatalCauses::empty();
         causes.set(FatalCauses::SEQ_FATAL, c.seq_fatal() != 0);
         causes.set(FatalCauses::DMA_ABORT, c.dma_abort() != 0);

@@ -114,7 +114,8 @@ impl NqRing {
                 self.phase = !self.phase;
             }
         }
-        let unwritten = (self.head + self.size - self.head_written) % self.size;
+        // The ring size is a power of two (checked at construction): a mask, not a division.
+        let unwritten = (self.head + self.size - self.head_written) & (self.size - 1);
         if unwritten >= self.size / 4 {
             self.sync_head(regs)?;
         }

@@ -285,6 +285,23 @@ impl Ring {
         Ok(())
     }
 
+    /// [`Ring::put`] of a TX/RX pair that share their control word (a data transfer's pair:
+    /// same length and packet flags), given as (word1, address) each: the control word is
+    /// encoded once.
+    fn put_same_ctrl(&mut self, mut ctrl: DescCtrl, m: (u32, u64), s: (u32, u64)) -> Result<()> {
+        ctrl.ring_id = self.ring_id;
+        let w0 = ctrl.encode();
+        let at = self.next as usize * DESC_BYTES;
+        self.m2s_ring.write(at, &UdmaDesc::encode_words(w0, m.0, m.1))?;
+        self.s2m_ring.write(at, &UdmaDesc::encode_words(w0, s.0, s.1))?;
+        self.next += 1;
+        if self.next == self.ndesc {
+            self.next = 0;
+            self.ring_id = (self.ring_id + 1) & 3;
+        }
+        Ok(())
+    }
+
     /// Write the descriptor pairs of one transfer (packets of ≤ 64 descriptors of ≤ 64 KiB,
     /// FIRST..CONCAT..LAST) at the producer index; returns how many pairs were written.
     fn push_xfer(&mut self, x: &Xfer) -> Result<usize> {
@@ -298,9 +315,7 @@ impl Ring {
                 let first = i == 0;
                 let last = i + 1 == descs;
                 let ctrl = DescCtrl { len, first, last, concat: !last, ..Default::default() };
-                let mut m = UdmaDesc { ctrl, word1: meta::DEFAULT, addr: x.src + off };
-                let mut s = UdmaDesc { ctrl, word1: 0, addr: x.dst + off };
-                self.put(&mut m, &mut s)?;
+                self.put_same_ctrl(ctrl, (meta::DEFAULT, x.src + off), (0, x.dst + off))?;
                 off += len as u64;
                 n += 1;
             }

@@ -99,6 +99,7 @@ impl HostMem {
     }
 
     /// Length in bytes (whole pages).
+    #[inline]
     pub fn len(&self) -> usize {
         self.map.len()
     }
@@ -114,10 +115,12 @@ impl HostMem {
     }
 
     /// Host virtual address (for the kernel's DMA map call or a simulator's IOMMU).
+    #[inline]
     pub fn as_ptr(&self) -> *mut u8 {
         self.map.as_mut_ptr()
     }
 
+    #[inline]
     fn check(&self, offset: usize, len: usize) -> Result<(), HostMemError> {
         match offset.checked_add(len) {
             Some(end) if end <= self.len() => Ok(()),
@@ -126,6 +129,7 @@ impl HostMem {
     }
 
     /// Copy `buf.len()` bytes out of the buffer at `offset`.
+    #[inline]
     pub fn read(&self, offset: usize, buf: &mut [u8]) -> Result<(), HostMemError> {
         self.check(offset, buf.len())?;
         std::sync::atomic::fence(Ordering::Acquire);
@@ -135,6 +139,7 @@ impl HostMem {
     }
 
     /// Copy `data` into the buffer at `offset`.
+    #[inline]
     pub fn write(&self, offset: usize, data: &[u8]) -> Result<(), HostMemError> {
         self.check(offset, data.len())?;
         // SAFETY: range checked above; `data` is a distinct Rust allocation.
@@ -154,6 +159,7 @@ impl HostMem {
 
     /// Atomic view of the aligned 32-bit word at `offset` (for polling words the
     /// device writes, such as completion markers).
+    #[inline]
     pub fn atomic_u32(&self, offset: usize) -> Result<&AtomicU32, HostMemError> {
         self.check(offset, 4)?;
         if !offset.is_multiple_of(4) {
@@ -164,6 +170,7 @@ impl HostMem {
     }
 
     /// Atomic view of the aligned 64-bit word at `offset`.
+    #[inline]
     pub fn atomic_u64(&self, offset: usize) -> Result<&AtomicU64, HostMemError> {
         self.check(offset, 8)?;
         if !offset.is_multiple_of(8) {
@@ -174,6 +181,7 @@ impl HostMem {
     }
 
     /// Read a little-endian u32 at `offset` (any alignment).
+    #[inline]
     pub fn read_u32(&self, offset: usize) -> Result<u32, HostMemError> {
         let mut b = [0u8; 4];
         self.read(offset, &mut b)?;
@@ -181,11 +189,13 @@ impl HostMem {
     }
 
     /// Write a little-endian u32 at `offset` (any alignment).
+    #[inline]
     pub fn write_u32(&self, offset: usize, v: u32) -> Result<(), HostMemError> {
         self.write(offset, &v.to_le_bytes())
     }
 
     /// Read a little-endian u64 at `offset` (any alignment).
+    #[inline]
     pub fn read_u64(&self, offset: usize) -> Result<u64, HostMemError> {
         let mut b = [0u8; 8];
         self.read(offset, &mut b)?;
@@ -193,6 +203,7 @@ impl HostMem {
     }
 
     /// Write a little-endian u64 at `offset` (any alignment).
+    #[inline]
     pub fn write_u64(&self, offset: usize, v: u64) -> Result<(), HostMemError> {
         self.write(offset, &v.to_le_bytes())
     }
@@ -271,6 +282,7 @@ impl DmaMapping {
         Self { mem: Some(mem), iova, dir, unmapper }
     }
     /// Device-visible address of byte 0.
+    #[inline]
     pub fn iova(&self) -> u64 {
         self.iova
     }
@@ -287,6 +299,7 @@ impl DmaMapping {
         self.dir
     }
     /// The host memory.
+    #[inline]
     pub fn mem(&self) -> &HostMem {
         // Only None during drop.
         match &self.mem {

@@ -2,7 +2,6 @@
 //! instance is found by offset here, the register within it by the code csr-maps generates
 //! from the block descriptions.
 
-
 use csr_maps::meta::{self, RegDef};
 use csr_maps::{Arch, InstanceId, RegId};
 
@@ -30,6 +29,42 @@ impl Hit {
     /// BAR0 offset of the innermost block the register belongs to.
     pub fn leaf_base(&self, leaf_offset: u64) -> u64 {
         self.off - leaf_offset
+    }
+}
+
+/// Recently decoded BAR0 offsets, direct-mapped by word offset (kept in the device state,
+/// under its lock). The decoder is a pure function of the offset, so a cached entry is
+/// exactly what [`Decoder::decode`] would return; it spares the hot registers the host
+/// touches on every execution (the kick slot, the NQ heads, the NC interrupt causes) the
+/// span search and the register-id construction.
+pub(crate) struct DecodeCache {
+    slots: Box<[Option<Cached>; DECODE_CACHE_SLOTS]>,
+}
+
+/// A cached decode: the offset and what it decoded to (`None`: no register there).
+type Cached = (u64, Option<Hit>);
+
+const DECODE_CACHE_SLOTS: usize = 64;
+
+impl Default for DecodeCache {
+    fn default() -> Self {
+        Self { slots: Box::new([None; DECODE_CACHE_SLOTS]) }
+    }
+}
+
+impl DecodeCache {
+    /// [`Decoder::decode`] of `off`, from the cache when it holds `off`.
+    #[inline]
+    pub fn decode(&mut self, dec: &Decoder, off: u64) -> Option<Hit> {
+        let slot = &mut self.slots[(off >> 2) as usize % DECODE_CACHE_SLOTS];
+        match *slot {
+            Some((o, hit)) if o == off => hit,
+            _ => {
+                let hit = dec.decode(off);
+                *slot = Some((off, hit));
+                hit
+            }
+        }
     }
 }
 

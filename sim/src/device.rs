@@ -184,6 +184,8 @@ pub(crate) struct State {
     pub desc_pool: ListPool<csr_maps::formats::udma::UdmaDesc>,
     /// Per NC: the checker's copy of its ownership region table.
     pub regions: Vec<crate::mpu::Table>,
+    /// Recently decoded BAR0 offsets (register reads and writes).
+    pub decoded: crate::decode::DecodeCache,
 }
 
 /// Emptied lists kept for reuse, so the device's hot paths do not allocate.
@@ -215,6 +217,10 @@ impl<T> ListPool<T> {
 pub(crate) struct Layout {
     /// The per-NC state buffer windows in BAR0.
     pub sbuf: &'static RegionDef,
+    /// Their BAR0 bases, by NC, and the range `[lo, hi)` that covers them all (every BAR0
+    /// access asks whether it falls in a state buffer).
+    pub sbuf_bases: Vec<Option<u64>>,
+    pub sbuf_span: (u64, u64),
     /// The HBM apertures in BAR4.
     pub hbm: &'static RegionDef,
     /// BAR4 size: the end of the last HBM aperture.
@@ -250,8 +256,15 @@ impl Layout {
             .copied()
             .flatten()
             .ok_or(SimError::MissingInstance { arch: arch.name, instance: InstanceId::MiscRam })?;
+        let sbuf_bases: Vec<Option<u64>> = (0..sbuf.count()).map(|i| sbuf.base(i)).collect();
+        let sbuf_span = (
+            sbuf_bases.iter().flatten().copied().min().unwrap_or(0),
+            sbuf_bases.iter().flatten().map(|b| b + sbuf.size).max().unwrap_or(0),
+        );
         Ok(Self {
             sbuf,
+            sbuf_bases,
+            sbuf_span,
             hbm,
             bar4_size,
             udma: placed(InstanceId::Udma)?,
@@ -448,6 +461,7 @@ impl SimDevice {
             scratch: Vec::new(),
             seg_pool: ListPool::default(),
             desc_pool: ListPool::default(),
+            decoded: Default::default(),
         };
         let dev = Arc::new_cyclic(|me| Dev {
             arch,

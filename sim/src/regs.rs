@@ -25,7 +25,7 @@ impl Dev {
 
     /// Register read with side effects and computed values.
     pub fn reg_read(&self, st: &mut State, off: u64) -> u32 {
-        let Some(hit) = self.dec.decode(off) else {
+        let Some(hit) = st.decoded.decode(&self.dec, off) else {
             self.n.unclaimed.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(offset = format_args!("{off:#x}"), "sim: read of an unknown BAR0 offset returns 0");
             return 0;
@@ -57,7 +57,7 @@ impl Dev {
 
     /// Register write with side effects. Returns nothing; work is flagged in `st.pending`.
     pub fn reg_write(&self, st: &mut State, off: u64, val: u32) {
-        let Some(hit) = self.dec.decode(off) else {
+        let Some(hit) = st.decoded.decode(&self.dec, off) else {
             self.n.unclaimed.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(
                 offset = format_args!("{off:#x}"),

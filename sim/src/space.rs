@@ -65,11 +65,15 @@ impl Dev {
     }
 
     /// NC and offset of a BAR0 offset inside a state buffer.
+    #[inline]
     pub fn sbuf_of(&self, bar_off: u64) -> Option<(usize, u64)> {
-        let r = self.layout.sbuf;
-        (0..r.count()).find_map(|i| {
-            let b = r.base(i)?;
-            (bar_off >= b && bar_off - b < r.size).then(|| (i as usize, bar_off - b))
+        let l = &self.layout;
+        if bar_off < l.sbuf_span.0 || bar_off >= l.sbuf_span.1 {
+            return None;
+        }
+        l.sbuf_bases.iter().enumerate().find_map(|(i, b)| {
+            let b = (*b)?;
+            (bar_off >= b && bar_off - b < l.sbuf.size).then(|| (i, bar_off - b))
         })
     }
 

@@ -64,6 +64,7 @@ pub struct DescCtrl {
 
 impl DescCtrl {
     /// Encode as word0. `len` above 65536 is clamped; 65536 and 0 encode as 0.
+    #[inline]
     pub fn encode(&self) -> u32 {
         let len = self.len.min(MAX_DESC_LEN) & LEN_MASK;
         let mut w = len | ((self.ring_id as u32 & 3) << RING_ID_SHIFT) | ((self.reserved as u32 & 0x7F) << 16);
@@ -123,11 +124,19 @@ impl UdmaDesc {
     }
 
     /// Encode to 16 bytes.
+    #[inline]
     pub fn encode(&self) -> [u8; DESC_BYTES] {
+        Self::encode_words(self.ctrl.encode(), self.word1, self.addr)
+    }
+
+    /// The 16 bytes of a descriptor from its already encoded control word (`DescCtrl::encode`),
+    /// word1 and address.
+    #[inline]
+    pub fn encode_words(ctrl: u32, word1: u32, addr: u64) -> [u8; DESC_BYTES] {
         let mut b = [0u8; DESC_BYTES];
-        b[0..4].copy_from_slice(&self.ctrl.encode().to_le_bytes());
-        b[4..8].copy_from_slice(&self.word1.to_le_bytes());
-        b[8..16].copy_from_slice(&self.addr.to_le_bytes());
+        b[0..4].copy_from_slice(&ctrl.to_le_bytes());
+        b[4..8].copy_from_slice(&word1.to_le_bytes());
+        b[8..16].copy_from_slice(&addr.to_le_bytes());
         b
     }
 

@@ -13,7 +13,7 @@
 //!   every other rank, then reduces locally in the same order (latency-bound sizes: 1 round
 //!   trip instead of `2(n-1)`; O(n) messages per rank, fine for the rank counts of one job's
 //!   replica group at these sizes).
-//! - Replica groups with several ranks per process (`group_all_reduce`, …): see [`hier`].
+//! - Replica groups with several ranks per process (`group_all_reduce`, …): see `coll/hier.rs` (exact in the ring's order).
 //! - Point-to-point [`Communicator::send`] / [`Communicator::recv`], matched per peer pair in
 //!   call order.
 

@@ -3,6 +3,9 @@
 
 use super::*;
 
+/// The shared body of the load calls: checks the arguments, then `how(bytes, start NC, NC
+/// count)` loads the NEFF and the handle is stored in `*model`.
+///
 /// # Safety
 /// `neff_bytes` is NULL or `size` readable bytes; `model` is NULL or a writable pointer.
 unsafe fn load(
@@ -12,13 +15,12 @@ unsafe fn load(
     vnc: i32,
     vnc_count: i32,
     model: *mut *mut nrt_model_t,
-    check: impl FnOnce() -> Result<(), RtError>,
+    how: impl FnOnce(&[u8], Option<usize>, Option<usize>) -> Result<runtime::ModelHandle, RtError>,
 ) -> NRT_STATUS {
     entry(func, || {
         guard()?;
         need(model, "model")?;
         need(neff_bytes, "neff_bytes")?;
-        check()?;
         if size == 0 || size > isize::MAX as usize {
             return Err(err(NrtStatus::Invalid, format!("bad NEFF size {size}")));
         }
@@ -31,14 +33,18 @@ unsafe fn load(
         // SAFETY: non-null; nrt.h: `neff_bytes` points to `size` readable bytes, which stay
         // valid for the call; size ≤ isize::MAX was checked.
         let bytes = unsafe { std::slice::from_raw_parts(neff_bytes.cast::<u8>(), size) };
-        // Streamed from the caller's buffer: the inflated payload is never held whole (the
-        // weights go to device memory in bounded pieces as they are inflated).
-        let m = rt().load_reader(bytes, size as u64, start, count)?;
+        let m = how(bytes, start, count)?;
         let h = MODELS.insert(m);
         // SAFETY: checked non-null; nrt.h: `model` points to a writable nrt_model_t*.
         unsafe { put(model, h) };
         Ok(())
     })
+}
+
+/// This process's load: streamed from the caller's buffer (the inflated payload is never held
+/// whole; the weights go to device memory in bounded pieces as they are inflated).
+fn load_local(bytes: &[u8], start: Option<usize>, count: Option<usize>) -> Result<runtime::ModelHandle, RtError> {
+    rt().load_reader(bytes, bytes.len() as u64, start, count)
 }
 
 /// `nrt_load`: load a NEFF on `vnc` (-1: the first free NCs); `vnc_count` is deprecated
@@ -57,7 +63,7 @@ pub unsafe extern "C" fn nrt_load(
     model: *mut *mut nrt_model_t,
 ) -> NRT_STATUS {
     // SAFETY: forwarded from this function's own contract.
-    unsafe { load("nrt_load", neff_bytes, size, vnc, vnc_count, model, || Ok(())) }
+    unsafe { load("nrt_load", neff_bytes, size, vnc, vnc_count, model, load_local) }
 }
 
 /// `nrt_load_collectives`: as `nrt_load`, in the global communicator `ctx_device_id` of
@@ -82,7 +88,7 @@ pub unsafe extern "C" fn nrt_load_collectives(
 ) -> NRT_STATUS {
     if ctx_device_count == 1 && ctx_device_id == 0 {
         // SAFETY: forwarded from this function's own contract.
-        return unsafe { load("nrt_load_collectives", neff_bytes, size, vnc, vnc_count, model, || Ok(())) };
+        return unsafe { load("nrt_load_collectives", neff_bytes, size, vnc, vnc_count, model, load_local) };
     }
     #[cfg(feature = "fabric")]
     {
@@ -114,28 +120,12 @@ unsafe fn load_global(
     count: u32,
     model: *mut *mut nrt_model_t,
 ) -> NRT_STATUS {
-    entry("nrt_load_collectives", || {
-        guard()?;
-        need(model, "model")?;
-        need(neff_bytes, "neff_bytes")?;
-        if size == 0 || size > isize::MAX as usize {
-            return Err(err(NrtStatus::Invalid, format!("bad NEFF size {size}")));
-        }
-        let start = match vnc {
-            -1 => None,
-            v if v >= 0 => Some(v as usize),
-            v => return Err(err(NrtStatus::Invalid, format!("bad vnc {v}"))),
-        };
-        let count_nc = if vnc_count > 0 { Some(vnc_count as usize) } else { None };
-        // SAFETY: non-null; nrt.h: `neff_bytes` points to `size` readable bytes, which stay
-        // valid for the call; size ≤ isize::MAX was checked.
-        let bytes = unsafe { std::slice::from_raw_parts(neff_bytes.cast::<u8>(), size) };
-        let m = crate::global::global().load(bytes, start, count_nc, id, count)?;
-        let h = MODELS.insert(m);
-        // SAFETY: checked non-null; nrt.h: `model` points to a writable nrt_model_t*.
-        unsafe { put(model, h) };
-        Ok(())
-    })
+    // SAFETY: forwarded from this function's own contract.
+    unsafe {
+        load("nrt_load_collectives", neff_bytes, size, vnc, vnc_count, model, |bytes, start, nc_count| {
+            crate::global::global().load(bytes, start, nc_count, id, count)
+        })
+    }
 }
 
 /// `nrt_unload`: unload a model and free its handle.

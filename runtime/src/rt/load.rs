@@ -45,6 +45,16 @@ impl Runtime {
         self.load_placed(bytes, start_nc, nc_count, Some(g))
     }
 
+    /// The API guard, then the NEFF reader's options: this runtime's verify setting and the
+    /// devices' arch.
+    fn read_options(&self) -> Result<ReadOptions, RtError> {
+        self.guard()?;
+        let verify = lock(&self.cfg).verify;
+        let devices = lock(&self.devices).clone();
+        let first = devices.first().ok_or_else(|| RtError::internal("no devices"))?;
+        Ok(ReadOptions { verify, arch: Some(first.arch()), ..ReadOptions::default() })
+    }
+
     fn load_placed(
         &self,
         bytes: &[u8],
@@ -52,13 +62,7 @@ impl Runtime {
         nc_count: Option<usize>,
         global: Option<GlobalPlacement>,
     ) -> Result<ModelHandle, RtError> {
-        self.guard()?;
-        let cfg = lock(&self.cfg).clone();
-        let devices = lock(&self.devices).clone();
-        let first = devices.first().ok_or_else(|| RtError::internal("no devices"))?;
-        let arch = first.arch();
-        let opts = ReadOptions { verify: cfg.verify, arch: Some(arch), ..ReadOptions::default() };
-        let n = Neff::parse(bytes, &opts)?;
+        let n = Neff::parse(bytes, &self.read_options()?)?;
         self.load_parsed(n, start_nc, nc_count, global, None)
     }
 
@@ -97,11 +101,7 @@ impl Runtime {
         nc_count: Option<usize>,
         global: Option<GlobalPlacement>,
     ) -> Result<ModelHandle, RtError> {
-        self.guard()?;
-        let cfg = lock(&self.cfg).clone();
-        let devices = lock(&self.devices).clone();
-        let first = devices.first().ok_or_else(|| RtError::internal("no devices"))?;
-        let opts = ReadOptions { verify: cfg.verify, arch: Some(first.arch()), ..ReadOptions::default() };
+        let opts = self.read_options()?;
         // Stream to the NC the model's first graph will most likely land on (admission is
         // re-run after the parse; a var placed elsewhere is copied device to device).
         let target = self.admit(start_nc, nc_count.unwrap_or(1))?.global.first().copied().unwrap_or(0);

@@ -4,8 +4,12 @@
 //! Each initialized [`Runtime`](crate::Runtime) publishes one segment: a file
 //! `neuron-vfio.PID.N.counters` in `NEURON_VFIO_SHM_DIR` (default `/dev/shm`), mapped shared,
 //! made of 64-bit words. The runtime is its only writer; monitors map it read-only. Every
-//! word is updated with a single relaxed atomic add or store, so the execute path takes no
-//! lock and makes no syscall for it. `NEURON_VFIO_COUNTERS=0` turns publishing off.
+//! word is updated with a single relaxed atomic operation, so the execute path takes no
+//! lock and makes no syscall for it: an atomic add, or, for an NC's execution words, a
+//! relaxed load and store — those are written only by the execution that holds the NC's
+//! lane (executions on an NC are serialized, and the lane's hand-over orders one writer
+//! after the next), so no update is lost without a locked read-modify-write.
+//! `NEURON_VFIO_COUNTERS=0` turns publishing off.
 //!
 //! The layout (version [`VERSION`]) is documented in `docs/monitoring.md`: a header of
 //! [`HEADER_WORDS`] words, then one slot of [`SLOT_WORDS`] words per NeuronCore the runtime
@@ -250,6 +254,14 @@ impl Counters {
         }
     }
 
+    /// Add to a word only ever written by one thread at a time (see the module
+    /// documentation): a relaxed load and store, no locked read-modify-write.
+    fn bump(&self, nc: usize, w: usize, v: u64) {
+        if let Some(a) = self.word(nc, w) {
+            a.store(a.load(Ordering::Relaxed).wrapping_add(v), Ordering::Relaxed);
+        }
+    }
+
     fn sub(&self, nc: usize, w: usize, v: u64) {
         if let Some(a) = self.word(nc, w) {
             // Saturating: a gauge never wraps below zero.
@@ -264,7 +276,8 @@ impl Counters {
     }
 
     /// An execution of a model on global NCs `ncs` ended: its status, host latency and
-    /// device busy time (from the START/END records; 0 when it failed before them).
+    /// device busy time (from the START/END records; 0 when it failed before them). The
+    /// caller must hold the lanes of `ncs` (executions on an NC are counted one at a time).
     pub fn execution(&self, ncs: &[usize], status: NrtStatus, latency_ns: u64, busy_ns: u64) {
         self.execution_at(ncs, status, latency_ns, busy_ns, std::time::Instant::now());
     }
@@ -283,13 +296,13 @@ impl Counters {
         let end = unix.saturating_add(end.saturating_duration_since(at).as_nanos() as u64);
         let bucket = latency_bucket(latency_ns);
         for &nc in ncs {
-            self.add(nc, slot::EXECUTIONS, 1);
-            self.add(nc, slot::BUSY_NS, busy_ns);
-            self.add(nc, slot::LATENCY_SUM_NS, latency_ns);
-            self.add(nc, slot::LATENCY + bucket, 1);
+            self.bump(nc, slot::EXECUTIONS, 1);
+            self.bump(nc, slot::BUSY_NS, busy_ns);
+            self.bump(nc, slot::LATENCY_SUM_NS, latency_ns);
+            self.bump(nc, slot::LATENCY + bucket, 1);
             if let Some(k) = ErrorKind::of(status) {
-                self.add(nc, slot::FAILED, 1);
-                self.add(nc, k.word(), 1);
+                self.bump(nc, slot::FAILED, 1);
+                self.bump(nc, k.word(), 1);
             }
             self.set(nc, slot::LAST_END_NS, end);
         }

@@ -194,6 +194,14 @@ impl<A: Clone> Lanes<A> {
     /// One unfilled ticket per known, distinct NC of `ncs`, in ascending NC order.
     fn tickets(&self, ncs: &[usize]) -> Tickets {
         let mut t = Tickets::default();
+        if let &[nc] = ncs {
+            // One NC (the common case): nothing to deduplicate or sort.
+            if nc < self.lanes.len() {
+                t.inline[0] = (nc, 0);
+                t.n = 1;
+            }
+            return t;
+        }
         for &nc in ncs {
             if nc < self.lanes.len() && !t.held().iter().any(|&(n, _)| n == nc) {
                 t.push((nc, 0));

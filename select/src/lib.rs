@@ -26,7 +26,7 @@ use platform::Platform;
 use vfio::{Backend, Filter, PciAddress, PciFunction, Sysfs, VfioSupport};
 
 pub mod trace;
-pub use trace::{mmio_trace_path, set_mmio_trace};
+pub use trace::{mmio_trace_path, set_mmio_trace, wrap as wrap_traced};
 
 /// The driver a device must be bound to.
 pub const VFIO_PCI: &str = "vfio-pci";

@@ -149,8 +149,9 @@ impl Platform for TracedPlatform {
     }
 }
 
-/// Wrap every platform when a trace is configured.
-pub(crate) fn wrap(platforms: Vec<Arc<dyn Platform>>) -> Result<Vec<Arc<dyn Platform>>, crate::SelectError> {
+/// Wrap every platform when a trace is configured (for front ends that open platforms
+/// themselves, e.g. the benchmarks' own simulator).
+pub fn wrap(platforms: Vec<Arc<dyn Platform>>) -> Result<Vec<Arc<dyn Platform>>, crate::SelectError> {
     let Some(path) = mmio_trace_path() else { return Ok(platforms) };
     let sink = TraceSink::create(&path)
         .map_err(|e| crate::SelectError::Invalid(format!("MMIO trace {}: {e}", path.display())))?;

@@ -213,6 +213,9 @@ impl Runtime {
             self.release_idle();
             return Err(e);
         }
+        for s in &mut staged {
+            s.index_io(n.inputs.iter().chain(&n.outputs).map(|t| t.name.as_str()));
+        }
         let mut tc = TrackerConfig::new(arch, cfg.exec_timeout);
         tc.reads_per_sweep = crate::stage::RING_RECORDS as usize;
         tc.barrier_warn = cfg.barrier_warn;
@@ -241,6 +244,7 @@ impl Runtime {
             lifecycle: Mutex::new(life),
             exec: Mutex::new(Some(ExecState { irq, ncs: staged, tracker, seq: 0, sync })),
             poll: cfg.poll,
+            phase_timings: cfg.phase_timings,
             devices: devs,
             lanes: lanes.clone(),
             epoch: self.epoch,

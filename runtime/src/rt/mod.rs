@@ -75,6 +75,10 @@ pub struct RuntimeConfig {
     /// First warning threshold of the collectives barrier wait (libnrt: 120 s, doubled after
     /// every warning, never fatal); `NEURON_VFIO_BARRIER_WARN_MS`. Tests shorten it.
     pub barrier_warn: Duration,
+    /// Time the phases of every execute ([`ExecTimings::bind_ns`] … `completion_ns`): two
+    /// more clock reads per execute. Off by default (the fields are then 0); `bench exec`
+    /// turns it on for its breakdown pass only.
+    pub phase_timings: bool,
     /// Tests only: skip the loader's confinement checks (raw and out-of-range addresses,
     /// the WRITE allow-list, state-buffer fit, virtual-var backing), so that a test can show
     /// the device's own ownership check (the NC's region table) stopping a hostile model
@@ -92,6 +96,7 @@ impl Default for RuntimeConfig {
             async_capacity: 64,
             verify: true,
             barrier_warn: crate::completion::BARRIER_WARN_INITIAL,
+            phase_timings: false,
             unchecked_loader_for_tests: false,
         }
     }
@@ -139,7 +144,8 @@ pub struct ExecTimings {
     /// value means the two clocks' offset is off by more than the lag. None for a failed
     /// execution or one with no END record.
     pub completion_lag_ns: Option<i64>,
-    /// Host time breakdown of `total_ns` (a successful execution): from entry to the inputs
+    /// Host time breakdown of `total_ns` (a successful execution, with
+    /// [`RuntimeConfig::phase_timings`] on; 0 otherwise): from entry to the inputs
     /// bound and the rings staged (API checks, lane, model lock, bind) ...
     pub bind_ns: u64,
     /// ... the kickoff MMIO writes (with an inline simulator: including the device work) ...
@@ -226,6 +232,8 @@ pub struct Model {
     lifecycle: Mutex<ModelLifecycle>,
     exec: Mutex<Option<ExecState>>,
     poll: PollPolicy,
+    /// [`RuntimeConfig::phase_timings`] at load.
+    phase_timings: bool,
     devices: Vec<Device>,
     lanes: Arc<NcLanes>,
     epoch: Instant,

@@ -107,6 +107,10 @@ pub struct StagedNc {
     /// The bindings the NC's region table was last programmed with for this graph (None: the
     /// table does not hold this graph's regions — not yet programmed, or another model ran).
     pub regions_bound: Option<Vec<Option<u64>>>,
+    /// The var of each model input, then of each model output, in the model's order (None:
+    /// not in this graph), resolved once at load ([`StagedNc::index_io`]) so that binding
+    /// makes no name lookups among the vars.
+    pub io_vars: Vec<Option<usize>>,
 }
 
 /// An NC's place in the replica group of its collectives barrier.
@@ -137,6 +141,12 @@ impl StagedNc {
     /// Index of a var by name.
     pub fn var_index(&self, name: &str) -> Option<usize> {
         self.vars.iter().position(|v| v.name == name)
+    }
+
+    /// Resolve [`StagedNc::io_vars`]: `names` are the model's inputs then its outputs.
+    pub fn index_io<'a>(&mut self, names: impl Iterator<Item = &'a str>) {
+        let io: Vec<Option<usize>> = names.map(|n| self.var_index(n)).collect();
+        self.io_vars = io;
     }
 
     /// Program the NC's ownership region table with this graph's regions and the tensors
@@ -328,6 +338,7 @@ pub fn stage_graph(
         barrier,
         regions,
         regions_bound: None,
+        io_vars: Vec::new(),
     };
     // The engines are armed: a refusal from here on stops them before the memory goes.
     if let Err(e) = fits.and_then(|()| s.program_regions().map_err(StageError::from)) {

@@ -549,6 +549,29 @@ impl ExecTracker {
         }
         Some(t)
     }
+    /// NC `nc`'s device span without building its [`NcTiming`]: the duration (latest END −
+    /// earliest START, as [`NcTiming::duration`]) and the engine whose END is the latest with
+    /// that END (the last such engine on a tie, as `max_by_key`).
+    pub fn device_span(&self, nc: usize) -> (Option<u64>, Option<(usize, u64)>) {
+        let Some(n) = self.ncs.get(nc) else { return (None, None) };
+        let mut start: Option<u64> = None;
+        let mut last: Option<(usize, u64)> = None;
+        for e in 0..TPB_ENGINES {
+            if let Some(s) = opt(n.start_ts[e]) {
+                start = Some(start.map_or(s, |m| m.min(s)));
+            }
+            if let Some(t) = opt(n.end_ts[e]) {
+                if last.is_none_or(|(_, m)| t >= m) {
+                    last = Some((e, t));
+                }
+            }
+        }
+        let duration = match (start, last) {
+            (Some(s), Some((_, e))) => Some(e.saturating_sub(s)),
+            _ => None,
+        };
+        (duration, last)
+    }
     /// All NCs' timings.
     pub fn timings(&self) -> Vec<NcTiming> {
         (0..self.ncs.len()).filter_map(|nc| self.timing(nc)).collect()

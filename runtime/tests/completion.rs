@@ -192,6 +192,31 @@ fn success_two_ncs_and_records_spread_over_sweeps() {
     assert_eq!((timings[0].start(), timings[0].end()), (Some(500), Some(604)));
     assert_eq!((timings[1].start(), timings[1].end()), (Some(50), Some(900)));
     assert_eq!(timings[1].duration(), Some(850));
+    // The span the execute path reads agrees with the full timings (NC 1: engine 0 ENDs
+    // latest, at 900).
+    for (nc, tm) in timings.iter().enumerate() {
+        let last = tm.engines.iter().enumerate().filter_map(|(e, x)| x.end.map(|v| (e, v))).max_by_key(|x| x.1);
+        assert_eq!(t.device_span(nc), (tm.duration(), last));
+    }
+    assert_eq!(t.device_span(1).1, Some((0, 900)));
+    assert_eq!(t.device_span(2), (None, None));
+}
+
+/// Ties between ENDs go to the last engine, as `max_by_key`; no START → no duration.
+#[test]
+fn device_span_ties_and_gaps() {
+    let mut t = tracker(1);
+    let mut f = Fake::default();
+    for e in 0..TPB_ENGINES {
+        f.infer[e].push_back(start(10 + e as u64));
+        f.infer[e].push_back(end(if e == 1 || e == 3 { 70 } else { 60 }));
+    }
+    let mut s = [f];
+    let t0 = to_wait_core(&mut t, &mut s);
+    assert_eq!(t.step(&mut s, t0), Step::Done);
+    assert_eq!(t.device_span(0), (Some(60), Some((3, 70))));
+    let fresh = tracker(1);
+    assert_eq!(fresh.device_span(0), (None, None));
 }
 
 fn stuck() -> Fake {

@@ -162,7 +162,7 @@ impl Executor for XuExec {
             let t = ex.tracker.timings();
             crate::profile::record_exec(m.id, &m.name, &m.ncs, ex.seq, tok.t0, m.epoch, status, &t, &ex.sync);
         }
-        let busy_ns = ex.tracker.timing(0).and_then(|t| t.duration()).unwrap_or(0) / 1000;
+        let busy_ns = ex.tracker.device_span(0).0.unwrap_or(0) / 1000;
         let end = Instant::now();
         m.count_execution(status, end.saturating_duration_since(tok.t0).as_nanos() as u64, busy_ns, end);
         if ex.tracker.verdict() == Some(Step::DoneWithError) {

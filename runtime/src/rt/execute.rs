@@ -109,9 +109,8 @@ impl Runtime {
             lock(&m.lifecycle).poison(status);
             return Ok((status, timings));
         }
-        let timing = ex.tracker.timing(0).unwrap_or_default();
-        let device_ns = timing.duration().unwrap_or(0) / 1000;
-        let last_end = timing.engines.iter().enumerate().filter_map(|(e, t)| t.end.map(|v| (e, v))).max_by_key(|x| x.1);
+        let (duration, last_end) = ex.tracker.device_span(0);
+        let device_ns = duration.unwrap_or(0) / 1000;
         let completion_lag_ns =
             last_end.and_then(|(e, ts)| ex.sync.to_cpu_ns(e, ts).ok()).map(|end| observed as i64 - end as i64);
         read_outputs(m, ex, outputs)?;

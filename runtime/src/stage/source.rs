@@ -16,12 +16,27 @@ impl NotificationSource for StagedNc {
         let regs = self.dev.regs();
         self.raw.clear();
         if let Some(r) = self.infer_rings.get_mut(engine) {
-            r.poll(&regs, &mut self.raw, max).map_err(|source| SourceError::InferRing { engine, source })?;
+            let n = r.poll(&regs, &mut self.raw, max).map_err(|source| SourceError::InferRing { engine, source })?;
+            // Fewer than asked for: the read found the ring empty after its last record.
+            let bit = 1u8.checked_shl(engine as u32).unwrap_or(0);
+            if n < max {
+                self.seen_empty |= bit;
+            } else {
+                self.seen_empty &= !bit;
+            }
         }
         out.extend(self.raw.iter().map(crate::records::infer_status));
         Ok(())
     }
     fn drain_infer(&mut self, engine: usize) -> Result<(), SourceError> {
+        // The completion engine drains an engine right after the read that completed it: when
+        // that read already found the ring empty, the drain would read the same empty slot
+        // again (a record landing in between is as late for it as one landing just after).
+        let bit = 1u8.checked_shl(engine as u32).unwrap_or(0);
+        if self.seen_empty & bit != 0 {
+            self.seen_empty &= !bit;
+            return Ok(());
+        }
         let regs = self.dev.regs();
         self.raw.clear();
         if let Some(r) = self.infer_rings.get_mut(engine) {

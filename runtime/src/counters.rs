@@ -254,14 +254,6 @@ impl Counters {
         }
     }
 
-    /// Add to a word only ever written by one thread at a time (see the module
-    /// documentation): a relaxed load and store, no locked read-modify-write.
-    fn bump(&self, nc: usize, w: usize, v: u64) {
-        if let Some(a) = self.word(nc, w) {
-            a.store(a.load(Ordering::Relaxed).wrapping_add(v), Ordering::Relaxed);
-        }
-    }
-
     fn sub(&self, nc: usize, w: usize, v: u64) {
         if let Some(a) = self.word(nc, w) {
             // Saturating: a gauge never wraps below zero.
@@ -295,18 +287,31 @@ impl Counters {
         let (at, unix) = self.unix_at;
         let end = unix.saturating_add(end.saturating_duration_since(at).as_nanos() as u64);
         let bucket = latency_bucket(latency_ns);
+        let failed = ErrorKind::of(status);
+        let words = self.words();
         for &nc in ncs {
-            self.bump(nc, slot::EXECUTIONS, 1);
-            self.bump(nc, slot::BUSY_NS, busy_ns);
-            self.bump(nc, slot::LATENCY_SUM_NS, latency_ns);
-            self.bump(nc, slot::LATENCY + bucket, 1);
-            if let Some(k) = ErrorKind::of(status) {
-                self.bump(nc, slot::FAILED, 1);
-                self.bump(nc, k.word(), 1);
+            // The NC's slot, found once (an NC beyond the segment is ignored).
+            let base = HEADER_WORDS + nc * SLOT_WORDS;
+            let Some(own) = (nc < self.ncs).then(|| words.get(base..base + SLOT_WORDS)).flatten() else { continue };
+            let bump = |w: usize, v: u64| {
+                // Only the execution holding the NC's lane writes these words (module docs).
+                if let Some(a) = own.get(w) {
+                    a.store(a.load(Ordering::Relaxed).wrapping_add(v), Ordering::Relaxed);
+                }
+            };
+            bump(slot::EXECUTIONS, 1);
+            bump(slot::BUSY_NS, busy_ns);
+            bump(slot::LATENCY_SUM_NS, latency_ns);
+            bump(slot::LATENCY + bucket, 1);
+            if let Some(k) = failed {
+                bump(slot::FAILED, 1);
+                bump(k.word(), 1);
             }
-            self.set(nc, slot::LAST_END_NS, end);
+            if let Some(a) = own.get(slot::LAST_END_NS) {
+                a.store(end, Ordering::Relaxed);
+            }
         }
-        if let Some(u) = self.words().get(hdr::UPDATES) {
+        if let Some(u) = words.get(hdr::UPDATES) {
             u.fetch_add(1, Ordering::Release);
         }
     }

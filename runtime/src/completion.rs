@@ -584,7 +584,7 @@ impl ExecTracker {
             return v;
         }
         if sources.len() < self.ncs.len() {
-            tracing::error!(sources = sources.len(), ncs = self.ncs.len(), "fewer notification sources than NCs");
+            cold::too_few_sources(sources.len(), self.ncs.len());
             self.state = ExecState::Done;
             self.status = NrtStatus::Invalid;
             self.verdict = Some(Step::DoneWithError);
@@ -621,11 +621,7 @@ impl ExecTracker {
                     } else {
                         NrtStatus::ExecHwErrCollectives
                     };
-                    tracing::error!(
-                        nc,
-                        status = rc.code(),
-                        "(FATAL-RT-UNDEFINED-STATE) collectives barrier proxy failed"
-                    );
+                    cold::barrier_failed(nc, rc);
                     let n = &mut self.ncs[nc];
                     n.fatal.set(ExecFatalStatus::Barrier);
                     n.ret = rc;
@@ -637,12 +633,7 @@ impl ExecTracker {
             let start = *self.barrier_start.get_or_insert(now);
             let waited = now.saturating_duration_since(start);
             if waited >= self.barrier_thresh {
-                // libnrt's text; the threshold in whole seconds (and in ms, for shortened ones).
-                tracing::warn!(
-                    threshold_ms = self.barrier_thresh.as_millis() as u64,
-                    "Timeout exceeded: Waiting on barrier proxy task: {} sec",
-                    self.barrier_thresh.as_secs()
-                );
+                cold::barrier_warning(self.barrier_thresh);
                 self.barrier_warnings = self.barrier_warnings.saturating_add(1);
                 BARRIER_WARNINGS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 self.barrier_thresh = self.barrier_thresh.saturating_mul(2);
@@ -667,7 +658,7 @@ impl ExecTracker {
                     ProxyPoll::Done => self.ncs[nc].network_done = true,
                     ProxyPoll::Pending => {}
                     ProxyPoll::Failed => {
-                        tracing::error!(nc, "(FATAL-RT-UNDEFINED-STATE) collectives network proxy failed");
+                        cold::network_proxy_failed(nc);
                         let n = &mut self.ncs[nc];
                         n.fatal.set(ExecFatalStatus::NetworkProxy);
                         n.ret = NrtStatus::NetworkProxyFailure;
@@ -699,22 +690,15 @@ impl ExecTracker {
             let signalled = probe && (src.nq_overflow() || stuck(&src.fatal_causes()));
             if elapsed >= timeout || signalled {
                 if src.nq_overflow() {
-                    tracing::error!(nc, "(FATAL-RT-UNDEFINED-STATE) notification queue overflow detected");
+                    cold::nq_overflow(nc);
                     n.fatal.set(ExecFatalStatus::SwNqOverflow);
                     n.ret = NrtStatus::ExecSwNqOverflow;
                 } else if signalled {
-                    tracing::error!(
-                        nc,
-                        "(FATAL-RT-UNDEFINED-STATE) fatal device error while waiting for execution completion"
-                    );
+                    cold::fatal_while_waiting(nc);
                     n.fatal.set(ExecFatalStatus::Timeout);
                     n.ret = NrtStatus::Timeout;
                 } else {
-                    tracing::error!(
-                        nc,
-                        timeout_ms = timeout.as_millis() as u64,
-                        "(FATAL-RT-UNDEFINED-STATE) execution timeout, waiting for execution completion notification"
-                    );
+                    cold::timeout(nc, timeout);
                     n.fatal.set(ExecFatalStatus::Timeout);
                     n.ret = NrtStatus::Timeout;
                 }
@@ -766,6 +750,8 @@ impl ExecTracker {
     }
 
     /// A source failure on NC `nc`: logged, merged into the NC's result; its status.
+    #[cold]
+    #[inline(never)]
     fn source_failed(&mut self, nc: usize, e: &SourceError) -> NrtStatus {
         let status = e.status();
         tracing::error!(nc, error = %e, "notification harvest failed");
@@ -774,6 +760,8 @@ impl ExecTracker {
         status
     }
 
+    #[cold]
+    #[inline(never)]
     fn out_of_order<S: NotificationSource>(&mut self, nc: usize, engine: usize, what: &str, src: &mut S) -> NrtStatus {
         let got = self.ncs[nc].engines[engine] as u8;
         if src.nq_overflow() {
@@ -799,7 +787,7 @@ impl ExecTracker {
             0 => {}
             1 => self.ncs[nc].drain_hints += 1,
             h => {
-                tracing::error!(nc, engine, hint = h, subtype = rec.subtype, "unexpected debug hint");
+                cold::unexpected_hint(nc, engine, h, rec.subtype);
                 return Err(NrtStatus::Failure);
             }
         }
@@ -825,13 +813,14 @@ impl ExecTracker {
             Subtype::CcEnd => keep_latest(&mut self.ncs[nc].cc_end, ts),
             Subtype::Custom => return self.custom(nc, engine, rec),
             Subtype::Unexpected(t) => {
-                tracing::error!(nc, engine, hint = rec.hint, notification_type = t, "Received unexpected notification");
+                cold::unexpected_notification(nc, engine, rec.hint, t);
                 return Err(NrtStatus::Failure);
             }
         }
         Ok(())
     }
 
+    #[inline(never)]
     fn custom(&mut self, nc: usize, engine: usize, rec: &InferStatus) -> Result<(), NrtStatus> {
         let mut tag = rec.tag;
         if *self.cfg.arch != csr_maps::SUNDA && engine == TAG_FIXUP_ENGINE {
@@ -897,7 +886,7 @@ impl ExecTracker {
             }
             consumed += buf.len();
             if consumed >= self.cfg.max_error_records {
-                tracing::warn!(nc, count = consumed, "Received an unusually large number of error notifications");
+                cold::many_errors(nc, consumed);
                 break;
             }
         }
@@ -908,6 +897,10 @@ impl ExecTracker {
 
     fn classify_causes(n: &mut NcState) {
         let c = n.causes;
+        if c.is_empty() {
+            // Nothing latched (every clean execution): nothing to classify.
+            return;
+        }
         if c.contains(FatalCauses::HBM_UE) || c.contains(FatalCauses::HBM_UE_REPAIRABLE) {
             tracing::error!("(FATAL-RT-UNDEFINED-STATE) Uncorrectable HBM memory error is detected");
         }
@@ -980,5 +973,75 @@ impl ExecTracker {
         self.status = status;
         self.verdict = Some(verdict);
         verdict
+    }
+}
+
+/// The engine's logging, out of line: the sweep runs right after the device did (with an
+/// inline device, its code has just pushed the host's out of the instruction cache), so the
+/// hot path is kept to the lines it needs and the log sites (large macro expansions) live
+/// here. The texts are libnrt's where it has one.
+mod cold {
+    use std::time::Duration;
+
+    use neff::NrtStatus;
+
+    #[cold]
+    #[inline(never)]
+    pub(super) fn too_few_sources(sources: usize, ncs: usize) {
+        tracing::error!(sources, ncs, "fewer notification sources than NCs");
+    }
+    #[cold]
+    #[inline(never)]
+    pub(super) fn barrier_failed(nc: usize, rc: NrtStatus) {
+        tracing::error!(nc, status = rc.code(), "(FATAL-RT-UNDEFINED-STATE) collectives barrier proxy failed");
+    }
+    /// libnrt's text; the threshold in whole seconds (and in ms, for shortened ones).
+    #[cold]
+    #[inline(never)]
+    pub(super) fn barrier_warning(thresh: Duration) {
+        tracing::warn!(
+            threshold_ms = thresh.as_millis() as u64,
+            "Timeout exceeded: Waiting on barrier proxy task: {} sec",
+            thresh.as_secs()
+        );
+    }
+    #[cold]
+    #[inline(never)]
+    pub(super) fn network_proxy_failed(nc: usize) {
+        tracing::error!(nc, "(FATAL-RT-UNDEFINED-STATE) collectives network proxy failed");
+    }
+    #[cold]
+    #[inline(never)]
+    pub(super) fn nq_overflow(nc: usize) {
+        tracing::error!(nc, "(FATAL-RT-UNDEFINED-STATE) notification queue overflow detected");
+    }
+    #[cold]
+    #[inline(never)]
+    pub(super) fn fatal_while_waiting(nc: usize) {
+        tracing::error!(nc, "(FATAL-RT-UNDEFINED-STATE) fatal device error while waiting for execution completion");
+    }
+    #[cold]
+    #[inline(never)]
+    pub(super) fn timeout(nc: usize, timeout: Duration) {
+        tracing::error!(
+            nc,
+            timeout_ms = timeout.as_millis() as u64,
+            "(FATAL-RT-UNDEFINED-STATE) execution timeout, waiting for execution completion notification"
+        );
+    }
+    #[cold]
+    #[inline(never)]
+    pub(super) fn unexpected_hint(nc: usize, engine: usize, hint: u8, subtype: u16) {
+        tracing::error!(nc, engine, hint, subtype, "unexpected debug hint");
+    }
+    #[cold]
+    #[inline(never)]
+    pub(super) fn unexpected_notification(nc: usize, engine: usize, hint: u8, notification_type: u16) {
+        tracing::error!(nc, engine, hint, notification_type, "Received unexpected notification");
+    }
+    #[cold]
+    #[inline(never)]
+    pub(super) fn many_errors(nc: usize, count: usize) {
+        tracing::warn!(nc, count, "Received an unusually large number of error notifications");
     }
 }

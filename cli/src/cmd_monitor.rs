@@ -66,6 +66,10 @@ pub struct NcReport {
     pub errors: [u64; 7],
     /// Errors since the runtime started.
     pub errors_total: [u64; 7],
+    /// Collectives barrier warnings over the period (an execution's barrier wait passed the
+    /// warning threshold; docs/faults.md), and since the runtime started.
+    pub barrier_warnings: u64,
+    pub barrier_warnings_total: u64,
 }
 
 /// One report: every NC of every publishing process.
@@ -205,6 +209,8 @@ fn delta_nc(now: &NcCounters, before: Option<&NcCounters>, pid: u64, period_ns: 
         mean_us: (executions > 0).then(|| lat_sum as f64 / executions as f64 / 1000.0),
         errors: std::array::from_fn(|k| d(now.errors[k], b.errors[k])),
         errors_total: now.errors,
+        barrier_warnings: d(now.barrier_warnings, b.barrier_warnings),
+        barrier_warnings_total: now.barrier_warnings,
     }
 }
 
@@ -274,6 +280,8 @@ pub fn report_json(r: &Report) -> Value {
                 "latency_us": {"p50": n.p50_us, "p99": n.p99_us, "mean": n.mean_us},
                 "errors": errors_json(&n.errors),
                 "errors_total": errors_json(&n.errors_total),
+                "barrier_warnings": n.barrier_warnings,
+                "barrier_warnings_total": n.barrier_warnings_total,
             })
         })
         .collect();
@@ -352,6 +360,12 @@ pub fn prometheus_text(r: &Report) -> String {
             .collect(),
     );
     family(
+        "neuron_nc_barrier_warnings_total",
+        "counter",
+        "Collectives barrier warnings: an execution's wait on its replica group passed the warning threshold (doubling each time).",
+        r.ncs.iter().map(|n| (nc_labels(n), n.barrier_warnings_total.to_string())).collect(),
+    );
+    family(
         "neuron_nc_models_loaded",
         "gauge",
         "Models loaded on the NeuronCore.",
@@ -417,11 +431,14 @@ pub fn report_text(r: &Report) -> String {
         let _ = writeln!(o, "(no runtime is publishing counters in {})", counters::shm_dir().display());
     }
     for n in &r.ncs {
-        let errs: Vec<String> = ErrorKind::ALL
+        let mut errs: Vec<String> = ErrorKind::ALL
             .iter()
             .filter(|k| n.errors[**k as usize] > 0)
             .map(|k| format!("{}={}", k.name(), n.errors[*k as usize]))
             .collect();
+        if n.barrier_warnings > 0 {
+            errs.push(format!("barrier_warnings={}", n.barrier_warnings));
+        }
         let _ = writeln!(
             o,
             "{:<10} {:>3} {:>6.1} {:>8} {:>9} {:>9} {:>9} {:>9}  {}",
@@ -782,6 +799,7 @@ mod tests {
         let before = BTreeMap::from([(p.clone(), snap(vec![nc(10, 1_000, 2), nc(0, 0, 0)]))]);
         let mut busy = nc(30, 251_000, 2);
         busy.errors[ErrorKind::Timeout as usize] = 2;
+        busy.barrier_warnings = 3;
         let now = BTreeMap::from([(p.clone(), snap(vec![busy, nc(0, 0, 0)]))]);
         let r = report(&before, &now, 1_000_000);
         assert_eq!(r.ncs.len(), 2);
@@ -794,6 +812,12 @@ mod tests {
         let v = report_json(&r);
         assert_eq!(v["neuroncores"][0]["executions"], 20);
         assert_eq!(v["neuroncores"][0]["errors"]["timeout"], 2);
+        assert_eq!(
+            (v["neuroncores"][0]["barrier_warnings"].as_u64(), v["neuroncores"][1]["barrier_warnings"].as_u64()),
+            (Some(3), Some(0))
+        );
+        assert!(report_text(&r).contains("barrier_warnings=3"), "{}", report_text(&r));
+        assert!(prometheus_text(&r).contains("neuron_nc_barrier_warnings_total{"), "{}", prometheus_text(&r));
         assert_eq!(v["devices"][0]["arch"], "cayman");
         // A restarted process (same path, new start time) counts from zero.
         let restarted = BTreeMap::from([(p, Snapshot { started_ns: 6, ..snap(vec![nc(3, 0, 1)]) })]);

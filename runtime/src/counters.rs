@@ -79,6 +79,10 @@ pub mod slot {
     pub const MEM_MODEL: usize = 9;
     /// Device memory held by tensors placed on the device, bytes.
     pub const MEM_TENSORS: usize = 10;
+    /// Collectives barrier warnings: each time an execution's barrier wait passed the
+    /// warning threshold (libnrt's "Waiting on barrier proxy task", threshold doubling;
+    /// docs/faults.md). Word 11 was unused before, so older segments read 0 here.
+    pub const BARRIER_WARNINGS: usize = 11;
     /// First error counter; [`super::ErrorKind`] order.
     pub const ERRORS: usize = 12;
     /// First latency histogram bucket ([`super::LAT_BUCKETS`] of them).
@@ -271,17 +275,19 @@ impl Counters {
     /// device busy time (from the START/END records; 0 when it failed before them). The
     /// caller must hold the lanes of `ncs` (executions on an NC are counted one at a time).
     pub fn execution(&self, ncs: &[usize], status: NrtStatus, latency_ns: u64, busy_ns: u64) {
-        self.execution_at(ncs, status, latency_ns, busy_ns, std::time::Instant::now());
+        self.execution_at(ncs, status, latency_ns, busy_ns, 0, std::time::Instant::now());
     }
 
     /// [`Counters::execution`] for an execution that ended at host instant `end` (its unix
-    /// time is derived from the pair of clocks read when the segment was created).
+    /// time is derived from the pair of clocks read when the segment was created) after
+    /// `barrier_warnings` collectives-barrier warnings.
     pub fn execution_at(
         &self,
         ncs: &[usize],
         status: NrtStatus,
         latency_ns: u64,
         busy_ns: u64,
+        barrier_warnings: u32,
         end: std::time::Instant,
     ) {
         let (at, unix) = self.unix_at;
@@ -306,6 +312,9 @@ impl Counters {
             if let Some(k) = failed {
                 bump(slot::FAILED, 1);
                 bump(k.word(), 1);
+            }
+            if barrier_warnings > 0 {
+                bump(slot::BARRIER_WARNINGS, u64::from(barrier_warnings));
             }
             if let Some(a) = own.get(slot::LAST_END_NS) {
                 a.store(end, Ordering::Relaxed);
@@ -403,9 +412,16 @@ impl Drop for TensorAcct {
 
 impl crate::rt::Model {
     /// Count an execution of this model that ended with `status` (no-op when unpublished).
-    pub(crate) fn count_execution(&self, status: NrtStatus, latency_ns: u64, busy_ns: u64, end: std::time::Instant) {
+    pub(crate) fn count_execution(
+        &self,
+        status: NrtStatus,
+        latency_ns: u64,
+        busy_ns: u64,
+        barrier_warnings: u32,
+        end: std::time::Instant,
+    ) {
         if let Some(c) = &self.counters {
-            c.execution_at(&self.ncs, status, latency_ns, busy_ns, end);
+            c.execution_at(&self.ncs, status, latency_ns, busy_ns, barrier_warnings, end);
         }
     }
 }
@@ -424,6 +440,8 @@ pub struct NcCounters {
     pub last_end_ns: u64,
     pub mem_model: u64,
     pub mem_tensors: u64,
+    /// Collectives barrier warnings ([`slot::BARRIER_WARNINGS`]).
+    pub barrier_warnings: u64,
     /// [`ErrorKind::ALL`] order.
     pub errors: [u64; 7],
     pub latency: [u64; LAT_BUCKETS],
@@ -510,6 +528,7 @@ impl Reader {
                     last_end_ns: s(slot::LAST_END_NS),
                     mem_model: s(slot::MEM_MODEL),
                     mem_tensors: s(slot::MEM_TENSORS),
+                    barrier_warnings: s(slot::BARRIER_WARNINGS),
                     errors: std::array::from_fn(|k| s(slot::ERRORS + k)),
                     latency: std::array::from_fn(|b| s(slot::LATENCY + b)),
                 }

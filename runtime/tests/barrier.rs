@@ -115,6 +115,14 @@ fn a_late_rank_keeps_the_barrier_pending_with_doubling_warnings_and_no_core_time
         t0.barrier_warnings
     );
     assert!(runtime::completion::barrier_warnings_total() >= total0 + u64::from(t0.barrier_warnings));
+    // Monitors see them on rank 0's NC (and none on rank 1's).
+    if let Some(path) = rt.counters_path() {
+        let snap = runtime::counters::Reader::open(&path).unwrap().snapshot();
+        assert_eq!(snap.ncs[0].barrier_warnings, u64::from(t0.barrier_warnings), "NC 0's monitor counter");
+        assert_eq!(snap.ncs[1].barrier_warnings, 0, "NC 1's monitor counter");
+    } else {
+        assert!(!runtime::counters::enabled(), "an initialized runtime publishes its counters");
+    }
     assert_eq!(barrier_status(&sim, 0), (bc::DONE, 1));
     assert_eq!(barrier_status(&sim, 1), (bc::DONE, 1));
     // Both arrive together next time: no wait, no warning; generation 2.

@@ -164,7 +164,8 @@ impl Executor for XuExec {
         }
         let busy_ns = ex.tracker.device_span(0).0.unwrap_or(0) / 1000;
         let end = Instant::now();
-        m.count_execution(status, end.saturating_duration_since(tok.t0).as_nanos() as u64, busy_ns, end);
+        let warnings = ex.tracker.barrier_warnings();
+        m.count_execution(status, end.saturating_duration_since(tok.t0).as_nanos() as u64, busy_ns, warnings, end);
         if ex.tracker.verdict() == Some(Step::DoneWithError) {
             drop(g);
             for &nc in &m.ncs {

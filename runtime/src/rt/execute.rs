@@ -104,7 +104,7 @@ impl Runtime {
                 ..Default::default()
             };
             // Counted while the lanes are held (the counters' single-writer rule).
-            m.count_execution(status, timings.total_ns, 0, end);
+            m.count_execution(status, timings.total_ns, 0, ex_warnings, end);
             drop(held);
             lock(&m.lifecycle).poison(status);
             return Ok((status, timings));
@@ -116,7 +116,7 @@ impl Runtime {
         read_outputs(m, ex, outputs)?;
         let t_end = Instant::now();
         let total_ns = t_end.duration_since(t0).as_nanos() as u64;
-        m.count_execution(status, total_ns, device_ns, t_end);
+        m.count_execution(status, total_ns, device_ns, ex_warnings, t_end);
         let mut timings = ExecTimings {
             total_ns,
             device_ns,

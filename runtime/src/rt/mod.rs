@@ -398,6 +398,13 @@ impl Runtime {
         *lock(&self.load_progress) = f;
     }
 
+    /// The shared-memory counters segment this runtime publishes for monitors
+    /// (docs/monitoring.md), while initialized and publishing (`NEURON_VFIO_COUNTERS=0`
+    /// turns publishing off).
+    pub fn counters_path(&self) -> Option<std::path::PathBuf> {
+        lock(&self.counters).as_ref().map(|c| c.path().to_path_buf())
+    }
+
     /// `nrt_close`: unload everything, stop workers, release the devices.
     pub fn close(&self) -> Result<(), RtError> {
         self.guard()?;

@@ -37,9 +37,7 @@ impl Runtime {
             super::ncs::switch_in(m)?;
         }
         let mut g = lock(&m.exec);
-        let ex = g
-            .as_mut()
-            .ok_or_else(|| RtError::with(NrtStatus::InvalidHandle, RtErrorKind::Handle("model unloaded".into())))?;
+        let Some(ex) = g.as_mut() else { return Err(unloaded()) };
         bind_inputs(m, ex, inputs, outputs)?;
         if let Some(irq) = &ex.irq {
             irq.drain();
@@ -80,35 +78,10 @@ impl Runtime {
             let t = ex.tracker.timings();
             crate::profile::record_exec(m.id, &m.name, &m.ncs, ex.seq, t0, m.epoch, status, &t, &ex.sync);
         }
-        let ex_warnings = ex.tracker.barrier_warnings();
         if step == Step::DoneWithError {
-            let mut ex_fatal = crate::state::FatalFlags::default();
-            for nc in 0..ex.tracker.nc_count() {
-                for c in crate::state::ExecFatalStatus::ALL {
-                    if ex.tracker.fatal_flags(nc).is_some_and(|f| f.get(c)) {
-                        ex_fatal.set(c);
-                    }
-                }
-            }
-            drop(g);
-            for &nc in &m.ncs {
-                m.lanes.set_dirty(nc, true);
-            }
-            invalidate_outputs(m, outputs, status);
-            let end = Instant::now();
-            let timings = ExecTimings {
-                total_ns: end.saturating_duration_since(t0).as_nanos() as u64,
-                steps,
-                barrier_warnings: ex_warnings,
-                fatal: ex_fatal,
-                ..Default::default()
-            };
-            // Counted while the lanes are held (the counters' single-writer rule).
-            m.count_execution(status, timings.total_ns, 0, ex_warnings, end);
-            drop(held);
-            lock(&m.lifecycle).poison(status);
-            return Ok((status, timings));
+            return Ok(failed(m, g, held, outputs, status, t0, steps));
         }
+        let ex_warnings = ex.tracker.barrier_warnings();
         let (duration, last_end) = ex.tracker.device_span(0);
         let device_ns = duration.unwrap_or(0) / 1000;
         let completion_lag_ns =
@@ -153,6 +126,59 @@ impl Runtime {
         }
         Ok((NrtStatus::Success, t))
     }
+}
+
+/// "The model was unloaded" (its device state is gone): out of line, off the hot path.
+#[cold]
+#[inline(never)]
+fn unloaded() -> RtError {
+    RtError::with(NrtStatus::InvalidHandle, RtErrorKind::Handle("model unloaded".into()))
+}
+
+/// The end of an execution that failed: the NCs are marked for a reset before their next
+/// use, damaged outputs invalidated, the execution counted (while the lanes are still held:
+/// the counters' single-writer rule), the lanes released and the model poisoned (fail-stop).
+/// Out of line: the successful path stays small.
+#[cold]
+#[inline(never)]
+fn failed(
+    m: &Model,
+    g: std::sync::MutexGuard<'_, Option<ExecState>>,
+    held: Held<&super::NcLanes>,
+    outputs: &TensorSet,
+    status: NrtStatus,
+    t0: Instant,
+    steps: u64,
+) -> (NrtStatus, ExecTimings) {
+    let mut fatal = crate::state::FatalFlags::default();
+    let mut warnings = 0;
+    if let Some(ex) = g.as_ref() {
+        warnings = ex.tracker.barrier_warnings();
+        for nc in 0..ex.tracker.nc_count() {
+            for c in crate::state::ExecFatalStatus::ALL {
+                if ex.tracker.fatal_flags(nc).is_some_and(|f| f.get(c)) {
+                    fatal.set(c);
+                }
+            }
+        }
+    }
+    drop(g);
+    for &nc in &m.ncs {
+        m.lanes.set_dirty(nc, true);
+    }
+    invalidate_outputs(m, outputs, status);
+    let end = Instant::now();
+    let timings = ExecTimings {
+        total_ns: end.saturating_duration_since(t0).as_nanos() as u64,
+        steps,
+        barrier_warnings: warnings,
+        fatal,
+        ..Default::default()
+    };
+    m.count_execution(status, timings.total_ns, 0, warnings, end);
+    drop(held);
+    lock(&m.lifecycle).poison(status);
+    (status, timings)
 }
 
 /// Steps a synchronous execute spins before it sleeps on the interrupt instead (where the
@@ -200,6 +226,8 @@ fn wait(p: PollPolicy, steps: u64) {
 }
 
 /// NRT_EXEC_BAD_INPUT: an input or output tensor does not fit the model.
+#[cold]
+#[inline(never)]
 fn bad_input(message: String) -> RtError {
     RtError::with(NrtStatus::ExecBadInput, RtErrorKind::InvalidArgument(message))
 }

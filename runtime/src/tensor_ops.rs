@@ -78,11 +78,18 @@ pub fn check_dma(t: &Tensor) -> Result<(), RtError> {
     if t.dma_capable() {
         Ok(())
     } else {
-        Err(RtError::new(
-            NrtStatus::ExecBadInput,
-            format!("tensor {} has no device-visible storage (empty or an attached host buffer)", t.name),
-        ))
+        Err(not_dma(t))
     }
+}
+
+/// [`check_dma`]'s refusal, out of line (it is on the execute path's bind).
+#[cold]
+#[inline(never)]
+fn not_dma(t: &Tensor) -> RtError {
+    RtError::new(
+        NrtStatus::ExecBadInput,
+        format!("tensor {} has no device-visible storage (empty or an attached host buffer)", t.name),
+    )
 }
 
 /// Chunk size of host-bounced copies and fills.

@@ -226,10 +226,23 @@ fn wait(p: PollPolicy, steps: u64) {
 }
 
 /// NRT_EXEC_BAD_INPUT: an input or output tensor does not fit the model.
-#[cold]
-#[inline(never)]
 fn bad_input(message: String) -> RtError {
     RtError::with(NrtStatus::ExecBadInput, RtErrorKind::InvalidArgument(message))
+}
+
+/// A model input with no tensor of its name in the set (out of line, as every refusal here).
+#[cold]
+#[inline(never)]
+fn unbound(name: &str) -> RtError {
+    bad_input(format!("input {name} is not bound"))
+}
+
+/// A tensor of the wrong size for input or output `name`.
+#[cold]
+#[inline(never)]
+fn wrong_size(kind: &str, name: &str, got: u64, want: u64) -> RtError {
+    let verb = if kind == "input" { "expects" } else { "produces" };
+    bad_input(format!("{kind} {name}: tensor of {got} bytes, model {verb} {want}"))
 }
 
 pub(super) fn bind_inputs(
@@ -245,15 +258,12 @@ pub(super) fn bind_inputs(
         // Consumed ring space is handed back to the device by the harvest itself once a
         // quarter of a ring is consumed (hal::NqRing::poll), so binding makes no MMIO access.
         for (j, info) in m.inputs.iter().enumerate() {
-            let t = inputs.get(&info.name).ok_or_else(|| bad_input(format!("input {} is not bound", info.name)))?;
+            let Some(t) = inputs.get(&info.name) else { return Err(unbound(&info.name)) };
             let Some(i) = s.io_vars.get(j).copied().flatten() else { continue };
             let v = &s.vars[i];
             crate::tensor_ops::check_dma(t)?;
             if t.size != v.size {
-                return Err(bad_input(format!(
-                    "input {}: tensor of {} bytes, model expects {}",
-                    info.name, t.size, v.size
-                )));
+                return Err(wrong_size("input", &info.name, t.size, v.size));
             }
             if s.dma_only[i] {
                 // The model reads the input only through DMA: point the descriptors at the tensor.
@@ -269,10 +279,7 @@ pub(super) fn bind_inputs(
                 let Some(i) = s.io_vars.get(m.inputs.len() + j).copied().flatten() else { continue };
                 crate::tensor_ops::check_dma(t)?;
                 if t.size != s.vars[i].size {
-                    return Err(bad_input(format!(
-                        "output {}: tensor of {} bytes, model produces {}",
-                        info.name, t.size, s.vars[i].size
-                    )));
+                    return Err(wrong_size("output", &info.name, t.size, s.vars[i].size));
                 }
                 if s.dma_only[i] {
                     s.bind[i] = Some(t.dev_addr());

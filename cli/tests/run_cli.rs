@@ -172,3 +172,25 @@ fn without_the_bench_binary_nothing_is_counted() {
     assert!(v["host_overhead_ns"]["p50"].as_u64().unwrap() > 0);
     assert!(String::from_utf8_lossy(&out.stderr).contains("without allocation counting"));
 }
+
+/// The README's first command (the main job) runs as written: `cargo run -p cli` must pick
+/// the tool among the package's binaries (`default-run`), and the arguments after `--` must
+/// run the model on the simulator.
+#[test]
+fn readme_main_job_command_runs() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let readme = std::fs::read_to_string(format!("{root}/README.md")).unwrap();
+    let first =
+        readme.lines().skip_while(|l| !l.starts_with("```")).nth(1).expect("a command block at the top of README.md");
+    let cmd = first.split('#').next().unwrap().trim();
+    let args = cmd.strip_prefix("cargo run --release -p cli -- ").unwrap_or_else(|| panic!("main job: {cmd}"));
+    let manifest = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml")).unwrap();
+    assert!(
+        manifest.lines().any(|l| l.trim() == "default-run = \"neuron-vfio\""),
+        "`cargo run -p cli` needs default-run = \"neuron-vfio\" in cli/Cargo.toml"
+    );
+    let out = cli().args(args.split_whitespace()).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{cmd}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("NRT_SUCCESS (0)"), "{stdout}");
+}

@@ -522,6 +522,7 @@ pub fn scale_bench(a: ScaleBenchArgs, json_out: bool) -> Result<(), CliError> {
     }
     let rt = Runtime::new();
     let opts = hal::DeviceOptions { hbm_limit: Some(1 << 26), ..Default::default() };
+    let plats = select::wrap_traced(plats).map_err(CliError::failure)?;
     rt.init(plats, RuntimeConfig { poll: PollPolicy::Spin, ..RuntimeConfig::default() }, opts).map_err(e)?;
     let init_s = t_init.elapsed().as_secs_f64();
     let ncs = rt.nc_count();

@@ -409,7 +409,10 @@ fn time_load(path: &Path, payload_hint: u64) -> Result<LoadRun, CmdError> {
     let opts = hal::DeviceOptions { hbm_limit: Some(hbm), ..Default::default() };
     let e = |e: runtime::RtError| CmdError::new(e.status, e.message());
     let cfg = runtime::RuntimeConfig { verify: true, ..runtime::RuntimeConfig::default() };
-    rt.init(vec![Arc::new(sim.clone()) as Arc<dyn platform::Platform>], cfg, opts).map_err(e)?;
+    // `--mmio-trace FILE` traces this simulator too.
+    let plats =
+        select::wrap_traced(vec![Arc::new(sim.clone()) as Arc<dyn platform::Platform>]).map_err(CmdError::failure)?;
+    rt.init(plats, cfg, opts).map_err(e)?;
     let f = File::open(path).map_err(|e| io_err("opening", path, e))?;
     let len = f.metadata().map_err(|e| io_err("reading", path, e))?.len();
     let hwm_reset = reset_hwm();

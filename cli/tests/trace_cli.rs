@@ -43,3 +43,29 @@ fn the_trace_names_every_access() {
     assert!(named > 10, "{text}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The benchmarks open simulators of their own; the trace covers them too. A spin execute
+/// makes one kick write and one fatal-cause read (FINALIZE) — the trace shows as many of each
+/// as the benchmark made executes.
+#[test]
+fn the_trace_covers_the_benchmarks_simulator() {
+    let dir = std::env::temp_dir().join(format!("nv-trace-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("bench.trace");
+    let out = Command::cargo_bin("neuron-vfio-bench")
+        .expect("binary")
+        .env("NEURON_VFIO_COUNTERS", "0")
+        .arg("--mmio-trace")
+        .arg(&f)
+        .args(["--json", "bench", "exec", "--only", "spin-inline", "--iters", "100"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(&f).unwrap();
+    let kicks = text.lines().filter(|l| l.contains(" W32 ") && l.contains("tpb_sem[0].sem_inc[")).count();
+    let causes = text.lines().filter(|l| l.contains(" R32 ") && l.contains("nc_intc[0].g0.cause")).count();
+    // Warm-up and measured executes of the headline pass and of the breakdown pass.
+    let executes = 2 * (1000 + 100);
+    assert!(kicks >= executes && causes >= executes, "{kicks} kicks, {causes} cause reads for {executes} executes");
+    let _ = std::fs::remove_dir_all(&dir);
+}

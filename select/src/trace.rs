@@ -24,6 +24,9 @@ use platform::{DeviceIdentity, DmaDir, DmaMapping, HostMem, Mmio, MmioError, Pla
 
 static TRACE_PATH: OnceLock<PathBuf> = OnceLock::new();
 
+/// The process's trace sink and the file it writes ([`wrap`]).
+static SINK: Mutex<Option<(PathBuf, Arc<TraceSink>)>> = Mutex::new(None);
+
 /// Trace every platform opened from now on into `path` (overrides `NEURON_VFIO_MMIO_TRACE`).
 /// Only the first call takes effect.
 pub fn set_mmio_trace(path: &Path) {
@@ -151,10 +154,22 @@ impl Platform for TracedPlatform {
 
 /// Wrap every platform when a trace is configured (for front ends that open platforms
 /// themselves, e.g. the benchmarks' own simulator).
+/// Every open of the process appends to one trace: the file is created (truncated) by the
+/// first, later opens share its sink (a benchmark opens several simulators in turn).
 pub fn wrap(platforms: Vec<Arc<dyn Platform>>) -> Result<Vec<Arc<dyn Platform>>, crate::SelectError> {
     let Some(path) = mmio_trace_path() else { return Ok(platforms) };
-    let sink = TraceSink::create(&path)
-        .map_err(|e| crate::SelectError::Invalid(format!("MMIO trace {}: {e}", path.display())))?;
+    let sink = {
+        let mut shared = SINK.lock().unwrap_or_else(|e| e.into_inner());
+        match shared.as_ref() {
+            Some((p, s)) if *p == path => s.clone(),
+            _ => {
+                let s = TraceSink::create(&path)
+                    .map_err(|e| crate::SelectError::Invalid(format!("MMIO trace {}: {e}", path.display())))?;
+                *shared = Some((path, s.clone()));
+                s
+            }
+        }
+    };
     Ok(platforms
         .into_iter()
         .enumerate()

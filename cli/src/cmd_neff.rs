@@ -403,7 +403,12 @@ fn time_load(path: &Path, payload_hint: u64) -> Result<LoadRun, CmdError> {
     use std::sync::Arc;
     let arch = csr_maps::Arch::by_name("sunda")?;
     // HBM per channel: room for the weights in one power-of-two block beside the carve-out.
-    let hbm = (payload_hint.max(1 << 26).next_power_of_two() * 2).min(arch.consts.hbm_active_size);
+    let hbm = payload_hint
+        .max(1 << 26)
+        .checked_next_power_of_two()
+        .and_then(|b| b.checked_mul(2))
+        .unwrap_or(u64::MAX)
+        .min(arch.consts.hbm_active_size);
     let sim = sim::SimDevice::new(sim::SimConfig::new(arch).hbm_bytes(hbm)).map_err(CmdError::failure)?;
     let rt = runtime::Runtime::new();
     let opts = hal::DeviceOptions { hbm_limit: Some(hbm), ..Default::default() };

@@ -240,8 +240,7 @@ fn unbound(name: &str) -> RtError {
 /// A tensor of the wrong size for input or output `name`.
 #[cold]
 #[inline(never)]
-fn wrong_size(kind: &str, name: &str, got: u64, want: u64) -> RtError {
-    let verb = if kind == "input" { "expects" } else { "produces" };
+fn wrong_size(kind: &str, verb: &str, name: &str, got: u64, want: u64) -> RtError {
     bad_input(format!("{kind} {name}: tensor of {got} bytes, model {verb} {want}"))
 }
 
@@ -259,11 +258,11 @@ pub(super) fn bind_inputs(
         // quarter of a ring is consumed (hal::NqRing::poll), so binding makes no MMIO access.
         for (j, info) in m.inputs.iter().enumerate() {
             let Some(t) = inputs.get(&info.name) else { return Err(unbound(&info.name)) };
-            let Some(i) = s.io_vars.get(j).copied().flatten() else { continue };
+            let Some(i) = s.io_var(j) else { continue };
             let v = &s.vars[i];
             crate::tensor_ops::check_dma(t)?;
             if t.size != v.size {
-                return Err(wrong_size("input", &info.name, t.size, v.size));
+                return Err(wrong_size("input", "expects", &info.name, t.size, v.size));
             }
             if s.dma_only[i] {
                 // The model reads the input only through DMA: point the descriptors at the tensor.
@@ -276,10 +275,10 @@ pub(super) fn bind_inputs(
         if k == 0 {
             for (j, info) in m.outputs.iter().enumerate() {
                 let Some(t) = outputs.get(&info.name) else { continue };
-                let Some(i) = s.io_vars.get(m.inputs.len() + j).copied().flatten() else { continue };
+                let Some(i) = s.io_var(m.inputs.len() + j) else { continue };
                 crate::tensor_ops::check_dma(t)?;
                 if t.size != s.vars[i].size {
-                    return Err(wrong_size("output", &info.name, t.size, s.vars[i].size));
+                    return Err(wrong_size("output", "produces", &info.name, t.size, s.vars[i].size));
                 }
                 if s.dma_only[i] {
                     s.bind[i] = Some(t.dev_addr());
@@ -327,7 +326,7 @@ pub(super) fn read_outputs(m: &Model, ex: &mut ExecState, outputs: &TensorSet) -
     let Some(s) = ex.ncs.first() else { return Ok(()) };
     for (j, info) in m.outputs.iter().enumerate() {
         let Some(t) = outputs.get(&info.name) else { continue };
-        let Some(i) = s.io_vars.get(m.inputs.len() + j).copied().flatten() else { continue };
+        let Some(i) = s.io_var(m.inputs.len() + j) else { continue };
         if s.bind[i].is_none() {
             let v = &s.vars[i];
             m.devices[0].copy(s.nc, &[Xfer { src: v.addr, dst: t.dev_addr(), len: v.size }])?;

@@ -146,6 +146,13 @@ impl StagedNc {
         self.vars.iter().position(|v| v.name == name)
     }
 
+    /// The var of the model's input or output `k` ([`StagedNc::io_vars`] order: inputs, then
+    /// outputs), if this graph has it.
+    #[inline]
+    pub fn io_var(&self, k: usize) -> Option<usize> {
+        self.io_vars.get(k).copied().flatten()
+    }
+
     /// Resolve [`StagedNc::io_vars`]: `names` are the model's inputs then its outputs.
     pub fn index_io<'a>(&mut self, names: impl Iterator<Item = &'a str>) {
         let io: Vec<Option<usize>> = names.map(|n| self.var_index(n)).collect();

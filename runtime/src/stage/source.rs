@@ -11,6 +11,12 @@ use std::time::Instant;
 
 use crate::completion::{FatalCauses, NotificationSource, ProxyPoll, SourceError, SIGNAL_PROBE_INTERVAL};
 
+/// Engine `engine`'s bit in [`StagedNc::seen_empty`] (none beyond bit 7: such a drain always
+/// reads).
+fn engine_bit(engine: usize) -> u8 {
+    1u8.checked_shl(engine as u32).unwrap_or(0)
+}
+
 impl NotificationSource for StagedNc {
     fn poll_infer(&mut self, engine: usize, out: &mut Vec<InferStatus>, max: usize) -> Result<(), SourceError> {
         let regs = self.dev.regs();
@@ -18,7 +24,7 @@ impl NotificationSource for StagedNc {
         if let Some(r) = self.infer_rings.get_mut(engine) {
             let n = r.poll(&regs, &mut self.raw, max).map_err(|source| SourceError::InferRing { engine, source })?;
             // Fewer than asked for: the read found the ring empty after its last record.
-            let bit = 1u8.checked_shl(engine as u32).unwrap_or(0);
+            let bit = engine_bit(engine);
             if n < max {
                 self.seen_empty |= bit;
             } else {
@@ -32,7 +38,7 @@ impl NotificationSource for StagedNc {
         // The completion engine drains an engine right after the read that completed it: when
         // that read already found the ring empty, the drain would read the same empty slot
         // again (a record landing in between is as late for it as one landing just after).
-        let bit = 1u8.checked_shl(engine as u32).unwrap_or(0);
+        let bit = engine_bit(engine);
         if self.seen_empty & bit != 0 {
             self.seen_empty &= !bit;
             return Ok(());

@@ -14,6 +14,7 @@
 //! file mapping shared with other processes) and [`fork`] (registering a `pthread_atfork` child
 //! handler); [`Irq`] waits on an eventfd through `nix`.
 
+pub mod clock;
 pub mod dma;
 pub mod fork;
 pub mod irq;

@@ -254,6 +254,12 @@ pub struct TrackerConfig {
     pub barrier_warn: Duration,
     /// Error decode parameters.
     pub decode: ErrorDecodeConfig,
+    /// Resolution of the clock [`ExecTracker::step`] is given (zero for a precise clock; the
+    /// runtime steps the engine on the coarse clock, `platform::clock::coarse_now`, and sets
+    /// its tick here). The timeout and the barrier warning are taken only once this much more
+    /// has elapsed on that clock, so neither comes early by the precise clock: the two
+    /// readings of an interval each lag the precise time by less than a tick.
+    pub clock_resolution: Duration,
 }
 
 impl TrackerConfig {
@@ -269,6 +275,7 @@ impl TrackerConfig {
             tensor_capacity: 64,
             barrier_warn: BARRIER_WARN_INITIAL,
             decode: ErrorDecodeConfig::default(),
+            clock_resolution: Duration::ZERO,
         }
     }
 }
@@ -632,7 +639,7 @@ impl ExecTracker {
         if pending {
             let start = *self.barrier_start.get_or_insert(now);
             let waited = now.saturating_duration_since(start);
-            if waited >= self.barrier_thresh {
+            if waited >= self.barrier_thresh.saturating_add(self.cfg.clock_resolution) {
                 cold::barrier_warning(self.barrier_thresh);
                 self.barrier_warnings = self.barrier_warnings.saturating_add(1);
                 BARRIER_WARNINGS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -674,11 +681,13 @@ impl ExecTracker {
         let mut all_done = true;
         let mut cause = NrtStatus::Success;
         let timeout = self.cfg.timeout;
+        // On a coarse clock the timeout is taken a tick later (TrackerConfig::clock_resolution).
+        let deadline = timeout.saturating_add(self.cfg.clock_resolution);
         // Between sweeps, at most every SIGNAL_PROBE_INTERVAL: a device that raised the NQ
         // overflow line or latched a cause the engines cannot finish after ends the execution
         // now, through the same path (and so with the same status) as the timeout would.
         let probe =
-            elapsed < timeout && self.probed.is_none_or(|p| now.saturating_duration_since(p) >= SIGNAL_PROBE_INTERVAL);
+            elapsed < deadline && self.probed.is_none_or(|p| now.saturating_duration_since(p) >= SIGNAL_PROBE_INTERVAL);
         if probe {
             self.probed = Some(now);
         }
@@ -688,7 +697,7 @@ impl ExecTracker {
             }
             all_done = false;
             let signalled = probe && (src.nq_overflow() || stuck(&src.fatal_causes()));
-            if elapsed >= timeout || signalled {
+            if elapsed >= deadline || signalled {
                 if src.nq_overflow() {
                     cold::nq_overflow(nc);
                     n.fatal.set(ExecFatalStatus::SwNqOverflow);

@@ -244,6 +244,34 @@ fn timeout_is_measured_from_core_start_and_yields_5() {
     assert!(f.get(ExecFatalStatus::Timeout) && !f.get(ExecFatalStatus::SwNqOverflow));
 }
 
+/// On a coarse clock (TrackerConfig::clock_resolution = its tick) the timeout is taken a tick
+/// later, so it never comes early by the precise clock; the barrier warning likewise.
+#[test]
+fn coarse_clock_deadlines_wait_one_more_tick() {
+    let tick = Duration::from_millis(4);
+    let mut cfg = TrackerConfig::new(&csr_maps::SUNDA, TIMEOUT);
+    cfg.clock_resolution = tick;
+    cfg.barrier_warn = Duration::from_secs(1);
+    let mut t = ExecTracker::new(1, cfg.clone()).unwrap();
+    let mut s = [stuck()];
+    let t0 = to_wait_core(&mut t, &mut s);
+    assert_eq!(t.step(&mut s, t0 + TIMEOUT), Step::InFlight, "at the timeout: a tick short");
+    assert_eq!(t.step(&mut s, t0 + TIMEOUT + tick - Duration::from_nanos(1)), Step::InFlight);
+    assert_eq!(t.step(&mut s, t0 + TIMEOUT + tick), Step::DoneWithError);
+    assert_eq!(t.status(), NrtStatus::Timeout);
+
+    let mut t = ExecTracker::new(1, cfg).unwrap();
+    let mut s = [stuck()];
+    s[0].barrier_pending = 1000;
+    let t0 = Instant::now();
+    assert_eq!(t.step(&mut s, t0), Step::InFlight);
+    assert_eq!(t.step(&mut s, t0), Step::InFlight);
+    assert_eq!(t.step(&mut s, t0 + Duration::from_secs(1)), Step::InFlight);
+    assert_eq!(t.barrier_warnings(), 0, "at the threshold: a tick short");
+    assert_eq!(t.step(&mut s, t0 + Duration::from_secs(1) + tick), Step::InFlight);
+    assert_eq!(t.barrier_warnings(), 1);
+}
+
 #[test]
 fn failing_infer_poll_ends_the_execution_with_nrt_failure_not_a_timeout() {
     // NC 1's ACT ring cannot be read: the first sweep ends the execution, long before the

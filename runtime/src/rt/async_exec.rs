@@ -147,7 +147,8 @@ impl Executor for XuExec {
             tok.t0 = Instant::now();
             return Step::InFlight;
         }
-        ex.tracker.step(&mut ex.ncs, Instant::now())
+        // The engine's deadlines run on the coarse clock, as the synchronous path's.
+        ex.tracker.step(&mut ex.ncs, platform::clock::coarse_now())
     }
 
     fn complete(&mut self, mut tok: AsyncTok) -> NrtStatus {
@@ -180,7 +181,7 @@ impl Executor for XuExec {
         drop(g);
         tok.held = None;
         match r {
-            Ok(()) => status,
+            Ok(_) => status,
             Err(e) => e.status,
         }
     }

@@ -127,7 +127,9 @@ impl RuntimeConfig {
 /// Timings of one execution.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ExecTimings {
-    /// Host wall time of the whole call.
+    /// Host wall time of the execution: from the call's API checks passed to its outputs in
+    /// place (the end of the harvest when every output was bound by address, else after the
+    /// copies back).
     pub total_ns: u64,
     /// Device time of NC 0: latest END − earliest START (device timestamps, ns).
     pub device_ns: u64,

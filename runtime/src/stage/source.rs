@@ -91,7 +91,7 @@ impl NotificationSource for StagedNc {
     /// [`SIGNAL_PROBE_INTERVAL`]; in between the poll is pending without an MMIO access. An
     /// unreadable register is "no answer" as well: the core timeout still applies.
     fn network_proxy(&mut self) -> ProxyPoll {
-        self.network_proxy_at(Instant::now())
+        self.network_proxy_at(platform::clock::coarse_now())
     }
     /// As [`NotificationSource::network_proxy`], with the sweep's clock.
     fn network_proxy_at(&mut self, now: Instant) -> ProxyPoll {

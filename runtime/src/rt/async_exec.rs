@@ -21,7 +21,7 @@ impl Runtime {
     /// its ticket yields NRT_EXEC_BAD_INPUT, it fails alone and the XU stays healthy.
     pub fn execute_async(&self, m: &ModelHandle, inputs: &TensorSet, outputs: &TensorSet) -> Result<Ticket, RtError> {
         self.guard()?;
-        lock(&m.lifecycle).check_executable()?;
+        m.lifecycle.read(|lc| lc.check_executable())?;
         let nc =
             m.ncs.first().copied().ok_or_else(|| {
                 RtError::with(NrtStatus::InvalidHandle, RtErrorKind::Handle("model has no NC".into()))
@@ -105,7 +105,7 @@ impl Executor for XuExec {
     type Token = AsyncTok;
 
     fn submit(&mut self, req: AsyncReq, _seq_id: u64) -> Result<AsyncTok, NrtStatus> {
-        if lock(&req.model.lifecycle).poisoned().is_some() {
+        if req.model.lifecycle.read(|lc| lc.poisoned().is_some()) {
             return Err(NrtStatus::ExecUnitUnrecoverable);
         }
         let held = Some(Held::enqueue(&req.model.lanes, &req.model.ncs));
@@ -174,7 +174,7 @@ impl Executor for XuExec {
             }
             tok.held = None;
             invalidate_outputs(m, &tok.req.outputs, status);
-            lock(&m.lifecycle).poison(status);
+            m.lifecycle.update(|lc| lc.poison(status));
             return status;
         }
         let r = read_outputs(m, ex, &tok.req.outputs);

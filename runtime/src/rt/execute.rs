@@ -22,11 +22,9 @@ impl Runtime {
         outputs: &TensorSet,
     ) -> Result<(NrtStatus, ExecTimings), RtError> {
         self.guard()?;
-        {
-            let lc = lock(&m.lifecycle);
-            lc.check_executable()?;
-            if lc.poisoned().is_some() {
-                return Ok((NrtStatus::ExecUnitUnrecoverable, ExecTimings::default()));
+        if !m.lifecycle.runnable() {
+            if let Some(r) = not_runnable(m) {
+                return r;
             }
         }
         let t0 = Instant::now();
@@ -133,6 +131,20 @@ impl Runtime {
     }
 }
 
+/// A model that may not execute (not RUNNING: an error; poisoned: NRT_EXEC_UNIT_UNRECOVERABLE),
+/// checked under the lifecycle lock; None if it may after all (it changed since the flag was
+/// read). Out of line, off the hot path.
+#[cold]
+#[inline(never)]
+fn not_runnable(m: &Model) -> Option<Result<(NrtStatus, ExecTimings), RtError>> {
+    m.lifecycle.read(|lc| {
+        if let Err(e) = lc.check_executable() {
+            return Some(Err(e.into()));
+        }
+        lc.poisoned().map(|_| Ok((NrtStatus::ExecUnitUnrecoverable, ExecTimings::default())))
+    })
+}
+
 /// "The model was unloaded" (its device state is gone): out of line, off the hot path.
 #[cold]
 #[inline(never)]
@@ -182,7 +194,7 @@ fn failed(
     };
     m.count_execution(status, timings.total_ns, 0, warnings, end);
     drop(held);
-    lock(&m.lifecycle).poison(status);
+    m.lifecycle.update(|lc| lc.poison(status));
     (status, timings)
 }
 

@@ -243,7 +243,7 @@ impl Runtime {
             outputs: n.outputs.clone(),
             ncs: picked,
             vncs: place.logical,
-            lifecycle: Mutex::new(life),
+            lifecycle: super::Lifecycle::new(life),
             exec: Mutex::new(Some(ExecState { irq, ncs: staged, tracker, seq: 0, sync })),
             poll: cfg.poll,
             phase_timings: cfg.phase_timings,
@@ -267,14 +267,14 @@ impl Runtime {
     /// Take another reference on a loaded model (a shared model is torn down at zero).
     pub fn share(&self, m: &ModelHandle) -> Result<ModelHandle, RtError> {
         self.guard()?;
-        lock(&m.lifecycle).acquire()?;
+        m.lifecycle.update(|lc| lc.acquire())?;
         Ok(m.clone())
     }
 
     /// `nrt_unload`.
     pub fn unload(&self, m: &ModelHandle) -> Result<(), RtError> {
         self.guard()?;
-        match lock(&m.lifecycle).unload()? {
+        match m.lifecycle.update(|lc| lc.unload())? {
             Unload::StillReferenced { .. } => return Ok(()),
             Unload::Teardown => {}
         }
@@ -285,7 +285,7 @@ impl Runtime {
         let held = Held::acquire(&m.lanes, &m.ncs);
         self.teardown(m);
         drop(held);
-        let _ = lock(&m.lifecycle).finish_teardown();
+        let _ = m.lifecycle.update(|lc| lc.finish_teardown());
         self.release_idle();
         Ok(())
     }
@@ -314,7 +314,7 @@ impl Runtime {
 
     /// Tear `m` down; the caller holds `m`'s lanes (or nothing else can use them: close).
     pub(super) fn teardown(&self, m: &Model) {
-        let poisoned = lock(&m.lifecycle).poisoned().is_some();
+        let poisoned = m.lifecycle.read(|lc| lc.poisoned().is_some());
         if let Some(ex) = lock(&m.exec).take() {
             if let Some(c) = &m.counters {
                 c.model_unloaded(&m.ncs, &m.staged_bytes);

@@ -231,7 +231,7 @@ pub struct Model {
     pub ncs: Vec<usize>,
     /// The same NCs as the caller numbers them (logical: index into NEURON_RT_VISIBLE_CORES).
     pub vncs: Vec<usize>,
-    lifecycle: Mutex<ModelLifecycle>,
+    lifecycle: Lifecycle,
     exec: Mutex<Option<ExecState>>,
     poll: PollPolicy,
     /// [`RuntimeConfig::phase_timings`] at load.
@@ -246,6 +246,39 @@ pub struct Model {
 
 /// Times a runtime lock was found held by another thread (see [`lock_contentions`]).
 static CONTENDED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A model's lifecycle under its lock, with whether the model may execute (RUNNING and not
+/// poisoned) published in an atomic on every change: the execute path reads that flag without
+/// taking the lock (a snapshot, as a check under the lock released at once would be).
+pub(crate) struct Lifecycle {
+    lc: Mutex<ModelLifecycle>,
+    runnable: AtomicBool,
+}
+
+impl Lifecycle {
+    fn new(lc: ModelLifecycle) -> Self {
+        let runnable = AtomicBool::new(Self::may_run(&lc));
+        Self { lc: Mutex::new(lc), runnable }
+    }
+    fn may_run(lc: &ModelLifecycle) -> bool {
+        lc.check_executable().is_ok() && lc.poisoned().is_none()
+    }
+    /// Change the lifecycle under its lock (the flag follows).
+    pub(crate) fn update<R>(&self, f: impl FnOnce(&mut ModelLifecycle) -> R) -> R {
+        let mut g = lock(&self.lc);
+        let r = f(&mut g);
+        self.runnable.store(Self::may_run(&g), Ordering::Release);
+        r
+    }
+    /// Read the lifecycle under its lock.
+    pub(crate) fn read<R>(&self, f: impl FnOnce(&ModelLifecycle) -> R) -> R {
+        f(&lock(&self.lc))
+    }
+    /// Whether the model may execute (no lock).
+    pub(crate) fn runnable(&self) -> bool {
+        self.runnable.load(Ordering::Acquire)
+    }
+}
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     match m.try_lock() {
@@ -492,6 +525,6 @@ impl Runtime {
 impl Model {
     /// Whether a fatal status poisoned the model (and which).
     pub fn poisoned(&self) -> Option<NrtStatus> {
-        lock(&self.lifecycle).poisoned()
+        self.lifecycle.read(|lc| lc.poisoned())
     }
 }

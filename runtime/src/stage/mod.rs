@@ -91,7 +91,7 @@ pub struct StagedNc {
     pub raw: Vec<[u8; 16]>,
     /// Per TPB engine (bit): the last INFER_STATUS read found the ring empty after its
     /// records, so the drain that follows it has nothing to read ([`crate::completion`]).
-    pub seen_empty: u8,
+    pub seen_empty: source::SeenEmpty,
     /// Per var: a tensor address bound for the next execution (replaces the var in DMA
     /// descriptors), set by the runtime's bind step.
     pub bind: Vec<Option<u64>>,
@@ -342,7 +342,7 @@ pub fn stage_graph(
         ucode,
         dev: dev.clone(),
         raw: Vec::with_capacity(RING_RECORDS as usize),
-        seen_empty: 0,
+        seen_empty: source::SeenEmpty::default(),
         bind,
         dma_only,
         net_probed: None,

@@ -11,10 +11,32 @@ use std::time::Instant;
 
 use crate::completion::{FatalCauses, NotificationSource, ProxyPoll, SourceError, SIGNAL_PROBE_INTERVAL};
 
-/// Engine `engine`'s bit in [`StagedNc::seen_empty`] (none beyond bit 7: such a drain always
-/// reads).
-fn engine_bit(engine: usize) -> u8 {
-    1u8.checked_shl(engine as u32).unwrap_or(0)
+/// Per engine: whether the last INFER_STATUS read found the ring empty after its last record
+/// ([`StagedNc::seen_empty`]), so the drain that follows it need not read the ring again.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SeenEmpty(u8);
+
+impl SeenEmpty {
+    /// Engine `engine`'s bit (none beyond bit 7: such an engine's drain always reads).
+    fn bit(engine: usize) -> u8 {
+        1u8.checked_shl(engine as u32).unwrap_or(0)
+    }
+    /// A read of `engine`'s ring returned `n` records of the `max` asked for: fewer means it
+    /// stopped at an empty slot.
+    pub fn polled(&mut self, engine: usize, n: usize, max: usize) {
+        if n < max {
+            self.0 |= Self::bit(engine);
+        } else {
+            self.0 &= !Self::bit(engine);
+        }
+    }
+    /// Whether a drain of `engine` can skip its read (consumes the mark: the next drain reads).
+    pub fn take(&mut self, engine: usize) -> bool {
+        let b = Self::bit(engine);
+        let set = self.0 & b != 0;
+        self.0 &= !b;
+        set
+    }
 }
 
 impl NotificationSource for StagedNc {
@@ -23,13 +45,7 @@ impl NotificationSource for StagedNc {
         self.raw.clear();
         if let Some(r) = self.infer_rings.get_mut(engine) {
             let n = r.poll(&regs, &mut self.raw, max).map_err(|source| SourceError::InferRing { engine, source })?;
-            // Fewer than asked for: the read found the ring empty after its last record.
-            let bit = engine_bit(engine);
-            if n < max {
-                self.seen_empty |= bit;
-            } else {
-                self.seen_empty &= !bit;
-            }
+            self.seen_empty.polled(engine, n, max);
         }
         out.extend(self.raw.iter().map(crate::records::infer_status));
         Ok(())
@@ -38,9 +54,7 @@ impl NotificationSource for StagedNc {
         // The completion engine drains an engine right after the read that completed it: when
         // that read already found the ring empty, the drain would read the same empty slot
         // again (a record landing in between is as late for it as one landing just after).
-        let bit = engine_bit(engine);
-        if self.seen_empty & bit != 0 {
-            self.seen_empty &= !bit;
+        if self.seen_empty.take(engine) {
             return Ok(());
         }
         let regs = self.dev.regs();
@@ -103,5 +117,31 @@ impl NotificationSource for StagedNc {
             Ok(c) if c.contains(FatalCauses::NET_PROXY) => ProxyPoll::Failed,
             _ => ProxyPoll::Pending,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SeenEmpty;
+
+    #[test]
+    fn a_drain_skips_its_read_only_after_a_read_that_stopped_short() {
+        let mut s = SeenEmpty::default();
+        assert!(!s.take(0), "nothing read yet: the drain reads");
+        // A full batch (as many records as asked for) may have left records behind.
+        s.polled(0, 16, 16);
+        assert!(!s.take(0), "after a full batch the drain reads");
+        s.polled(0, 2, 16);
+        assert!(s.take(0), "the read stopped at an empty slot: no second read");
+        assert!(!s.take(0), "the mark is consumed: the next drain reads");
+        // A short read then a full one: the later read decides.
+        s.polled(3, 0, 16);
+        s.polled(3, 16, 16);
+        assert!(!s.take(3));
+        // Engines are independent; an engine beyond the mark's width always reads.
+        s.polled(1, 1, 16);
+        s.polled(9, 1, 16);
+        assert!(!s.take(2) && !s.take(9));
+        assert!(s.take(1));
     }
 }

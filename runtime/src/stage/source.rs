@@ -33,9 +33,11 @@ impl SeenEmpty {
     /// Whether a drain of `engine` can skip its read (consumes the mark: the next drain reads).
     pub fn take(&mut self, engine: usize) -> bool {
         let b = Self::bit(engine);
-        let set = self.0 & b != 0;
+        if self.0 & b == 0 {
+            return false;
+        }
         self.0 &= !b;
-        set
+        true
     }
 }
 

@@ -180,27 +180,42 @@ impl<A: Clone> Lanes<A> {
     /// served request changes what is armed), so an uncontended request locks each lane once
     /// here and once to give the ticket back.
     pub fn acquire(&self, ncs: &[usize], is_mine: impl Fn(&A) -> bool) -> (Tickets, bool) {
-        let mut t = self.tickets(ncs);
+        let mut t = Tickets::default();
+        let mine = self.acquire_into(&mut t, ncs, is_mine);
+        (t, mine)
+    }
+
+    /// [`Lanes::acquire`] into `t`, so the caller's ticket list is filled where it lives
+    /// rather than moved out (it is a few cache lines: the inline entries). `t` must hold no
+    /// ticket: any it holds is forgotten, not given back (its lane would stall).
+    pub fn acquire_into(&self, t: &mut Tickets, ncs: &[usize], is_mine: impl Fn(&A) -> bool) -> bool {
+        self.tickets_into(t, ncs);
         let mut served = Served { all: true, mine: true };
         self.take(t.held_mut(), &is_mine, &mut served);
         if served.all {
-            return (t, served.mine);
+            return served.mine;
         }
-        self.wait(&t);
-        let mine = self.all_active(&t, is_mine);
-        (t, mine)
+        self.wait(t);
+        self.all_active(t, is_mine)
     }
 
     /// One unfilled ticket per known, distinct NC of `ncs`, in ascending NC order.
     fn tickets(&self, ncs: &[usize]) -> Tickets {
         let mut t = Tickets::default();
+        self.tickets_into(&mut t, ncs);
+        t
+    }
+
+    /// [`Lanes::tickets`] into `t` (emptied first).
+    fn tickets_into(&self, t: &mut Tickets, ncs: &[usize]) {
+        t.clear();
         if let &[nc] = ncs {
             // One NC (the common case): nothing to deduplicate or sort.
             if nc < self.lanes.len() {
                 t.inline[0] = (nc, 0);
                 t.n = 1;
             }
-            return t;
+            return;
         }
         for &nc in ncs {
             if nc < self.lanes.len() && !t.held().iter().any(|&(n, _)| n == nc) {
@@ -208,7 +223,6 @@ impl<A: Clone> Lanes<A> {
             }
         }
         t.held_mut().sort_unstable();
-        t
     }
 
     /// Lock the first lane of `held`, take its ticket (noting in `served` whether the lane

@@ -30,7 +30,8 @@ impl Runtime {
         let t0 = Instant::now();
         // Executions on an NC are serialized in arrival order (its lane); the model armed on
         // the NC is switched if needed.
-        let (held, armed) = Held::acquire_ref(&m.lanes, &m.ncs, m.id);
+        let mut held = Held::none(&m.lanes);
+        let armed = held.take(&m.ncs, m.id);
         if !armed {
             super::ncs::switch_in(m)?;
         }

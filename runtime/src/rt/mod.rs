@@ -201,11 +201,17 @@ impl Held {
 }
 
 impl<'a> Held<&'a NcLanes> {
-    /// Queue on `ncs` and wait for the turn, borrowing the lanes; with whether model `id` is
-    /// the one armed on every NC ([`crate::lanes::Lanes::acquire`]).
-    pub(crate) fn acquire_ref(lanes: &'a NcLanes, ncs: &[usize], id: u64) -> (Self, bool) {
-        let (t, mine) = lanes.acquire(ncs, |a| a.id == id);
-        (Self { lanes, t }, mine)
+    /// No tickets yet, borrowing the lanes ([`Held::take`] fills it where it lives).
+    pub(crate) fn none(lanes: &'a NcLanes) -> Self {
+        Self { lanes, t: crate::lanes::Tickets::default() }
+    }
+    /// Queue on `ncs` and wait for the turn; whether model `id` is the one armed on every NC
+    /// ([`crate::lanes::Lanes::acquire_into`]). Tickets held before are given back first.
+    pub(crate) fn take(&mut self, ncs: &[usize], id: u64) -> bool {
+        if !self.t.is_empty() {
+            self.lanes.release(&mut self.t);
+        }
+        self.lanes.acquire_into(&mut self.t, ncs, |a| a.id == id)
     }
 }
 

@@ -266,7 +266,7 @@ fn trust_costs(arch: &'static csr_maps::Arch) -> Result<TrustCosts, CliError> {
 
 /// How the breakdown was taken (printed with it in `--json`).
 #[cfg(feature = "sim")]
-const BREAKDOWN_MEASURED: &str = "bind, kick, harvest, completion: p50s of a second pass with the phase clocks on (one more clock read per execute); outside_window: whole call p50 minus execute window p50 of the headline pass";
+const BREAKDOWN_MEASURED: &str = "bind, kick, harvest, completion: p50s of a second pass with the phase clocks on (three more clock reads per execute); outside_window: whole call p50 minus execute window p50 of the headline pass";
 
 /// p50 of each phase (bind, kick with the device work and one `timer` subtracted, harvest,
 /// completion) over `iters` executes on a runtime with the phase clocks on.
@@ -357,7 +357,7 @@ pub fn exec_bench(a: ExecBenchArgs, json_out: bool) -> Result<(), CliError> {
     let (t50, t99) = (pct(&mut total, 0.5), pct(&mut total, 0.99));
     let (w50, w99) = (pct(&mut call, 0.5), pct(&mut call, 0.99));
     // Where the time goes: a second pass with the phase clocks on (RuntimeConfig::phase_timings,
-    // one more clock read per execute, so its parts sum to a little more than the first
+    // three more clock reads per execute, so its parts sum to a little more than the first
     // pass's window); what the whole call adds around the window is the first pass's p50
     // difference.
     let [b50, k50, h50, c50] = phase_breakdown(arch, iters, timer)?;

@@ -523,7 +523,9 @@ impl ExecTracker {
     pub fn barrier_threshold(&self) -> Duration {
         self.barrier_thresh
     }
-    /// When the barrier cleared (start of the core timeout).
+    /// When the barrier cleared (start of the core timeout), on the clock the steps were given
+    /// (the runtime's is the coarse clock: not comparable with `Instant::now()` to better than
+    /// [`TrackerConfig::clock_resolution`]).
     pub fn core_start(&self) -> Option<Instant> {
         self.core_start
     }
@@ -585,7 +587,9 @@ impl ExecTracker {
     }
 
     /// Advance as far as possible without blocking. `sources[nc]` serves NC `nc`; `now` is the
-    /// injectable clock. Once done, further calls return the same verdict and touch nothing.
+    /// injectable clock (every call of one execution on the same clock, of the resolution
+    /// [`TrackerConfig::clock_resolution`] says). Once done, further calls return the same
+    /// verdict and touch nothing.
     pub fn step<S: NotificationSource>(&mut self, sources: &mut [S], now: Instant) -> Step {
         if let Some(v) = self.verdict {
             return v;

@@ -76,8 +76,8 @@ pub struct RuntimeConfig {
     /// every warning, never fatal); `NEURON_VFIO_BARRIER_WARN_MS`. Tests shorten it.
     pub barrier_warn: Duration,
     /// Time the phases of every execute ([`ExecTimings::bind_ns`] … `completion_ns`): three
-    /// more clock reads per execute (inputs bound, kicked off, outputs in place). Off by default (the fields are then 0); `bench exec`
-    /// turns it on for its breakdown pass only.
+    /// more clock reads per execute (inputs bound, kicked off, outputs in place). Off by
+    /// default (the fields are then 0); `bench exec` turns it on for its breakdown pass only.
     pub phase_timings: bool,
     /// Tests only: skip the loader's confinement checks (raw and out-of-range addresses,
     /// the WRITE allow-list, state-buffer fit, virtual-var backing), so that a test can show

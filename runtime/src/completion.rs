@@ -681,6 +681,11 @@ impl ExecTracker {
                 return self.finalize(sources, cause);
             }
         }
+        let complete = |n: &NcState| n.engines.iter().all(|&e| e == EngineState::Complete);
+        if self.ncs.iter().all(complete) {
+            // Nothing outstanding: no deadline to look at.
+            return self.finalize(sources, NrtStatus::Success);
+        }
         let elapsed = self.core_start.map(|s| now.saturating_duration_since(s)).unwrap_or_default();
         let mut all_done = true;
         let mut cause = NrtStatus::Success;
@@ -696,7 +701,7 @@ impl ExecTracker {
             self.probed = Some(now);
         }
         for (nc, (n, src)) in self.ncs.iter_mut().zip(sources.iter_mut()).enumerate() {
-            if n.engines.iter().all(|&e| e == EngineState::Complete) {
+            if complete(n) {
                 continue;
             }
             all_done = false;

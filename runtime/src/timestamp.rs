@@ -59,6 +59,11 @@ pub fn rescale(device_ts: u64, clock: &EngineClock) -> Result<f64, TimestampErro
     let delta = device_ts
         .checked_sub(clock.init_ts)
         .ok_or(TimestampError::BeforeInit { ts: device_ts, init: clock.init_ts })?;
+    if clock.expected_inc == clock.actual_inc {
+        // A clock at its nominal rate: the ratio is exactly 1.0, so the product is `delta`
+        // itself (bit for bit what the formula gives), without the division.
+        return Ok(delta as f64);
+    }
     Ok(clock.expected_inc as f64 / clock.actual_inc as f64 * delta as f64)
 }
 

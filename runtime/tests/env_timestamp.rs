@@ -79,6 +79,21 @@ fn rescale_delta_by_increment_ratio() {
     assert_eq!(rescale_ns(5_000_000, &EngineClock::nominal(0)).unwrap(), 5_000);
 }
 
+/// A clock at its nominal rate (expected = actual increment) skips the division: the result
+/// is bit for bit the formula's, for deltas beyond f64's exact integers too.
+#[test]
+fn rescale_at_the_nominal_rate_is_the_formula_bit_for_bit() {
+    for inc in [1u64, 7, 1_000_000_007] {
+        let c = EngineClock { init_ts: 5, expected_inc: inc, actual_inc: inc };
+        for delta in [0u64, 1, 999, 1_000, 123_456_789, (1 << 53) + 1, (1 << 60) + 12_345, u64::MAX - 5] {
+            let formula = inc as f64 / inc as f64 * delta as f64;
+            let got = rescale(delta + 5, &c).unwrap();
+            assert_eq!(got.to_bits(), formula.to_bits(), "inc {inc}, delta {delta}");
+            assert_eq!(rescale_ns(delta + 5, &c).unwrap(), (formula / 1000.0) as u64);
+        }
+    }
+}
+
 #[test]
 fn engine_selector_and_sync_point() {
     assert_eq!([0x06, 0x0A, 0x0E, 0x12, 0x16].map(engine_for_tag), [Some(0), Some(1), Some(2), Some(3), Some(4)]);

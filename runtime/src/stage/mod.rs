@@ -114,6 +114,32 @@ pub struct StagedNc {
     /// not in this graph), resolved once at load ([`StagedNc::index_io`]) so that binding
     /// makes no name lookups among the vars.
     pub io_vars: Vec<Option<usize>>,
+    /// Every transfer [`StagedNc::stage_rings`] writes, in staging order, flattened at load
+    /// from the queues' blocks in trigger order (one list to walk per execute).
+    pub staging: Vec<Staging>,
+}
+
+/// One transfer of an execution's staging: the queue it goes on, the transfer as loaded, and
+/// the vars its source and destination lie in (a bound tensor replaces the var).
+#[derive(Debug, Clone, Copy)]
+pub struct Staging {
+    pub queue: usize,
+    pub xfer: Xfer,
+    pub src_var: Option<usize>,
+    pub dst_var: Option<usize>,
+}
+
+/// The staging list of `queues`: each queue's blocks in trigger order, each block's transfers.
+fn staging(queues: &[StagedQueue]) -> Vec<Staging> {
+    let mut out = Vec::new();
+    for (queue, q) in queues.iter().enumerate() {
+        for blk in q.order.iter().filter_map(|&b| q.blocks.get(b)) {
+            for (&xfer, &(src_var, dst_var)) in blk.xfers.iter().zip(&blk.refs) {
+                out.push(Staging { queue, xfer, src_var, dst_var });
+            }
+        }
+    }
+    out
 }
 
 /// An NC's place in the replica group of its collectives barrier.
@@ -189,13 +215,10 @@ impl StagedNc {
             Some((b, base)) => b + (a - base),
             None => a,
         };
-        for q in &mut self.queues {
-            for &b in &q.order {
-                let blk = &q.blocks[b];
-                for (x, &(rs, rd)) in blk.xfers.iter().zip(&blk.refs) {
-                    let x = Xfer { src: rebase(x.src, rs), dst: rebase(x.dst, rd), len: x.len };
-                    q.ring.stage(std::slice::from_ref(&x))?;
-                }
+        for e in &self.staging {
+            let x = Xfer { src: rebase(e.xfer.src, e.src_var), dst: rebase(e.xfer.dst, e.dst_var), len: e.xfer.len };
+            if let Some(q) = self.queues.get_mut(e.queue) {
+                q.ring.stage(std::slice::from_ref(&x))?;
             }
         }
         Ok(())
@@ -327,6 +350,7 @@ pub fn stage_graph(
         }
         Err(e) => (Vec::new(), Err(e)),
     };
+    let staging = staging(&queues);
     let mut s = StagedNc {
         nc,
         vars,
@@ -350,6 +374,7 @@ pub fn stage_graph(
         regions,
         regions_bound: None,
         io_vars: Vec::new(),
+        staging,
     };
     // The engines are armed: a refusal from here on stops them before the memory goes.
     if let Err(e) = fits.and_then(|()| s.program_regions().map_err(StageError::from)) {

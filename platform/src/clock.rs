@@ -29,7 +29,9 @@ pub fn coarse_now() -> Instant {
     static BASE: OnceLock<Option<(Instant, u64)>> = OnceLock::new();
     let base = BASE.get_or_init(|| coarse_ns().map(|ns| (Instant::now(), ns)));
     match (base, coarse_ns()) {
-        (Some((at, ns0)), Some(ns)) => *at + Duration::from_nanos(ns.saturating_sub(*ns0)),
+        (Some((at, ns0)), Some(ns)) => {
+            at.checked_add(Duration::from_nanos(ns.saturating_sub(*ns0))).unwrap_or_else(Instant::now)
+        }
         _ => Instant::now(),
     }
 }

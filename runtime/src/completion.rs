@@ -686,8 +686,8 @@ impl ExecTracker {
             // Nothing outstanding: no deadline to look at.
             return self.finalize(sources, NrtStatus::Success);
         }
+        // Some engine is outstanding from here on.
         let elapsed = self.core_start.map(|s| now.saturating_duration_since(s)).unwrap_or_default();
-        let mut all_done = true;
         let mut cause = NrtStatus::Success;
         let timeout = self.cfg.timeout;
         // On a coarse clock the timeout is taken a tick later (TrackerConfig::clock_resolution).
@@ -704,7 +704,6 @@ impl ExecTracker {
             if complete(n) {
                 continue;
             }
-            all_done = false;
             let signalled = probe && (src.nq_overflow() || stuck(&src.fatal_causes()));
             if elapsed >= deadline || signalled {
                 if src.nq_overflow() {
@@ -725,9 +724,6 @@ impl ExecTracker {
         }
         if cause != NrtStatus::Success {
             return self.finalize(sources, cause);
-        }
-        if all_done {
-            return self.finalize(sources, NrtStatus::Success);
         }
         Step::InFlight
     }

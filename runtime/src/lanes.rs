@@ -174,18 +174,13 @@ impl<A: Clone> Lanes<A> {
         t
     }
 
-    /// [`Lanes::enqueue`], [`Lanes::wait`] and [`Lanes::all_active`] in one: the tickets and
-    /// whether `is_mine` holds for the model armed on every lane. A lane that serves the
+    /// [`Lanes::enqueue`], [`Lanes::wait`] and [`Lanes::all_active`] in one: takes the tickets
+    /// and returns whether `is_mine` holds for the model armed on every lane. A lane that serves the
     /// ticket at once is checked under the lock the ticket was taken with (nobody but the
     /// served request changes what is armed), so an uncontended request locks each lane once
     /// here and once to give the ticket back.
-    pub fn acquire(&self, ncs: &[usize], is_mine: impl Fn(&A) -> bool) -> (Tickets, bool) {
-        let mut t = Tickets::default();
-        let mine = self.acquire_into(&mut t, ncs, is_mine);
-        (t, mine)
-    }
-
-    /// [`Lanes::acquire`] into `t`, so the caller's ticket list is filled where it lives
+    ///
+    /// The tickets are taken into `t`, so the caller's ticket list is filled where it lives
     /// rather than moved out (it is a few cache lines: the inline entries). `t` must hold no
     /// ticket: any it holds is forgotten, not given back (its lane would stall).
     pub fn acquire_into(&self, t: &mut Tickets, ncs: &[usize], is_mine: impl Fn(&A) -> bool) -> bool {

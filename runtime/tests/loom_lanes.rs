@@ -8,7 +8,7 @@
 //! - No deadlock: requests taking tickets on several NCs (in either order) all complete,
 //!   with a single-NC request queued on one of the shared lanes at the same time.
 //! - One order: two multi-NC requests sharing lanes are served in the same order on each.
-//! - The fused acquire ([`Lanes::acquire`]) tells truly whether the model is armed on its lanes.
+//! - The fused acquire ([`Lanes::acquire_into`]) tells truly whether the model is armed on its lanes.
 //! - The XU hand-off: a request queued without blocking (the XU worker polls `ready`) and
 //!   one given back before its turn (a cancelled ticket) never stall the lane.
 
@@ -63,11 +63,13 @@ impl Inside {
 }
 
 /// Run `ncs` as a blocking request (a synchronous execute) of model `id`, which arms itself
-/// on its NCs: its place on each NC. `fused`: through [`Lanes::acquire`] (whose "already armed"
+/// on its NCs: its place on each NC. `fused`: through [`Lanes::acquire_into`] (whose "already armed"
 /// answer must match what the lanes hold once served), else `enqueue` + `wait`.
 fn request(lanes: &Lanes<u64>, inside: &Inside, ncs: &[usize], id: u64, fused: bool) -> [usize; 2] {
     let (mut t, mine) = if fused {
-        lanes.acquire(ncs, |&a| a == id)
+        let mut t = lanes::Tickets::default();
+        let mine = lanes.acquire_into(&mut t, ncs, |&a| a == id);
+        (t, mine)
     } else {
         let t = lanes.enqueue(ncs);
         lanes.wait(&t);

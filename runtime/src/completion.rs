@@ -63,6 +63,7 @@ use crate::status::{worse, worst, NrtStatus};
 use csr_maps::formats::error::TpbErrorRecord;
 use csr_maps::formats::notify::{custom, InferStatus, Subtype};
 use neff::Arch;
+use platform::clock::{ClockKind, Interval};
 use std::time::{Duration, Instant};
 use thiserror::Error;
 
@@ -254,12 +255,11 @@ pub struct TrackerConfig {
     pub barrier_warn: Duration,
     /// Error decode parameters.
     pub decode: ErrorDecodeConfig,
-    /// Resolution of the clock [`ExecTracker::step`] is given (zero for a precise clock; the
-    /// runtime steps the engine on the coarse clock, `platform::clock::coarse_now`, and sets
-    /// its tick here). The timeout and the barrier warning are taken only once this much more
-    /// has elapsed on that clock, so neither comes early by the precise clock: the two
-    /// readings of an interval each lag the precise time by less than a tick.
-    pub clock_resolution: Duration,
+    /// The clock [`ExecTracker::step`] is given (precise by default; the runtime steps the
+    /// engine on the coarse clock, `platform::clock::coarse_now`). The timeout and the barrier
+    /// warning are measured as [`platform::clock::Interval`]s on it, so neither comes early by
+    /// the precise clock, however far a coarse reading lags.
+    pub clock: ClockKind,
 }
 
 impl TrackerConfig {
@@ -275,7 +275,7 @@ impl TrackerConfig {
             tensor_capacity: 64,
             barrier_warn: BARRIER_WARN_INITIAL,
             decode: ErrorDecodeConfig::default(),
-            clock_resolution: Duration::ZERO,
+            clock: ClockKind::Precise,
         }
     }
 }
@@ -397,10 +397,10 @@ pub struct ExecTracker {
     cfg: TrackerConfig,
     state: ExecState,
     ncs: Vec<NcState>,
-    barrier_start: Option<Instant>,
+    barrier_start: Interval,
     barrier_thresh: Duration,
     barrier_warnings: u32,
-    core_start: Option<Instant>,
+    core_start: Interval,
     infer_buf: Vec<InferStatus>,
     error_buf: Vec<TpbErrorRecord>,
     tensor_completions: Vec<TensorEvent>,
@@ -441,10 +441,10 @@ impl ExecTracker {
         Ok(Self {
             state: ExecState::Init,
             ncs: vec![NcState::new(); nc_count],
-            barrier_start: None,
+            barrier_start: Interval::default(),
             barrier_thresh: cfg.barrier_warn,
             barrier_warnings: 0,
-            core_start: None,
+            core_start: Interval::default(),
             infer_buf: Vec::with_capacity(cfg.reads_per_sweep),
             error_buf: Vec::with_capacity(cfg.error_batch),
             tensor_completions: Vec::with_capacity(cfg.tensor_capacity),
@@ -462,10 +462,10 @@ impl ExecTracker {
         for nc in &mut self.ncs {
             *nc = NcState::new();
         }
-        self.barrier_start = None;
+        self.barrier_start.clear();
         self.barrier_thresh = self.cfg.barrier_warn;
         self.barrier_warnings = 0;
-        self.core_start = None;
+        self.core_start.clear();
         self.infer_buf.clear();
         self.error_buf.clear();
         self.tensor_completions.clear();
@@ -524,10 +524,11 @@ impl ExecTracker {
         self.barrier_thresh
     }
     /// When the barrier cleared (start of the core timeout), on the clock the steps were given
-    /// (the runtime's is the coarse clock: not comparable with `Instant::now()` to better than
-    /// [`TrackerConfig::clock_resolution`]).
+    /// (the runtime's is the coarse clock: not comparable with `Instant::now()`; on it the
+    /// start is the first reading after the clear that shows the clock moved,
+    /// [`platform::clock::Interval`]).
     pub fn core_start(&self) -> Option<Instant> {
-        self.core_start
+        self.core_start.start()
     }
     /// Sub-id 7 records seen, in arrival order.
     pub fn tensor_completions(&self) -> &[TensorEvent] {
@@ -588,7 +589,7 @@ impl ExecTracker {
 
     /// Advance as far as possible without blocking. `sources[nc]` serves NC `nc`; `now` is the
     /// injectable clock (every call of one execution on the same clock, of the resolution
-    /// [`TrackerConfig::clock_resolution`] says). Once done, further calls return the same
+    /// [`TrackerConfig::clock`] says). Once done, further calls return the same
     /// verdict and touch nothing.
     pub fn step<S: NotificationSource>(&mut self, sources: &mut [S], now: Instant) -> Step {
         if let Some(v) = self.verdict {
@@ -605,7 +606,7 @@ impl ExecTracker {
             ExecState::Init => {
                 self.state = ExecState::WaitBarrierProxy;
                 self.barrier_thresh = self.cfg.barrier_warn;
-                self.barrier_start = Some(now);
+                self.barrier_start.begin(now, self.cfg.clock);
                 Step::InFlight
             }
             ExecState::WaitBarrierProxy => self.step_barrier(sources, now),
@@ -641,9 +642,8 @@ impl ExecTracker {
             }
         }
         if pending {
-            let start = *self.barrier_start.get_or_insert(now);
-            let waited = now.saturating_duration_since(start);
-            if waited >= self.barrier_thresh.saturating_add(self.cfg.clock_resolution) {
+            self.barrier_start.begin_once(now, self.cfg.clock);
+            if self.barrier_start.elapsed(now) >= self.barrier_thresh {
                 cold::barrier_warning(self.barrier_thresh);
                 self.barrier_warnings = self.barrier_warnings.saturating_add(1);
                 BARRIER_WARNINGS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -657,7 +657,7 @@ impl ExecTracker {
                 *st = if expected[e] { EngineState::StartPending } else { EngineState::Complete };
             }
         }
-        self.core_start = Some(now);
+        self.core_start.begin(now, self.cfg.clock);
         self.state = ExecState::WaitCore;
         Step::InFlight
     }
@@ -687,16 +687,15 @@ impl ExecTracker {
             return self.finalize(sources, NrtStatus::Success);
         }
         // Some engine is outstanding from here on.
-        let elapsed = self.core_start.map(|s| now.saturating_duration_since(s)).unwrap_or_default();
+        let elapsed = self.core_start.elapsed(now);
         let mut cause = NrtStatus::Success;
         let timeout = self.cfg.timeout;
-        // On a coarse clock the timeout is taken a tick later (TrackerConfig::clock_resolution).
-        let deadline = timeout.saturating_add(self.cfg.clock_resolution);
+        // `elapsed` is never more than the true time on either clock (TrackerConfig::clock).
         // Between sweeps, at most every SIGNAL_PROBE_INTERVAL: a device that raised the NQ
         // overflow line or latched a cause the engines cannot finish after ends the execution
         // now, through the same path (and so with the same status) as the timeout would.
         let probe =
-            elapsed < deadline && self.probed.is_none_or(|p| now.saturating_duration_since(p) >= SIGNAL_PROBE_INTERVAL);
+            elapsed < timeout && self.probed.is_none_or(|p| now.saturating_duration_since(p) >= SIGNAL_PROBE_INTERVAL);
         if probe {
             self.probed = Some(now);
         }
@@ -705,7 +704,7 @@ impl ExecTracker {
                 continue;
             }
             let signalled = probe && (src.nq_overflow() || stuck(&src.fatal_causes()));
-            if elapsed >= deadline || signalled {
+            if elapsed >= timeout || signalled {
                 if src.nq_overflow() {
                     cold::nq_overflow(nc);
                     n.fatal.set(ExecFatalStatus::SwNqOverflow);

@@ -244,32 +244,98 @@ fn timeout_is_measured_from_core_start_and_yields_5() {
     assert!(f.get(ExecFatalStatus::Timeout) && !f.get(ExecFatalStatus::SwNqOverflow));
 }
 
-/// On a coarse clock (TrackerConfig::clock_resolution = its tick) the timeout is taken a tick
-/// later, so it never comes early by the precise clock; the barrier warning likewise.
-#[test]
-fn coarse_clock_deadlines_wait_one_more_tick() {
-    let tick = Duration::from_millis(4);
-    let mut cfg = TrackerConfig::new(&csr_maps::SUNDA, TIMEOUT);
-    cfg.clock_resolution = tick;
-    cfg.barrier_warn = Duration::from_secs(1);
-    let mut t = ExecTracker::new(1, cfg.clone()).unwrap();
-    let mut s = [stuck()];
-    let t0 = to_wait_core(&mut t, &mut s);
-    assert_eq!(t.step(&mut s, t0 + TIMEOUT), Step::InFlight, "at the timeout: a tick short");
-    assert_eq!(t.step(&mut s, t0 + TIMEOUT + tick - Duration::from_nanos(1)), Step::InFlight);
-    assert_eq!(t.step(&mut s, t0 + TIMEOUT + tick), Step::DoneWithError);
-    assert_eq!(t.status(), NrtStatus::Timeout);
+/// A coarse clock whose updates come late — 4 ms ticks with stretches of up to five missed —
+/// as on a VM whose `clock_getres` says 4 ms while readings lag by 7 ms and more: a reading at
+/// precise time `t` is the time of the last update at or before `t`.
+struct LaggingClock {
+    base: Instant,
+    updates: Vec<u64>,
+}
 
-    let mut t = ExecTracker::new(1, cfg).unwrap();
-    let mut s = [stuck()];
-    s[0].barrier_pending = 1000;
-    let t0 = Instant::now();
-    assert_eq!(t.step(&mut s, t0), Step::InFlight);
-    assert_eq!(t.step(&mut s, t0), Step::InFlight);
-    assert_eq!(t.step(&mut s, t0 + Duration::from_secs(1)), Step::InFlight);
-    assert_eq!(t.barrier_warnings(), 0, "at the threshold: a tick short");
-    assert_eq!(t.step(&mut s, t0 + Duration::from_secs(1) + tick), Step::InFlight);
-    assert_eq!(t.barrier_warnings(), 1);
+impl LaggingClock {
+    fn new(span: Duration, seed: u64) -> Self {
+        const MS: u64 = 1_000_000;
+        let (mut t, mut x, mut updates) = (0u64, seed | 1, vec![0]);
+        while t < span.as_nanos() as u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let missed = if x % 4 == 0 { 1 + x % 5 } else { 0 };
+            t += 4 * MS * (1 + missed) + x % (MS / 3);
+            updates.push(t);
+        }
+        Self { base: Instant::now(), updates }
+    }
+    /// The coarse reading at precise time `ns` after the base.
+    fn read(&self, ns: u64) -> Instant {
+        let i = self.updates.partition_point(|&u| u <= ns);
+        self.base + Duration::from_nanos(self.updates[i.saturating_sub(1)])
+    }
+}
+
+/// On a coarse clock (TrackerConfig::clock = Coarse) neither the core timeout nor the barrier
+/// warning comes before its time by the precise clock, however far the clock lags (the fault
+/// matrix saw a hang reported before its timeout on such a kernel), and neither is later than
+/// the lag allows. The same tracker stepped with plain differences of those readings — what a
+/// precise-clock tracker does — is early on this clock, so the test can fail.
+#[test]
+fn a_lagging_coarse_clock_never_brings_a_deadline_early() {
+    const STEP: u64 = 250_000; // a sweep every 250 µs of precise time
+    let timeout = Duration::from_millis(100);
+    let warn = Duration::from_millis(60);
+    let clock = LaggingClock::new(Duration::from_secs(40), 0x9e37_79b9_7f4a_7c15);
+    let (mut naive_early, mut cases) = (0, 0);
+    for kind in [ClockKindUnderTest::Coarse, ClockKindUnderTest::Naive] {
+        // Start the execution at many points of the clock's update pattern.
+        for start in (0..30_000_000_000u64).step_by(97_000_003) {
+            let mut cfg = TrackerConfig::new(&csr_maps::SUNDA, timeout);
+            cfg.barrier_warn = warn;
+            if kind == ClockKindUnderTest::Coarse {
+                cfg.clock = platform::clock::ClockKind::Coarse;
+            }
+            // The core timeout, from the step that saw the barrier clear.
+            let mut t = ExecTracker::new(1, cfg.clone()).unwrap();
+            let mut s = [stuck()];
+            assert_eq!(t.step(&mut s, clock.read(start)), Step::InFlight);
+            assert_eq!(t.step(&mut s, clock.read(start)), Step::InFlight);
+            assert_eq!(t.state(), ExecState::WaitCore);
+            let mut at = start;
+            while !t.step(&mut s, clock.read(at)).is_done() {
+                at += STEP;
+            }
+            assert_eq!(t.status(), NrtStatus::Timeout);
+            let took = Duration::from_nanos(at - start);
+            // The barrier warning, from the first step.
+            let mut b = ExecTracker::new(1, cfg).unwrap();
+            let mut bs = [stuck()];
+            bs[0].barrier_pending = u32::MAX;
+            let mut bat = start;
+            while b.barrier_warnings() == 0 {
+                assert_eq!(b.step(&mut bs, clock.read(bat)), Step::InFlight);
+                bat += STEP;
+            }
+            let warned = Duration::from_nanos(bat - STEP - start);
+            cases += 1;
+            match kind {
+                ClockKindUnderTest::Coarse => {
+                    assert!(took >= timeout, "start {start}: timeout after {took:?} < {timeout:?}");
+                    assert!(warned >= warn, "start {start}: warning after {warned:?} < {warn:?}");
+                    // Late by at most two update gaps (≤ 6 ticks each) and a sweep.
+                    let slack = Duration::from_millis(2 * 26) + Duration::from_nanos(STEP);
+                    assert!(took <= timeout + slack, "start {start}: timeout after {took:?}");
+                    assert!(warned <= warn + slack, "start {start}: warning after {warned:?}");
+                }
+                ClockKindUnderTest::Naive => naive_early += usize::from(took < timeout || warned < warn),
+            }
+        }
+    }
+    assert!(naive_early > 0, "the lagging clock never misleads a plain difference ({cases} cases)");
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ClockKindUnderTest {
+    Coarse,
+    Naive,
 }
 
 #[test]

@@ -1,8 +1,7 @@
 //! Fault paths end to end on the simulator, observed only through registers and records:
 //! the out-of-order matcher's overflow probe, a ring that really fills.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use csr_maps::{Arch, SUNDA};
@@ -11,36 +10,18 @@ use platform::Platform;
 use runtime::{ModelHandle, NrtStatus, Runtime, RuntimeConfig, TensorSet};
 use sim::{FaultSpec, SimConfig, SimDevice, Timing};
 
-#[derive(Clone, Default)]
-struct Log(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Log {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Log {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
+#[path = "../../tests/support/thread_log.rs"]
+mod thread_log;
 
 /// Run `f` with the runtime's log captured (this thread: the synchronous execute harvests on
 /// the caller's thread).
 fn logged<R>(f: impl FnOnce() -> R) -> (R, String) {
-    let log = Log::default();
-    let w = log.clone();
-    let sub = tracing_subscriber::fmt().with_writer(move || w.clone()).with_ansi(false).finish();
-    let r = tracing::subscriber::with_default(sub, f);
-    (r, log.text())
+    thread_log::capture(f)
 }
 
+/// Every test starts here (thread_log's rule: its global subscriber before anything logs).
 fn setup(arch: &'static Arch, ncs: usize) -> (Runtime, SimDevice, ModelHandle, Vec<u8>) {
+    thread_log::init();
     let sim = SimDevice::new(SimConfig::new(arch).timing(Timing::Threaded).hbm_bytes(1 << 28)).unwrap();
     let rt = Runtime::new();
     let cfg = RuntimeConfig { exec_timeout: Duration::from_millis(1000), ..RuntimeConfig::default() };

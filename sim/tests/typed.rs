@@ -3,8 +3,9 @@
 //! ignore is logged with the register's name.
 
 mod common;
-use std::io::Write;
-use std::sync::{Arc, Mutex};
+// Every test here calls thread_log::init() first (its rule).
+#[path = "../../tests/support/thread_log.rs"]
+mod thread_log;
 
 use common::*;
 use csr_maps::consts::q7 as q7c;
@@ -18,6 +19,7 @@ fn leak(a: Arch) -> &'static Arch {
 
 #[test]
 fn an_arch_without_a_modelled_region_or_block_is_refused() {
+    thread_log::init();
     let regions: Vec<_> = SUNDA.regions.iter().filter(|r| r.name != "sbuf").copied().collect();
     let no_sbuf = leak(Arch { regions: Box::leak(regions.into_boxed_slice()), ..SUNDA });
     match SimDevice::new(SimConfig::new(no_sbuf)) {
@@ -36,6 +38,7 @@ fn an_arch_without_a_modelled_region_or_block_is_refused() {
 
 #[test]
 fn nx_staging_check_uses_the_nx_block_itself() {
+    thread_log::init();
     for arch in [&SUNDA, &CAYMAN] {
         let t = T::new(arch);
         let (nx, q7) = (t.regs().nx(2).unwrap(), t.regs().q7(2).unwrap());
@@ -50,31 +53,11 @@ fn nx_staging_check_uses_the_nx_block_itself() {
     }
 }
 
-/// A log sink for one thread's tracing output.
-#[derive(Clone, Default)]
-struct Sink(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Sink {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[test]
 fn ignored_accesses_are_logged_with_the_register_name() {
-    let sink = Sink::default();
-    let w = sink.clone();
-    let sub = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::DEBUG)
-        .with_ansi(false)
-        .with_writer(move || w.clone())
-        .finish();
+    thread_log::init();
     let t = T::new(&SUNDA);
-    tracing::subscriber::with_default(sub, || {
+    let ((), log) = thread_log::capture(|| {
         let m = t.regs().misc_ram(0).unwrap();
         m.device_id().write(csr_maps::blocks::misc_ram::DeviceId(7)).unwrap();
         // A doorbell on a queue whose ring was never programmed.
@@ -83,7 +66,6 @@ fn ignored_accesses_are_logged_with_the_register_name() {
         // An offset inside an instance where no register starts.
         platform::Mmio::write32(t.bar.as_ref(), m.base() + csr_maps::blocks::misc_ram::SIZE - 4, 1).unwrap();
     });
-    let log = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
     assert!(log.contains("read-only") && log.contains("device_id"), "{log}");
     assert!(log.contains("doorbell ignored") && log.contains("tail_inc"), "{log}");
     assert!(log.contains("unknown BAR0 offset"), "{log}");

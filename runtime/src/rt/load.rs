@@ -220,7 +220,7 @@ impl Runtime {
         tc.reads_per_sweep = crate::stage::RING_RECORDS as usize;
         tc.barrier_warn = cfg.barrier_warn;
         // Both execute paths step the engine on the coarse clock.
-        tc.clock_resolution = platform::clock::coarse_resolution();
+        tc.clock = platform::clock::ClockKind::Coarse;
         let tracker = ExecTracker::new(staged.len(), tc).map_err(|e| RtError::internal(e.to_string()))?;
         // The sync point: the device clock read between two host clock reads, paired with
         // their midpoint (the pairing error is at most half the gap).

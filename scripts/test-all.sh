@@ -1,23 +1,33 @@
 #!/bin/sh
-# Runs every test of the workspace on a fresh machine (Debian, root, Rust toolchain only).
-# Installs what the tests need, cached machine-wide under /var/cache/neuron-vfio so only the
-# first run on a machine pays:
+# Runs every test of the workspace on a fresh machine (Debian 12, root, Rust toolchain only).
+# Installs what the tests need — nothing is assumed of the host beyond Debian's minimal base
+# (scripts/dev/clean-room-ci.sh proves it in such a root) — cached machine-wide under
+# /var/cache/neuron-vfio so only the first run on a machine pays:
+# - the host tools the tests and scripts call, from the host's Debian archive, when missing:
+#   the C toolchain (gcc, g++, libc6-dev, make, binutils: cc, c++, nm, strip), pkg-config,
+#   python3, strace, valgrind (the C ABI tests run their programs under it), git, xz-utils;
 # - the QEMU VFIO test (scripts/qemu/setup.sh, docs/qemu.md): busybox, a guest kernel built
-#   from Debian's linux-source-6.12, QEMU 11 from trixie-backports;
+#   from Debian's linux-source-6.12, QEMU 11 from trixie-backports in a private root that
+#   finds its firmware only there;
 # - libfabric 2.1 for the fabric crate (scripts/fabric/setup.sh, docs/fabric.md);
-# - valgrind for the C ABI tests (they run the C programs under it when it is installed).
+# - rustfmt and clippy (rustup components), which CI runs before the tests.
 set -eu
 cd "$(dirname "$0")/.."
 start=$(date +%s)
+need=""
+for p in gcc g++ libc6-dev make binutils pkg-config python3 strace valgrind git xz-utils ca-certificates; do
+    dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' || need="$need $p"
+done
+if [ -n "$need" ]; then
+    echo "test-all: installing$need" >&2
+    apt-get update -qq
+    # shellcheck disable=SC2086 # a word list
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends --no-upgrade $need >/dev/null
+fi
 scripts/qemu/setup.sh
 scripts/fabric/setup.sh
-if ! command -v valgrind >/dev/null 2>&1; then
-    echo "test-all: installing valgrind" >&2
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends valgrind >/dev/null
-fi
-if ! cargo fmt --version >/dev/null 2>&1; then
-    rustup component add rustfmt
-fi
+cargo fmt --version >/dev/null 2>&1 || rustup component add rustfmt
+cargo clippy --version >/dev/null 2>&1 || rustup component add clippy
 cargo fmt --all -- --check
 # libnrt.so without the simulator links no sim crate (a dependency-graph check: no second
 # compile; `cargo test -p select --no-default-features` exercises the no-simulator build).
@@ -27,5 +37,9 @@ if cargo tree -p capi --no-default-features -e normal | grep -q ' sim v'; then
 fi
 # The libfabric transport and `bench collectives` are cargo features (off by default so a
 # fresh machine builds without libfabric); CI tests them in the same single invocation.
-cargo test --workspace --no-fail-fast --features fabric/ofi,cli/fabric,capi/fabric
+features=fabric/ofi,cli/fabric,capi/fabric
+# Lints on everything CI builds (the workspace's lint table: undocumented_unsafe_blocks, …):
+# a check, not a second build profile (build scripts and proc macros are shared with the tests).
+cargo clippy --workspace --all-targets --features "$features" -- -D warnings
+cargo test --workspace --no-fail-fast --features "$features"
 echo "test-all: done in $(( $(date +%s) - start )) s"

@@ -82,34 +82,8 @@ mapfile -t need < <(missing "${host_pkgs[@]}")
 if [ ${#need[@]} -gt 0 ]; then apt_install "${need[@]}"; fi
 
 # ---- the host's Debian mirror ------------------------------------------------------------
-# Prints "URI SUITE" for every enabled deb source of the host (one-line and deb822 formats).
-host_sources() {
-    local f
-    for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
-        [ -f "$f" ] || continue
-        awk '$1 == "deb" { i = 2
-                 if ($2 ~ /^\[/) { while (i <= NF && $i !~ /\]$/) i++; i++ }
-                 if (i + 1 <= NF) print $i, $(i + 1) }' "$f"
-    done
-    for f in /etc/apt/sources.list.d/*.sources; do
-        [ -f "$f" ] || continue
-        awk 'function flush() {
-                 if (types ~ /(^| )deb( |$)/ && enabled != "no") {
-                     n = split(uris, u, " "); m = split(suites, s, " ")
-                     for (i = 1; i <= n; i++) for (j = 1; j <= m; j++) print u[i], s[j]
-                 }
-                 types = uris = suites = ""; enabled = "yes"
-             }
-             BEGIN { enabled = "yes" }
-             /^[ \t]*#/ { next }
-             /^[ \t]*$/ { flush(); next }
-             { key = tolower($1); sub(/:$/, "", key); $1 = ""; val = $0; sub(/^ +/, "", val)
-               if (key == "types") types = val; else if (key == "uris") uris = val
-               else if (key == "suites") suites = val; else if (key == "enabled") enabled = tolower(val) }
-             END { flush() }' "$f"
-    done
-}
-mirror_for() { host_sources | awk -v s="$1" '$2 == s { sub(/\/+$/, "", $1); print $1; exit }'; }
+# shellcheck source=../lib/apt-sources.sh
+. "$here/../lib/apt-sources.sh"
 
 codename=$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")
 [ -n "$codename" ] || die "cannot tell the host's Debian release (VERSION_CODENAME in /etc/os-release)"
@@ -283,8 +257,49 @@ provision_qemu11() {
     qemu11_ok || { log "QEMU $ver from $qsuite does not list vfio-user-pci (see $logf)"; return 1; }
     built+=("QEMU $ver")
 }
+# The root boots the tests' guest machine on its own: QEMU runs with the host's firmware
+# directories (the ones compiled into Debian's QEMU, and the other usual ones) hidden under
+# empty tmpfs mounts in a private mount namespace, so a firmware file the root lacks makes it
+# fail here, whatever the host carries. The machine is the tests' (q35, intel-iommu, an
+# e1000e for its option ROM, -kernel for the linuxboot ROM); it must reach the kernel.
+qemu_boots_alone() {
+    local out=$cache/qemu-11/selfcheck.log stamp=$cache/qemu-11/selfcheck.ok hide="" d
+    for d in /usr/share/qemu /usr/share/seabios /usr/lib/ipxe /usr/share/ipxe /usr/share/qemu-efi \
+        /usr/share/ovmf /usr/share/OVMF /usr/share/vgabios /usr/share/qemu-efi-aarch64; do
+        if [ -d "$d" ]; then hide="$hide $d"; fi
+    done
+    if [ -n "$hide" ] && [ "$(id -u)" -ne 0 ]; then
+        log "qemu self-check: not root, cannot hide the host's firmware ($hide); booting with it visible"
+        hide=""
+    fi
+    # Once per QEMU version and set of hidden directories.
+    if [ -s "$stamp" ] && [ "$(cat "$stamp")" = "$(cat "$cache/qemu-11/version") hidden:$hide" ]; then
+        return 0
+    fi
+    rm -f "$out" "$stamp"
+    # shellcheck disable=SC2016 # expanded by the inner shell
+    unshare --mount --propagation private sh -c '
+        for d in $1; do mount -t tmpfs -o ro,size=4k none "$d" || exit 125; done
+        shift; exec "$@"' qemu-selfcheck "$hide" \
+        timeout 180 env NEURON_VFIO_CACHE="$cache" "$here/qemu-vfio-user" \
+        -machine q35,accel=tcg,kernel-irqchip=split -cpu max -m 256 -smp 1 \
+        -device intel-iommu,intremap=on,caching-mode=on \
+        -device pcie-root-port,id=rp0,chassis=1,slot=1 -device e1000e,bus=rp0 \
+        -kernel "$cache/kernel/vmlinuz" -append "console=ttyS0 panic=-1" \
+        -nographic -no-reboot -nic none -serial "file:$out" -monitor none \
+        </dev/null >> "$logf" 2>&1 || true
+    if grep -q "Linux version" "$out" 2>/dev/null; then
+        echo "$(cat "$cache/qemu-11/version") hidden:$hide" > "$stamp"
+        log "QEMU 11 boots the guest machine from its root alone (host firmware hidden:${hide:- none})"
+        return 0
+    fi
+    log "QEMU 11 from its root alone did not reach the guest kernel (host firmware hidden:${hide:- none}); its output:"
+    tail -n 5 "$logf" | sed 's/^/setup:   | /' >&2
+    return 1
+}
 qemu=""
 if [ "${NEURON_VFIO_SKIP_QEMU11:-0}" != 1 ] && provision_qemu11; then
+    qemu_boots_alone || die "QEMU 11's root is incomplete (see $logf and $cache/qemu-11/selfcheck.log)"
     qemu="$here/qemu-vfio-user ($(cat "$cache/qemu-11/version"), vfio-user-pci)"
 else
     rm -rf "$cache/qemu-11"

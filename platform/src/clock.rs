@@ -10,16 +10,21 @@
 //! (their differences are the coarse clock's); against `Instant::now()` they may be off either
 //! way, so the two are not to be mixed in one comparison.
 //!
-//! **How far a coarse reading lags.** `clock_getres` says one tick, but that is not a bound:
-//! the reading is the precise time of the clock's last update, and on a virtual machine (or a
-//! tickless kernel) updates come late — a lag of 7.3 ms was measured against a 4 ms
-//! `clock_getres` on a 6.18 kernel in a VM. An interval measured as the difference of two
-//! coarse readings can therefore come out *longer* than it was, by as much as the first
-//! reading lagged, whatever padding by `clock_getres` is added. [`Interval`] measures
-//! deadlines so that this cannot happen on any kernel: its start becomes firm only at the
-//! first reading that shows the clock updated after the start was read, a reading that is no
-//! earlier than the start itself. What it assumes of the kernel is only what defines the
-//! coarse clock — a reading is the precise time of an update made at or before it.
+//! **How far a coarse reading lags.** `clock_getres` says one tick, but that is not a bound.
+//! The kernel's timekeeping advances the clock by whole tick intervals at each update and
+//! keeps the remainder for the next, so the value an update publishes is the time of a tick
+//! boundary up to one tick *before* the update; and on a virtual machine (or a tickless
+//! kernel) updates come late — a lag of 8 ms was measured against a 4 ms `clock_getres` on a
+//! 6.18 kernel in a VM. An interval measured as the difference of two coarse readings can
+//! therefore come out *longer* than it was, by as much as the first reading lagged, whatever
+//! padding by `clock_getres` is added. [`Interval`] measures deadlines so that this cannot
+//! happen on any kernel: its start becomes firm only at the *second* change of the clock after
+//! the start was read. The first change may be published by an update made after the start
+//! yet carry a tick boundary before it (measured: up to 3.9 ms before); the second advances by
+//! at least one more whole tick, past the update that made the first, so it is no earlier
+//! than the start itself (measured: never). What it assumes of the kernel is what its
+//! timekeeping does: a reading is a tick boundary at or before the update that published it,
+//! and each update moves the clock on by whole ticks.
 
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -71,23 +76,29 @@ pub enum ClockKind {
 /// on either clock: a deadline checked with [`Interval::elapsed`] never passes early.
 ///
 /// On a precise clock the start is the reading given to [`Interval::begin`]. On the coarse
-/// clock that reading may lag the true start by more than a tick (module documentation), so
-/// it is only provisional: while every later reading equals it, nothing has elapsed; the first
-/// later reading that is greater is the time of an update the clock made after the start was
-/// read, so it is no earlier than the start, and the interval counts from it. The cost is
-/// lateness, never earliness: a deadline passes at most one update interval plus the final
-/// reading's lag after it is due.
+/// clock that reading may lag the true start by more than a tick, and so may the first
+/// reading after it that differs (module documentation): the start is provisional until the
+/// second change of the clock, a reading no earlier than the true start; the interval counts
+/// from there, and nothing has elapsed before. The cost is lateness, never earliness: a
+/// deadline passes at most two update gaps plus the last reading's lag after it is due.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Interval {
     start: Option<Instant>,
-    firm: bool,
+    /// Changes of the clock still to see before the start is firm (0: firm).
+    pending: u8,
 }
+
+/// Changes of the coarse clock after a start's reading before the start is firm.
+const COARSE_CHANGES: u8 = 2;
 
 impl Interval {
     /// Start the interval at `now`, a reading of a clock of kind `kind`.
     pub fn begin(&mut self, now: Instant, kind: ClockKind) {
         self.start = Some(now);
-        self.firm = kind == ClockKind::Precise;
+        self.pending = match kind {
+            ClockKind::Precise => 0,
+            ClockKind::Coarse => COARSE_CHANGES,
+        };
     }
     /// Start it at `now` unless it has started.
     pub fn begin_once(&mut self, now: Instant, kind: ClockKind) {
@@ -99,19 +110,20 @@ impl Interval {
     pub fn clear(&mut self) {
         *self = Self::default();
     }
-    /// The start (the first reading after a coarse start's own reading once firm); None before
+    /// The start (on the coarse clock, once firm, the reading it became firm at); None before
     /// [`Interval::begin`].
     pub fn start(&self) -> Option<Instant> {
         self.start
     }
     /// Time elapsed at `now` (a reading of the clock the interval began on), at most the true
     /// time since the start; zero before the start or while a coarse start is provisional.
+    #[inline]
     pub fn elapsed(&mut self, now: Instant) -> Duration {
         let Some(start) = self.start else { return Duration::ZERO };
-        if !self.firm {
+        if self.pending > 0 {
             if now > start {
                 self.start = Some(now);
-                self.firm = true;
+                self.pending -= 1;
             }
             return Duration::ZERO;
         }
@@ -123,15 +135,26 @@ impl Interval {
 mod tests {
     use super::*;
 
-    /// A model of the coarse clock over a precise timeline (ns): updates at the given precise
-    /// times; a reading at `t` is the time of the last update at or before `t`.
+    /// A model of the kernel's coarse clock over a precise timeline (ns): at each update
+    /// (irregular precise instants) the clock advances by the whole ticks elapsed since its
+    /// value, keeping the remainder; a reading at `t` is the value of the last update at or
+    /// before `t`.
     struct Model {
-        updates: Vec<u64>,
+        /// (update instant, published value)
+        updates: Vec<(u64, u64)>,
     }
     impl Model {
+        fn new(tick: u64, instants: impl IntoIterator<Item = u64>) -> Self {
+            let mut updates = vec![(0, 0)];
+            for u in instants {
+                let v = updates[updates.len() - 1].1;
+                updates.push((u, v + (u - v) / tick * tick));
+            }
+            Self { updates }
+        }
         fn read(&self, t: u64) -> u64 {
-            let i = self.updates.partition_point(|&u| u <= t);
-            self.updates[i.saturating_sub(1)]
+            let i = self.updates.partition_point(|&(u, _)| u <= t);
+            self.updates[i.saturating_sub(1)].1
         }
     }
 
@@ -140,15 +163,17 @@ mod tests {
     }
 
     /// The interval never exceeds the true elapsed time, however late the clock's updates
-    /// come: updates every 4 ms nominally, with gaps of several ticks (a clock that lags by up
-    /// to 5 ticks), the start read at every point of a period. The naive difference of two
-    /// coarse readings does exceed it (the failure the interval exists for).
+    /// come: updates every 4 ms nominally, late by up to half a tick, with gaps of several
+    /// ticks (a clock that lags by up to 6 ticks), the start read at every point of a period.
+    /// The naive difference of two coarse readings does exceed it, and so does an interval
+    /// that is firm at the first change (the failure each step of the design exists for).
     #[test]
     fn a_lagging_coarse_clock_never_makes_an_interval_longer_than_it_is() {
         const MS: u64 = 1_000_000;
         let base = Instant::now();
-        // Irregular updates: 4 ms ticks, with stretches where 1–5 ticks are missed.
-        let mut updates = vec![0];
+        // Irregular updates: 4 ms ticks, each update up to half a tick late, and stretches
+        // where 1–5 ticks pass without one.
+        let mut instants = Vec::new();
         let mut t = 0u64;
         let mut seed = 0x2545_f491_4f6c_dd1du64;
         while t < 2_000 * MS {
@@ -156,15 +181,16 @@ mod tests {
             seed ^= seed >> 7;
             seed ^= seed << 17;
             let missed = if seed % 5 == 0 { 1 + seed % 5 } else { 0 };
-            t += 4 * MS * (1 + missed) + seed % (MS / 2);
-            updates.push(t);
+            t = (t / (4 * MS) + 1 + missed) * 4 * MS + seed % (2 * MS);
+            instants.push(t);
         }
-        let clock = Model { updates };
-        let mut naive_early = 0;
+        let clock = Model::new(4 * MS, instants);
+        let (mut naive_early, mut first_change_early) = (0, 0);
         for start in (0..400 * MS).step_by(137_713) {
             let mut iv = Interval::default();
             let c0 = clock.read(start);
             iv.begin(at(base, c0), ClockKind::Coarse);
+            let mut first_change: Option<u64> = None;
             // Readings every 250 µs after the start.
             for k in 1..2_000u64 {
                 let t = start + k * 250_000;
@@ -175,9 +201,16 @@ mod tests {
                 if Duration::from_nanos(c - c0) > truth {
                     naive_early += 1;
                 }
+                if c != c0 && first_change.is_none() {
+                    first_change = Some(c);
+                }
+                if first_change.is_some_and(|f| Duration::from_nanos(c - f) > truth) {
+                    first_change_early += 1;
+                }
             }
         }
         assert!(naive_early > 0, "the model never shows a lag that a plain difference would misread");
+        assert!(first_change_early > 0, "the model never shows a first change before the start");
     }
 
     /// A provisional coarse start counts nothing until the clock moves; a precise start counts
@@ -190,11 +223,13 @@ mod tests {
         assert_eq!(iv.elapsed(t0), Duration::ZERO, "not started");
         iv.begin(t0, ClockKind::Coarse);
         assert_eq!(iv.elapsed(t0), Duration::ZERO);
-        assert_eq!(iv.elapsed(t0 + 4 * ms), Duration::ZERO, "the first update after the start: firm from here");
-        assert_eq!(iv.start(), Some(t0 + 4 * ms));
-        assert_eq!(iv.elapsed(t0 + 10 * ms), 6 * ms);
+        assert_eq!(iv.elapsed(t0 + 4 * ms), Duration::ZERO, "the first change: still provisional");
+        assert_eq!(iv.elapsed(t0 + 4 * ms), Duration::ZERO);
+        assert_eq!(iv.elapsed(t0 + 8 * ms), Duration::ZERO, "the second change: firm from here");
+        assert_eq!(iv.start(), Some(t0 + 8 * ms));
+        assert_eq!(iv.elapsed(t0 + 10 * ms), 2 * ms);
         iv.begin_once(t0 + 20 * ms, ClockKind::Coarse);
-        assert_eq!(iv.start(), Some(t0 + 4 * ms), "begin_once keeps a started interval");
+        assert_eq!(iv.start(), Some(t0 + 8 * ms), "begin_once keeps a started interval");
         iv.begin(t0, ClockKind::Precise);
         assert_eq!(iv.elapsed(t0 + 3 * ms), 3 * ms);
         iv.clear();

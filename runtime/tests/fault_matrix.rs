@@ -161,7 +161,11 @@ fn bench(arch: &'static Arch, ncs: usize, kinds: &[Kind]) -> (Vec<Duration>, usi
             assert_eq!(o.status, k.want, "{arch} {ncs}-NC {spec}");
             assert_eq!(o.poisoned, k.poisons, "{arch} {ncs}-NC {spec}: poisoning");
             if k.want == NrtStatus::Timeout {
-                assert!(o.took >= TIMEOUT, "{arch} {ncs}-NC {spec}: a hang is reported at the timeout");
+                assert!(
+                    o.took >= TIMEOUT,
+                    "{arch} {ncs}-NC {spec}: a hang is reported at the timeout, not after {:?}",
+                    o.took
+                );
             } else {
                 assert!(o.took < PROMPT, "{arch} {ncs}-NC {spec}: took {:?}", o.took);
             }

@@ -263,7 +263,7 @@ impl LaggingClock {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            let missed = if x % 4 == 0 { 1 + x % 5 } else { 0 };
+            let missed = if x.is_multiple_of(4) { 1 + (x >> 8) % 5 } else { 0 };
             t = (t / TICK + 1 + missed) * TICK + x % (TICK / 2);
             let v = updates[updates.len() - 1].1;
             updates.push((t, v + (t - v) / TICK * TICK));

@@ -181,7 +181,10 @@ impl Global {
         if let Some(r) = all.iter().position(|d| d != &digest) {
             return Err(err(
                 NrtStatus::Invalid,
-                format!("rank {r} loads a different collective model (graph count, replica groups or load order)"),
+                format!(
+                    "rank {r} loads a different collective model (graph count, replica groups, collective \
+                     sequences or load order)"
+                ),
             ));
         }
         let comm_base = 0x6e00_0000u32 ^ w.loads.wrapping_mul(0x9e37_79b1);
@@ -221,7 +224,7 @@ impl Global {
                 bytes.len() as u64,
                 start,
                 nc_count,
-                runtime::GlobalPlacement { rank_base: me * g, comm_id: comm_base },
+                runtime::GlobalPlacement { rank_base: me * g, comm_id: comm_base, ranks: g * world },
             ),
         };
         // Every process learns every load's outcome: all succeed or all fail.
@@ -255,6 +258,9 @@ impl Global {
 struct Layout {
     graphs: usize,
     groups: Vec<Vec<u32>>,
+    /// Every graph's collective sequences (`runtime::collectives::layout_signature`): the
+    /// part of the layout a rank's partners in other processes must match.
+    collectives: Vec<u8>,
 }
 
 impl Layout {
@@ -268,6 +274,7 @@ impl Layout {
                 d.extend_from_slice(&r.to_le_bytes());
             }
         }
+        d.extend_from_slice(&self.collectives);
         d
     }
 }
@@ -297,7 +304,11 @@ fn layout_of(bytes: &[u8]) -> Result<Layout, RtError> {
     if n.graphs.iter().any(|g| g.replica_groups != first.replica_groups) {
         return Err(err(NrtStatus::Invalid, "graphs of a global load must share one replica-group table"));
     }
-    Ok(Layout { graphs: n.graphs.len(), groups: first.replica_groups.iter().map(|g| g.to_vec()).collect() })
+    Ok(Layout {
+        graphs: n.graphs.len(),
+        groups: first.replica_groups.iter().map(|g| g.to_vec()).collect(),
+        collectives: runtime::collectives::layout_signature(&n),
+    })
 }
 
 fn dtype_of(e: ElemType) -> DType {

@@ -39,6 +39,9 @@ pub enum RtErrorKind {
     /// The runtime or model lifecycle refused the call.
     #[error("{0}")]
     State(#[from] StateError),
+    /// A collective that can never complete (NRT_INVALID at load).
+    #[error("{0}")]
+    Collective(#[from] crate::collectives::CollectiveError),
     /// Staging graph `graph` failed.
     #[error("graph {graph}: {source}")]
     Stage {
@@ -97,6 +100,12 @@ impl From<StateError> for RtError {
 impl From<hal::HalError> for RtError {
     fn from(e: hal::HalError) -> Self {
         Self::with(hal_status(&e), RtErrorKind::Device(e))
+    }
+}
+
+impl From<crate::collectives::CollectiveError> for RtError {
+    fn from(e: crate::collectives::CollectiveError) -> Self {
+        Self::with(NrtStatus::Invalid, RtErrorKind::Collective(e))
     }
 }
 

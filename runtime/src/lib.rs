@@ -20,6 +20,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod collectives;
 pub mod completion;
 pub mod counters;
 pub mod debug_endpoint;

@@ -33,8 +33,9 @@ fn setup(warn: Duration, timeout: Duration) -> (Runtime, SimDevice, [ModelHandle
     let opts = hal::DeviceOptions { hbm_limit: Some(1 << 28), ..Default::default() };
     rt.init(vec![Arc::new(sim.clone()) as Arc<dyn Platform>], cfg, opts).unwrap();
     let bytes = neff();
-    let m = [0usize, 1]
-        .map(|r| rt.load_global(&bytes, Some(r), Some(1), GlobalPlacement { rank_base: r, comm_id: 0x5a }).unwrap());
+    let m = [0usize, 1].map(|r| {
+        rt.load_global(&bytes, Some(r), Some(1), GlobalPlacement { rank_base: r, comm_id: 0x5a, ranks: 2 }).unwrap()
+    });
     (rt, sim, m)
 }
 
@@ -160,8 +161,9 @@ fn a_failed_barrier_is_1200_with_the_barrier_flag() {
     }
     // A fresh load runs clean.
     let bytes = neff();
-    let m = [0usize, 1]
-        .map(|r| rt.load_global(&bytes, Some(r), Some(1), GlobalPlacement { rank_base: r, comm_id: 0x5b }).unwrap());
+    let m = [0usize, 1].map(|r| {
+        rt.load_global(&bytes, Some(r), Some(1), GlobalPlacement { rank_base: r, comm_id: 0x5b, ranks: 2 }).unwrap()
+    });
     let (a, b) = std::thread::scope(|s| {
         let h = s.spawn(|| exec(&rt, &m[0], 1.0));
         let b = exec(&rt, &m[1], 2.0);

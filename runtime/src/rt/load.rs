@@ -21,6 +21,9 @@ pub struct GlobalPlacement {
     pub rank_base: usize,
     /// Communicator id of the load's collectives (equal in every process of the job).
     pub comm_id: u32,
+    /// Global ranks in all (every process loads the same NEFF: `G` graphs × processes); a
+    /// replica group naming a rank at or past it is refused at load.
+    pub ranks: usize,
 }
 
 impl Runtime {
@@ -126,6 +129,12 @@ impl Runtime {
         let first = devices.first().ok_or_else(|| RtError::internal("no devices"))?;
         let arch = first.arch();
         crate::stage::check_io(&n).map_err(|e| RtError::with(e.status, RtErrorKind::InvalidNeff(e.to_string())))?;
+        // Collectives that can never complete are refused before anything is placed.
+        let ranks = match global {
+            Some(g) => crate::collectives::LoadRanks { first: g.rank_base, total: g.ranks },
+            None => crate::collectives::LoadRanks::local(n.graphs.len()),
+        };
+        crate::collectives::check(&n, ranks)?;
         let required = nc_count.unwrap_or(n.graphs.len()).max(n.graphs.len());
         let place = self.admit(start_nc, required)?;
         let picked = place.global;

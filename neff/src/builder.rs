@@ -613,9 +613,33 @@ fn write_tar<W: Write>(sink: W, members: &[(String, Body<'_>)], opts: &WriteOpti
 /// Packs members into a NEFF on `w`: header placeholder, archive, then the real header.
 pub fn pack_to<W: Write + Seek>(
     members: &[(String, Body<'_>)],
+    header: NeffHeader,
+    opts: &WriteOptions,
+    w: W,
+) -> Result<NeffHeader, BuildError> {
+    pack_payload(header, opts, w, |sink| write_tar(sink, members, opts).map(drop))
+}
+
+/// The raw tar archive of `members`, as [`pack`] writes it before compressing (for tools and
+/// tests that cut or edit an archive, then [`pack_archive`] it).
+pub fn tar_archive(members: &[(String, Body<'_>)], opts: &WriteOptions) -> Result<Vec<u8>, BuildError> {
+    Ok(write_tar(Vec::new(), members, opts)?)
+}
+
+/// Packs `tar` — any bytes, e.g. a cut or edited [`tar_archive`] — as a NEFF's payload with a
+/// header whose size and digest are right, so the reader's later gates see it.
+pub fn pack_archive(tar: &[u8], header: NeffHeader, opts: &WriteOptions) -> Result<Vec<u8>, BuildError> {
+    let mut cur = io::Cursor::new(Vec::new());
+    pack_payload(header, opts, &mut cur, |sink| sink.write_all(tar))?;
+    Ok(cur.into_inner())
+}
+
+/// Header placeholder, the payload `tar` writes (compressed for pkg 2), then the real header.
+fn pack_payload<W: Write + Seek>(
     mut header: NeffHeader,
     opts: &WriteOptions,
     mut w: W,
+    tar: impl FnOnce(&mut dyn Write) -> io::Result<()>,
 ) -> Result<NeffHeader, BuildError> {
     let start = w.stream_position()?;
     w.write_all(&[0u8; NEFF_HEADER_SIZE])?;
@@ -627,10 +651,11 @@ pub fn pack_to<W: Write + Seek>(
     let (n, digest) = {
         let mut hw = HashWriter { inner: io::BufWriter::with_capacity(1 << 20, &mut w), hasher, n: 0 };
         if opts.pkg_version == PKG_VERSION_GZIP_MD5 {
-            let gz = flate2::write::GzEncoder::new(&mut hw, flate2::Compression::new(opts.level.min(9)));
-            write_tar(gz, members, opts)?.finish()?;
+            let mut gz = flate2::write::GzEncoder::new(&mut hw, flate2::Compression::new(opts.level.min(9)));
+            tar(&mut gz)?;
+            gz.finish()?;
         } else {
-            write_tar(&mut hw, members, opts)?;
+            tar(&mut hw)?;
         }
         let HashWriter { inner, hasher, n } = hw;
         inner.into_inner().map_err(|e| e.into_error())?;

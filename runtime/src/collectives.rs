@@ -173,7 +173,7 @@ fn sequence(seqs: &[(u16, Sequence)], group: u16) -> &[(Signature, EngineKind, u
 }
 
 /// Refuse every collective of `n` that can never complete when its graphs take `ranks`.
-pub fn check(n: &Neff, ranks: LoadRanks) -> Result<(), CollectiveError> {
+pub fn check(n: &Neff, ranks: LoadRanks) -> Result<(), Box<CollectiveError>> {
     let graphs = n.graphs.len();
     if graphs == 0 {
         return Ok(());
@@ -185,11 +185,11 @@ pub fn check(n: &Neff, ranks: LoadRanks) -> Result<(), CollectiveError> {
             let Some(&(_, engine, index)) = seq.first() else { continue };
             let site = |engine: EngineKind, index: usize| Site { graph: g.name.clone(), engine, index };
             let Some(members) = g.replica_groups.get(usize::from(*group)) else {
-                return Err(CollectiveError::NoSuchGroup {
+                return Err(Box::new(CollectiveError::NoSuchGroup {
                     site: site(engine, index),
                     group: *group,
                     groups: g.replica_groups.len(),
-                });
+                }));
             };
             // An empty group is the graph alone (a collective of one).
             if members.is_empty() {
@@ -198,30 +198,30 @@ pub fn check(n: &Neff, ranks: LoadRanks) -> Result<(), CollectiveError> {
             let err_members = || members.clone();
             for (k, &r) in members.iter().enumerate() {
                 if r as usize >= ranks.total {
-                    return Err(CollectiveError::RankOutside {
+                    return Err(Box::new(CollectiveError::RankOutside {
                         site: site(engine, index),
                         group: *group,
                         members: err_members(),
                         rank: r,
                         ranks: ranks.total,
-                    });
+                    }));
                 }
                 if members[..k].contains(&r) {
-                    return Err(CollectiveError::RankTwice {
+                    return Err(Box::new(CollectiveError::RankTwice {
                         site: site(engine, index),
                         group: *group,
                         members: err_members(),
                         rank: r,
-                    });
+                    }));
                 }
             }
             if !members.iter().any(|&r| r as usize == own) {
-                return Err(CollectiveError::NotAMember {
+                return Err(Box::new(CollectiveError::NotAMember {
                     site: site(engine, index),
                     group: *group,
                     members: err_members(),
                     rank: own,
-                });
+                }));
             }
             for &r in members {
                 let p = r as usize % graphs;
@@ -231,7 +231,7 @@ pub fn check(n: &Neff, ranks: LoadRanks) -> Result<(), CollectiveError> {
                 let peer = &n.graphs[p];
                 let unmatched = |nth: usize, mismatch: Mismatch| {
                     let (signature, engine, index) = seq[nth.min(seq.len() - 1)];
-                    CollectiveError::Unmatched {
+                    Box::new(CollectiveError::Unmatched {
                         site: site(engine, index),
                         nth,
                         group: *group,
@@ -240,7 +240,7 @@ pub fn check(n: &Neff, ranks: LoadRanks) -> Result<(), CollectiveError> {
                         peer: peer.name.clone(),
                         rank: r,
                         mismatch,
-                    }
+                    })
                 };
                 let theirs = peer.replica_groups.get(usize::from(*group));
                 if theirs != Some(members) {

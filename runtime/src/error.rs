@@ -41,7 +41,7 @@ pub enum RtErrorKind {
     State(#[from] StateError),
     /// A collective that can never complete (NRT_INVALID at load).
     #[error("{0}")]
-    Collective(#[from] crate::collectives::CollectiveError),
+    Collective(Box<crate::collectives::CollectiveError>),
     /// Staging graph `graph` failed.
     #[error("graph {graph}: {source}")]
     Stage {
@@ -103,8 +103,8 @@ impl From<hal::HalError> for RtError {
     }
 }
 
-impl From<crate::collectives::CollectiveError> for RtError {
-    fn from(e: crate::collectives::CollectiveError) -> Self {
+impl From<Box<crate::collectives::CollectiveError>> for RtError {
+    fn from(e: Box<crate::collectives::CollectiveError>) -> Self {
         Self::with(NrtStatus::Invalid, RtErrorKind::Collective(e))
     }
 }

@@ -277,17 +277,27 @@ qemu_boots_alone() {
         return 0
     fi
     rm -f "$out" "$stamp"
+    local qemu_cmd=(timeout 180 env NEURON_VFIO_CACHE="$cache" "$here/qemu-vfio-user"
+        -machine q35,accel=tcg,kernel-irqchip=split -cpu max -m 256 -smp 1
+        -device intel-iommu,intremap=on,caching-mode=on
+        -device pcie-root-port,id=rp0,chassis=1,slot=1 -device e1000e,bus=rp0
+        -kernel "$cache/kernel/vmlinuz" -append "console=ttyS0 panic=-1"
+        -nographic -no-reboot -nic none -serial "file:$out" -monitor none)
     # shellcheck disable=SC2016 # expanded by the inner shell
-    unshare --mount --propagation private sh -c '
-        for d in $1; do mount -t tmpfs -o ro,size=4k none "$d" || exit 125; done
-        shift; exec "$@"' qemu-selfcheck "$hide" \
-        timeout 180 env NEURON_VFIO_CACHE="$cache" "$here/qemu-vfio-user" \
-        -machine q35,accel=tcg,kernel-irqchip=split -cpu max -m 256 -smp 1 \
-        -device intel-iommu,intremap=on,caching-mode=on \
-        -device pcie-root-port,id=rp0,chassis=1,slot=1 -device e1000e,bus=rp0 \
-        -kernel "$cache/kernel/vmlinuz" -append "console=ttyS0 panic=-1" \
-        -nographic -no-reboot -nic none -serial "file:$out" -monitor none \
-        </dev/null >> "$logf" 2>&1 || true
+    local hider='for d in $1; do mount -t tmpfs -o ro,size=4k none "$d" || exit 125; done; shift; exec "$@"'
+    if [ -z "$hide" ]; then
+        # Nothing of the host's to hide (a fresh machine): no mount namespace needed.
+        "${qemu_cmd[@]}" </dev/null >> "$logf" 2>&1 || true
+    elif unshare --mount --propagation private true 2>/dev/null; then
+        unshare --mount --propagation private sh -c "$hider" qemu-selfcheck "$hide" "${qemu_cmd[@]}" \
+            </dev/null >> "$logf" 2>&1 || true
+    else
+        # In a chroot "/" is no mount point and cannot be made private by unshare: make the
+        # tree private inside the namespace, or refuse to mount (the tmpfs must not propagate).
+        # shellcheck disable=SC2016
+        unshare --mount --propagation unchanged sh -c "mount --make-rprivate / || exit 125; $hider" \
+            qemu-selfcheck "$hide" "${qemu_cmd[@]}" </dev/null >> "$logf" 2>&1 || true
+    fi
     if grep -q "Linux version" "$out" 2>/dev/null; then
         echo "$(cat "$cache/qemu-11/version") hidden:$hide" > "$stamp"
         log "QEMU 11 boots the guest machine from its root alone (host firmware hidden:${hide:- none})"

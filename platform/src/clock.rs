@@ -155,7 +155,7 @@ mod tests {
             seed ^= seed << 13;
             seed ^= seed >> 7;
             seed ^= seed << 17;
-            let missed = if seed % 5 == 0 { 1 + seed % 5 } else { 0 };
+            let missed = if seed.is_multiple_of(5) { 1 + seed % 5 } else { 0 };
             t += 4 * MS * (1 + missed) + seed % (MS / 2);
             updates.push(t);
         }

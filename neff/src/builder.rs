@@ -613,9 +613,34 @@ fn write_tar<W: Write>(sink: W, members: &[(String, Body<'_>)], opts: &WriteOpti
 /// Packs members into a NEFF on `w`: header placeholder, archive, then the real header.
 pub fn pack_to<W: Write + Seek>(
     members: &[(String, Body<'_>)],
+    header: NeffHeader,
+    opts: &WriteOptions,
+    w: W,
+) -> Result<NeffHeader, BuildError> {
+    pack_window(header, opts, w, |sink| write_tar(sink, members, opts).map(drop))
+}
+
+/// The uncompressed tar of `members` (what a NEFF's data window holds once inflated).
+pub fn tar_bytes(members: &[(String, Body<'_>)], opts: &WriteOptions) -> Result<Vec<u8>, BuildError> {
+    Ok(write_tar(Vec::new(), members, opts)?)
+}
+
+/// A NEFF whose archive is `archive` exactly as given — gzipped and MD5-hashed for pkg 2,
+/// as is and SHA-256-hashed for pkg 1 — so that an archive the writer would never emit (a
+/// truncated or edited tar) reaches the tar walk behind valid header gates and digest.
+pub fn wrap_archive(archive: &[u8], header: NeffHeader, opts: &WriteOptions) -> Result<Vec<u8>, BuildError> {
+    let mut cur = io::Cursor::new(Vec::new());
+    pack_window(header, opts, &mut cur, |sink| sink.write_all(archive))?;
+    Ok(cur.into_inner())
+}
+
+/// Writes a NEFF on `w`: a header placeholder, the data window (`emit` writes the archive,
+/// compressed on the way for pkg 2, and hashed), then the real header.
+fn pack_window<W: Write + Seek>(
     mut header: NeffHeader,
     opts: &WriteOptions,
     mut w: W,
+    emit: impl FnOnce(&mut dyn Write) -> io::Result<()>,
 ) -> Result<NeffHeader, BuildError> {
     let start = w.stream_position()?;
     w.write_all(&[0u8; NEFF_HEADER_SIZE])?;
@@ -627,10 +652,11 @@ pub fn pack_to<W: Write + Seek>(
     let (n, digest) = {
         let mut hw = HashWriter { inner: io::BufWriter::with_capacity(1 << 20, &mut w), hasher, n: 0 };
         if opts.pkg_version == PKG_VERSION_GZIP_MD5 {
-            let gz = flate2::write::GzEncoder::new(&mut hw, flate2::Compression::new(opts.level.min(9)));
-            write_tar(gz, members, opts)?.finish()?;
+            let mut gz = flate2::write::GzEncoder::new(&mut hw, flate2::Compression::new(opts.level.min(9)));
+            emit(&mut gz)?;
+            gz.finish()?;
         } else {
-            write_tar(&mut hw, members, opts)?;
+            emit(&mut hw)?;
         }
         let HashWriter { inner, hasher, n } = hw;
         inner.into_inner().map_err(|e| e.into_error())?;

@@ -126,6 +126,9 @@ enum BenchCmd {
     /// Streaming load of a NEFF with 1 GiB of weights (into simulated device memory) vs raw
     /// inflate of its gzip payload; `--sizes` for a sweep.
     NeffLoad(cmd_neff::BenchNeffLoadArgs),
+    /// Load a model with one large variable (default 8 GiB) into the simulator: load time and
+    /// peak host RSS.
+    LargeVar(cmd_neff::BenchLargeVarArgs),
     /// Host overhead, completion latency (spin vs usleep(1)), allocations and syscalls per execute.
     Exec(cmd_bench::ExecBenchArgs),
     /// Many NCs at once: N simulated devices, one model per NC, executes from 1, 2, … threads.
@@ -184,6 +187,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         #[cfg(feature = "sim")]
         Cmd::SimServe(a) => cmd_serve::run(a),
         Cmd::Bench(BenchCmd::NeffLoad(a)) => cmd_neff::bench_neff_load(a, json),
+        Cmd::Bench(BenchCmd::LargeVar(a)) => cmd_neff::bench_large_var(a, json),
         Cmd::Bench(BenchCmd::Exec(a)) => cmd_bench::exec_bench(a, json),
         Cmd::Bench(BenchCmd::Scale(a)) => cmd_bench::scale_bench(a, json),
         #[cfg(feature = "fabric")]

@@ -102,3 +102,27 @@ fn bench_neff_load_small() {
     assert!(err.contains("needs ~2 MiB") && err.contains("writing a ~1 MB NEFF"), "{err}");
     assert!(!err.contains('\x1b') && !err.contains("generating the NEFF"), "{err:?}");
 }
+
+#[test]
+fn bench_large_var_costs_no_host_memory_for_zeroed_device_memory() {
+    // 512 MiB of device memory zeroed for the var: the simulator writes no host page for it.
+    for reader in [None, Some("--in-memory")] {
+        let mut cmd = bin();
+        cmd.args(["--json", "bench", "large-var", "--size", "512M"]);
+        if let Some(r) = reader {
+            cmd.arg(r);
+        }
+        let out = cmd.output().expect("run");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert_eq!(v["bench"], "large-var");
+        assert_eq!(v["var_bytes"], 512u64 << 20);
+        assert!(v["load_s"].as_f64().is_some_and(|s| s > 0.0), "{v}");
+        assert!(v["peak_rss_mib"].as_f64().is_some_and(|m| m > 0.0 && m < 256.0), "{v}");
+    }
+    // A var that cannot fit the arch's HBM stack is a clear error.
+    let bad = bin().args(["--json", "bench", "large-var", "--size", "64G"]).output().expect("run");
+    assert!(!bad.status.success());
+    let v: Value = serde_json::from_slice(&bad.stdout).expect("json error");
+    assert!(v["error"].as_str().is_some_and(|e| e.contains("does not fit")), "{v}");
+}

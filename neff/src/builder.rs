@@ -617,29 +617,30 @@ pub fn pack_to<W: Write + Seek>(
     opts: &WriteOptions,
     w: W,
 ) -> Result<NeffHeader, BuildError> {
-    pack_payload(header, opts, w, |sink| write_tar(sink, members, opts).map(drop))
+    pack_window(header, opts, w, |sink| write_tar(sink, members, opts).map(drop))
 }
 
-/// The raw tar archive of `members`, as [`pack`] writes it before compressing (for tools and
-/// tests that cut or edit an archive, then [`pack_archive`] it).
-pub fn tar_archive(members: &[(String, Body<'_>)], opts: &WriteOptions) -> Result<Vec<u8>, BuildError> {
+/// The uncompressed tar of `members` (what a NEFF's data window holds once inflated).
+pub fn tar_bytes(members: &[(String, Body<'_>)], opts: &WriteOptions) -> Result<Vec<u8>, BuildError> {
     Ok(write_tar(Vec::new(), members, opts)?)
 }
 
-/// Packs `tar` — any bytes, e.g. a cut or edited [`tar_archive`] — as a NEFF's payload with a
-/// header whose size and digest are right, so the reader's later gates see it.
-pub fn pack_archive(tar: &[u8], header: NeffHeader, opts: &WriteOptions) -> Result<Vec<u8>, BuildError> {
+/// A NEFF whose archive is `archive` exactly as given — gzipped and MD5-hashed for pkg 2,
+/// as is and SHA-256-hashed for pkg 1 — so that an archive the writer would never emit (a
+/// truncated or edited tar) reaches the tar walk behind valid header gates and digest.
+pub fn wrap_archive(archive: &[u8], header: NeffHeader, opts: &WriteOptions) -> Result<Vec<u8>, BuildError> {
     let mut cur = io::Cursor::new(Vec::new());
-    pack_payload(header, opts, &mut cur, |sink| sink.write_all(tar))?;
+    pack_window(header, opts, &mut cur, |sink| sink.write_all(archive))?;
     Ok(cur.into_inner())
 }
 
-/// Header placeholder, the payload `tar` writes (compressed for pkg 2), then the real header.
-fn pack_payload<W: Write + Seek>(
+/// Writes a NEFF on `w`: a header placeholder, the data window (`emit` writes the archive,
+/// compressed on the way for pkg 2, and hashed), then the real header.
+fn pack_window<W: Write + Seek>(
     mut header: NeffHeader,
     opts: &WriteOptions,
     mut w: W,
-    tar: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+    emit: impl FnOnce(&mut dyn Write) -> io::Result<()>,
 ) -> Result<NeffHeader, BuildError> {
     let start = w.stream_position()?;
     w.write_all(&[0u8; NEFF_HEADER_SIZE])?;
@@ -652,10 +653,10 @@ fn pack_payload<W: Write + Seek>(
         let mut hw = HashWriter { inner: io::BufWriter::with_capacity(1 << 20, &mut w), hasher, n: 0 };
         if opts.pkg_version == PKG_VERSION_GZIP_MD5 {
             let mut gz = flate2::write::GzEncoder::new(&mut hw, flate2::Compression::new(opts.level.min(9)));
-            tar(&mut gz)?;
+            emit(&mut gz)?;
             gz.finish()?;
         } else {
-            tar(&mut hw)?;
+            emit(&mut hw)?;
         }
         let HashWriter { inner, hasher, n } = hw;
         inner.into_inner().map_err(|e| e.into_error())?;

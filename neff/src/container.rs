@@ -1,11 +1,13 @@
 //! The container: header gates in libnrt's order, digest, streamed inflate and the tar walk
-//! (docs/facts/libnrt.md §1.1-§1.4).
+//! (docs/facts/libnrt.md §1.1-§1.4). The walk itself is [`crate::stream`]'s, for the in-memory
+//! reader too.
 //!
-//! Memory: the inflated tar is kept in one buffer (members are ranges into it, so weights are
-//! zero-copy). Its size is bounded by `ReadOptions::mem_cap`: the inflater is never allowed to
-//! produce more than `mem_cap` bytes, so a gzip bomb or a tar header claiming a huge size fails
-//! with NRT_INVALID without the memory being allocated. Compressed input is streamed in 1 MiB
-//! chunks; with verification on, a second thread hashes the chunks while the first inflates.
+//! Memory: the members' bodies are kept in one buffer (members are ranges into it, so weights
+//! are zero-copy). Its size is bounded by `ReadOptions::mem_cap`: the inflater is never allowed
+//! to produce more than `mem_cap` bytes, so a gzip bomb or a tar header claiming a huge size
+//! fails with NRT_INVALID without the memory being allocated. Compressed input is streamed in
+//! 1 MiB chunks; with verification on, a second thread hashes the chunks while the first
+//! inflates.
 
 use std::collections::HashMap;
 use std::io::{self, BufRead, Read};
@@ -289,59 +291,13 @@ impl<R: Read> Read for Counting<R> {
     }
 }
 
-fn inflate_err(e: io::Error, pkg: u64, cap_hit: bool, cap: u64) -> NeffError {
-    if cap_hit {
-        return NeffError::MemCap { cap };
-    }
-    if e.kind() == io::ErrorKind::OutOfMemory {
-        return NeffError::HostAlloc { bytes: 0 };
-    }
-    if pkg == PKG_VERSION_GZIP_MD5 {
-        NeffError::Archive(format!("gzip inflate failed: {e}"))
-    } else {
-        NeffError::Archive(format!("reading the tar payload failed: {e}"))
-    }
-}
-
-/// Inflates (pkg 2) or copies (pkg 1) the data window into one buffer of at most `cap` bytes.
-fn inflate_all<R: BufRead>(src: R, pkg: u64, cap: u64) -> Result<Vec<u8>, NeffError> {
-    let mut out = Vec::new();
-    let limit = cap.saturating_add(1);
-    let res = if pkg == PKG_VERSION_GZIP_MD5 {
-        flate2::bufread::GzDecoder::new(src).take(limit).read_to_end(&mut out)
-    } else {
-        src.take(limit).read_to_end(&mut out)
-    };
-    let cap_hit = out.len() as u64 > cap;
-    match res {
-        Ok(_) if cap_hit => Err(NeffError::MemCap { cap }),
-        Ok(_) => Ok(out),
-        Err(e) => Err(inflate_err(e, pkg, cap_hit, cap)),
-    }
-}
-
 /// Reads a NEFF from `r`, whose total length is `file_size`, through the container stages
-/// (gates, digest, inflate, tar walk).
+/// (gates, digest, inflate, tar walk), every member held in memory. The walk is the streaming
+/// reader's ([`crate::stream::read_container_streaming`] with a sink that takes no member), so
+/// the in-memory and the streaming load accept and refuse the same bytes with the same error:
+/// there is one tar walk.
 pub fn read_container<R: Read + Send>(r: R, file_size: u64, opts: &ReadOptions) -> Result<Container, NeffError> {
-    let (header, window) = check_header_stream(r, file_size)?;
-    let pkg = header.pkg_version;
-    let cap = opts.mem_cap;
-    let tar = digest_pass(window, &header, opts.verify, |src| inflate_all(src, pkg, cap))?;
-    let buf = Arc::new(tar);
-    let members = walk_tar(&buf)?;
-    let mut index = HashMap::new();
-    let mut kept: Vec<MemberInfo> = Vec::with_capacity(members.len());
-    for m in members {
-        // Duplicates overwrite (libnrt inserts into a map keyed by name).
-        if let Some(&i) = index.get(&m.name) {
-            kept[i] = m;
-        } else {
-            index.insert(m.name.clone(), kept.len());
-            kept.push(m);
-        }
-    }
-    let len = buf.len();
-    Ok(Container { header, payload: Blob::new(buf, 0..len), members: kept, index })
+    crate::stream::read_container_streaming(r, file_size, opts, &mut crate::stream::HoldAll)
 }
 
 /// Reads the 1024-byte header from `r` and runs the gates; returns the header and the data
@@ -442,37 +398,4 @@ pub(crate) fn digest_pass<R: Read + Send, T>(
         return Err(NeffError::Digest { algo, expected: hex(expected), actual: hex(&digest) });
     }
     out
-}
-
-/// Walks the tar in `buf` (docs/facts/libnrt.md §1.4): skip directories, strip `./`, skip names ending in
-/// `wavegraph-bin.json`, reject bodies that run past the end of the archive.
-pub fn walk_tar(buf: &[u8]) -> Result<Vec<MemberInfo>, NeffError> {
-    let mut ar = tar::Archive::new(io::Cursor::new(buf));
-    let entries = ar.entries_with_seek().map_err(|e| NeffError::Archive(format!("tar open failed: {e}")))?;
-    let mut out = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(|e| NeffError::Archive(format!("tar header read failed: {e}")))?;
-        let kind = entry.header().entry_type();
-        if kind.is_dir() {
-            continue;
-        }
-        let raw_name = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
-        if kind.is_gnu_sparse() {
-            return Err(NeffError::Archive(format!("member {raw_name:?}: GNU sparse entries are not supported")));
-        }
-        let name = raw_name.strip_prefix("./").unwrap_or(&raw_name).to_string();
-        if name.ends_with("wavegraph-bin.json") {
-            continue;
-        }
-        let size = entry.size();
-        let start = entry.raw_file_position();
-        let end = start.checked_add(size).filter(|&e| e <= buf.len() as u64).ok_or_else(|| {
-            NeffError::Archive(format!(
-                "member {name:?} claims size {size} at offset {start}, but the archive holds {} bytes",
-                buf.len()
-            ))
-        })?;
-        out.push(MemberInfo { name, size, range: start as usize..end as usize, streamed: false });
-    }
-    Ok(out)
 }

@@ -8,7 +8,11 @@
 //!       ─► def.json per graph (12..15) ─► engine jsons, DMA blocks, 64-byte slots
 //! ```
 //!
-//! Memory: the inflated tar lives in one buffer (members and `.npy` weights are zero-copy
+//! One tar walk ([`stream`]) serves both readers: [`Neff::parse`] / [`Neff::parse_reader`] are
+//! [`Neff::parse_streaming`] with a sink that takes no member, so they accept and refuse the same
+//! bytes with the same status.
+//!
+//! Memory: the members' bodies live in one buffer (members and `.npy` weights are zero-copy
 //! [`Blob`] slices of it) and the inflater may never produce more than
 //! [`ReadOptions::mem_cap`] bytes ([`DEFAULT_MEM_CAP`] = 4 GiB), so a gzip bomb or a tar
 //! header claiming a huge size is rejected with NRT_INVALID before anything that large is

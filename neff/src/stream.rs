@@ -3,8 +3,9 @@
 //! the DMA path) in chunks of at most 1 MiB instead of into the payload buffer, so host
 //! memory stays bounded whatever the size of the weights.
 //!
-//! Everything [`crate::container::read_container`] checks is checked here too, in the same
-//! order of precedence: the header gates first; the digest of the compressed window (hashed
+//! The in-memory reader ([`crate::container::read_container`]) is this one with a sink that
+//! takes no member ([`HoldAll`]): one tar walk, so both accept and refuse the same bytes with
+//! the same status. The order of precedence: the header gates first; the digest of the compressed window (hashed
 //! by a helper thread as it is read, so on the same pass) takes precedence over inflate and
 //! tar errors; the inflated total never exceeds [`ReadOptions::mem_cap`] (streamed bodies
 //! count); the gzip stream is read to its end, so its CRC and length are still verified.
@@ -42,6 +43,25 @@ pub trait MemberSink {
     fn write(&mut self, data: &[u8]) -> Result<(), SinkError>;
     /// The current member is complete.
     fn end(&mut self) -> Result<(), SinkError>;
+}
+
+/// The sink of the in-memory reader: it takes no member, so every body stays in the payload
+/// buffer.
+pub struct HoldAll;
+
+impl MemberSink for HoldAll {
+    fn wants(&mut self, _: &str, _: u64) -> bool {
+        false
+    }
+    fn begin(&mut self, _: &str, _: u64) -> Result<(), SinkError> {
+        Ok(())
+    }
+    fn write(&mut self, _: &[u8]) -> Result<(), SinkError> {
+        Ok(())
+    }
+    fn end(&mut self) -> Result<(), SinkError> {
+        Ok(())
+    }
 }
 
 /// Counts inflated bytes and stops one byte past the cap.

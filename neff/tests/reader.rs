@@ -308,11 +308,11 @@ fn gzip_bomb_hits_the_cap_without_allocating() {
     expect_err(&b, &o, NrtStatus::Invalid, "memory cap of 1048576");
 }
 
-#[test]
-fn tar_member_claiming_huge_size_is_rejected() {
+/// A NEFF (valid gates and MD5) whose tar is the model's members followed by a hand-made
+/// header claiming `claim` bytes and 512 bytes of body.
+fn with_claiming_member(claim: u64) -> Vec<u8> {
     let m = builder::single_nc_allreduce();
     let ms = members(&m);
-    // A hand-made tar whose last member header claims 1 TiB.
     let mut tar = Vec::new();
     {
         let mut t = tar::Builder::new(&mut tar);
@@ -327,7 +327,7 @@ fn tar_member_claiming_huge_size_is_rejected() {
         }
         let mut h = tar::Header::new_gnu();
         h.set_path("huge.bin").expect("path");
-        h.set_size(1 << 40);
+        h.set_size(claim);
         h.set_cksum();
         t.get_mut().extend_from_slice(h.as_bytes());
         t.get_mut().extend_from_slice(&[1u8; 512]);
@@ -341,7 +341,15 @@ fn tar_member_claiming_huge_size_is_rejected() {
     h.hash[..16].copy_from_slice(&digest);
     let mut b = h.encode().to_vec();
     b.extend_from_slice(&data);
-    expect_err(&b, &opts(), NrtStatus::Invalid, "claims size 1099511627776");
+    b
+}
+
+#[test]
+fn tar_member_claiming_huge_size_is_rejected() {
+    // Over the inflate cap: refused before anything that large is read or allocated.
+    expect_err(&with_claiming_member(1 << 40), &opts(), NrtStatus::Invalid, "memory cap of 4294967296");
+    // Under the cap but past the end of the archive.
+    expect_err(&with_claiming_member(1 << 20), &opts(), NrtStatus::Invalid, "claims size 1048576");
 }
 
 #[test]

@@ -306,10 +306,10 @@ fn case_bytes(seed: u64) -> Option<Vec<u8>> {
         }
         _ => {
             // The archive itself cut: at a block boundary (a member's end) or anywhere.
-            let mut tar = builder::tar_archive(&members, &opts).ok()?;
+            let mut tar = builder::tar_bytes(&members, &opts).ok()?;
             let cut = if rng.chance(2) { rng.below(tar.len() / 512 + 1) * 512 } else { rng.below(tar.len() + 1) };
             tar.truncate(cut);
-            return builder::pack_archive(&tar, d.header(), &opts).ok();
+            return builder::wrap_archive(&tar, d.header(), &opts).ok();
         }
     }
     builder::pack(&members, d.header(), &opts).ok()

@@ -45,7 +45,8 @@ pub enum Timing {
 #[derive(Debug, Clone)]
 pub struct SimConfig {
     pub arch: &'static Arch,
-    /// Bytes of HBM per stack (sparse; default: the arch's active size).
+    /// Bytes of HBM per stack (sparse: host memory only for what is written, `sim::hbm`;
+    /// default and maximum: the arch's active size).
     pub hbm_bytes: Option<u64>,
     pub timing: Timing,
     /// Extra latency per executed slot / DMA packet (default 0).
@@ -134,6 +135,14 @@ pub struct SimStats {
     /// Accesses the NCs' ownership region tables refused (not performed, reported as out of
     /// bounds).
     pub oob_refused: u64,
+    /// Bytes of simulated HBM, in 64 KiB granules, that may hold non-zero data (written since
+    /// they were last zeroed): at most what the device memory costs the host, since
+    /// never-written memory reads as zeros without host pages (`sim::hbm`).
+    pub hbm_written_bytes: u64,
+    /// Bytes of HBM pages given back to the host by zero writes over written memory.
+    pub hbm_dropped_bytes: u64,
+    /// Zero bytes written into HBM that already held only zeros (not written: no page touched).
+    pub hbm_zero_skipped_bytes: u64,
 }
 
 #[derive(Default)]
@@ -186,6 +195,8 @@ pub(crate) struct State {
     pub regions: Vec<crate::mpu::Table>,
     /// Recently decoded BAR0 offsets (register reads and writes).
     pub decoded: crate::decode::DecodeCache,
+    /// Which HBM granules may hold data ([`crate::hbm`]): every HBM write goes through it.
+    pub hbm_written: crate::hbm::Written,
 }
 
 /// Emptied lists kept for reuse, so the device's hot paths do not allocate.
@@ -288,7 +299,7 @@ pub(crate) struct Dev {
     pub cfg: SimConfig,
     pub dec: Decoder,
     pub layout: Layout,
-    pub hbm: Vec<HostMem>,
+    pub hbm: Vec<crate::hbm::Stack>,
     pub hbm_bytes: u64,
     pub sbuf: Vec<HostMem>,
     pub iommu: Iommu,
@@ -429,8 +440,9 @@ impl SimDevice {
         let hbm_bytes = cfg.hbm_bytes.unwrap_or(arch.consts.hbm_active_size).min(arch.consts.hbm_active_size);
         let mut hbm = Vec::new();
         for _ in 0..arch.counts.hbm_stacks {
-            hbm.push(HostMem::alloc_with(hbm_bytes as usize, platform::PageSize::Base4K)?);
+            hbm.push(crate::hbm::Stack::new(hbm_bytes)?);
         }
+        let hbm_written = crate::hbm::Written::new(&hbm);
         let layout = Layout::new(arch)?;
         let sbuf_size = layout.sbuf.size;
         let mut sbuf = Vec::new();
@@ -462,6 +474,7 @@ impl SimDevice {
             seg_pool: ListPool::default(),
             desc_pool: ListPool::default(),
             decoded: Default::default(),
+            hbm_written,
         };
         let dev = Arc::new_cyclic(|me| Dev {
             arch,
@@ -584,6 +597,9 @@ impl SimDevice {
             threads: d.n.threads.load(Ordering::Relaxed),
             device_ns: d.n.device_ns.load(Ordering::Relaxed),
             oob_refused: d.n.oob_refused.load(Ordering::Relaxed),
+            hbm_written_bytes: st.hbm_written.bytes(),
+            hbm_dropped_bytes: st.hbm_written.dropped,
+            hbm_zero_skipped_bytes: st.hbm_written.skipped,
         }
     }
 }

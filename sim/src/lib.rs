@@ -20,6 +20,7 @@ mod exec;
 mod external;
 mod fault;
 mod fwio;
+mod hbm;
 mod hub;
 mod intc;
 mod interhost;
@@ -47,6 +48,8 @@ pub use topology::SimTopology;
 pub enum SimError {
     #[error("device memory: {0}")]
     Memory(#[from] platform::HostMemError),
+    #[error("{0} bytes of HBM per stack do not fit this host's address space")]
+    HbmSize(u64),
     #[error("a topology holds 1 to 16 devices, not {0}")]
     TopologySize(usize),
     #[error("bad simulator spec `{0}`: expected sim[:ARCH[:N]]")]

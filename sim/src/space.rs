@@ -14,10 +14,48 @@ use crate::iommu::{translate, DmaFault, Mapping};
 /// One piece of a device access.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Seg {
-    /// Raw memory (host through the IOMMU, HBM, or state buffer).
+    /// Raw memory (host through the IOMMU, or a state buffer): host address, length.
     Mem(usize, usize),
+    /// HBM stack `k` at an offset, length: written through [`crate::hbm::store`].
+    Hbm(usize, usize, usize),
     /// BAR0 register space at this offset.
     Csr(u64, usize),
+}
+
+impl Dev {
+    /// Host address and length of a memory piece (`None` for registers).
+    #[inline]
+    pub(crate) fn seg_mem(&self, s: Seg) -> Option<(usize, usize)> {
+        match s {
+            Seg::Mem(p, l) => Some((p, l)),
+            Seg::Hbm(k, off, l) => self.hbm.get(k).map(|h| (h.base() + off, l)),
+            Seg::Csr(..) => None,
+        }
+    }
+
+    /// Write `n` bytes from `src` into memory piece `dst` at `at` bytes into it (a register
+    /// piece is not memory: nothing is written).
+    ///
+    /// # Safety
+    /// `src..src + n` must be readable, `at + n` within the piece, and the piece one that
+    /// [`Dev::resolve`] made under the IOMMU guard still held (host pieces stay mapped).
+    #[inline]
+    pub(crate) unsafe fn put(&self, st: &mut State, dst: Seg, at: usize, src: *const u8, n: usize) {
+        match dst {
+            Seg::Hbm(k, off, _) => {
+                if let Some(h) = self.hbm.get(k) {
+                    // SAFETY: the range is inside the stack (resolve checked it, the caller
+                    // keeps `at + n` within the piece); the source is readable (caller).
+                    unsafe { crate::hbm::store(h, &mut st.hbm_written, k, off + at, src, n) }
+                }
+            }
+            // SAFETY: `p + at .. p + at + n` lies in live device-writable memory (caller); the
+            // ranges may alias only if the driver asked for an overlapping copy, for which
+            // `copy` (memmove) is used.
+            Seg::Mem(p, _) => unsafe { std::ptr::copy(src, (p + at) as *mut u8, n) },
+            Seg::Csr(..) => {}
+        }
+    }
 }
 
 impl Dev {
@@ -36,15 +74,17 @@ impl Dev {
         }
         if let Some(iova) = self.arch.dev_to_host_iova(addr) {
             // On a fault the caller discards `out` (the access aborts).
-            return translate(maps, iova, len, write, &mut |h, l| out.push(Seg::Mem(h, l)));
+            return translate(maps, iova, len, write, &mut |h, l| push_seg(out, Seg::Mem(h, l)));
         }
         if let Some((k, off)) = self.arch.dev_to_hbm(addr) {
             let end = off.checked_add(len).ok_or(DmaFault::Decode { addr })?;
-            let mem = self.hbm.get(k as usize).ok_or(DmaFault::Decode { addr })?;
+            if self.hbm.get(k as usize).is_none() {
+                return Err(DmaFault::Decode { addr });
+            }
             if end > self.hbm_bytes {
                 return Err(DmaFault::Decode { addr: addr + (self.hbm_bytes.saturating_sub(off)) });
             }
-            out.push(Seg::Mem(mem.as_ptr() as usize + off as usize, len as usize));
+            push_seg(out, Seg::Hbm(k as usize, off as usize, len as usize));
             return Ok(());
         }
         if let Some(bar) = self.arch.dev_to_bar0(addr) {
@@ -100,7 +140,8 @@ impl Dev {
             let mut o = 0;
             for &s in segs {
                 match s {
-                    Seg::Mem(p, l) => {
+                    Seg::Mem(..) | Seg::Hbm(..) => {
+                        let Some((p, l)) = self.seg_mem(s) else { continue };
                         // SAFETY: `p..p+l` lies inside a live HostMem (HBM, state buffer, or a
                         // host buffer kept mapped by the IOMMU read guard `with_segs` holds);
                         // `buf` is distinct.
@@ -128,9 +169,10 @@ impl Dev {
             let mut o = 0;
             for &s in segs {
                 match s {
-                    Seg::Mem(p, l) => {
-                        // SAFETY: as in `dev_read`; the destination is device-writable memory.
-                        unsafe { std::ptr::copy_nonoverlapping(data[o..o + l].as_ptr(), p as *mut u8, l) };
+                    Seg::Mem(_, l) | Seg::Hbm(_, _, l) => {
+                        // SAFETY: `data[o..o + l]` is a live slice; the piece was resolved
+                        // under the IOMMU guard `with_segs` holds.
+                        unsafe { self.put(st, s, 0, data[o..o + l].as_ptr(), l) };
                         o += l;
                     }
                     Seg::Csr(off, l) => {
@@ -142,6 +184,17 @@ impl Dev {
         })?;
         std::sync::atomic::fence(Ordering::Release);
         Ok(())
+    }
+}
+
+/// Append a piece, merged into the last one when it continues it: a packet's descriptors over
+/// contiguous memory become one piece, so HBM sees the packet's whole run at once (what lets a
+/// zero fill give whole runs of pages back, [`crate::hbm`]).
+fn push_seg(out: &mut Vec<Seg>, s: Seg) {
+    match (out.last_mut(), s) {
+        (Some(Seg::Mem(p, l)), Seg::Mem(q, m)) if *p + *l == q => *l += m,
+        (Some(Seg::Hbm(k, o, l)), Seg::Hbm(j, p, m)) if *k == j && *o + *l == p => *l += m,
+        _ => out.push(s),
     }
 }
 
@@ -192,8 +245,26 @@ impl Bar4 {
         let r = d.layout.hbm;
         (0..r.count()).find_map(|k| {
             let b = r.base(k)?;
-            (off >= b && off + len <= b + d.hbm_bytes).then(|| (k as usize, (off - b) as usize))
+            (off >= b && off + len <= b + d.hbm_bytes && (k as usize) < d.hbm.len())
+                .then(|| (k as usize, (off - b) as usize))
         })
+    }
+
+    fn read(&self, off: u64, buf: &mut [u8]) -> bool {
+        match self.at(off, buf.len() as u64) {
+            Some((k, o)) => self.0.hbm[k].read(o as u64, buf).is_some(),
+            None => false,
+        }
+    }
+
+    /// An aperture write: through the same store (and under the same lock) as DMA.
+    fn write(&self, off: u64, data: &[u8]) -> bool {
+        let d = &self.0;
+        let Some((k, o)) = self.at(off, data.len() as u64) else { return false };
+        let mut st = d.lock();
+        // SAFETY: `data` is a live slice; `at` checked the range against the stack.
+        unsafe { crate::hbm::store(&d.hbm[k], &mut st.hbm_written, k, o, data.as_ptr(), data.len()) };
+        true
     }
 }
 
@@ -203,35 +274,28 @@ impl Mmio for Bar4 {
     }
     fn read32(&self, off: u64) -> Result<u32, MmioError> {
         platform::mmio::check(off, 4, self.size())?;
-        match self.at(off, 4) {
-            Some((k, o)) => Ok(self.0.hbm[k].read_u32(o).unwrap_or(0)),
-            None => {
-                self.0.n.unclaimed.fetch_add(1, Ordering::Relaxed);
-                Ok(0)
-            }
+        let mut b = [0u8; 4];
+        if !self.read(off, &mut b) {
+            self.0.n.unclaimed.fetch_add(1, Ordering::Relaxed);
         }
+        Ok(u32::from_le_bytes(b))
     }
     fn write32(&self, off: u64, v: u32) -> Result<(), MmioError> {
         platform::mmio::check(off, 4, self.size())?;
-        match self.at(off, 4) {
-            Some((k, o)) => {
-                let _ = self.0.hbm[k].write_u32(o, v);
-            }
-            None => {
-                self.0.n.unclaimed.fetch_add(1, Ordering::Relaxed);
-            }
+        if !self.write(off, &v.to_le_bytes()) {
+            self.0.n.unclaimed.fetch_add(1, Ordering::Relaxed);
         }
         Ok(())
     }
     fn read64(&self, off: u64) -> Result<u64, MmioError> {
         platform::mmio::check(off, 8, self.size())?;
-        Ok(self.at(off, 8).map(|(k, o)| self.0.hbm[k].read_u64(o).unwrap_or(0)).unwrap_or(0))
+        let mut b = [0u8; 8];
+        self.read(off, &mut b);
+        Ok(u64::from_le_bytes(b))
     }
     fn write64(&self, off: u64, v: u64) -> Result<(), MmioError> {
         platform::mmio::check(off, 8, self.size())?;
-        if let Some((k, o)) = self.at(off, 8) {
-            let _ = self.0.hbm[k].write_u64(o, v);
-        }
+        self.write(off, &v.to_le_bytes());
         Ok(())
     }
 }

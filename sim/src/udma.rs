@@ -659,17 +659,17 @@ fn copy_with(
         dev.resolve(&maps, d.addr, n, true, dst).map_err(|f| (Abort::S2mData, f))?;
         left -= n;
     }
-    let all_mem = src.iter().chain(dst.iter()).all(|s| matches!(s, Seg::Mem(..)));
+    let all_mem = src.iter().chain(dst.iter()).all(|s| !matches!(s, Seg::Csr(..)));
     if all_mem {
         // Zero-staging merge copy.
         let (mut si, mut so, mut di, mut dof) = (0usize, 0usize, 0usize, 0usize);
         while si < src.len() && di < dst.len() {
-            let (Seg::Mem(sp, sl), Seg::Mem(dp, dl)) = (src[si], dst[di]) else { break };
+            let (Some((sp, sl)), Some((_, dl))) = (dev.seg_mem(src[si]), dev.seg_mem(dst[di])) else { break };
             let n = (sl - so).min(dl - dof);
             // SAFETY: both ranges lie in live device-accessible memory (held IOMMU guard or
-            // device-owned HostMem); they may alias only if the driver asked for an
-            // overlapping copy, for which `copy` (memmove) is used.
-            unsafe { std::ptr::copy((sp + so) as *const u8, (dp + dof) as *mut u8, n) };
+            // device-owned HostMem), `dof + n` within the destination piece; they may alias
+            // only if the driver asked for an overlapping copy, which `put` moves like memmove.
+            unsafe { dev.put(st, dst[di], dof, (sp + so) as *const u8, n) };
             so += n;
             dof += n;
             if so == sl {

@@ -49,7 +49,7 @@ fuzz_target!(|data: &[u8]| {
         rest
     } else {
         let d = neff::builder::ModelDesc::new("fuzz");
-        match neff::builder::pack_archive(rest, d.header(), &neff::builder::WriteOptions::default()) {
+        match neff::builder::wrap_archive(rest, d.header(), &neff::builder::WriteOptions::default()) {
             Ok(b) => {
                 wrapped = b;
                 &wrapped

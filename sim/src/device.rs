@@ -506,19 +506,6 @@ impl SimDevice {
         Ok(Self { _handle: Arc::new(Handle(dev.clone())), dev })
     }
 
-    /// A device from a spec `sim`, `sim:ARCH` (sunda/cayman/mariana).
-    pub fn from_spec(spec: &str, timing: Timing) -> Result<Self, SimError> {
-        let mut it = spec.split(':');
-        if it.next() != Some("sim") {
-            return Err(SimError::Spec(spec.to_string()));
-        }
-        let arch = match it.next() {
-            None | Some("") => &csr_maps::SUNDA,
-            Some(a) => Arch::by_name(a)?,
-        };
-        Self::new(SimConfig::new(arch).timing(timing))
-    }
-
     /// Nanoseconds of device work run inline so far (cheap: one atomic load).
     pub fn device_ns(&self) -> u64 {
         self.dev.n.device_ns.load(Ordering::Relaxed)

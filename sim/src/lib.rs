@@ -52,8 +52,6 @@ pub enum SimError {
     HbmSize(u64),
     #[error("a topology holds 1 to 16 devices, not {0}")]
     TopologySize(usize),
-    #[error("bad simulator spec `{0}`: expected sim[:ARCH[:N]]")]
-    Spec(String),
     #[error(transparent)]
     Arch(#[from] csr_maps::CsrError),
     #[error("the `{arch}` description has no `{name}` region, which the simulator models")]

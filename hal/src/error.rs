@@ -51,11 +51,21 @@ pub enum HalError {
     #[error("{kind} reset not completed after {waited_ms} ms")]
     ResetTimeout { kind: &'static str, waited_ms: u64 },
     #[error("nrtucode: {0}")]
-    Ucode(#[from] crate::q7::UcodeError),
+    Ucode(#[from] UcodeError),
     #[error("program of {0} bytes is not a whole number of 64-byte slots")]
     ProgramSize(usize),
     #[error("the ownership region table holds {entries} entries; {needed} are needed (after coalescing)")]
     RegionTableFull { needed: usize, entries: usize },
+}
+
+/// An nrtucode error code (4 bad API level, 5 out of memory, 7 too large, 8 invalid /
+/// not booted / already claimed / gate violation, 9 prelink failed). Staging Q7 ucode
+/// (the `q7` module) fails with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("nrtucode error {code}: {what}")]
+pub struct UcodeError {
+    pub code: u32,
+    pub what: &'static str,
 }
 
 /// Result alias.

@@ -1,17 +1,15 @@
-//! Notification queues: host-memory rings programmed into NOTIFIC slots, and the
-//! harvest reader (phase tracking, head write-back) — docs/facts/hardware.md §4, docs/facts/libnrt.md §5.
+//! NOTIFIC, the hardware block: the register sequences on a notification-queue slot —
+//! program it onto a ring, halt it — written once, here (docs/facts/hardware.md §4). The
+//! host-memory ring and its reader are `nq_ring::NqRing`; slot ownership (and the halt
+//! when the owning ring goes away) is `park::Parking`'s. This module names neither.
 
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::Duration;
 
 use csr_maps::blocks::notific_slot as ns;
-use csr_maps::formats::notify::RECORD_BYTES;
-use csr_maps::{Arch, Regs};
+use csr_maps::consts::nq as nqc;
+use csr_maps::Regs;
 
-use crate::error::{HalError, Result};
-use crate::mem::{HostBuf, HostPool};
-use crate::park::Parking;
+use crate::error::Result;
 
 /// Which NOTIFIC block a ring lives in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -22,193 +20,48 @@ pub enum NqOwner {
     TopSp(usize),
 }
 
-/// A notification ring in host memory, read by the host. Dropping it halts the slot and
-/// lets in-flight records drain before the ring memory is freed ([`Parking`]).
-pub struct NqRing {
-    park: Arc<Parking>,
-    /// This ring's id for slot ownership ([`Parking`]).
-    id: u64,
-    /// When the slot was last halted (None: programmed onto this ring).
-    halted: Mutex<Option<Instant>>,
-    buf: HostBuf,
-    size: u64,
-    owner: NqOwner,
-    slot: u64,
-    head: u64,
-    phase: bool,
-    head_reg: u64,
-    /// Head value last written to the device.
-    head_written: u64,
-}
-
-impl NqRing {
-    /// Allocate a ring of `records` entries (a power of two) and program slot `slot`
-    /// (order: base_hi, base_lo, size).
-    pub fn new(park: &Arc<Parking>, pool: &HostPool, owner: NqOwner, slot: u64, records: u64) -> Result<Self> {
-        let arch = park.arch();
-        let regs = park.regs();
-        let size = records.checked_mul(RECORD_BYTES as u64).ok_or(HalError::NqSize(records))?;
-        if records == 0 || !size.is_power_of_two() {
-            return Err(HalError::NqSize(size));
-        }
-        let buf = pool.alloc(size as usize, 4096.min(size as usize))?;
-        buf.fill(0, size as usize, 0)?;
-        let s = slot_regs(&regs, owner, slot)?;
-        let a = arch.host_dev_addr(buf.iova());
-        s.base_hi().write(ns::BaseHi((a >> 32) as u32))?;
-        s.base_lo().write(ns::BaseLo(a as u32))?;
-        s.size().write(ns::Size(size as u32))?;
-        s.head().write(ns::Head(0))?;
-        let id = park.new_id();
-        park.claim_nq(owner, slot, id);
-        Ok(Self {
-            park: park.clone(),
-            id,
-            halted: Mutex::new(None),
-            buf,
-            size,
-            owner,
-            slot,
-            head: 0,
-            phase: true,
-            head_reg: s.head().offset(),
-            head_written: 0,
-        })
-    }
-
-    /// NOTIFIC slot.
-    pub fn slot(&self) -> u64 {
-        self.slot
-    }
-    /// Owner block.
-    pub fn owner(&self) -> NqOwner {
-        self.owner
-    }
-    /// Ring size in bytes.
-    pub fn size(&self) -> u64 {
-        self.size
-    }
-
-    /// Append up to `max` new records (oldest first). The consumer head is written back to
-    /// the device only once a quarter of the ring has been consumed since the last write
-    /// (the device needs it to detect a full ring), so a harvest normally makes no MMIO
-    /// access at all; [`NqRing::sync_head`] writes it explicitly. No allocation when `out`
-    /// has capacity; no syscalls.
-    pub fn poll(&mut self, regs: &Regs<'_>, out: &mut Vec<[u8; RECORD_BYTES]>, max: usize) -> Result<usize> {
-        let mut n = 0;
-        while n < max {
-            let off = self.head as usize;
-            // The header byte (with the phase bit) is written last by the device.
-            let w = self.buf.atomic_u32(off)?.load(Ordering::Acquire);
-            let phase = (w >> 31) & 1 == 1;
-            if phase != self.phase {
-                break;
-            }
-            let mut rec = [0u8; RECORD_BYTES];
-            self.buf.read(off, &mut rec)?;
-            out.push(rec);
-            n += 1;
-            self.head += RECORD_BYTES as u64;
-            if self.head == self.size {
-                self.head = 0;
-                self.phase = !self.phase;
-            }
-        }
-        // The ring size is a power of two (checked at construction): a mask, not a division.
-        let unwritten = (self.head + self.size - self.head_written) & (self.size - 1);
-        if unwritten >= self.size / 4 {
-            self.sync_head(regs)?;
-        }
-        Ok(n)
-    }
-
-    /// Write the consumer head to the device if it moved.
-    pub fn sync_head(&mut self, regs: &Regs<'_>) -> Result<()> {
-        if self.head_written != self.head {
-            regs.mmio.write32(self.head_reg, self.head as u32)?;
-            self.head_written = self.head;
-        }
-        Ok(())
-    }
-
-    /// Program the slot again onto this ring, emptied (the NC was handed to another model
-    /// or reset): base_hi, base_lo, size, head 0; the reader starts over at phase 1.
-    pub fn rearm(&mut self, arch: &'static Arch, regs: &Regs<'_>) -> Result<()> {
-        self.buf.fill(0, self.size as usize, 0)?;
-        let s = slot_regs(regs, self.owner, self.slot)?;
-        let a = arch.host_dev_addr(self.buf.iova());
-        s.base_hi().write(ns::BaseHi((a >> 32) as u32))?;
-        s.base_lo().write(ns::BaseLo(a as u32))?;
-        s.size().write(ns::Size(self.size as u32))?;
-        s.head().write(ns::Head(0))?;
-        self.head = 0;
-        self.phase = true;
-        self.head_written = 0;
-        *self.halted.get_mut().unwrap_or_else(|e| e.into_inner()) = None;
-        self.park.claim_nq(self.owner, self.slot, self.id);
-        Ok(())
-    }
-
-    /// Whether a record is waiting at the consumer head (host memory only: no MMIO).
-    pub fn pending(&self) -> bool {
-        self.buf
-            .atomic_u32(self.head as usize)
-            .map(|w| ((w.load(Ordering::Acquire) >> 31) & 1 == 1) == self.phase)
-            .unwrap_or(false)
-    }
-
-    /// Halt the slot: base high, base low, size 0 (the kmod's `nnq_halt` through
-    /// `nnq_set_hwaddr`).
-    pub fn halt(&self, regs: &Regs<'_>) -> Result<()> {
-        let s = slot_regs(regs, self.owner, self.slot)?;
-        s.base_hi().write(ns::BaseHi(0))?;
-        s.base_lo().write(ns::BaseLo(0))?;
-        s.size().write(ns::Size(0))?;
-        self.halted.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(Instant::now);
-        Ok(())
-    }
-}
-
-impl Drop for NqRing {
-    /// Halt the slot (unless already halted) and wait for in-flight records to drain before
-    /// the ring memory is freed (`nnq_destroy_nc`: halt, 1 ms, free) — if this ring still
-    /// owns the slot: a slot since programmed onto another ring is left alone.
-    fn drop(&mut self) {
-        if !self.park.release_nq(self.owner, self.slot, self.id) {
-            return;
-        }
-        let halted = match *self.halted.get_mut().unwrap_or_else(|e| e.into_inner()) {
-            Some(t) => t,
-            None => {
-                if let Err(err) = self.park.halt_nq(self.owner, self.slot) {
-                    tracing::warn!(slot = self.slot, %err, "could not halt a notification queue");
-                }
-                Instant::now()
-            }
-        };
-        Parking::drain_since(halted);
-    }
-}
-
-pub(crate) fn slot_regs<'a>(
-    regs: &Regs<'a>,
-    owner: NqOwner,
-    slot: u64,
-) -> Result<csr_maps::blocks::notific_slot::Block<'a>> {
+/// The registers of slot `slot` of `owner`.
+fn slot_regs<'a>(regs: &Regs<'a>, owner: NqOwner, slot: u64) -> Result<csr_maps::blocks::notific_slot::Block<'a>> {
     Ok(match owner {
         NqOwner::Nc(nc) => regs.notific(nc as u64)?.nq(slot)?,
         NqOwner::TopSp(t) => regs.notific_topsp(t as u64)?.nq(slot)?,
     })
 }
 
-/// Write zeros to every slot of NC `nc`'s NOTIFIC block (teardown, §4.3): base high, base
-/// low, size, as `nnq_halt`.
+/// Program slot `slot` of `owner` onto a ring of `size` bytes at device address `addr`,
+/// emptied: base high, base low, size (the kmod's `nnq_set_hwaddr_v2` order), then head 0.
+pub fn program_slot(regs: &Regs<'_>, owner: NqOwner, slot: u64, addr: u64, size: u64) -> Result<()> {
+    let s = slot_regs(regs, owner, slot)?;
+    s.base_hi().write(ns::BaseHi((addr >> 32) as u32))?;
+    s.base_lo().write(ns::BaseLo(addr as u32))?;
+    s.size().write(ns::Size(size as u32))?;
+    s.head().write(ns::Head(0))?;
+    Ok(())
+}
+
+/// BAR0 offset of slot `slot`'s consumer-head register (written on the harvest path).
+pub fn head_offset(regs: &Regs<'_>, owner: NqOwner, slot: u64) -> Result<u64> {
+    Ok(slot_regs(regs, owner, slot)?.head().offset())
+}
+
+/// Halt slot `slot` of `owner`: base high, base low and size 0 (the kmod's `nnq_halt`
+/// through `nnq_set_hwaddr`). The device writes no record after it; records already in
+/// flight still land (wait [`DRAIN`] before freeing the ring's memory).
+pub fn halt_slot(regs: &Regs<'_>, owner: NqOwner, slot: u64) -> Result<()> {
+    let s = slot_regs(regs, owner, slot)?;
+    s.base_hi().write(ns::BaseHi(0))?;
+    s.base_lo().write(ns::BaseLo(0))?;
+    s.size().write(ns::Size(0))?;
+    Ok(())
+}
+
+/// How long records in flight take to land after a halt (`nnq_destroy_nc`: halt, 1 ms, free).
+pub const DRAIN: Duration = Duration::from_millis(nqc::DRAIN_MS);
+
+/// Halt every slot of NC `nc`'s NOTIFIC block (teardown, §4.3).
 pub fn halt_all(regs: &Regs<'_>, nc: usize, slots: u64) -> Result<()> {
     for s in 0..slots {
-        let r = regs.notific(nc as u64)?.nq(s)?;
-        r.base_hi().write(ns::BaseHi(0))?;
-        r.base_lo().write(ns::BaseLo(0))?;
-        r.size().write(ns::Size(0))?;
+        halt_slot(regs, NqOwner::Nc(nc), s)?;
     }
     Ok(())
 }

@@ -6,9 +6,14 @@
 //! `m:neuron_ring.h`; allocated for the device's lifetime in `m:neuron_pci.c`), and halts a
 //! notification queue by writing base 0 / size 0 to its slot, waiting for in-flight records
 //! to drain before the ring memory is freed (`nnq_halt`, `nnq_destroy_nc` in
-//! `m:neuron_nq.c`; `nnq_set_hwaddr_v2` writes base high, base low, size). [`crate::Ring`]
-//! and [`crate::NqRing`] do the same when dropped, so the hardware never points at freed
+//! `m:neuron_nq.c`; `nnq_set_hwaddr_v2` writes base high, base low, size). `ring::Ring`
+//! and `nq_ring::NqRing` do the same when dropped, so the hardware never points at freed
 //! host buffers.
+//!
+//! [`Parking`] only tracks ownership — which ring owns which queue and slot, which queues
+//! sit on the dummy ring — and, when an owner goes away, calls the hardware sequences of
+//! [`crate::udma`] (queue program, pause) and [`crate::nq`] (slot halt); it writes no
+//! register itself.
 //!
 //! Several rings may be programmed onto the same hardware queue in turn (the runtime arms
 //! one model at a time on a shared NeuronCore and re-initialises its queues onto that
@@ -18,23 +23,23 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use csr_maps::blocks::{notific_slot as ns, udma_m2s_q as mq, udma_s2m_q as sq};
-use csr_maps::consts::{nq as nqc, udma as udc};
+use csr_maps::consts::udma as udc;
 use csr_maps::formats::udma::DESC_BYTES;
 use csr_maps::{Arch, Regs};
 use platform::Mmio;
 
 use crate::error::Result;
 use crate::mem::{HostBuf, HostPool};
-use crate::nq::NqOwner;
+use crate::nq::{self, NqOwner};
+use crate::udma;
 
 /// The device's queue-parking state: BAR0 for the writes made on drop, and the dummy ring.
 pub struct Parking {
     arch: &'static Arch,
     bar0: Arc<dyn Mmio>,
-    /// The dummy descriptor ring (allocated with the first [`crate::Ring`]).
+    /// The dummy descriptor ring (allocated with the first `ring::Ring`).
     dummy: Mutex<Option<HostBuf>>,
     /// Queues (engine, queue) parked on the dummy ring.
     parked: Mutex<Vec<(u64, u64)>>,
@@ -94,9 +99,9 @@ impl Parking {
     pub fn park_udma(&self, engine: u64, queue: u64) -> Result<()> {
         let regs = self.regs();
         let Some(base) = self.dummy_dev_addr() else {
-            return pause(&regs, engine, queue);
+            return udma::pause_queue(&regs, engine, queue);
         };
-        program_queue(&regs, engine, queue, base, base, udc::DUMMY_RING_DESCS)?;
+        udma::program_queue(&regs, engine, queue, base, base, udc::DUMMY_RING_DESCS)?;
         let mut p = self.parked.lock().unwrap_or_else(|e| e.into_inner());
         if !p.contains(&(engine, queue)) {
             p.push((engine, queue));
@@ -135,34 +140,32 @@ impl Parking {
         self.nq_owner.lock().unwrap_or_else(|e| e.into_inner()).insert((owner, slot), id);
     }
 
-    /// NQ ring `id` goes away: whether it still owns its slot (then the slot is released).
-    pub(crate) fn release_nq(&self, owner: NqOwner, slot: u64, id: u64) -> bool {
-        let mut o = self.nq_owner.lock().unwrap_or_else(|e| e.into_inner());
-        if o.get(&(owner, slot)) != Some(&id) {
-            return false;
+    /// NQ ring `id` goes away. If it still owns slot `slot` of `owner`: halt the slot
+    /// ([`nq::halt_slot`], unless the ring already halted it at `halted`) and wait until
+    /// records in flight have landed ([`nq::DRAIN`] since the halt) before the ring memory
+    /// is freed (`nnq_destroy_nc`: halt, 1 ms, free). A slot since programmed onto another
+    /// ring is left alone. Returns whether the ring owned the slot; a failed halt is
+    /// returned after the drain (the slot is released either way).
+    pub(crate) fn release_nq(&self, owner: NqOwner, slot: u64, id: u64, halted: Option<Instant>) -> Result<bool> {
+        {
+            let mut o = self.nq_owner.lock().unwrap_or_else(|e| e.into_inner());
+            if o.get(&(owner, slot)) != Some(&id) {
+                return Ok(false);
+            }
+            o.remove(&(owner, slot));
         }
-        o.remove(&(owner, slot));
-        true
-    }
-
-    /// Halt a notification queue: base high, base low and size 0 (`nnq_halt`).
-    pub fn halt_nq(&self, owner: NqOwner, slot: u64) -> Result<()> {
-        let regs = self.regs();
-        let s = crate::nq::slot_regs(&regs, owner, slot)?;
-        s.base_hi().write(ns::BaseHi(0))?;
-        s.base_lo().write(ns::BaseLo(0))?;
-        s.size().write(ns::Size(0))?;
-        Ok(())
-    }
-
-    /// Wait until `DRAIN_MS` has passed since `halted` (records in flight land before the
-    /// ring memory is freed, `nnq_destroy_nc`).
-    pub fn drain_since(halted: Instant) {
-        let drain = Duration::from_millis(nqc::DRAIN_MS);
+        let (halted, r) = match halted {
+            Some(t) => (t, Ok(())),
+            None => {
+                let r = nq::halt_slot(&self.regs(), owner, slot);
+                (Instant::now(), r)
+            }
+        };
         let spent = halted.elapsed();
-        if spent < drain {
-            std::thread::sleep(drain - spent);
+        if spent < nq::DRAIN {
+            std::thread::sleep(nq::DRAIN - spent);
         }
+        r.map(|()| true)
     }
 }
 
@@ -172,7 +175,7 @@ impl Parking {
         let regs = self.regs();
         let parked = std::mem::take(&mut *self.parked.lock().unwrap_or_else(|e| e.into_inner()));
         for (e, q) in parked {
-            if let Err(err) = pause(&regs, e, q) {
+            if let Err(err) = udma::pause_queue(&regs, e, q) {
                 tracing::warn!(engine = e, queue = q, %err, "could not pause a parked DMA queue");
             }
         }
@@ -194,35 +197,4 @@ impl Drop for Parking {
     fn drop(&mut self) {
         self.free_dummy();
     }
-}
-
-/// Pause both halves of a queue (clear the enable bits).
-fn pause(regs: &Regs<'_>, engine: u64, queue: u64) -> Result<()> {
-    let u = regs.udma(engine)?;
-    u.m2s().q(queue)?.cfg().modify(|v| v.with_en_pref(0).with_en_scheduling(0))?;
-    u.s2m().q(queue)?.cfg().modify(|v| v.with_en_pref(0).with_en_stream(0))?;
-    Ok(())
-}
-
-/// Queue init as the kmod's `udma_q_init` (both halves, M2S first): rate-limit mask (M2S),
-/// pause, reset, ring base and length, no completion ring, enable (§3.7).
-pub(crate) fn program_queue(regs: &Regs<'_>, engine: u64, queue: u64, mb: u64, sb: u64, ndesc: u32) -> Result<()> {
-    let u = regs.udma(engine)?;
-    let (m, s) = (u.m2s().q(queue)?, u.s2m().q(queue)?);
-    m.rlimit_mask().write(mq::RlimitMask(udc::RLIMIT_MASK_INIT))?;
-    m.cfg().modify(|v| v.with_en_pref(0).with_en_scheduling(0))?;
-    m.sw_ctrl().write_with(|v| v.with_rst_q(1))?;
-    m.ring_base_lo().write(mq::RingBaseLo(mb as u32))?;
-    m.ring_base_hi().write(mq::RingBaseHi((mb >> 32) as u32))?;
-    m.ring_len().write_with(|v| v.with_count(ndesc))?;
-    m.comp_cfg().write(mq::CompCfg(0))?;
-    m.cfg().modify(|v| v.with_en_pref(1).with_en_scheduling(1))?;
-    s.cfg().modify(|v| v.with_en_pref(0).with_en_stream(0))?;
-    s.sw_ctrl().write_with(|v| v.with_rst_q(1))?;
-    s.ring_base_lo().write(sq::RingBaseLo(sb as u32))?;
-    s.ring_base_hi().write(sq::RingBaseHi((sb >> 32) as u32))?;
-    s.ring_len().write_with(|v| v.with_count(ndesc))?;
-    s.comp_cfg().write(sq::CompCfg(0))?;
-    s.cfg().modify(|v| v.with_en_pref(1).with_en_stream(1))?;
-    Ok(())
 }

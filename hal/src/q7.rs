@@ -16,17 +16,10 @@ use csr_maps::formats::dge::{DgeMailbox, MAILBOXES, MAILBOX_RESET, PRIORITY_CLAS
 use csr_maps::formats::ucpl::{UcplHeader, MAX_IMAGE_BYTES};
 use csr_maps::{Arch, Regs};
 
+use crate::device::Device;
+use crate::error::HalError;
+pub use crate::error::UcodeError;
 use crate::mem::DevBuf;
-use crate::Device;
-
-/// An nrtucode error code (4 bad API level, 5 out of memory, 7 too large, 8 invalid /
-/// not booted / already claimed / gate violation, 9 prelink failed).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("nrtucode error {code}: {what}")]
-pub struct UcodeError {
-    pub code: u32,
-    pub what: &'static str,
-}
 
 fn err(code: u32, what: &'static str) -> UcodeError {
     UcodeError { code, what }
@@ -270,13 +263,7 @@ pub struct LoadableLib {
 
 impl LoadableLib {
     /// Validate and stage `image` (header included). > 64 KiB → 7; bad header → 8.
-    pub fn create(
-        _ctx: &UcodeContext,
-        dev: &Device,
-        nc: usize,
-        name: &str,
-        image: &[u8],
-    ) -> Result<Self, crate::HalError> {
+    pub fn create(_ctx: &UcodeContext, dev: &Device, nc: usize, name: &str, image: &[u8]) -> Result<Self, HalError> {
         if image.len() as u64 > MAX_IMAGE_BYTES {
             return Err(err(q7c::ERR_TOO_LARGE, "prelinked image larger than the available buffer on device").into());
         }

@@ -8,7 +8,7 @@ use csr_maps::blocks::{nc_region, nc_regions};
 use csr_maps::consts::regions::ENTRIES;
 use csr_maps::Regs;
 
-use crate::{HalError, Result};
+use crate::error::{HalError, Result};
 
 bitflags::bitflags! {
     /// What an NC may do in a region. The bit values are this type's own; the register's

@@ -1,0 +1,45 @@
+//! DMA rings: the host-transfer ring of each NC (created on first use, re-programmed
+//! after resets), rings for model I/O, and the queue parking they share.
+
+use std::sync::{Arc, Mutex};
+
+use super::Device;
+use crate::error::Result;
+use crate::park::Parking;
+use crate::ring::Ring;
+use crate::udma;
+
+impl Device {
+    /// The device's queue-parking state (the dummy ring dropped queues are parked on).
+    pub fn parking(&self) -> &Arc<Parking> {
+        &self.inner.park
+    }
+
+    /// The host-transfer ring of NC `nc` (created on first use).
+    pub fn h2t_ring(&self, nc: usize) -> Result<Arc<Mutex<Ring>>> {
+        self.check_nc(nc)?;
+        let key = udma::h2t(self.arch(), nc);
+        let mut v = self.inner.h2t.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, r)) = v.iter().find(|(k, _)| *k == key) {
+            return Ok(r.clone());
+        }
+        let r = Ring::new(&self.inner.park, &self.inner.pool, key.0, key.1, self.inner.opts.h2t_ring_descs)?;
+        let r = Arc::new(Mutex::new(r));
+        v.push((key, r.clone()));
+        Ok(r)
+    }
+
+    /// A new queue pair driven by this process (for model I/O rings).
+    pub fn new_ring(&self, engine: u64, queue: u64, ndesc: u32) -> Result<Ring> {
+        Ring::new(&self.inner.park, &self.inner.pool, engine, queue, ndesc)
+    }
+
+    pub(super) fn reprogram_h2t(&self) -> Result<()> {
+        let regs = self.regs();
+        let v = self.inner.h2t.lock().unwrap_or_else(|e| e.into_inner());
+        for (_, r) in v.iter() {
+            r.lock().unwrap_or_else(|e| e.into_inner()).recover(&regs)?;
+        }
+        Ok(())
+    }
+}

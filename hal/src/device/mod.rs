@@ -1,0 +1,237 @@
+//! [`Device`]: the owner of an open device — its platform, arch, BARs, memory pools,
+//! queue parking and per-NC state — and its bring-up, identity and close. The operations
+//! are grouped by concern, one file each, all as methods of [`Device`]:
+//!
+//! - [`memory`](self::memory): host DMA memory, device memory (HBM), read / write / copy / zero;
+//! - [`dma`](self::dma): host-transfer rings, model I/O rings, queue parking;
+//! - [`sync`](self::sync): semaphores, events, kick slots;
+//! - [`notify`](self::notify): notification rings and slots, NQ overflow, interrupts;
+//! - [`control`](self::control): NC control — fatal causes, collectives barrier,
+//!   ownership region table;
+//! - [`streams`](self::streams): sequencer streams, engine status, device time;
+//! - [`firmware`](self::firmware): FW-IO requests and resets.
+
+mod control;
+mod dma;
+mod firmware;
+mod memory;
+mod notify;
+mod streams;
+mod sync;
+
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use csr_maps::consts::fwio as fwc;
+use csr_maps::{Arch, Regs};
+use platform::{Mmio, Platform};
+
+pub use control::{BarrierState, BarrierStatus, FatalCauses};
+pub use sync::KickSlot;
+
+use crate::error::{HalError, Result};
+use crate::fwio::PollTiming;
+use crate::guard;
+use crate::mem::{DevAllocator, HostPool};
+use crate::nq;
+use crate::park::Parking;
+use crate::regions::Region;
+use crate::ring::Ring;
+use crate::udma;
+
+/// Options for opening a device.
+#[derive(Debug, Clone)]
+pub struct DeviceOptions {
+    /// Use at most this many bytes of each HBM channel (default: the arch's active size).
+    pub hbm_limit: Option<u64>,
+    /// Poll periods for FW-IO and resets.
+    pub poll: PollTiming,
+    /// Host pool chunk size.
+    pub host_chunk: usize,
+    /// Descriptors per host-transfer ring.
+    pub h2t_ring_descs: u32,
+    /// How long to wait for the firmware's device id at open.
+    pub ready_timeout: Duration,
+}
+
+impl Default for DeviceOptions {
+    fn default() -> Self {
+        Self {
+            hbm_limit: None,
+            poll: PollTiming::default(),
+            host_chunk: 4 << 20,
+            h2t_ring_descs: csr_maps::consts::udma::H2T_RING_DESCS,
+            ready_timeout: Duration::from_millis(fwc::READY_POLLS as u64 * fwc::READY_POLL_MS),
+        }
+    }
+}
+
+/// A host-transfer ring keyed by (engine, queue).
+type H2tEntry = ((u64, u64), Arc<Mutex<Ring>>);
+
+struct Inner {
+    platform: Arc<dyn Platform>,
+    arch: &'static Arch,
+    bar0: Arc<dyn Mmio>,
+    bar4: Option<Arc<dyn Mmio>>,
+    pool: HostPool,
+    /// Queue parking (the dummy ring); dropped after the host-transfer rings.
+    park: Arc<Parking>,
+    hbm: Arc<DevAllocator>,
+    /// Host-transfer rings by (engine, queue).
+    h2t: Mutex<Vec<H2tEntry>>,
+    fw_seq: Mutex<u8>,
+    opts: DeviceOptions,
+    index: u32,
+    /// Per NC: the entries its ownership region table holds (as last programmed).
+    regions: Mutex<Vec<Vec<Region>>>,
+    /// Device bytes zeroed for new owners ([`Device::zero_device`]).
+    dev_zeroed: AtomicU64,
+    /// Per NC: the BAR0 base of its interrupt controller (`nc_intc`), resolved once: its
+    /// cause registers are read at the end of every execution.
+    nc_intc: Vec<Option<u64>>,
+}
+
+/// An open Neuron device. Cheap to clone; the device is closed when the last clone
+/// and every buffer allocated from it are dropped.
+#[derive(Clone)]
+pub struct Device {
+    inner: Arc<Inner>,
+}
+
+impl Device {
+    /// Open the device behind `platform`: identify the arch, map BARs, wait for the
+    /// firmware. Call [`Device::init`] to bring up the DMA engines.
+    pub fn open(platform: Arc<dyn Platform>, mut opts: DeviceOptions) -> Result<Self> {
+        // Host chunks (and bounce buffers) must fit in one DMA mapping of the platform (one
+        // hugepage in VFIO's no-IOMMU mode).
+        if let Some(max) = platform.max_dma_mapping() {
+            opts.host_chunk = opts.host_chunk.min(max.max(4096));
+        }
+        let id = platform.identity();
+        let arch = Arch::by_pci_id(id.vendor, id.device)
+            .ok_or(HalError::UnknownDevice { vendor: id.vendor, device: id.device })?;
+        let bar0 = platform.bar(arch.bars.apb)?;
+        // Real hardware without the operator's opt-in: writes to modeled registers are refused.
+        let bar0: Arc<dyn Mmio> =
+            if platform.modeled_writes_allowed() { bar0 } else { Arc::new(guard::ModeledGuard::new(arch, bar0)) };
+        let bar4 = platform.bar(arch.bars.dram).ok();
+        let regs = Regs::new(arch, bar0.as_ref());
+        let misc = regs.misc_ram(0)?;
+        let start = Instant::now();
+        let index = loop {
+            let v = misc.device_id().read()?.0;
+            if v != fwc::NOT_READY {
+                break v;
+            }
+            if start.elapsed() > opts.ready_timeout {
+                return Err(HalError::NotReady { waited_ms: start.elapsed().as_millis() as u64, value: v });
+            }
+            std::thread::sleep(opts.poll.ready);
+        };
+        let hbm_region = arch.region("hbm");
+        let bases: Vec<u64> = (0..arch.counts.hbm_stacks).filter_map(|k| arch.hbm_dev_addr(k, 0)).collect();
+        let size = opts.hbm_limit.unwrap_or(arch.consts.hbm_active_size).min(hbm_region.map(|r| r.size).unwrap_or(0));
+        let hbm = Arc::new(DevAllocator::new(
+            platform.clone(),
+            &bases,
+            size,
+            arch.consts.fw_carveout,
+            arch.consts.dev_alloc_min,
+        ));
+        let pool = HostPool::new(platform.clone(), opts.host_chunk);
+        let park = Arc::new(Parking::new(arch, bar0.clone()));
+        let nc_intc = (0..arch.counts.ncs).map(|nc| regs.nc_intc(nc).ok().map(|b| b.base())).collect();
+        Ok(Self {
+            inner: Arc::new(Inner {
+                platform,
+                arch,
+                bar0,
+                bar4,
+                pool,
+                park,
+                hbm,
+                h2t: Mutex::new(Vec::new()),
+                fw_seq: Mutex::new(0),
+                opts,
+                index,
+                regions: Mutex::new(vec![Vec::new(); arch.counts.ncs as usize]),
+                dev_zeroed: Default::default(),
+                nc_intc,
+            }),
+        })
+    }
+
+    /// Bring up every DMA engine (§3.6) and halt every notification queue of every NC.
+    pub fn init(&self) -> Result<()> {
+        let regs = self.regs();
+        for e in 0..self.arch().counts.dma_engines {
+            udma::init_engine(self.arch(), &regs, e)?;
+        }
+        for nc in 0..self.nc_count() {
+            nq::halt_all(&regs, nc, self.arch().counts.nq_slots)?;
+        }
+        Ok(())
+    }
+
+    /// Whether `other` is a handle on the same open device.
+    pub fn same(&self, other: &Device) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// The arch.
+    pub fn arch(&self) -> &'static Arch {
+        self.inner.arch
+    }
+
+    /// Typed registers over BAR0.
+    pub fn regs(&self) -> Regs<'_> {
+        Regs::new(self.inner.arch, self.inner.bar0.as_ref())
+    }
+
+    /// BAR0.
+    pub fn bar0(&self) -> &dyn Mmio {
+        self.inner.bar0.as_ref()
+    }
+
+    /// BAR4 (device memory), when mapped.
+    pub fn bar4(&self) -> Option<&dyn Mmio> {
+        self.inner.bar4.as_deref()
+    }
+
+    /// The platform.
+    pub fn platform(&self) -> &Arc<dyn Platform> {
+        &self.inner.platform
+    }
+
+    /// Routing id reported by the firmware.
+    pub fn index(&self) -> u32 {
+        self.inner.index
+    }
+
+    /// NeuronCores.
+    pub fn nc_count(&self) -> usize {
+        self.inner.arch.counts.ncs as usize
+    }
+
+    /// Options the device was opened with.
+    pub fn options(&self) -> &DeviceOptions {
+        &self.inner.opts
+    }
+
+    /// [`HalError::NoSuchNc`] unless `nc` is an NC of this device.
+    fn check_nc(&self, nc: usize) -> Result<()> {
+        if nc >= self.nc_count() {
+            return Err(HalError::NoSuchNc { nc, count: self.nc_count() });
+        }
+        Ok(())
+    }
+
+    /// Drop cached host-transfer rings and unmap idle host memory (for a clean close).
+    pub fn close(&self) {
+        self.inner.h2t.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        Parking::release_if_unused(&self.inner.park);
+        self.inner.pool.trim();
+    }
+}

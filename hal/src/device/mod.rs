@@ -2,14 +2,14 @@
 //! queue parking and per-NC state — and its bring-up, identity and close. The operations
 //! are grouped by concern, one file each, all as methods of [`Device`]:
 //!
-//! - [`memory`](self::memory): host DMA memory, device memory (HBM), read / write / copy / zero;
-//! - [`dma`](self::dma): host-transfer rings, model I/O rings, queue parking;
-//! - [`sync`](self::sync): semaphores, events, kick slots;
-//! - [`notify`](self::notify): notification rings and slots, NQ overflow, interrupts;
-//! - [`control`](self::control): NC control — fatal causes, collectives barrier,
+//! - `memory.rs`: host DMA memory, device memory (HBM), read / write / copy / zero;
+//! - `dma.rs`: host-transfer rings, model I/O rings, queue parking;
+//! - `sync.rs`: semaphores, events, kick slots;
+//! - `notify.rs`: notification rings and slots, NQ overflow, interrupts;
+//! - `control.rs`: NC control — fatal causes, collectives barrier,
 //!   ownership region table;
-//! - [`streams`](self::streams): sequencer streams, engine status, device time;
-//! - [`firmware`](self::firmware): FW-IO requests and resets.
+//! - `streams.rs`: sequencer streams, engine status, device time;
+//! - `firmware.rs`: FW-IO requests and resets.
 
 mod control;
 mod dma;

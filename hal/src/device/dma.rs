@@ -34,6 +34,8 @@ impl Device {
         Ring::new(&self.inner.park, &self.inner.pool, engine, queue, ndesc)
     }
 
+    /// Program every host-transfer ring's queue again onto its (emptied) rings, after a
+    /// reset cleared the engines.
     pub(super) fn reprogram_h2t(&self) -> Result<()> {
         let regs = self.regs();
         let v = self.inner.h2t.lock().unwrap_or_else(|e| e.into_inner());

@@ -291,6 +291,7 @@ fn every_repo_path_the_docs_name_exists() {
     }
     assert!(checked >= 100, "only {checked} paths found in the docs: the scanner is broken");
     assert!(missing.is_empty(), "paths named in the docs that do not exist:\n{}", missing.join("\n"));
+    println!("{checked} paths named in the docs, all present");
 }
 
 /// The scanner on made-up lines: what counts as a path and what does not.

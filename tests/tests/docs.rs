@@ -166,9 +166,7 @@ const FILE_EXTS: [&str; 4] = [".rs", ".md", ".sh", ".toml"];
 /// its first segment a top-level folder, or it ends in one of [`FILE_EXTS`]. A `:line`
 /// suffix and a `#anchor` are dropped.
 fn as_repo_path(word: &str, tops: &BTreeSet<String>) -> Option<String> {
-    let w = word
-        .trim_start_matches(|c: char| matches!(c, '(' | '"' | '\''))
-        .trim_end_matches(|c: char| matches!(c, ',' | ';' | '.' | ')' | '"' | '\'' | ':'));
+    let w = word.trim_start_matches(['(', '"', '\'']).trim_end_matches([',', ';', '.', ')', '"', '\'', ':']);
     if w.is_empty()
         || w.starts_with('/')
         || w.starts_with("./")
@@ -225,7 +223,7 @@ fn exists(path: &str) -> bool {
         return false;
     }
     std::fs::read_dir(root().join(dir))
-        .map_or(false, |rd| rd.flatten().any(|e| glob_match(pat, &e.file_name().to_string_lossy())))
+        .is_ok_and(|rd| rd.flatten().any(|e| glob_match(pat, &e.file_name().to_string_lossy())))
 }
 
 /// Every path the markdown names: link targets (relative to the file) and code-span words that

@@ -1,0 +1,126 @@
+//! Tests of the model, the renderers and the `top` rows.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use runtime::counters::{ErrorKind, NcCounters, Snapshot, LAT_BUCKETS};
+
+use super::json::report_json;
+use super::model::*;
+use super::prometheus::prometheus_text;
+use super::text::report_text;
+use super::top::*;
+
+fn nc(execs: u64, busy: u64, lat_bucket: usize) -> NcCounters {
+    let mut n = NcCounters { executions: execs, busy_ns: busy, nc_version: 3, ..Default::default() };
+    n.latency[lat_bucket] = execs;
+    n.latency_sum_ns = execs * 3_000;
+    n
+}
+
+#[test]
+fn percentiles_come_from_the_histogram() {
+    let mut h = [0u64; LAT_BUCKETS];
+    assert_eq!(percentile_us(&h, 0.5), None);
+    h[2] = 98; // < 4 µs
+    h[10] = 2; // < 1024 µs
+    assert_eq!(percentile_us(&h, 0.5), Some(4));
+    assert_eq!(percentile_us(&h, 0.98), Some(4));
+    assert_eq!(percentile_us(&h, 0.99), Some(1024));
+}
+
+#[test]
+fn a_report_is_the_difference_over_the_period() {
+    let p = PathBuf::from("/x/neuron-vfio.1.0.counters");
+    let snap = |ncs| Snapshot { pid: 1, started_ns: 5, devices: 1, ncs, ..Default::default() };
+    let before = BTreeMap::from([(p.clone(), snap(vec![nc(10, 1_000, 2), nc(0, 0, 0)]))]);
+    let mut busy = nc(30, 251_000, 2);
+    busy.errors[ErrorKind::Timeout as usize] = 2;
+    busy.barrier_warnings = 3;
+    let now = BTreeMap::from([(p.clone(), snap(vec![busy, nc(0, 0, 0)]))]);
+    let r = report(&before, &now, 1_000_000);
+    assert_eq!(r.ncs.len(), 2);
+    assert_eq!(r.ncs[0].executions, 20);
+    assert!((r.ncs[0].utilization - 0.25).abs() < 1e-9);
+    assert_eq!(r.ncs[0].errors[ErrorKind::Timeout as usize], 2);
+    assert_eq!(r.ncs[0].p50_us, Some(4));
+    assert_eq!(r.ncs[1].executions, 0);
+    assert_eq!(r.ncs[1].p50_us, None);
+    let v = report_json(&r);
+    assert_eq!(v["neuroncores"][0]["executions"], 20);
+    assert_eq!(v["neuroncores"][0]["errors"]["timeout"], 2);
+    assert_eq!(
+        (v["neuroncores"][0]["barrier_warnings"].as_u64(), v["neuroncores"][1]["barrier_warnings"].as_u64()),
+        (Some(3), Some(0))
+    );
+    assert!(report_text(&r).contains("barrier_warnings=3"), "{}", report_text(&r));
+    assert!(prometheus_text(&r).contains("neuron_nc_barrier_warnings_total{"), "{}", prometheus_text(&r));
+    assert_eq!(v["devices"][0]["arch"], "cayman");
+    // A restarted process (same path, new start time) counts from zero.
+    let restarted = BTreeMap::from([(p, Snapshot { started_ns: 6, ..snap(vec![nc(3, 0, 1)]) })]);
+    assert_eq!(report(&before, &restarted, 1).ncs[0].executions, 3);
+}
+
+#[test]
+fn health_decodes_heartbeat_and_ecc_and_is_exported() {
+    let regs = health_regs(&csr_maps::CAYMAN).expect("regs");
+    assert_eq!(regs.len(), 5 + csr_maps::CAYMAN.counts.hbm_stacks as usize);
+    // api 7; health_seq heartbeat 0x5a; sram ecc corrected 3, uncorrected 1; stack 1: 9 repairable, 2 uncorrectable.
+    let mut vals = vec![7, 0, 0x5a << 12, (3 << 16) | 1, 1];
+    vals.extend((0..csr_maps::CAYMAN.counts.hbm_stacks).map(|k| if k == 1 { (2 << 12) | 9 } else { 0 }));
+    let h = decode_health(&regs, &vals, 42, 0);
+    assert_eq!((h.fw_api_version, h.heartbeat, h.sram_corrected, h.sram_uncorrected), (7, 0x5a, 3, 1));
+    assert_eq!(h.hbm[1], (9, 2));
+    assert_eq!(h.hbm[0], (0, 0));
+    let n = NcReport { pid: 42, nc: 0, nc_version: 3, ..Default::default() };
+    let r = Report { ncs: vec![n], health: vec![h], ..Report::default() };
+    let j = report_json(&r);
+    assert_eq!(j["devices"][0]["firmware"]["heartbeat"], 0x5a);
+    assert_eq!(j["devices"][0]["ecc"]["hbm"][1]["uncorrectable"], 2);
+    assert_eq!(j["devices"][0]["ecc"]["sram"]["corrected"], 3);
+    let p = prometheus_text(&r);
+    assert!(p.contains("neuron_device_firmware_heartbeat{device=\"42/0\"} 90"), "{p}");
+    assert!(p.contains("neuron_device_ecc_errors{device=\"42/0\",memory=\"hbm1\",kind=\"uncorrectable\"} 2"), "{p}");
+    assert!(report_text(&r).contains("heartbeat 90"));
+}
+
+#[test]
+fn live_top_renders_8_cayman_rows_into_a_test_backend() {
+    use ratatui::backend::TestBackend;
+    let mut r = Report { period_ns: 1_000_000_000, ..Report::default() };
+    let mut busy =
+        NcReport { pid: 7, nc: 1, nc_version: 3, utilization: 0.5, executions: 1234, models: 1, ..Default::default() };
+    busy.p50_us = Some(32);
+    busy.errors[0] = 2;
+    r.ncs.push(busy);
+    let mut term = ratatui::Terminal::new(TestBackend::new(100, 16)).expect("terminal");
+    term.draw(|f| top_ui(f, &csr_maps::CAYMAN, "sim:cayman", &r, true)).expect("draw");
+    let buf = term.backend().buffer();
+    let lines: Vec<String> =
+        (0..buf.area.height).map(|y| (0..buf.area.width).map(|x| buf[(x, y)].symbol()).collect::<String>()).collect();
+    let text = lines.join("\n");
+    assert!(lines[0].contains("sim:cayman (cayman, 8 NeuronCores), 1 runtime process(es)"), "{text}");
+    let rows: Vec<&String> =
+        lines.iter().filter(|l| l.get(..4).is_some_and(|c| c.trim().parse::<u32>().is_ok())).collect();
+    assert_eq!(rows.len(), 8, "{text}");
+    for (i, l) in rows.iter().enumerate() {
+        assert!(l.starts_with(&format!("{i:>3}")), "{l}");
+    }
+    assert!(rows[1].contains("50.0%") && rows[1].contains("1234") && rows[1].contains("32"), "{}", rows[1]);
+    assert!(rows[0].contains("0.0%"), "{}", rows[0]);
+    // The bar of NC 1 is half filled (gauge cells are styled), NC 0's is empty.
+    let filled = |y: u16| (4..28u16).filter(|&x| buf[(x, y)].style().fg == Some(ratatui::style::Color::Red)).count();
+    let y1 = lines.iter().position(|l| l == rows[1]).unwrap_or(0) as u16;
+    let y0 = lines.iter().position(|l| l == rows[0]).unwrap_or(0) as u16;
+    assert!(filled(y1) >= 8, "{}", filled(y1));
+    assert_eq!(filled(y0), 0);
+    assert!(lines.iter().any(|l| l.contains("q/Esc: quit")), "{text}");
+}
+
+#[test]
+fn top_has_a_row_per_nc() {
+    let r = Report { period_ns: 1_000_000_000, ..Report::default() };
+    let f = top_frame(&csr_maps::CAYMAN, "sim:cayman", &r);
+    let rows = f.lines().filter(|l| l.trim_start().split(' ').next().is_some_and(|w| w.parse::<u32>().is_ok()));
+    assert_eq!(rows.count(), 8, "{f}");
+}

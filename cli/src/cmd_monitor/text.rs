@@ -1,0 +1,71 @@
+//! The text renderer of a report, and the number formats `top` shares.
+
+use std::fmt::Write as _;
+
+use runtime::counters::{self, ErrorKind};
+
+use super::model::{device_label, Report};
+
+pub(super) fn fmt_bytes(b: u64) -> String {
+    match b {
+        b if b >= 1 << 30 => format!("{:.1}G", b as f64 / (1u64 << 30) as f64),
+        b if b >= 1 << 20 => format!("{:.1}M", b as f64 / (1u64 << 20) as f64),
+        b if b >= 1 << 10 => format!("{:.1}K", b as f64 / 1024.0),
+        b => format!("{b}B"),
+    }
+}
+
+pub(super) fn opt_us(v: Option<u64>) -> String {
+    v.map(|v| v.to_string()).unwrap_or_else(|| "-".into())
+}
+
+/// The text form of a report (one block per period).
+pub fn report_text(r: &Report) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "{:<10} {:>3} {:>6} {:>8} {:>9} {:>9} {:>9} {:>9}  errors",
+        "device", "nc", "util%", "execs", "p50 µs", "p99 µs", "model", "tensors"
+    );
+    if r.ncs.is_empty() {
+        let _ = writeln!(o, "(no runtime is publishing counters in {})", counters::shm_dir().display());
+    }
+    for n in &r.ncs {
+        let mut errs: Vec<String> = ErrorKind::ALL
+            .iter()
+            .filter(|k| n.errors[**k as usize] > 0)
+            .map(|k| format!("{}={}", k.name(), n.errors[*k as usize]))
+            .collect();
+        if n.barrier_warnings > 0 {
+            errs.push(format!("barrier_warnings={}", n.barrier_warnings));
+        }
+        let _ = writeln!(
+            o,
+            "{:<10} {:>3} {:>6.1} {:>8} {:>9} {:>9} {:>9} {:>9}  {}",
+            device_label(n.pid, n.device),
+            n.nc,
+            n.utilization * 100.0,
+            n.executions,
+            opt_us(n.p50_us),
+            opt_us(n.p99_us),
+            fmt_bytes(n.mem_model),
+            fmt_bytes(n.mem_tensors),
+            if errs.is_empty() { "-".into() } else { errs.join(" ") }
+        );
+    }
+    for h in &r.health {
+        let hbm: Vec<String> = h.hbm.iter().map(|(rep, unc)| format!("{rep}/{unc}")).collect();
+        let _ = writeln!(
+            o,
+            "{:<10} firmware api {} heartbeat {} status {:#x}; ECC sram corrected {} uncorrected {}; hbm repairable/uncorrectable {}",
+            device_label(h.pid, h.device),
+            h.fw_api_version,
+            h.heartbeat,
+            h.health_status,
+            h.sram_corrected,
+            h.sram_uncorrected,
+            hbm.join(" ")
+        );
+    }
+    o
+}

@@ -1,7 +1,7 @@
 //! nrt_async.h over the runtime's execution units ([`runtime::xu`]).
 //!
 //! - Tensor reads, writes and copies run on this library's XUs, one per (Logical NeuronCore,
-//!   kind, queue): [`Xu`] workers over `TensorExec`. Requests are validated when queued;
+//!   kind, queue): [`runtime::xu::Xu`] workers over `TensorExec`. Requests are validated when queued;
 //!   a request's status is its copy's.
 //! - Executions (`nrta_execute_schedule`) run on the runtime's COMPUTE XU of the model's
 //!   first core ([`runtime::Runtime::execute_async`]).
@@ -13,6 +13,15 @@
 //! Sequence ids are the runtime's: XU id in bits 63:48 (`{kind:4, queue:4, lnc:8}`) and a
 //! per-XU counter from 1 in bits 47:0. The XU id layout is this library's (libnrt's is not
 //! public): COMPUTE uses the runtime's kind 1, the tensor XUs kinds 8 + `nrta_xu_t`.
+//!
+//! | module | holds |
+//! |---|---|
+//! | `exec` | the tensor executor this library's XUs run |
+//! | `units` | per-XU bookkeeping: completion threads, sequence numbers, the `nrt_close` hook |
+//! | `submit` | `nrta_tensor_{write,read,copy}`, `nrta_execute_schedule` |
+//! | `cc` | `nrta_cc_prepare`, `nrta_cc_schedule` (one-rank collectives) |
+//! | `completion` | `nrta_is_completed`, `nrta_get_sequence`, `nrta_get_completion_handle`, `nrt_register_async_exec_callback`, `nrt_async_drain_queued_execs` |
+//! | `tracker` | `nrta_error_tracker_{create,destroy,get_list}` |
 
 mod cc;
 mod completion;

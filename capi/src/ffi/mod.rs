@@ -127,6 +127,15 @@ mod tests {
             assert!(n >= 1);
             assert_eq!(nrt_init(1, std::ptr::null(), std::ptr::null()), NRT_SUCCESS);
             assert_eq!(nrt_init(1, std::ptr::null(), std::ptr::null()), NRT_FAILURE, "double init");
+            // libnrt processes are seen by `neuron-vfio monitor`/`top`: the library installs the
+            // monitoring observers.
+            if runtime::env::counters_enabled() {
+                assert!(rt().counters_path().is_some_and(|p| p.exists()), "the counters segment is published");
+            }
+            if runtime::env::debug_endpoint_enabled() {
+                let sock = rt().observer_path(runtime::observe::DEBUG_ENDPOINT);
+                assert!(sock.is_some_and(|p| p.exists()), "the debug endpoint serves");
+            }
             assert_eq!(load(&mut m), NRT_SUCCESS);
             assert_eq!(MODELS.len(), 1);
             let mut k = 0u32;
@@ -154,6 +163,7 @@ mod tests {
             assert_eq!(load(&mut m), NRT_SUCCESS);
             nrt_close();
             assert!(MODELS.is_empty(), "nrt_close frees model handles");
+            assert_eq!(rt().counters_path(), None, "the session's observers end at nrt_close");
             assert_eq!(nrt_unload(m), NRT_CLOSED);
             assert_eq!(nrt_tensor_read(t, back.as_mut_ptr().cast(), 0, 16), NRT_CLOSED);
             // nrt_close released the tensor: its handle is invalid, freeing it is a no-op.

@@ -21,6 +21,10 @@
 //! | [`load`] | [`Runtime::load`], [`Runtime::share`], [`Runtime::unload`], teardown |
 //! | [`execute`] | [`Runtime::execute`], [`Runtime::execute_repeat`]: bind inputs, kick, complete, read outputs |
 //! | [`async_exec`] | [`Runtime::execute_async`] and the execution-unit glue ([`AsyncReq`], [`AsyncTok`], [`XuExec`]) |
+//! | [`tensor_ops`] | tensor operations beyond read/write (slices, caller buffers, copies, fills; also `crate::tensor_ops`) |
+//!
+//! What `init` builds (devices, configuration, placement counts, lanes, the session's
+//! observers) is made in one place, `Session::open`, and installed together.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -3,11 +3,11 @@
 //! | module | holds |
 //! |---|---|
 //! | [`types`] | nrt.h's C types: `NRT_STATUS` codes, placements, opaque handles, tensor info, version |
-//! | [`entry`] | the runtime handle `rt()`, the NRT_INIT_STATE `guard`, `entry`/`entry_value` (`catch_unwind`, error logging, the profile's API-call event), `lock` |
-//! | [`args`] | argument and out-parameter helpers: `need`, `opt_cstr`, `put`, `copy_cstr`, malloc'd string arrays |
+//! | `entry` | the runtime handle `rt()`, the NRT_INIT_STATE `guard`, `entry`/`entry_value` (`catch_unwind`, error logging, the profile's API-call event), `lock` |
+//! | `args` | argument and out-parameter helpers: `need`, `opt_cstr`, `put`, `copy_cstr`, malloc'd string arrays |
 //! | [`handles`] | [`handles::Registry`]: opaque handles validated, never dereferenced |
-//! | [`registry`] | the model, tensor and tensor-set registries and their lookups |
-//! | [`shutdown`] | hooks areas register for `nrt_close` |
+//! | `registry` | the model, tensor and tensor-set registries and their lookups |
+//! | `shutdown` | hooks areas register for `nrt_close` |
 //!
 //! API areas (`ffi`, `async_api`, `profile`, …) depend on this module; it depends on none of
 //! them (the import-cycle check over `capi/src`'s top-level modules).

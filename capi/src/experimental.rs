@@ -8,7 +8,7 @@ use std::ffi::{c_char, c_int, c_void};
 use neff::NrtStatus;
 use runtime::RtError;
 
-use crate::ffi::{entry, entry_value, err, guard, need, NRT_STATUS};
+use crate::base::{entry, entry_value, err, guard, need, NRT_STATUS};
 
 /// `nrt_ucode_img`.
 #[repr(C)]
@@ -29,7 +29,7 @@ pub struct nrt_ucode_info {
 fn one_worker(vnc: i64, id: u32, count: u32) -> Result<(), RtError> {
     guard()?;
     let v = usize::try_from(vnc).map_err(|_| err(NrtStatus::Invalid, format!("bad vnc {vnc}")))?;
-    if crate::ffi::rt().device_of_vnc(v).is_err() {
+    if crate::base::rt().device_of_vnc(v).is_err() {
         return Err(err(NrtStatus::Invalid, format!("no vnc {vnc}")));
     }
     if count != 1 || id != 0 {
@@ -125,7 +125,7 @@ pub unsafe extern "C" fn nrt_get_libnccl_net(
             let msg = "neuron-vfio loads no NCCL network plugin";
             // SAFETY: non-null with `err_msg_size` writable bytes.
             let dst = unsafe { std::slice::from_raw_parts_mut(err_msg, err_msg_size) };
-            crate::ffi::copy_cstr(dst, msg);
+            crate::base::copy_cstr(dst, msg);
         }
         std::ptr::null_mut()
     })

@@ -32,7 +32,7 @@ use neff::NrtStatus;
 use runtime::RtError;
 use sim::{CollKind, ElemType, InterHost, InterHostError, InterHostRequest, RedOp};
 
-use crate::ffi::{err, lock};
+use crate::base::{err, lock};
 
 struct World {
     comm: Communicator<OfiTransport>,
@@ -219,7 +219,7 @@ impl Global {
         }
         let res = match bad {
             Some(m) => Err(err(NrtStatus::Invalid, m)),
-            None => crate::ffi::rt().load_reader_global(
+            None => crate::base::rt().load_reader_global(
                 bytes,
                 bytes.len() as u64,
                 start,
@@ -240,7 +240,7 @@ impl Global {
                 Ok(m)
             }
             (Ok(m), outcome, failed) => {
-                let _ = crate::ffi::rt().unload(&m);
+                let _ = crate::base::rt().unload(&m);
                 match outcome {
                     Err(e) => Err(fab(e)),
                     Ok(_) => Err(err(

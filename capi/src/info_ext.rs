@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 use neff::NrtStatus;
 use runtime::RtError;
 
-use crate::ffi::{copy_cstr, entry, err, guard, model_of, need, nrt_model_t, put, rt, NRT_STATUS};
+use crate::base::{copy_cstr, entry, err, guard, model_of, need, nrt_model_t, put, rt, NRT_STATUS};
 
 /// `nrt_instance_info_t`.
 #[repr(C)]
@@ -54,7 +54,7 @@ fn status_names() -> &'static BTreeMap<u32, CString> {
 #[no_mangle]
 pub extern "C" fn nrt_get_status_as_str(status: NRT_STATUS) -> *const c_char {
     const UNKNOWN: &CStr = c"NRT_UNKNOWN_STATUS";
-    crate::ffi::entry_value(UNKNOWN.as_ptr(), || {
+    crate::base::entry_value(UNKNOWN.as_ptr(), || {
         u32::try_from(status).ok().and_then(|c| status_names().get(&c)).map_or(UNKNOWN.as_ptr(), |s| s.as_ptr())
     })
 }

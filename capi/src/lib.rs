@@ -7,7 +7,7 @@
 //! - `nrt_init` opens the device named by `NEURON_VFIO_DEVICE` ([`device`]) and reads the
 //!   `NEURON_RT_*` knobs ([`runtime::RuntimeConfig::from_env`]).
 //! - Models, tensors and tensor sets are opaque handles: boxed values whose addresses are
-//!   validated against a registry ([`handles`]) before use, so null → NRT_INVALID and a
+//!   validated against a registry ([`handles`], in the core [`base`]) before use, so null → NRT_INVALID and a
 //!   stale/foreign pointer → NRT_INVALID_HANDLE instead of a crash.
 //! - Every entry point runs under `catch_unwind`: a panic returns NRT_FAILURE and never
 //!   unwinds into C.
@@ -18,10 +18,13 @@
 #![allow(non_camel_case_types)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod base;
 pub mod device;
 pub mod ffi;
-pub mod handles;
 
+pub use base::handles;
+pub use base::types::*;
+pub use base::{CSet, CTensor};
 pub use ffi::*;
 pub mod async_api;
 pub mod experimental;

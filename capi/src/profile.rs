@@ -5,30 +5,18 @@
 //! API calls.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::ffi::{c_char, c_int, CString};
+use std::ffi::{c_char, c_int};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use neff::NrtStatus;
-use runtime::profile::{self, chrome_trace, ApiEvent, Event, Sink};
+use runtime::profile::{self, chrome_trace, Event, Sink};
 use runtime::RtError;
 
-use crate::ffi::{entry, entry_value, err, guard, lock, model_of, need, nrt_model_t, opt_cstr, put, NRT_STATUS};
-
-/// Record an API call (from `ffi::entry`) while a profiling sink is registered.
-pub(crate) fn api_event(func: &str, start_ns: u64, status: u32) {
-    // SAFETY: gettid has no preconditions.
-    let tid = unsafe { libc::gettid() } as u64;
-    let nc = None;
-    profile::emit(Event::Api(ApiEvent {
-        name: func.to_string(),
-        nc,
-        start_ns,
-        end_ns: profile::now_ns(),
-        status,
-        tid,
-    }));
-}
+use crate::base::{
+    entry, entry_value, err, free_string_array, guard, lock, model_of, need, nrt_model_t, opt_cstr, put, string_array,
+    NRT_STATUS,
+};
 
 fn write_trace(path: &Path, events: &[Event]) -> Result<(), RtError> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -166,7 +154,7 @@ impl Sink for Latest {
         if let Event::Exec(r) = e {
             if let Some(&g) = r.ncs.first() {
                 // Keyed by the caller's (logical) core, as nrt_profile_continuous_save names it.
-                let nc = crate::ffi::rt().logical_nc(g).unwrap_or(g);
+                let nc = crate::base::rt().logical_nc(g).unwrap_or(g);
                 lock(&self.by_nc).insert(nc, e.clone());
             }
         }
@@ -352,7 +340,7 @@ impl Sink for InspectSink {
                     return;
                 }
                 let g = r.ncs.first().copied().unwrap_or(0);
-                let nc = crate::ffi::rt().logical_nc(g).unwrap_or(g);
+                let nc = crate::base::rt().logical_nc(g).unwrap_or(g);
                 let mut g = lock(&self.per_nc);
                 let k = g.entry(nc).or_insert(0);
                 if *k >= c.max_events_per_nc {
@@ -609,53 +597,6 @@ pub unsafe extern "C" fn nrt_inspect_config_set_enable_inspect_on_fail(
         c.on_fail = enable_inspect_on_fail;
         Ok(())
     })
-}
-
-/// A malloc'd array of malloc'd strings (freed by `free_string_array`).
-pub(crate) fn string_array(items: &[&str], out: *mut *mut *const c_char, count: *mut usize) -> Result<(), RtError> {
-    need(out, "array")?;
-    need(count, "count")?;
-    let oom = || err(NrtStatus::Resource, "out of host memory");
-    // SAFETY: plain allocation, checked below.
-    let arr = unsafe { libc::calloc(items.len().max(1), std::mem::size_of::<*const c_char>()) }.cast::<*const c_char>();
-    if arr.is_null() {
-        return Err(oom());
-    }
-    for (i, s) in items.iter().enumerate() {
-        let c = CString::new(*s).map_err(|_| err(NrtStatus::Failure, "NUL in a name"))?;
-        // SAFETY: `c` is NUL-terminated; strdup's result is checked.
-        let d = unsafe { libc::strdup(c.as_ptr()) };
-        if d.is_null() {
-            // SAFETY: the first `i` entries are strdup'd strings and `arr` is ours.
-            unsafe { free_string_array(arr, i) };
-            return Err(oom());
-        }
-        // SAFETY: i < items.len() entries were allocated.
-        unsafe { arr.add(i).write(d) };
-    }
-    // SAFETY: both checked non-null; writable per the headers.
-    unsafe {
-        put(out, arr);
-        put(count, items.len());
-    }
-    Ok(())
-}
-
-/// Free a `string_array` result.
-///
-/// # Safety
-/// `arr` is NULL or from `string_array` with `count` entries (or the caller's own
-/// malloc'd array of malloc'd strings, as the headers allow).
-pub(crate) unsafe fn free_string_array(arr: *mut *const c_char, count: usize) {
-    if arr.is_null() {
-        return;
-    }
-    for i in 0..count {
-        // SAFETY: by this function's contract each entry is malloc'd or NULL.
-        unsafe { libc::free(arr.add(i).read() as *mut libc::c_void) };
-    }
-    // SAFETY: as above.
-    unsafe { libc::free(arr.cast()) };
 }
 
 /// `nrt_inspect_config_get_all_activity_types`.

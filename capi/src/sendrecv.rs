@@ -35,7 +35,7 @@ use neff::NrtStatus;
 #[cfg(feature = "fabric")]
 use runtime::RtError;
 
-use crate::ffi::{entry, err, NRT_STATUS};
+use crate::base::{entry, err, NRT_STATUS};
 
 /// `nrt_async_sendrecv_comm_t` (opaque).
 #[repr(C)]
@@ -73,8 +73,8 @@ mod imp {
     use fabric::{Communicator, FabricError};
 
     use super::*;
-    use crate::ffi::{lock, CTensor};
-    use crate::handles::Registry;
+    use crate::base::Registry;
+    use crate::base::{lock, CTensor};
 
     pub(super) static LNCS: Mutex<Option<HashSet<c_int>>> = Mutex::new(None);
     /// LNCs whose last `_close` failed: `_init` refuses them until `nrt_close`.
@@ -253,6 +253,8 @@ mod imp {
     }
 
     pub(super) fn init(lnc: c_int) -> Result<(), RtError> {
+        // Communicators and requests live until nrt_close ends them.
+        crate::base::shutdown::on_close("nrt_async_sendrecv", close_all);
         base_port()?;
         if lock(&FAILED_CLOSE).as_ref().is_some_and(|s| s.contains(&lnc)) {
             return Err(err(
@@ -305,7 +307,7 @@ mod imp {
 
     /// `nrt_close`: every LNC ends, its communicators and requests are released, failed
     /// closes are forgotten.
-    pub(super) fn close_all() {
+    fn close_all() {
         *lock(&LNCS) = None;
         *lock(&FAILED_CLOSE) = None;
         for (p, _) in COMMS.entries() {
@@ -317,14 +319,8 @@ mod imp {
     }
 }
 
-/// Ends every LNC's async sendrecv use (called by `nrt_close`).
-pub(crate) fn close_all() {
-    #[cfg(feature = "fabric")]
-    imp::close_all();
-}
-
 fn check_lnc(lnc: c_int) -> Result<(), runtime::RtError> {
-    crate::ffi::guard().map_err(|e| err(NrtStatus::Failure, e.to_string()))?;
+    crate::base::guard().map_err(|e| err(NrtStatus::Failure, e.to_string()))?;
     if !(0..MAX_LNC).contains(&lnc) {
         return Err(err(NrtStatus::Failure, format!("bad lnc {lnc}")));
     }
@@ -502,7 +498,7 @@ pub unsafe extern "C" fn nrt_async_sendrecv_test_comm(
 /// `request` NULL or writable.
 unsafe fn transfer(
     func: &str,
-    tensor: *mut crate::ffi::nrt_tensor_t,
+    tensor: *mut crate::base::nrt_tensor_t,
     offset: usize,
     length: usize,
     comm: *mut nrt_async_sendrecv_comm_t,
@@ -510,13 +506,13 @@ unsafe fn transfer(
     send: bool,
 ) -> NRT_STATUS {
     entry(func, || {
-        crate::ffi::guard().map_err(|e| err(NrtStatus::Failure, e.to_string()))?;
+        crate::base::guard().map_err(|e| err(NrtStatus::Failure, e.to_string()))?;
         if request.is_null() {
             return Err(err(NrtStatus::Failure, "request must not be NULL"));
         }
         #[cfg(feature = "fabric")]
         {
-            let t = crate::ffi::tensor_of(tensor)?;
+            let t = crate::base::tensor_of(tensor)?;
             let c = imp::COMMS
                 .get(comm)
                 .ok_or_else(|| err(NrtStatus::InvalidHandle, format!("{comm:p} is not a sendrecv communicator")))?;
@@ -545,7 +541,7 @@ unsafe fn transfer(
 /// `request` NULL or writable; handles are validated, never dereferenced.
 #[no_mangle]
 pub unsafe extern "C" fn nrt_async_sendrecv_send_tensor(
-    tensor: *mut crate::ffi::nrt_tensor_t,
+    tensor: *mut crate::base::nrt_tensor_t,
     offset: usize,
     length: usize,
     send_comm: *mut nrt_async_sendrecv_comm_t,
@@ -561,7 +557,7 @@ pub unsafe extern "C" fn nrt_async_sendrecv_send_tensor(
 /// `request` NULL or writable; handles are validated, never dereferenced.
 #[no_mangle]
 pub unsafe extern "C" fn nrt_async_sendrecv_recv_tensor(
-    tensor: *mut crate::ffi::nrt_tensor_t,
+    tensor: *mut crate::base::nrt_tensor_t,
     offset: usize,
     length: usize,
     recv_comm: *mut nrt_async_sendrecv_comm_t,
@@ -591,7 +587,7 @@ pub unsafe extern "C" fn nrt_async_sendrecv_test_request(
             let r = imp::REQS
                 .get(request)
                 .ok_or_else(|| err(NrtStatus::InvalidHandle, format!("{request:p} is not a sendrecv request")))?;
-            let state = crate::ffi::lock(&r.done).clone();
+            let state = crate::base::lock(&r.done).clone();
             let Some(res) = state else {
                 // SAFETY: checked non-null; writable per nrt_async_sendrecv.h.
                 unsafe { done.write(false) };

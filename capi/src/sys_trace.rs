@@ -13,8 +13,8 @@ use neff::NrtStatus;
 use runtime::profile::{self, Event, Sink};
 use runtime::RtError;
 
-use crate::ffi::{entry, entry_value, err, guard, lock, need, put, NRT_STATUS};
-use crate::profile::{free_string_array, string_array};
+use crate::base::{entry, entry_value, err, guard, lock, need, put, NRT_STATUS};
+use crate::base::{free_string_array, string_array};
 
 pub(crate) const API: &str = "nrt_api";
 pub(crate) const EXEC: &str = "model_exec";
@@ -81,7 +81,7 @@ impl Sink for Rings {
             Event::Exec(r) => {
                 let g = r.ncs.first().copied().unwrap_or(0);
                 // The caller names cores logically (nrt_sys_trace_config_set_capture_enabled_for_nc).
-                let nc = crate::ffi::rt().logical_nc(g).unwrap_or(g);
+                let nc = crate::base::rt().logical_nc(g).unwrap_or(g);
                 if c.disabled_ncs.contains(&(nc as u32)) {
                     return;
                 }

@@ -9,7 +9,7 @@ use neff::NrtStatus;
 use runtime::tensor_ops::{CallerMemory, UserBuf};
 use runtime::{RtError, Tensor};
 
-use crate::ffi::{
+use crate::base::{
     entry, entry_value, err, guard, need, nrt_tensor_placement_t, nrt_tensor_t, opt_cstr, put, rt, tensor_of, CTensor,
     NRT_STATUS, NRT_TENSOR_PLACEMENT_DEVICE, NRT_TENSOR_PLACEMENT_HOST, TENSORS,
 };

@@ -88,7 +88,7 @@ fn setup(arch: &'static csr_maps::Arch, timing: Timing, poll: PollPolicy) -> Res
 #[cfg(feature = "sim")]
 fn setup_with(arch: &'static csr_maps::Arch, timing: Timing, cfg: RuntimeConfig) -> Result<Setup, CliError> {
     let sim = SimDevice::new(SimConfig::new(arch).timing(timing).hbm_bytes(1 << 28)).map_err(CliError::failure)?;
-    let rt = Runtime::new();
+    let rt = Runtime::with_observers(runtime::monitoring());
     let opts = hal::DeviceOptions { hbm_limit: Some(1 << 28), ..Default::default() };
     let e = |e: runtime::RtError| CliError::new(e.status, e.message());
     // `--mmio-trace FILE` traces the benchmark's own simulator too.
@@ -520,7 +520,7 @@ pub fn scale_bench(a: ScaleBenchArgs, json_out: bool) -> Result<(), CliError> {
         c.device_index = i as u32;
         plats.push(Arc::new(SimDevice::new(c).map_err(CliError::failure)?));
     }
-    let rt = Runtime::new();
+    let rt = Runtime::with_observers(runtime::monitoring());
     let opts = hal::DeviceOptions { hbm_limit: Some(1 << 26), ..Default::default() };
     let plats = select::wrap_traced(plats).map_err(CliError::failure)?;
     rt.init(plats, RuntimeConfig { poll: PollPolicy::Spin, ..RuntimeConfig::default() }, opts).map_err(e)?;

@@ -415,7 +415,7 @@ fn time_load(path: &Path, payload_hint: u64) -> Result<LoadRun, CmdError> {
         .unwrap_or(u64::MAX)
         .min(arch.consts.hbm_active_size);
     let sim = sim::SimDevice::new(sim::SimConfig::new(arch).hbm_bytes(hbm)).map_err(CmdError::failure)?;
-    let rt = runtime::Runtime::new();
+    let rt = runtime::Runtime::with_observers(runtime::monitoring());
     let opts = hal::DeviceOptions { hbm_limit: Some(hbm), ..Default::default() };
     let e = |e: runtime::RtError| CmdError::new(e.status, e.message());
     let cfg = runtime::RuntimeConfig { verify: true, ..runtime::RuntimeConfig::default() };
@@ -654,7 +654,7 @@ pub fn bench_large_var(args: BenchLargeVarArgs, json: bool) -> Result<(), CmdErr
     for _ in 0..args.runs.max(1) {
         let t = Instant::now();
         let sim = sim::SimDevice::new(sim::SimConfig::new(arch).hbm_bytes(hbm)).map_err(CmdError::failure)?;
-        let rt = runtime::Runtime::new();
+        let rt = runtime::Runtime::with_observers(runtime::monitoring());
         let opts = hal::DeviceOptions { hbm_limit: Some(hbm), ..Default::default() };
         let plats = select::wrap_traced(vec![Arc::new(sim.clone()) as Arc<dyn platform::Platform>])
             .map_err(CmdError::failure)?;

@@ -166,7 +166,7 @@ fn load_with_progress(
 
 fn start(device: Option<&str>, timing: SimTiming, cfg: RuntimeConfig) -> Result<(Runtime, Opened), CliError> {
     let opened = platforms(device, timing)?;
-    let rt = Runtime::new();
+    let rt = Runtime::with_observers(runtime::monitoring());
     rt.init(opened.platforms.clone(), cfg, hal::DeviceOptions::default()).map_err(rt_err)?;
     Ok((rt, opened))
 }

@@ -1,7 +1,8 @@
 //! Per-process counters in shared memory, for `neuron-vfio monitor` / `top` in other
 //! processes (what neuron-monitor reads from the Neuron runtime).
 //!
-//! Each initialized [`Runtime`](crate::Runtime) publishes one segment: a file
+//! Each initialized [`Runtime`](crate::Runtime) built with this observer ([`attach`]; the CLI
+//! and libnrt.so install it) publishes one segment: a file
 //! `neuron-vfio.PID.N.counters` in `NEURON_VFIO_SHM_DIR` (default `/dev/shm`), mapped shared,
 //! made of 64-bit words. The runtime is its only writer; monitors map it read-only. Every
 //! word is updated with a single relaxed atomic operation, so the execute path takes no
@@ -23,6 +24,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use neff::NrtStatus;
 use platform::ShmWords;
+
+use crate::observe::Observer;
 
 /// `"NVFIOCTR"` as a little-endian u64: header word 0.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"NVFIOCTR");
@@ -164,20 +167,12 @@ fn now_ns() -> u64 {
 
 /// Where segments live: `NEURON_VFIO_SHM_DIR`, else `/dev/shm` (the temp dir without it).
 pub fn shm_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("NEURON_VFIO_SHM_DIR").filter(|d| !d.is_empty()) {
-        return PathBuf::from(d);
-    }
-    let shm = Path::new("/dev/shm");
-    if shm.is_dir() {
-        shm.to_path_buf()
-    } else {
-        std::env::temp_dir()
-    }
+    crate::env::shm_dir()
 }
 
 /// Whether publishing is on (`NEURON_VFIO_COUNTERS` is not `0`).
 pub fn enabled() -> bool {
-    std::env::var("NEURON_VFIO_COUNTERS").map(|v| v.trim() != "0").unwrap_or(true)
+    crate::env::counters_enabled()
 }
 
 /// One NC the segment describes: (device index, NC within the device, NC version).
@@ -383,46 +378,44 @@ pub fn publish(devs: &[hal::Device]) -> Option<Arc<Counters>> {
     }
 }
 
-/// Device memory used now on the HBM channel serving `dev`'s NC `nc`, bytes.
-pub fn hbm_used(dev: &hal::Device, nc: usize) -> u64 {
-    dev.allocator().usage(dev.hbm_for_nc(nc)).map(|u| u.used).unwrap_or(0)
+/// The counters observer of a runtime's init…close session: [`publish`] as an
+/// [`Attach`](crate::observe::Attach)er (front ends install it; [`crate::monitoring`]).
+pub fn attach(devs: &[hal::Device]) -> Option<Arc<dyn Observer>> {
+    publish(devs).map(|c| c as Arc<dyn Observer>)
 }
 
-/// A tensor's share of the counters: added when made, given back when the tensor drops.
-pub struct TensorAcct {
-    counters: Arc<Counters>,
-    nc: usize,
-    bytes: u64,
-    on_device: bool,
-}
-
-impl TensorAcct {
-    /// Count a tensor of `bytes` on global NC `nc` (`on_device`) or in host DMA memory.
-    pub fn new(counters: &Arc<Counters>, nc: usize, bytes: u64, on_device: bool) -> Self {
-        counters.tensor(nc, bytes, on_device, false);
-        Self { counters: counters.clone(), nc, bytes, on_device }
+/// The segment is the runtime's observer: every event is a relaxed atomic update.
+impl Observer for Counters {
+    fn kind(&self) -> &'static str {
+        crate::observe::COUNTERS
     }
-}
 
-impl Drop for TensorAcct {
-    fn drop(&mut self) {
-        self.counters.tensor(self.nc, self.bytes, self.on_device, true);
+    fn path(&self) -> Option<PathBuf> {
+        Some(self.shm.path().to_path_buf())
     }
-}
 
-impl crate::rt::Model {
-    /// Count an execution of this model that ended with `status` (no-op when unpublished).
-    pub(crate) fn count_execution(
+    fn execution(
         &self,
+        ncs: &[usize],
         status: NrtStatus,
         latency_ns: u64,
         busy_ns: u64,
         barrier_warnings: u32,
         end: std::time::Instant,
     ) {
-        if let Some(c) = &self.counters {
-            c.execution_at(&self.ncs, status, latency_ns, busy_ns, barrier_warnings, end);
-        }
+        self.execution_at(ncs, status, latency_ns, busy_ns, barrier_warnings, end);
+    }
+
+    fn model_loaded(&self, ncs: &[usize], bytes_per_nc: &[u64]) {
+        Counters::model_loaded(self, ncs, bytes_per_nc);
+    }
+
+    fn model_unloaded(&self, ncs: &[usize], bytes_per_nc: &[u64]) {
+        Counters::model_unloaded(self, ncs, bytes_per_nc);
+    }
+
+    fn tensor(&self, nc: usize, bytes: u64, on_device: bool, freed: bool) {
+        Counters::tensor(self, nc, bytes, on_device, freed);
     }
 }
 

@@ -3,7 +3,7 @@
 //! devices this runtime drives (VFIO gives a device to one process, so a second process cannot
 //! open it; the owner serves the reads through its own mapping).
 //!
-//! A Unix stream socket `neuron-vfio.PID.N.debug/sock` in [`crate::counters::shm_dir`] (the
+//! A Unix stream socket `neuron-vfio.PID.N.debug/sock` in [`crate::env::shm_dir`] (the
 //! directory mode 0700, the socket 0600: only the same user connects), served by one accept
 //! thread and a thread per connection (at most [`MAX_CONNECTIONS`]), off the execute path.
 //! Protocol version 1 (docs/monitoring.md): one JSON request per line, one JSON response line
@@ -26,6 +26,8 @@ use csr_maps::formats::notify::RECORD_BYTES;
 use hal::Device;
 use serde_json::{json, Value};
 
+use crate::observe::Observer;
+
 /// Protocol version.
 pub const VERSION: u64 = 1;
 /// Longest request line, bytes.
@@ -39,7 +41,7 @@ pub const MAX_CONNECTIONS: usize = 8;
 
 /// Whether the endpoint is on (`NEURON_VFIO_DEBUG_ENDPOINT` is not `0`).
 pub fn enabled() -> bool {
-    std::env::var("NEURON_VFIO_DEBUG_ENDPOINT").map(|v| v.trim() != "0").unwrap_or(true)
+    crate::env::debug_endpoint_enabled()
 }
 
 static SEQ: AtomicU64 = AtomicU64::new(0);
@@ -167,12 +169,38 @@ pub fn serve(devs: &[Device]) -> Option<Endpoint> {
     if !enabled() {
         return None;
     }
-    match Endpoint::start(&crate::counters::shm_dir(), devs) {
+    match Endpoint::start(&crate::env::shm_dir(), devs) {
         Ok(e) => Some(e),
         Err(e) => {
             tracing::warn!("debug endpoint not started: {e}");
             None
         }
+    }
+}
+
+/// The debug-endpoint observer of a runtime's init…close session: [`serve`] as an
+/// [`Attach`](crate::observe::Attach)er (front ends install it; [`crate::monitoring`]). It
+/// stops serving at the runtime's `close`, before the devices are closed.
+pub fn attach(devs: &[Device]) -> Option<Arc<dyn Observer>> {
+    serve(devs).map(|e| Arc::new(Serving(Mutex::new(Some(e)))) as Arc<dyn Observer>)
+}
+
+/// A served endpoint until the runtime closes.
+struct Serving(Mutex<Option<Endpoint>>);
+
+impl Observer for Serving {
+    fn kind(&self) -> &'static str {
+        crate::observe::DEBUG_ENDPOINT
+    }
+
+    fn path(&self) -> Option<PathBuf> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(|e| e.path().to_path_buf())
+    }
+
+    fn close(&self) {
+        // Taken out under the lock, dropped (threads joined) after it.
+        let e = self.0.lock().unwrap_or_else(|e| e.into_inner()).take();
+        drop(e);
     }
 }
 

@@ -12,7 +12,13 @@
 //! * `NEURON_VFIO_BARRIER_WARN_MS` (this project's, not libnrt's): the first warning threshold
 //!   of the collectives barrier wait in milliseconds, `1..`, default 120000 (libnrt's fixed
 //!   120 s), so that tests can shorten it (docs/faults.md).
+//! * `NEURON_VFIO_SHM_DIR`, `NEURON_VFIO_COUNTERS`, `NEURON_VFIO_DEBUG_ENDPOINT` (this
+//!   project's): where the monitoring observers publish (default `/dev/shm`, else the temp
+//!   dir), and `0` turns the counters segment / the debug endpoint off (docs/monitoring.md).
+//!
+//! Every environment read of the runtime is here.
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 use thiserror::Error;
 
@@ -24,6 +30,12 @@ pub const VISIBLE_CORES_VAR: &str = "NEURON_RT_VISIBLE_CORES";
 pub const LOG_LEVEL_VAR: &str = "NEURON_RT_LOG_LEVEL";
 /// `NEURON_VFIO_BARRIER_WARN_MS`.
 pub const BARRIER_WARN_VAR: &str = "NEURON_VFIO_BARRIER_WARN_MS";
+/// `NEURON_VFIO_SHM_DIR`.
+pub const SHM_DIR_VAR: &str = "NEURON_VFIO_SHM_DIR";
+/// `NEURON_VFIO_COUNTERS`.
+pub const COUNTERS_VAR: &str = "NEURON_VFIO_COUNTERS";
+/// `NEURON_VFIO_DEBUG_ENDPOINT`.
+pub const DEBUG_ENDPOINT_VAR: &str = "NEURON_VFIO_DEBUG_ENDPOINT";
 /// Default execution timeout, seconds.
 pub const DEFAULT_EXEC_TIMEOUT_SECS: u32 = 600;
 /// Default log level.
@@ -174,4 +186,42 @@ impl RtEnv {
     pub fn core_timeout(&self) -> Duration {
         core_timeout(self.exec_timeout_secs)
     }
+}
+
+/// `NEURON_VFIO_BARRIER_WARN_MS` from the process environment: `None` when unset.
+pub fn barrier_warn_from_env() -> Result<Option<Duration>, EnvError> {
+    match std::env::var(BARRIER_WARN_VAR) {
+        Ok(v) => parse_barrier_warn(&v).map(Some),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => Err(EnvError::NotUnicode { var: BARRIER_WARN_VAR }),
+    }
+}
+
+/// Where monitoring segments and endpoints live: `NEURON_VFIO_SHM_DIR`, else `/dev/shm`
+/// (the temp dir without it).
+pub fn shm_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os(SHM_DIR_VAR).filter(|d| !d.is_empty()) {
+        return PathBuf::from(d);
+    }
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    }
+}
+
+/// Whether switch `var` is on: unset, or set to anything but `0`.
+fn switch_on(var: &str) -> bool {
+    std::env::var(var).map(|v| v.trim() != "0").unwrap_or(true)
+}
+
+/// Whether the counters segment is published (`NEURON_VFIO_COUNTERS` is not `0`).
+pub fn counters_enabled() -> bool {
+    switch_on(COUNTERS_VAR)
+}
+
+/// Whether the debug endpoint is served (`NEURON_VFIO_DEBUG_ENDPOINT` is not `0`).
+pub fn debug_endpoint_enabled() -> bool {
+    switch_on(DEBUG_ENDPOINT_VAR)
 }

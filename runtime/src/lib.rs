@@ -12,8 +12,11 @@
 //! | [`timestamp`] | device → CPU timestamp rescale (docs/facts/libnrt-runtime-model.md §B.3, "Per-engine timestamp decode") |
 //! | [`lanes`] | per-NC FIFO execution lanes and the model armed on each NC |
 //! | [`xu`] | the execution-unit queue and its per-vNC worker (docs/facts/libnrt-runtime-model.md §B.6, docs/facts/libnrt.md §4.6, §8) |
-//! | [`counters`] | per-process counters in shared memory for `monitor`/`top` (docs/monitoring.md) |
-//! | [`env`](mod@env) | `NEURON_RT_EXEC_TIMEOUT`, `NEURON_RT_VISIBLE_CORES`, `NEURON_RT_LOG_LEVEL` |
+//! | [`observe`] | the observer interface monitoring plugs in through ([`Runtime::with_observers`], [`monitoring`]) |
+//! | [`counters`] | per-process counters in shared memory for `monitor`/`top` (docs/monitoring.md): an observer |
+//! | [`debug_endpoint`] | the read-only debug socket other processes follow the devices through: an observer |
+//! | [`tensor_ops`] | tensor operations beyond read/write (`rt::tensor_ops`) |
+//! | [`env`](mod@env) | every environment read: `NEURON_RT_EXEC_TIMEOUT`, `NEURON_RT_VISIBLE_CORES`, `NEURON_RT_LOG_LEVEL`, the monitoring switches |
 //!
 //! Everything here is pure Rust behind small traits ([`completion::NotificationSource`],
 //! [`xu::Executor`]); the device layer implements them.
@@ -28,6 +31,7 @@ pub mod env;
 pub mod error;
 pub mod error_decode;
 pub mod lanes;
+pub mod observe;
 pub mod profile;
 pub mod records;
 pub mod rt;
@@ -35,10 +39,17 @@ pub mod stage;
 pub mod state;
 pub mod status;
 mod sync;
-pub mod tensor_ops;
 pub mod timestamp;
 pub mod xu;
 
 pub use error::{RtError, RtErrorKind};
+pub use rt::tensor_ops;
 pub use rt::{ExecTimings, GlobalPlacement, Model, ModelHandle, PollPolicy, Runtime, RuntimeConfig, Tensor, TensorSet};
 pub use status::{NrtStatus, Priority};
+
+/// The monitoring observers front ends install ([`Runtime::with_observers`]): the
+/// shared-memory counters `neuron-vfio monitor`/`top` read ([`counters`]) and the debug
+/// endpoint ([`debug_endpoint`]). Each can be switched off by its environment variable.
+pub fn monitoring() -> Vec<std::sync::Arc<dyn observe::Attach>> {
+    vec![std::sync::Arc::new(counters::attach), std::sync::Arc::new(debug_endpoint::attach)]
+}

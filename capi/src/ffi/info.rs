@@ -38,14 +38,12 @@ pub unsafe extern "C" fn nrt_get_version(ver: *mut nrt_version_t, size: usize) -
     })
 }
 
-pub(crate) fn copy_cstr(dst: &mut [c_char], s: &str) {
-    let n = s.len().min(dst.len().saturating_sub(1));
-    for (d, b) in dst.iter_mut().zip(s.bytes().take(n)) {
-        *d = b as c_char;
+/// NCs of the device `nrt_init` opens (or has opened).
+fn total_ncs() -> Result<usize, RtError> {
+    if guard().is_ok() {
+        return Ok(rt().nc_count());
     }
-    if let Some(d) = dst.get_mut(n) {
-        *d = 0;
-    }
+    crate::device::nc_count(&crate::device::from_env()?)
 }
 
 /// # Safety

@@ -4,6 +4,9 @@
 
 use super::*;
 
+/// Serializes `nrt_init` and `nrt_close` (the state itself is the runtime's).
+static LIFECYCLE: Mutex<()> = Mutex::new(());
+
 /// `nrt_init`: open the device named by `NEURON_VFIO_DEVICE` and initialise the runtime.
 ///
 /// # Safety
@@ -47,16 +50,12 @@ pub extern "C" fn nrt_close() {
         if rt().guard().is_err() {
             return;
         }
-        crate::async_api::close();
-        crate::sendrecv::close_all();
+        // What the areas started (execution-unit workers, communicators) stops first.
+        crate::base::shutdown::run_all();
         if let Err(e) = rt().close() {
             log_error("nrt_close", &e);
         }
-        // Every handle dies with the runtime: tensors and sets still alive are released here
-        // (their device memory with them), so the device is closed for good and the handles
-        // are NRT_INVALID_HANDLE from now on, also after a new nrt_init.
-        MODELS.clear();
-        SETS.clear();
-        TENSORS.clear();
+        // Every handle dies with the runtime (the device is closed for good).
+        crate::base::registry::clear_all();
     })
 }

@@ -278,7 +278,7 @@ pub(super) fn bind_inputs(
             let Some(t) = inputs.get(&info.name) else { return Err(unbound(&info.name)) };
             let Some(i) = s.io_var(j) else { continue };
             let v = &s.vars[i];
-            crate::tensor_ops::check_dma(t)?;
+            super::tensor_ops::check_dma(t)?;
             if t.size != v.size {
                 return Err(wrong_size("input", "expects", &info.name, t.size, v.size));
             }
@@ -294,7 +294,7 @@ pub(super) fn bind_inputs(
             for (j, info) in m.outputs.iter().enumerate() {
                 let Some(t) = outputs.get(&info.name) else { continue };
                 let Some(i) = s.io_var(m.inputs.len() + j) else { continue };
-                crate::tensor_ops::check_dma(t)?;
+                super::tensor_ops::check_dma(t)?;
                 if t.size != s.vars[i].size {
                     return Err(wrong_size("output", "produces", &info.name, t.size, s.vars[i].size));
                 }

@@ -192,7 +192,7 @@ impl Runtime {
         let res: Result<(), RtError> = (|| {
             for (rank, g) in n.graphs.iter().enumerate() {
                 let (dev, local) = self.device_of(picked[rank]).ok_or_else(|| RtError::internal("NC vanished"))?;
-                let before = crate::counters::hbm_used(&dev, local);
+                let before = super::hbm_used(&dev, local);
                 let s = stage_graph(
                     &dev,
                     g,
@@ -206,7 +206,7 @@ impl Runtime {
                     weights.as_deref_mut(),
                 )
                 .map_err(|e| RtError::with(e.status, RtErrorKind::Stage { graph: g.name.clone(), source: e }))?;
-                staged_bytes.push(crate::counters::hbm_used(&dev, local).saturating_sub(before));
+                staged_bytes.push(super::hbm_used(&dev, local).saturating_sub(before));
                 staged.push(s);
                 devs.push(dev);
             }
@@ -259,12 +259,10 @@ impl Runtime {
             devices: devs,
             lanes: lanes.clone(),
             epoch: self.epoch,
-            counters: lock(&self.counters).clone(),
+            observers: lock(&self.observers).clone(),
             staged_bytes,
         });
-        if let Some(c) = &model.counters {
-            c.model_loaded(&model.ncs, &model.staged_bytes);
-        }
+        model.observers.model_loaded(&model.ncs, &model.staged_bytes);
         for &g in &model.ncs {
             lanes.set_active(g, Some(Armed { id, model: Arc::downgrade(&model) }));
         }
@@ -325,9 +323,7 @@ impl Runtime {
     pub(super) fn teardown(&self, m: &Model) {
         let poisoned = m.lifecycle.read(|lc| lc.poisoned().is_some());
         if let Some(ex) = lock(&m.exec).take() {
-            if let Some(c) = &m.counters {
-                c.model_unloaded(&m.ncs, &m.staged_bytes);
-            }
+            m.observers.model_unloaded(&m.ncs, &m.staged_bytes);
             for ((s, d), &g) in ex.ncs.into_iter().zip(m.devices.iter()).zip(m.ncs.iter()) {
                 let nc = s.nc;
                 if m.lanes.active(g).is_none_or(|a| a.id != m.id) {

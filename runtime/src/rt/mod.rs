@@ -21,6 +21,10 @@
 //! | [`load`] | [`Runtime::load`], [`Runtime::share`], [`Runtime::unload`], teardown |
 //! | [`execute`] | [`Runtime::execute`], [`Runtime::execute_repeat`]: bind inputs, kick, complete, read outputs |
 //! | [`async_exec`] | [`Runtime::execute_async`] and the execution-unit glue ([`AsyncReq`], [`AsyncTok`], [`XuExec`]) |
+//! | [`tensor_ops`] | tensor operations beyond read/write (slices, caller buffers, copies, fills; also `crate::tensor_ops`) |
+//!
+//! What `init` builds (devices, configuration, placement counts, lanes, the session's
+//! observers) is made in one place, `Session::open`, and installed together.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -32,6 +36,7 @@ use neff::{NrtStatus, TensorInfo};
 use platform::Platform;
 
 use crate::completion::ExecTracker;
+use crate::observe::{Attach, Observers};
 use crate::stage::StagedNc;
 use crate::state::{ModelLifecycle, RuntimeState};
 use crate::xu::Xu;
@@ -42,6 +47,7 @@ pub mod execute;
 pub mod load;
 mod ncs;
 pub mod tensor;
+pub mod tensor_ops;
 
 pub use crate::error::{RtError, RtErrorKind};
 pub use async_exec::{AsyncReq, AsyncTok, XuExec};
@@ -106,15 +112,9 @@ impl RuntimeConfig {
     /// Defaults overridden by NEURON_RT_EXEC_TIMEOUT and NEURON_RT_VISIBLE_CORES.
     pub fn from_env() -> Result<Self, RtError> {
         let env = crate::env::RtEnv::from_env().map_err(|e| RtError::invalid(e.to_string()))?;
-        let barrier_warn = match std::env::var(crate::env::BARRIER_WARN_VAR) {
-            Ok(v) => crate::env::parse_barrier_warn(&v).map_err(|e| RtError::invalid(e.to_string()))?,
-            Err(std::env::VarError::NotPresent) => crate::completion::BARRIER_WARN_INITIAL,
-            Err(std::env::VarError::NotUnicode(_)) => {
-                return Err(RtError::invalid(
-                    crate::env::EnvError::NotUnicode { var: crate::env::BARRIER_WARN_VAR }.to_string(),
-                ))
-            }
-        };
+        let barrier_warn = crate::env::barrier_warn_from_env()
+            .map_err(|e| RtError::invalid(e.to_string()))?
+            .unwrap_or(crate::completion::BARRIER_WARN_INITIAL);
         Ok(Self {
             barrier_warn,
             exec_timeout: Duration::from_secs(env.exec_timeout_secs as u64),
@@ -245,9 +245,30 @@ pub struct Model {
     devices: Vec<Device>,
     lanes: Arc<NcLanes>,
     epoch: Instant,
-    /// Where executions are counted for monitors, and the device bytes staging took per NC.
-    pub(crate) counters: Option<Arc<crate::counters::Counters>>,
+    /// Who is told about this model's executions (monitoring; [`crate::observe`]), and the
+    /// device bytes staging took per NC.
+    pub(crate) observers: Observers,
     pub(crate) staged_bytes: Vec<u64>,
+}
+
+impl Model {
+    /// Report an execution of this model that ended with `status` to the observers of the
+    /// session it was loaded in (the caller holds the model's lanes).
+    pub(crate) fn count_execution(
+        &self,
+        status: NrtStatus,
+        latency_ns: u64,
+        busy_ns: u64,
+        barrier_warnings: u32,
+        end: Instant,
+    ) {
+        self.observers.execution(&self.ncs, status, latency_ns, busy_ns, barrier_warnings, end);
+    }
+}
+
+/// Device memory used now on the HBM channel serving `dev`'s NC `nc`, bytes.
+pub(crate) fn hbm_used(dev: &Device, nc: usize) -> u64 {
+    dev.allocator().usage(dev.hbm_for_nc(nc)).map(|u| u.used).unwrap_or(0)
 }
 
 /// Times a runtime lock was found held by another thread (see [`lock_contentions`]).
@@ -317,6 +338,39 @@ struct NcXu {
     xu: Xu<XuExec>,
 }
 
+/// Everything `init` makes, built in one place ([`Session::open`]) from the platforms, the
+/// device options and the configuration the front end read once (`RuntimeConfig::from_env`),
+/// then installed in the runtime together.
+struct Session {
+    devices: Vec<Device>,
+    cfg: RuntimeConfig,
+    /// Models placed on each global NC (none yet).
+    placed: Vec<usize>,
+    lanes: Arc<NcLanes>,
+    observers: Observers,
+}
+
+impl Session {
+    /// Open and initialise a device on each platform (global NC order: the platforms'), then
+    /// the lanes and placement counts of their NCs and the session's observers.
+    fn open(
+        platforms: Vec<Arc<dyn Platform>>,
+        opts: hal::DeviceOptions,
+        cfg: RuntimeConfig,
+        attachers: &[Arc<dyn Attach>],
+    ) -> Result<Self, RtError> {
+        let mut devices = Vec::with_capacity(platforms.len());
+        for p in platforms {
+            let d = Device::open(p, opts.clone())?;
+            d.init()?;
+            devices.push(d);
+        }
+        let ncs: usize = devices.iter().map(|d| d.nc_count()).sum();
+        let observers = Observers::attach(attachers, &devices);
+        Ok(Self { placed: vec![0; ncs], lanes: Arc::new(NcLanes::new(ncs)), observers, devices, cfg })
+    }
+}
+
 /// The runtime (libnrt's global state, as an object).
 pub struct Runtime {
     state: Mutex<RuntimeState>,
@@ -337,11 +391,10 @@ pub struct Runtime {
     live: AtomicBool,
     closed_devices: AtomicBool,
     epoch: Instant,
-    /// The shared-memory counters monitors read (crate::counters), from init to close.
-    pub(crate) counters: Mutex<Option<Arc<crate::counters::Counters>>>,
-    /// The read-only debug endpoint other processes follow the devices through
-    /// (crate::debug_endpoint), from init to close.
-    debug: Mutex<Option<crate::debug_endpoint::Endpoint>>,
+    /// What the front end installed to observe each init…close session (monitoring).
+    attachers: Vec<Arc<dyn Attach>>,
+    /// The observers of the current session ([`crate::observe`]), from init to close.
+    pub(crate) observers: Mutex<Observers>,
     /// Told how far each load has got writing weights (`set_load_progress`).
     load_progress: Mutex<Option<crate::stage::LoadProgressFn>>,
 }
@@ -353,8 +406,15 @@ impl Default for Runtime {
 }
 
 impl Runtime {
-    /// A runtime in NRT_STATE_START.
+    /// A runtime in NRT_STATE_START, observed by nobody.
     pub fn new() -> Self {
+        Self::with_observers(Vec::new())
+    }
+
+    /// A runtime in NRT_STATE_START whose every init…close session is observed by what
+    /// `attachers` make of it ([`crate::observe`]; the CLI and libnrt.so pass
+    /// [`crate::monitoring`]).
+    pub fn with_observers(attachers: Vec<Arc<dyn Attach>>) -> Self {
         Self {
             state: Mutex::new(RuntimeState::new()),
             devices: Mutex::new(Vec::new()),
@@ -369,8 +429,8 @@ impl Runtime {
             live: AtomicBool::new(false),
             closed_devices: AtomicBool::new(false),
             epoch: Instant::now(),
-            counters: Mutex::new(None),
-            debug: Mutex::new(None),
+            attachers,
+            observers: Mutex::new(Observers::default()),
             load_progress: Mutex::new(None),
         }
     }
@@ -407,29 +467,29 @@ impl Runtime {
     ) -> Result<(), RtError> {
         let mut st = lock(&self.state);
         st.init(std::process::id())?;
-        let mut devs = Vec::new();
-        for p in platforms {
-            let d = Device::open(p, opts.clone()).and_then(|d| d.init().map(|_| d));
-            match d {
-                Ok(d) => devs.push(d),
-                Err(e) => {
-                    let _ = st.close(std::process::id());
-                    *st = RuntimeState::new();
-                    return Err(e.into());
-                }
+        let session = match Session::open(platforms, opts, cfg, &self.attachers) {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = st.close(std::process::id());
+                *st = RuntimeState::new();
+                return Err(e);
             }
-        }
-        let ncs: usize = devs.iter().map(|d| d.nc_count()).sum();
-        *lock(&self.placed) = vec![0; ncs];
-        *lock(&self.lanes) = Arc::new(NcLanes::new(ncs));
-        *lock(&self.counters) = crate::counters::publish(&devs);
-        *lock(&self.debug) = crate::debug_endpoint::serve(&devs);
-        *lock(&self.devices) = devs;
-        *lock(&self.cfg) = cfg;
+        };
+        self.install(session);
         self.pid.store(std::process::id() as u64, Ordering::Relaxed);
         self.forks_at_init.store(platform::fork::forks().unwrap_or(u64::MAX), Ordering::Relaxed);
         self.live.store(true, Ordering::Release);
         Ok(())
+    }
+
+    /// Make `s` the runtime's state (init, under the state lock).
+    fn install(&self, s: Session) {
+        let Session { devices, cfg, placed, lanes, observers } = s;
+        *lock(&self.placed) = placed;
+        *lock(&self.lanes) = lanes;
+        *lock(&self.observers) = observers;
+        *lock(&self.devices) = devices;
+        *lock(&self.cfg) = cfg;
     }
 
     /// Call `f` as every later [`Runtime::load`] writes the model's initial data (weights) to
@@ -440,10 +500,16 @@ impl Runtime {
     }
 
     /// The shared-memory counters segment this runtime publishes for monitors
-    /// (docs/monitoring.md), while initialized and publishing (`NEURON_VFIO_COUNTERS=0`
-    /// turns publishing off).
+    /// (docs/monitoring.md), while initialized with the counters observer installed
+    /// ([`crate::monitoring`]) and publishing (`NEURON_VFIO_COUNTERS=0` turns it off).
     pub fn counters_path(&self) -> Option<std::path::PathBuf> {
-        lock(&self.counters).as_ref().map(|c| c.path().to_path_buf())
+        self.observer_path(crate::observe::COUNTERS)
+    }
+
+    /// Where the current session's observer of `kind` ([`crate::observe::Observer::kind`])
+    /// publishes.
+    pub fn observer_path(&self, kind: &str) -> Option<std::path::PathBuf> {
+        lock(&self.observers).path_of(kind)
     }
 
     /// `nrt_close`: unload everything, stop workers, release the devices.
@@ -460,13 +526,15 @@ impl Runtime {
         for m in models {
             self.teardown(&m);
         }
-        // Stop serving other processes before the devices go.
-        lock(&self.debug).take();
+        // Observers stop using the devices (the debug endpoint stops serving other
+        // processes) before the devices go.
+        let observers = std::mem::take(&mut *lock(&self.observers));
+        observers.close();
         for d in lock(&self.devices).drain(..) {
             d.close();
         }
         self.closed_devices.store(true, Ordering::Relaxed);
-        lock(&self.counters).take();
+        drop(observers);
         Ok(lock(&self.state).close(std::process::id())?)
     }
 

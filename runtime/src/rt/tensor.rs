@@ -18,7 +18,7 @@ pub enum TensorMem {
         offset: u64,
     },
     /// Caller memory (`nrt_tensor_attach_buffer`): no device address.
-    User(crate::tensor_ops::UserBuf),
+    User(super::tensor_ops::UserBuf),
     /// No storage (`nrt_tensor_allocate_empty`).
     Empty,
 }
@@ -33,8 +33,8 @@ pub struct Tensor {
     pub(crate) nc: usize,
     /// Executions that wrote this tensor as an output (`nrt_tensor_check_output_completion`).
     pub(crate) completions: AtomicU64,
-    /// The tensor's share of the monitors' memory counters (crate::counters).
-    pub(crate) _acct: Option<crate::counters::TensorAcct>,
+    /// The tensor reported to the observers (monitoring), its release reported on drop.
+    pub(crate) _acct: Option<crate::observe::TensorAcct>,
 }
 
 impl Tensor {
@@ -149,8 +149,7 @@ impl Runtime {
         } else {
             TensorMem::Host(dev.alloc_host(size.max(1) as usize, 64)?)
         };
-        let acct =
-            super::lock(&self.counters).as_ref().map(|c| crate::counters::TensorAcct::new(c, nc, size, on_device));
+        let acct = super::lock(&self.observers).tensor(nc, size, on_device);
         Ok(Arc::new(Tensor {
             name: name.to_string(),
             size,

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use hal::{Device, Xfer};
 use neff::NrtStatus;
 
-use crate::rt::{RtError, Tensor, TensorMem};
+use super::{RtError, Tensor, TensorMem};
 
 /// Caller memory behind an attached buffer (`nrt_tensor_attach_buffer`). The C ABI
 /// implements it over the caller's pointer (the only place that may touch raw memory);

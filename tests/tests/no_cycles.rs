@@ -314,19 +314,16 @@ fn assert_acyclic(krate: &str) {
 }
 
 #[test]
-#[ignore = "enable at the issue 28 merge: hal's cycles (error/mem/q7, nq/park) are removed by the hal part"]
 fn hal_has_no_import_cycle() {
     assert_acyclic("hal");
 }
 
 #[test]
-#[ignore = "enable at the issue 28 merge: runtime's cycles are removed by the frontends/load-txn parts"]
 fn runtime_has_no_import_cycle() {
     assert_acyclic("runtime");
 }
 
 #[test]
-#[ignore = "enable at the issue 28 merge: capi's cycles are removed by the frontends part"]
 fn capi_has_no_import_cycle() {
     assert_acyclic("capi");
 }

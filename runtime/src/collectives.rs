@@ -26,6 +26,7 @@
 use isa::slot::{Instruction, TriggerCollective};
 use neff::model::Program;
 use neff::{EngineKind, Neff};
+use crate::status::NrtStatus;
 
 /// The ranks a load's graphs take: graph `i` is rank `first + i` of `total` ranks, and rank `r`
 /// runs graph `r mod graphs` (every process of a global load loads the same NEFF).
@@ -134,6 +135,26 @@ pub enum CollectiveError {
         rank: u32,
         mismatch: Mismatch,
     },
+}
+
+impl CollectiveError {
+    /// NRT_INVALID: a collective that can never complete is refused at load as malformed
+    /// content (exhaustive: a new variant must choose).
+    pub fn status(&self) -> NrtStatus {
+        match self {
+            CollectiveError::NoSuchGroup { .. }
+            | CollectiveError::RankOutside { .. }
+            | CollectiveError::RankTwice { .. }
+            | CollectiveError::NotAMember { .. }
+            | CollectiveError::Unmatched { .. } => NrtStatus::Invalid,
+        }
+    }
+}
+
+impl nrt_status::Status for CollectiveError {
+    fn status(&self) -> NrtStatus {
+        CollectiveError::status(self)
+    }
 }
 
 /// One graph's collectives on one group id, in order of issue.

@@ -39,6 +39,6 @@ pub mod tensor_ops;
 pub mod timestamp;
 pub mod xu;
 
-pub use error::{RtError, RtErrorKind};
+pub use error::{RtError, RtErrorKind, StageError, StageErrorKind};
 pub use rt::{ExecTimings, GlobalPlacement, Model, ModelHandle, PollPolicy, Runtime, RuntimeConfig, Tensor, TensorSet};
-pub use status::{NrtStatus, Priority};
+pub use status::{NrtStatus, Priority, Status};

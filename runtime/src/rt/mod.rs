@@ -105,14 +105,12 @@ impl Default for RuntimeConfig {
 impl RuntimeConfig {
     /// Defaults overridden by NEURON_RT_EXEC_TIMEOUT and NEURON_RT_VISIBLE_CORES.
     pub fn from_env() -> Result<Self, RtError> {
-        let env = crate::env::RtEnv::from_env().map_err(|e| RtError::invalid(e.to_string()))?;
+        let env = crate::env::RtEnv::from_env()?;
         let barrier_warn = match std::env::var(crate::env::BARRIER_WARN_VAR) {
-            Ok(v) => crate::env::parse_barrier_warn(&v).map_err(|e| RtError::invalid(e.to_string()))?,
+            Ok(v) => crate::env::parse_barrier_warn(&v)?,
             Err(std::env::VarError::NotPresent) => crate::completion::BARRIER_WARN_INITIAL,
             Err(std::env::VarError::NotUnicode(_)) => {
-                return Err(RtError::invalid(
-                    crate::env::EnvError::NotUnicode { var: crate::env::BARRIER_WARN_VAR }.to_string(),
-                ))
+                return Err(RtError::from(crate::env::EnvError::NotUnicode { var: crate::env::BARRIER_WARN_VAR }))
             }
         };
         Ok(Self {
@@ -488,7 +486,7 @@ impl Runtime {
     /// The global NC behind logical NC `vnc`.
     pub fn global_nc(&self, vnc: usize) -> Result<usize, RtError> {
         let v = self.visible_ncs();
-        v.get(vnc).copied().ok_or_else(|| RtError::invalid(format!("no logical NC {vnc} ({} visible)", v.len())))
+        v.get(vnc).copied().ok_or_else(|| RtError::from(RtErrorKind::NoLogicalNc { nc: vnc, visible: v.len() }))
     }
 
     /// The logical NC of global NC `global_nc`, if it is visible.
@@ -499,7 +497,7 @@ impl Runtime {
     /// The device serving logical NC `vnc` and the NC's index on it.
     pub fn device_of_vnc(&self, vnc: usize) -> Result<(Device, usize), RtError> {
         let g = self.global_nc(vnc)?;
-        self.device_of(g).ok_or_else(|| RtError::invalid(format!("no device serves logical NC {vnc}")))
+        self.device_of(g).ok_or_else(|| RtError::from(RtErrorKind::NoDeviceForNc { nc: g }))
     }
 
     /// Models placed on each logical NC.

@@ -222,6 +222,62 @@ mod tests {
     fn without_the_simulator_a_sim_device_is_nrt_invalid() {
         let e = Spec::parse(Some("sim")).map_err(rt).err();
         assert_eq!(e.as_ref().map(|e| e.status), Some(NrtStatus::Invalid));
-        assert!(e.is_some_and(|e| e.to_string().contains("built without the simulator")));
+        let select = e.as_ref().and_then(|e| match &e.kind {
+            runtime::RtErrorKind::Frontend(f) => f.as_error().downcast_ref::<DeviceEnvError>(),
+            _ => None,
+        });
+        assert!(matches!(select, Some(DeviceEnvError::Select { source: SelectError::NoSimulator(_), .. })), "{e:?}");
+    }
+
+    /// Every variant of the device environment's error with its status (exhaustive: a new
+    /// variant does not compile until listed).
+    #[test]
+    fn every_device_env_error_has_its_status() {
+        fn variant(e: &DeviceEnvError) -> usize {
+            match e {
+                DeviceEnvError::Select { .. } => 0,
+                DeviceEnvError::NotUnicode { .. } => 1,
+                DeviceEnvError::SimTiming { .. } => 2,
+                #[cfg(feature = "sim")]
+                DeviceEnvError::SimFault(_) => 3,
+                DeviceEnvError::NoSimulator { .. } => 4,
+                DeviceEnvError::FaultNc { .. } => 5,
+                DeviceEnvError::NoSimulatedNc { .. } => 6,
+            }
+        }
+        let missing = SelectError::BackendMissing(select::MissingBackend::Any);
+        let mut table = vec![
+            (DeviceEnvError::Select { var: None, source: missing }, NrtStatus::Failure),
+            (
+                DeviceEnvError::Select {
+                    var: Some(DEVICE_VAR),
+                    source: SelectError::UnknownBackend { requested: "x".into() },
+                },
+                NrtStatus::Invalid,
+            ),
+            (DeviceEnvError::NotUnicode { var: DEVICE_VAR }, NrtStatus::Invalid),
+            (DeviceEnvError::SimTiming { value: "fast".into() }, NrtStatus::Invalid),
+            (DeviceEnvError::NoSimulator { value: "x".into() }, NrtStatus::Invalid),
+            (
+                DeviceEnvError::FaultNc { source: Box::new(RtError::new(NrtStatus::Invalid, "no logical NC 9")) },
+                NrtStatus::Invalid,
+            ),
+            (DeviceEnvError::NoSimulatedNc { nc: 3 }, NrtStatus::Invalid),
+        ];
+        #[cfg(feature = "sim")]
+        table.push((
+            DeviceEnvError::SimFault("bogus".parse::<sim::FaultSpec>().unwrap_err()),
+            NrtStatus::Invalid,
+        ));
+        let mut seen = std::collections::BTreeSet::new();
+        for (e, want) in table {
+            assert_eq!(e.status(), want, "{e:?}");
+            seen.insert(variant(&e));
+            // Through the runtime's error type the status is unchanged.
+            assert_eq!(RtError::frontend(e).status, want);
+        }
+        let all: std::collections::BTreeSet<usize> =
+            (0..7).filter(|&i| cfg!(feature = "sim") || i != 3).collect();
+        assert_eq!(seen, all);
     }
 }

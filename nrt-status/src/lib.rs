@@ -169,4 +169,24 @@ mod tests {
         assert_eq!(NrtStatus::from_code(8), None);
         assert_eq!(NrtStatus::from_code(1207), None);
     }
+
+    #[derive(Debug)]
+    struct Refused;
+    impl Status for Refused {
+        fn status(&self) -> NrtStatus {
+            NrtStatus::Invalid
+        }
+    }
+
+    #[test]
+    fn status_passes_through_references_and_boxes() {
+        let b: Box<dyn Status> = Box::new(Refused);
+        assert_eq!(b.status(), NrtStatus::Invalid);
+        fn of<T: Status>(t: T) -> NrtStatus {
+            t.status()
+        }
+        assert_eq!(of(&Refused), NrtStatus::Invalid);
+        assert_eq!(of(Box::new(Refused)), NrtStatus::Invalid);
+        assert_eq!(NrtStatus::Timeout.status(), NrtStatus::Timeout);
+    }
 }

@@ -20,9 +20,16 @@ pub use nrt_status::Status;
 
 /// An error of a front end's own layer (device selection, the C API's environment knobs)
 /// passed through the runtime's error type with its own status.
-pub trait FrontendError: std::error::Error + Status + Send + Sync + 'static {}
+pub trait FrontendError: std::error::Error + Status + Send + Sync + 'static {
+    /// The error as `dyn Error` (to downcast to the front end's own type).
+    fn as_error(&self) -> &(dyn std::error::Error + 'static);
+}
 
-impl<T: std::error::Error + Status + Send + Sync + 'static> FrontendError for T {}
+impl<T: std::error::Error + Status + Send + Sync + 'static> FrontendError for T {
+    fn as_error(&self) -> &(dyn std::error::Error + 'static) {
+        self
+    }
+}
 
 /// Which side of a tensor access went out of range.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -14,6 +14,7 @@ use isa::slot::{Dma2d, Dma2dLeg, Events, Instruction, Opcode, SlotHeader};
 use neff::builder::{self, ModelDesc, VarDesc};
 use neff::{EngineKind, VarKind};
 use platform::Platform;
+use runtime::collectives::CollectiveError;
 use runtime::{NrtStatus, RtErrorKind, Runtime, RuntimeConfig, StageErrorKind as K, TensorSet};
 use sim::{SimConfig, SimDevice, Timing};
 
@@ -66,14 +67,18 @@ fn with_act(i: Instruction) -> ModelDesc {
 /// The load of `m` is refused with `status` and a staging error of the kind `reason` accepts
 /// (the variant and its fields name what was refused).
 fn refused(rt: &Runtime, m: &ModelDesc, status: NrtStatus, reason: impl Fn(&K) -> bool) {
+    refused_with(rt, m, status, |k| match k {
+        RtErrorKind::Stage { source, .. } | RtErrorKind::Bindings(source) => reason(&source.kind),
+        _ => false,
+    });
+}
+
+/// The load of `m` is refused with `status` and an error of the kind `reason` accepts.
+fn refused_with(rt: &Runtime, m: &ModelDesc, status: NrtStatus, reason: impl Fn(&RtErrorKind) -> bool) {
     let bytes = m.build().unwrap();
     let Err(e) = rt.load(&bytes, Some(0), None) else { panic!("hostile model loaded") };
     assert_eq!(e.status, status, "{e}");
-    let kind = match &e.kind {
-        RtErrorKind::Stage { source, .. } | RtErrorKind::Bindings(source) => &source.kind,
-        other => panic!("not a staging refusal: {other:?}"),
-    };
-    assert!(reason(kind), "unexpected refusal {kind:?} ({e})");
+    assert!(reason(&e.kind), "unexpected refusal {:?} ({e})", e.kind);
 }
 
 #[test]
@@ -128,9 +133,14 @@ fn each_hostile_class_is_refused_at_load_with_a_named_reason() {
     rt.unload(&model).unwrap();
 
     // A collective naming a group that does not exist, and an unknown collective type.
-    let no_group = |k: &K| matches!(k, K::NoReplicaGroup { group: 7, .. });
-    let bad_type = |k: &K| matches!(k, K::CollectiveType { ctype: 0x7F, .. });
-    let cases: [(usize, u8, &dyn Fn(&K) -> bool); 2] = [(0x20, 7, &no_group), (0x0E, 0x7F, &bad_type)];
+    // (The group is refused by the load's collective check, before staging.)
+    let no_group = |k: &RtErrorKind| {
+        matches!(k, RtErrorKind::Collective(c) if matches!(**c, CollectiveError::NoSuchGroup { group: 7, .. }))
+    };
+    let bad_type = |k: &RtErrorKind| {
+        matches!(k, RtErrorKind::Stage { source, .. } if matches!(source.kind, K::CollectiveType { ctype: 0x7F, .. }))
+    };
+    let cases: [(usize, u8, &dyn Fn(&RtErrorKind) -> bool); 2] = [(0x20, 7, &no_group), (0x0E, 0x7F, &bad_type)];
     for (off, byte, reason) in cases {
         let mut m = builder::single_nc_allreduce();
         let pe = m.graphs[0].engines.iter_mut().find(|e| e.kind == EngineKind::Pe).unwrap();
@@ -153,7 +163,7 @@ fn each_hostile_class_is_refused_at_load_with_a_named_reason() {
             slot = Instruction::TriggerCollective(c).encode();
         }
         pe.code[at..at + 64].copy_from_slice(&slot);
-        refused(&rt, &m, NrtStatus::Invalid, reason);
+        refused_with(&rt, &m, NrtStatus::Invalid, reason);
     }
 
     // A virtual var backed by itself (its address would be device address 0, the carve-out).

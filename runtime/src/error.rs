@@ -218,6 +218,12 @@ impl RtErrorKind {
     }
 }
 
+impl Status for RtErrorKind {
+    fn status(&self) -> NrtStatus {
+        RtErrorKind::status(self)
+    }
+}
+
 /// An API failure: the status libnrt returns and what went wrong. Built from its kind
 /// (`From`), so `status` is always `kind.status()`.
 #[derive(Debug, thiserror::Error)]
@@ -527,6 +533,12 @@ impl StageErrorKind {
             | K::UnsupportedDgeOp { .. }
             | K::UnsupportedOpcode { .. } => NrtStatus::Invalid,
         }
+    }
+}
+
+impl Status for StageErrorKind {
+    fn status(&self) -> NrtStatus {
+        StageErrorKind::status(self)
     }
 }
 

@@ -83,9 +83,7 @@ impl Status for DeviceEnvError {
 #[cfg(feature = "sim")]
 pub fn sim_faults() -> Result<Vec<sim::FaultSpec>, RtError> {
     let Some(v) = fault_var()? else { return Ok(Vec::new()) };
-    v.split(',')
-        .map(|f| f.trim().parse().map_err(|e| RtError::frontend(DeviceEnvError::SimFault(e))))
-        .collect()
+    v.split(',').map(|f| f.trim().parse().map_err(|e| RtError::frontend(DeviceEnvError::SimFault(e)))).collect()
 }
 
 /// Built without the simulator there is nothing to arm: a set [`SIM_FAULT_VAR`] is NRT_INVALID.
@@ -115,9 +113,8 @@ pub fn arm(rt: &runtime::Runtime, opened: &select::Opened, faults: Vec<sim::Faul
     for mut f in faults {
         let global =
             rt.global_nc(f.nc).map_err(|e| RtError::frontend(DeviceEnvError::FaultNc { source: Box::new(e) }))?;
-        let (s, local) = opened
-            .sim_of_nc(global)
-            .ok_or_else(|| RtError::frontend(DeviceEnvError::NoSimulatedNc { nc: f.nc }))?;
+        let (s, local) =
+            opened.sim_of_nc(global).ok_or_else(|| RtError::frontend(DeviceEnvError::NoSimulatedNc { nc: f.nc }))?;
         tracing::info!(fault = %f, global, "arming a simulator fault");
         f.nc = local;
         s.inject(f);
@@ -172,9 +169,8 @@ pub fn nc_count(spec: &Spec) -> Result<usize, RtError> {
         Spec::Sim { arch, n } => Ok(arch.counts.ncs as usize * n),
         Spec::Pci(addr) => {
             let f = select::function(&select::sysfs(), *addr).map_err(rt)?;
-            let arch = select::arch_of(&f).ok_or_else(|| {
-                rt(SelectError::NotNeuron { addr: *addr, vendor: f.vendor, device: f.device })
-            })?;
+            let arch = select::arch_of(&f)
+                .ok_or_else(|| rt(SelectError::NotNeuron { addr: *addr, vendor: f.vendor, device: f.device }))?;
             Ok(arch.counts.ncs as usize)
         }
     }
@@ -265,10 +261,7 @@ mod tests {
             (DeviceEnvError::NoSimulatedNc { nc: 3 }, NrtStatus::Invalid),
         ];
         #[cfg(feature = "sim")]
-        table.push((
-            DeviceEnvError::SimFault("bogus".parse::<sim::FaultSpec>().unwrap_err()),
-            NrtStatus::Invalid,
-        ));
+        table.push((DeviceEnvError::SimFault("bogus".parse::<sim::FaultSpec>().unwrap_err()), NrtStatus::Invalid));
         let mut seen = std::collections::BTreeSet::new();
         for (e, want) in table {
             assert_eq!(e.status(), want, "{e:?}");
@@ -276,8 +269,7 @@ mod tests {
             // Through the runtime's error type the status is unchanged.
             assert_eq!(RtError::frontend(e).status, want);
         }
-        let all: std::collections::BTreeSet<usize> =
-            (0..7).filter(|&i| cfg!(feature = "sim") || i != 3).collect();
+        let all: std::collections::BTreeSet<usize> = (0..7).filter(|&i| cfg!(feature = "sim") || i != 3).collect();
         assert_eq!(seen, all);
     }
 }

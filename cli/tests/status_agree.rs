@@ -56,10 +56,10 @@ fn the_cli_and_the_c_api_report_the_same_status() {
     // Device selection (select::SelectError): refused before anything is opened.
     let mut compared = 0;
     for (spec, want) in [
-        ("sim:inf1", NrtStatus::Invalid),      // unknown arch
-        ("sim:sunda:17", NrtStatus::Invalid),  // device count out of range
-        ("gpu0", NrtStatus::Invalid),          // neither sim nor a PCI address
-        ("0000:99:00.0", NrtStatus::Invalid),  // no such PCI device (empty sysfs)
+        ("sim:inf1", NrtStatus::Invalid),     // unknown arch
+        ("sim:sunda:17", NrtStatus::Invalid), // device count out of range
+        ("gpu0", NrtStatus::Invalid),         // neither sim nor a PCI address
+        ("0000:99:00.0", NrtStatus::Invalid), // no such PCI device (empty sysfs)
     ] {
         let cli = cli_status(&["--device", spec, "info"], &sysfs);
         std::env::set_var("NEURON_VFIO_SYSFS", &empty_sysfs);

@@ -249,7 +249,10 @@ fn fabric_errors() {
     let table = vec![
         (FabricError::Invalid("x".into()), S::Invalid),
         (FabricError::Bootstrap("x".into()), S::NetworkProxyFailure),
-        (FabricError::Timeout { rank: 0, peers: vec![1], timeout: std::time::Duration::from_secs(1) }, S::NetworkProxyFailure),
+        (
+            FabricError::Timeout { rank: 0, peers: vec![1], timeout: std::time::Duration::from_secs(1) },
+            S::NetworkProxyFailure,
+        ),
         (FabricError::Peer { rank: 0, peer: 1, msg: "reset".into() }, S::NetworkProxyFailure),
         (FabricError::Ofi { call: "fi_send", code: -5, msg: "x".into() }, S::ExecHwErrCollectives),
         (FabricError::Broken("x".into()), S::NetworkProxyFailure),
@@ -279,10 +282,7 @@ fn state_errors() {
         (StateError::Closed, S::Closed),
         (StateError::ForkedChild { owner: 1, caller: 2 }, S::Uninitialized),
         (StateError::AlreadyInitialized, S::Failure),
-        (
-            StateError::IllegalModelTransition { from: DlrModelState::Invalid, to: DlrModelState::Running },
-            S::Failure,
-        ),
+        (StateError::IllegalModelTransition { from: DlrModelState::Invalid, to: DlrModelState::Running }, S::Failure),
         (StateError::ModelNotRunning(DlrModelState::Starting), S::InvalidHandle),
     ];
     check("StateError", 6, state_variant, table);
@@ -466,7 +466,7 @@ fn stage_errors() {
         // that wraps it.
         let e = StageError::from(k);
         assert_eq!(e.status, want, "{e:?}");
-        let r = RtError::from(RtErrorKind::Stage { graph: "g".into(), source: e });
+        let r = RtError::from(RtErrorKind::Stage { graph: "g".into(), source: Box::new(e) });
         assert_eq!(r.status, want, "{r}");
     }
     check("StageErrorKind", 52, stage_variant, table);
@@ -509,14 +509,17 @@ fn rt_variant(e: &RtErrorKind) -> usize {
 fn runtime_errors() {
     use RtErrorKind as K;
     let t = || String::from("t");
-    let stage = |k| StageError::from(k);
+    let stage = |k| Box::new(StageError::from(k));
     let table = vec![
         (K::Neff(NeffError::Version { major: 3, minor: 0 }), S::UnsupportedNeffVersion),
         (K::Device(HalError::DmaAbort { engine: 0, queue: 0, m2s_cause: 1, s2m_cause: 0 }), S::ExecHwErrDmaAbort),
         (K::State(StateError::Closed), S::Closed),
         (K::Env(runtime::env::EnvError::NotUnicode { var: "NEURON_RT_EXEC_TIMEOUT" }), S::Invalid),
         (K::Collective(Box::new(collective_table().remove(0).0)), S::Invalid),
-        (K::Stage { graph: "g".into(), source: stage(StageErrorKind::RegionTableFull { need: 2, have: 1 }) }, S::Resource),
+        (
+            K::Stage { graph: "g".into(), source: stage(StageErrorKind::RegionTableFull { need: 2, have: 1 }) },
+            S::Resource,
+        ),
         (K::Bindings(stage(StageErrorKind::Unbound { role: IoRole::Input, name: t() })), S::Invalid),
         (K::NotEnoughNc { required: 4, available: 2 }, S::LoadNotEnoughNc),
         (K::NoLogicalNc { nc: 9, visible: 2 }, S::Invalid),

@@ -92,9 +92,10 @@ impl HalError {
             | HalError::NqSize(_)
             | HalError::FwioPayload(_)
             | HalError::ProgramSize(_) => NrtStatus::Invalid,
-            HalError::Platform(_) | HalError::Mmio(_) | HalError::UnknownDevice { .. } | HalError::FwApiTooOld { .. } => {
-                NrtStatus::Failure
-            }
+            HalError::Platform(_)
+            | HalError::Mmio(_)
+            | HalError::UnknownDevice { .. }
+            | HalError::FwApiTooOld { .. } => NrtStatus::Failure,
         }
     }
 }

@@ -23,10 +23,10 @@
 //! loads), so a member rank `r` runs graph `r mod G` of this NEFF, and the same checks apply
 //! with the communicator's rank count.
 
+use crate::status::NrtStatus;
 use isa::slot::{Instruction, TriggerCollective};
 use neff::model::Program;
 use neff::{EngineKind, Neff};
-use crate::status::NrtStatus;
 
 /// The ranks a load's graphs take: graph `i` is rank `first + i` of `total` ranks, and rank `r`
 /// runs graph `r mod graphs` (every process of a global load loads the same NEFF).

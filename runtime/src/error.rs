@@ -114,16 +114,16 @@ pub enum RtErrorKind {
     /// A collective that can never complete (NRT_INVALID at load).
     #[error("{0}")]
     Collective(Box<CollectiveError>),
-    /// Staging graph `graph` failed.
+    /// Staging graph `graph` failed (boxed: the execute path's `Result`s stay small).
     #[error("graph {graph}: {source}")]
     Stage {
         graph: String,
         #[source]
-        source: StageError,
+        source: Box<StageError>,
     },
     /// The model's inputs and outputs cannot be bound (checked before any graph is staged).
     #[error("{0}")]
-    Bindings(#[source] StageError),
+    Bindings(#[source] Box<StageError>),
     /// Too few NeuronCores for the load (libnrt's "Insufficient pncs").
     #[error("Insufficient number of pncs, required: {required}, available: {available}")]
     NotEnoughNc { required: usize, available: usize },
@@ -598,10 +598,7 @@ mod tests {
             (hal::HalError::NoSuchEngine(9), NrtStatus::Invalid),
             (hal::HalError::NoSuchNc { nc: 9, count: 2 }, NrtStatus::Invalid),
             (hal::HalError::DmaTimeout { engine: 0, queue: 1, waited_ms: 5 }, NrtStatus::Timeout),
-            (
-                hal::HalError::DmaAbort { engine: 0, queue: 1, m2s_cause: 1, s2m_cause: 0 },
-                NrtStatus::ExecHwErrDmaAbort,
-            ),
+            (hal::HalError::DmaAbort { engine: 0, queue: 1, m2s_cause: 1, s2m_cause: 0 }, NrtStatus::ExecHwErrDmaAbort),
             (hal::HalError::FwApiTooOld { version: 1, needed: 2 }, NrtStatus::Failure),
         ];
         for (e, want) in cases {
@@ -610,7 +607,7 @@ mod tests {
             let s = StageError::from(e);
             assert_eq!(s.status, want);
             assert_eq!(s.to_string(), msg);
-            let r = RtError::from(RtErrorKind::Stage { graph: "g".into(), source: s });
+            let r = RtError::from(RtErrorKind::Stage { graph: "g".into(), source: Box::new(s) });
             assert_eq!(r.status, want);
             assert_eq!(r.message(), format!("graph g: {msg}"));
         }

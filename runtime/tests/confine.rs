@@ -73,6 +73,9 @@ fn refused(rt: &Runtime, m: &ModelDesc, status: NrtStatus, reason: impl Fn(&K) -
     });
 }
 
+/// A check of a load refusal's kind.
+type Refusal = dyn Fn(&RtErrorKind) -> bool;
+
 /// The load of `m` is refused with `status` and an error of the kind `reason` accepts.
 fn refused_with(rt: &Runtime, m: &ModelDesc, status: NrtStatus, reason: impl Fn(&RtErrorKind) -> bool) {
     let bytes = m.build().unwrap();
@@ -95,7 +98,12 @@ fn each_hostile_class_is_refused_at_load_with_a_named_reason() {
     }
     // A DIRECT2D pattern with a negative step reaching before its var.
     let m = with_act(memcpy(leg(var_addr(inp, 0), [-1, 0], [16, 1], 4), leg(var_addr(tmp, 0), [1, 0], [16, 1], 4)));
-    refused(&rt, &m, NrtStatus::Invalid, |k| matches!(k, K::BeforeVar { bytes: 60, var_id, .. } if *var_id == u64::from(inp)));
+    refused(
+        &rt,
+        &m,
+        NrtStatus::Invalid,
+        |k| matches!(k, K::BeforeVar { bytes: 60, var_id, .. } if *var_id == u64::from(inp)),
+    );
     // ... and one running past the end with a large positive outer step.
     let m = with_act(memcpy(leg(var_addr(inp, 0), [1, 1000], [4, 2], 4), leg(var_addr(tmp, 0), [1, 0], [8, 1], 4)));
     refused(&rt, &m, NrtStatus::Invalid, |k| matches!(k, K::OutsideVar { var, .. } if var == "input"));
@@ -134,13 +142,9 @@ fn each_hostile_class_is_refused_at_load_with_a_named_reason() {
 
     // A collective naming a group that does not exist, and an unknown collective type.
     // (The group is refused by the load's collective check, before staging.)
-    let no_group = |k: &RtErrorKind| {
-        matches!(k, RtErrorKind::Collective(c) if matches!(**c, CollectiveError::NoSuchGroup { group: 7, .. }))
-    };
-    let bad_type = |k: &RtErrorKind| {
-        matches!(k, RtErrorKind::Stage { source, .. } if matches!(source.kind, K::CollectiveType { ctype: 0x7F, .. }))
-    };
-    let cases: [(usize, u8, &dyn Fn(&RtErrorKind) -> bool); 2] = [(0x20, 7, &no_group), (0x0E, 0x7F, &bad_type)];
+    let no_group = |k: &RtErrorKind| matches!(k, RtErrorKind::Collective(c) if matches!(**c, CollectiveError::NoSuchGroup { group: 7, .. }));
+    let bad_type = |k: &RtErrorKind| matches!(k, RtErrorKind::Stage { source, .. } if matches!(source.kind, K::CollectiveType { ctype: 0x7F, .. }));
+    let cases: [(usize, u8, &Refusal); 2] = [(0x20, 7, &no_group), (0x0E, 0x7F, &bad_type)];
     for (off, byte, reason) in cases {
         let mut m = builder::single_nc_allreduce();
         let pe = m.graphs[0].engines.iter_mut().find(|e| e.kind == EngineKind::Pe).unwrap();
@@ -176,9 +180,12 @@ fn each_hostile_class_is_refused_at_load_with_a_named_reason() {
     // An output bound to no var.
     let mut m = builder::single_nc_allreduce();
     m.outputs[0].name = "nowhere".into();
-    refused(&rt, &m, NrtStatus::Invalid, |k| {
-        matches!(k, K::Unbound { role: runtime::error::IoRole::Output, name } if name == "nowhere")
-    });
+    refused(
+        &rt,
+        &m,
+        NrtStatus::Invalid,
+        |k| matches!(k, K::Unbound { role: runtime::error::IoRole::Output, name } if name == "nowhere"),
+    );
     rt.close().unwrap();
 }
 
@@ -416,9 +423,7 @@ fn a_model_that_needs_more_region_entries_than_the_table_holds_is_refused() {
     for k in 0..hal::regions::TABLE_ENTRIES + 1 {
         m.graphs[0].vars.push(VarDesc::new(&format!("w{k}"), VarKind::TmpBuf, 4096));
     }
-    refused(&rt, &m, NrtStatus::Resource, |k| {
-        matches!(k, K::RegionTableFull { need, have: 256 } if *need > 256)
-    });
+    refused(&rt, &m, NrtStatus::Resource, |k| matches!(k, K::RegionTableFull { need, have: 256 } if *need > 256));
     drop(held);
     rt.close().unwrap();
 }

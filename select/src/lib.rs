@@ -219,9 +219,7 @@ impl Spec {
             }
             return Ok(Self::Sim { arch, n });
         }
-        s.parse::<PciAddress>()
-            .map(Self::Pci)
-            .map_err(|_| bad(SpecProblem::NotAnAddress))
+        s.parse::<PciAddress>().map(Self::Pci).map_err(|_| bad(SpecProblem::NotAnAddress))
     }
 }
 
@@ -261,9 +259,7 @@ pub fn neuron_functions(sys: &Sysfs) -> Result<Vec<PciFunction>, SelectError> {
 pub fn function(sys: &Sysfs, addr: PciAddress) -> Result<PciFunction, SelectError> {
     match sys.function(addr) {
         Ok(f) => Ok(f),
-        Err(vfio::Error::NoSuchDevice(_)) => {
-            Err(SelectError::NoSuchDevice { addr, path: sys.device_path(addr) })
-        }
+        Err(vfio::Error::NoSuchDevice(_)) => Err(SelectError::NoSuchDevice { addr, path: sys.device_path(addr) }),
         Err(source) => Err(SelectError::Vfio { addr: Some(addr), source }),
     }
 }
@@ -396,8 +392,8 @@ fn traced(mut o: Opened) -> Result<Opened, SelectError> {
 
 #[cfg(feature = "sim")]
 fn open_sim(arch: &'static Arch, n: usize, timing: SimTiming) -> Result<Opened, SelectError> {
-    let topo = sim::SimTopology::new(sim::SimConfig::new(arch).timing(timing.into()), n)
-        .map_err(SelectError::Simulator)?;
+    let topo =
+        sim::SimTopology::new(sim::SimConfig::new(arch).timing(timing.into()), n).map_err(SelectError::Simulator)?;
     let platforms = topo.devices.iter().map(|d| Arc::new(d.clone()) as Arc<dyn Platform>).collect();
     Ok(Opened { platforms, sims: topo.devices })
 }
@@ -468,7 +464,10 @@ mod tests {
             assert!(e.to_string().contains("built without the simulator"), "{e}");
         }
         // Malformed sim specs are still bad input.
-        assert!(matches!(Spec::parse(Some("sim:inf1")), Err(SelectError::BadSpec { problem: SpecProblem::Arch(_), .. })));
+        assert!(matches!(
+            Spec::parse(Some("sim:inf1")),
+            Err(SelectError::BadSpec { problem: SpecProblem::Arch(_), .. })
+        ));
         let e = open_platforms(&Spec::Sim { arch: &csr_maps::SUNDA, n: 1 }, SimTiming::Inline).err();
         assert!(matches!(e, Some(SelectError::NoSimulator(_))));
         let e = resolve_default(&Sysfs::new("/nonexistent-sysfs-root")).unwrap_err();

@@ -22,8 +22,7 @@ impl Runtime {
     pub fn execute_async(&self, m: &ModelHandle, inputs: &TensorSet, outputs: &TensorSet) -> Result<Ticket, RtError> {
         self.guard()?;
         m.lifecycle.read(|lc| lc.check_executable())?;
-        let nc =
-            m.ncs.first().copied().ok_or_else(|| RtError::from(RtErrorKind::ModelWithoutNc))?;
+        let nc = m.ncs.first().copied().ok_or_else(|| RtError::from(RtErrorKind::ModelWithoutNc))?;
         let xu = {
             let mut xus = lock(&self.xus);
             if let Some(x) = xus.get(&nc) {

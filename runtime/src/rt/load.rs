@@ -108,7 +108,8 @@ impl Runtime {
         // Stream to the NC the model's first graph will most likely land on (admission is
         // re-run after the parse; a var placed elsewhere is copied device to device).
         let target = self.admit(start_nc, nc_count.unwrap_or(1))?.global.first().copied().unwrap_or(0);
-        let (dev, local) = self.device_of(target).ok_or_else(|| RtError::from(RtErrorKind::NoDeviceForNc { nc: target }))?;
+        let (dev, local) =
+            self.device_of(target).ok_or_else(|| RtError::from(RtErrorKind::NoDeviceForNc { nc: target }))?;
         let mut sink = DeviceSink::new(&dev, local);
         let n = Neff::parse_streaming(r, len, &opts, &mut sink)?;
         let m = self.load_parsed(n, start_nc, nc_count, global, Some(&mut sink))?;
@@ -128,7 +129,7 @@ impl Runtime {
         let devices = lock(&self.devices).clone();
         let first = devices.first().ok_or_else(|| RtError::from(RtErrorKind::NoDevices))?;
         let arch = first.arch();
-        crate::stage::check_io(&n).map_err(|e| RtError::from(RtErrorKind::Bindings(e)))?;
+        crate::stage::check_io(&n).map_err(|e| RtError::from(RtErrorKind::Bindings(Box::new(e))))?;
         // Collectives that can never complete are refused before anything is placed.
         let ranks = match global {
             Some(g) => crate::collectives::LoadRanks { first: g.rank_base, total: g.ranks },
@@ -191,7 +192,9 @@ impl Runtime {
         }
         let res: Result<(), RtError> = (|| {
             for (rank, g) in n.graphs.iter().enumerate() {
-                let (dev, local) = self.device_of(picked[rank]).ok_or_else(|| RtError::from(RtErrorKind::NoDeviceForNc { nc: picked[rank] }))?;
+                let (dev, local) = self
+                    .device_of(picked[rank])
+                    .ok_or_else(|| RtError::from(RtErrorKind::NoDeviceForNc { nc: picked[rank] }))?;
                 let before = crate::counters::hbm_used(&dev, local);
                 let s = stage_graph(
                     &dev,
@@ -205,7 +208,7 @@ impl Runtime {
                     &written,
                     weights.as_deref_mut(),
                 )
-                .map_err(|e| RtError::from(RtErrorKind::Stage { graph: g.name.clone(), source: e }))?;
+                .map_err(|e| RtError::from(RtErrorKind::Stage { graph: g.name.clone(), source: Box::new(e) }))?;
                 staged_bytes.push(crate::counters::hbm_used(&dev, local).saturating_sub(before));
                 staged.push(s);
                 devs.push(dev);

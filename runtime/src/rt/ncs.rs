@@ -74,7 +74,7 @@ pub(super) fn arm(s: &mut StagedNc, reset_first: bool) -> Result<(), RtError> {
 }
 
 fn stage_err(e: StageError) -> RtError {
-    RtError::from(super::RtErrorKind::Bindings(e))
+    RtError::from(super::RtErrorKind::Bindings(Box::new(e)))
 }
 
 /// With `m`'s lanes served: make `m` the model armed on each of its NCs, parking whichever

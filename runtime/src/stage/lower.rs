@@ -98,11 +98,7 @@ pub fn lower_programs(
         Events { wait_mode: WaitMode::GeImm, wait_idx: DONE, semaphore_value: START.len() as u32, ..Events::NONE };
     sp.push(device_ops::events_only(Opcode::EventSemaphore, 0, gate));
     let sem_set = |s: u8| -> Result<u64, StageError> {
-        let off = regs
-            .tpb_sem(p.nc as u64)
-            .and_then(|b| b.sem_set(s as u64))
-            .map_err(StageError::from)?
-            .offset();
+        let off = regs.tpb_sem(p.nc as u64).and_then(|b| b.sem_set(s as u64)).map_err(StageError::from)?.offset();
         arch.bar0_to_dev(off).ok_or_else(|| StageError::from(StageErrorKind::SemaphoreWindow { offset: off }))
     };
     for &s in model_sems {
@@ -173,12 +169,9 @@ pub fn lower(cx: &mut LowerCtx<'_>, i: &Instruction, pc: usize, out: &mut Slots)
     match i {
         Instruction::DmaTrigger(t) => {
             let name = t.queue();
-            let qi = queues
-                .iter()
-                .position(|q| q.name == name)
-                .ok_or_else(|| {
-                    StageError::from(StageErrorKind::UnknownQueue { what: what.clone(), queue: name.to_string() })
-                })?;
+            let qi = queues.iter().position(|q| q.name == name).ok_or_else(|| {
+                StageError::from(StageErrorKind::UnknownQueue { what: what.clone(), queue: name.to_string() })
+            })?;
             let q = &queues[qi];
             let k = cx.trig_count[qi];
             cx.trig_count[qi] += 1;
@@ -195,9 +188,9 @@ pub fn lower(cx: &mut LowerCtx<'_>, i: &Instruction, pc: usize, out: &mut Slots)
             clear(WriteOp::new(update, m2s, pairs).encode());
         }
         Instruction::TriggerCollective(c) => {
-            let es = device_ops::dtype::size(c.dtype)
-                .ok_or_else(|| StageError::from(StageErrorKind::CollectiveDtype { what: what.clone(), dtype: c.dtype }))?
-                as u64;
+            let es = device_ops::dtype::size(c.dtype).ok_or_else(|| {
+                StageError::from(StageErrorKind::CollectiveDtype { what: what.clone(), dtype: c.dtype })
+            })? as u64;
             let bytes = c
                 .num_elements
                 .checked_mul(es)
@@ -228,7 +221,11 @@ pub fn lower(cx: &mut LowerCtx<'_>, i: &Instruction, pc: usize, out: &mut Slots)
                 Some(gr) if gr.is_empty() => (0, 1),
                 Some(gr) => {
                     let r = gr.iter().position(|&x| x as usize == p.rank).ok_or_else(|| {
-                        StageError::from(StageErrorKind::NotInGroup { what: what.clone(), rank: p.rank, members: gr.clone() })
+                        StageError::from(StageErrorKind::NotInGroup {
+                            what: what.clone(),
+                            rank: p.rank,
+                            members: gr.clone(),
+                        })
                     })?;
                     (r, gr.len())
                 }
@@ -285,12 +282,13 @@ pub fn lower(cx: &mut LowerCtx<'_>, i: &Instruction, pc: usize, out: &mut Slots)
                     return Err(StageError::from(StageErrorKind::BeforeVar {
                         what: what.clone(),
                         side: side.to_string(),
-                        bytes: -i128::from(first),
+                        bytes: -first,
                         var_id: u64::from(id),
                     }));
                 }
-                let len = u64::try_from(hi - lo)
-                    .map_err(|_| StageError::from(StageErrorKind::SpanOverflow { what: what.clone(), side: side.to_string() }))?;
+                let len = u64::try_from(hi - lo).map_err(|_| {
+                    StageError::from(StageErrorKind::SpanOverflow { what: what.clone(), side: side.to_string() })
+                })?;
                 let start = addr_of(vars, id, first as u64, len, &what, false)?;
                 // `start` is var + off + lo; the leg starts at var + off.
                 let a = (start as i128 - lo) as u64;
@@ -319,7 +317,10 @@ pub fn lower(cx: &mut LowerCtx<'_>, i: &Instruction, pc: usize, out: &mut Slots)
         | Instruction::Semaphore(_)
         | Instruction::ExtendedInst(_) => clear(i.encode()),
         Instruction::Raw { header, .. } => {
-            return Err(StageError::from(StageErrorKind::UnsupportedOpcode { what: what.clone(), opcode: header.opcode }));
+            return Err(StageError::from(StageErrorKind::UnsupportedOpcode {
+                what: what.clone(),
+                opcode: header.opcode,
+            }));
         }
     }
     Ok(())

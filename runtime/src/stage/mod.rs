@@ -27,8 +27,8 @@ pub mod ucode;
 pub mod vars;
 pub mod weights;
 
-pub use crate::error::{StageError, StageErrorKind};
 use crate::error::IoRole;
+pub use crate::error::{StageError, StageErrorKind};
 
 /// Index of the SP engine (the sync master).
 pub const SP: usize = 4;

@@ -142,7 +142,10 @@ pub fn runs(sizes: &[u64], steps: &[i64], what: &str) -> Result<Vec<(i64, u64)>,
     }
     let total = sizes.iter().try_fold(1u128, |a, &s| a.checked_mul(s as u128).filter(|&t| t <= 1 << 34));
     let Some(total) = total else {
-        return Err(StageError::from(StageErrorKind::PatternOverflow { what: what.to_string(), sizes: sizes.to_vec() }));
+        return Err(StageError::from(StageErrorKind::PatternOverflow {
+            what: what.to_string(),
+            sizes: sizes.to_vec(),
+        }));
     };
     if total > 1 << 34 {
         return Err(StageError::from(StageErrorKind::PatternTooLarge { what: what.to_string(), total }));

@@ -43,11 +43,9 @@ pub fn collect_semaphores(g: &Graph) -> Result<BTreeSet<u8>, StageError> {
     }
     for q in &g.dma_queues {
         for s in [q.semaphore, q.semaphore_set].into_iter().flatten() {
-            model_sems.insert(
-                u8::try_from(s).map_err(|_| {
-                    StageError::from(StageErrorKind::SemaphoreRange { queue: q.name.clone(), sem: s as u64 })
-                })?,
-            );
+            model_sems.insert(u8::try_from(s).map_err(|_| {
+                StageError::from(StageErrorKind::SemaphoreRange { queue: q.name.clone(), sem: s as u64 })
+            })?);
         }
     }
     if let Some(&s) = model_sems.range(FIRST_RESERVED..).next() {

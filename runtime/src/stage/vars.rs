@@ -87,7 +87,10 @@ pub fn place_vars(
                     .as_ref()
                     .ok_or_else(|| StageError::from(StageErrorKind::NotStreamed { var: v.name.clone() }))?;
                 let gone = || {
-                    StageError::from(StageErrorKind::StreamedMemberGone { var: v.name.clone(), member: s.member.clone() })
+                    StageError::from(StageErrorKind::StreamedMemberGone {
+                        var: v.name.clone(),
+                        member: s.member.clone(),
+                    })
                 };
                 let m = weights.as_deref_mut().and_then(|w| w.take(&s.member)).ok_or_else(gone)?;
                 let a = m.addr_of(s.offset).ok_or_else(gone)?;
@@ -123,9 +126,7 @@ pub fn place_vars(
             }
             match back {
                 Some((a, s)) if off.checked_add(vars[i].size).is_some_and(|e| e <= s) => vars[i].addr = a + off,
-                _ => {
-                    return Err(StageError::from(StageErrorKind::VirtualBacking { var: v.name.clone() }))
-                }
+                _ => return Err(StageError::from(StageErrorKind::VirtualBacking { var: v.name.clone() })),
             }
         }
         if let (Some(data), Some(_)) = (&v.data, &vars[i].mem) {
@@ -142,7 +143,10 @@ pub fn place_vars(
                     .as_deref()
                     .ok_or_else(|| StageError::from(StageErrorKind::NoWeightSink { var: v.name.clone() }))?;
                 let src = w.get(&s.member).and_then(|m| m.addr_of(s.offset)).ok_or_else(|| {
-                    StageError::from(StageErrorKind::StreamedMemberGone { var: v.name.clone(), member: s.member.clone() })
+                    StageError::from(StageErrorKind::StreamedMemberGone {
+                        var: v.name.clone(),
+                        member: s.member.clone(),
+                    })
                 })?;
                 let len = s.len.min(vars[i].size);
                 copy_member(w.device(), src, dev, nc, vars[i].addr, len)?;
@@ -215,10 +219,9 @@ pub fn addr_by_name(
     what: &str,
     unchecked: bool,
 ) -> Result<u64, StageError> {
-    let v = vars
-        .iter()
-        .find(|v| v.name == name)
-        .ok_or_else(|| StageError::from(StageErrorKind::UnknownVar { what: what.to_string(), name: name.to_string() }))?;
+    let v = vars.iter().find(|v| v.name == name).ok_or_else(|| {
+        StageError::from(StageErrorKind::UnknownVar { what: what.to_string(), name: name.to_string() })
+    })?;
     if unchecked {
         return Ok(v.addr.wrapping_add_signed(off));
     }

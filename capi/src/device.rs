@@ -9,7 +9,7 @@
 //! own parser, `sim::FaultSpec`), `ncN` a logical NC as every other knob names one (e.g.
 //! `net-proxy@nc0` in a rank process makes its next collective fail its network proxy).
 
-use neff::NrtStatus;
+use neff::{NrtStatus, Status};
 use runtime::RtError;
 use select::{SelectError, SimTiming, Spec};
 
@@ -20,14 +20,70 @@ pub const SIM_TIMING_VAR: &str = "NEURON_VFIO_SIM_TIMING";
 /// The simulator-fault environment variable (module docs).
 pub const SIM_FAULT_VAR: &str = "NEURON_VFIO_SIM_FAULT";
 
+/// A failure of the device environment `nrt_init` reads. Its status is the one every front
+/// end reports: a selection error keeps [`SelectError::status`] (the CLI's `--device` reports
+/// the same); a malformed variable is NRT_INVALID.
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceEnvError {
+    /// Device selection failed; `var` names the variable when its value was refused.
+    #[error("{}{source}", var.map(|v| format!("{v}: ")).unwrap_or_default())]
+    Select {
+        var: Option<&'static str>,
+        #[source]
+        source: SelectError,
+    },
+    /// A variable that is not UTF-8.
+    #[error("{var} is not UTF-8")]
+    NotUnicode { var: &'static str },
+    /// [`SIM_TIMING_VAR`] names no timing.
+    #[error("{SIM_TIMING_VAR}={value}: expected inline or threaded")]
+    SimTiming { value: String },
+    /// A [`SIM_FAULT_VAR`] spec that does not parse.
+    #[cfg(feature = "sim")]
+    #[error("{SIM_FAULT_VAR}: {0}")]
+    SimFault(#[source] sim::FaultSpecError),
+    /// [`SIM_FAULT_VAR`] set in a build without the simulator.
+    #[error("{SIM_FAULT_VAR}={value}: libnrt built without the simulator (cargo feature `sim`)")]
+    NoSimulator { value: String },
+    /// A fault spec's NC is not a visible logical NC.
+    #[error("{SIM_FAULT_VAR}: {source}")]
+    FaultNc {
+        #[source]
+        source: Box<RtError>,
+    },
+    /// A fault spec's NC is served by no simulated device.
+    #[error("{SIM_FAULT_VAR}: no simulated device serves NC {nc}")]
+    NoSimulatedNc { nc: usize },
+}
+
+impl DeviceEnvError {
+    /// The status `nrt_init` returns (exhaustive: a new variant must choose).
+    pub fn status(&self) -> NrtStatus {
+        match self {
+            DeviceEnvError::Select { source, .. } => source.status(),
+            #[cfg(feature = "sim")]
+            DeviceEnvError::SimFault(_) => NrtStatus::Invalid,
+            DeviceEnvError::NotUnicode { .. }
+            | DeviceEnvError::SimTiming { .. }
+            | DeviceEnvError::NoSimulator { .. }
+            | DeviceEnvError::FaultNc { .. }
+            | DeviceEnvError::NoSimulatedNc { .. } => NrtStatus::Invalid,
+        }
+    }
+}
+
+impl Status for DeviceEnvError {
+    fn status(&self) -> NrtStatus {
+        DeviceEnvError::status(self)
+    }
+}
+
 /// Faults named by [`SIM_FAULT_VAR`], parsed before anything is opened (NRT_INVALID when one
 /// does not parse).
 #[cfg(feature = "sim")]
 pub fn sim_faults() -> Result<Vec<sim::FaultSpec>, RtError> {
     let Some(v) = fault_var()? else { return Ok(Vec::new()) };
-    v.split(',')
-        .map(|f| f.trim().parse().map_err(|e| RtError::new(NrtStatus::Invalid, format!("{SIM_FAULT_VAR}: {e}"))))
-        .collect()
+    v.split(',').map(|f| f.trim().parse().map_err(|e| RtError::frontend(DeviceEnvError::SimFault(e)))).collect()
 }
 
 /// Built without the simulator there is nothing to arm: a set [`SIM_FAULT_VAR`] is NRT_INVALID.
@@ -35,10 +91,7 @@ pub fn sim_faults() -> Result<Vec<sim::FaultSpec>, RtError> {
 pub fn sim_faults() -> Result<Vec<std::convert::Infallible>, RtError> {
     match fault_var()? {
         None => Ok(Vec::new()),
-        Some(v) => Err(RtError::new(
-            NrtStatus::Invalid,
-            format!("{SIM_FAULT_VAR}={v}: libnrt built without the simulator (cargo feature `sim`)"),
-        )),
+        Some(value) => Err(RtError::frontend(DeviceEnvError::NoSimulator { value })),
     }
 }
 
@@ -48,7 +101,7 @@ fn fault_var() -> Result<Option<String>, RtError> {
         Ok(v) => Ok(Some(v)),
         Err(std::env::VarError::NotPresent) => Ok(None),
         Err(std::env::VarError::NotUnicode(_)) => {
-            Err(RtError::new(NrtStatus::Invalid, format!("{SIM_FAULT_VAR} is not UTF-8")))
+            Err(RtError::frontend(DeviceEnvError::NotUnicode { var: SIM_FAULT_VAR }))
         }
     }
 }
@@ -59,10 +112,9 @@ fn fault_var() -> Result<Option<String>, RtError> {
 pub fn arm(rt: &runtime::Runtime, opened: &select::Opened, faults: Vec<sim::FaultSpec>) -> Result<(), RtError> {
     for mut f in faults {
         let global =
-            rt.global_nc(f.nc).map_err(|e| RtError::new(NrtStatus::Invalid, format!("{SIM_FAULT_VAR}: {e}")))?;
-        let (s, local) = opened.sim_of_nc(global).ok_or_else(|| {
-            RtError::new(NrtStatus::Invalid, format!("{SIM_FAULT_VAR}: no simulated device serves NC {}", f.nc))
-        })?;
+            rt.global_nc(f.nc).map_err(|e| RtError::frontend(DeviceEnvError::FaultNc { source: Box::new(e) }))?;
+        let (s, local) =
+            opened.sim_of_nc(global).ok_or_else(|| RtError::frontend(DeviceEnvError::NoSimulatedNc { nc: f.nc }))?;
         tracing::info!(fault = %f, global, "arming a simulator fault");
         f.nc = local;
         s.inject(f);
@@ -78,12 +130,11 @@ pub fn arm(_: &runtime::Runtime, _: &select::Opened, faults: Vec<std::convert::I
     }
 }
 
+/// A selection error with its own status ([`SelectError::status`], the one the CLI reports
+/// too); a refused value (NRT_INVALID) names [`DEVICE_VAR`].
 fn rt(e: SelectError) -> RtError {
-    match e {
-        SelectError::Invalid(m) => RtError::new(NrtStatus::Invalid, format!("{DEVICE_VAR}: {m}")),
-        SelectError::Unusable(m) => RtError::new(NrtStatus::Failure, m),
-        e @ SelectError::NoSimulator(_) => RtError::new(NrtStatus::Invalid, format!("{DEVICE_VAR}: {e}")),
-    }
+    let var = (e.status() == NrtStatus::Invalid).then_some(DEVICE_VAR);
+    RtError::frontend(DeviceEnvError::Select { var, source: e })
 }
 
 /// The spec named by the environment.
@@ -92,7 +143,7 @@ pub fn from_env() -> Result<Spec, RtError> {
         Ok(v) => Spec::parse(Some(&v)).map_err(rt),
         Err(std::env::VarError::NotPresent) => Ok(Spec::Default),
         Err(std::env::VarError::NotUnicode(_)) => {
-            Err(RtError::new(NrtStatus::Invalid, format!("{DEVICE_VAR} is not UTF-8")))
+            Err(RtError::frontend(DeviceEnvError::NotUnicode { var: DEVICE_VAR }))
         }
     }
 }
@@ -119,7 +170,7 @@ pub fn nc_count(spec: &Spec) -> Result<usize, RtError> {
         Spec::Pci(addr) => {
             let f = select::function(&select::sysfs(), *addr).map_err(rt)?;
             let arch = select::arch_of(&f)
-                .ok_or_else(|| RtError::new(NrtStatus::Invalid, format!("{addr} is not a Neuron device")))?;
+                .ok_or_else(|| rt(SelectError::NotNeuron { addr: *addr, vendor: f.vendor, device: f.device }))?;
             Ok(arch.counts.ncs as usize)
         }
     }
@@ -129,7 +180,7 @@ fn sim_timing() -> Result<SimTiming, RtError> {
     match std::env::var(SIM_TIMING_VAR).as_deref() {
         Err(_) | Ok("") | Ok("inline") => Ok(SimTiming::Inline),
         Ok("threaded") => Ok(SimTiming::Threaded),
-        Ok(v) => Err(RtError::new(NrtStatus::Invalid, format!("{SIM_TIMING_VAR}={v}: expected inline or threaded"))),
+        Ok(v) => Err(RtError::frontend(DeviceEnvError::SimTiming { value: v.to_string() })),
     }
 }
 
@@ -167,6 +218,58 @@ mod tests {
     fn without_the_simulator_a_sim_device_is_nrt_invalid() {
         let e = Spec::parse(Some("sim")).map_err(rt).err();
         assert_eq!(e.as_ref().map(|e| e.status), Some(NrtStatus::Invalid));
-        assert!(e.is_some_and(|e| e.to_string().contains("built without the simulator")));
+        let select = e.as_ref().and_then(|e| match &e.kind {
+            runtime::RtErrorKind::Frontend(f) => f.as_error().downcast_ref::<DeviceEnvError>(),
+            _ => None,
+        });
+        assert!(matches!(select, Some(DeviceEnvError::Select { source: SelectError::NoSimulator(_), .. })), "{e:?}");
+    }
+
+    /// Every variant of the device environment's error with its status (exhaustive: a new
+    /// variant does not compile until listed).
+    #[test]
+    fn every_device_env_error_has_its_status() {
+        fn variant(e: &DeviceEnvError) -> usize {
+            match e {
+                DeviceEnvError::Select { .. } => 0,
+                DeviceEnvError::NotUnicode { .. } => 1,
+                DeviceEnvError::SimTiming { .. } => 2,
+                #[cfg(feature = "sim")]
+                DeviceEnvError::SimFault(_) => 3,
+                DeviceEnvError::NoSimulator { .. } => 4,
+                DeviceEnvError::FaultNc { .. } => 5,
+                DeviceEnvError::NoSimulatedNc { .. } => 6,
+            }
+        }
+        let missing = SelectError::BackendMissing(select::MissingBackend::Any);
+        let mut table = vec![
+            (DeviceEnvError::Select { var: None, source: missing }, NrtStatus::Failure),
+            (
+                DeviceEnvError::Select {
+                    var: Some(DEVICE_VAR),
+                    source: SelectError::UnknownBackend { requested: "x".into() },
+                },
+                NrtStatus::Invalid,
+            ),
+            (DeviceEnvError::NotUnicode { var: DEVICE_VAR }, NrtStatus::Invalid),
+            (DeviceEnvError::SimTiming { value: "fast".into() }, NrtStatus::Invalid),
+            (DeviceEnvError::NoSimulator { value: "x".into() }, NrtStatus::Invalid),
+            (
+                DeviceEnvError::FaultNc { source: Box::new(RtError::new(NrtStatus::Invalid, "no logical NC 9")) },
+                NrtStatus::Invalid,
+            ),
+            (DeviceEnvError::NoSimulatedNc { nc: 3 }, NrtStatus::Invalid),
+        ];
+        #[cfg(feature = "sim")]
+        table.push((DeviceEnvError::SimFault("bogus".parse::<sim::FaultSpec>().unwrap_err()), NrtStatus::Invalid));
+        let mut seen = std::collections::BTreeSet::new();
+        for (e, want) in table {
+            assert_eq!(e.status(), want, "{e:?}");
+            seen.insert(variant(&e));
+            // Through the runtime's error type the status is unchanged.
+            assert_eq!(RtError::frontend(e).status, want);
+        }
+        let all: std::collections::BTreeSet<usize> = (0..7).filter(|&i| cfg!(feature = "sim") || i != 3).collect();
+        assert_eq!(seen, all);
     }
 }

@@ -90,12 +90,7 @@ pub fn global() -> &'static Arc<Global> {
 }
 
 fn fab(e: FabricError) -> RtError {
-    let status = match e.status_code() {
-        fabric::NRT_INVALID => NrtStatus::Invalid,
-        fabric::NRT_EXEC_HW_ERR_COLLECTIVES => NrtStatus::ExecHwErrCollectives,
-        _ => NrtStatus::NetworkProxyFailure,
-    };
-    err(status, e.to_string())
+    err(e.status(), e.to_string())
 }
 
 /// Transport timeout: three quarters of `NEURON_RT_EXEC_TIMEOUT` (default 600 s), so that a

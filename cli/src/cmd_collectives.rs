@@ -113,12 +113,7 @@ fn parse_size(s: &str) -> Result<usize, CliError> {
 }
 
 fn fab_err(e: &FabricError) -> CliError {
-    let status = match e.status_code() {
-        1200 => NrtStatus::ExecHwErrCollectives,
-        2 => NrtStatus::Invalid,
-        _ => NrtStatus::NetworkProxyFailure,
-    };
-    CliError::new(status, e.to_string())
+    CliError::new(e.status(), e.to_string())
 }
 
 /// Runs the command.

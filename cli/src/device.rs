@@ -9,22 +9,11 @@
 
 use csr_maps::Arch;
 use hal::{Device, DeviceOptions};
-use select::SelectError;
 use vfio::{PciAddress, PciFunction, Sysfs};
 
 use crate::report::CliError;
 
 pub use select::{Spec as DeviceSpec, VFIO_PCI};
-
-impl From<SelectError> for CliError {
-    fn from(e: SelectError) -> Self {
-        match e {
-            SelectError::Invalid(m) => CliError::invalid(m),
-            SelectError::Unusable(m) => CliError::failure(m),
-            e @ SelectError::NoSimulator(_) => CliError::invalid(e.to_string()),
-        }
-    }
-}
 
 /// Parse the `--device` value.
 pub fn parse(s: Option<&str>) -> Result<DeviceSpec, CliError> {

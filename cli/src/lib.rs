@@ -24,7 +24,7 @@ mod cmd_run;
 mod cmd_serve;
 mod device;
 mod follow;
-mod report;
+pub mod report;
 
 use std::ffi::OsString;
 use std::path::PathBuf;

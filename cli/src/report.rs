@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-pub use neff::NrtStatus;
+pub use neff::{NrtStatus, Status};
 
 /// A command failure with the NRT status it maps to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,47 +57,51 @@ impl fmt::Display for CliError {
     }
 }
 
+impl CliError {
+    /// A failure with the status its error names ([`Status::status`], the one mapping every
+    /// front end shares) and the error's message.
+    pub fn of<E: Status + fmt::Display>(e: E) -> Self {
+        Self::new(e.status(), e.to_string())
+    }
+}
+
 impl From<csr_maps::CsrError> for CliError {
     fn from(e: csr_maps::CsrError) -> Self {
-        match e {
-            csr_maps::CsrError::Mmio(_) => CliError::failure(e),
-            _ => CliError::invalid(e),
-        }
+        CliError::of(e)
     }
 }
 
 impl From<neff::NeffError> for CliError {
     fn from(e: neff::NeffError) -> Self {
-        CliError::new(e.status(), e.to_string())
+        CliError::of(e)
+    }
+}
+
+impl From<hal::HalError> for CliError {
+    fn from(e: hal::HalError) -> Self {
+        CliError::of(e)
+    }
+}
+
+impl From<hal::q7::UcodeError> for CliError {
+    fn from(e: hal::q7::UcodeError) -> Self {
+        CliError::of(e)
+    }
+}
+
+impl From<select::SelectError> for CliError {
+    fn from(e: select::SelectError) -> Self {
+        CliError::of(e)
+    }
+}
+
+impl From<runtime::RtError> for CliError {
+    fn from(e: runtime::RtError) -> Self {
+        CliError::new(e.status, e.message())
     }
 }
 
 /// Print a JSON value on one line.
 pub fn print_json(v: &serde_json::Value) {
     println!("{v}");
-}
-
-impl From<hal::HalError> for CliError {
-    fn from(e: hal::HalError) -> Self {
-        use hal::HalError as H;
-        let status = match &e {
-            H::Csr(c) => return CliError::from(c.clone()),
-            H::OutOfDeviceMemory { .. } => NrtStatus::Resource,
-            H::HostMem(_) => NrtStatus::FailHostMemAlloc,
-            H::NotReady { .. } | H::DmaTimeout { .. } | H::FwioTimeout { .. } | H::ResetTimeout { .. } => {
-                NrtStatus::Timeout
-            }
-            H::DmaAbort { .. } | H::Fwio { .. } => NrtStatus::HwError,
-            H::NoSuchNc { .. }
-            | H::NoSuchEngine(_)
-            | H::BadAlignment(_)
-            | H::DeviceRange { .. }
-            | H::RingSize(_)
-            | H::NqSize(_)
-            | H::FwioPayload(_)
-            | H::ProgramSize(_) => NrtStatus::Invalid,
-            _ => NrtStatus::Failure,
-        };
-        CliError::new(status, e.to_string())
-    }
 }

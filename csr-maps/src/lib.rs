@@ -51,6 +51,30 @@ pub enum CsrError {
     Mmio(#[from] MmioError),
 }
 
+impl CsrError {
+    /// The `NRT_STATUS` a front end reports: a failed register access is NRT_FAILURE; a
+    /// register name, path, index, offset or arch that does not exist is a bad argument,
+    /// NRT_INVALID. Exhaustive: a new variant must choose.
+    pub fn status(&self) -> nrt_status::NrtStatus {
+        use nrt_status::NrtStatus;
+        match self {
+            CsrError::Mmio(_) => NrtStatus::Failure,
+            CsrError::Index { .. }
+            | CsrError::NoInstance { .. }
+            | CsrError::UnknownName(_)
+            | CsrError::BadPath { .. }
+            | CsrError::NoRegisterAt { .. }
+            | CsrError::UnknownArch(_) => NrtStatus::Invalid,
+        }
+    }
+}
+
+impl nrt_status::Status for CsrError {
+    fn status(&self) -> nrt_status::NrtStatus {
+        CsrError::status(self)
+    }
+}
+
 /// One Neuron hardware generation: identity, counts, constants and address map.
 #[derive(Debug)]
 pub struct Arch {

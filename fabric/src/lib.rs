@@ -31,6 +31,8 @@ pub use transport::{RecvOp, SendOp, Subgroup, Transport};
 
 use std::time::Duration;
 
+use nrt_status::{NrtStatus, Status};
+
 /// NRT_EXEC_HW_ERR_COLLECTIVES (public `nrt.h`): the collective engine itself failed.
 pub const NRT_EXEC_HW_ERR_COLLECTIVES: i32 = 1200;
 /// NRT_NETWORK_PROXY_FAILURE (public `nrt.h`): the network path to a peer failed.
@@ -65,32 +67,39 @@ pub enum FabricError {
 }
 
 impl FabricError {
-    /// The NRT status this failure maps to: a peer or the network path failing (timeout, reset,
-    /// unreachable root, broken communicator) is NRT_NETWORK_PROXY_FAILURE (1206); a local
-    /// failure of the transport engine is NRT_EXEC_HW_ERR_COLLECTIVES (1200); bad arguments are
-    /// NRT_INVALID (2).
-    pub fn status_code(&self) -> i32 {
+    /// The NRT status this failure maps to (the one mapping every front end uses): a peer or
+    /// the network path failing (timeout, reset, unreachable root, broken communicator) is
+    /// NRT_NETWORK_PROXY_FAILURE (1206); a local failure of the transport engine is
+    /// NRT_EXEC_HW_ERR_COLLECTIVES (1200); bad arguments are NRT_INVALID (2).
+    pub fn status(&self) -> NrtStatus {
         match self {
-            FabricError::Invalid(_) => NRT_INVALID,
-            FabricError::Ofi { .. } => NRT_EXEC_HW_ERR_COLLECTIVES,
+            FabricError::Invalid(_) => NrtStatus::Invalid,
+            FabricError::Ofi { .. } => NrtStatus::ExecHwErrCollectives,
             FabricError::Bootstrap(_)
             | FabricError::Timeout { .. }
             | FabricError::Peer { .. }
             | FabricError::Broken(_)
-            | FabricError::Io { .. } => NRT_NETWORK_PROXY_FAILURE,
+            | FabricError::Io { .. } => NrtStatus::NetworkProxyFailure,
         }
     }
 
-    /// The NRT status name of [`Self::status_code`].
+    /// The numeric code of [`Self::status`].
+    pub fn status_code(&self) -> i32 {
+        self.status().code() as i32
+    }
+
+    /// The NRT status name of [`Self::status`].
     pub fn status_name(&self) -> &'static str {
-        match self.status_code() {
-            NRT_INVALID => "NRT_INVALID",
-            NRT_EXEC_HW_ERR_COLLECTIVES => "NRT_EXEC_HW_ERR_COLLECTIVES",
-            _ => "NRT_NETWORK_PROXY_FAILURE",
-        }
+        self.status().name()
     }
 
     pub(crate) fn io(what: impl Into<String>, source: std::io::Error) -> Self {
         FabricError::Io { what: what.into(), source }
+    }
+}
+
+impl Status for FabricError {
+    fn status(&self) -> NrtStatus {
+        FabricError::status(self)
     }
 }

@@ -1,5 +1,6 @@
 //! Typed errors of the driver.
 
+use nrt_status::{NrtStatus, Status};
 use platform::{HostMemError, MmioError, PlatformError};
 
 /// Everything the driver can fail with.
@@ -70,3 +71,47 @@ pub struct UcodeError {
 
 /// Result alias.
 pub type Result<T, E = HalError> = std::result::Result<T, E>;
+
+impl HalError {
+    /// The `NRT_STATUS` every front end reports for this driver failure — the one mapping
+    /// (docs/facts/libnrt.md, "Which status each error maps to"), with libnrt's semantics:
+    /// device memory → NRT_RESOURCE, host DMA memory → NRT_FAIL_HOST_MEM_ALLOC, a wait that
+    /// ran out → NRT_TIMEOUT, an aborted DMA engine → NRT_EXEC_HW_ERR_DMA_ABORT, firmware
+    /// reporting an error → NRT_HW_ERROR, an argument naming something that does not exist or
+    /// is malformed → NRT_INVALID, anything else NRT_FAILURE. Exhaustive: a new variant must
+    /// choose.
+    pub fn status(&self) -> NrtStatus {
+        match self {
+            HalError::Csr(c) => c.status(),
+            HalError::Ucode(u) => u.status(),
+            HalError::HostMem(_) => NrtStatus::FailHostMemAlloc,
+            HalError::OutOfDeviceMemory { .. } | HalError::TooLarge { .. } | HalError::RegionTableFull { .. } => {
+                NrtStatus::Resource
+            }
+            HalError::NotReady { .. }
+            | HalError::DmaTimeout { .. }
+            | HalError::FwioTimeout { .. }
+            | HalError::ResetTimeout { .. } => NrtStatus::Timeout,
+            HalError::DmaAbort { .. } => NrtStatus::ExecHwErrDmaAbort,
+            HalError::Fwio { .. } => NrtStatus::HwError,
+            HalError::NoSuchNc { .. }
+            | HalError::NoSuchEngine(_)
+            | HalError::BadAlignment(_)
+            | HalError::DeviceRange { .. }
+            | HalError::RingSize(_)
+            | HalError::NqSize(_)
+            | HalError::FwioPayload(_)
+            | HalError::ProgramSize(_) => NrtStatus::Invalid,
+            HalError::Platform(_)
+            | HalError::Mmio(_)
+            | HalError::UnknownDevice { .. }
+            | HalError::FwApiTooOld { .. } => NrtStatus::Failure,
+        }
+    }
+}
+
+impl Status for HalError {
+    fn status(&self) -> NrtStatus {
+        HalError::status(self)
+    }
+}

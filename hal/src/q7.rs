@@ -21,6 +21,26 @@ use crate::error::HalError;
 pub use crate::error::UcodeError;
 use crate::mem::DevBuf;
 
+impl UcodeError {
+    /// The `NRT_STATUS` for an nrtucode failure, by its code: an image too large or memory
+    /// short (7, 5) is NRT_RESOURCE; invalid arguments and states (8) NRT_INVALID; an
+    /// unsupported API level (4) or any other code NRT_FAILURE.
+    pub fn status(&self) -> nrt_status::NrtStatus {
+        use nrt_status::NrtStatus;
+        match self.code {
+            q7c::ERR_TOO_LARGE | q7c::ERR_OOM => NrtStatus::Resource,
+            q7c::ERR_INVALID => NrtStatus::Invalid,
+            _ => NrtStatus::Failure,
+        }
+    }
+}
+
+impl nrt_status::Status for UcodeError {
+    fn status(&self) -> nrt_status::NrtStatus {
+        UcodeError::status(self)
+    }
+}
+
 fn err(code: u32, what: &'static str) -> UcodeError {
     UcodeError { code, what }
 }

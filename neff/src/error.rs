@@ -1,6 +1,6 @@
 //! Typed reader errors; each maps to the `NRT_STATUS` libnrt returns for the same input.
 
-use crate::status::NrtStatus;
+use crate::status::{NrtStatus, Status};
 
 /// Why a NEFF was rejected. [`NeffError::status`] gives the exact `NRT_STATUS`; the message
 /// names the field and the values involved.
@@ -66,7 +66,8 @@ pub enum NeffError {
 }
 
 impl NeffError {
-    /// The `NRT_STATUS` libnrt returns for this failure.
+    /// The `NRT_STATUS` libnrt returns for this failure (the one mapping; exhaustive, so a
+    /// new variant must choose its status).
     pub fn status(&self) -> NrtStatus {
         match self {
             NeffError::Version { .. } | NeffError::FeatureBits { .. } | NeffError::Packager { .. } => {
@@ -75,11 +76,28 @@ impl NeffError {
             NeffError::HostAlloc { .. } => NrtStatus::FailHostMemAlloc,
             NeffError::Io(_) => NrtStatus::Failure,
             NeffError::Sink { status, .. } => *status,
-            _ => NrtStatus::Invalid,
+            NeffError::TooShort { .. }
+            | NeffError::HeaderSize { .. }
+            | NeffError::DataSize { .. }
+            | NeffError::EmptyData { .. }
+            | NeffError::Digest { .. }
+            | NeffError::Archive(_)
+            | NeffError::MemCap { .. }
+            | NeffError::MissingNeffJson
+            | NeffError::MissingMember { .. }
+            | NeffError::Manifest { .. }
+            | NeffError::InvalidTarget { .. }
+            | NeffError::ArchIncompat { .. } => NrtStatus::Invalid,
         }
     }
 
     pub(crate) fn manifest(member: &str, field: &str, reason: impl Into<String>) -> Self {
         NeffError::Manifest { member: member.to_string(), field: field.to_string(), reason: reason.into() }
+    }
+}
+
+impl Status for NeffError {
+    fn status(&self) -> NrtStatus {
+        NeffError::status(self)
     }
 }

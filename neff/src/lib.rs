@@ -43,7 +43,7 @@ pub use error::NeffError;
 pub use header::NeffHeader;
 pub use isa::slot::{Instruction, SpSlot};
 pub use model::*;
-pub use status::NrtStatus;
+pub use status::{NrtStatus, Status};
 pub use stream::{MemberSink, SinkError};
 
 impl Neff {

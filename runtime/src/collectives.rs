@@ -23,6 +23,7 @@
 //! loads), so a member rank `r` runs graph `r mod G` of this NEFF, and the same checks apply
 //! with the communicator's rank count.
 
+use crate::status::NrtStatus;
 use isa::slot::{Instruction, TriggerCollective};
 use neff::model::Program;
 use neff::{EngineKind, Neff};
@@ -134,6 +135,26 @@ pub enum CollectiveError {
         rank: u32,
         mismatch: Mismatch,
     },
+}
+
+impl CollectiveError {
+    /// NRT_INVALID: a collective that can never complete is refused at load as malformed
+    /// content (exhaustive: a new variant must choose).
+    pub fn status(&self) -> NrtStatus {
+        match self {
+            CollectiveError::NoSuchGroup { .. }
+            | CollectiveError::RankOutside { .. }
+            | CollectiveError::RankTwice { .. }
+            | CollectiveError::NotAMember { .. }
+            | CollectiveError::Unmatched { .. } => NrtStatus::Invalid,
+        }
+    }
+}
+
+impl nrt_status::Status for CollectiveError {
+    fn status(&self) -> NrtStatus {
+        CollectiveError::status(self)
+    }
 }
 
 /// One graph's collectives on one group id, in order of issue.

@@ -143,13 +143,10 @@ impl SourceError {
             SourceError::InferRing { source, .. } | SourceError::ErrorRing { source } => source,
         }
     }
-    /// The status the execution ends with: NRT_EXEC_HW_ERR_DMA_ABORT for an aborted DMA
-    /// engine, else NRT_FAILURE.
+    /// The status the execution ends with: the device failure's own
+    /// ([`hal::HalError::status`]; NRT_EXEC_HW_ERR_DMA_ABORT for an aborted DMA engine).
     pub fn status(&self) -> NrtStatus {
-        match self.hal() {
-            hal::HalError::DmaAbort { .. } => NrtStatus::ExecHwErrDmaAbort,
-            _ => NrtStatus::Failure,
-        }
+        self.hal().status()
     }
 }
 

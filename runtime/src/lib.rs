@@ -42,10 +42,10 @@ mod sync;
 pub mod timestamp;
 pub mod xu;
 
-pub use error::{RtError, RtErrorKind};
+pub use error::{RtError, RtErrorKind, StageError, StageErrorKind};
 pub use rt::tensor_ops;
 pub use rt::{ExecTimings, GlobalPlacement, Model, ModelHandle, PollPolicy, Runtime, RuntimeConfig, Tensor, TensorSet};
-pub use status::{NrtStatus, Priority};
+pub use status::{NrtStatus, Priority, Status};
 
 /// The monitoring observers front ends install ([`Runtime::with_observers`]): the
 /// shared-memory counters `neuron-vfio monitor`/`top` read ([`counters`]) and the debug

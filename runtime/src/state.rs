@@ -51,6 +51,12 @@ impl StateError {
     }
 }
 
+impl nrt_status::Status for StateError {
+    fn status(&self) -> NrtStatus {
+        StateError::status(*self)
+    }
+}
+
 /// `NRT_INIT_STATE` (docs/facts/libnrt-runtime-model.md §A.1.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u32)]

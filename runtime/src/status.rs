@@ -18,7 +18,7 @@
 //! `NRT_SUCCESS` and replace the running result only when a later status has a **strictly
 //! greater** priority. On a tie the earlier status (the lower NC index) wins.
 
-pub use neff::NrtStatus;
+pub use nrt_status::{NrtStatus, Status};
 
 /// `nrt_status_priority_t` (docs/facts/libnrt-runtime-model.md §A.4.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

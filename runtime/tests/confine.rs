@@ -14,7 +14,8 @@ use isa::slot::{Dma2d, Dma2dLeg, Events, Instruction, Opcode, SlotHeader};
 use neff::builder::{self, ModelDesc, VarDesc};
 use neff::{EngineKind, VarKind};
 use platform::Platform;
-use runtime::{NrtStatus, Runtime, RuntimeConfig, TensorSet};
+use runtime::collectives::CollectiveError;
+use runtime::{NrtStatus, RtErrorKind, Runtime, RuntimeConfig, StageErrorKind as K, TensorSet};
 use sim::{SimConfig, SimDevice, Timing};
 
 fn runtime() -> (SimDevice, Runtime) {
@@ -63,11 +64,24 @@ fn with_act(i: Instruction) -> ModelDesc {
     m
 }
 
-fn refused(rt: &Runtime, m: &ModelDesc, status: NrtStatus, reason: &str) {
+/// The load of `m` is refused with `status` and a staging error of the kind `reason` accepts
+/// (the variant and its fields name what was refused).
+fn refused(rt: &Runtime, m: &ModelDesc, status: NrtStatus, reason: impl Fn(&K) -> bool) {
+    refused_with(rt, m, status, |k| match k {
+        RtErrorKind::Stage { source, .. } | RtErrorKind::Bindings(source) => reason(&source.kind),
+        _ => false,
+    });
+}
+
+/// A check of a load refusal's kind.
+type Refusal = dyn Fn(&RtErrorKind) -> bool;
+
+/// The load of `m` is refused with `status` and an error of the kind `reason` accepts.
+fn refused_with(rt: &Runtime, m: &ModelDesc, status: NrtStatus, reason: impl Fn(&RtErrorKind) -> bool) {
     let bytes = m.build().unwrap();
     let Err(e) = rt.load(&bytes, Some(0), None) else { panic!("hostile model loaded") };
     assert_eq!(e.status, status, "{e}");
-    assert!(e.to_string().contains(reason), "reason `{reason}` not in `{e}`");
+    assert!(reason(&e.kind), "unexpected refusal {:?} ({e})", e.kind);
 }
 
 #[test]
@@ -80,14 +94,19 @@ fn each_hostile_class_is_refused_at_load_with_a_named_reason() {
     // DMAMEMCPY with a raw device address (another model's memory, or the carve-out at 0).
     for raw in [0u64, 0x10_0000, reg_addr("misc_ram.reset_request")] {
         let m = with_act(memcpy(leg(raw, [1, 0], [128, 1], 1), leg(var_addr(tmp, 0), [1, 0], [128, 1], 1)));
-        refused(&rt, &m, NrtStatus::Invalid, "raw device address");
+        refused(&rt, &m, NrtStatus::Invalid, |k| matches!(k, K::RawAddress { addr, .. } if *addr == raw));
     }
     // A DIRECT2D pattern with a negative step reaching before its var.
     let m = with_act(memcpy(leg(var_addr(inp, 0), [-1, 0], [16, 1], 4), leg(var_addr(tmp, 0), [1, 0], [16, 1], 4)));
-    refused(&rt, &m, NrtStatus::Invalid, "bytes before var");
+    refused(
+        &rt,
+        &m,
+        NrtStatus::Invalid,
+        |k| matches!(k, K::BeforeVar { bytes: 60, var_id, .. } if *var_id == u64::from(inp)),
+    );
     // ... and one running past the end with a large positive outer step.
     let m = with_act(memcpy(leg(var_addr(inp, 0), [1, 1000], [4, 2], 4), leg(var_addr(tmp, 0), [1, 0], [8, 1], 4)));
-    refused(&rt, &m, NrtStatus::Invalid, "exceeds var input");
+    refused(&rt, &m, NrtStatus::Invalid, |k| matches!(k, K::OutsideVar { var, .. } if var == "input"));
     // A negative step that stays inside the var is accepted (the exact span, all signs).
     let ok = with_act(memcpy(leg(var_addr(inp, 124), [-1, 0], [32, 1], 4), leg(var_addr(tmp, 0), [1, 0], [32, 1], 4)));
     let model = rt.load(&ok.build().unwrap(), Some(0), None).unwrap();
@@ -96,12 +115,12 @@ fn each_hostile_class_is_refused_at_load_with_a_named_reason() {
     // A var of u64::MAX bytes.
     let mut m = builder::single_nc_allreduce();
     m.graphs[0].vars.push(VarDesc::new("huge", VarKind::TmpBuf, u64::MAX));
-    refused(&rt, &m, NrtStatus::Resource, "var huge");
+    refused(&rt, &m, NrtStatus::Resource, |k| matches!(k, K::VarAlloc { var, .. } if var == "huge"));
     // Two state-buffer vars whose end wraps past 2^64.
     let mut m = builder::single_nc_allreduce();
     m.graphs[0].vars.push(VarDesc::new("sb0", VarKind::StateBuffer, 1 << 20));
     m.graphs[0].vars.push(VarDesc::new("sb1", VarKind::StateBuffer, u64::MAX - (1 << 19)));
-    refused(&rt, &m, NrtStatus::Resource, "sb1");
+    refused(&rt, &m, NrtStatus::Resource, |k| matches!(k, K::StateBufferFull { var, .. } if var == "sb1"));
 
     // WRITE to another NC's semaphore, to the reset request, to a DMA base register, to this
     // NC's reserved kickoff semaphore.
@@ -112,7 +131,7 @@ fn each_hostile_class_is_refused_at_load_with_a_named_reason() {
         let Ok(r) = SUNDA.resolve(path) else { continue };
         let Some(a) = SUNDA.bar0_to_dev(r.offset) else { continue };
         let m = with_act(Instruction::decode(&WriteOp::new(Events::NONE, a, 1).encode()));
-        refused(&rt, &m, NrtStatus::Invalid, "outside the registers this NC's model may write");
+        refused(&rt, &m, NrtStatus::Invalid, |k| matches!(k, K::ForbiddenWrite { addr, .. } if *addr == a));
         tried += 1;
     }
     assert!(tried >= 3, "only {tried} guarded registers resolved");
@@ -122,9 +141,11 @@ fn each_hostile_class_is_refused_at_load_with_a_named_reason() {
     rt.unload(&model).unwrap();
 
     // A collective naming a group that does not exist, and an unknown collective type.
-    for (off, byte, reason) in
-        [(0x20usize, 7u8, "replica group 7 does not exist"), (0x0E, 0x7F, "unknown collective type")]
-    {
+    // (The group is refused by the load's collective check, before staging.)
+    let no_group = |k: &RtErrorKind| matches!(k, RtErrorKind::Collective(c) if matches!(**c, CollectiveError::NoSuchGroup { group: 7, .. }));
+    let bad_type = |k: &RtErrorKind| matches!(k, RtErrorKind::Stage { source, .. } if matches!(source.kind, K::CollectiveType { ctype: 0x7F, .. }));
+    let cases: [(usize, u8, &Refusal); 2] = [(0x20, 7, &no_group), (0x0E, 0x7F, &bad_type)];
+    for (off, byte, reason) in cases {
         let mut m = builder::single_nc_allreduce();
         let pe = m.graphs[0].engines.iter_mut().find(|e| e.kind == EngineKind::Pe).unwrap();
         let at = (0..pe.code.len() / 64)
@@ -146,7 +167,7 @@ fn each_hostile_class_is_refused_at_load_with_a_named_reason() {
             slot = Instruction::TriggerCollective(c).encode();
         }
         pe.code[at..at + 64].copy_from_slice(&slot);
-        refused(&rt, &m, NrtStatus::Invalid, reason);
+        refused_with(&rt, &m, NrtStatus::Invalid, reason);
     }
 
     // A virtual var backed by itself (its address would be device address 0, the carve-out).
@@ -154,12 +175,17 @@ fn each_hostile_class_is_refused_at_load_with_a_named_reason() {
     let mut v = VarDesc::new("self", VarKind::Virtual, 128);
     v.backing = Some(("self".into(), 0));
     m.graphs[0].vars.push(v);
-    refused(&rt, &m, NrtStatus::Invalid, "virtual var self: backing buffer missing, virtual, or too small");
+    refused(&rt, &m, NrtStatus::Invalid, |k| matches!(k, K::VirtualBacking { var } if var == "self"));
 
     // An output bound to no var.
     let mut m = builder::single_nc_allreduce();
     m.outputs[0].name = "nowhere".into();
-    refused(&rt, &m, NrtStatus::Invalid, "output nowhere is bound to no var");
+    refused(
+        &rt,
+        &m,
+        NrtStatus::Invalid,
+        |k| matches!(k, K::Unbound { role: runtime::error::IoRole::Output, name } if name == "nowhere"),
+    );
     rt.close().unwrap();
 }
 
@@ -397,7 +423,7 @@ fn a_model_that_needs_more_region_entries_than_the_table_holds_is_refused() {
     for k in 0..hal::regions::TABLE_ENTRIES + 1 {
         m.graphs[0].vars.push(VarDesc::new(&format!("w{k}"), VarKind::TmpBuf, 4096));
     }
-    refused(&rt, &m, NrtStatus::Resource, "entries of the NC's ownership region table, which holds 256");
+    refused(&rt, &m, NrtStatus::Resource, |k| matches!(k, K::RegionTableFull { need, have: 256 } if *need > 256));
     drop(held);
     rt.close().unwrap();
 }

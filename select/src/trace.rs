@@ -164,7 +164,7 @@ pub fn wrap(platforms: Vec<Arc<dyn Platform>>) -> Result<Vec<Arc<dyn Platform>>,
             Some((p, s)) if *p == path => s.clone(),
             _ => {
                 let s = TraceSink::create(&path)
-                    .map_err(|e| crate::SelectError::Invalid(format!("MMIO trace {}: {e}", path.display())))?;
+                    .map_err(|source| crate::SelectError::Trace { path: path.clone(), source })?;
                 *shared = Some((path, s.clone()));
                 s
             }

@@ -9,8 +9,6 @@
 //! NRT_LOAD_NOT_ENOUGH_NC (9) with libnrt's message "Insufficient number of pncs, required:
 //! %u, available: %u". Running out of device memory is reported by staging.
 
-use neff::NrtStatus;
-
 use super::{lock, RtError, RtErrorKind, Runtime};
 
 /// The NCs picked for a load.
@@ -28,14 +26,7 @@ impl Runtime {
         let visible = self.visible_ncs();
         let placed = lock(&self.placed).clone();
         let load = |l: usize| placed.get(visible[l]).copied().unwrap_or(0);
-        let not_enough = |available: usize| {
-            RtError::with(
-                NrtStatus::LoadNotEnoughNc,
-                RtErrorKind::Resource(format!(
-                    "Insufficient number of pncs, required: {required}, available: {available}"
-                )),
-            )
-        };
+        let not_enough = |available: usize| RtError::from(RtErrorKind::NotEnoughNc { required, available });
         let first = match start_nc {
             Some(s) => {
                 if s.checked_add(required).is_none_or(|e| e > visible.len()) {

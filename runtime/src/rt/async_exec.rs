@@ -22,10 +22,7 @@ impl Runtime {
     pub fn execute_async(&self, m: &ModelHandle, inputs: &TensorSet, outputs: &TensorSet) -> Result<Ticket, RtError> {
         self.guard()?;
         m.lifecycle.read(|lc| lc.check_executable())?;
-        let nc =
-            m.ncs.first().copied().ok_or_else(|| {
-                RtError::with(NrtStatus::InvalidHandle, RtErrorKind::Handle("model has no NC".into()))
-            })?;
+        let nc = m.ncs.first().copied().ok_or_else(|| RtError::from(RtErrorKind::ModelWithoutNc))?;
         let xu = {
             let mut xus = lock(&self.xus);
             if let Some(x) = xus.get(&nc) {
@@ -33,10 +30,10 @@ impl Runtime {
             } else {
                 // The XU is named by the caller's (logical) core, as nrta_get_sequence names it.
                 let lnc = self.logical_nc(nc).unwrap_or(nc);
-                let lnc = u8::try_from(lnc).map_err(|_| RtError::invalid(format!("logical NC {lnc} has no XU id")))?;
-                let id = XuId::compute(0, lnc).map_err(|e| RtError::internal(e.to_string()))?;
+                let lnc = u8::try_from(lnc).map_err(|_| RtError::from(RtErrorKind::NoXuId { nc: lnc }))?;
+                let id = XuId::compute(0, lnc).map_err(|e| RtError::from(RtErrorKind::Xu(e)))?;
                 let cap = lock(&self.cfg).async_capacity;
-                let xu = Xu::spawn(id, cap, XuExec).map_err(|e| RtError::internal(e.to_string()))?;
+                let xu = Xu::spawn(id, cap, XuExec).map_err(|e| RtError::from(RtErrorKind::Xu(e)))?;
                 let x = Arc::new(NcXu { xu });
                 xus.insert(nc, x.clone());
                 x
@@ -44,7 +41,7 @@ impl Runtime {
         };
         xu.xu
             .submit(AsyncReq { model: m.clone(), inputs: inputs.clone(), outputs: outputs.clone() })
-            .map_err(|s| RtError::with(s, RtErrorKind::Resource("execution unit refused the request".into())))
+            .map_err(|status| RtError::from(RtErrorKind::XuRefused { status }))
     }
 
     /// Status of an async execution: its result, or NRT_QUEUE_EMPTY while it is not done.

@@ -11,6 +11,7 @@ use super::{
     lock, ExecState, ExecTimings, Held, Model, ModelHandle, PollPolicy, RtError, RtErrorKind, Runtime, TensorSet,
 };
 use crate::completion::Step;
+use crate::error::IoRole;
 
 impl Runtime {
     /// `nrt_execute` (synchronous): returns the execution's status (NRT_SUCCESS or the
@@ -150,7 +151,7 @@ fn not_runnable(m: &Model) -> Option<Result<(NrtStatus, ExecTimings), RtError>> 
 #[cold]
 #[inline(never)]
 fn unloaded() -> RtError {
-    RtError::with(NrtStatus::InvalidHandle, RtErrorKind::Handle("model unloaded".into()))
+    RtError::from(RtErrorKind::ModelUnloaded)
 }
 
 /// The end of an execution that failed: the NCs are marked for a reset before their next
@@ -243,23 +244,18 @@ fn wait(p: PollPolicy, steps: u64) {
     }
 }
 
-/// NRT_EXEC_BAD_INPUT: an input or output tensor does not fit the model.
-fn bad_input(message: String) -> RtError {
-    RtError::with(NrtStatus::ExecBadInput, RtErrorKind::InvalidArgument(message))
-}
-
 /// A model input with no tensor of its name in the set (out of line, as every refusal here).
 #[cold]
 #[inline(never)]
 fn unbound(name: &str) -> RtError {
-    bad_input(format!("input {name} is not bound"))
+    RtError::from(RtErrorKind::InputUnbound { name: name.to_string() })
 }
 
 /// A tensor of the wrong size for input or output `name`.
 #[cold]
 #[inline(never)]
-fn wrong_size(kind: &str, verb: &str, name: &str, got: u64, want: u64) -> RtError {
-    bad_input(format!("{kind} {name}: tensor of {got} bytes, model {verb} {want}"))
+fn wrong_size(role: IoRole, name: &str, got: u64, want: u64) -> RtError {
+    RtError::from(RtErrorKind::WrongSize { role, name: name.to_string(), got, want })
 }
 
 pub(super) fn bind_inputs(
@@ -280,7 +276,7 @@ pub(super) fn bind_inputs(
             let v = &s.vars[i];
             super::tensor_ops::check_dma(t)?;
             if t.size != v.size {
-                return Err(wrong_size("input", "expects", &info.name, t.size, v.size));
+                return Err(wrong_size(IoRole::Input, &info.name, t.size, v.size));
             }
             if s.dma_only[i] {
                 // The model reads the input only through DMA: point the descriptors at the tensor.
@@ -296,7 +292,7 @@ pub(super) fn bind_inputs(
                 let Some(i) = s.io_var(m.inputs.len() + j) else { continue };
                 super::tensor_ops::check_dma(t)?;
                 if t.size != s.vars[i].size {
-                    return Err(wrong_size("output", "produces", &info.name, t.size, s.vars[i].size));
+                    return Err(wrong_size(IoRole::Output, &info.name, t.size, s.vars[i].size));
                 }
                 if s.dma_only[i] {
                     s.bind[i] = Some(t.dev_addr());

@@ -54,7 +54,7 @@ impl Runtime {
         self.guard()?;
         let verify = lock(&self.cfg).verify;
         let devices = lock(&self.devices).clone();
-        let first = devices.first().ok_or_else(|| RtError::internal("no devices"))?;
+        let first = devices.first().ok_or_else(|| RtError::from(RtErrorKind::NoDevices))?;
         Ok(ReadOptions { verify, arch: Some(first.arch()), ..ReadOptions::default() })
     }
 
@@ -108,7 +108,8 @@ impl Runtime {
         // Stream to the NC the model's first graph will most likely land on (admission is
         // re-run after the parse; a var placed elsewhere is copied device to device).
         let target = self.admit(start_nc, nc_count.unwrap_or(1))?.global.first().copied().unwrap_or(0);
-        let (dev, local) = self.device_of(target).ok_or_else(|| RtError::internal("NC vanished"))?;
+        let (dev, local) =
+            self.device_of(target).ok_or_else(|| RtError::from(RtErrorKind::NoDeviceForNc { nc: target }))?;
         let mut sink = DeviceSink::new(&dev, local);
         let n = Neff::parse_streaming(r, len, &opts, &mut sink)?;
         let m = self.load_parsed(n, start_nc, nc_count, global, Some(&mut sink))?;
@@ -126,9 +127,9 @@ impl Runtime {
     ) -> Result<ModelHandle, RtError> {
         let cfg = lock(&self.cfg).clone();
         let devices = lock(&self.devices).clone();
-        let first = devices.first().ok_or_else(|| RtError::internal("no devices"))?;
+        let first = devices.first().ok_or_else(|| RtError::from(RtErrorKind::NoDevices))?;
         let arch = first.arch();
-        crate::stage::check_io(&n).map_err(|e| RtError::with(e.status, RtErrorKind::InvalidNeff(e.to_string())))?;
+        crate::stage::check_io(&n).map_err(|e| RtError::from(RtErrorKind::Bindings(Box::new(e))))?;
         // Collectives that can never complete are refused before anything is placed.
         let ranks = match global {
             Some(g) => crate::collectives::LoadRanks { first: g.rank_base, total: g.ranks },
@@ -191,7 +192,9 @@ impl Runtime {
         }
         let res: Result<(), RtError> = (|| {
             for (rank, g) in n.graphs.iter().enumerate() {
-                let (dev, local) = self.device_of(picked[rank]).ok_or_else(|| RtError::internal("NC vanished"))?;
+                let (dev, local) = self
+                    .device_of(picked[rank])
+                    .ok_or_else(|| RtError::from(RtErrorKind::NoDeviceForNc { nc: picked[rank] }))?;
                 let before = super::hbm_used(&dev, local);
                 let s = stage_graph(
                     &dev,
@@ -205,7 +208,7 @@ impl Runtime {
                     &written,
                     weights.as_deref_mut(),
                 )
-                .map_err(|e| RtError::with(e.status, RtErrorKind::Stage { graph: g.name.clone(), source: e }))?;
+                .map_err(|e| RtError::from(RtErrorKind::Stage { graph: g.name.clone(), source: Box::new(e) }))?;
                 staged_bytes.push(super::hbm_used(&dev, local).saturating_sub(before));
                 staged.push(s);
                 devs.push(dev);
@@ -230,7 +233,7 @@ impl Runtime {
         tc.barrier_warn = cfg.barrier_warn;
         // Both execute paths step the engine on the coarse clock.
         tc.clock = platform::clock::ClockKind::Coarse;
-        let tracker = ExecTracker::new(staged.len(), tc).map_err(|e| RtError::internal(e.to_string()))?;
+        let tracker = ExecTracker::new(staged.len(), tc).map_err(|e| RtError::from(RtErrorKind::Tracker(e)))?;
         // The sync point: the device clock read between two host clock reads, paired with
         // their midpoint (the pairing error is at most half the gap).
         let before = self.epoch.elapsed().as_nanos() as u64;

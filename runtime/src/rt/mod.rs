@@ -111,10 +111,8 @@ impl Default for RuntimeConfig {
 impl RuntimeConfig {
     /// Defaults overridden by NEURON_RT_EXEC_TIMEOUT and NEURON_RT_VISIBLE_CORES.
     pub fn from_env() -> Result<Self, RtError> {
-        let env = crate::env::RtEnv::from_env().map_err(|e| RtError::invalid(e.to_string()))?;
-        let barrier_warn = crate::env::barrier_warn_from_env()
-            .map_err(|e| RtError::invalid(e.to_string()))?
-            .unwrap_or(crate::completion::BARRIER_WARN_INITIAL);
+        let env = crate::env::RtEnv::from_env()?;
+        let barrier_warn = crate::env::barrier_warn_from_env()?.unwrap_or(crate::completion::BARRIER_WARN_INITIAL);
         Ok(Self {
             barrier_warn,
             exec_timeout: Duration::from_secs(env.exec_timeout_secs as u64),
@@ -556,7 +554,7 @@ impl Runtime {
     /// The global NC behind logical NC `vnc`.
     pub fn global_nc(&self, vnc: usize) -> Result<usize, RtError> {
         let v = self.visible_ncs();
-        v.get(vnc).copied().ok_or_else(|| RtError::invalid(format!("no logical NC {vnc} ({} visible)", v.len())))
+        v.get(vnc).copied().ok_or_else(|| RtError::from(RtErrorKind::NoLogicalNc { nc: vnc, visible: v.len() }))
     }
 
     /// The logical NC of global NC `global_nc`, if it is visible.
@@ -567,7 +565,7 @@ impl Runtime {
     /// The device serving logical NC `vnc` and the NC's index on it.
     pub fn device_of_vnc(&self, vnc: usize) -> Result<(Device, usize), RtError> {
         let g = self.global_nc(vnc)?;
-        self.device_of(g).ok_or_else(|| RtError::invalid(format!("no device serves logical NC {vnc}")))
+        self.device_of(g).ok_or_else(|| RtError::from(RtErrorKind::NoDeviceForNc { nc: g }))
     }
 
     /// Models placed on each logical NC.

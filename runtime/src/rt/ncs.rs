@@ -74,7 +74,7 @@ pub(super) fn arm(s: &mut StagedNc, reset_first: bool) -> Result<(), RtError> {
 }
 
 fn stage_err(e: StageError) -> RtError {
-    RtError::with(e.status, super::RtErrorKind::Stage { graph: String::new(), source: e })
+    RtError::from(super::RtErrorKind::Bindings(Box::new(e)))
 }
 
 /// With `m`'s lanes served: make `m` the model armed on each of its NCs, parking whichever

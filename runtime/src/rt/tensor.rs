@@ -7,6 +7,7 @@ use std::sync::Arc;
 use hal::{DevBuf, Device, HostBuf};
 
 use super::{RtError, RtErrorKind, Runtime};
+use crate::error::TensorAccess;
 
 /// Where a tensor lives.
 pub enum TensorMem {
@@ -58,12 +59,13 @@ impl Tensor {
     /// Write `data` at `off`.
     pub fn write(&self, off: u64, data: &[u8]) -> Result<(), RtError> {
         if off.checked_add(data.len() as u64).is_none_or(|e| e > self.size) {
-            return Err(RtError::invalid(format!(
-                "write of {} bytes at {off} outside tensor {} ({} bytes)",
-                data.len(),
-                self.name,
-                self.size
-            )));
+            return Err(RtError::from(RtErrorKind::TensorRange {
+                access: TensorAccess::Write,
+                tensor: self.name.clone(),
+                off,
+                len: data.len() as u64,
+                size: self.size,
+            }));
         }
         match &self.mem {
             TensorMem::Host(b) => b.write(off as usize, data)?,
@@ -77,12 +79,13 @@ impl Tensor {
     /// Read into `out` from `off`.
     pub fn read(&self, off: u64, out: &mut [u8]) -> Result<(), RtError> {
         if off.checked_add(out.len() as u64).is_none_or(|e| e > self.size) {
-            return Err(RtError::invalid(format!(
-                "read of {} bytes at {off} outside tensor {} ({} bytes)",
-                out.len(),
-                self.name,
-                self.size
-            )));
+            return Err(RtError::from(RtErrorKind::TensorRange {
+                access: TensorAccess::Read,
+                tensor: self.name.clone(),
+                off,
+                len: out.len() as u64,
+                size: self.size,
+            }));
         }
         match &self.mem {
             TensorMem::Host(b) => b.read(off as usize, out)?,
@@ -135,13 +138,10 @@ impl Runtime {
     pub fn alloc_tensor(&self, name: &str, size: u64, on_device: bool, vnc: usize) -> Result<Arc<Tensor>, RtError> {
         self.guard()?;
         let nc = self.global_nc(vnc)?;
-        let (dev, local) = self.device_of(nc).ok_or_else(|| RtError::invalid(format!("no NC {nc}")))?;
+        let (dev, local) = self.device_of(nc).ok_or_else(|| RtError::from(RtErrorKind::NoDeviceForNc { nc }))?;
         // No memory can hold more than isize::MAX bytes; refuse before any size is rounded.
         if size > isize::MAX as u64 {
-            return Err(RtError::with(
-                crate::status::NrtStatus::Resource,
-                RtErrorKind::Resource(format!("tensor {name}: {size} bytes cannot be allocated")),
-            ));
+            return Err(RtError::from(RtErrorKind::TensorTooLarge { name: name.to_string(), size }));
         }
         // Both allocators hand out zeroed memory: a tensor never shows an earlier owner's bytes.
         let mem = if on_device {

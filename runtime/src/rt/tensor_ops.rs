@@ -8,9 +8,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use hal::{Device, Xfer};
-use neff::NrtStatus;
 
 use super::{RtError, Tensor, TensorMem};
+use crate::error::{RtErrorKind, TensorAccess};
 
 /// Caller memory behind an attached buffer (`nrt_tensor_attach_buffer`). The C ABI
 /// implements it over the caller's pointer (the only place that may touch raw memory);
@@ -46,10 +46,7 @@ impl UserBuf {
         let size = self.mem.len();
         match usize::try_from(off).ok().and_then(|o| o.checked_add(len).map(|e| (o, e))) {
             Some((o, e)) if e <= size => Ok(o),
-            _ => Err(RtError::new(
-                NrtStatus::Invalid,
-                format!("{len} bytes at {off} outside an attached buffer of {size} bytes"),
-            )),
+            _ => Err(RtError::from(RtErrorKind::AttachedRange { off, len, size })),
         }
     }
 
@@ -68,10 +65,6 @@ impl UserBuf {
     }
 }
 
-fn invalid(msg: impl Into<String>) -> RtError {
-    RtError::new(NrtStatus::Invalid, msg)
-}
-
 /// Refuse tensors a DMA engine cannot reach (caller memory, no storage) as execution inputs
 /// or outputs.
 pub fn check_dma(t: &Tensor) -> Result<(), RtError> {
@@ -86,10 +79,7 @@ pub fn check_dma(t: &Tensor) -> Result<(), RtError> {
 #[cold]
 #[inline(never)]
 fn not_dma(t: &Tensor) -> RtError {
-    RtError::new(
-        NrtStatus::ExecBadInput,
-        format!("tensor {} has no device-visible storage (empty or an attached host buffer)", t.name),
-    )
+    RtError::from(RtErrorKind::NotDmaCapable { tensor: t.name.clone() })
 }
 
 /// Chunk size of host-bounced copies and fills.
@@ -137,13 +127,16 @@ impl Tensor {
     /// A view of `size` bytes at `offset` of `parent` (no copy).
     pub fn slice(parent: &Arc<Tensor>, offset: u64, size: u64, name: &str) -> Result<Arc<Tensor>, RtError> {
         if offset.checked_add(size).is_none_or(|e| e > parent.size) {
-            return Err(invalid(format!(
-                "slice of {size} bytes at {offset} outside tensor {} ({} bytes)",
-                parent.name, parent.size
-            )));
+            return Err(RtError::from(RtErrorKind::TensorRange {
+                access: TensorAccess::Slice,
+                tensor: parent.name.clone(),
+                off: offset,
+                len: size,
+                size: parent.size,
+            }));
         }
         if matches!(parent.mem, TensorMem::Empty) {
-            return Err(invalid(format!("tensor {} has no storage to slice", parent.name)));
+            return Err(RtError::from(RtErrorKind::NoStorage { tensor: parent.name.clone() }));
         }
         Ok(Arc::new(Tensor {
             name: name.to_string(),
@@ -224,10 +217,13 @@ impl Tensor {
     /// Fill `len` bytes at `off` with `byte`.
     pub fn fill(&self, off: u64, len: u64, byte: u8) -> Result<(), RtError> {
         if off.checked_add(len).is_none_or(|e| e > self.size) {
-            return Err(invalid(format!(
-                "memset of {len} bytes at {off} outside tensor {} ({} bytes)",
-                self.name, self.size
-            )));
+            return Err(RtError::from(RtErrorKind::TensorRange {
+                access: TensorAccess::Memset,
+                tensor: self.name.clone(),
+                off,
+                len,
+                size: self.size,
+            }));
         }
         let chunk = vec![byte; (len as usize).min(CHUNK)];
         let mut done = 0u64;
@@ -245,23 +241,26 @@ impl Tensor {
 /// the device's DMA engine, anything else is bounced through host memory.
 pub fn copy(src: &Tensor, src_off: u64, dst: &Tensor, dst_off: u64, size: u64) -> Result<(), RtError> {
     if src_off.checked_add(size).is_none_or(|e| e > src.size) {
-        return Err(invalid(format!(
-            "copy of {size} bytes at {src_off} outside source {} ({} bytes)",
-            src.name, src.size
-        )));
+        return Err(RtError::from(RtErrorKind::TensorRange {
+            access: TensorAccess::CopySource,
+            tensor: src.name.clone(),
+            off: src_off,
+            len: size,
+            size: src.size,
+        }));
     }
     if dst_off.checked_add(size).is_none_or(|e| e > dst.size) {
-        return Err(invalid(format!(
-            "copy of {size} bytes at {dst_off} outside destination {} ({} bytes)",
-            dst.name, dst.size
-        )));
+        return Err(RtError::from(RtErrorKind::TensorRange {
+            access: TensorAccess::CopyDestination,
+            tensor: dst.name.clone(),
+            off: dst_off,
+            len: size,
+            size: dst.size,
+        }));
     }
     let (sd, dd) = (src.device_allocation().is_some(), dst.device_allocation().is_some());
     if sd && dd && (!src.same_device(dst) || src.nc != dst.nc) {
-        return Err(invalid(format!(
-            "device tensors {} and {} are on different NeuronCores (nrt_tensor_copy needs the same one)",
-            src.name, dst.name
-        )));
+        return Err(RtError::from(RtErrorKind::DifferentNcs { src: src.name.clone(), dst: dst.name.clone() }));
     }
     if size == 0 {
         return Ok(());

@@ -33,7 +33,7 @@ use neff::{EngineKind, Graph, Program};
 
 use super::sems::{DONE, KICK, START};
 use super::vars::addr_of;
-use super::{GraphPlacement, StageError, StagedQueue, StagedVar};
+use super::{GraphPlacement, StageError, StageErrorKind, StagedQueue, StagedVar};
 
 /// Trace bits of a slot header (debug_cmd [1:0]).
 const TRACE_START: u8 = TraceMode::OnStart as u8;
@@ -98,12 +98,8 @@ pub fn lower_programs(
         Events { wait_mode: WaitMode::GeImm, wait_idx: DONE, semaphore_value: START.len() as u32, ..Events::NONE };
     sp.push(device_ops::events_only(Opcode::EventSemaphore, 0, gate));
     let sem_set = |s: u8| -> Result<u64, StageError> {
-        let off = regs
-            .tpb_sem(p.nc as u64)
-            .and_then(|b| b.sem_set(s as u64))
-            .map_err(|e| StageError::invalid(e.to_string()))?
-            .offset();
-        arch.bar0_to_dev(off).ok_or_else(|| StageError::invalid("semaphore window has no device address"))
+        let off = regs.tpb_sem(p.nc as u64).and_then(|b| b.sem_set(s as u64)).map_err(StageError::from)?.offset();
+        arch.bar0_to_dev(off).ok_or_else(|| StageError::from(StageErrorKind::SemaphoreWindow { offset: off }))
     };
     for &s in model_sems {
         sp.push(WriteOp::new(Events::NONE, sem_set(s)?, 0).encode());
@@ -139,10 +135,10 @@ pub struct LowerCtx<'a> {
 pub fn write_allow_list(dev: &Device, nc: usize, queues: &[StagedQueue]) -> Result<BTreeSet<u64>, StageError> {
     let regs = dev.regs();
     let arch = dev.arch();
-    let sem = regs.tpb_sem(nc as u64).map_err(|e| StageError::invalid(e.to_string()))?;
+    let sem = regs.tpb_sem(nc as u64).map_err(StageError::from)?;
     let mut ok = BTreeSet::new();
     for s in 0..super::sems::FIRST_RESERVED as u64 {
-        let e = |e: csr_maps::CsrError| StageError::invalid(e.to_string());
+        let e = StageError::from;
         let offs = [
             sem.sem_set(s).map_err(e)?.offset(),
             sem.sem_inc(s).map_err(e)?.offset(),
@@ -173,10 +169,9 @@ pub fn lower(cx: &mut LowerCtx<'_>, i: &Instruction, pc: usize, out: &mut Slots)
     match i {
         Instruction::DmaTrigger(t) => {
             let name = t.queue();
-            let qi = queues
-                .iter()
-                .position(|q| q.name == name)
-                .ok_or_else(|| StageError::invalid(format!("{what}: unknown DMA queue {name}")))?;
+            let qi = queues.iter().position(|q| q.name == name).ok_or_else(|| {
+                StageError::from(StageErrorKind::UnknownQueue { what: what.clone(), queue: name.to_string() })
+            })?;
             let q = &queues[qi];
             let k = cx.trig_count[qi];
             cx.trig_count[qi] += 1;
@@ -184,7 +179,7 @@ pub fn lower(cx: &mut LowerCtx<'_>, i: &Instruction, pc: usize, out: &mut Slots)
                 .order
                 .get(k)
                 .copied()
-                .ok_or_else(|| StageError::invalid(format!("{what}: trigger order mismatch")))?;
+                .ok_or_else(|| StageError::from(StageErrorKind::TriggerOrder { what: what.clone() }))?;
             let pairs = q.blocks[b].pairs;
             let (s2m, m2s) = q.ring.doorbell_dev_addrs(cx.regs)?;
             let wait = Events { update_mode: UpdateMode::None, update_idx: 0, ..t.events };
@@ -193,45 +188,50 @@ pub fn lower(cx: &mut LowerCtx<'_>, i: &Instruction, pc: usize, out: &mut Slots)
             clear(WriteOp::new(update, m2s, pairs).encode());
         }
         Instruction::TriggerCollective(c) => {
-            let es = device_ops::dtype::size(c.dtype)
-                .ok_or_else(|| StageError::invalid(format!("{what}: collective dtype {:#x} unsupported", c.dtype)))?
-                as u64;
+            let es = device_ops::dtype::size(c.dtype).ok_or_else(|| {
+                StageError::from(StageErrorKind::CollectiveDtype { what: what.clone(), dtype: c.dtype })
+            })? as u64;
             let bytes = c
                 .num_elements
                 .checked_mul(es)
-                .ok_or_else(|| StageError::invalid(format!("{what}: element count overflows")))?;
+                .ok_or_else(|| StageError::from(StageErrorKind::CollectiveSize { what: what.clone() }))?;
             if ![device_ops::ctype::ALL_REDUCE, device_ops::ctype::ALL_GATHER, device_ops::ctype::REDUCE_SCATTER]
                 .contains(&c.ctype)
             {
-                return Err(StageError::invalid(format!("{what}: unknown collective type {:#x}", c.ctype)));
+                return Err(StageError::from(StageErrorKind::CollectiveType { what: what.clone(), ctype: c.ctype }));
             }
             if ![device_ops::alu::ADD, device_ops::alu::MAX, device_ops::alu::MIN].contains(&c.op) {
-                return Err(StageError::invalid(format!("{what}: unknown collective operation {:#x}", c.op)));
+                return Err(StageError::from(StageErrorKind::CollectiveOp { what: what.clone(), op: c.op }));
             }
             let elems = |o: u64| {
-                o.checked_mul(es).ok_or_else(|| StageError::invalid(format!("{what}: element offset {o} overflows")))
+                o.checked_mul(es)
+                    .ok_or_else(|| StageError::from(StageErrorKind::CollectiveOffset { what: what.clone(), offset: o }))
             };
             let src = addr_of(vars, c.input_tensor_id, elems(c.src_offset_elems)?, bytes, &what, p.unchecked)?;
             let dst = addr_of(vars, c.output_tensor_id, elems(c.dst_offset_elems)?, bytes, &what, p.unchecked)?;
             let group = g.replica_groups.get(c.group_id as usize);
             let (rank, size) = match group {
                 None => {
-                    return Err(StageError::invalid(format!(
-                        "{what}: replica group {} does not exist ({} groups)",
-                        c.group_id,
-                        g.replica_groups.len()
-                    )))
+                    return Err(StageError::from(StageErrorKind::NoReplicaGroup {
+                        what: what.clone(),
+                        group: c.group_id,
+                        groups: g.replica_groups.len(),
+                    }))
                 }
                 Some(gr) if gr.is_empty() => (0, 1),
                 Some(gr) => {
                     let r = gr.iter().position(|&x| x as usize == p.rank).ok_or_else(|| {
-                        StageError::invalid(format!("{what}: graph {} is not in replica group {:?}", p.rank, gr))
+                        StageError::from(StageErrorKind::NotInGroup {
+                            what: what.clone(),
+                            rank: p.rank,
+                            members: gr.clone(),
+                        })
                     })?;
                     (r, gr.len())
                 }
             };
             if size > u8::MAX as usize {
-                return Err(StageError::invalid(format!("{what}: replica group of {size}")));
+                return Err(StageError::from(StageErrorKind::GroupTooLarge { what: what.clone(), size }));
             }
             let op = CollectiveOp {
                 header: isa::slot::SlotHeader::new(Opcode::Sb2sbCollective),
@@ -250,7 +250,7 @@ pub fn lower(cx: &mut LowerCtx<'_>, i: &Instruction, pc: usize, out: &mut Slots)
         }
         Instruction::PseudoDmaDirect2d(d) | Instruction::DmaMemcpy(d) => {
             if matches!(i, Instruction::PseudoDmaDirect2d(_)) && d.op != 0 {
-                return Err(StageError::invalid(format!("{what}: DGE op {} is not supported (DIRECT2D only)", d.op)));
+                return Err(StageError::from(StageErrorKind::UnsupportedDgeOp { what: what.clone(), op: d.op }));
             }
             // Every address must name a var: a raw device address is refused (it could name
             // any page the device reaches). The whole span of the pattern, all step signs,
@@ -267,10 +267,11 @@ pub fn lower(cx: &mut LowerCtx<'_>, i: &Instruction, pc: usize, out: &mut Slots)
                     return Ok(Dma2dLeg { start_addr: a, ..*l });
                 }
                 if l.start_addr & addr8::VAR_MARKER == 0 || (l.start_addr & !addr8::VAR_MARKER) >> 48 != 0 {
-                    return Err(StageError::invalid(format!(
-                        "{what}: {side} address {:#x} is a raw device address, not a var address",
-                        l.start_addr
-                    )));
+                    return Err(StageError::from(StageErrorKind::RawAddress {
+                        what: what.clone(),
+                        side: side.to_string(),
+                        addr: l.start_addr,
+                    }));
                 }
                 let id = ((l.start_addr >> addr8::VAR_ID_SHIFT) & addr8::VAR_ID_MASK) as u32;
                 let off = l.start_addr & addr8::OFFSET_MASK;
@@ -278,13 +279,16 @@ pub fn lower(cx: &mut LowerCtx<'_>, i: &Instruction, pc: usize, out: &mut Slots)
                 let (lo, hi) = leg_span(l, es);
                 let first = off as i128 + lo;
                 if first < 0 {
-                    return Err(StageError::invalid(format!(
-                        "{what}: {side} pattern reaches {} bytes before var {id}",
-                        -first
-                    )));
+                    return Err(StageError::from(StageErrorKind::BeforeVar {
+                        what: what.clone(),
+                        side: side.to_string(),
+                        bytes: -first,
+                        var_id: u64::from(id),
+                    }));
                 }
-                let len = u64::try_from(hi - lo)
-                    .map_err(|_| StageError::invalid(format!("{what}: {side} pattern span overflows")))?;
+                let len = u64::try_from(hi - lo).map_err(|_| {
+                    StageError::from(StageErrorKind::SpanOverflow { what: what.clone(), side: side.to_string() })
+                })?;
                 let start = addr_of(vars, id, first as u64, len, &what, false)?;
                 // `start` is var + off + lo; the leg starts at var + off.
                 let a = (start as i128 - lo) as u64;
@@ -303,10 +307,7 @@ pub fn lower(cx: &mut LowerCtx<'_>, i: &Instruction, pc: usize, out: &mut Slots)
         Instruction::Write(_) => {
             let w = device_ops::WriteOp::decode(&i.encode());
             if !p.unchecked && !cx.writable.contains(&w.addr) {
-                return Err(StageError::invalid(format!(
-                    "{what}: WRITE to {:#x} is outside the registers this NC's model may write",
-                    w.addr
-                )));
+                return Err(StageError::from(StageErrorKind::ForbiddenWrite { what: what.clone(), addr: w.addr }));
             }
             clear(i.encode())
         }
@@ -316,10 +317,10 @@ pub fn lower(cx: &mut LowerCtx<'_>, i: &Instruction, pc: usize, out: &mut Slots)
         | Instruction::Semaphore(_)
         | Instruction::ExtendedInst(_) => clear(i.encode()),
         Instruction::Raw { header, .. } => {
-            return Err(StageError::invalid(format!(
-                "{what}: Unsupported hardware operator code {:#04x}",
-                header.opcode
-            )));
+            return Err(StageError::from(StageErrorKind::UnsupportedOpcode {
+                what: what.clone(),
+                opcode: header.opcode,
+            }));
         }
     }
     Ok(())

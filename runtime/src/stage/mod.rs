@@ -27,6 +27,7 @@ pub mod ucode;
 pub mod vars;
 pub mod weights;
 
+use crate::error::IoRole;
 pub use crate::error::{StageError, StageErrorKind};
 
 /// Index of the SP engine (the sync master).
@@ -256,14 +257,17 @@ pub fn check_io(n: &neff::Neff) -> Result<(), StageError> {
             let mut same = g.vars.iter().filter(|v| v.name == name);
             match (same.next(), same.next()) {
                 (Some(_), Some(_)) => {
-                    return Err(StageError::invalid(format!("graph {}: two vars named {name}", g.name)))
+                    return Err(StageError::from(StageErrorKind::DuplicateVar {
+                        graph: g.name.clone(),
+                        name: name.to_string(),
+                    }))
                 }
                 (Some(v), None) if v.kind != kind => {
-                    return Err(StageError::invalid(format!(
-                        "{name} is bound to var of type {}, expected {}",
-                        v.kind.type_str(),
-                        kind.type_str()
-                    )))
+                    return Err(StageError::from(StageErrorKind::WrongVarType {
+                        name: name.to_string(),
+                        found: v.kind.type_str(),
+                        expected: kind.type_str(),
+                    }))
                 }
                 (Some(_), None) => found += 1,
                 _ => {}
@@ -273,12 +277,12 @@ pub fn check_io(n: &neff::Neff) -> Result<(), StageError> {
     };
     for i in &n.inputs {
         if bound(&i.name, VarKind::Input, &n.graphs)? == 0 {
-            return Err(StageError::invalid(format!("input {} is bound to no var", i.name)));
+            return Err(StageError::from(StageErrorKind::Unbound { role: IoRole::Input, name: i.name.clone() }));
         }
     }
     for o in &n.outputs {
         if bound(&o.name, VarKind::Output, n.graphs.get(..1).unwrap_or(&[]))? == 0 {
-            return Err(StageError::invalid(format!("output {} is bound to no var", o.name)));
+            return Err(StageError::from(StageErrorKind::Unbound { role: IoRole::Output, name: o.name.clone() }));
         }
     }
     Ok(())

@@ -11,7 +11,7 @@ use isa::slot::Instruction;
 use neff::{Graph, Program};
 
 use super::vars::addr_by_name;
-use super::{StageError, StagedBlock, StagedQueue, StagedVar};
+use super::{StageError, StageErrorKind, StagedBlock, StagedQueue, StagedVar};
 
 /// Build the DMA queues of `g` on NC `nc`; `one` is the host word holding 1. `unchecked`
 /// (tests only) skips the range checks of descriptor addresses against their vars.
@@ -25,7 +25,7 @@ pub fn build_queues(
 ) -> Result<Vec<StagedQueue>, StageError> {
     let per = dev.arch().counts.dma_engines_per_nc as usize;
     if g.dma_queues.len() > per {
-        return Err(StageError::resource(format!("{} DMA queues, {per} engines per NC", g.dma_queues.len())));
+        return Err(StageError::from(StageErrorKind::TooManyQueues { queues: g.dma_queues.len(), engines: per }));
     }
     let mut queues: Vec<StagedQueue> = Vec::new();
     for (qi, q) in g.dma_queues.iter().enumerate() {
@@ -38,12 +38,11 @@ pub fn build_queues(
                     let (fi, ti) =
                         (vars.iter().position(|v| v.name == d.from), vars.iter().position(|v| v.name == d.to));
                     if d.op != neff::DmaOp::Copy {
-                        return Err(StageError::invalid(format!(
-                            "queue {} block {}: DMA op {} is not supported",
-                            q.name,
-                            b.id,
-                            d.op.name()
-                        )));
+                        return Err(StageError::from(StageErrorKind::UnsupportedDmaOp {
+                            queue: q.name.clone(),
+                            block: b.id,
+                            op: d.op.name(),
+                        }));
                     }
                     let what = format!("queue {} block {} desc {k}", q.name, b.id);
                     let src = runs(&d.from_sizes, &d.from_steps, &what)?;
@@ -51,9 +50,11 @@ pub fn build_queues(
                     let ts: u64 = src.iter().map(|r| r.1).sum();
                     let td: u64 = dst.iter().map(|r| r.1).sum();
                     if ts != td {
-                        return Err(StageError::invalid(format!(
-                            "{what}: {ts} source bytes vs {td} destination bytes"
-                        )));
+                        return Err(StageError::from(StageErrorKind::DmaSizeMismatch {
+                            what: what.clone(),
+                            src: ts,
+                            dst: td,
+                        }));
                     }
                     let (mut si, mut so, mut di, mut dof) = (0usize, 0u64, 0usize, 0u64);
                     while si < src.len() && di < dst.len() {
@@ -62,7 +63,7 @@ pub fn build_queues(
                             i64::try_from(k)
                                 .ok()
                                 .and_then(|k| o.checked_add(k))
-                                .ok_or_else(|| StageError::invalid(format!("{what}: access pattern offset overflows")))
+                                .ok_or_else(|| StageError::from(StageErrorKind::PatternOffset { what: what.clone() }))
                         };
                         let s = addr_by_name(vars, &d.from, at(src[si].0, so)?, n, &what, unchecked)?;
                         let t = addr_by_name(vars, &d.to, at(dst[di].0, dof)?, n, &what, unchecked)?;
@@ -97,13 +98,15 @@ pub fn build_queues(
                     if let Instruction::DmaTrigger(t) = i {
                         if t.queue() == q.name {
                             if t.use_raw_count != 0 {
-                                return Err(StageError::invalid(format!(
-                                    "queue {}: raw-count triggers are not supported",
-                                    q.name
-                                )));
+                                return Err(StageError::from(StageErrorKind::RawCountTrigger {
+                                    queue: q.name.clone(),
+                                }));
                             }
                             let b = blocks.iter().position(|b| b.id == t.block_id_or_count).ok_or_else(|| {
-                                StageError::invalid(format!("queue {}: no DMA block {}", q.name, t.block_id_or_count))
+                                StageError::from(StageErrorKind::NoDmaBlock {
+                                    queue: q.name.clone(),
+                                    block: t.block_id_or_count as u64,
+                                })
                             })?;
                             order.push(b);
                             owners.insert(e.kind.index());
@@ -113,12 +116,12 @@ pub fn build_queues(
             }
         }
         if owners.len() > 1 {
-            return Err(StageError::invalid(format!("queue {} is triggered by several engines", q.name)));
+            return Err(StageError::from(StageErrorKind::SharedQueue { queue: q.name.clone() }));
         }
         let total: u64 = order.iter().map(|&b| blocks[b].pairs as u64).sum();
         let ndesc = (total + 17).checked_next_power_of_two().unwrap_or(u64::MAX).max(32);
         if ndesc > 1 << 20 {
-            return Err(StageError::resource(format!("queue {} needs {total} descriptors per execution", q.name)));
+            return Err(StageError::from(StageErrorKind::TooManyDescriptors { queue: q.name.clone(), total }));
         }
         let engine = (nc * per + qi) as u64;
         let ring = dev.new_ring(engine, 0, ndesc as u32)?;
@@ -131,27 +134,32 @@ pub fn build_queues(
 /// `(offset, length)` runs, abutting runs coalesced.
 pub fn runs(sizes: &[u64], steps: &[i64], what: &str) -> Result<Vec<(i64, u64)>, StageError> {
     if sizes.len() != steps.len() || sizes.is_empty() || sizes.contains(&0) {
-        return Err(StageError::invalid(format!(
-            "{what}: access pattern sizes {sizes:?} / steps {steps:?} are inconsistent"
-        )));
+        return Err(StageError::from(StageErrorKind::PatternShape {
+            what: what.to_string(),
+            sizes: sizes.to_vec(),
+            steps: steps.to_vec(),
+        }));
     }
     let total = sizes.iter().try_fold(1u128, |a, &s| a.checked_mul(s as u128).filter(|&t| t <= 1 << 34));
     let Some(total) = total else {
-        return Err(StageError::invalid(format!("{what}: access pattern of {sizes:?} bytes is too large")));
+        return Err(StageError::from(StageErrorKind::PatternOverflow {
+            what: what.to_string(),
+            sizes: sizes.to_vec(),
+        }));
     };
     if total > 1 << 34 {
-        return Err(StageError::invalid(format!("{what}: access pattern of {total} bytes is too large")));
+        return Err(StageError::from(StageErrorKind::PatternTooLarge { what: what.to_string(), total }));
     }
     // Dimension 0 is innermost; a unit step makes it one contiguous run.
     let (inner, outer) = if steps[0] == 1 { (sizes[0], &sizes[1..]) } else { (1, sizes) };
     let osteps = if steps[0] == 1 { &steps[1..] } else { steps };
     let count: u128 = outer.iter().map(|&s| s as u128).product(); // ≤ total ≤ 2^34
     if count > 1 << 20 {
-        return Err(StageError::invalid(format!("{what}: access pattern has {count} runs (limit 2^20)")));
+        return Err(StageError::from(StageErrorKind::PatternRuns { what: what.to_string(), count }));
     }
     let mut out: Vec<(i64, u64)> = Vec::new();
     let mut idx = vec![0u64; outer.len()];
-    let overflow = || StageError::invalid(format!("{what}: access pattern offset overflows"));
+    let overflow = || StageError::from(StageErrorKind::PatternOffset { what: what.to_string() });
     for _ in 0..count {
         // Exact, all signs: i128 cannot wrap here (indices < 2^34, steps < 2^63, ≤ 2^20 terms
         // of nonzero size), and the sum must fit the i64 offset.

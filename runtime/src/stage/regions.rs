@@ -9,7 +9,7 @@
 
 use hal::{Device, HostBuf, Perm, Region, Stream};
 
-use super::{sems, StageError, StagedQueue, StagedVar};
+use super::{sems, StageError, StageErrorKind, StagedQueue, StagedVar};
 
 /// The regions of a staged graph on NC `nc` (before coalescing).
 pub fn own_regions(
@@ -23,8 +23,9 @@ pub fn own_regions(
     let arch = dev.arch();
     let rw = Perm::READ | Perm::WRITE;
     let mut v = Vec::new();
-    let sbuf = arch.region("sbuf").ok_or_else(|| StageError::invalid("arch has no state buffer"))?;
-    let sb_base = sbuf.dev_base(nc as u64).ok_or_else(|| StageError::invalid("no state buffer for this NC"))?;
+    let no_sbuf = || StageError::from(StageErrorKind::NoStateBuffer { nc });
+    let sbuf = arch.region("sbuf").ok_or_else(no_sbuf)?;
+    let sb_base = sbuf.dev_base(nc as u64).ok_or_else(no_sbuf)?;
     let sb_end = sb_base.saturating_add(sbuf.size);
     for x in vars {
         match (&x.mem, x.kind) {
@@ -50,10 +51,10 @@ pub fn own_regions(
         v.push(Region::new(m2s, 4, Perm::WRITE));
     }
     v.push(Region::new(dev.host_addr(one), one.len() as u64, Perm::READ));
-    let sem = dev.regs().tpb_sem(nc as u64).map_err(|e| StageError::invalid(e.to_string()))?;
-    let e = |e: csr_maps::CsrError| StageError::invalid(e.to_string());
+    let sem = dev.regs().tpb_sem(nc as u64).map_err(StageError::from)?;
+    let e = StageError::from;
     let window = |first: u64| {
-        arch.bar0_to_dev(first).ok_or_else(|| StageError::invalid("semaphore window has no device address"))
+        arch.bar0_to_dev(first).ok_or_else(|| StageError::from(StageErrorKind::SemaphoreWindow { offset: first }))
     };
     let model_sems = sems::FIRST_RESERVED as u64;
     for first in
@@ -71,9 +72,7 @@ pub fn check_fits(regions: &[Region], bindable: usize) -> Result<(), StageError>
     let need = hal::regions::entries_needed(regions).saturating_add(bindable);
     let have = hal::regions::TABLE_ENTRIES;
     if need > have {
-        return Err(StageError::resource(format!(
-            "the model needs {need} entries of the NC's ownership region table, which holds {have}"
-        )));
+        return Err(StageError::from(StageErrorKind::RegionTableFull { need, have }));
     }
     Ok(())
 }

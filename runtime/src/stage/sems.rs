@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use isa::slot::{Instruction, UpdateMode, WaitMode};
 use neff::{Graph, Program};
 
-use super::StageError;
+use super::{StageError, StageErrorKind};
 
 // Reserved semaphores (the top of the 256).
 
@@ -43,13 +43,13 @@ pub fn collect_semaphores(g: &Graph) -> Result<BTreeSet<u8>, StageError> {
     }
     for q in &g.dma_queues {
         for s in [q.semaphore, q.semaphore_set].into_iter().flatten() {
-            model_sems.insert(
-                u8::try_from(s).map_err(|_| StageError::invalid(format!("queue {}: semaphore {s} > 255", q.name)))?,
-            );
+            model_sems.insert(u8::try_from(s).map_err(|_| {
+                StageError::from(StageErrorKind::SemaphoreRange { queue: q.name.clone(), sem: s as u64 })
+            })?);
         }
     }
     if let Some(&s) = model_sems.range(FIRST_RESERVED..).next() {
-        return Err(StageError::invalid(format!("semaphore {s} is reserved by the runtime (250..=255)")));
+        return Err(StageError::from(StageErrorKind::ReservedSemaphore { sem: s }));
     }
     Ok(model_sems)
 }

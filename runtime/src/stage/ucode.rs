@@ -5,9 +5,9 @@
 
 use hal::q7::{CoreKind, LoadableLib, UcodeContext, UcodeCore};
 use hal::Device;
-use neff::{EngineKind, Graph, NrtStatus};
+use neff::{EngineKind, Graph};
 
-use super::StageError;
+use super::{StageError, StageErrorKind};
 
 /// Program the default DGE mailboxes on NC `nc`'s NX POOL core (the core is kept with the
 /// staged NC).
@@ -15,7 +15,8 @@ pub fn dge_mailboxes(dev: &Device, nc: usize) -> Result<UcodeCore, StageError> {
     let ctx = UcodeContext::new(csr_maps::consts::q7::API_LEVEL).map_err(hal::HalError::from)?;
     let mut core = UcodeCore::new(&ctx, dev, nc, CoreKind::Nx { engine: EngineKind::Pool.index() as u64 })
         .map_err(hal::HalError::from)?;
-    core.on_ucode_booted().map_err(|e| StageError::ucode(NrtStatus::Resource, format!("NC {nc}"), e))?;
+    core.on_ucode_booted()
+        .map_err(|source| StageError::from(StageErrorKind::Claim { core: format!("NC {nc}"), source }))?;
     core.dge_mailboxes(0).map_err(hal::HalError::from)?;
     Ok(core)
 }
@@ -27,23 +28,20 @@ pub fn stage_ucode(dev: &Device, g: &Graph, nc: usize) -> Result<(Option<UcodeCo
     if libs.is_empty() {
         return Ok((None, Vec::new()));
     }
-    let ucode_err = |name: &str, e: hal::q7::UcodeError| {
-        let status =
-            if e.code == csr_maps::consts::q7::ERR_TOO_LARGE { NrtStatus::Resource } else { NrtStatus::Invalid };
-        StageError::ucode(status, format!("ucode library {name}"), e)
+    let ucode_err = |name: &str, source: hal::q7::UcodeError| {
+        StageError::from(StageErrorKind::Ucode { what: format!("ucode library {name}"), source })
     };
     let ctx = UcodeContext::new(csr_maps::consts::q7::API_LEVEL).map_err(|e| ucode_err("context", e))?;
     let mut core = UcodeCore::new(&ctx, dev, nc, CoreKind::Q7Pool { core: 0 }).map_err(|e| ucode_err("core", e))?;
-    core.on_ucode_booted().map_err(|e| StageError::ucode(NrtStatus::Resource, format!("NC {nc} Q7 pool core 0"), e))?;
+    core.on_ucode_booted().map_err(|source| {
+        StageError::from(StageErrorKind::Claim { core: format!("NC {nc} Q7 pool core 0"), source })
+    })?;
     let mut staged = Vec::new();
     for l in libs {
         let Some(content) = &l.content else { continue };
         let bytes: &[u8] = content.as_ref();
         if UcplHeader::decode(bytes).is_err() {
-            return Err(StageError::invalid(format!(
-                "ucode library {}: not a prelinked UCPL image (prelinking Xtensa ELF objects is not supported; ship the prelinked image)",
-                l.name
-            )));
+            return Err(StageError::from(StageErrorKind::NotPrelinked { library: l.name.clone() }));
         }
         let ll = match LoadableLib::create(&ctx, dev, nc, &l.name, bytes) {
             Ok(ll) => ll,

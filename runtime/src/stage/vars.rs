@@ -12,7 +12,7 @@ use isa::slot::Instruction;
 use neff::{Graph, Program, VarKind};
 
 use super::weights::{copy_member, DeviceSink};
-use super::{StageError, StagedVar};
+use super::{StageError, StageErrorKind, StagedVar};
 
 /// Bytes of initial data written per step when the caller follows progress.
 const PROGRESS_CHUNK: usize = 16 << 20;
@@ -39,8 +39,9 @@ pub fn place_vars(
     let mut vars: Vec<StagedVar> = Vec::new();
     // Per var: its memory is its streamed member's allocation (the data is already there).
     let mut adopted: Vec<bool> = Vec::new();
-    let sbuf = arch.region("sbuf").ok_or_else(|| StageError::invalid("arch has no state buffer"))?;
-    let sbuf_base = sbuf.dev_base(nc as u64).ok_or_else(|| StageError::invalid("no state buffer for this NC"))?;
+    let no_sbuf = || StageError::from(StageErrorKind::NoStateBuffer { nc });
+    let sbuf = arch.region("sbuf").ok_or_else(no_sbuf)?;
+    let sbuf_base = sbuf.dev_base(nc as u64).ok_or_else(no_sbuf)?;
     let mut sb_off = 0u64;
     let mut ordered: Vec<&neff::Var> = g.vars.iter().collect();
     ordered.sort_by_key(|v| v.var_id);
@@ -52,7 +53,7 @@ pub fn place_vars(
             .unwrap_or(0);
         let align = v.alignment.unwrap_or(64).max(64);
         if !align.is_power_of_two() {
-            return Err(StageError::invalid(format!("var {}: alignment {align} is not a power of two", v.name)));
+            return Err(StageError::from(StageErrorKind::VarAlignment { var: v.name.clone(), align }));
         }
         let mut took = false;
         let (addr, mem) = match v.kind {
@@ -70,18 +71,27 @@ pub fn place_vars(
                         a
                     }
                     _ => {
-                        return Err(StageError::resource(format!(
-                            "var {}: {size} bytes do not fit in the state buffer ({} bytes)",
-                            v.name, sbuf.size
-                        )))
+                        return Err(StageError::from(StageErrorKind::StateBufferFull {
+                            var: v.name.clone(),
+                            size,
+                            capacity: sbuf.size,
+                        }))
                     }
                 };
                 (sbuf_base.wrapping_add(a), None)
             }
             VarKind::Virtual => (0, None), // resolved below against its backing var
             _ if adoptable(dev, chan, v, size, align, weights.as_deref()) => {
-                let s = v.streamed.as_ref().ok_or_else(|| StageError::invalid("streamed var"))?;
-                let gone = || StageError::invalid(format!("var {}: streamed member {} is gone", v.name, s.member));
+                let s = v
+                    .streamed
+                    .as_ref()
+                    .ok_or_else(|| StageError::from(StageErrorKind::NotStreamed { var: v.name.clone() }))?;
+                let gone = || {
+                    StageError::from(StageErrorKind::StreamedMemberGone {
+                        var: v.name.clone(),
+                        member: s.member.clone(),
+                    })
+                };
                 let m = weights.as_deref_mut().and_then(|w| w.take(&s.member)).ok_or_else(gone)?;
                 let a = m.addr_of(s.offset).ok_or_else(gone)?;
                 took = true;
@@ -95,12 +105,8 @@ pub fn place_vars(
                 } else {
                     Device::alloc_device
                 };
-                let m = alloc(dev, chan, size.max(1), align).map_err(|e| match e {
-                    hal::HalError::OutOfDeviceMemory { .. } | hal::HalError::TooLarge { .. } => {
-                        StageError::resource(format!("var {}: {e}", v.name))
-                    }
-                    e => StageError::from(e),
-                })?;
+                let m = alloc(dev, chan, size.max(1), align)
+                    .map_err(|source| StageError::from(StageErrorKind::VarAlloc { var: v.name.clone(), source }))?;
                 (m.addr(), Some(m))
             }
         };
@@ -120,12 +126,7 @@ pub fn place_vars(
             }
             match back {
                 Some((a, s)) if off.checked_add(vars[i].size).is_some_and(|e| e <= s) => vars[i].addr = a + off,
-                _ => {
-                    return Err(StageError::invalid(format!(
-                        "virtual var {}: backing buffer missing, virtual, or too small",
-                        v.name
-                    )))
-                }
+                _ => return Err(StageError::from(StageErrorKind::VirtualBacking { var: v.name.clone() })),
             }
         }
         if let (Some(data), Some(_)) = (&v.data, &vars[i].mem) {
@@ -140,9 +141,12 @@ pub fn place_vars(
             if !adopted[i] {
                 let w = weights
                     .as_deref()
-                    .ok_or_else(|| StageError::invalid(format!("var {}: streamed weights without a sink", v.name)))?;
+                    .ok_or_else(|| StageError::from(StageErrorKind::NoWeightSink { var: v.name.clone() }))?;
                 let src = w.get(&s.member).and_then(|m| m.addr_of(s.offset)).ok_or_else(|| {
-                    StageError::invalid(format!("var {}: streamed member {} is gone", v.name, s.member))
+                    StageError::from(StageErrorKind::StreamedMemberGone {
+                        var: v.name.clone(),
+                        member: s.member.clone(),
+                    })
                 })?;
                 let len = s.len.min(vars[i].size);
                 copy_member(w.device(), src, dev, nc, vars[i].addr, len)?;
@@ -189,13 +193,19 @@ pub fn addr_of(
     let v = vars
         .iter()
         .find(|v| v.var_id == id)
-        .ok_or_else(|| StageError::invalid(format!("{what}: unknown var id {id}")))?;
+        .ok_or_else(|| StageError::from(StageErrorKind::UnknownVarId { what: what.to_string(), id: id as u64 }))?;
     if unchecked {
         return Ok(v.addr.wrapping_add(off));
     }
     match off.checked_add(len) {
         Some(end) if end <= v.size => Ok(v.addr + off),
-        _ => Err(StageError::invalid(format!("{what}: range {off}+{len} exceeds var {} ({} bytes)", v.name, v.size))),
+        _ => Err(StageError::from(StageErrorKind::OutsideVar {
+            what: what.to_string(),
+            var: v.name.clone(),
+            off,
+            len,
+            size: v.size,
+        })),
     }
 }
 
@@ -209,15 +219,20 @@ pub fn addr_by_name(
     what: &str,
     unchecked: bool,
 ) -> Result<u64, StageError> {
-    let v = vars
-        .iter()
-        .find(|v| v.name == name)
-        .ok_or_else(|| StageError::invalid(format!("{what}: unknown var {name}")))?;
+    let v = vars.iter().find(|v| v.name == name).ok_or_else(|| {
+        StageError::from(StageErrorKind::UnknownVar { what: what.to_string(), name: name.to_string() })
+    })?;
     if unchecked {
         return Ok(v.addr.wrapping_add_signed(off));
     }
     if off < 0 || (off as u64).checked_add(len).is_none_or(|e| e > v.size) || len == 0 && off as u64 > v.size {
-        return Err(StageError::invalid(format!("{what}: access {off}+{len} outside var {name} ({} bytes)", v.size)));
+        return Err(StageError::from(StageErrorKind::AccessOutsideVar {
+            what: what.to_string(),
+            var: name.to_string(),
+            off,
+            len,
+            size: v.size,
+        }));
     }
     Ok(v.addr + off as u64)
 }

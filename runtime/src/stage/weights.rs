@@ -119,12 +119,10 @@ pub struct DeviceSink {
     committed: bool,
 }
 
+/// A device failure as the streaming reader's sink error: the failure's own status
+/// ([`HalError::status`]).
 fn hal_err(e: HalError) -> SinkError {
-    let status = match e {
-        HalError::OutOfDeviceMemory { .. } | HalError::TooLarge { .. } => NrtStatus::Resource,
-        _ => NrtStatus::Failure,
-    };
-    SinkError { status, message: e.to_string() }
+    SinkError { status: e.status(), message: e.to_string() }
 }
 
 impl DeviceSink {

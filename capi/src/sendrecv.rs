@@ -14,8 +14,10 @@
 //! - `_send_tensor` / `_recv_tensor` queue a transfer of `length` bytes at `offset` of a tensor
 //!   and return a request; transfers of one communicator run in call order on its worker
 //!   thread. `_test_request` polls a request (`done`, bytes moved); a transfer that fails
-//!   (dead peer, timeout `NEURON_RT_EXEC_TIMEOUT`) reports NRT_TIMEOUT for a timeout and
-//!   NRT_FAILURE otherwise. A completed request's handle is released by the `_test_request`
+//!   reports the status of the one table (`fabric::FabricError::status`): a dead or silent
+//!   peer, a timeout (`NEURON_RT_EXEC_TIMEOUT`) or a broken path is NRT_NETWORK_PROXY_FAILURE
+//!   (1206), a local transport failure NRT_EXEC_HW_ERR_COLLECTIVES (1200), a bad argument
+//!   NRT_INVALID — as a collective reports them. A completed request's handle is released by the `_test_request`
 //!   that reports it done.
 //! - Limits (our choice; libnrt does not publish its values): at most
 //!   [`MAX_COMMUNICATORS_PER_LNC`] communicators per LNC and [`MAX_PENDING_REQUESTS`] requests
@@ -130,20 +132,13 @@ mod imp {
         }
     }
 
-    fn status_of(e: &FabricError) -> NrtStatus {
-        match e {
-            FabricError::Timeout { .. } => NrtStatus::Timeout,
-            _ => NrtStatus::Failure,
-        }
-    }
-
     fn run(job: &Job, c: &mut Communicator<OfiTransport>, peer: usize) -> Result<usize, (NrtStatus, String)> {
         let mut buf = vec![0u8; job.len];
         if job.send {
             job.tensor.tensor.read(job.offset, &mut buf).map_err(|e| (e.status, e.to_string()))?;
-            c.send(peer, &buf).map_err(|e| (status_of(&e), e.to_string()))?;
+            c.send(peer, &buf).map_err(|e| (e.status(), e.to_string()))?;
         } else {
-            c.recv(peer, &mut buf).map_err(|e| (status_of(&e), e.to_string()))?;
+            c.recv(peer, &mut buf).map_err(|e| (e.status(), e.to_string()))?;
             job.tensor.tensor.write(job.offset, &buf).map_err(|e| (e.status, e.to_string()))?;
         }
         Ok(job.len)

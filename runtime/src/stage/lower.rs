@@ -205,7 +205,7 @@ pub fn lower(cx: &mut LowerCtx<'_>, i: &Instruction, pc: usize, out: &mut Slots)
             {
                 return Err(StageError::invalid(format!("{what}: unknown collective type {:#x}", c.ctype)));
             }
-            if ![device_ops::alu::ADD, device_ops::alu::MAX, device_ops::alu::MIN].contains(&c.op) {
+            if device_ops::alu::op(c.op).is_none() {
                 return Err(StageError::invalid(format!("{what}: unknown collective operation {:#x}", c.op)));
             }
             let elems = |o: u64| {

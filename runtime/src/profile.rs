@@ -339,8 +339,10 @@ mod tests {
         let c = Arc::new(Collector::new(Some(7)));
         let id = subscribe(c.clone());
         let rt_epoch = Instant::now();
-        let sync =
-            TimestampSync { clocks: [EngineClock::nominal(1_000); 5], sync: SyncPoint { device_ns: 0, cpu_ns: 500 } };
+        let sync = TimestampSync {
+            clocks: [EngineClock::nominal(1_000); Engine::COUNT],
+            sync: SyncPoint { device_ns: 0, cpu_ns: 500 },
+        };
         let mut t = NcTiming::default();
         // Device timestamps in ps from init 1000: PE from 2 µs to 5 µs after init.
         t.engines[0] = EngineTiming { start: Some(1_000 + 2_000_000), end: Some(1_000 + 5_000_000) };

@@ -222,7 +222,7 @@ pub(crate) fn run(dev: &Dev, st: &mut State, nc: usize, out: &mut Vec<Delivery>)
     let mut any = false;
     loop {
         let mut progress = false;
-        for e in 0..5 {
+        for e in 0..seqc::Engine::COUNT {
             // A bounded burst per engine keeps the engines interleaved.
             for _ in 0..64 {
                 if !step(dev, st, nc, e, out) {

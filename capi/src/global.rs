@@ -27,10 +27,10 @@ use std::time::Duration;
 use fabric::bootstrap::{resolve_rank, root_from_env, Oob, RankSpec};
 use fabric::coll::CollConfig;
 use fabric::ofi::OfiTransport;
-use fabric::{Communicator, DType, FabricError, ReduceOp, Subgroup};
+use fabric::{Communicator, FabricError, Subgroup};
 use neff::NrtStatus;
 use runtime::RtError;
-use sim::{CollKind, ElemType, InterHost, InterHostError, InterHostRequest, RedOp};
+use sim::{CollKind, InterHost, InterHostError, InterHostRequest};
 
 use crate::base::{err, lock};
 
@@ -306,23 +306,6 @@ fn layout_of(bytes: &[u8]) -> Result<Layout, RtError> {
     })
 }
 
-fn dtype_of(e: ElemType) -> DType {
-    match e {
-        ElemType::F32 => DType::F32,
-        ElemType::Bf16 => DType::Bf16,
-        ElemType::F16 => DType::F16,
-        ElemType::I32 => DType::I32,
-    }
-}
-
-fn op_of(o: RedOp) -> ReduceOp {
-    match o {
-        RedOp::Add => ReduceOp::Add,
-        RedOp::Max => ReduceOp::Max,
-        RedOp::Min => ReduceOp::Min,
-    }
-}
-
 fn seam(e: FabricError) -> InterHostError {
     if e.status_code() == fabric::NRT_NETWORK_PROXY_FAILURE {
         InterHostError::Network(e.to_string())
@@ -359,7 +342,8 @@ impl InterHost for Global {
             .map_err(seam)?;
         // Tags of this collective: (communicator, sequence) folded into the 16-bit tag sequence.
         c.set_seq(u64::from(req.comm.wrapping_mul(0x9e37_79b1).wrapping_add(req.seq.wrapping_mul(2)) & 0xffff));
-        let (dt, op) = (dtype_of(req.elem), op_of(req.op));
+        // The simulator's element type and operator are the fabric's (one `reduce` crate).
+        let (dt, op) = (req.elem, req.op);
         if !flat {
             // Several ranks of the group in this process: the hierarchical collective, exact
             // in the same order (`fabric::coll::hier`).

@@ -148,7 +148,7 @@ pub fn info(spec: &DeviceSpec, timing: SimTiming, json: bool) -> Result<(), CliE
     let mut ncs = Vec::new();
     for nc in 0..dev.nc_count() {
         let mut engines = Vec::new();
-        for (e, name) in seqc::ENGINES.iter().enumerate() {
+        for (e, name) in seqc::Engine::ALL.map(seqc::Engine::name).into_iter().enumerate() {
             let s = dev.engine_status(nc, e)?;
             engines.push(json!({
                 "engine": name, "state": seqc::state_name(s.state), "fault_code": s.fault_code, "pc": s.pc, "passes": s.passes,

@@ -109,7 +109,7 @@ fn record_json(slot: u64, pos: u64, b: &[u8; RECORD_BYTES]) -> Value {
     json!({
         "slot": slot,
         "pos": pos,
-        "engine": engine,
+        "engine": engine.map(|e| e.name()),
         "tag": r.tag,
         "tag_kind": kind,
         "subtype": r.kind().to_string(),
@@ -155,7 +155,7 @@ impl Demo {
         let mut rings = BTreeMap::new();
         let mut streams = Vec::new();
         let mut per_pass = 0;
-        for e in 0..seqc::ENGINES.len() {
+        for e in 0..seqc::Engine::COUNT {
             let slot = dev.infer_slot(e);
             rings.insert(slot, dev.nq_ring(NqOwner::Nc(nc), slot, 64)?);
             let prog = [

@@ -201,7 +201,7 @@ fn nq_dump_demo_decodes_start_custom_end() {
             assert_eq!(kinds, ["START", "CUSTOM", "CUSTOM", "END"], "{spec} engine {e}");
             assert_eq!(recs[1]["sub_id"], 6);
             assert_eq!(recs[2]["sub_id"], 7);
-            let engine = csr_maps::consts::seq::ENGINES[e];
+            let engine = csr_maps::Engine::ALL[e].name();
             assert!(recs.iter().all(|r| r["engine"] == engine && r["phase"] == true && r["sw_overflow"] == false));
             let ts: Vec<u64> = recs.iter().map(|r| r["timestamp_ps"].as_u64().unwrap_or(0)).collect();
             assert!(ts.windows(2).all(|w| w[0] <= w[1]), "{ts:?}");

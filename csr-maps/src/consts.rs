@@ -259,8 +259,79 @@ pub mod seq {
     pub const SLOT_BYTES: usize = 64;
     /// SP slot size.
     pub const SP_SLOT_BYTES: usize = 8;
-    /// TPB engines per NC, in `al_hal_tpb_eng_type` order.
-    pub const ENGINES: [&str; 5] = ["pe", "act", "pool", "dve", "sp"];
+
+    /// A TPB sequencer engine of a NeuronCore, in `al_hal_tpb_eng_type` order (§1.4): the
+    /// one engine type of the workspace. The index is the engine's instance in the
+    /// sequencer, notification and Q7 NX register maps, its notific_type group
+    /// ([`crate::formats::notify::tag::engine`]) and the NEFF's file stem / def.json key
+    /// order; the name is the file stem / def.json key (`pe`, `act`, `pool`, `dve`, `sp`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    pub enum Engine {
+        /// Processing engine (matmul).
+        Pe = 0,
+        /// Activation engine.
+        Act = 1,
+        /// Pool engine (also the engine libnrt's tag fixup and Q7 NX ucode target).
+        Pool = 2,
+        /// Vector engine.
+        Dve = 3,
+        /// Sync engine: the sequencer master whose end record comes last.
+        Sp = 4,
+    }
+
+    impl Engine {
+        /// Engines per NC.
+        pub const COUNT: usize = 5;
+        /// Every engine, in index order.
+        pub const ALL: [Engine; Engine::COUNT] = [Engine::Pe, Engine::Act, Engine::Pool, Engine::Dve, Engine::Sp];
+
+        /// `al_hal_tpb_eng_type`: the engine's instance index.
+        pub const fn index(self) -> usize {
+            self as usize
+        }
+
+        /// The engine of index `i`, if any.
+        pub const fn from_index(i: usize) -> Option<Engine> {
+            if i < Engine::COUNT {
+                Some(Engine::ALL[i])
+            } else {
+                None
+            }
+        }
+
+        /// File stem / def.json key / register-map name: `pe`, `act`, `pool`, `dve`, `sp`.
+        pub const fn name(self) -> &'static str {
+            match self {
+                Engine::Pe => "pe",
+                Engine::Act => "act",
+                Engine::Pool => "pool",
+                Engine::Dve => "dve",
+                Engine::Sp => "sp",
+            }
+        }
+
+        /// The name in capitals, as profiles and traces label engines: `PE`, `ACT`, ….
+        pub const fn label(self) -> &'static str {
+            match self {
+                Engine::Pe => "PE",
+                Engine::Act => "ACT",
+                Engine::Pool => "POOL",
+                Engine::Dve => "DVE",
+                Engine::Sp => "SP",
+            }
+        }
+
+        /// The engine named `s` ([`Self::name`]).
+        pub fn from_name(s: &str) -> Option<Engine> {
+            Engine::ALL.into_iter().find(|e| e.name() == s)
+        }
+    }
+
+    impl core::fmt::Display for Engine {
+        fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+            f.write_str(self.name())
+        }
+    }
     /// Engine status values of the modeled `seq_engine.status.state` field.
     pub const STATE_IDLE: u32 = 0;
     /// Running.
@@ -382,6 +453,23 @@ mod tests {
         assert_eq!(types, ["trace", "notify", "event", "error", "trace_dma", "throttle", "unknown"]);
         let states: Vec<_> = (0..6).map(seq::state_name).collect();
         assert_eq!(states, ["idle", "running", "waiting", "halted", "fault", "unknown"]);
+    }
+
+    #[test]
+    fn the_engine_type_matches_every_register_map() {
+        use seq::Engine;
+        for (i, e) in Engine::ALL.into_iter().enumerate() {
+            assert_eq!((e.index(), Engine::from_index(i)), (i, Some(e)));
+            assert_eq!(Engine::from_name(e.name()), Some(e));
+            assert_eq!(e.label(), e.name().to_ascii_uppercase());
+        }
+        assert_eq!(Engine::from_index(Engine::COUNT), None);
+        assert_eq!(Engine::from_name("PE"), None);
+        let names: Vec<_> = Engine::ALL.map(Engine::name).to_vec();
+        assert_eq!(names, ["pe", "act", "pool", "dve", "sp"]);
+        for a in crate::ARCHES {
+            assert_eq!(a.counts.tpb_engines as usize, Engine::COUNT, "{}", a.name);
+        }
     }
 
     #[test]

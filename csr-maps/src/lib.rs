@@ -19,6 +19,8 @@
 
 pub mod consts;
 pub mod formats;
+
+pub use consts::seq::Engine;
 pub mod meta;
 pub mod regs;
 

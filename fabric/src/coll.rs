@@ -417,7 +417,7 @@ impl<T: Transport> Communicator<T> {
                 let mut overlap = || {
                     if !pend_buf.is_empty() {
                         if let Err(e) = fold(pend_buf, &pr, &other_scr[..pend_buf.len()]) {
-                            red_err = Some(e);
+                            red_err = Some(e.into());
                         }
                     }
                 };

@@ -12,15 +12,17 @@
 //! - [`coll`]: ring reduce-scatter / all-gather / all-reduce, chunked and pipelined, and a
 //!   one-round direct exchange for small messages, generic over any [`Transport`].
 //! - [`reduce`]: ADD/MAX/MIN over fp32/bf16/fp16/int32 and the host reference with the
-//!   documented reduction order (see `docs/fabric.md`).
+//!   documented reduction order (see `docs/fabric.md`): the workspace's one reduction crate,
+//!   re-exported (the simulator's collective hub uses the same one).
 //!
 //! Failures of a peer or a link surface as [`FabricError`] within the configured timeout;
 //! [`FabricError::status_code`] maps them onto NRT status codes.
 
 pub mod bootstrap;
 pub mod coll;
-pub mod reduce;
 mod transport;
+
+pub use reduce;
 
 #[cfg(feature = "ofi")]
 pub mod ofi;
@@ -64,6 +66,14 @@ pub enum FabricError {
     /// Socket I/O of the bootstrap or the baseline copy.
     #[error("{what}: {source}")]
     Io { what: String, source: std::io::Error },
+}
+
+/// A reduction of malformed operands (lengths that differ or are not whole elements) is a bad
+/// argument.
+impl From<reduce::ReduceError> for FabricError {
+    fn from(e: reduce::ReduceError) -> Self {
+        FabricError::Invalid(e.to_string())
+    }
 }
 
 impl FabricError {

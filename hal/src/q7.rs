@@ -101,7 +101,7 @@ impl UcodeCore {
         }
         let ok = match kind {
             CoreKind::Q7Pool { core } => core < q7c::POOL_CORES,
-            CoreKind::Nx { engine } => engine < csr_maps::consts::seq::ENGINES.len() as u64,
+            CoreKind::Nx { engine } => engine < csr_maps::Engine::COUNT as u64,
         };
         if !ok {
             return Err(err(q7c::ERR_INVALID, "no such core"));
@@ -120,7 +120,7 @@ impl UcodeCore {
 
     fn block(&self) -> Result<qb::Block<'_>, UcodeError> {
         let regs = self.dev.regs();
-        let nx = csr_maps::consts::seq::ENGINES.len() as u64;
+        let nx = csr_maps::Engine::COUNT as u64;
         let b = match self.kind {
             CoreKind::Q7Pool { core } => regs.q7(self.nc as u64 * q7c::POOL_CORES + core),
             CoreKind::Nx { engine } => regs.nx(self.nc as u64 * nx + engine),

@@ -39,7 +39,7 @@ impl Stream {
         infer_slot: u64,
         looped: bool,
     ) -> Result<Self> {
-        if engine >= seqc::ENGINES.len() {
+        if engine >= seqc::Engine::COUNT {
             return Err(HalError::NoSuchEngine(engine));
         }
         if bytes == 0 || !bytes.is_multiple_of(SLOT_BYTES) {

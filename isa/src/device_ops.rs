@@ -21,11 +21,32 @@ use super::slot::{Events, Opcode, SlotHeader, SLOT_BYTES};
 pub const UPDATE_DEC_COMPLETE: u8 = 0x14;
 
 /// Collective ALU ops: ADD and MAX are the documented codes of PSEUDO_TRIGGER_COLLECTIVE
-/// (`slot::coll_op`, docs/facts/libnrt.md §2.4); MIN is modeled.
+/// (`slot::coll_op`, docs/facts/libnrt.md §2.4); MIN is modeled. As the workspace's one
+/// reduction operator: [`reduce::ReduceOp`].
 pub mod alu {
     pub use crate::slot::coll_op::{ADD, MAX};
+    use reduce::ReduceOp;
     /// Modeled.
     pub const MIN: u8 = 0x0C;
+
+    /// The reduction operator of ALU code `op`, or `None` for a code a collective cannot use.
+    pub fn op(op: u8) -> Option<ReduceOp> {
+        match op {
+            ADD => Some(ReduceOp::Add),
+            MAX => Some(ReduceOp::Max),
+            MIN => Some(ReduceOp::Min),
+            _ => None,
+        }
+    }
+
+    /// The ALU code of `op`.
+    pub fn code(op: ReduceOp) -> u8 {
+        match op {
+            ReduceOp::Add => ADD,
+            ReduceOp::Max => MAX,
+            ReduceOp::Min => MIN,
+        }
+    }
 }
 
 /// Collective kinds: ALL_REDUCE is documented (`slot::coll_type`); the others are modeled.
@@ -37,17 +58,36 @@ pub mod ctype {
     pub const REDUCE_SCATTER: u8 = 0x03;
 }
 
-/// Collective data types: the DTYPE codes of `slot::coll_dtype` (docs/facts/libnrt.md §2.4).
+/// Collective data types: the DTYPE codes of `slot::coll_dtype` (docs/facts/libnrt.md §2.4),
+/// as the workspace's one element type ([`reduce::DType`]).
 pub mod dtype {
     pub use crate::slot::coll_dtype::{BF16, FP16, FP32, INT32};
+    use reduce::DType;
+
+    /// The element type of DTYPE code `d`, or `None` for a type a collective cannot use.
+    pub fn of(d: u8) -> Option<DType> {
+        match d {
+            FP32 => Some(DType::F32),
+            BF16 => Some(DType::Bf16),
+            FP16 => Some(DType::F16),
+            INT32 => Some(DType::I32),
+            _ => None,
+        }
+    }
+
+    /// The DTYPE code of `d`.
+    pub fn code(d: DType) -> u8 {
+        match d {
+            DType::F32 => FP32,
+            DType::Bf16 => BF16,
+            DType::F16 => FP16,
+            DType::I32 => INT32,
+        }
+    }
 
     /// Element size in bytes, or `None` for an unsupported type.
     pub fn size(d: u8) -> Option<usize> {
-        match d {
-            BF16 | FP16 => Some(2),
-            INT32 | FP32 => Some(4),
-            _ => None,
-        }
+        of(d).map(DType::size)
     }
 }
 
@@ -197,6 +237,22 @@ pub fn events_only(op: Opcode, header_debug_cmd: u8, events: Events) -> [u8; SLO
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn collective_codes_map_onto_the_one_dtype_and_op() {
+        for d in reduce::DType::ALL {
+            assert_eq!(dtype::of(dtype::code(d)), Some(d));
+            assert_eq!(dtype::size(dtype::code(d)), Some(d.size()));
+        }
+        for o in reduce::ReduceOp::ALL {
+            assert_eq!(alu::op(alu::code(o)), Some(o));
+        }
+        // Every other code is refused, and the codes are the documented / modeled numbers.
+        assert_eq!((0..=u8::MAX).filter(|&c| dtype::of(c).is_some()).count(), reduce::DType::ALL.len());
+        assert_eq!((0..=u8::MAX).filter(|&c| alu::op(c).is_some()).count(), reduce::ReduceOp::ALL.len());
+        assert_eq!((dtype::code(reduce::DType::Bf16), dtype::code(reduce::DType::F32)), (0x06, 0x0A));
+        assert_eq!(alu::code(reduce::ReduceOp::Min), 0x0C);
+    }
 
     #[test]
     fn roundtrips() {

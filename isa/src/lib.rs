@@ -12,3 +12,7 @@
 
 pub mod device_ops;
 pub mod slot;
+
+/// The collective element type and reduction operator the collective encodings
+/// ([`device_ops::dtype`], [`device_ops::alu`]) stand for.
+pub use reduce::{DType, ReduceOp};

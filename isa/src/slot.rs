@@ -8,6 +8,8 @@
 //! as [`Instruction::Raw`]) and every record keeps all of its bytes (reserved ones included), so
 //! `Instruction::decode(b).encode() == b` for every `b`.
 
+use csr_maps::Engine;
+
 /// Bytes in one slot (NBYTES).
 pub const SLOT_BYTES: usize = 64;
 /// 4-byte words in one slot (NWORDS); the expected `inst_word_len`.
@@ -43,12 +45,12 @@ fn put(b: &mut [u8], off: usize, v: &[u8]) {
     b[off..off + v.len()].copy_from_slice(v);
 }
 
-/// Engine class of an opcode: `opcode >> 5` (TONGA_ISA_TPB_ENGINE, §2.1).
+/// Engine class of an opcode: `opcode >> 5` (TONGA_ISA_TPB_ENGINE, §2.1). Classes 0–2 are
+/// the opcodes of one engine (PE, ACT, POOL); the others are not one engine's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum EngineClass {
-    Pe,
-    Act,
-    Pool,
+    /// Classes 0, 1, 2: the opcodes of the PE, ACT and POOL engines.
+    Engine(Engine),
     /// Instructions every engine accepts.
     All,
     /// Class 5 (0xA0..0xBF): SP/SEQ control-stream opcodes.
@@ -64,9 +66,9 @@ pub enum EngineClass {
 impl EngineClass {
     pub fn from_opcode(op: u8) -> Self {
         match op >> 5 {
-            0 => EngineClass::Pe,
-            1 => EngineClass::Act,
-            2 => EngineClass::Pool,
+            0 => EngineClass::Engine(Engine::Pe),
+            1 => EngineClass::Engine(Engine::Act),
+            2 => EngineClass::Engine(Engine::Pool),
             3 => EngineClass::All,
             5 => EngineClass::Seq,
             6 => EngineClass::Rt,
@@ -881,7 +883,7 @@ mod tests {
         assert_eq!(Opcode::PseudoDmaTrigger.code(), 0xC1);
         assert_eq!(Opcode::PseudoTriggerCollective.engine_class(), EngineClass::Rt);
         assert_eq!(Opcode::EventSemaphore.engine_class(), EngineClass::Seq);
-        assert_eq!(Opcode::Matmul.engine_class(), EngineClass::Pe);
+        assert_eq!(Opcode::Matmul.engine_class(), EngineClass::Engine(Engine::Pe));
         assert_eq!(Opcode::SimMemcpy.engine_class(), EngineClass::Sim);
         for &op in SpOpcode::ALL {
             assert_eq!(SpOpcode::from_code(op.code()), op);

@@ -5,9 +5,7 @@
 
 use std::fmt::Write as _;
 
-use isa::slot::{
-    coll_dtype, coll_op, coll_type, Dma2d, Dma2dLeg, Events, Instruction, SpSlot, TraceMode, UpdateMode, WaitMode,
-};
+use isa::slot::{coll_op, coll_type, Dma2d, Dma2dLeg, Events, Instruction, SpSlot, TraceMode, UpdateMode, WaitMode};
 
 use crate::model::{Neff, Program};
 
@@ -34,21 +32,20 @@ fn update_str(e: &Events) -> Option<String> {
     })
 }
 
+/// The reduction operator's name for the documented ALU codes ([`coll_op`]); any other code
+/// (the simulator's modeled MIN included) raw.
 fn coll_op_name(op: u8) -> String {
-    match op {
-        coll_op::ADD => "add".into(),
-        coll_op::MAX => "max".into(),
-        o => format!("{o:#04x}"),
+    match isa::device_ops::alu::op(op) {
+        Some(o) if op == coll_op::ADD || op == coll_op::MAX => o.name().into(),
+        _ => format!("{op:#04x}"),
     }
 }
 
+/// The element type's name ([`isa::DType::name`]) of a DTYPE code, or the code raw.
 fn coll_dtype_name(d: u8) -> String {
-    match d {
-        coll_dtype::FP32 => "fp32".into(),
-        coll_dtype::BF16 => "bf16".into(),
-        coll_dtype::FP16 => "fp16".into(),
-        coll_dtype::INT32 => "int32".into(),
-        o => format!("{o:#04x}"),
+    match isa::device_ops::dtype::of(d) {
+        Some(t) => t.name().into(),
+        None => format!("{d:#04x}"),
     }
 }
 
@@ -183,5 +180,14 @@ mod tests {
         assert_eq!(disasm_slot(&Instruction::EventSemaphore(e)), "EVENT_SEMAPHORE $S[11]>0;");
         let raw = Instruction::decode_slice(&[0x03, 0x10]);
         assert_eq!(disasm_slot(&raw), "OP_0x03;");
+    }
+
+    #[test]
+    fn collective_names_come_from_the_one_dtype_and_op() {
+        let dt: Vec<_> = [0x0A, 0x06, 0x07, 0x08, 0x09].map(coll_dtype_name).to_vec();
+        assert_eq!(dt, ["fp32", "bf16", "fp16", "int32", "0x09"]);
+        // MIN's code is the simulator's modeled one, not a documented encoding: shown raw.
+        let ops: Vec<_> = [0x04, 0x08, 0x0C].map(coll_op_name).to_vec();
+        assert_eq!(ops, ["add", "max", "0x0c"]);
     }
 }

@@ -303,37 +303,10 @@ pub struct DmaQueue {
     pub embedding_update_sync_semaphore: Option<u32>,
 }
 
-/// Engines in `al_hal_tpb_eng_type` order (§1.4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum EngineKind {
-    Pe,
-    Act,
-    Pool,
-    Dve,
-    Sp,
-}
-
-impl EngineKind {
-    pub const ALL: [EngineKind; 5] =
-        [EngineKind::Pe, EngineKind::Act, EngineKind::Pool, EngineKind::Dve, EngineKind::Sp];
-    /// File stem / def.json key.
-    pub fn name(self) -> &'static str {
-        match self {
-            EngineKind::Pe => "pe",
-            EngineKind::Act => "act",
-            EngineKind::Pool => "pool",
-            EngineKind::Dve => "dve",
-            EngineKind::Sp => "sp",
-        }
-    }
-    pub fn from_name(s: &str) -> Option<Self> {
-        EngineKind::ALL.iter().copied().find(|e| e.name() == s)
-    }
-    /// `al_hal_tpb_eng_type`.
-    pub fn index(self) -> usize {
-        self as usize
-    }
-}
+/// Engines in `al_hal_tpb_eng_type` order (§1.4): the workspace's one engine type
+/// ([`csr_maps::Engine`]), under the name the NEFF model has always used. `name()` is the
+/// file stem / def.json key.
+pub use csr_maps::Engine as EngineKind;
 
 /// DMA descriptor op (§1.5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

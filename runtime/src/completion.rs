@@ -62,21 +62,23 @@ use crate::state::{ErpStep, ExecFatalStatus, ExecState, FatalFlags};
 use crate::status::{worse, worst, NrtStatus};
 use csr_maps::formats::error::TpbErrorRecord;
 use csr_maps::formats::notify::{custom, InferStatus, Subtype};
+use csr_maps::Engine;
 use neff::Arch;
 use platform::clock::{ClockKind, Interval};
 use std::time::{Duration, Instant};
 use thiserror::Error;
 
-/// TPB engines per NC: 0 PE, 1 ACT, 2 POOL, 3 DVE, 4 SP.
-pub const TPB_ENGINES: usize = 5;
 /// Records read per engine per sweep in libnrt.
 pub const DEFAULT_READS_PER_SWEEP: usize = 16;
 /// Initial barrier-proxy warning threshold.
 pub const BARRIER_WARN_INITIAL: Duration = Duration::from_secs(120);
-/// Engine index whose CUSTOM records get their tag rewritten on non-SUNDA arches.
-pub const TAG_FIXUP_ENGINE: usize = 2;
+/// The engine whose CUSTOM records get their tag rewritten on non-SUNDA arches.
+pub const TAG_FIXUP_ENGINE: Engine = Engine::Pool;
 /// The tag forced on those records.
-pub const TAG_FIXUP_VALUE: u8 = csr_maps::formats::notify::ntype::engine(2, csr_maps::formats::notify::ntype::EXPLICIT);
+pub const TAG_FIXUP_VALUE: u8 = csr_maps::formats::notify::ntype::engine(
+    TAG_FIXUP_ENGINE.index() as u8,
+    csr_maps::formats::notify::ntype::EXPLICIT,
+);
 
 /// Barrier-proxy warnings emitted in this process, by every tracker.
 static BARRIER_WARNINGS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -239,7 +241,7 @@ pub struct TrackerConfig {
     /// Core-phase timeout (`1000 × model timeout seconds` ms; see [`crate::env::core_timeout`]).
     pub timeout: Duration,
     /// Engines expected to report START/END, per NC (all five in libnrt).
-    pub engines: [bool; TPB_ENGINES],
+    pub engines: [bool; Engine::COUNT],
     /// Records read per engine per sweep.
     pub reads_per_sweep: usize,
     /// Error records requested per `poll_errors` call.
@@ -265,7 +267,7 @@ impl TrackerConfig {
         Self {
             arch,
             timeout,
-            engines: [true; TPB_ENGINES],
+            engines: [true; Engine::COUNT],
             reads_per_sweep: DEFAULT_READS_PER_SWEEP,
             error_batch: DEFAULT_READS_PER_SWEEP,
             max_error_records: 1 << 16,
@@ -307,7 +309,7 @@ impl EngineTiming {
 /// One NC's timings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct NcTiming {
-    pub engines: [EngineTiming; TPB_ENGINES],
+    pub engines: [EngineTiming; Engine::COUNT],
     pub cc_start: Option<u64>,
     pub cc_end: Option<u64>,
 }
@@ -351,9 +353,9 @@ fn keep_latest(slot: &mut u64, ts: u64) {
 
 #[derive(Debug, Clone)]
 struct NcState {
-    engines: [EngineState; TPB_ENGINES],
-    start_ts: [u64; TPB_ENGINES],
-    end_ts: [u64; TPB_ENGINES],
+    engines: [EngineState; Engine::COUNT],
+    start_ts: [u64; Engine::COUNT],
+    end_ts: [u64; Engine::COUNT],
     cc_start: u64,
     cc_end: u64,
     ret: NrtStatus,
@@ -370,9 +372,9 @@ struct NcState {
 impl NcState {
     fn new() -> Self {
         Self {
-            engines: [EngineState::StartPending; TPB_ENGINES],
-            start_ts: [0; TPB_ENGINES],
-            end_ts: [0; TPB_ENGINES],
+            engines: [EngineState::StartPending; Engine::COUNT],
+            start_ts: [0; Engine::COUNT],
+            end_ts: [0; Engine::COUNT],
             cc_start: 0,
             cc_end: 0,
             ret: NrtStatus::Success,
@@ -563,7 +565,7 @@ impl ExecTracker {
         let Some(n) = self.ncs.get(nc) else { return (None, None) };
         let mut start: Option<u64> = None;
         let mut last: Option<(usize, u64)> = None;
-        for e in 0..TPB_ENGINES {
+        for e in 0..Engine::COUNT {
             if let Some(s) = opt(n.start_ts[e]) {
                 start = Some(start.map_or(s, |m| m.min(s)));
             }
@@ -728,7 +730,7 @@ impl ExecTracker {
     fn consume_nc<S: NotificationSource>(&mut self, nc: usize, src: &mut S) -> Result<(), NrtStatus> {
         let mut buf = std::mem::take(&mut self.infer_buf);
         let mut result = Ok(());
-        'engines: for engine in 0..TPB_ENGINES {
+        'engines: for engine in 0..Engine::COUNT {
             if self.ncs[nc].engines[engine] == EngineState::Complete {
                 continue;
             }
@@ -833,7 +835,7 @@ impl ExecTracker {
     #[inline(never)]
     fn custom(&mut self, nc: usize, engine: usize, rec: &InferStatus) -> Result<(), NrtStatus> {
         let mut tag = rec.tag;
-        if *self.cfg.arch != csr_maps::SUNDA && engine == TAG_FIXUP_ENGINE {
+        if *self.cfg.arch != csr_maps::SUNDA && engine == TAG_FIXUP_ENGINE.index() {
             tag = TAG_FIXUP_VALUE;
         }
         let line = u32::from(rec.line) | (u32::from(rec.line_hi) << 16);

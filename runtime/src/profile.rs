@@ -15,19 +15,17 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Instant;
 
-use crate::completion::{NcTiming, TPB_ENGINES};
+use crate::completion::NcTiming;
 use crate::status::NrtStatus;
 use crate::timestamp::TimestampSync;
-
-/// Names of the TPB engines, by index.
-pub const ENGINE_NAMES: [&str; TPB_ENGINES] = ["PE", "ACT", "POOL", "DVE", "SP"];
+use csr_maps::Engine;
 
 /// One engine's span in one execution.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EngineSpan {
     /// Global NC index.
     pub nc: usize,
-    /// Engine index (see [`ENGINE_NAMES`]).
+    /// Engine index ([`csr_maps::Engine::index`]).
     pub engine: usize,
     pub start_ns: u64,
     pub end_ns: u64,
@@ -239,26 +237,31 @@ pub fn trace_events(events: &[Event]) -> Vec<String> {
                     us(r.host_start_ns),
                     us(r.host_end_ns.saturating_sub(r.host_start_ns)),
                     nc_pid(first),
-                    TPB_ENGINES,
+                    Engine::COUNT,
                     args
                 ));
                 for s in &r.engines {
                     out.push(format!(
                         "{{\"name\":{},\"cat\":\"device_exec\",\"ph\":\"X\",\"ts\":{},\"dur\":{},\"pid\":{},\"tid\":{},\"args\":{{\"model_id\":{},\"seq\":{},\"engine\":{}}}}}",
-                        json_str(&format!("{} {}", r.model_name, ENGINE_NAMES.get(s.engine).unwrap_or(&"?"))),
+                        json_str(&format!("{} {}", r.model_name, engine_label(s.engine))),
                         us(s.start_ns),
                         us(s.end_ns.saturating_sub(s.start_ns)),
                         nc_pid(s.nc),
                         s.engine,
                         r.model_id,
                         r.seq,
-                        json_str(ENGINE_NAMES.get(s.engine).unwrap_or(&"?"))
+                        json_str(engine_label(s.engine))
                     ));
                 }
             }
         }
     }
     out
+}
+
+/// The profile label of engine index `e` (`PE`, `ACT`, … ; `?` for no engine).
+fn engine_label(e: usize) -> &'static str {
+    Engine::from_index(e).map_or("?", Engine::label)
 }
 
 /// Lane names for the NCs the events touch (metadata events).
@@ -273,15 +276,18 @@ fn metadata(events: &[Event]) -> Vec<String> {
             "{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{},\"args\":{{\"name\":\"NeuronCore {nc}\"}}}}",
             nc_pid(nc)
         ));
-        for (e, n) in ENGINE_NAMES.iter().enumerate() {
+        for e in Engine::ALL {
             out.push(format!(
-                "{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{},\"tid\":{e},\"args\":{{\"name\":\"{n}\"}}}}",
-                nc_pid(nc)
+                "{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{},\"tid\":{},\"args\":{{\"name\":\"{}\"}}}}",
+                nc_pid(nc),
+                e.index(),
+                e.label()
             ));
         }
         out.push(format!(
-            "{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{},\"tid\":{TPB_ENGINES},\"args\":{{\"name\":\"executions\"}}}}",
-            nc_pid(nc)
+            "{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{},\"tid\":{},\"args\":{{\"name\":\"executions\"}}}}",
+            nc_pid(nc),
+            Engine::COUNT
         ));
     }
     out
@@ -333,8 +339,10 @@ mod tests {
         let c = Arc::new(Collector::new(Some(7)));
         let id = subscribe(c.clone());
         let rt_epoch = Instant::now();
-        let sync =
-            TimestampSync { clocks: [EngineClock::nominal(1_000); 5], sync: SyncPoint { device_ns: 0, cpu_ns: 500 } };
+        let sync = TimestampSync {
+            clocks: [EngineClock::nominal(1_000); Engine::COUNT],
+            sync: SyncPoint { device_ns: 0, cpu_ns: 500 },
+        };
         let mut t = NcTiming::default();
         // Device timestamps in ps from init 1000: PE from 2 µs to 5 µs after init.
         t.engines[0] = EngineTiming { start: Some(1_000 + 2_000_000), end: Some(1_000 + 5_000_000) };

@@ -99,7 +99,7 @@ impl SyncPoint {
 /// Per-NC clock set (five TPB engines) plus a sync point.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TimestampSync {
-    pub clocks: [EngineClock; 5],
+    pub clocks: [EngineClock; csr_maps::Engine::COUNT],
     pub sync: SyncPoint,
 }
 

@@ -2,6 +2,7 @@
 
 use csr_maps::formats::error::TpbErrorRecord;
 use csr_maps::formats::notify::InferStatus;
+use csr_maps::Engine;
 use runtime::completion::*;
 use runtime::state::{ExecFatalStatus, ExecState};
 use runtime::NrtStatus;
@@ -10,16 +11,16 @@ use std::time::{Duration, Instant};
 
 #[derive(Default)]
 struct Fake {
-    infer: [VecDeque<InferStatus>; TPB_ENGINES],
+    infer: [VecDeque<InferStatus>; Engine::COUNT],
     errors: VecDeque<TpbErrorRecord>,
     overflow: bool,
     causes: FatalCauses,
     barrier_pending: u32,
     barrier_fail: bool,
     network_fail: bool,
-    polls: [u32; TPB_ENGINES],
+    polls: [u32; Engine::COUNT],
     max_args: Vec<usize>,
-    drains: [u32; TPB_ENGINES],
+    drains: [u32; Engine::COUNT],
     overflow_probes: u32,
     barrier_polls: u32,
     cause_reads: u32,
@@ -115,7 +116,7 @@ fn custom(sub_id: u16, line: u32) -> InferStatus {
 /// A source where every engine e reports START at base+e and END at base+100+e.
 fn clean(base: u64) -> Fake {
     let mut f = Fake::default();
-    for e in 0..TPB_ENGINES {
+    for e in 0..Engine::COUNT {
         f.infer[e].push_back(start(base + e as u64));
         f.infer[e].push_back(end(base + 100 + e as u64));
     }
@@ -162,7 +163,7 @@ fn success_single_nc_with_timings() {
     assert_eq!(tm.engines[3], EngineTiming { start: Some(1003), end: Some(1103) });
     assert_eq!(tm.engines[3].duration(), Some(100));
     assert_eq!((tm.start(), tm.end(), tm.duration()), (Some(1000), Some(1104), Some(104)));
-    assert_eq!(s[0].drains, [1; TPB_ENGINES]);
+    assert_eq!(s[0].drains, [1; Engine::COUNT]);
     assert_eq!(s[0].overflow_probes, 0, "overflow probe is lazy");
     assert_eq!(s[0].cause_reads, 1, "causes read once at FINALIZE");
     assert!(!t.fatal_flags(0).unwrap().any());
@@ -174,7 +175,7 @@ fn success_two_ncs_and_records_spread_over_sweeps() {
     let mut a = clean(500);
     // NC1: STARTs arrive first sweep, ENDs only later.
     let mut b = Fake::default();
-    for e in 0..TPB_ENGINES {
+    for e in 0..Engine::COUNT {
         b.infer[e].push_back(start(50 + e as u64));
     }
     let mut s = [std::mem::take(&mut a), b];
@@ -182,7 +183,7 @@ fn success_two_ncs_and_records_spread_over_sweeps() {
     assert_eq!(t.step(&mut s, t0), Step::InFlight);
     assert_eq!(t.engine_state(0, 0), Some(EngineState::Complete));
     assert_eq!(t.engine_state(1, 0), Some(EngineState::EndPending));
-    for e in 0..TPB_ENGINES {
+    for e in 0..Engine::COUNT {
         s[1].infer[e].push_back(end(900 - e as u64));
     }
     assert_eq!(t.step(&mut s, t0 + Duration::from_millis(5)), Step::Done);
@@ -207,7 +208,7 @@ fn success_two_ncs_and_records_spread_over_sweeps() {
 fn device_span_ties_and_gaps() {
     let mut t = tracker(1);
     let mut f = Fake::default();
-    for e in 0..TPB_ENGINES {
+    for e in 0..Engine::COUNT {
         f.infer[e].push_back(start(10 + e as u64));
         f.infer[e].push_back(end(if e == 1 || e == 3 { 70 } else { 60 }));
     }
@@ -812,7 +813,7 @@ fn config_and_source_count_errors() {
     let cfg = TrackerConfig::new(&csr_maps::SUNDA, TIMEOUT);
     assert_eq!(ExecTracker::new(0, cfg.clone()).unwrap_err(), TrackerError::NoNc);
     let mut c = cfg.clone();
-    c.engines = [false; TPB_ENGINES];
+    c.engines = [false; Engine::COUNT];
     assert_eq!(ExecTracker::new(1, c).unwrap_err(), TrackerError::NoEngines);
     let mut c = cfg.clone();
     c.reads_per_sweep = 0;

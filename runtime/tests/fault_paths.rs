@@ -77,7 +77,7 @@ fn out_of_order_takes_the_overflow_probe() {
 /// the runtime returns 1204 — for every engine's ring.
 #[test]
 fn a_really_full_ring_gives_1204() {
-    for e in csr_maps::consts::seq::ENGINES {
+    for e in csr_maps::Engine::ALL {
         let (rt, sim, m, bytes) = setup(&SUNDA, 1);
         assert_eq!(exec(&rt, &m), NrtStatus::Success);
         let before = sim.stats();

@@ -97,7 +97,7 @@ fn numerical_1003() {
 }
 #[test]
 fn numerical_1003_from_every_engine() {
-    for e in csr_maps::consts::seq::ENGINES {
+    for e in csr_maps::Engine::ALL {
         fault(&SUNDA, 1, &[&format!("fp-nan@nc0:{e}")], NrtStatus::ExecCompletedWithNumErr);
     }
 }

@@ -126,7 +126,7 @@ pub struct SimStats {
     /// Bytes moved per DGE channel (DMA engine within the NC), summed over NCs.
     pub dge_channel_bytes: Vec<u64>,
     /// Sequencer engine state per NC and engine (`consts::seq::STATE_*`).
-    pub engine_states: Vec<[u32; 5]>,
+    pub engine_states: Vec<[u32; csr_maps::Engine::COUNT]>,
     /// Device threads alive.
     pub threads: u64,
     /// Nanoseconds of device work run inline inside MMIO writes (Timing::Inline): what a
@@ -176,7 +176,7 @@ pub(crate) struct State {
     pub topsp_events: Vec<Vec<u8>>,
     pub udma: Vec<Engine>,
     pub nq: FxHashMap<u64, NqSlot>,
-    pub seq: Vec<[SeqEng; 5]>,
+    pub seq: Vec<[SeqEng; csr_maps::Engine::COUNT]>,
     /// Work pending per NC (doorbells, semaphore changes, collective completions).
     pub pending: Vec<bool>,
     /// Per NC and semaphore: bumped on every change, so a waiting engine re-evaluates its

@@ -22,7 +22,7 @@
 
 use std::sync::atomic::Ordering;
 
-use csr_maps::consts::seq::ENGINES;
+use csr_maps::Engine;
 
 use crate::device::{Dev, State};
 use crate::intc::Line;
@@ -135,9 +135,8 @@ impl std::str::FromStr for FaultSpec {
                 queue = Some(q.parse::<u32>().map_err(|_| err("bad queue number"))?);
             } else {
                 engine = Some(
-                    ENGINES
-                        .iter()
-                        .position(|e| *e == t)
+                    Engine::from_name(t)
+                        .map(Engine::index)
                         .ok_or_else(|| err("unknown engine (pe, act, pool, dve, sp)"))?,
                 );
             }
@@ -164,7 +163,7 @@ impl std::fmt::Display for FaultSpec {
         if let Some(q) = self.queue {
             write!(f, ":q{q}")?;
         } else if let Some(e) = self.engine {
-            write!(f, ":{}", ENGINES.get(e).copied().unwrap_or("?"))?;
+            write!(f, ":{}", Engine::from_index(e).map_or("?", Engine::name))?;
         }
         Ok(())
     }

@@ -2,12 +2,12 @@
 //! meet by (comm id, sequence number); the last arrival computes the result and every
 //! participant receives its output.
 //!
-//! Reduction order (the same as the `fabric` crate's algorithms, so that a group reduced
-//! here and a group reduced across processes give bit-identical results): the `count`
-//! elements are split into `n` segments, segment `k` holding elements
-//! `[k*count/n, (k+1)*count/n)`; every element of segment `k` is the left fold over the ranks
-//! `k+1, k+2, …, k` (indices mod `n`), rounding after every step in the element type.
-//! Reduce-scatter gives rank `r` segment `r` (docs/fabric.md).
+//! Reduction order and numerics are the `reduce` crate's, the one the `fabric` crate's
+//! algorithms use, so that a group reduced here and a group reduced across processes give
+//! bit-identical results: the `count` elements are split into `n` segments, segment `k`
+//! holding elements `[k*count/n, (k+1)*count/n)`; every element of segment `k` is the left
+//! fold over the ranks `k+1, k+2, …, k` (indices mod `n`), rounding after every step in the
+//! element type. Reduce-scatter gives rank `r` segment `r` (docs/fabric.md).
 //!
 //! A group that spans processes (an [`InterHost`] installed and naming the communicator) is
 //! met here by its local participants only; their parts go across the seam from a worker
@@ -16,9 +16,10 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
-use crate::interhost::{CollKind, ElemType, InterHost, InterHostError, InterHostRequest, RedOp};
+use crate::interhost::{CollKind, InterHost, InterHostError, InterHostRequest};
 
 use isa::device_ops::{alu, ctype, dtype};
+use reduce::{segment, DType, ReduceOp};
 
 use crate::device::Dev;
 
@@ -43,8 +44,8 @@ struct Rendezvous {
     size: usize,
     /// The group ranks hosted here when the group spans processes.
     local: Option<Vec<usize>>,
-    op: u8,
-    dtype: u8,
+    op: ReduceOp,
+    dtype: DType,
     ctype: u8,
     parts: Vec<Option<Part>>,
 }
@@ -152,8 +153,11 @@ impl Hub {
         if a.size == 0 || a.rank >= a.size {
             return Err(CollError::BadGroup);
         }
-        let esize = dtype::size(a.dtype).ok_or(CollError::BadType)?;
-        if !a.data.len().is_multiple_of(esize) || !matches!(a.op, alu::ADD | alu::MAX | alu::MIN) {
+        let (Some(dt), Some(op)) = (dtype::of(a.dtype), alu::op(a.op)) else {
+            return Err(CollError::BadType);
+        };
+        let esize = dt.size();
+        if !a.data.len().is_multiple_of(esize) {
             return Err(CollError::BadType);
         }
         let inter = self.inter();
@@ -171,10 +175,10 @@ impl Hub {
                 let mut parts = self.pool().parts.pop().unwrap_or_default();
                 parts.clear();
                 parts.resize_with(a.size, || None);
-                v.insert(Rendezvous { size: a.size, local, op: a.op, dtype: a.dtype, ctype: a.ctype, parts })
+                v.insert(Rendezvous { size: a.size, local, op, dtype: dt, ctype: a.ctype, parts })
             }
         };
-        if r.size != a.size || r.op != a.op || r.dtype != a.dtype || r.ctype != a.ctype || r.parts[a.rank].is_some() {
+        if r.size != a.size || r.op != op || r.dtype != dt || r.ctype != a.ctype || r.parts[a.rank].is_some() {
             return Err(CollError::Mismatch);
         }
         if let Some(first) = r.parts.iter().flatten().next() {
@@ -224,7 +228,13 @@ impl Hub {
             ctype::REDUCE_SCATTER => {
                 let len = ds.first().map_or(0, |d| d.data.len());
                 let mut acc = self.take_bytes(len);
-                reduce_into(&mut acc, |i| &ds[i].data, n, r.op, r.dtype, esize);
+                if reduce::all_reduce_into(&mut acc, n, |i| &ds[i].data, r.dtype, r.op).is_err() {
+                    // Unreachable: every part was checked to be as long as the first, whole
+                    // elements. Nothing is delivered.
+                    out.truncate(first);
+                    self.put_bytes(acc);
+                    return Err(CollError::Mismatch);
+                }
                 let count = len / esize;
                 for (i, d) in ds.iter_mut().enumerate() {
                     let s = segment(count, n, i);
@@ -236,7 +246,12 @@ impl Hub {
             _ => {
                 let len = ds.first().map_or(0, |d| d.data.len());
                 let mut acc = self.take_bytes(len);
-                reduce_into(&mut acc, |i| &ds[i].data, n, r.op, r.dtype, esize);
+                if reduce::all_reduce_into(&mut acc, n, |i| &ds[i].data, r.dtype, r.op).is_err() {
+                    // Unreachable, as above.
+                    out.truncate(first);
+                    self.put_bytes(acc);
+                    return Err(CollError::Mismatch);
+                }
                 for d in ds.iter_mut() {
                     d.data.copy_from_slice(&acc);
                 }
@@ -255,38 +270,15 @@ impl Hub {
     }
 }
 
-/// Element range of segment `k` of `count` elements over `n` ranks (module docs).
-pub(crate) fn segment(count: usize, n: usize, k: usize) -> std::ops::Range<usize> {
-    if n == 0 {
-        return 0..0;
-    }
-    (count * k / n)..(count * (k + 1) / n)
-}
-
 /// Element-wise reduction of `parts` (one per rank, the same length) in the module's order.
 #[cfg(test)]
-pub(crate) fn reduce(parts: &[&[u8]], op: u8, dt: u8, esize: usize) -> Vec<u8> {
+pub(crate) fn reduce(parts: &[&[u8]], op: u8, dt: u8) -> Vec<u8> {
     let mut acc = vec![0u8; parts.first().map_or(0, |p| p.len())];
-    reduce_into(&mut acc, |i| parts[i], parts.len(), op, dt, esize);
-    acc
-}
-
-/// The reduction of the `n` parts `part(0..n)` (the same length as `acc`) into `acc`, in the
-/// module's order: segment `k` is the left fold over ranks `k+1, k+2, …, k` (mod `n`).
-fn reduce_into<'a>(acc: &mut [u8], part: impl Fn(usize) -> &'a [u8], n: usize, op: u8, dt: u8, esize: usize) {
-    let count = acc.len() / esize;
-    for k in 0..n {
-        let s = segment(count, n, k);
-        let bytes = s.start * esize..s.end * esize;
-        let out = &mut acc[bytes.clone()];
-        out.copy_from_slice(&part((k + 1) % n)[bytes.clone()]);
-        for i in 2..=n {
-            let inp = &part((k + i) % n)[bytes.clone()];
-            for (a, b) in out.chunks_exact_mut(esize).zip(inp.chunks_exact(esize)) {
-                combine(a, b, op, dt);
-            }
-        }
+    let (Some(dt), Some(op)) = (dtype::of(dt), alu::op(op)) else { return acc };
+    if reduce::all_reduce_into(&mut acc, parts.len(), |i| parts[i], dt, op).is_err() {
+        acc.clear();
     }
+    acc
 }
 
 fn kind_of(ct: u8) -> CollKind {
@@ -297,38 +289,19 @@ fn kind_of(ct: u8) -> CollKind {
     }
 }
 
-fn elem_of(dt: u8) -> Result<ElemType, CollError> {
-    match dt {
-        dtype::FP32 => Ok(ElemType::F32),
-        dtype::BF16 => Ok(ElemType::Bf16),
-        dtype::FP16 => Ok(ElemType::F16),
-        dtype::INT32 => Ok(ElemType::I32),
-        _ => Err(CollError::BadType),
-    }
-}
-
-fn op_of(op: u8) -> RedOp {
-    match op {
-        alu::MAX => RedOp::Max,
-        alu::MIN => RedOp::Min,
-        _ => RedOp::Add,
-    }
-}
-
 /// Hands a spanning group's local parts to `t` on a worker thread; delivers the results, or
 /// fails every local participant: a network failure raises the NC's INTC `net_proxy_fail` (the
 /// line the `net-proxy` fault kind raises; NRT_NETWORK_PROXY_FAILURE), a malformed collective
 /// `cc_error` with the engine faulted (NRT_EXEC_HW_ERR_COLLECTIVES).
 fn spawn_inter_host(t: Arc<dyn InterHost>, comm: u32, seq: u32, r: Rendezvous) -> Result<(), CollError> {
-    let elem = elem_of(r.dtype)?;
     let parts: Vec<(usize, Part)> = r.parts.into_iter().enumerate().filter_map(|(i, p)| p.map(|p| (i, p))).collect();
     let mut req = InterHostRequest {
         comm,
         seq,
         size: r.size,
         kind: kind_of(r.ctype),
-        elem,
-        op: op_of(r.op),
+        elem: r.dtype,
+        op: r.op,
         parts: Vec::with_capacity(parts.len()),
     };
     let mut sinks = Vec::with_capacity(parts.len());
@@ -401,100 +374,6 @@ fn spawn_inter_host(t: Arc<dyn InterHost>, comm: u32, seq: u32, r: Rendezvous) -
         .map_err(|_| CollError::BadGroup)
 }
 
-fn f32_of(dt: u8, b: &[u8]) -> f32 {
-    match dt {
-        dtype::FP32 => f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
-        dtype::BF16 => f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16),
-        _ => f16_to_f32(u16::from_le_bytes([b[0], b[1]])),
-    }
-}
-
-fn store_f32(dt: u8, v: f32, out: &mut [u8]) {
-    match dt {
-        dtype::FP32 => out.copy_from_slice(&v.to_le_bytes()),
-        dtype::BF16 => {
-            // Round to nearest even.
-            let bits = v.to_bits();
-            let r = bits.wrapping_add(0x7FFF + ((bits >> 16) & 1));
-            out.copy_from_slice(&((r >> 16) as u16).to_le_bytes())
-        }
-        _ => out.copy_from_slice(&f32_to_f16(v).to_le_bytes()),
-    }
-}
-
-fn combine(a: &mut [u8], b: &[u8], op: u8, dt: u8) {
-    if dt == dtype::INT32 {
-        let x = i32::from_le_bytes([a[0], a[1], a[2], a[3]]);
-        let y = i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-        let r = match op {
-            alu::MAX => x.max(y),
-            alu::MIN => x.min(y),
-            _ => x.wrapping_add(y),
-        };
-        a.copy_from_slice(&r.to_le_bytes());
-        return;
-    }
-    let (x, y) = (f32_of(dt, a), f32_of(dt, b));
-    let r = match op {
-        alu::MAX => x.max(y),
-        alu::MIN => x.min(y),
-        _ => x + y,
-    };
-    store_f32(dt, r, a);
-}
-
-fn f16_to_f32(h: u16) -> f32 {
-    let s = ((h >> 15) as u32) << 31;
-    let e = ((h >> 10) & 0x1F) as u32;
-    let m = (h & 0x3FF) as u32;
-    let bits = if e == 0 {
-        if m == 0 {
-            s
-        } else {
-            // Subnormal: normalise.
-            let mut e2 = 127 - 15 + 1;
-            let mut m2 = m;
-            while m2 & 0x400 == 0 {
-                m2 <<= 1;
-                e2 -= 1;
-            }
-            s | ((e2 as u32) << 23) | ((m2 & 0x3FF) << 13)
-        }
-    } else if e == 0x1F {
-        s | 0x7F80_0000 | (m << 13)
-    } else {
-        s | ((e + 127 - 15) << 23) | (m << 13)
-    };
-    f32::from_bits(bits)
-}
-
-fn f32_to_f16(v: f32) -> u16 {
-    let b = v.to_bits();
-    let s = ((b >> 16) & 0x8000) as u16;
-    let e = ((b >> 23) & 0xFF) as i32;
-    let m = b & 0x7F_FFFF;
-    if e == 0xFF {
-        return s | 0x7C00 | if m != 0 { 0x200 } else { 0 };
-    }
-    let e2 = e - 127 + 15;
-    if e2 >= 0x1F {
-        return s | 0x7C00;
-    }
-    if e2 <= 0 {
-        if e2 < -10 {
-            return s;
-        }
-        let m2 = (m | 0x80_0000) >> (1 - e2);
-        let r = (m2 + 0x1000 + ((m2 >> 13) & 1)) >> 13;
-        return s | r as u16;
-    }
-    let r = m + 0xFFF + ((m >> 13) & 1);
-    if r & 0x80_0000 != 0 {
-        return s | (((e2 + 1) as u16) << 10);
-    }
-    s | ((e2 as u16) << 10) | (r >> 13) as u16
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -509,7 +388,7 @@ mod tests {
         let a = f32s(&[1.0, 1e8, -1e8]);
         let b = f32s(&[1e8, -1e8, 1.0]);
         let c = f32s(&[-1e8, 1.0, 1e8]);
-        let out = reduce(&[&a, &b, &c], alu::ADD, dtype::FP32, 4);
+        let out = reduce(&[&a, &b, &c], alu::ADD, dtype::FP32);
         // Segment 0: (b + c) + a = (1e8 - 1e8) + 1 = 1; plain rank order would give 0.
         // Segment 1: (c + a) + b = (1 + 1e8) - 1e8 = 0 in fp32.
         // Segment 2: (a + b) + c = (-1e8 + 1) + 1e8 = 0 in fp32.
@@ -559,7 +438,6 @@ mod tests {
     fn float_add_matches_the_ordered_reference_bit_for_bit() {
         let mut x = 0x2545_f491_4f6c_dd1du64;
         for dt in [dtype::FP32, dtype::BF16, dtype::FP16] {
-            let es = dtype::size(dt).unwrap_or(4);
             for n in 1..=5usize {
                 for count in [1usize, 4, 7, 33] {
                     let parts: Vec<Vec<u8>> = (0..n)
@@ -571,15 +449,13 @@ mod tests {
                                     x ^= x << 17;
                                     // Mixed magnitudes: the sum depends on the order.
                                     let v = ((x % 2001) as f32 - 1000.0) * if x & 1 == 1 { 64.0 } else { 1.0 / 64.0 };
-                                    let mut b = vec![0u8; es];
-                                    store_f32(dt, v, &mut b);
-                                    b
+                                    reduce::from_f32(dtype::of(dt).unwrap_or(DType::F32), v)
                                 })
                                 .collect()
                         })
                         .collect();
                     let refs: Vec<&[u8]> = parts.iter().map(|p| &p[..]).collect();
-                    let got = reduce(&refs, alu::ADD, dt, es);
+                    let got = reduce(&refs, alu::ADD, dt);
                     assert_eq!(got, reference(&parts, dt), "dtype {dt:#x} n={n} count={count}");
                 }
             }
@@ -654,28 +530,5 @@ mod tests {
         let mut a = arrival(&up);
         a.rank = 1;
         assert_eq!(up.dev.hub.arrive(a, &mut out).err(), Some(CollError::BadGroup));
-    }
-
-    #[test]
-    fn half_conversions() {
-        for v in [0.0f32, 1.0, -2.5, 65504.0, 0.000061035156, 3.140625] {
-            assert_eq!(f16_to_f32(f32_to_f16(v)), v, "{v}");
-        }
-        let mut a = 1.5f32.to_le_bytes();
-        combine(&mut a, &2.25f32.to_le_bytes(), alu::ADD, dtype::FP32);
-        assert_eq!(f32::from_le_bytes(a), 3.75);
-        let mut a = [0u8; 2];
-        store_f32(dtype::BF16, 2.0, &mut a);
-        combine(
-            &mut a,
-            &{
-                let mut b = [0u8; 2];
-                store_f32(dtype::BF16, 3.0, &mut b);
-                b
-            },
-            alu::MAX,
-            dtype::BF16,
-        );
-        assert_eq!(f32_of(dtype::BF16, &a), 3.0);
     }
 }

@@ -20,23 +20,6 @@ pub enum CollKind {
     ReduceScatter,
 }
 
-/// Element type of a collective.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ElemType {
-    F32,
-    Bf16,
-    F16,
-    I32,
-}
-
-/// Reduction operator.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RedOp {
-    Add,
-    Max,
-    Min,
-}
-
 /// One collective handed across the seam: the parts of the group ranks hosted by this
 /// process, all of the same length.
 #[derive(Debug)]
@@ -48,8 +31,9 @@ pub struct InterHostRequest {
     /// Group size.
     pub size: usize,
     pub kind: CollKind,
-    pub elem: ElemType,
-    pub op: RedOp,
+    /// Element type and operator: the `reduce` crate's, shared with the transport.
+    pub elem: reduce::DType,
+    pub op: reduce::ReduceOp,
     /// `(group rank, input bytes)` of the local participants, in group-rank order.
     pub parts: Vec<(usize, Vec<u8>)>,
 }

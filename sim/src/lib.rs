@@ -39,7 +39,7 @@ mod udma;
 pub use device::{SimConfig, SimDevice, SimStats, Timing};
 pub use external::{ExternalDma, ExternalError};
 pub use fault::{FaultKind, FaultSpec, FaultSpecError};
-pub use interhost::{CollKind, ElemType, InterHost, InterHostError, InterHostRequest, RedOp};
+pub use interhost::{CollKind, InterHost, InterHostError, InterHostRequest};
 pub use iommu::DmaFault;
 pub use topology::SimTopology;
 

@@ -169,7 +169,7 @@ pub(crate) fn refuse(dev: &Dev, st: &mut State, nc: usize, src: Source, a: Acces
     }
     let (engine, sub_id) = match src {
         Source::Seq(e) => (e, custom::OOB_DGE_SCALAR),
-        Source::Dma(_) => (crate::seq::SP_ENGINE, custom::OOB_DGE_VECTOR),
+        Source::Dma(_) => (csr_maps::Engine::Sp.index(), custom::OOB_DGE_VECTOR),
     };
     let line = st.seq.get(nc).and_then(|s| s.get(engine)).map(|s| s.pc).unwrap_or(0);
     crate::seq::post_infer(dev, st, nc, engine, (ntype::EXPLICIT, Subtype::Custom, sub_id, line));

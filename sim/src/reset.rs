@@ -112,7 +112,7 @@ impl Dev {
                 st.regs.insert(q.claim().offset(), q7c::READY);
             }
         }
-        let nx = seqc::ENGINES.len() as u64;
+        let nx = seqc::Engine::COUNT as u64;
         for c in 0..nx {
             if let Some(q) = self.nx((nc as u64 * nx + c) as usize) {
                 st.regs.retain(|k, _| *k < q.base() || *k >= q.base() + csr_maps::blocks::q7::SIZE);
@@ -134,7 +134,7 @@ impl Dev {
                 st.regs.insert(q.claim().offset(), q7c::READY);
             }
         }
-        for i in 0..(self.ncs() as u64 * seqc::ENGINES.len() as u64) {
+        for i in 0..(self.ncs() as u64 * seqc::Engine::COUNT as u64) {
             if let Some(q) = self.nx(i as usize) {
                 st.regs.insert(q.claim().offset(), q7c::READY);
             }

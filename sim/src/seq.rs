@@ -26,8 +26,6 @@ use crate::intc::Line;
 /// NX engine cores per NC and the POOL engine's index (`al_hal_tpb_eng_type`).
 const NX_CORES: u64 = 5;
 const NX_POOL: u64 = 2;
-/// The SP engine (the sync master, whose end record comes last).
-pub(crate) const SP_ENGINE: usize = 4;
 use crate::device::{Dev, State};
 use crate::fault::FaultKind;
 use crate::hub::{Arrival, Delivery};
@@ -224,7 +222,7 @@ pub(crate) fn run(dev: &Dev, st: &mut State, nc: usize, out: &mut Vec<Delivery>)
     let mut any = false;
     loop {
         let mut progress = false;
-        for e in 0..5 {
+        for e in 0..seqc::Engine::COUNT {
             // A bounded burst per engine keeps the engines interleaved.
             for _ in 0..64 {
                 if !step(dev, st, nc, e, out) {

@@ -76,7 +76,7 @@ fn fp_nan_dve_record_at_pc2() {
 /// Every engine's FP_NAN record carries the NaN mask 0x0001 at +1 and the engine as block id.
 #[test]
 fn fp_nan_every_engine_mask_and_block() {
-    for (e, name) in csr_maps::consts::seq::ENGINES.iter().enumerate() {
+    for (e, name) in csr_maps::Engine::ALL.map(csr_maps::Engine::name).into_iter().enumerate() {
         let t = T::new(&SUNDA);
         let err = t.err_ring(0, 16);
         let _ring = t.infer_ring(0, e as u64, 16);

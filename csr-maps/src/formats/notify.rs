@@ -56,7 +56,7 @@ pub mod ntype {
     /// `(tag + 26) & 0x1F` selector), if any.
     pub const fn timestamp_engine(tag: u8) -> Option<usize> {
         let sel = (tag as u32 + TAG_ENGINE_BIAS as u32) & super::TYPE_MASK as u32;
-        if sel.is_multiple_of(4) && sel / 4 < 5 {
+        if sel.is_multiple_of(4) && ((sel / 4) as usize) < crate::consts::seq::Engine::COUNT {
             Some((sel / 4) as usize)
         } else {
             None
@@ -68,12 +68,12 @@ pub mod ntype {
         ENGINE_BASE + 4 * engine + kind
     }
 
-    /// What a notific_type tag names: the TPB engine (`consts::seq::ENGINES`) for a
-    /// per-engine type, and the record kind (`inst_start`, `dma`, … ; `unknown`).
-    pub fn describe(tag: u8) -> (Option<&'static str>, &'static str) {
-        use crate::consts::seq::ENGINES;
+    /// What a notific_type tag names: the TPB engine for a per-engine type, and the record
+    /// kind (`inst_start`, `dma`, … ; `unknown`).
+    pub fn describe(tag: u8) -> (Option<crate::consts::seq::Engine>, &'static str) {
+        use crate::consts::seq::Engine;
         let per = engine(1, 0) - engine(0, 0);
-        let end = engine(ENGINES.len() as u8, 0);
+        let end = engine(Engine::COUNT as u8, 0);
         if (ENGINE_BASE..end).contains(&tag) {
             let kind = match (tag - ENGINE_BASE) % per {
                 INST_START => "inst_start",
@@ -81,7 +81,7 @@ pub mod ntype {
                 EXPLICIT => "explicit",
                 _ => "evt_sem",
             };
-            return (ENGINES.get(usize::from((tag - ENGINE_BASE) / per)).copied(), kind);
+            return (Engine::from_index(usize::from((tag - ENGINE_BASE) / per)), kind);
         }
         let kind = match tag {
             ECC => "ecc",
@@ -292,10 +292,10 @@ mod tests {
 
     #[test]
     fn names() {
-        assert_eq!(ntype::describe(ntype::engine(0, ntype::INST_START)), (Some("pe"), "inst_start"));
-        assert_eq!(ntype::describe(ntype::engine(2, ntype::INST_END)), (Some("pool"), "inst_end"));
-        assert_eq!(ntype::describe(ntype::engine(4, ntype::EVT_SEM)), (Some("sp"), "evt_sem"));
-        assert_eq!(ntype::describe(ntype::engine(3, ntype::EXPLICIT)), (Some("dve"), "explicit"));
+        assert_eq!(ntype::describe(ntype::engine(0, ntype::INST_START)), (Some(crate::Engine::Pe), "inst_start"));
+        assert_eq!(ntype::describe(ntype::engine(2, ntype::INST_END)), (Some(crate::Engine::Pool), "inst_end"));
+        assert_eq!(ntype::describe(ntype::engine(4, ntype::EVT_SEM)), (Some(crate::Engine::Sp), "evt_sem"));
+        assert_eq!(ntype::describe(ntype::engine(3, ntype::EXPLICIT)), (Some(crate::Engine::Dve), "explicit"));
         assert_eq!(ntype::describe(ntype::engine(5, 0)), (None, "unknown"));
         assert_eq!(ntype::describe(ntype::DMA), (None, "dma"));
         assert_eq!(ntype::describe(ntype::TPB_ERROR), (None, "tpb_error"));

@@ -66,9 +66,9 @@ pub fn lower_programs(
     let mut progs: Vec<Slots> = Vec::new();
     let mut trig_count = vec![0usize; queues.len()];
     let writable = write_allow_list(dev, p.nc, queues)?;
-    for (e, start) in START.iter().enumerate() {
+    // The four computing engines, in engine order (SP's program follows).
+    for (start, kind) in START.iter().zip(EngineKind::ALL) {
         let mut slots = vec![device_ops::events_only(Opcode::EventSemaphore, TRACE_START, take(*start))];
-        let kind = [EngineKind::Pe, EngineKind::Act, EngineKind::Pool, EngineKind::Dve][e];
         if let Some(ep) = g.engines.iter().find(|x| x.kind == kind) {
             if let Program::Tpb(ins) = &ep.program {
                 let mut cx = LowerCtx {
@@ -200,7 +200,7 @@ pub fn lower(cx: &mut LowerCtx<'_>, i: &Instruction, pc: usize, out: &mut Slots)
             {
                 return Err(StageError::from(StageErrorKind::CollectiveType { what: what.clone(), ctype: c.ctype }));
             }
-            if ![device_ops::alu::ADD, device_ops::alu::MAX, device_ops::alu::MIN].contains(&c.op) {
+            if device_ops::alu::op(c.op).is_none() {
                 return Err(StageError::from(StageErrorKind::CollectiveOp { what: what.clone(), op: c.op }));
             }
             let elems = |o: u64| {

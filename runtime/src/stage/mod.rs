@@ -13,7 +13,6 @@
 
 use std::collections::BTreeSet;
 
-use csr_maps::consts::seq::ENGINES;
 use hal::{DevBuf, Device, HostBuf, NqRing, Ring, Stream, Xfer};
 use neff::{Graph, VarKind};
 
@@ -30,12 +29,8 @@ pub mod weights;
 use crate::error::IoRole;
 pub use crate::error::{StageError, StageErrorKind};
 
-/// Index of the SP engine (the sync master).
-pub const SP: usize = 4;
 /// Records per INFER_STATUS ring and per error ring.
 pub const RING_RECORDS: u64 = 256;
-
-const _: () = assert!(SP == ENGINES.len() - 1);
 
 /// A var placed in device memory.
 pub struct StagedVar {

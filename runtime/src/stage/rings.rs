@@ -3,7 +3,7 @@
 //! streams and enabled. The engines start idle: they wait on their start semaphores until
 //! the first kickoff.
 
-use csr_maps::consts::seq::ENGINES;
+use csr_maps::Engine;
 use hal::{Device, NqOwner, NqRing, Stream};
 
 use super::lower::Slots;
@@ -20,7 +20,7 @@ pub struct Armed {
 pub fn arm_rings(dev: &Device, nc: usize, progs: &[Slots]) -> Result<Armed, StageError> {
     let regs = dev.regs();
     let mut infer_rings = Vec::new();
-    for e in 0..ENGINES.len() {
+    for e in 0..Engine::COUNT {
         infer_rings.push(dev.nq_ring(NqOwner::Nc(nc), dev.infer_slot(e), RING_RECORDS)?);
     }
     let err_ring = dev.nq_ring(NqOwner::Nc(nc), dev.error_slot(), RING_RECORDS)?;

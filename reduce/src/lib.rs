@@ -1,23 +1,29 @@
-//! Element types, reduction operators and the host reference.
+//! Collective element types, reduction operators and the one element-wise reduction.
 //!
-//! Reduction order (deterministic, the same for every algorithm of [`crate::coll`]): the
-//! `count` elements are split into `n` segments, segment `k` holding elements
-//! `[k*count/n, (k+1)*count/n)` ([`segment`]). Every element of segment `k` is the left fold
-//! over the ranks in ring order starting after `k`:
-//! `((x[k+1] ⊕ x[k+2]) ⊕ …) ⊕ x[k]` (indices mod `n`) — the order in which the ring
-//! reduce-scatter accumulates it, and the order in which the direct (small-message) algorithm
-//! reduces the copies it gathered. For `n = 1` the result is the input. Floating-point ADD
-//! rounds after every step in the element type (bf16/fp16 are computed in fp32 and rounded to
-//! nearest-even), so results are bit-exact against [`reference_all_reduce`]; int32 ADD wraps.
+//! One definition of what a collective reduces, used by every place that reduces: the
+//! simulator's collective hub (NCs of one process), the `fabric` crate (ranks across
+//! processes and hosts), the ISA's collective encodings (`isa::device_ops::{dtype, alu}` map
+//! their codes onto [`DType`] and [`ReduceOp`]; the numbers stay there) and the C API's seam
+//! between the two. The crate knows no device and no transport.
+//!
+//! Reduction order (deterministic, the same for every algorithm): the `count` elements are
+//! split into `n` segments, segment `k` holding elements `[k*count/n, (k+1)*count/n)`
+//! ([`segment`]). Every element of segment `k` is the left fold over the ranks in ring order
+//! starting after `k`: `((x[k+1] ⊕ x[k+2]) ⊕ …) ⊕ x[k]` (indices mod `n`, [`order`]). For
+//! `n = 1` the result is the input.
+//!
+//! Numerics (docs/fabric.md): float ADD rounds after every step in the element type (bf16 and
+//! fp16 are computed in fp32 and rounded to nearest-even by the `half` crate's conversions — the
+//! one f16/bf16 implementation of the workspace); MAX/MIN keep the earlier operand on ties
+//! (+0 vs −0) and unordered comparisons (NaN); int32 ADD wraps.
 
+use std::fmt;
 use std::ops::Range;
 
 use half::{bf16, f16};
 
-use crate::FabricError;
-
-/// Element type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Element type of a collective.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DType {
     F32,
     Bf16,
@@ -26,6 +32,9 @@ pub enum DType {
 }
 
 impl DType {
+    /// Every element type.
+    pub const ALL: [DType; 4] = [DType::F32, DType::Bf16, DType::F16, DType::I32];
+
     /// Bytes per element.
     pub fn size(self) -> usize {
         match self {
@@ -54,13 +63,16 @@ impl DType {
             DType::I32 => "int32",
         }
     }
+}
 
-    /// Every element type.
-    pub const ALL: [DType; 4] = [DType::F32, DType::Bf16, DType::F16, DType::I32];
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// Reduction operator.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ReduceOp {
     Add,
     Max,
@@ -68,6 +80,9 @@ pub enum ReduceOp {
 }
 
 impl ReduceOp {
+    /// Every operator.
+    pub const ALL: [ReduceOp; 3] = [ReduceOp::Add, ReduceOp::Max, ReduceOp::Min];
+
     /// Parses `add|sum`, `max`, `min`.
     pub fn parse(s: &str) -> Option<ReduceOp> {
         match s.to_ascii_lowercase().as_str() {
@@ -86,9 +101,26 @@ impl ReduceOp {
             ReduceOp::Min => "min",
         }
     }
+}
 
-    /// Every operator.
-    pub const ALL: [ReduceOp; 3] = [ReduceOp::Add, ReduceOp::Max, ReduceOp::Min];
+impl fmt::Display for ReduceOp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Operands a reduction cannot combine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ReduceError {
+    /// The two operands differ in length, or are not whole elements of `dtype`.
+    #[error("reduce of {left} and {right} bytes of {dtype}")]
+    Length { left: usize, right: usize, dtype: DType },
+    /// The earlier operand of a pairwise reduction is not as long as the output.
+    #[error("reduce of {earlier} and {out} bytes")]
+    Operands { earlier: usize, out: usize },
+    /// The per-rank inputs of an ordered reduction differ in length or are not whole elements.
+    #[error("reference: inputs of different or unaligned lengths")]
+    Inputs,
 }
 
 /// Element range of segment `k` of `count` elements split over `n` ranks.
@@ -100,7 +132,7 @@ pub fn segment(count: usize, n: usize, k: usize) -> Range<usize> {
     (count * k / n)..(count * (k + 1) / n)
 }
 
-/// Ranks in the order segment `k`'s elements are reduced (module docs).
+/// Ranks in the order segment `k`'s elements are reduced (crate docs).
 pub fn order(n: usize, k: usize) -> impl Iterator<Item = usize> {
     (1..=n).map(move |i| (k + i) % n)
 }
@@ -127,20 +159,20 @@ fn fold_f32(a: f32, b: f32, op: ReduceOp) -> f32 {
 }
 
 /// `acc[i] = acc[i] ⊕ inp[i]` element-wise (`acc` holds the ranks earlier in the order).
-pub fn reduce_into(acc: &mut [u8], inp: &[u8], dt: DType, op: ReduceOp) -> Result<(), FabricError> {
+pub fn reduce_into(acc: &mut [u8], inp: &[u8], dt: DType, op: ReduceOp) -> Result<(), ReduceError> {
     fold(acc, None, inp, false, dt, op)
 }
 
 /// `acc[i] = earlier[i] ⊕ acc[i]` element-wise: `acc` holds a later rank (the ring folds the
 /// received partial, `earlier`, with the rank's own data in place).
-pub fn reduce_after(acc: &mut [u8], earlier: &[u8], dt: DType, op: ReduceOp) -> Result<(), FabricError> {
+pub fn reduce_after(acc: &mut [u8], earlier: &[u8], dt: DType, op: ReduceOp) -> Result<(), ReduceError> {
     fold(acc, None, earlier, true, dt, op)
 }
 
 /// `out[i] = earlier[i] ⊕ later[i]` element-wise.
-pub fn reduce_pair(out: &mut [u8], earlier: &[u8], later: &[u8], dt: DType, op: ReduceOp) -> Result<(), FabricError> {
+pub fn reduce_pair(out: &mut [u8], earlier: &[u8], later: &[u8], dt: DType, op: ReduceOp) -> Result<(), ReduceError> {
     if earlier.len() != out.len() {
-        return Err(FabricError::Invalid(format!("reduce of {} and {} bytes", earlier.len(), out.len())));
+        return Err(ReduceError::Operands { earlier: earlier.len(), out: out.len() });
     }
     fold(out, Some(earlier), later, false, dt, op)
 }
@@ -154,14 +186,9 @@ fn fold(
     swap: bool,
     dt: DType,
     op: ReduceOp,
-) -> Result<(), FabricError> {
+) -> Result<(), ReduceError> {
     if out.len() != right.len() || !out.len().is_multiple_of(dt.size()) {
-        return Err(FabricError::Invalid(format!(
-            "reduce of {} and {} bytes of {}",
-            out.len(),
-            right.len(),
-            dt.name()
-        )));
+        return Err(ReduceError::Length { left: out.len(), right: right.len(), dtype: dt });
     }
     match dt {
         // fp32 and int32: one loop per (operator, operand order), so that nothing but the
@@ -257,28 +284,43 @@ fn elementwise<const N: usize>(
     }
 }
 
-/// Host reference of all-reduce over `inputs[rank]` (all the same length) in the documented
-/// order.
-pub fn reference_all_reduce(inputs: &[&[u8]], dt: DType, op: ReduceOp) -> Result<Vec<u8>, FabricError> {
-    let n = inputs.len();
-    let len = inputs.first().map_or(0, |b| b.len());
-    if inputs.iter().any(|b| b.len() != len) || !len.is_multiple_of(dt.size()) {
-        return Err(FabricError::Invalid("reference: inputs of different or unaligned lengths".into()));
-    }
+/// The reduction of the `n` rank inputs `part(0..n)` into `acc` in the crate's order: every
+/// element of segment `k` is the left fold over ranks `k+1, k+2, …, k` (mod `n`). Every
+/// input must be as long as `acc`, a whole number of elements; `acc`'s prior content is not
+/// read. Allocates nothing.
+pub fn all_reduce_into<'a>(
+    acc: &mut [u8],
+    n: usize,
+    part: impl Fn(usize) -> &'a [u8],
+    dt: DType,
+    op: ReduceOp,
+) -> Result<(), ReduceError> {
     let es = dt.size();
+    let len = acc.len();
+    if !len.is_multiple_of(es) || (0..n).any(|r| part(r).len() != len) {
+        return Err(ReduceError::Inputs);
+    }
     let count = len / es;
-    let mut out = vec![0u8; len];
     for k in 0..n {
         let seg = segment(count, n, k);
         let bytes = seg.start * es..seg.end * es;
         let mut ranks = order(n, k);
         let Some(first) = ranks.next() else { continue };
-        let acc = &mut out[bytes.clone()];
-        acc.copy_from_slice(&inputs[first][bytes.clone()]);
+        let out = &mut acc[bytes.clone()];
+        out.copy_from_slice(&part(first)[bytes.clone()]);
         for r in ranks {
-            reduce_into(acc, &inputs[r][bytes.clone()], dt, op)?;
+            reduce_into(out, &part(r)[bytes.clone()], dt, op)?;
         }
     }
+    Ok(())
+}
+
+/// Host reference of all-reduce over `inputs[rank]` (all the same length) in the crate's
+/// order.
+pub fn reference_all_reduce(inputs: &[&[u8]], dt: DType, op: ReduceOp) -> Result<Vec<u8>, ReduceError> {
+    let len = inputs.first().map_or(0, |b| b.len());
+    let mut out = vec![0u8; len];
+    all_reduce_into(&mut out, inputs.len(), |r| inputs[r], dt, op)?;
     Ok(out)
 }
 
@@ -288,7 +330,7 @@ pub fn reference_reduce_scatter(
     dt: DType,
     op: ReduceOp,
     rank: usize,
-) -> Result<Vec<u8>, FabricError> {
+) -> Result<Vec<u8>, ReduceError> {
     let all = reference_all_reduce(inputs, dt, op)?;
     let es = dt.size();
     let seg = segment(all.len() / es, inputs.len(), rank);
@@ -320,6 +362,27 @@ pub fn pattern(rank: usize, len: usize, dt: DType, salt: u64) -> Vec<u8> {
         }
     }
     out
+}
+
+/// One element of `dt` (the first `dt.size()` bytes of `b`) as f32 (int32 converted), or
+/// `None` when `b` is shorter than an element.
+pub fn to_f32(dt: DType, b: &[u8]) -> Option<f32> {
+    Some(match dt {
+        DType::F32 => f32::from_le_bytes(b.get(..4)?.try_into().ok()?),
+        DType::I32 => i32::from_le_bytes(b.get(..4)?.try_into().ok()?) as f32,
+        DType::Bf16 => bf16::from_le_bytes(b.get(..2)?.try_into().ok()?).to_f32(),
+        DType::F16 => f16::from_le_bytes(b.get(..2)?.try_into().ok()?).to_f32(),
+    })
+}
+
+/// `v` as one little-endian element of `dt` (rounded to nearest-even; int32 saturating).
+pub fn from_f32(dt: DType, v: f32) -> Vec<u8> {
+    match dt {
+        DType::F32 => v.to_le_bytes().to_vec(),
+        DType::I32 => (v as i32).to_le_bytes().to_vec(),
+        DType::Bf16 => bf16::from_f32(v).to_le_bytes().to_vec(),
+        DType::F16 => f16::from_f32(v).to_le_bytes().to_vec(),
+    }
 }
 
 #[cfg(test)]

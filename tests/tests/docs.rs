@@ -81,7 +81,6 @@ fn documented_deps() -> BTreeMap<String, BTreeMap<String, bool>> {
 }
 
 #[test]
-#[ignore = "enable at the issue 28 merge: the table already lists nrt-status and reduce, added by other parts"]
 fn the_architecture_table_is_the_workspace_dependency_graph() {
     let real = workspace_deps();
     let documented = documented_deps();

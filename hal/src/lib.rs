@@ -376,6 +376,7 @@ impl Device {
     /// host-facing engine; waits for completion. An aborted queue is recovered and the
     /// abort returned.
     pub fn copy(&self, nc: usize, xfers: &[Xfer]) -> Result<()> {
+        platform::failpoint::hit("hal.dma.copy")?;
         let ring = self.h2t_ring(nc)?;
         let mut r = ring.lock().unwrap_or_else(|e| e.into_inner());
         let regs = self.regs();
@@ -450,14 +451,17 @@ impl Device {
     }
     /// Assign.
     pub fn sem_set(&self, nc: usize, i: u64, v: i32) -> Result<()> {
+        platform::failpoint::hit("hal.sem.set")?;
         Ok(self.regs().tpb_sem(nc as u64)?.sem_set(i)?.write(ts::SemSet(v as u32))?)
     }
     /// Add (the kickoff: one MMIO write).
     pub fn sem_inc(&self, nc: usize, i: u64, v: u32) -> Result<()> {
+        platform::failpoint::hit("hal.sem.inc")?;
         Ok(self.regs().tpb_sem(nc as u64)?.sem_inc(i)?.write(ts::SemInc(v))?)
     }
     /// Subtract.
     pub fn sem_dec(&self, nc: usize, i: u64, v: u32) -> Result<()> {
+        platform::failpoint::hit("hal.sem.dec")?;
         Ok(self.regs().tpb_sem(nc as u64)?.sem_dec(i)?.write(ts::SemDec(v))?)
     }
     /// BAR0 offset of semaphore `i`'s increment register (for precomputed kickoffs).
@@ -473,6 +477,7 @@ impl Device {
     /// The kickoff: increment the semaphore behind `k` by one. One 32-bit MMIO write — no
     /// allocation, no syscall, no lock.
     pub fn kick(&self, k: &KickSlot) -> Result<()> {
+        platform::failpoint::hit("hal.kick")?;
         Ok(self.inner.bar0.write32(k.off, ts::SemInc(1).0)?)
     }
     /// Device address of semaphore `i`'s increment register (a DMA or WRITE target).
@@ -486,6 +491,7 @@ impl Device {
     }
     /// Set or clear event `i`.
     pub fn set_event(&self, nc: usize, i: u64, on: bool) -> Result<()> {
+        platform::failpoint::hit("hal.event.set")?;
         Ok(self.regs().tpb_sem(nc as u64)?.event(i)?.write(ts::Event(on as u32))?)
     }
 
@@ -540,6 +546,7 @@ impl Device {
     /// `size` (the modeled `nc_barrier` block): its barrier task is outstanding until every
     /// rank of the group arrived (docs/faults.md). Three MMIO writes.
     pub fn barrier_arm(&self, nc: usize, comm: u32, rank: u8, size: u8) -> Result<()> {
+        platform::failpoint::hit("hal.barrier.arm")?;
         use csr_maps::blocks::nc_barrier as nb;
         let b = self.regs().nc_barrier(nc as u64)?;
         b.comm().write(nb::Comm(comm))?;
@@ -564,6 +571,7 @@ impl Device {
     /// the bits it clears); the block's placement is modeled, so on real hardware this needs
     /// the operator's opt-in.
     pub fn clear_causes(&self, nc: usize) -> Result<()> {
+        platform::failpoint::hit("hal.causes.clear")?;
         let i = self.regs().nc_intc(nc as u64)?;
         i.g0().cause().write(csr_maps::blocks::nc_intc_g0::Cause(0))?;
         i.g1().cause().write(csr_maps::blocks::nc_intc_g1::Cause(0))?;
@@ -578,6 +586,7 @@ impl Device {
     /// [`HalError::RegionTableFull`] when more entries are needed than the table holds
     /// (nothing is programmed then: the table is left as it was). Returns the entries used.
     pub fn set_regions(&self, nc: usize, regions: &[Region]) -> Result<usize> {
+        platform::failpoint::hit("hal.regions.program")?;
         self.check_nc(nc)?;
         let mut all = self.inner.regions.lock().unwrap_or_else(|e| e.into_inner());
         let shadow = all.get_mut(nc).ok_or(HalError::NoSuchNc { nc, count: self.nc_count() })?;
@@ -586,6 +595,7 @@ impl Device {
 
     /// Disable NC `nc`'s ownership region table (nothing is checked) and clear its entries.
     pub fn clear_regions(&self, nc: usize) -> Result<()> {
+        platform::failpoint::hit("hal.regions.clear")?;
         self.check_nc(nc)?;
         let mut all = self.inner.regions.lock().unwrap_or_else(|e| e.into_inner());
         let shadow = all.get_mut(nc).ok_or(HalError::NoSuchNc { nc, count: self.nc_count() })?;
@@ -624,7 +634,7 @@ impl Device {
         }
         let mem = self.alloc_device(self.hbm_for_nc(nc), slots.len() as u64, 4096)?;
         self.write_device(nc, mem.addr(), slots)?;
-        Stream::program(&self.regs(), nc, engine, mem, slots.len(), self.infer_slot(engine), looped)
+        Stream::program(&self.inner.park, nc, engine, mem, slots.len(), self.infer_slot(engine), looped)
     }
 
     /// The interrupt of NC `nc` (vector = NC index), if the platform delivers one.
@@ -657,6 +667,7 @@ impl Device {
     /// Reset NeuronCore `nc` through the firmware and bring its DMA engines back up; the
     /// NC's notification queues and host-transfer ring are re-initialised.
     pub fn reset_nc(&self, nc: usize) -> Result<()> {
+        platform::failpoint::hit("hal.reset_nc")?;
         self.check_nc(nc)?;
         let regs = self.regs();
         nq::halt_all(&regs, nc, self.arch().counts.nq_slots)?;

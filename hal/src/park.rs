@@ -42,6 +42,8 @@ pub struct Parking {
     udma_owner: Mutex<HashMap<(u64, u64), u64>>,
     /// The ring (by id) each NQ slot was last programmed onto.
     nq_owner: Mutex<HashMap<(NqOwner, u64), u64>>,
+    /// The stream each sequencer engine was last programmed onto.
+    pub(crate) engines: crate::seq::EngineOwners,
     next_id: AtomicU64,
 }
 
@@ -55,6 +57,7 @@ impl Parking {
             parked: Mutex::new(Vec::new()),
             udma_owner: Mutex::new(HashMap::new()),
             nq_owner: Mutex::new(HashMap::new()),
+            engines: Default::default(),
             next_id: AtomicU64::new(1),
         }
     }

@@ -11,6 +11,7 @@
 //! failpoint, once; later hits pass. [`Session::count`] runs an operation disarmed and returns
 //! how many steps it took (the steps a sweep fails in turn).
 
+#[cfg(not(feature = "failpoints"))]
 use crate::PlatformError;
 
 #[cfg(not(feature = "failpoints"))]

@@ -39,11 +39,14 @@ const SEED: u64 = 0x5eed_28;
 enum Op {
     Load,
     Execute,
+    /// An execute that first switches its model back in on NCs another model holds (park the
+    /// other, re-arm this one: `rt/ncs.rs`).
+    SwitchExecute,
     TensorAlloc,
     Unload,
 }
 
-const OPS: [Op; 4] = [Op::Load, Op::Execute, Op::TensorAlloc, Op::Unload];
+const OPS: [Op; 5] = [Op::Load, Op::Execute, Op::SwitchExecute, Op::TensorAlloc, Op::Unload];
 
 /// What must be true between cases (measured after a warm-up load/execute/unload).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -188,6 +191,32 @@ impl Bench {
                 };
                 drop((i, o, to));
                 rt.unload(&m).unwrap_or_else(|e| panic!("{what}: unload after the failed execute: {e}"));
+                r
+            }
+            Op::SwitchExecute => {
+                let a = rt.load(&self.bytes, Some(0), None).unwrap_or_else(|e| panic!("{what}: load: {e}"));
+                let b = rt.load(&self.bytes, Some(0), None).unwrap_or_else(|e| panic!("{what}: load: {e}"));
+                let (i, o, to) = io(rt, &a).unwrap_or_else(|e| panic!("{what}: tensors: {e}"));
+                fp.arm(k);
+                let r = rt.execute(&a, &i, &o);
+                fp.disarm();
+                taken = fp.hits();
+                let r = match r {
+                    Ok((NrtStatus::Success, _)) => {
+                        assert_eq!(to.to_vec().expect("output"), self.clean, "{what}: absorbed failure, wrong data");
+                        Ok(())
+                    }
+                    Ok((s, _)) => Err(RtError::new(s, format!("execute returned {}", s.name()))),
+                    Err(e) => Err(e),
+                };
+                drop((i, o, to));
+                // Both models still work (each switched in again), then unload.
+                self.exact(&b, &what);
+                if a.poisoned().is_none() {
+                    self.exact(&a, &what);
+                }
+                rt.unload(&a).unwrap_or_else(|e| panic!("{what}: unload: {e}"));
+                rt.unload(&b).unwrap_or_else(|e| panic!("{what}: unload: {e}"));
                 r
             }
             Op::TensorAlloc => {

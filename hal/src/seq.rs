@@ -2,8 +2,7 @@
 //! instruction-fetch queue (`seq.eng[e]`, modeled in csr-maps), enabled, and kicked off
 //! by a semaphore increment (one MMIO write).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use csr_maps::blocks::seq_engine as se;
 use csr_maps::consts::seq as seqc;
@@ -14,28 +13,6 @@ use crate::error::{HalError, Result};
 use crate::mem::DevBuf;
 use crate::park::Parking;
 
-/// Which stream (by id) each engine (nc, engine) was last programmed onto, so that dropping a
-/// stream resets its engine only while the engine still fetches from that stream's memory
-/// (the pattern of [`crate::Ring`] and [`crate::NqRing`]; kept by [`Parking`]).
-#[derive(Default)]
-pub struct EngineOwners(Mutex<HashMap<(usize, usize), u64>>);
-
-impl EngineOwners {
-    fn claim(&self, nc: usize, engine: usize, id: u64) {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).insert((nc, engine), id);
-    }
-
-    /// Stream `id` goes away: whether it still owned the engine (ownership is dropped).
-    fn release(&self, nc: usize, engine: usize, id: u64) -> bool {
-        let mut o = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if o.get(&(nc, engine)) != Some(&id) {
-            return false;
-        }
-        o.remove(&(nc, engine));
-        true
-    }
-}
-
 /// A program loaded for one engine. Dropping it (or [`Stream::unload`]) resets the engine
 /// before the program's device memory is freed — if the engine still runs this stream: an
 /// engine since programmed onto another stream is left alone.
@@ -45,7 +22,7 @@ pub struct Stream {
     mem: DevBuf,
     pub slots: u32,
     park: Arc<Parking>,
-    /// This stream's id for engine ownership ([`EngineOwners`]).
+    /// This stream's id for engine ownership (kept by [`Parking`]).
     id: u64,
 }
 

@@ -1,6 +1,9 @@
 //! Load, share, unload and teardown: NEFF gates → vNC admission → one staged graph per NC
-//! ([`crate::stage`]) → model RUNNING. A failed load unwinds everything it made; unload is
-//! ref-counted and tears the device state down at zero.
+//! ([`crate::stage`]) → model RUNNING. A load is a transaction in three steps — admit (checks
+//! and vNC admission, nothing taken), stage (into a [`LoadTxn`] that owns the placement counts,
+//! the held lanes, the lifecycle and every staged NC), finish (commit) — so a failure at any
+//! step gives everything back through one `Drop`; unload is ref-counted and tears the device
+//! state down at zero.
 
 use std::io::Read;
 use std::sync::atomic::Ordering;

@@ -1,6 +1,7 @@
 //! A failure at every step, proven clean: the failpoint harness (`platform::failpoint`,
-//! compiled in by the test-only `failpoints` feature) fails a load, an execute, a tensor
-//! allocation and an unload at each fallible driver step in turn — every allocation (host
+//! compiled in by the test-only `failpoints` feature) fails a load (also onto NCs another model
+//! holds), an execute (also one that switches its model back in), a tensor allocation and an
+//! unload at each fallible driver step in turn — every allocation (host
 //! pool, HBM), every register program (DMA queue, notification slot, sequencer stream, region
 //! table, semaphore, kick, Q7/DGE claim), every DMA — for a 1-NC and a 2-NC model on SUNDA,
 //! CAYMAN and MARIANA. After each injected failure:
@@ -39,6 +40,9 @@ const SEED: u64 = 0x5eed;
 enum Op {
     Load,
     Execute,
+    /// A load onto NCs another model holds (that one is parked first); afterwards the other
+    /// model runs exactly again (switched back in).
+    SharedLoad,
     /// An execute that first switches its model back in on NCs another model holds (park the
     /// other, re-arm this one: `rt/ncs.rs`).
     SwitchExecute,
@@ -46,7 +50,7 @@ enum Op {
     Unload,
 }
 
-const OPS: [Op; 5] = [Op::Load, Op::Execute, Op::SwitchExecute, Op::TensorAlloc, Op::Unload];
+const OPS: [Op; 6] = [Op::Load, Op::SharedLoad, Op::Execute, Op::SwitchExecute, Op::TensorAlloc, Op::Unload];
 
 /// What must be true between cases (measured after a warm-up load/execute/unload).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -191,6 +195,20 @@ impl Bench {
                 };
                 drop((i, o, to));
                 rt.unload(&m).unwrap_or_else(|e| panic!("{what}: unload after the failed execute: {e}"));
+                r
+            }
+            Op::SharedLoad => {
+                let a = rt.load(&self.bytes, Some(0), None).unwrap_or_else(|e| panic!("{what}: load: {e}"));
+                fp.arm(k);
+                let r = rt.load(&self.bytes, Some(0), None);
+                fp.disarm();
+                taken = fp.hits();
+                let r = r.map(|b| {
+                    self.exact(&b, &what);
+                    rt.unload(&b).unwrap_or_else(|e| panic!("{what}: unload after absorbed failure: {e}"));
+                });
+                self.exact(&a, &what);
+                rt.unload(&a).unwrap_or_else(|e| panic!("{what}: unload: {e}"));
                 r
             }
             Op::SwitchExecute => {

@@ -206,7 +206,7 @@ impl Demo {
     fn stop(self, dev: &Device) {
         let regs = dev.regs();
         for s in self.streams {
-            let _ = s.unload(&regs);
+            let _ = s.unload();
         }
         for r in self.rings.values() {
             let _ = r.halt(&regs);

@@ -145,6 +145,7 @@ impl HostPool {
 
     /// Allocate `len` bytes aligned to `align` (≤ 4096; power of two).
     pub fn alloc(&self, len: usize, align: usize) -> Result<HostBuf> {
+        platform::failpoint::hit("hal.alloc.host")?;
         if !align.is_power_of_two() || align > 4096 {
             return Err(HalError::BadAlignment(align as u64));
         }
@@ -333,6 +334,7 @@ impl DevBuf {
 
 impl Drop for DevBuf {
     fn drop(&mut self) {
+        self.alloc.platform.device_memory_freed(self.addr, self.len);
         let mut b = self.alloc.chans[self.chan].lock().unwrap_or_else(|e| e.into_inner());
         if let Some(bytes) = b.free(self.addr) {
             self.alloc.platform.account_device_memory(-(bytes as i64));
@@ -364,6 +366,7 @@ impl DevAllocator {
 
     /// Allocate `len` bytes aligned to `align` on channel `chan`.
     pub fn alloc(self: &Arc<Self>, chan: usize, len: u64, align: u64) -> Result<DevBuf> {
+        platform::failpoint::hit("hal.alloc.hbm")?;
         if !align.is_power_of_two() {
             return Err(HalError::BadAlignment(align));
         }

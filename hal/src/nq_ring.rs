@@ -38,6 +38,7 @@ impl NqRing {
     /// Allocate a ring of `records` entries (a power of two) and program slot `slot`
     /// (order: base_hi, base_lo, size).
     pub fn new(park: &Arc<Parking>, pool: &HostPool, owner: NqOwner, slot: u64, records: u64) -> Result<Self> {
+        platform::failpoint::hit("hal.nq.program")?;
         let arch = park.arch();
         let regs = park.regs();
         let size = records.checked_mul(RECORD_BYTES as u64).ok_or(HalError::NqSize(records))?;
@@ -123,6 +124,7 @@ impl NqRing {
     /// Program the slot again onto this ring, emptied (the NC was handed to another model
     /// or reset): base_hi, base_lo, size, head 0; the reader starts over at phase 1.
     pub fn rearm(&mut self, arch: &'static Arch, regs: &Regs<'_>) -> Result<()> {
+        platform::failpoint::hit("hal.nq.rearm")?;
         self.buf.fill(0, self.size as usize, 0)?;
         nq::program_slot(regs, self.owner, self.slot, arch.host_dev_addr(self.buf.iova()), self.size)?;
         self.head = 0;

@@ -47,7 +47,31 @@ pub struct Parking {
     udma_owner: Mutex<HashMap<(u64, u64), u64>>,
     /// The ring (by id) each NQ slot was last programmed onto.
     nq_owner: Mutex<HashMap<(NqOwner, u64), u64>>,
+    /// The stream each sequencer engine was last programmed onto.
+    pub(crate) engines: EngineOwners,
     next_id: AtomicU64,
+}
+
+/// Which stream (by id) each engine (nc, engine) was last programmed onto, so that dropping a
+/// stream resets its engine only while the engine still fetches from that stream's memory
+/// (the pattern of [`crate::Ring`] and [`crate::NqRing`]; kept by [`Parking`]).
+#[derive(Default)]
+pub(crate) struct EngineOwners(Mutex<HashMap<(usize, usize), u64>>);
+
+impl EngineOwners {
+    pub(crate) fn claim(&self, nc: usize, engine: usize, id: u64) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).insert((nc, engine), id);
+    }
+
+    /// Stream `id` goes away: whether it still owned the engine (ownership is dropped).
+    pub(crate) fn release(&self, nc: usize, engine: usize, id: u64) -> bool {
+        let mut o = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if o.get(&(nc, engine)) != Some(&id) {
+            return false;
+        }
+        o.remove(&(nc, engine));
+        true
+    }
 }
 
 impl Parking {
@@ -60,6 +84,7 @@ impl Parking {
             parked: Mutex::new(Vec::new()),
             udma_owner: Mutex::new(HashMap::new()),
             nq_owner: Mutex::new(HashMap::new()),
+            engines: Default::default(),
             next_id: AtomicU64::new(1),
         }
     }

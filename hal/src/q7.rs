@@ -136,6 +136,7 @@ impl UcodeCore {
     /// The claim handshake: READY → write CLAIMED, booted; CLAIMED → 8 (another instance
     /// owns it); anything else → 8 (magic mismatch).
     pub fn on_ucode_booted(&mut self) -> Result<(), UcodeError> {
+        platform::failpoint::hit("hal.q7.claim").map_err(|_| err(q7c::ERR_INVALID, "injected failure (failpoint)"))?;
         let b = self.block()?;
         let v = b.claim().read().map_err(|_| err(q7c::ERR_INVALID, "claim read failed"))?.0;
         match v {
@@ -206,6 +207,8 @@ impl UcodeCore {
 
     /// Set mailbox `idx` (≤ 3).
     pub fn dge_set_mailbox(&self, idx: usize, m: DgeMailbox) -> Result<(), UcodeError> {
+        platform::failpoint::hit("hal.q7.mailbox")
+            .map_err(|_| err(q7c::ERR_INVALID, "injected failure (failpoint)"))?;
         self.dge_gate()?;
         if idx >= MAILBOXES {
             return Err(err(q7c::ERR_INVALID, "mailbox index > 3"));
@@ -249,6 +252,7 @@ impl UcodeCore {
     /// Stage a loadable library on this core (it must be booted): point the core at the
     /// image and let it check it.
     pub fn attach(&self, ll: &LoadableLib) -> Result<(), UcodeError> {
+        platform::failpoint::hit("hal.q7.attach").map_err(|_| err(q7c::ERR_INVALID, "injected failure (failpoint)"))?;
         if !self.booted {
             return Err(err(q7c::ERR_INVALID, "core not booted"));
         }

@@ -83,6 +83,7 @@ impl Ring {
 
     /// (Re)program both halves: pause, reset, base, length, no completion ring, enable.
     fn program(&self, regs: &Regs<'_>) -> Result<()> {
+        platform::failpoint::hit("hal.udma.program")?;
         let mb = self.arch.host_dev_addr(self.m2s_ring.iova());
         let sb = self.arch.host_dev_addr(self.s2m_ring.iova());
         udma::program_queue(regs, self.engine, self.queue, mb, sb, self.ndesc)?;

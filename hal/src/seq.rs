@@ -2,6 +2,8 @@
 //! instruction-fetch queue (`seq.eng[e]`, modeled in csr-maps), enabled, and kicked off
 //! by a semaphore increment (one MMIO write).
 
+use std::sync::Arc;
+
 use csr_maps::blocks::seq_engine as se;
 use csr_maps::consts::seq as seqc;
 use csr_maps::Regs;
@@ -9,14 +11,19 @@ use isa::slot::SLOT_BYTES;
 
 use crate::error::{HalError, Result};
 use crate::mem::DevBuf;
+use crate::park::Parking;
 
-/// A program loaded for one engine; the engine is reset when it is dropped via
-/// [`Stream::unload`] (the owner keeps the device memory alive while the engine runs).
+/// A program loaded for one engine. Dropping it (or [`Stream::unload`]) resets the engine
+/// before the program's device memory is freed — if the engine still runs this stream: an
+/// engine since programmed onto another stream is left alone.
 pub struct Stream {
     pub nc: usize,
     pub engine: usize,
-    pub mem: DevBuf,
+    mem: DevBuf,
     pub slots: u32,
+    park: Arc<Parking>,
+    /// This stream's id for engine ownership (kept by [`Parking`]).
+    id: u64,
 }
 
 /// State of an engine as the device reports it.
@@ -31,7 +38,7 @@ pub struct EngineStatus {
 impl Stream {
     /// Program engine `engine` of `nc` to run the slots already written at `mem`.
     pub fn program(
-        regs: &Regs<'_>,
+        park: &Arc<Parking>,
         nc: usize,
         engine: usize,
         mem: DevBuf,
@@ -46,18 +53,34 @@ impl Stream {
             return Err(HalError::ProgramSize(bytes));
         }
         let slots = (bytes / SLOT_BYTES) as u32;
-        let r = regs.seq(nc as u64)?.eng(engine as u64)?;
+        let s = Self { nc, engine, mem, slots, park: park.clone(), id: park.new_id() };
+        // Owned from the first register write: a failure part-way resets the engine on drop.
+        park.engines.claim(nc, engine, s.id);
+        s.write_program(&park.regs(), infer_slot, looped)?;
+        Ok(s)
+    }
+
+    /// The device memory holding the slots.
+    pub fn mem(&self) -> &DevBuf {
+        &self.mem
+    }
+
+    /// Reset the engine and point its instruction fetch at this stream's slots (not enabled).
+    fn write_program(&self, regs: &Regs<'_>, infer_slot: u64, looped: bool) -> Result<()> {
+        platform::failpoint::hit("hal.seq.program")?;
+        let r = regs.seq(self.nc as u64)?.eng(self.engine as u64)?;
         r.ctrl().write_with(|v| v.with_reset(1))?;
-        r.ifq_base_lo().write(se::IfqBaseLo(mem.addr() as u32))?;
-        r.ifq_base_hi().write(se::IfqBaseHi((mem.addr() >> 32) as u32))?;
-        r.ifq_len().write_with(|v| v.with_slots(slots))?;
+        r.ifq_base_lo().write(se::IfqBaseLo(self.mem.addr() as u32))?;
+        r.ifq_base_hi().write(se::IfqBaseHi((self.mem.addr() >> 32) as u32))?;
+        r.ifq_len().write_with(|v| v.with_slots(self.slots))?;
         r.nq_infer_slot().write_with(|v| v.with_slot(infer_slot as u32))?;
         r.ctrl().write_with(|v| v.with_loop_en(looped as u32))?;
-        Ok(Self { nc, engine, mem, slots })
+        Ok(())
     }
 
     /// Start fetching at slot 0.
     pub fn enable(&self, regs: &Regs<'_>, looped: bool) -> Result<()> {
+        platform::failpoint::hit("hal.seq.enable")?;
         let r = regs.seq(self.nc as u64)?.eng(self.engine as u64)?;
         r.ctrl().write_with(|v| v.with_enable(1).with_loop_en(looped as u32))?;
         Ok(())
@@ -74,21 +97,35 @@ impl Stream {
     /// Program the engine again onto this stream's slots (after [`Stream::halt`] or an NC
     /// reset) and enable it.
     pub fn rearm(&self, regs: &Regs<'_>, infer_slot: u64, looped: bool) -> Result<()> {
-        let r = regs.seq(self.nc as u64)?.eng(self.engine as u64)?;
-        r.ctrl().write_with(|v| v.with_reset(1))?;
-        r.ifq_base_lo().write(se::IfqBaseLo(self.mem.addr() as u32))?;
-        r.ifq_base_hi().write(se::IfqBaseHi((self.mem.addr() >> 32) as u32))?;
-        r.ifq_len().write_with(|v| v.with_slots(self.slots))?;
-        r.nq_infer_slot().write_with(|v| v.with_slot(infer_slot as u32))?;
-        r.ctrl().write_with(|v| v.with_loop_en(looped as u32))?;
+        self.park.engines.claim(self.nc, self.engine, self.id);
+        self.write_program(regs, infer_slot, looped)?;
         self.enable(regs, looped)
     }
 
-    /// Stop and reset the engine.
-    pub fn unload(self, regs: &Regs<'_>) -> Result<DevBuf> {
+    /// Stop and reset the engine (if this stream still owns it), then free the program.
+    pub fn unload(mut self) -> Result<()> {
+        self.release()
+    }
+
+    /// Reset the engine if this stream still owns it (ownership ends either way).
+    fn release(&mut self) -> Result<()> {
+        if !self.park.engines.release(self.nc, self.engine, self.id) {
+            return Ok(());
+        }
+        let regs = self.park.regs();
         let r = regs.seq(self.nc as u64)?.eng(self.engine as u64)?;
         r.ctrl().write_with(|v| v.with_reset(1))?;
-        Ok(self.mem)
+        Ok(())
+    }
+}
+
+impl Drop for Stream {
+    /// Reset the engine before its program's device memory is freed (the engine would fetch
+    /// whatever the memory holds next), if this stream still owns it.
+    fn drop(&mut self) {
+        if let Err(err) = self.release() {
+            tracing::warn!(nc = self.nc, engine = self.engine, %err, "could not reset a sequencer engine");
+        }
     }
 }
 

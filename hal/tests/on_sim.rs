@@ -187,7 +187,7 @@ fn sequencer_stream_kickoff_and_harvest() {
                 assert_eq!(st.passes, round);
             }
             for s in streams {
-                drop(s.unload(&regs).unwrap());
+                s.unload().unwrap();
             }
             for r in &rings {
                 r.halt(&regs).unwrap();

@@ -16,6 +16,7 @@
 
 pub mod clock;
 pub mod dma;
+pub mod failpoint;
 pub mod fork;
 pub mod irq;
 pub mod mmio;
@@ -50,6 +51,9 @@ pub enum PlatformError {
     Io(#[from] std::io::Error),
     #[error("{0}")]
     Other(String),
+    /// A failure injected by a test ([`failpoint`]; only with the `failpoints` feature).
+    #[error("injected failure at failpoint {point} (step {hit})")]
+    Injected { point: &'static str, hit: u64 },
 }
 
 /// Identity of the device behind a platform.
@@ -88,6 +92,11 @@ pub trait Platform: Send + Sync {
     /// (positive) or freed (negative). Hardware ignores it; the simulator audits it so
     /// tests can prove that nothing leaks.
     fn account_device_memory(&self, _delta: i64) {}
+
+    /// Bookkeeping hook: the driver's device-memory allocator is about to free `len` bytes at
+    /// device address `addr`. Hardware ignores it; the simulator checks that nothing enabled
+    /// still points there (an engine's instruction fetch).
+    fn device_memory_freed(&self, _addr: u64, _len: u64) {}
 
     /// The largest buffer one [`Platform::dma_map`] can cover, when the platform limits it
     /// (`None`: any size). VFIO's no-IOMMU mode gives the device physical addresses, so a

@@ -144,6 +144,9 @@ impl Platform for TracedPlatform {
     fn account_device_memory(&self, delta: i64) {
         self.inner.account_device_memory(delta)
     }
+    fn device_memory_freed(&self, addr: u64, len: u64) {
+        self.inner.device_memory_freed(addr, len)
+    }
     fn max_dma_mapping(&self) -> Option<usize> {
         self.inner.max_dma_mapping()
     }

@@ -123,6 +123,16 @@ pub struct SimStats {
     /// memory without parking / halting the queue first (the kmod parks queues on a dummy
     /// ring, `neuron_ring.c`, and halts NQs, `neuron_nq.c`).
     pub dangling_unmaps: u64,
+    /// Memory freed (host memory unmapped, or device memory given back to the driver's
+    /// allocator) while an enabled sequencer engine's instruction-fetch queue pointed into it
+    /// (one per engine): a driver that frees a program without resetting its engine first.
+    pub dangling_fetches: u64,
+    /// Sequencer engines enabled now (running, or waiting on a semaphore), over every NC.
+    pub enabled_engines: u64,
+    /// UDMA queue halves enabled now (a queue parked on the driver's dummy ring counts).
+    pub enabled_dma_queues: u64,
+    /// Notification-queue slots programmed now (base and size non-zero).
+    pub programmed_nq_slots: u64,
     /// Bytes moved per DGE channel (DMA engine within the NC), summed over NCs.
     pub dge_channel_bytes: Vec<u64>,
     /// Sequencer engine state per NC and engine (`consts::seq::STATE_*`).
@@ -160,6 +170,7 @@ pub(crate) struct Counters {
     pub fwio: AtomicU64,
     pub fwio_legacy_misuse: AtomicU64,
     pub dangling_unmaps: AtomicU64,
+    pub dangling_fetches: AtomicU64,
     pub last_reset_map: std::sync::atomic::AtomicU32,
     pub threads: AtomicU64,
     /// Time spent running device work inline (inside MMIO writes), ns.
@@ -579,6 +590,10 @@ impl SimDevice {
             last_reset_map: d.n.last_reset_map.load(Ordering::Relaxed),
             fwio_legacy_misuse: d.n.fwio_legacy_misuse.load(Ordering::Relaxed),
             dangling_unmaps: d.n.dangling_unmaps.load(Ordering::Relaxed),
+            dangling_fetches: d.n.dangling_fetches.load(Ordering::Relaxed),
+            enabled_engines: crate::seq::enabled_engines(&st),
+            enabled_dma_queues: crate::udma::enabled_queues(d, &st),
+            programmed_nq_slots: crate::nq::programmed_slots(d, &st),
             dge_channel_bytes: st.dge_bytes.clone(),
             engine_states: st.seq.iter().map(|e| std::array::from_fn(|i| e[i].state)).collect(),
             threads: d.n.threads.load(Ordering::Relaxed),

@@ -73,6 +73,17 @@ pub(crate) fn dangling_slots(dev: &Dev, st: &State, iova: u64, len: u64) -> u64 
     n
 }
 
+/// NQ slots programmed (base and size non-zero).
+pub(crate) fn programmed_slots(dev: &Dev, st: &State) -> u64 {
+    st.nq
+        .keys()
+        .filter(|&&o| {
+            let base = dev.stored(st, o + ns::BASE_LO_OFFSET, 0) | dev.stored(st, o + ns::BASE_HI_OFFSET, 0);
+            base != 0 && dev.stored(st, o + ns::SIZE_OFFSET, 0) != 0
+        })
+        .count() as u64
+}
+
 /// BAR0 base of NOTIFIC slot `slot` of NC `nc`.
 pub(crate) fn nc_slot(dev: &Dev, nc: usize, slot: u64) -> Option<u64> {
     dev.notific(nc)?.nq(slot).ok().map(|s| s.base())

@@ -24,6 +24,10 @@ impl DmaUnmap for Unmapper {
                 if n > 0 {
                     d.n.dangling_unmaps.fetch_add(n, Ordering::Relaxed);
                 }
+                let f = crate::seq::dangling_fetches(&d, &st, d.arch.host_dev_addr(iova), len);
+                if f > 0 {
+                    d.n.dangling_fetches.fetch_add(f, Ordering::Relaxed);
+                }
             }
             d.iommu.unmap(iova);
             d.iommu.free_iova(iova, len);
@@ -90,5 +94,13 @@ impl Platform for SimDevice {
 
     fn account_device_memory(&self, delta: i64) {
         self.dev.dev_mem.fetch_add(delta, Ordering::Relaxed);
+    }
+
+    fn device_memory_freed(&self, addr: u64, len: u64) {
+        let d = &self.dev;
+        let f = crate::seq::dangling_fetches(d, &d.lock(), addr, len);
+        if f > 0 {
+            d.n.dangling_fetches.fetch_add(f, Ordering::Relaxed);
+        }
     }
 }

@@ -53,6 +53,45 @@ fn eng_regs(dev: &Dev, nc: usize, e: usize) -> Option<csr_maps::blocks::seq_engi
     dev.seq(nc)?.eng(e as u64).ok()
 }
 
+/// Whether an engine fetches instructions (enabled: running, or waiting on a semaphore).
+fn fetching(s: &SeqEng) -> bool {
+    matches!(s.state, seqc::STATE_RUNNING | seqc::STATE_WAITING)
+}
+
+/// Engines enabled (running or waiting) over every NC.
+pub(crate) fn enabled_engines(st: &State) -> u64 {
+    st.seq.iter().flatten().filter(|s| fetching(s)).count() as u64
+}
+
+/// Memory at device addresses `[addr, addr + len)` is going away (host memory unmapped, or
+/// device memory freed): count the enabled engines whose instruction-fetch queue lies (partly)
+/// in it. An engine left enabled fetches whatever the memory holds next; a driver resets the
+/// engine before freeing its program.
+pub(crate) fn dangling_fetches(dev: &Dev, st: &State, addr: u64, len: u64) -> u64 {
+    let mut n = 0;
+    for (nc, engs) in st.seq.iter().enumerate() {
+        for (e, s) in engs.iter().enumerate() {
+            if !fetching(s) {
+                continue;
+            }
+            let Some(r) = eng_regs(dev, nc, e) else { continue };
+            let base = dev.stored(st, r.ifq_base_lo().offset(), 0) as u64
+                | ((dev.stored(st, r.ifq_base_hi().offset(), 0) as u64) << 32);
+            let bytes = se::IfqLen(dev.stored(st, r.ifq_len().offset(), 0)).slots() as u64 * SLOT_BYTES as u64;
+            if bytes > 0 && base < addr.saturating_add(len) && addr < base.saturating_add(bytes) {
+                tracing::warn!(
+                    nc,
+                    engine = e,
+                    ifq = format_args!("{base:#x}"),
+                    "sim: memory freed while an enabled engine's instruction-fetch queue points into it"
+                );
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
 pub(crate) fn reg_read(dev: &Dev, st: &mut State, hit: &Hit, nc: u32, r: seq::RegId) -> u32 {
     let nc = nc as usize;
     match r {

@@ -285,6 +285,17 @@ pub(crate) fn dangling_rings(dev: &Dev, st: &State, iova: u64, len: u64) -> u64 
     n
 }
 
+/// UDMA queue halves enabled, over every engine.
+pub(crate) fn enabled_queues(dev: &Dev, st: &State) -> u64 {
+    let mut n = 0;
+    for e in 0..st.udma.len() {
+        for q in 0..udc::QUEUES as usize {
+            n += [Half::M2s, Half::S2m].into_iter().filter(|&h| queue_enabled(dev, st, e, h, q)).count() as u64;
+        }
+    }
+    n
+}
+
 /// Whether the queue's `cfg` enables it.
 fn queue_enabled(dev: &Dev, st: &State, e: usize, half: Half, q: usize) -> bool {
     qregs(dev, e, half, q)

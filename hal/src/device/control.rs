@@ -72,6 +72,7 @@ impl Device {
     /// `size` (the modeled `nc_barrier` block): its barrier task is outstanding until every
     /// rank of the group arrived (docs/faults.md). Three MMIO writes.
     pub fn barrier_arm(&self, nc: usize, comm: u32, rank: u8, size: u8) -> Result<()> {
+        platform::failpoint::hit("hal.barrier.arm")?;
         use csr_maps::blocks::nc_barrier as nb;
         let b = self.regs().nc_barrier(nc as u64)?;
         b.comm().write(nb::Comm(comm))?;
@@ -98,6 +99,7 @@ impl Device {
     /// the bits it clears); the block's placement is modeled, so on real hardware this needs
     /// the operator's opt-in.
     pub fn clear_causes(&self, nc: usize) -> Result<()> {
+        platform::failpoint::hit("hal.causes.clear")?;
         let i = self.regs().nc_intc(nc as u64)?;
         i.g0().cause().write(csr_maps::blocks::nc_intc_g0::Cause(0))?;
         i.g1().cause().write(csr_maps::blocks::nc_intc_g1::Cause(0))?;
@@ -110,6 +112,7 @@ impl Device {
     /// [`HalError::RegionTableFull`] when more entries are needed than the table holds
     /// (nothing is programmed then: the table is left as it was). Returns the entries used.
     pub fn set_regions(&self, nc: usize, regions: &[Region]) -> Result<usize> {
+        platform::failpoint::hit("hal.regions.program")?;
         self.check_nc(nc)?;
         let mut all = self.inner.regions.lock().unwrap_or_else(|e| e.into_inner());
         let shadow = all.get_mut(nc).ok_or(HalError::NoSuchNc { nc, count: self.nc_count() })?;
@@ -118,6 +121,7 @@ impl Device {
 
     /// Disable NC `nc`'s ownership region table (nothing is checked) and clear its entries.
     pub fn clear_regions(&self, nc: usize) -> Result<()> {
+        platform::failpoint::hit("hal.regions.clear")?;
         self.check_nc(nc)?;
         let mut all = self.inner.regions.lock().unwrap_or_else(|e| e.into_inner());
         let shadow = all.get_mut(nc).ok_or(HalError::NoSuchNc { nc, count: self.nc_count() })?;

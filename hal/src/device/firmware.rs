@@ -16,6 +16,7 @@ impl Device {
     /// Reset NeuronCore `nc` through the firmware and bring its DMA engines back up; the
     /// NC's notification queues and host-transfer ring are re-initialised.
     pub fn reset_nc(&self, nc: usize) -> Result<()> {
+        platform::failpoint::hit("hal.reset_nc")?;
         self.check_nc(nc)?;
         let regs = self.regs();
         nq::halt_all(&regs, nc, self.arch().counts.nq_slots)?;

@@ -85,6 +85,7 @@ impl Device {
     /// host-facing engine; waits for completion. An aborted queue is recovered and the
     /// abort returned.
     pub fn copy(&self, nc: usize, xfers: &[Xfer]) -> Result<()> {
+        platform::failpoint::hit("hal.dma.copy")?;
         let ring = self.h2t_ring(nc)?;
         let mut r = ring.lock().unwrap_or_else(|e| e.into_inner());
         let regs = self.regs();

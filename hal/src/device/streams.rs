@@ -16,7 +16,7 @@ impl Device {
         }
         let mem = self.alloc_device(self.hbm_for_nc(nc), slots.len() as u64, 4096)?;
         self.write_device(nc, mem.addr(), slots)?;
-        Stream::program(&self.regs(), nc, engine, mem, slots.len(), self.infer_slot(engine), looped)
+        Stream::program(&self.inner.park, nc, engine, mem, slots.len(), self.infer_slot(engine), looped)
     }
 
     /// The NC's current device timestamp (notification-timestamp ticks).

@@ -33,16 +33,19 @@ impl Device {
 
     /// Assign.
     pub fn sem_set(&self, nc: usize, i: u64, v: i32) -> Result<()> {
+        platform::failpoint::hit("hal.sem.set")?;
         Ok(self.regs().tpb_sem(nc as u64)?.sem_set(i)?.write(ts::SemSet(v as u32))?)
     }
 
     /// Add (the kickoff: one MMIO write).
     pub fn sem_inc(&self, nc: usize, i: u64, v: u32) -> Result<()> {
+        platform::failpoint::hit("hal.sem.inc")?;
         Ok(self.regs().tpb_sem(nc as u64)?.sem_inc(i)?.write(ts::SemInc(v))?)
     }
 
     /// Subtract.
     pub fn sem_dec(&self, nc: usize, i: u64, v: u32) -> Result<()> {
+        platform::failpoint::hit("hal.sem.dec")?;
         Ok(self.regs().tpb_sem(nc as u64)?.sem_dec(i)?.write(ts::SemDec(v))?)
     }
 
@@ -61,6 +64,7 @@ impl Device {
     /// The kickoff: increment the semaphore behind `k` by one. One 32-bit MMIO write — no
     /// allocation, no syscall, no lock.
     pub fn kick(&self, k: &KickSlot) -> Result<()> {
+        platform::failpoint::hit("hal.kick")?;
         Ok(self.inner.bar0.write32(k.off, ts::SemInc(1).0)?)
     }
 
@@ -77,6 +81,7 @@ impl Device {
 
     /// Set or clear event `i`.
     pub fn set_event(&self, nc: usize, i: u64, on: bool) -> Result<()> {
+        platform::failpoint::hit("hal.event.set")?;
         Ok(self.regs().tpb_sem(nc as u64)?.event(i)?.write(ts::Event(on as u32))?)
     }
 }

@@ -50,4 +50,18 @@ impl Runtime {
         let logical: Vec<usize> = (first..first + required).collect();
         Ok(Placement { global: logical.iter().map(|&l| visible[l]).collect(), logical })
     }
+
+    /// Where a streaming load writes its weights before it is admitted (after the parse): the
+    /// global NC of logical `start_nc`, or the visible NC holding the fewest models. Only a
+    /// hint — no check, nothing reserved; a var admission places elsewhere is copied.
+    pub(super) fn first_nc_hint(&self, start_nc: Option<usize>) -> usize {
+        let visible = self.visible_ncs();
+        let placed = lock(&self.placed);
+        let load = |g: &usize| placed.get(*g).copied().unwrap_or(0);
+        match start_nc {
+            Some(s) => visible.get(s).copied(),
+            None => visible.iter().min_by_key(|g| load(g)).copied(),
+        }
+        .unwrap_or(0)
+    }
 }

@@ -130,13 +130,16 @@ impl Executor for XuExec {
             return Step::Done;
         };
         if !tok.started {
-            let r = bind_inputs(&m, ex, &tok.req.inputs, &tok.req.outputs).and_then(|_| {
-                if let Some(irq) = &ex.irq {
-                    irq.drain();
-                }
-                kick(ex)
-            });
-            if let Err(e) = r {
+            if let Err(e) = bind_inputs(&m, ex, &tok.req.inputs, &tok.req.outputs) {
+                tok.error = Some(e.status);
+                return Step::Done;
+            }
+            if let Some(irq) = &ex.irq {
+                irq.drain();
+            }
+            if let Err(e) = kick(ex) {
+                drop(g);
+                super::execute::kick_failed(&m, e.status);
                 tok.error = Some(e.status);
                 return Step::Done;
             }

@@ -44,7 +44,11 @@ impl Runtime {
         }
         // The bind phase's clock only when asked for (RuntimeConfig::phase_timings).
         let t_bound = m.phase_timings.then(Instant::now);
-        kick(ex)?;
+        if let Err(e) = kick(ex) {
+            drop(g);
+            kick_failed(m, e.status);
+            return Err(e);
+        }
         let t_kicked = m.phase_timings.then(Instant::now);
         // The completion engine's clock starts after the kick (with an inline device, after
         // the device work the kick ran). It keeps deadlines (the core timeout, the barrier
@@ -316,6 +320,17 @@ pub(super) fn kick(ex: &ExecState) -> Result<(), RtError> {
         s.dev.kick(&s.kick)?;
     }
     Ok(())
+}
+
+/// A kickoff failed, possibly after it started some of the model's NCs (a collective then
+/// waits on the rest): fail-stop — the NCs are reset before their next use and the model is
+/// poisoned, as after a failed execution.
+#[cold]
+pub(super) fn kick_failed(m: &Model, status: NrtStatus) {
+    for &nc in &m.ncs {
+        m.lanes.set_dirty(nc, true);
+    }
+    m.lifecycle.update(|lc| lc.poison(status));
 }
 
 /// Copy outputs that were not bound by address.

@@ -1,6 +1,9 @@
 //! Load, share, unload and teardown: NEFF gates → vNC admission → one staged graph per NC
-//! ([`crate::stage`]) → model RUNNING. A failed load unwinds everything it made; unload is
-//! ref-counted and tears the device state down at zero.
+//! ([`crate::stage`]) → model RUNNING. A load is a transaction in three steps — admit (checks
+//! and vNC admission, nothing taken), stage (into a [`LoadTxn`] that owns the placement counts,
+//! the held lanes, the lifecycle and every staged NC), finish (commit) — so a failure at any
+//! step gives everything back through one `Drop`; unload is ref-counted and tears the device
+//! state down at zero.
 
 use std::io::Read;
 use std::sync::atomic::Ordering;
@@ -8,7 +11,12 @@ use std::sync::{Arc, Mutex};
 
 use neff::{Neff, ReadOptions};
 
-use super::{lock, Armed, ExecState, Held, Model, ModelHandle, PollPolicy, RtError, RtErrorKind, Runtime};
+use hal::Device;
+
+use super::admission::Placement;
+use super::{
+    lock, Armed, ExecState, Held, Model, ModelHandle, NcLanes, PollPolicy, RtError, RtErrorKind, Runtime, RuntimeConfig,
+};
 use crate::completion::{ExecTracker, TrackerConfig};
 use crate::stage::weights::DeviceSink;
 use crate::stage::{stage_graph, GraphPlacement, StagedNc};
@@ -24,6 +32,82 @@ pub struct GlobalPlacement {
     /// Global ranks in all (every process loads the same NEFF: `G` graphs × processes); a
     /// replica group naming a rank at or past it is refused at load.
     pub ranks: usize,
+}
+
+/// What admission decided for a load (no resource taken yet).
+struct Admitted {
+    place: Placement,
+    id: u64,
+    rank_base: usize,
+    comm_id: u32,
+    cfg: RuntimeConfig,
+    arch: &'static csr_maps::Arch,
+}
+
+/// A load in progress: the placement counts it holds, the NCs' lanes, the lifecycle, and
+/// every staged NC with its device objects. Dropped without [`LoadTxn::commit`] (a failed
+/// step returned), it gives everything back: each staged NC stops its engines, halts its
+/// rings and frees its memory; the lifecycle records the failed load; the placement counts
+/// drop; the lanes are released (the parked models re-arm on their next execution); idle
+/// host memory is trimmed.
+struct LoadTxn<'a> {
+    rt: &'a Runtime,
+    lanes: Arc<NcLanes>,
+    /// Global NCs whose placement count this load holds.
+    placed: Vec<usize>,
+    held: Option<Held>,
+    life: ModelLifecycle,
+    staged: Vec<StagedNc>,
+    devs: Vec<Device>,
+    staged_bytes: Vec<u64>,
+    committed: bool,
+}
+
+/// What a committed load hands to its model.
+type Committed = (ModelLifecycle, Vec<StagedNc>, Vec<Device>, Vec<u64>, Arc<NcLanes>, Option<Held>);
+
+impl LoadTxn<'_> {
+    /// The load succeeded: keep everything (the model owns it now).
+    fn commit(mut self) -> Committed {
+        self.committed = true;
+        (
+            std::mem::take(&mut self.life),
+            std::mem::take(&mut self.staged),
+            std::mem::take(&mut self.devs),
+            std::mem::take(&mut self.staged_bytes),
+            self.lanes.clone(),
+            self.held.take(),
+        )
+    }
+}
+
+impl Drop for LoadTxn<'_> {
+    fn drop(&mut self) {
+        if self.committed {
+            return;
+        }
+        for (s, d) in std::mem::take(&mut self.staged).into_iter().zip(self.devs.iter()) {
+            s.teardown(d);
+        }
+        let _ = self.life.load_failed();
+        self.rt.unplace(&self.placed);
+        drop(self.held.take());
+        self.rt.release_idle();
+    }
+}
+
+/// Whether the loader's confinement checks are off (tests only: the field exists only with
+/// the `unchecked-loader` feature).
+fn unchecked_loader(cfg: &RuntimeConfig) -> bool {
+    #[cfg(feature = "unchecked-loader")]
+    {
+        cfg.unchecked_loader_for_tests
+    }
+    #[cfg(not(feature = "unchecked-loader"))]
+    {
+        let _ = cfg;
+        false
+    }
 }
 
 impl Runtime {
@@ -105,9 +189,9 @@ impl Runtime {
         global: Option<GlobalPlacement>,
     ) -> Result<ModelHandle, RtError> {
         let opts = self.read_options()?;
-        // Stream to the NC the model's first graph will most likely land on (admission is
-        // re-run after the parse; a var placed elsewhere is copied device to device).
-        let target = self.admit(start_nc, nc_count.unwrap_or(1))?.global.first().copied().unwrap_or(0);
+        // Stream to the NC the model's first graph will most likely land on (admission runs
+        // once, after the parse; a var placed elsewhere is copied device to device).
+        let target = self.first_nc_hint(start_nc);
         let (dev, local) =
             self.device_of(target).ok_or_else(|| RtError::from(RtErrorKind::NoDeviceForNc { nc: target }))?;
         let mut sink = DeviceSink::new(&dev, local);
@@ -117,29 +201,55 @@ impl Runtime {
         Ok(m)
     }
 
+    /// A parsed NEFF through the three steps of a load: admit (nothing taken), stage (into a
+    /// [`LoadTxn`], which gives everything back if a later step fails), finish (commit).
     fn load_parsed(
         &self,
         n: Neff,
         start_nc: Option<usize>,
         nc_count: Option<usize>,
         global: Option<GlobalPlacement>,
-        mut weights: Option<&mut DeviceSink>,
+        weights: Option<&mut DeviceSink>,
     ) -> Result<ModelHandle, RtError> {
+        let admitted = self.admit_load(&n, start_nc, nc_count, global)?;
+        let mut txn = self.begin_load(&admitted)?;
+        self.stage_load(&mut txn, &n, &admitted, weights)?;
+        self.finish_load(txn, &n, admitted)
+    }
+
+    /// Admit: the checks that need no device (bound I/O, collectives) and the NCs the load
+    /// gets (vNC admission, run once per load). Nothing is taken yet.
+    fn admit_load(
+        &self,
+        n: &Neff,
+        start_nc: Option<usize>,
+        nc_count: Option<usize>,
+        global: Option<GlobalPlacement>,
+    ) -> Result<Admitted, RtError> {
         let cfg = lock(&self.cfg).clone();
-        let devices = lock(&self.devices).clone();
-        let first = devices.first().ok_or_else(|| RtError::from(RtErrorKind::NoDevices))?;
-        let arch = first.arch();
-        crate::stage::check_io(&n).map_err(|e| RtError::from(RtErrorKind::Bindings(Box::new(e))))?;
+        let arch = lock(&self.devices).first().ok_or_else(|| RtError::from(RtErrorKind::NoDevices))?.arch();
+        crate::stage::check_io(n).map_err(|e| RtError::from(RtErrorKind::Bindings(Box::new(e))))?;
         // Collectives that can never complete are refused before anything is placed.
         let ranks = match global {
             Some(g) => crate::collectives::LoadRanks { first: g.rank_base, total: g.ranks },
             None => crate::collectives::LoadRanks::local(n.graphs.len()),
         };
-        crate::collectives::check(&n, ranks)?;
+        crate::collectives::check(n, ranks)?;
         let required = nc_count.unwrap_or(n.graphs.len()).max(n.graphs.len());
         let place = self.admit(start_nc, required)?;
-        let picked = place.global;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (rank_base, comm_id) = match global {
+            Some(g) => (g.rank_base, g.comm_id),
+            None => (0, (id as u32).wrapping_mul(2654435761) ^ (std::process::id() << 8)),
+        };
+        Ok(Admitted { place, id, rank_base, comm_id, cfg, arch })
+    }
+
+    /// Take the admitted NCs into a transaction: count the placement, hold the NCs' lanes
+    /// (running executions finish first), park the models armed there and reset NCs a fault
+    /// left dirty.
+    fn begin_load(&self, a: &Admitted) -> Result<LoadTxn<'_>, RtError> {
+        let picked = a.place.global.clone();
         {
             let mut placed = lock(&self.placed);
             for &c in &picked {
@@ -149,35 +259,41 @@ impl Runtime {
             }
         }
         let lanes = lock(&self.lanes).clone();
-        let held = Held::acquire(&lanes, &picked);
+        let mut txn = LoadTxn {
+            rt: self,
+            held: Some(Held::acquire(&lanes, &picked)),
+            lanes,
+            placed: picked,
+            life: ModelLifecycle::new(),
+            staged: Vec::new(),
+            devs: Vec::new(),
+            staged_bytes: Vec::new(),
+            committed: false,
+        };
         // Staging programs the NCs' hardware: park the models armed there first.
-        for &g in &picked {
-            if let Some(prev) = lanes.set_active(g, None).and_then(|a| a.model.upgrade()) {
-                if let Some(j) = prev.ncs.iter().position(|&x| x == g) {
-                    if let Some(s) = lock(&prev.exec).as_mut().and_then(|ex| ex.ncs.get_mut(j)) {
-                        super::ncs::park(s);
-                    }
-                }
-            }
-            if lanes.set_dirty(g, false) {
+        for &g in &txn.placed {
+            super::ncs::park_armed(&txn.lanes, g);
+            if txn.lanes.set_dirty(g, false) {
                 if let Some((dev, local)) = self.device_of(g) {
                     if let Err(e) = dev.reset_nc(local) {
-                        lanes.set_dirty(g, true);
-                        self.unplace(&picked);
+                        txn.lanes.set_dirty(g, true);
                         return Err(e.into());
                     }
                 }
             }
         }
-        let mut life = ModelLifecycle::new();
-        life.begin_load()?;
-        let mut staged: Vec<StagedNc> = Vec::new();
-        let mut devs = Vec::new();
-        let mut staged_bytes = Vec::new();
-        let (rank_base, comm_id) = match global {
-            Some(g) => (g.rank_base, g.comm_id),
-            None => (0, (id as u32).wrapping_mul(2654435761) ^ (std::process::id() << 8)),
-        };
+        txn.life.begin_load()?;
+        Ok(txn)
+    }
+
+    /// Stage: one graph per NC into `txn` (a failure leaves what was staged to `txn`'s drop).
+    fn stage_load(
+        &self,
+        txn: &mut LoadTxn<'_>,
+        n: &Neff,
+        a: &Admitted,
+        mut weights: Option<&mut DeviceSink>,
+    ) -> Result<(), RtError> {
         let progress = lock(&self.load_progress).clone();
         let total: u64 = n.graphs.iter().map(crate::stage::initial_bytes).sum();
         let done = std::sync::atomic::AtomicU64::new(0);
@@ -190,71 +306,73 @@ impl Runtime {
         if let Some(f) = &progress {
             f(crate::stage::LoadProgress { done: 0, total });
         }
-        let res: Result<(), RtError> = (|| {
-            for (rank, g) in n.graphs.iter().enumerate() {
-                let (dev, local) = self
-                    .device_of(picked[rank])
-                    .ok_or_else(|| RtError::from(RtErrorKind::NoDeviceForNc { nc: picked[rank] }))?;
-                let before = super::hbm_used(&dev, local);
-                let s = stage_graph(
-                    &dev,
-                    g,
-                    &GraphPlacement {
-                        nc: local,
-                        rank: rank_base + rank,
-                        comm_id,
-                        unchecked: cfg.unchecked_loader_for_tests,
-                    },
-                    &written,
-                    weights.as_deref_mut(),
-                )
-                .map_err(|e| RtError::from(RtErrorKind::Stage { graph: g.name.clone(), source: Box::new(e) }))?;
-                staged_bytes.push(super::hbm_used(&dev, local).saturating_sub(before));
-                staged.push(s);
-                devs.push(dev);
-            }
-            Ok(())
-        })();
-        if let Err(e) = res {
-            for (s, d) in staged.into_iter().zip(devs.iter()) {
-                drop(s.teardown(d));
-            }
-            let _ = life.load_failed();
-            self.unplace(&picked);
-            drop(held);
-            self.release_idle();
-            return Err(e);
+        for (rank, g) in n.graphs.iter().enumerate() {
+            let global = a
+                .place
+                .global
+                .get(rank)
+                .copied()
+                .ok_or_else(|| RtError::from(RtErrorKind::NoDeviceForNc { nc: rank }))?;
+            let (dev, local) =
+                self.device_of(global).ok_or_else(|| RtError::from(RtErrorKind::NoDeviceForNc { nc: global }))?;
+            let before = super::hbm_used(&dev, local);
+            let s = stage_graph(
+                &dev,
+                g,
+                &GraphPlacement {
+                    nc: local,
+                    rank: a.rank_base + rank,
+                    comm_id: a.comm_id,
+                    unchecked: unchecked_loader(&a.cfg),
+                },
+                &written,
+                weights.as_deref_mut(),
+            )
+            .map_err(|e| RtError::from(RtErrorKind::Stage { graph: g.name.clone(), source: Box::new(e) }))?;
+            txn.staged_bytes.push(super::hbm_used(&dev, local).saturating_sub(before));
+            txn.staged.push(s);
+            txn.devs.push(dev);
         }
-        for s in &mut staged {
+        for s in &mut txn.staged {
             s.index_io(n.inputs.iter().chain(&n.outputs).map(|t| t.name.as_str()));
         }
-        let mut tc = TrackerConfig::new(arch, cfg.exec_timeout);
+        Ok(())
+    }
+
+    /// Finish: the completion tracker, the clock sync point and the interrupt, then the model
+    /// (RUNNING, armed on its NCs) — the transaction commits only when nothing can fail.
+    fn finish_load(&self, mut txn: LoadTxn<'_>, n: &Neff, a: Admitted) -> Result<ModelHandle, RtError> {
+        let cfg = &a.cfg;
+        let mut tc = TrackerConfig::new(a.arch, cfg.exec_timeout);
         tc.reads_per_sweep = crate::stage::RING_RECORDS as usize;
         tc.barrier_warn = cfg.barrier_warn;
         // Both execute paths step the engine on the coarse clock.
         tc.clock = platform::clock::ClockKind::Coarse;
-        let tracker = ExecTracker::new(staged.len(), tc).map_err(|e| RtError::from(RtErrorKind::Tracker(e)))?;
+        let tracker = ExecTracker::new(txn.staged.len(), tc).map_err(|e| RtError::from(RtErrorKind::Tracker(e)))?;
         // The sync point: the device clock read between two host clock reads, paired with
         // their midpoint (the pairing error is at most half the gap).
         let before = self.epoch.elapsed().as_nanos() as u64;
-        let t0 = staged.first().map(|s| s.dev.device_time(s.nc)).transpose()?.unwrap_or(0);
+        let t0 = txn.staged.first().map(|s| s.dev.device_time(s.nc)).transpose()?.unwrap_or(0);
         let after = self.epoch.elapsed().as_nanos() as u64;
         let sync = crate::timestamp::TimestampSync {
             clocks: [crate::timestamp::EngineClock::nominal(t0); 5],
             sync: crate::timestamp::SyncPoint { device_ns: 0, cpu_ns: before + (after - before) / 2 },
         };
-        let irq = match (cfg.poll, staged.first()) {
+        let irq = match (cfg.poll, txn.staged.first()) {
             (PollPolicy::Interrupt, Some(s)) => s.dev.irq(s.nc)?,
             _ => None,
         };
-        life.load_succeeded()?;
+        txn.life.load_succeeded()?;
+        // Nothing below fails: the transaction's parts become the model's.
+        let (life, staged, devs, staged_bytes, lanes, held) = txn.commit();
+        let id = a.id;
         let model = Arc::new(Model {
             id,
             name: n.header.name_str().to_string(),
             inputs: n.inputs.clone(),
             outputs: n.outputs.clone(),
-            ncs: picked,
-            vncs: place.logical,
+            ncs: a.place.global,
+            vncs: a.place.logical,
             lifecycle: super::Lifecycle::new(life),
             exec: Mutex::new(Some(ExecState { irq, ncs: staged, tracker, seq: 0, sync })),
             poll: cfg.poll,
@@ -331,13 +449,13 @@ impl Runtime {
                 let nc = s.nc;
                 if m.lanes.active(g).is_none_or(|a| a.id != m.id) {
                     // Parked: another model (or nothing) is armed on the NC; free the memory
-                    // without touching its registers.
+                    // (its queues, slots and engines are reset only where they still run it).
                     drop(s);
                     continue;
                 }
                 m.lanes.set_active(g, None);
                 m.lanes.set_dirty(g, false);
-                drop(s.teardown(d));
+                s.teardown(d);
                 // libnrt leaves a faulted core to the management firmware; we reset the NCs of
                 // a poisoned model through the firmware at unload so the next load on them
                 // starts clean. Healthy NCs only get their latched causes cleared.

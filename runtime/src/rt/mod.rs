@@ -88,7 +88,9 @@ pub struct RuntimeConfig {
     /// Tests only: skip the loader's confinement checks (raw and out-of-range addresses,
     /// the WRITE allow-list, state-buffer fit, virtual-var backing), so that a test can show
     /// the device's own ownership check (the NC's region table) stopping a hostile model
-    /// with NRT_EXEC_OOB. Never set outside tests (docs/trust.md).
+    /// with NRT_EXEC_OOB. Exists only with the test-only `unchecked-loader` feature, so a
+    /// normal build cannot turn confinement off (docs/trust.md).
+    #[cfg(feature = "unchecked-loader")]
     #[doc(hidden)]
     pub unchecked_loader_for_tests: bool,
 }
@@ -103,6 +105,7 @@ impl Default for RuntimeConfig {
             verify: true,
             barrier_warn: crate::completion::BARRIER_WARN_INITIAL,
             phase_timings: false,
+            #[cfg(feature = "unchecked-loader")]
             unchecked_loader_for_tests: false,
         }
     }

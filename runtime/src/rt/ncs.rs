@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use hal::q7::{CoreKind, UcodeContext, UcodeCore};
 
-use super::{lock, Armed, ExecState, Model, RtError};
+use super::{lock, Armed, ExecState, Model, NcLanes, RtError};
 use crate::stage::{sems, ucode, StageError, StagedNc};
 
 /// Park `s`: its NC is handed to another model. Nothing it owns is freed.
@@ -29,6 +29,17 @@ pub(super) fn park(s: &mut StagedNc) {
     // Dropping the cores releases their claims.
     s.dge_core = None;
     s.q7_core = None;
+}
+
+/// The one park path (load and [`switch_in`]): park whichever model is armed on global NC
+/// `g` and leave nothing armed there. The caller holds `g`'s lane, so that model is idle.
+pub(super) fn park_armed(lanes: &NcLanes, g: usize) {
+    let Some(prev) = lanes.set_active(g, None).and_then(|a| a.model.upgrade()) else { return };
+    let Some(j) = prev.ncs.iter().position(|&x| x == g) else { return };
+    let mut exec = lock(&prev.exec);
+    if let Some(s) = exec.as_mut().and_then(|ex| ex.ncs.get_mut(j)) {
+        park(s);
+    }
 }
 
 /// Re-arm `s` on its NC (after [`park`], or after the NC was reset under it).
@@ -85,15 +96,7 @@ pub(super) fn switch_in(m: &Arc<Model>) -> Result<(), RtError> {
             continue;
         }
         // Park the previous model (its lanes include this NC, which we hold: it is idle).
-        if let Some(prev) = m.lanes.set_active(g, None).and_then(|a| a.model.upgrade()) {
-            if let Some(j) = prev.ncs.iter().position(|&x| x == g) {
-                if let Some(ex) = lock(&prev.exec).as_mut() {
-                    if let Some(s) = ex.ncs.get_mut(j) {
-                        park(s);
-                    }
-                }
-            }
-        }
+        park_armed(&m.lanes, g);
         let dirty = m.lanes.set_dirty(g, false);
         let mut gex = lock(&m.exec);
         let ex: &mut ExecState = match gex.as_mut() {

@@ -220,13 +220,15 @@ impl StagedNc {
         Ok(())
     }
 
-    /// Stop the engines and halt the rings (unload / failed load).
-    pub fn teardown(self, dev: &Device) -> Vec<DevBuf> {
+    /// Stop the engines and halt the rings (unload / failed load), then free everything.
+    /// Dropping a staged NC without this still resets its engines, halts its notification
+    /// slots and parks its DMA queues (each hal object does so on drop, where it still owns
+    /// the hardware); this also quiesces the queues and clears the NC's region table.
+    pub fn teardown(self, dev: &Device) {
         let regs = dev.regs();
-        let mut keep = Vec::new();
         for s in self.streams {
-            if let Ok(m) = s.unload(&regs) {
-                keep.push(m);
+            if let Err(err) = s.unload() {
+                tracing::warn!(nc = self.nc, %err, "could not reset a sequencer engine");
             }
         }
         for r in self.infer_rings.iter().chain(std::iter::once(&self.err_ring)) {
@@ -237,7 +239,6 @@ impl StagedNc {
         }
         // Nothing of this graph remains for the table to grant.
         let _ = dev.clear_regions(self.nc);
-        keep
     }
 }
 
@@ -377,7 +378,7 @@ pub fn stage_graph(
     };
     // The engines are armed: a refusal from here on stops them before the memory goes.
     if let Err(e) = fits.and_then(|()| s.program_regions().map_err(StageError::from)) {
-        drop(s.teardown(dev));
+        s.teardown(dev);
         return Err(e);
     }
     Ok(s)

@@ -42,7 +42,7 @@ pub fn own_regions(
         }
     }
     for s in streams {
-        v.push(Region::new(s.mem.addr(), s.mem.len(), Perm::FETCH));
+        v.push(Region::new(s.mem().addr(), s.mem().len(), Perm::FETCH));
     }
     for q in queues {
         v.extend(q.ring.regions());

@@ -28,7 +28,7 @@ use fabric::{DType, ReduceOp};
 use isa::device_ops::{alu, ctype, dtype};
 use isa::slot::{Events, Instruction, Opcode, SlotHeader, TriggerCollective};
 use neff::builder::{self, sems, EngineDesc, GraphDesc, TensorDesc, VarDesc};
-use neff::model::{EngineKind, VarKind};
+use neff::model::{Engine, VarKind};
 use nrt::experimental::{nrt_all_gather, nrt_barrier};
 use nrt::sendrecv::*;
 use nrt::*;
@@ -254,7 +254,7 @@ fn graph(c: &Case, i: usize) -> GraphDesc {
             }
         }
     }
-    let mut pe = EngineDesc::new(EngineKind::Pe);
+    let mut pe = EngineDesc::new(Engine::Pe);
     pe.push(&Instruction::TriggerCollective(TriggerCollective {
         header: SlotHeader::new(Opcode::PseudoTriggerCollective),
         events: Events::wait_gt(sems::IN_DONE, 0).inc_on_complete(sems::CC_DONE),
@@ -283,7 +283,7 @@ fn graph(c: &Case, i: usize) -> GraphDesc {
         dst_offset_elems: 0,
     }));
     for e in gr.engines.iter_mut() {
-        if e.kind == EngineKind::Pe {
+        if e.kind == Engine::Pe {
             *e = pe.clone();
         }
     }

@@ -11,7 +11,7 @@ use csr_maps::CsrError;
 use fabric::FabricError;
 use hal::q7::UcodeError;
 use hal::HalError;
-use neff::{EngineKind, NeffError, NrtStatus as S, Status};
+use neff::{Engine, NeffError, NrtStatus as S, Status};
 use runtime::collectives::{CollectiveError, Mismatch, Signature, Site};
 use runtime::error::{IoRole, TensorAccess};
 use runtime::state::{DlrModelState, StateError};
@@ -289,7 +289,7 @@ fn state_errors() {
 }
 
 fn site() -> Site {
-    Site { graph: "g".into(), engine: EngineKind::Pe, index: 0 }
+    Site { graph: "g".into(), engine: Engine::Pe, index: 0 }
 }
 
 fn collective_variant(e: &CollectiveError) -> usize {

@@ -16,7 +16,7 @@ use md5::Digest as _;
 use serde_json::{json, Map, Value};
 
 use crate::model::{
-    DefShape, DmaBlock, DmaDesc, DmaOp, EngineKind, Fp8Config, QueueConvention, QueueRole, SbReservation, VarKind,
+    DefShape, DmaBlock, DmaDesc, DmaOp, Engine, Fp8Config, QueueConvention, QueueRole, SbReservation, VarKind,
     WeightFormat,
 };
 use crate::npy::{npy_descr, npy_encode};
@@ -88,20 +88,20 @@ impl VarDesc {
 pub struct QueueDesc {
     pub name: String,
     pub role: QueueRole,
-    pub owner: EngineKind,
+    pub owner: Engine,
     pub semaphore: Option<u32>,
 }
 
 /// One engine: its DMA blocks and its program bytes (64-byte slots, 8-byte for SP).
 #[derive(Debug, Clone, PartialEq)]
 pub struct EngineDesc {
-    pub kind: EngineKind,
+    pub kind: Engine,
     pub dma_blocks: Vec<DmaBlock>,
     pub code: Vec<u8>,
 }
 
 impl EngineDesc {
-    pub fn new(kind: EngineKind) -> Self {
+    pub fn new(kind: Engine) -> Self {
         EngineDesc { kind, dma_blocks: Vec::new(), code: Vec::new() }
     }
     /// Appends one slot.
@@ -739,18 +739,18 @@ pub fn allreduce_graph(name: &str, replica_group: Vec<u32>) -> GraphDesc {
         QueueDesc {
             name: "q_gradient_in".into(),
             role: QueueRole::In,
-            owner: EngineKind::Pool,
+            owner: Engine::Pool,
             semaphore: Some(u32::from(sems::IN_DONE)),
         },
         QueueDesc {
             name: "q_gradient_out".into(),
             role: QueueRole::Out,
-            owner: EngineKind::Pool,
+            owner: Engine::Pool,
             semaphore: Some(u32::from(sems::OUT_DONE)),
         },
     ];
     g.replica_groups = vec![replica_group];
-    let mut pool = EngineDesc::new(EngineKind::Pool);
+    let mut pool = EngineDesc::new(Engine::Pool);
     pool.dma_blocks = vec![
         DmaBlock {
             id: 0,
@@ -775,7 +775,7 @@ pub fn allreduce_graph(name: &str, replica_group: Vec<u32>) -> GraphDesc {
         Opcode::EventSemaphore,
         Events::wait_gt(sems::OUT_DONE, 0),
     )));
-    let mut pe = EngineDesc::new(EngineKind::Pe);
+    let mut pe = EngineDesc::new(Engine::Pe);
     pe.push(&Instruction::TriggerCollective(TriggerCollective {
         header: SlotHeader::new(Opcode::PseudoTriggerCollective),
         events: Events::wait_gt(sems::IN_DONE, 0).inc_on_complete(sems::CC_DONE),
@@ -790,7 +790,7 @@ pub fn allreduce_graph(name: &str, replica_group: Vec<u32>) -> GraphDesc {
         src_offset_elems: 0,
         dst_offset_elems: 0,
     }));
-    g.engines = vec![pe, EngineDesc::new(EngineKind::Act), pool, EngineDesc::new(EngineKind::Dve)];
+    g.engines = vec![pe, EngineDesc::new(Engine::Act), pool, EngineDesc::new(Engine::Dve)];
     g
 }
 

@@ -104,7 +104,7 @@ impl Graph {
     pub fn queue(&self, name: &str) -> Option<&DmaQueue> {
         self.dma_queues.iter().find(|q| q.name == name)
     }
-    pub fn engine(&self, kind: EngineKind) -> Option<&EngineProgram> {
+    pub fn engine(&self, kind: Engine) -> Option<&EngineProgram> {
         self.engines.iter().find(|e| e.kind == kind)
     }
     pub fn num_inputs(&self) -> usize {
@@ -290,7 +290,7 @@ pub struct DmaQueue {
     pub name: String,
     pub role: QueueRole,
     /// Owning engine, when the owner names one.
-    pub owner: Option<EngineKind>,
+    pub owner: Option<Engine>,
     pub convention: QueueConvention,
     pub semaphore: Option<u32>,
     pub semaphore_set: Option<u32>,
@@ -306,7 +306,7 @@ pub struct DmaQueue {
 /// Engines in `al_hal_tpb_eng_type` order (§1.4): the workspace's one engine type
 /// ([`csr_maps::Engine`]), under the name the NEFF model has always used. `name()` is the
 /// file stem / def.json key.
-pub use csr_maps::Engine as EngineKind;
+pub use csr_maps::Engine;
 
 /// DMA descriptor op (§1.5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -393,7 +393,7 @@ impl Program {
 /// One engine of a graph: its json, DMA blocks and program.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EngineProgram {
-    pub kind: EngineKind,
+    pub kind: Engine,
     /// The engine json member, `None` when absent (empty placeholder, as libnrt warns).
     pub json_member: Option<String>,
     /// The `.bin` member, `None` when absent.

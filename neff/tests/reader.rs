@@ -86,10 +86,10 @@ fn single_nc_round_trip() {
     assert_eq!(g.vars[0].shape, vec![1, 1, 1, 32]);
     assert_eq!(g.num_outputs(), 1);
     let q = g.queue("q_gradient_out").expect("queue");
-    assert_eq!((q.role, q.owner, q.semaphore), (QueueRole::Out, Some(EngineKind::Pool), Some(11)));
+    assert_eq!((q.role, q.owner, q.semaphore), (QueueRole::Out, Some(Engine::Pool), Some(11)));
     assert_eq!(q.role.ring_type(), 8);
     assert_eq!(g.replica_groups, vec![Vec::<u32>::new()]);
-    let pool = g.engine(EngineKind::Pool).expect("pool");
+    let pool = g.engine(Engine::Pool).expect("pool");
     assert_eq!(pool.dma_blocks.len(), 2);
     assert_eq!(pool.dma_blocks[0].descs[0].from, "input");
     assert_eq!(pool.dma_blocks[0].descs[0].from_sizes, vec![128, 1]);
@@ -104,7 +104,7 @@ fn single_nc_round_trip() {
         Program::Sp(_) => panic!("pool is not SP"),
     }
     // SP has no engine json: empty placeholder.
-    let sp = g.engine(EngineKind::Sp).expect("sp");
+    let sp = g.engine(Engine::Sp).expect("sp");
     assert!(sp.json_member.is_none() && sp.program.is_empty());
     // Directory entries and the wavegraph reference are not members.
     assert!(n.members.iter().all(|m| !m.name.ends_with('/')));
@@ -141,7 +141,7 @@ fn array_shape_and_owner_convention() {
     assert_eq!(g.var_shape, DefShape::Array);
     assert_eq!(g.vars[3].name, "gradient_out");
     let q = g.queue("q_gradient_in").expect("queue");
-    assert_eq!((q.role, q.owner, q.convention), (QueueRole::In, Some(EngineKind::Pool), QueueConvention::OwnerIsRole));
+    assert_eq!((q.role, q.owner, q.convention), (QueueRole::In, Some(Engine::Pool), QueueConvention::OwnerIsRole));
 }
 
 #[test]
@@ -398,7 +398,7 @@ fn dangling_optional_references_are_tolerated() {
     };
     assert!(parse(&b).is_ok());
     let n = parse(&b2).expect("parse");
-    let act = n.graphs[0].engine(EngineKind::Act).expect("act");
+    let act = n.graphs[0].engine(Engine::Act).expect("act");
     assert_eq!(act.act_info.as_deref(), Some("act_info.json"));
     assert!(act.program.is_empty());
 }
@@ -406,7 +406,7 @@ fn dangling_optional_references_are_tolerated() {
 #[test]
 fn missing_engine_json_is_an_empty_placeholder() {
     let n = parse(&without("sg00/dve.json")).expect("parse");
-    assert!(n.graphs[0].engine(EngineKind::Dve).is_some_and(|e| e.json_member.is_none()));
+    assert!(n.graphs[0].engine(Engine::Dve).is_some_and(|e| e.json_member.is_none()));
 }
 
 // ---------------------------------------------------------------- manifest chain (§1.5-§1.7)
@@ -590,7 +590,7 @@ fn program_rules() {
         })
     });
     let n = parse(&b).expect("parse");
-    let pool = n.graphs[0].engine(EngineKind::Pool).expect("pool");
+    let pool = n.graphs[0].engine(Engine::Pool).expect("pool");
     assert!(matches!(pool.program, Program::Tpb(ref s) if matches!(s[3], Instruction::Raw { .. })));
 }
 

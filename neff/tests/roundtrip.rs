@@ -31,11 +31,11 @@ fn model() -> impl Strategy<Value = (ModelDesc, WriteOptions)> {
                 g.queues.push(QueueDesc {
                     name: format!("q{i}"),
                     role: roles[r],
-                    owner: EngineKind::ALL[o],
+                    owner: Engine::ALL[o],
                     semaphore: sem,
                 });
             }
-            let mut pe = EngineDesc::new(EngineKind::Pe);
+            let mut pe = EngineDesc::new(Engine::Pe);
             for mut s in slots {
                 s[1] = 0x10;
                 if s[0] == 0xC1 || s[0] == 0xC8 {
@@ -43,7 +43,7 @@ fn model() -> impl Strategy<Value = (ModelDesc, WriteOptions)> {
                 }
                 pe.code.extend_from_slice(&s);
             }
-            let mut pool = EngineDesc::new(EngineKind::Pool);
+            let mut pool = EngineDesc::new(Engine::Pool);
             for (id, q) in g.queues.iter().enumerate().take(nblocks) {
                 pool.dma_blocks.push(DmaBlock {
                     id: id as u32,

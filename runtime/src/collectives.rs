@@ -26,7 +26,7 @@
 use crate::status::NrtStatus;
 use isa::slot::{Instruction, TriggerCollective};
 use neff::model::Program;
-use neff::{EngineKind, Neff};
+use neff::{Engine, Neff};
 
 /// The ranks a load's graphs take: graph `i` is rank `first + i` of `total` ranks, and rank `r`
 /// runs graph `r mod graphs` (every process of a global load loads the same NEFF).
@@ -75,7 +75,7 @@ impl From<&TriggerCollective> for Signature {
 pub struct Site {
     /// Graph name.
     pub graph: String,
-    pub engine: EngineKind,
+    pub engine: Engine,
     /// Instruction index in the engine's stream.
     pub index: usize,
 }
@@ -158,7 +158,7 @@ impl nrt_status::Status for CollectiveError {
 }
 
 /// One graph's collectives on one group id, in order of issue.
-type Sequence = Vec<(Signature, EngineKind, usize)>;
+type Sequence = Vec<(Signature, Engine, usize)>;
 
 /// Each graph's collectives by group id (sorted by id), in order of issue.
 fn sequences(n: &Neff) -> Vec<Vec<(u16, Sequence)>> {
@@ -186,7 +186,7 @@ fn sequences(n: &Neff) -> Vec<Vec<(u16, Sequence)>> {
         .collect()
 }
 
-fn sequence(seqs: &[(u16, Sequence)], group: u16) -> &[(Signature, EngineKind, usize)] {
+fn sequence(seqs: &[(u16, Sequence)], group: u16) -> &[(Signature, Engine, usize)] {
     match seqs.binary_search_by_key(&group, |(id, _)| *id) {
         Ok(k) => &seqs[k].1,
         Err(_) => &[],
@@ -204,7 +204,7 @@ pub fn check(n: &Neff, ranks: LoadRanks) -> Result<(), Box<CollectiveError>> {
         let own = ranks.first.saturating_add(i);
         for (group, seq) in &seqs[i] {
             let Some(&(_, engine, index)) = seq.first() else { continue };
-            let site = |engine: EngineKind, index: usize| Site { graph: g.name.clone(), engine, index };
+            let site = |engine: Engine, index: usize| Site { graph: g.name.clone(), engine, index };
             let Some(members) = g.replica_groups.get(usize::from(*group)) else {
                 return Err(Box::new(CollectiveError::NoSuchGroup {
                     site: site(engine, index),

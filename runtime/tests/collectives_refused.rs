@@ -9,7 +9,7 @@ use std::time::Duration;
 use csr_maps::CAYMAN;
 use isa::slot::{coll_dtype, coll_op, Instruction, TriggerCollective};
 use neff::builder::{self, EngineDesc, ModelDesc};
-use neff::EngineKind;
+use neff::Engine;
 use platform::Platform;
 use runtime::collectives::{check, CollectiveError, LoadRanks, Mismatch};
 use runtime::{GlobalPlacement, ModelHandle, NrtStatus, Runtime, RuntimeConfig, TensorSet};
@@ -33,7 +33,7 @@ fn model(graphs: usize, edit: impl FnOnce(&mut ModelDesc)) -> Vec<u8> {
 
 /// The all-reduce graph's one collective, as the builder writes it.
 fn collective(d: &ModelDesc, graph: usize) -> TriggerCollective {
-    let pe = d.graphs[graph].engines.iter().find(|e| e.kind == EngineKind::Pe).unwrap();
+    let pe = d.graphs[graph].engines.iter().find(|e| e.kind == Engine::Pe).unwrap();
     match Instruction::decode(pe.code[..64].try_into().unwrap()) {
         Instruction::TriggerCollective(c) => c,
         other => panic!("not a collective: {other:?}"),
@@ -41,7 +41,7 @@ fn collective(d: &ModelDesc, graph: usize) -> TriggerCollective {
 }
 
 fn set_collective(d: &mut ModelDesc, graph: usize, c: TriggerCollective) {
-    let pe = d.graphs[graph].engines.iter_mut().find(|e| e.kind == EngineKind::Pe).unwrap();
+    let pe = d.graphs[graph].engines.iter_mut().find(|e| e.kind == Engine::Pe).unwrap();
     pe.code.clear();
     pe.push(&Instruction::TriggerCollective(c));
 }
@@ -113,8 +113,8 @@ fn a_rank_outside_the_load_is_refused() {
 #[test]
 fn a_member_without_the_collective_is_refused() {
     let bytes = model(2, |d| {
-        let pe = d.graphs[1].engines.iter_mut().find(|e| e.kind == EngineKind::Pe).unwrap();
-        *pe = EngineDesc::new(EngineKind::Pe);
+        let pe = d.graphs[1].engines.iter_mut().find(|e| e.kind == Engine::Pe).unwrap();
+        *pe = EngineDesc::new(Engine::Pe);
     });
     match check(&parse(&bytes), LoadRanks::local(2)).map_err(|e| *e) {
         Err(CollectiveError::Unmatched { mismatch: Mismatch::Missing, rank: 1, nth: 0, .. }) => {}

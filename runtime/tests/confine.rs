@@ -12,7 +12,7 @@ use csr_maps::SUNDA;
 use isa::device_ops::WriteOp;
 use isa::slot::{Dma2d, Dma2dLeg, Events, Instruction, Opcode, SlotHeader};
 use neff::builder::{self, ModelDesc, VarDesc};
-use neff::{EngineKind, VarKind};
+use neff::{Engine, VarKind};
 use platform::Platform;
 use runtime::collectives::CollectiveError;
 use runtime::{NrtStatus, RtErrorKind, Runtime, RuntimeConfig, StageErrorKind as K, TensorSet};
@@ -53,10 +53,10 @@ fn memcpy(src: Dma2dLeg, dst: Dma2dLeg) -> Instruction {
 fn with_act(i: Instruction) -> ModelDesc {
     let mut m = builder::single_nc_allreduce();
     let g = &mut m.graphs[0];
-    match g.engines.iter_mut().find(|e| e.kind == EngineKind::Act) {
+    match g.engines.iter_mut().find(|e| e.kind == Engine::Act) {
         Some(e) => e.push(&i),
         None => {
-            let mut e = builder::EngineDesc::new(EngineKind::Act);
+            let mut e = builder::EngineDesc::new(Engine::Act);
             e.push(&i);
             g.engines.push(e);
         }
@@ -147,7 +147,7 @@ fn each_hostile_class_is_refused_at_load_with_a_named_reason() {
     let cases: [(usize, u8, &Refusal); 2] = [(0x20, 7, &no_group), (0x0E, 0x7F, &bad_type)];
     for (off, byte, reason) in cases {
         let mut m = builder::single_nc_allreduce();
-        let pe = m.graphs[0].engines.iter_mut().find(|e| e.kind == EngineKind::Pe).unwrap();
+        let pe = m.graphs[0].engines.iter_mut().find(|e| e.kind == Engine::Pe).unwrap();
         let at = (0..pe.code.len() / 64)
             .find(|k| {
                 matches!(
@@ -305,7 +305,7 @@ fn with_the_loader_check_off_the_device_stops_each_hostile_class_with_1006() {
         m.graphs[0].vars.extend(extra);
         let ins = i(&m);
         let g = &mut m.graphs[0];
-        let act = g.engines.iter_mut().find(|e| e.kind == EngineKind::Act).unwrap();
+        let act = g.engines.iter_mut().find(|e| e.kind == Engine::Act).unwrap();
         for x in &ins {
             act.push(x);
         }

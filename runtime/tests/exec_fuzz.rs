@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use csr_maps::CAYMAN;
 use isa::slot::{Events, Instruction, UpdateMode, WaitMode, SLOT_BYTES};
 use neff::builder::{self, Body, ModelDesc, VarDesc, WriteOptions};
-use neff::{EngineKind, VarKind};
+use neff::{Engine, VarKind};
 use platform::Platform;
 use runtime::{ModelHandle, NrtStatus, Runtime, RuntimeConfig, TensorSet};
 use sim::{SimConfig, SimDevice, Timing};
@@ -230,7 +230,7 @@ fn mutate_model(rng: &mut Rng, d: &mut ModelDesc) {
                 if rng.chance(2) {
                     q.semaphore = Some(rng.below(40) as u32);
                 } else {
-                    q.owner = EngineKind::ALL[rng.below(5)];
+                    q.owner = Engine::ALL[rng.below(5)];
                 }
             }
         }

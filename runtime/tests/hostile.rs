@@ -68,7 +68,7 @@ fn build(m: &Mutation) -> Option<Vec<u8>> {
         }
         // The PE collective's element count and input var; then arbitrary program bytes
         // (never the word-length byte, which the reader gates).
-        if let (neff::EngineKind::Pe, Some((n, var)), true) = (e.kind, m.coll, e.code.len() >= 64) {
+        if let (neff::Engine::Pe, Some((n, var)), true) = (e.kind, m.coll, e.code.len() >= 64) {
             e.code[0x18..0x20].copy_from_slice(&n.to_le_bytes());
             e.code[0x10..0x14].copy_from_slice(&var.to_le_bytes());
         }

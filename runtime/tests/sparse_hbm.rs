@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use csr_maps::SUNDA;
 use neff::builder::{self, VarDesc};
-use neff::{EngineKind, VarKind};
+use neff::{Engine, VarKind};
 use platform::Platform;
 use runtime::{NrtStatus, Runtime, RuntimeConfig, TensorSet};
 use sim::{SimConfig, SimDevice, Timing};
@@ -31,7 +31,7 @@ fn model(src_off: u64) -> Vec<u8> {
     let mut m = builder::single_nc_allreduce();
     let g = &mut m.graphs[0];
     g.vars[2] = VarDesc::f32("gradient_in", VarKind::TmpBuf, VAR / 4);
-    let pe = g.engines.iter_mut().find(|e| e.kind == EngineKind::Pe).expect("PE program");
+    let pe = g.engines.iter_mut().find(|e| e.kind == Engine::Pe).expect("PE program");
     // TRIGGER_COLLECTIVE's src_offset_elems (slot bytes 0x30..0x38).
     pe.code[0x30..0x38].copy_from_slice(&src_off.to_le_bytes());
     m.build().expect("build")

@@ -124,7 +124,7 @@ pub(super) fn parse_graph(
         queues: dma_queues.iter().map(|q| q.name.as_str()).collect(),
     };
     let mut engines = Vec::with_capacity(5);
-    for kind in EngineKind::ALL {
+    for kind in Engine::ALL {
         engines.push(parse_engine(c, &dir, m, d, kind, &names)?);
     }
     let mut blocks = HashSet::new();
@@ -299,8 +299,8 @@ pub(super) fn parse_queue(m: &str, name: &str, o: &Obj) -> Result<DmaQueue, Neff
     }
     let as_role = |v: Option<&Value>| v.and_then(Value::as_str).and_then(|s| QueueRole::from_str_flag(s, indirect));
     let as_engine = |v: Option<&Value>| match v {
-        Some(Value::String(s)) => EngineKind::from_name(s),
-        Some(Value::Number(n)) => n.as_u64().and_then(|i| EngineKind::ALL.get(i as usize).copied()),
+        Some(Value::String(s)) => Engine::from_name(s),
+        Some(Value::Number(n)) => n.as_u64().and_then(|i| Engine::ALL.get(i as usize).copied()),
         _ => None,
     };
     let (role, owner_engine, convention) = if let Some(r) = as_role(ty) {
@@ -393,7 +393,7 @@ pub(super) fn parse_engine(
     dir: &str,
     m: &str,
     d: &Obj,
-    kind: EngineKind,
+    kind: Engine,
     names: &Names<'_>,
 ) -> Result<EngineProgram, NeffError> {
     let key = kind.name();
@@ -404,7 +404,7 @@ pub(super) fn parse_engine(
         instr_member: None,
         dma_blocks: Vec::new(),
         code: None,
-        program: if kind == EngineKind::Sp { Program::Sp(Vec::new()) } else { Program::Tpb(Vec::new()) },
+        program: if kind == Engine::Sp { Program::Sp(Vec::new()) } else { Program::Tpb(Vec::new()) },
         act_semaphore: None,
         act_info: None,
     };

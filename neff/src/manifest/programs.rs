@@ -11,8 +11,8 @@ use crate::error::NeffError;
 use crate::model::*;
 
 /// Decodes a `.bin`: 64-byte slots with `inst_word_len == 16` (8-byte slots for SP).
-pub fn decode_program(member: &str, kind: EngineKind, b: &[u8]) -> Result<Program, NeffError> {
-    let slot = if kind == EngineKind::Sp { SP_SLOT_BYTES } else { SLOT_BYTES };
+pub fn decode_program(member: &str, kind: Engine, b: &[u8]) -> Result<Program, NeffError> {
+    let slot = if kind == Engine::Sp { SP_SLOT_BYTES } else { SLOT_BYTES };
     if b.len() / slot > MAX_INSTRUCTIONS {
         return Err(bad(
             member,
@@ -20,7 +20,7 @@ pub fn decode_program(member: &str, kind: EngineKind, b: &[u8]) -> Result<Progra
             format!("{} instructions, over the limit of {MAX_INSTRUCTIONS} per engine program", b.len() / slot),
         ));
     }
-    if kind == EngineKind::Sp {
+    if kind == Engine::Sp {
         if !b.len().is_multiple_of(SP_SLOT_BYTES) {
             return Err(bad(member, "length", format!("{} bytes is not a multiple of the 8-byte SP slot", b.len())));
         }

@@ -355,7 +355,7 @@ impl Runtime {
         let t0 = txn.staged.first().map(|s| s.dev.device_time(s.nc)).transpose()?.unwrap_or(0);
         let after = self.epoch.elapsed().as_nanos() as u64;
         let sync = crate::timestamp::TimestampSync {
-            clocks: [crate::timestamp::EngineClock::nominal(t0); 5],
+            clocks: [crate::timestamp::EngineClock::nominal(t0); csr_maps::Engine::COUNT],
             sync: crate::timestamp::SyncPoint { device_ns: 0, cpu_ns: before + (after - before) / 2 },
         };
         let irq = match (cfg.poll, txn.staged.first()) {

@@ -29,7 +29,7 @@ use csr_maps::consts::addr8;
 use hal::Device;
 use isa::device_ops::{self, CollectiveOp, WriteOp, UPDATE_DEC_COMPLETE};
 use isa::slot::{Dma2d, Dma2dLeg, Events, Instruction, Opcode, TraceMode, UpdateMode, WaitMode, SLOT_BYTES};
-use neff::{EngineKind, Graph, Program};
+use neff::{Engine, Graph, Program};
 
 use super::sems::{DONE, KICK, START};
 use super::vars::addr_of;
@@ -67,7 +67,7 @@ pub fn lower_programs(
     let mut trig_count = vec![0usize; queues.len()];
     let writable = write_allow_list(dev, p.nc, queues)?;
     // The four computing engines, in engine order (SP's program follows).
-    for (start, kind) in START.iter().zip(EngineKind::ALL) {
+    for (start, kind) in START.iter().zip(Engine::ALL) {
         let mut slots = vec![device_ops::events_only(Opcode::EventSemaphore, TRACE_START, take(*start))];
         if let Some(ep) = g.engines.iter().find(|x| x.kind == kind) {
             if let Program::Tpb(ins) = &ep.program {

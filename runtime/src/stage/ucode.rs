@@ -5,7 +5,7 @@
 
 use hal::q7::{CoreKind, LoadableLib, UcodeContext, UcodeCore};
 use hal::Device;
-use neff::{EngineKind, Graph};
+use neff::{Engine, Graph};
 
 use super::{StageError, StageErrorKind};
 
@@ -13,7 +13,7 @@ use super::{StageError, StageErrorKind};
 /// staged NC).
 pub fn dge_mailboxes(dev: &Device, nc: usize) -> Result<UcodeCore, StageError> {
     let ctx = UcodeContext::new(csr_maps::consts::q7::API_LEVEL).map_err(hal::HalError::from)?;
-    let mut core = UcodeCore::new(&ctx, dev, nc, CoreKind::Nx { engine: EngineKind::Pool.index() as u64 })
+    let mut core = UcodeCore::new(&ctx, dev, nc, CoreKind::Nx { engine: Engine::Pool.index() as u64 })
         .map_err(hal::HalError::from)?;
     core.on_ucode_booted()
         .map_err(|source| StageError::from(StageErrorKind::Claim { core: format!("NC {nc}"), source }))?;

@@ -7,7 +7,7 @@ use csr_maps::SUNDA;
 use isa::device_ops::WriteOp;
 use isa::slot::{Dma2d, Dma2dLeg, Events, Instruction, Opcode, SlotHeader};
 use neff::builder::{self, VarDesc};
-use neff::{EngineKind, VarKind};
+use neff::{Engine, VarKind};
 use proptest::prelude::*;
 
 #[derive(Debug, Clone)]
@@ -163,10 +163,10 @@ pub fn build(ops: &[Op]) -> Option<Vec<u8>> {
             }
         }
     }
-    match g.engines.iter_mut().find(|e| e.kind == EngineKind::Act) {
+    match g.engines.iter_mut().find(|e| e.kind == Engine::Act) {
         Some(e) => act.iter().for_each(|i| e.push(i)),
         None => {
-            let mut e = builder::EngineDesc::new(EngineKind::Act);
+            let mut e = builder::EngineDesc::new(Engine::Act);
             act.iter().for_each(|i| e.push(i));
             g.engines.push(e);
         }

@@ -10,8 +10,8 @@
 
 use csr_maps::Engine;
 
-/// Bytes in one slot (NBYTES).
-pub const SLOT_BYTES: usize = 64;
+/// Bytes in one slot (NBYTES; the number lives in csr-maps).
+pub const SLOT_BYTES: usize = csr_maps::consts::seq::SLOT_BYTES;
 /// 4-byte words in one slot (NWORDS); the expected `inst_word_len`.
 pub const SLOT_WORDS: u8 = 16;
 /// Length of a queue name inside a pseudo instruction (RT_MAX_NAME).
@@ -22,8 +22,8 @@ pub const NUM_EVENTS: usize = 256;
 pub const NUM_SEMAPHORES: usize = 32;
 /// Max dims of a memory access pattern (MEM_PATTERN_MAX_NUM_DIM).
 pub const MEM_PATTERN_MAX_NUM_DIM: usize = 4;
-/// Bytes in one SP (`sp.bin`) slot.
-pub const SP_SLOT_BYTES: usize = 8;
+/// Bytes in one SP (`sp.bin`) slot (the number lives in csr-maps).
+pub const SP_SLOT_BYTES: usize = csr_maps::consts::seq::SP_SLOT_BYTES;
 
 fn u16_at(b: &[u8], off: usize) -> u16 {
     u16::from_le_bytes([b[off], b[off + 1]])

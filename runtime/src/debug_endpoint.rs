@@ -193,6 +193,10 @@ impl Observer for Serving {
         crate::observe::DEBUG_ENDPOINT
     }
 
+    fn observes_executions(&self) -> bool {
+        false
+    }
+
     fn path(&self) -> Option<PathBuf> {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(|e| e.path().to_path_buf())
     }

@@ -32,6 +32,12 @@ pub trait Observer: Send + Sync {
         None
     }
 
+    /// Whether [`Observer::execution`] does anything: observers that answer `false` are
+    /// left out of the execute path's loop (no call per execute).
+    fn observes_executions(&self) -> bool {
+        true
+    }
+
     /// An execution on global NCs `ncs` ended with `status` after `latency_ns` host time
     /// and `busy_ns` device time (0 when it failed before its START/END records), at host
     /// instant `end`, after `barrier_warnings` collectives-barrier warnings.
@@ -81,30 +87,40 @@ where
     }
 }
 
-/// The observers of one session (cheap to clone: models and tensors keep theirs).
+/// The observers of one session (cheap to clone: models and tensors keep theirs), and
+/// among them those the execute path calls ([`Observer::observes_executions`]).
 #[derive(Clone, Default)]
-pub struct Observers(Arc<[Arc<dyn Observer>]>);
+pub struct Observers {
+    all: Arc<[Arc<dyn Observer>]>,
+    exec: Arc<[Arc<dyn Observer>]>,
+}
 
 impl std::fmt::Debug for Observers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list().entries(self.0.iter().map(|o| o.kind())).finish()
+        f.debug_list().entries(self.all.iter().map(|o| o.kind())).finish()
     }
 }
 
 impl Observers {
+    /// These observers (in order).
+    pub fn new(all: Vec<Arc<dyn Observer>>) -> Self {
+        let exec: Vec<Arc<dyn Observer>> = all.iter().filter(|o| o.observes_executions()).cloned().collect();
+        Self { all: all.into(), exec: exec.into() }
+    }
+
     /// Ask every attacher for its observer of a session over `devs`.
     pub fn attach(attachers: &[Arc<dyn Attach>], devs: &[Device]) -> Self {
-        Self(attachers.iter().filter_map(|a| a.attach(devs)).collect())
+        Self::new(attachers.iter().filter_map(|a| a.attach(devs)).collect())
     }
 
     /// No observer.
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.all.is_empty()
     }
 
     /// Where the observer of `kind` publishes.
     pub fn path_of(&self, kind: &str) -> Option<PathBuf> {
-        self.0.iter().find(|o| o.kind() == kind).and_then(|o| o.path())
+        self.all.iter().find(|o| o.kind() == kind).and_then(|o| o.path())
     }
 
     /// [`Observer::execution`] to each (the execute path: a loop over a slice, no
@@ -118,28 +134,28 @@ impl Observers {
         barrier_warnings: u32,
         end: Instant,
     ) {
-        for o in self.0.iter() {
+        for o in self.exec.iter() {
             o.execution(ncs, status, latency_ns, busy_ns, barrier_warnings, end);
         }
     }
 
     /// [`Observer::model_loaded`] to each.
     pub fn model_loaded(&self, ncs: &[usize], bytes_per_nc: &[u64]) {
-        for o in self.0.iter() {
+        for o in self.all.iter() {
             o.model_loaded(ncs, bytes_per_nc);
         }
     }
 
     /// [`Observer::model_unloaded`] to each.
     pub fn model_unloaded(&self, ncs: &[usize], bytes_per_nc: &[u64]) {
-        for o in self.0.iter() {
+        for o in self.all.iter() {
             o.model_unloaded(ncs, bytes_per_nc);
         }
     }
 
     /// [`Observer::close`] to each.
     pub fn close(&self) {
-        for o in self.0.iter() {
+        for o in self.all.iter() {
             o.close();
         }
     }
@@ -150,7 +166,7 @@ impl Observers {
         if self.is_empty() {
             return None;
         }
-        for o in self.0.iter() {
+        for o in self.all.iter() {
             o.tensor(nc, bytes, on_device, false);
         }
         Some(TensorAcct { observers: self.clone(), nc, bytes, on_device })
@@ -168,7 +184,7 @@ pub struct TensorAcct {
 
 impl Drop for TensorAcct {
     fn drop(&mut self) {
-        for o in self.observers.0.iter() {
+        for o in self.observers.all.iter() {
             o.tensor(self.nc, self.bytes, self.on_device, true);
         }
     }
@@ -206,10 +222,39 @@ mod tests {
         }
     }
 
+    /// Observes everything but executions.
+    #[derive(Default)]
+    struct NoExec(Log);
+
+    impl Observer for NoExec {
+        fn kind(&self) -> &'static str {
+            "no-exec"
+        }
+        fn observes_executions(&self) -> bool {
+            false
+        }
+        fn execution(&self, ncs: &[usize], status: NrtStatus, lat: u64, busy: u64, warn: u32, end: Instant) {
+            self.0.execution(ncs, status, lat, busy, warn, end);
+        }
+        fn model_loaded(&self, ncs: &[usize], b: &[u64]) {
+            self.0.model_loaded(ncs, b);
+        }
+    }
+
+    #[test]
+    fn an_observer_of_no_executions_is_not_called_on_the_execute_path() {
+        let (a, q) = (Arc::new(Log::default()), Arc::new(NoExec::default()));
+        let obs = Observers::new(vec![a.clone() as Arc<dyn Observer>, q.clone() as Arc<dyn Observer>]);
+        obs.model_loaded(&[0], &[1]);
+        obs.execution(&[0], NrtStatus::Success, 1, 1, 0, Instant::now());
+        assert_eq!(a.0.lock().unwrap().len(), 2);
+        assert_eq!(*q.0 .0.lock().unwrap(), vec!["load [0] [1]".to_string()]);
+    }
+
     #[test]
     fn every_event_reaches_every_observer_and_tensors_report_their_release() {
         let (a, b) = (Arc::new(Log::default()), Arc::new(Log::default()));
-        let obs = Observers(vec![a.clone() as Arc<dyn Observer>, b.clone() as Arc<dyn Observer>].into());
+        let obs = Observers::new(vec![a.clone() as Arc<dyn Observer>, b.clone() as Arc<dyn Observer>]);
         obs.model_loaded(&[0, 1], &[10, 20]);
         obs.execution(&[0, 1], NrtStatus::Timeout, 5, 3, 1, Instant::now());
         let t = obs.tensor(1, 64, true);

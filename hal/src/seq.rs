@@ -68,8 +68,8 @@ impl Stream {
     /// Reset the engine and point its instruction fetch at this stream's slots (not enabled).
     fn write_program(&self, regs: &Regs<'_>, infer_slot: u64, looped: bool) -> Result<()> {
         platform::failpoint::hit("hal.seq.program")?;
+        reset(regs, self.nc, self.engine)?;
         let r = regs.seq(self.nc as u64)?.eng(self.engine as u64)?;
-        r.ctrl().write_with(|v| v.with_reset(1))?;
         r.ifq_base_lo().write(se::IfqBaseLo(self.mem.addr() as u32))?;
         r.ifq_base_hi().write(se::IfqBaseHi((self.mem.addr() >> 32) as u32))?;
         r.ifq_len().write_with(|v| v.with_slots(self.slots))?;
@@ -89,9 +89,7 @@ impl Stream {
     /// Stop and reset the engine, keeping the program (the NC is handed to another model;
     /// [`Stream::rearm`] brings it back).
     pub fn halt(&self, regs: &Regs<'_>) -> Result<()> {
-        let r = regs.seq(self.nc as u64)?.eng(self.engine as u64)?;
-        r.ctrl().write_with(|v| v.with_reset(1))?;
-        Ok(())
+        reset(regs, self.nc, self.engine)
     }
 
     /// Program the engine again onto this stream's slots (after [`Stream::halt`] or an NC
@@ -112,11 +110,15 @@ impl Stream {
         if !self.park.engines.release(self.nc, self.engine, self.id) {
             return Ok(());
         }
-        let regs = self.park.regs();
-        let r = regs.seq(self.nc as u64)?.eng(self.engine as u64)?;
-        r.ctrl().write_with(|v| v.with_reset(1))?;
-        Ok(())
+        reset(&self.park.regs(), self.nc, self.engine)
     }
+}
+
+/// Stop and reset engine `engine` of `nc` (control: reset; the one write every path that
+/// stops an engine makes).
+fn reset(regs: &Regs<'_>, nc: usize, engine: usize) -> Result<()> {
+    regs.seq(nc as u64)?.eng(engine as u64)?.ctrl().write_with(|v| v.with_reset(1))?;
+    Ok(())
 }
 
 impl Drop for Stream {

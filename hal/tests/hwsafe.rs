@@ -2,6 +2,8 @@
 //! simulator: the `modeled` guard, the packet-size limit, the FW API gate, NC reset groups
 //! and 0xDEADBEEF while the firmware resets.
 
+mod support;
+
 use std::sync::Arc;
 
 use csr_maps::{Arch, CAYMAN, MARIANA, SUNDA};
@@ -9,6 +11,7 @@ use hal::fwio::PollTiming;
 use hal::{Device, DeviceOptions, HalError};
 use platform::{MmioError, Platform};
 use sim::{SimConfig, SimDevice, Timing};
+use support::{queue_regs, Recording, WriteLog};
 
 fn opts() -> DeviceOptions {
     DeviceOptions { hbm_limit: Some(1 << 26), poll: PollTiming::fast(), ..Default::default() }
@@ -180,20 +183,6 @@ fn open_small_chunks(arch: &'static Arch) -> (SimDevice, Device) {
     (sim, dev)
 }
 
-/// Both halves of queue `q` of engine `e`: (ring base, ring length, enabled).
-fn queue_regs(dev: &Device, e: u64, q: u64) -> [(u64, u32, bool); 2] {
-    let u = dev.regs().udma(e).unwrap();
-    let (m, s) = (u.m2s().q(q).unwrap(), u.s2m().q(q).unwrap());
-    let mb = (m.ring_base_lo().read().unwrap().0 & !0x3F) as u64 | (m.ring_base_hi().read().unwrap().0 as u64) << 32;
-    let sb = (s.ring_base_lo().read().unwrap().0 & !0x3F) as u64 | (s.ring_base_hi().read().unwrap().0 as u64) << 32;
-    let mc = m.cfg().read().unwrap();
-    let sc = s.cfg().read().unwrap();
-    [
-        (mb, m.ring_len().read().unwrap().count(), mc.en_pref() == 1 && mc.en_scheduling() == 1),
-        (sb, s.ring_len().read().unwrap().count(), sc.en_pref() == 1 && sc.en_stream() == 1),
-    ]
-}
-
 fn host_copy(dev: &Device, ring: &mut hal::Ring, fill: u8) {
     let src = dev.alloc_host(4096, 64).unwrap();
     let dst = dev.alloc_host(4096, 64).unwrap();
@@ -273,62 +262,6 @@ fn dropped_nq_ring_is_halted_before_its_memory_goes() {
         drop(nq);
         drop(dev);
         assert_eq!(sim.stats().dangling_unmaps, 0, "{}", arch.name);
-    }
-}
-
-/// BAR0 writes recorded in order (offset, value).
-type WriteLog = Arc<std::sync::Mutex<Vec<(u64, u32)>>>;
-
-struct RecMmio(Arc<dyn platform::Mmio>, WriteLog);
-
-impl platform::Mmio for RecMmio {
-    fn size(&self) -> u64 {
-        self.0.size()
-    }
-    fn read32(&self, o: u64) -> Result<u32, MmioError> {
-        self.0.read32(o)
-    }
-    fn write32(&self, o: u64, v: u32) -> Result<(), MmioError> {
-        self.1.lock().unwrap().push((o, v));
-        self.0.write32(o, v)
-    }
-    fn read64(&self, o: u64) -> Result<u64, MmioError> {
-        self.0.read64(o)
-    }
-    fn write64(&self, o: u64, v: u64) -> Result<(), MmioError> {
-        self.0.write64(o, v)
-    }
-}
-
-/// The simulator with BAR0 writes recorded.
-struct Recording(SimDevice, WriteLog);
-
-impl Platform for Recording {
-    fn identity(&self) -> platform::DeviceIdentity {
-        self.0.identity()
-    }
-    fn bar(&self, i: u8) -> Result<Arc<dyn platform::Mmio>, platform::PlatformError> {
-        let b = self.0.bar(i)?;
-        Ok(if i == self.0.arch().bars.apb { Arc::new(RecMmio(b, self.1.clone())) } else { b })
-    }
-    fn dma_map(
-        &self,
-        m: platform::HostMem,
-        d: platform::DmaDir,
-    ) -> Result<platform::DmaMapping, platform::PlatformError> {
-        self.0.dma_map(m, d)
-    }
-    fn irq_eventfd(&self, v: u32) -> Result<Option<std::os::fd::OwnedFd>, platform::PlatformError> {
-        self.0.irq_eventfd(v)
-    }
-    fn reset(&self) -> Result<(), platform::PlatformError> {
-        self.0.reset()
-    }
-    fn modeled_writes_allowed(&self) -> bool {
-        true
-    }
-    fn account_device_memory(&self, delta: i64) {
-        self.0.account_device_memory(delta)
     }
 }
 

@@ -3,71 +3,15 @@
 //! `udma::pause_queue`'s; a notification ring's programming and halt are exactly
 //! `nq::program_slot` / `nq::halt_slot`'s — in the kmod's order, on every arch.
 
-use std::sync::{Arc, Mutex};
+mod support;
+
+use std::sync::Arc;
 
 use csr_maps::{Arch, CAYMAN, MARIANA, SUNDA};
 use hal::fwio::PollTiming;
 use hal::{nq, udma, Device, DeviceOptions, NqOwner};
-use platform::{MmioError, Platform};
 use sim::{SimConfig, SimDevice, Timing};
-
-/// BAR0 writes recorded in order (offset, value).
-type WriteLog = Arc<Mutex<Vec<(u64, u32)>>>;
-
-struct RecMmio(Arc<dyn platform::Mmio>, WriteLog);
-
-impl platform::Mmio for RecMmio {
-    fn size(&self) -> u64 {
-        self.0.size()
-    }
-    fn read32(&self, o: u64) -> Result<u32, MmioError> {
-        self.0.read32(o)
-    }
-    fn write32(&self, o: u64, v: u32) -> Result<(), MmioError> {
-        self.1.lock().unwrap().push((o, v));
-        self.0.write32(o, v)
-    }
-    fn read64(&self, o: u64) -> Result<u64, MmioError> {
-        self.0.read64(o)
-    }
-    fn write64(&self, o: u64, v: u64) -> Result<(), MmioError> {
-        // The driver's register writes are 32-bit; a 64-bit one would escape the log.
-        self.1.lock().unwrap().push((o, u32::MAX));
-        self.0.write64(o, v)
-    }
-}
-
-/// The simulator with BAR0 writes recorded.
-struct Recording(SimDevice, WriteLog);
-
-impl Platform for Recording {
-    fn identity(&self) -> platform::DeviceIdentity {
-        self.0.identity()
-    }
-    fn bar(&self, i: u8) -> Result<Arc<dyn platform::Mmio>, platform::PlatformError> {
-        let b = self.0.bar(i)?;
-        Ok(if i == self.0.arch().bars.apb { Arc::new(RecMmio(b, self.1.clone())) } else { b })
-    }
-    fn dma_map(
-        &self,
-        m: platform::HostMem,
-        d: platform::DmaDir,
-    ) -> Result<platform::DmaMapping, platform::PlatformError> {
-        self.0.dma_map(m, d)
-    }
-    fn irq_eventfd(&self, v: u32) -> Result<Option<std::os::fd::OwnedFd>, platform::PlatformError> {
-        self.0.irq_eventfd(v)
-    }
-    fn reset(&self) -> Result<(), platform::PlatformError> {
-        self.0.reset()
-    }
-    fn modeled_writes_allowed(&self) -> bool {
-        true
-    }
-    fn account_device_memory(&self, delta: i64) {
-        self.0.account_device_memory(delta)
-    }
-}
+use support::{queue_regs, Recording, WriteLog};
 
 fn open(arch: &'static Arch) -> (SimDevice, Device, WriteLog) {
     let sim = SimDevice::new(SimConfig::new(arch).hbm_bytes(1 << 26).timing(Timing::Inline)).unwrap();
@@ -89,27 +33,6 @@ fn writes_of(arch: &'static Arch, f: impl FnOnce(&Device)) -> Vec<(u64, u32)> {
     let (_sim, dev, log) = open(arch);
     f(&dev);
     take(&log)
-}
-
-/// Ring base (low, high), length and both enables of each half of queue (`e`, `q`).
-fn queue_state(dev: &Device, e: u64, q: u64) -> [(u64, u32, bool); 2] {
-    let u = dev.regs().udma(e).unwrap();
-    let (m, s) = (u.m2s().q(q).unwrap(), u.s2m().q(q).unwrap());
-    let base = |lo: u32, hi: u32| (lo & !0x3F) as u64 | (hi as u64) << 32;
-    let mc = m.cfg().read().unwrap();
-    let sc = s.cfg().read().unwrap();
-    [
-        (
-            base(m.ring_base_lo().read().unwrap().0, m.ring_base_hi().read().unwrap().0),
-            m.ring_len().read().unwrap().count(),
-            mc.en_pref() == 1 && mc.en_scheduling() == 1,
-        ),
-        (
-            base(s.ring_base_lo().read().unwrap().0, s.ring_base_hi().read().unwrap().0),
-            s.ring_len().read().unwrap().count(),
-            sc.en_pref() == 1 && sc.en_stream() == 1,
-        ),
-    ]
 }
 
 #[test]
@@ -140,12 +63,12 @@ fn queue_program_is_udma_q_init_in_order() {
             s.cfg().offset(),
         ];
         assert_eq!(got, expect, "{}", arch.name);
-        assert_eq!(queue_state(&dev, e, q), [(mb, 256, true), (sb, 256, true)], "{}", arch.name);
+        assert_eq!(queue_regs(&dev, e, q), [(mb, 256, true), (sb, 256, true)], "{}", arch.name);
         // Pause: the M2S enables, then the S2M ones; the rings stay programmed.
         udma::pause_queue(&dev.regs(), e, q).unwrap();
         let got: Vec<u64> = take(&log).iter().map(|w| w.0).collect();
         assert_eq!(got, [m.cfg().offset(), s.cfg().offset()], "{}", arch.name);
-        assert_eq!(queue_state(&dev, e, q), [(mb, 256, false), (sb, 256, false)], "{}", arch.name);
+        assert_eq!(queue_regs(&dev, e, q), [(mb, 256, false), (sb, 256, false)], "{}", arch.name);
     }
 }
 
@@ -155,7 +78,7 @@ fn ring_program_recover_quiesce_and_park_are_the_udma_sequences() {
     for arch in [&SUNDA, &CAYMAN] {
         let (sim, dev, log) = open(arch);
         let mut ring = dev.new_ring(e, q, 512).unwrap();
-        let [(mb, n, _), (sb, _, _)] = queue_state(&dev, e, q);
+        let [(mb, n, _), (sb, _, _)] = queue_regs(&dev, e, q);
         assert_eq!(n, 512);
         let new = take(&log);
         let reference = writes_of(arch, |d| udma::program_queue(&d.regs(), e, q, mb, sb, 512).unwrap());

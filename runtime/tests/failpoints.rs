@@ -160,6 +160,25 @@ impl Bench {
         format!("{} {}-NC {op:?} step {k}", self.arch, self.ncs)
     }
 
+    /// Execute `m` once with its `k`-th step failing; an execution that absorbed the failure
+    /// must have produced the exact output. Returns the result and the steps it took.
+    fn execute_failing(&self, fp: &Session, k: u64, m: &ModelHandle, what: &str) -> (Result<(), RtError>, u64) {
+        let (i, o, to) = io(&self.rt, m).unwrap_or_else(|e| panic!("{what}: tensors: {e}"));
+        fp.arm(k);
+        let r = self.rt.execute(m, &i, &o);
+        fp.disarm();
+        let taken = fp.hits();
+        let r = match r {
+            Ok((NrtStatus::Success, _)) => {
+                assert_eq!(to.to_vec().expect("output"), self.clean, "{what}: absorbed failure, wrong data");
+                Ok(())
+            }
+            Ok((s, _)) => Err(RtError::new(s, format!("execute returned {}", s.name()))),
+            Err(e) => Err(e),
+        };
+        (r, taken)
+    }
+
     /// Run `op` with its `k`-th step failing (`k` = 0: none). Returns whether the injected
     /// failure surfaced as the operation's error, and how many steps the operation took.
     fn run(&self, fp: &Session, op: Op, k: u64) -> (bool, u64) {
@@ -180,20 +199,8 @@ impl Bench {
             }
             Op::Execute => {
                 let m = rt.load(&self.bytes, None, None).unwrap_or_else(|e| panic!("{what}: load: {e}"));
-                let (i, o, to) = io(rt, &m).unwrap_or_else(|e| panic!("{what}: tensors: {e}"));
-                fp.arm(k);
-                let r = rt.execute(&m, &i, &o);
-                fp.disarm();
-                taken = fp.hits();
-                let r = match r {
-                    Ok((NrtStatus::Success, _)) => {
-                        assert_eq!(to.to_vec().expect("output"), self.clean, "{what}: absorbed failure, wrong data");
-                        Ok(())
-                    }
-                    Ok((s, _)) => Err(RtError::new(s, format!("execute returned {}", s.name()))),
-                    Err(e) => Err(e),
-                };
-                drop((i, o, to));
+                let (r, steps) = self.execute_failing(fp, k, &m, &what);
+                taken = steps;
                 rt.unload(&m).unwrap_or_else(|e| panic!("{what}: unload after the failed execute: {e}"));
                 r
             }
@@ -214,20 +221,8 @@ impl Bench {
             Op::SwitchExecute => {
                 let a = rt.load(&self.bytes, Some(0), None).unwrap_or_else(|e| panic!("{what}: load: {e}"));
                 let b = rt.load(&self.bytes, Some(0), None).unwrap_or_else(|e| panic!("{what}: load: {e}"));
-                let (i, o, to) = io(rt, &a).unwrap_or_else(|e| panic!("{what}: tensors: {e}"));
-                fp.arm(k);
-                let r = rt.execute(&a, &i, &o);
-                fp.disarm();
-                taken = fp.hits();
-                let r = match r {
-                    Ok((NrtStatus::Success, _)) => {
-                        assert_eq!(to.to_vec().expect("output"), self.clean, "{what}: absorbed failure, wrong data");
-                        Ok(())
-                    }
-                    Ok((s, _)) => Err(RtError::new(s, format!("execute returned {}", s.name()))),
-                    Err(e) => Err(e),
-                };
-                drop((i, o, to));
+                let (r, steps) = self.execute_failing(fp, k, &a, &what);
+                taken = steps;
                 // Both models still work (each switched in again), then unload.
                 self.exact(&b, &what);
                 if a.poisoned().is_none() {

@@ -98,7 +98,10 @@ impl Decoder {
         }
         spans.sort_by_key(|s| s.start);
         let by_id = spans.iter().map(|s| ((s.inst, s.index), *s)).collect();
-        Self { arch, spans, by_id, bar0_size: max_end.next_power_of_two() }
+        // A power of two covering every block (the compiled-in maps end far below 2^63; past it,
+        // the end itself).
+        let bar0_size = max_end.checked_next_power_of_two().unwrap_or(max_end);
+        Self { arch, spans, by_id, bar0_size }
     }
 
     /// Decode a BAR0 offset to the register that starts there, if one does on this arch.

@@ -16,6 +16,12 @@
 //!   project's): where the monitoring observers publish (default `/dev/shm`, else the temp
 //!   dir), and `0` turns the counters segment / the debug endpoint off (docs/monitoring.md).
 //!
+//! * `NEURON_RT_INSPECT_ENABLE` (`1`/`true` on), `NEURON_RT_INSPECT_OUTPUT_DIR` (default
+//!   `./output`), `NEURON_RT_INSPECT_EVENT_FILTER_TYPE` (event types, `hardware`/`software`,
+//!   `^` exclusions: parsed by [`crate::sys_trace::parse_type_filter`]) and
+//!   `NEURON_RT_INSPECT_EVENT_FILTER_NC` (the core-list syntax of `NEURON_RT_VISIBLE_CORES`):
+//!   libnrt's system-trace capture for the whole run ([`InspectEnv`], docs/profiling.md).
+//!
 //! Every environment read of the runtime is here.
 
 use std::path::{Path, PathBuf};
@@ -36,6 +42,20 @@ pub const SHM_DIR_VAR: &str = "NEURON_VFIO_SHM_DIR";
 pub const COUNTERS_VAR: &str = "NEURON_VFIO_COUNTERS";
 /// `NEURON_VFIO_DEBUG_ENDPOINT`.
 pub const DEBUG_ENDPOINT_VAR: &str = "NEURON_VFIO_DEBUG_ENDPOINT";
+/// `NEURON_RT_INSPECT_ENABLE`.
+pub const INSPECT_ENABLE_VAR: &str = "NEURON_RT_INSPECT_ENABLE";
+/// `NEURON_RT_INSPECT_OUTPUT_DIR`.
+pub const INSPECT_OUTPUT_DIR_VAR: &str = "NEURON_RT_INSPECT_OUTPUT_DIR";
+/// `NEURON_RT_INSPECT_EVENT_FILTER_TYPE`.
+pub const INSPECT_FILTER_TYPE_VAR: &str = "NEURON_RT_INSPECT_EVENT_FILTER_TYPE";
+/// `NEURON_RT_INSPECT_EVENT_FILTER_NC`.
+pub const INSPECT_FILTER_NC_VAR: &str = "NEURON_RT_INSPECT_EVENT_FILTER_NC";
+/// `NEURON_RT_INSPECT_SYSTEM_PROFILE`.
+pub const INSPECT_SYSTEM_PROFILE_VAR: &str = "NEURON_RT_INSPECT_SYSTEM_PROFILE";
+/// `NEURON_RT_INSPECT_DEVICE_PROFILE`.
+pub const INSPECT_DEVICE_PROFILE_VAR: &str = "NEURON_RT_INSPECT_DEVICE_PROFILE";
+/// `NEURON_RT_INSPECT_ON_FAIL`.
+pub const INSPECT_ON_FAIL_VAR: &str = "NEURON_RT_INSPECT_ON_FAIL";
 /// Default execution timeout, seconds.
 pub const DEFAULT_EXEC_TIMEOUT_SECS: u32 = 600;
 /// Default log level.
@@ -185,6 +205,64 @@ impl RtEnv {
     /// Core-phase timeout for the configured exec timeout.
     pub fn core_timeout(&self) -> Duration {
         core_timeout(self.exec_timeout_secs)
+    }
+}
+
+/// libnrt's inspect knobs (`NEURON_RT_INSPECT_*`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InspectEnv {
+    /// `NEURON_RT_INSPECT_ENABLE`: capture the system trace for the whole run.
+    pub enable: bool,
+    /// `NEURON_RT_INSPECT_OUTPUT_DIR` (default `./output`).
+    pub output_dir: PathBuf,
+    /// `NEURON_RT_INSPECT_EVENT_FILTER_TYPE`, raw (`None`: every type).
+    pub filter_type: Option<String>,
+    /// `NEURON_RT_INSPECT_EVENT_FILTER_NC` (`None`: every NC).
+    pub filter_nc: Option<Vec<u32>>,
+    /// `NEURON_RT_INSPECT_SYSTEM_PROFILE` (default on).
+    pub system_profile: bool,
+    /// `NEURON_RT_INSPECT_DEVICE_PROFILE` (default on).
+    pub device_profile: bool,
+    /// `NEURON_RT_INSPECT_ON_FAIL` (default off).
+    pub on_fail: bool,
+}
+
+/// A libnrt boolean knob: `1`/`true` on, `0`/`false` off, anything else (or unset) the default.
+fn flag(raw: Option<String>, default: bool) -> bool {
+    match raw.as_deref() {
+        Some("1") | Some("true") => true,
+        Some("0") | Some("false") => false,
+        _ => default,
+    }
+}
+
+impl InspectEnv {
+    /// Build from a lookup function (`name → raw value`).
+    pub fn from_lookup<F: Fn(&str) -> Option<String>>(lookup: F) -> Result<Self, EnvError> {
+        let output_dir = lookup(INSPECT_OUTPUT_DIR_VAR).filter(|d| !d.is_empty()).unwrap_or_else(|| "./output".into());
+        let filter_nc = match lookup(INSPECT_FILTER_NC_VAR).filter(|v| !v.trim().is_empty()) {
+            Some(v) => Some(parse_visible_cores(&v).map_err(|e| match e {
+                EnvError::BadCores { value, reason, .. } => {
+                    EnvError::BadCores { var: INSPECT_FILTER_NC_VAR, value, reason }
+                }
+                e => e,
+            })?),
+            None => None,
+        };
+        Ok(Self {
+            enable: flag(lookup(INSPECT_ENABLE_VAR), false),
+            output_dir: PathBuf::from(output_dir),
+            filter_type: lookup(INSPECT_FILTER_TYPE_VAR).filter(|v| !v.trim().is_empty()),
+            filter_nc,
+            system_profile: flag(lookup(INSPECT_SYSTEM_PROFILE_VAR), true),
+            device_profile: flag(lookup(INSPECT_DEVICE_PROFILE_VAR), true),
+            on_fail: flag(lookup(INSPECT_ON_FAIL_VAR), false),
+        })
+    }
+
+    /// Read the process environment.
+    pub fn from_env() -> Result<Self, EnvError> {
+        Self::from_lookup(|k| std::env::var(k).ok())
     }
 }
 

@@ -88,8 +88,9 @@ impl Sink for Rings {
         }
         // The caller names cores logically (nrt_sys_trace_config_set_capture_enabled_for_nc).
         let logical = |g: usize| crate::base::rt().logical_nc(g).unwrap_or(g);
+        let records = st::records(e, &logical);
         let mut g = lock(&self.rings);
-        for r in st::records(e, &logical) {
+        for r in records {
             if c.disabled_types.contains(r.event_type) || r.nc_idx.is_some_and(|nc| !c.nc_enabled(nc)) {
                 continue;
             }
@@ -129,13 +130,14 @@ static CAPTURE: Mutex<Option<(u64, Arc<Rings>)>> = Mutex::new(None);
 static RUN_CAPTURE: Mutex<Option<(u64, Arc<Rings>, PathBuf)>> = Mutex::new(None);
 
 /// At `nrt_init`: with `NEURON_RT_INSPECT_ENABLE`, capture the system trace of the run,
-/// filtered by `NEURON_RT_INSPECT_EVENT_FILTER_TYPE` and `_FILTER_NC`.
+/// filtered by `NEURON_RT_INSPECT_EVENT_FILTER_TYPE` and `_FILTER_NC`, in rings of
+/// `NEURON_RT_INSPECT_SYS_TRACE_MAX_EVENTS_PER_NC` events.
 pub(crate) fn inspect_run_begin() -> Result<(), RtError> {
     let env = runtime::env::InspectEnv::from_env().map_err(|e| err(NrtStatus::Invalid, e.to_string()))?;
     if !env.enable {
         return Ok(());
     }
-    let mut cfg = nrt_sys_trace_config_t { max_events_per_nc: u64::MAX, ..Default::default() };
+    let mut cfg = nrt_sys_trace_config_t { max_events_per_nc: env.max_events_per_nc, ..Default::default() };
     if let Some(f) = &env.filter_type {
         let (on, unknown) = st::parse_type_filter(f).map_err(|e| err(NrtStatus::Invalid, e.to_string()))?;
         if !unknown.is_empty() {

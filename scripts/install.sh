@@ -60,21 +60,26 @@ version=$(awk '/^\[workspace.package\]/ { p = 1; next } /^\[/ { p = 0 }
           "$repo/Cargo.toml")
 [ -n "$version" ] || die "no workspace version in Cargo.toml"
 
+# What there is to install, checked before anything is written.
+built=()
+while IFS= read -r b; do
+    if [ -f "$from/$b" ]; then
+        built+=("$b")
+    else
+        echo "install: $b is not built in $from: skipped" >&2
+    fi
+done < <(bins)
+[ ${#built[@]} -gt 0 ] || die "no cli binary in $from"
+
 mkdir -p "$prefix/lib/pkgconfig" "$prefix/include/nrt" "$prefix/include/ndl" "$prefix/bin"
 install -m 0755 "$lib" "$prefix/lib/libnrt.so.1"
 ln -sfn libnrt.so.1 "$prefix/lib/libnrt.so"
 install -m 0644 "$repo"/capi/include/nrt/*.h "$prefix/include/nrt/"
 install -m 0644 "$repo"/capi/include/ndl/* "$prefix/include/ndl/"
-n=0
-while IFS= read -r b; do
-    if [ -f "$from/$b" ]; then
-        install -m 0755 "$from/$b" "$prefix/bin/$b"
-        n=$((n + 1))
-    else
-        echo "install: $b is not built in $from: skipped" >&2
-    fi
-done < <(bins)
-[ "$n" -gt 0 ] || die "no cli binary in $from"
+for b in "${built[@]}"; do
+    install -m 0755 "$from/$b" "$prefix/bin/$b"
+done
+n=${#built[@]}
 abs=$(cd "$prefix" && pwd)
 cat > "$prefix/lib/pkgconfig/nrt.pc" <<EOF
 prefix=$abs

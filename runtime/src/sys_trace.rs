@@ -32,7 +32,7 @@ pub const HARDWARE: [&str; 7] = [
     NC_EXEC_RUNNING,
     "cc_running",
     "cc_exec_barrier",
-    "numerical_err",
+    NUMERICAL_ERR,
     "nc_model_switch",
     TIMESTAMP_SYNC_POINT,
     "hw_notify",
@@ -60,6 +60,8 @@ pub const SOFTWARE: [&str; 14] = [
 pub const NC_EXEC_RUNNING: &str = "nc_exec_running";
 /// A device ↔ CPU timestamp pair.
 pub const TIMESTAMP_SYNC_POINT: &str = "timestamp_sync_point";
+/// An execution that completed with numerical errors.
+pub const NUMERICAL_ERR: &str = "numerical_err";
 
 /// Every event type, hardware first.
 pub fn event_types() -> impl Iterator<Item = &'static str> {
@@ -215,6 +217,17 @@ fn exec_records(r: &ExecRecord, logical: &dyn Fn(usize) -> usize) -> Vec<SysEven
             unix_ns(d.to_cpu_ns(d.end_device_ns)),
             data(d.end_device_ns, true),
         ));
+        // NRT_EXEC_COMPLETED_WITH_NUM_ERR: the device reported numerical errors. The error
+        // records' own times are not kept; the event stands at the NC's END.
+        if r.status == crate::status::NrtStatus::ExecCompletedWithNumErr {
+            out.push(base(
+                NUMERICAL_ERR,
+                Phase::Instant,
+                next_tracking_id(),
+                unix_ns(d.to_cpu_ns(d.end_device_ns)),
+                data(d.end_device_ns, true),
+            ));
+        }
     }
     out
 }
@@ -391,7 +404,7 @@ mod tests {
             device: vec![d],
             tid: 99,
         };
-        let ev = records(&Event::Exec(r), &|g| g - 3);
+        let ev = records(&Event::Exec(r.clone()), &|g| g - 3);
         let types: Vec<_> = ev.iter().map(|e| (e.event_type, e.phase)).collect();
         assert_eq!(
             types,
@@ -404,6 +417,11 @@ mod tests {
         assert_eq!(ev[1].timestamp_ns, unix_ns(500 + 1_000));
         assert_eq!(ev[2].timestamp_ns - ev[1].timestamp_ns, 3_500);
         assert_eq!(ev[2].data[1], ("nc_timestamp_ns", Value::U64(13_500)));
+        assert_eq!(ev.len(), 3, "no numerical_err on success");
+        let num = records(&Event::Exec(ExecRecord { status: NrtStatus::ExecCompletedWithNumErr, ..r }), &|g| g - 3);
+        assert_eq!(num.len(), 4);
+        assert_eq!((num[3].event_type, num[3].phase), (NUMERICAL_ERR, Phase::Instant));
+        assert_eq!(num[3].timestamp_ns, num[2].timestamp_ns, "at the NC's END");
         let doc = to_json(&ev);
         assert!(doc.starts_with("{\"events\":[\n{\"event_type\":\"timestamp_sync_point\""), "{doc}");
         assert!(doc.contains("\"model_name\":\"m\\\"x\""), "{doc}");

@@ -231,3 +231,38 @@ fn pkg_config_gives_the_prefix_flags() {
     );
     check_client(&prog, &prefix);
 }
+
+#[test]
+fn install_honours_neuron_root_and_refuses_what_it_cannot_install() {
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR")).join("sdk-fake");
+    let _ = std::fs::remove_dir_all(&tmp);
+    let (target, empty, root_dir) = (tmp.join("target"), tmp.join("empty"), tmp.join("root"));
+    for d in [&target, &empty] {
+        std::fs::create_dir_all(d).expect("temporary directory");
+    }
+    std::fs::write(target.join("libnrt.so"), b"the library").expect("write");
+    let script = root().join("scripts/install.sh");
+    let install = |from: &Path, env_root: Option<&Path>| {
+        let mut c = Command::new(&script);
+        c.arg("--from-target").arg(from).env_remove("NEURON_ROOT");
+        if let Some(r) = env_root {
+            c.env("NEURON_ROOT", r);
+        }
+        c.output().expect("run scripts/install.sh")
+    };
+    // No binary built: refused before anything is written, as is a directory without the library.
+    let o = install(&target, Some(&root_dir));
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("no cli binary"), "{o:?}");
+    assert!(!root_dir.exists(), "a refused install writes nothing");
+    let o = install(&empty, Some(&root_dir));
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("no libnrt.so"), "{o:?}");
+    // NEURON_ROOT is the default prefix; binaries not built are skipped by name.
+    std::fs::write(target.join("neuron-vfio"), b"#!/bin/sh\n").expect("write");
+    let o = install(&target, Some(&root_dir));
+    assert!(o.status.success(), "{o:?}");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("neuron-vfio-bench is not built"), "{o:?}");
+    assert_eq!(std::fs::read(root_dir.join("lib/libnrt.so")).ok().as_deref(), Some(&b"the library"[..]));
+    assert!(root_dir.join("bin/neuron-vfio").is_file() && !root_dir.join("bin/neuron-vfio-bench").exists());
+    let o = Command::new(&script).arg("--bogus").output().expect("run scripts/install.sh");
+    assert_eq!(o.status.code(), Some(2), "an unknown option: usage, exit 2");
+}

@@ -80,6 +80,9 @@ pub struct ExecRecord {
     pub device: Vec<NcDeviceSpan>,
     /// OS thread id of the thread that ran the execution.
     pub tid: u64,
+    /// When the execution first switched its NCs to this model (parking the model armed
+    /// there): the host span, ns since the profiling epoch.
+    pub switch_ns: Option<(u64, u64)>,
 }
 
 /// One runtime call.
@@ -201,7 +204,8 @@ pub fn emit(e: Event) {
 }
 
 /// Record an execution: `t0` when it was kicked off, `rt_epoch` the instant the model's
-/// `sync` maps CPU ns from, `timings` the completion engine's per-NC START/END timestamps.
+/// `sync` maps CPU ns from, `timings` the completion engine's per-NC START/END timestamps,
+/// `switch_ns` the host span of a model switch before it.
 #[allow(clippy::too_many_arguments)]
 pub fn record_exec(
     model_id: u64,
@@ -213,6 +217,7 @@ pub fn record_exec(
     status: NrtStatus,
     timings: &[NcTiming],
     sync: &TimestampSync,
+    switch_ns: Option<(u64, u64)>,
 ) {
     if !active() {
         return;
@@ -255,6 +260,7 @@ pub fn record_exec(
         engines,
         device,
         tid: thread_id(),
+        switch_ns,
     }));
 }
 
@@ -423,8 +429,8 @@ mod tests {
         // Device timestamps in ps from init 1000: PE from 2 µs to 5 µs after init.
         t.engines[0] = EngineTiming { start: Some(1_000 + 2_000_000), end: Some(1_000 + 5_000_000) };
         t.engines[3] = EngineTiming { start: Some(1_000 + 1_000_000), end: None };
-        record_exec(7, "m", &[2], 1, Instant::now(), rt_epoch, NrtStatus::Success, &[t], &sync);
-        record_exec(8, "other", &[0], 1, Instant::now(), rt_epoch, NrtStatus::Success, &[t], &sync);
+        record_exec(7, "m", &[2], 1, Instant::now(), rt_epoch, NrtStatus::Success, &[t], &sync, None);
+        record_exec(8, "other", &[0], 1, Instant::now(), rt_epoch, NrtStatus::Success, &[t], &sync, None);
         unsubscribe(id);
         let ev = c.take();
         assert_eq!(ev.len(), 1, "the collector filters on the model");

@@ -33,7 +33,7 @@ pub const HARDWARE: [&str; 7] = [
     "cc_running",
     "cc_exec_barrier",
     NUMERICAL_ERR,
-    "nc_model_switch",
+    NC_MODEL_SWITCH,
     TIMESTAMP_SYNC_POINT,
     "hw_notify",
 ];
@@ -60,6 +60,8 @@ pub const SOFTWARE: [&str; 14] = [
 pub const NC_EXEC_RUNNING: &str = "nc_exec_running";
 /// A device ↔ CPU timestamp pair.
 pub const TIMESTAMP_SYNC_POINT: &str = "timestamp_sync_point";
+/// A NeuronCore switched to another model.
+pub const NC_MODEL_SWITCH: &str = "nc_model_switch";
 /// An execution that completed with numerical errors.
 pub const NUMERICAL_ERR: &str = "numerical_err";
 
@@ -165,6 +167,25 @@ pub fn records(e: &Event, logical: &dyn Fn(usize) -> usize) -> Vec<SysEvent> {
 fn exec_records(r: &ExecRecord, logical: &dyn Fn(usize) -> usize) -> Vec<SysEvent> {
     let mut out = Vec::with_capacity(r.device.len() * 3);
     let model = Some((r.model_id, r.model_name.clone()));
+    // The switch to this model is the host's work here (park the armed model, arm this one):
+    // a start/stop pair per NC on the CPU clock.
+    if let Some((s0, s1)) = r.switch_ns {
+        for &g in &r.ncs {
+            let id = next_tracking_id();
+            for (phase, ts) in [(Phase::Start, s0), (Phase::Stop, s1.max(s0))] {
+                out.push(SysEvent {
+                    event_type: NC_MODEL_SWITCH,
+                    phase,
+                    tracking_id: id,
+                    nc_idx: Some(logical(g)),
+                    timestamp_ns: unix_ns(ts),
+                    thread_id: r.tid,
+                    model: model.clone(),
+                    data: vec![("exec_id", Value::U64(r.seq)), ("device_core_idx", Value::U64(g as u64))],
+                });
+            }
+        }
+    }
     for d in &r.device {
         let nc_idx = Some(logical(d.nc));
         let base = |event_type, phase, tracking_id, timestamp_ns, data| SysEvent {
@@ -403,6 +424,7 @@ mod tests {
             engines: Vec::new(),
             device: vec![d],
             tid: 99,
+            switch_ns: None,
         };
         let ev = records(&Event::Exec(r.clone()), &|g| g - 3);
         let types: Vec<_> = ev.iter().map(|e| (e.event_type, e.phase)).collect();
@@ -418,10 +440,14 @@ mod tests {
         assert_eq!(ev[2].timestamp_ns - ev[1].timestamp_ns, 3_500);
         assert_eq!(ev[2].data[1], ("nc_timestamp_ns", Value::U64(13_500)));
         assert_eq!(ev.len(), 3, "no numerical_err on success");
-        let num = records(&Event::Exec(ExecRecord { status: NrtStatus::ExecCompletedWithNumErr, ..r }), &|g| g - 3);
+        let num =
+            records(&Event::Exec(ExecRecord { status: NrtStatus::ExecCompletedWithNumErr, ..r.clone() }), &|g| g - 3);
         assert_eq!(num.len(), 4);
         assert_eq!((num[3].event_type, num[3].phase), (NUMERICAL_ERR, Phase::Instant));
         assert_eq!(num[3].timestamp_ns, num[2].timestamp_ns, "at the NC's END");
+        let sw = records(&Event::Exec(ExecRecord { switch_ns: Some((100, 250)), ..r.clone() }), &|g| g - 3);
+        assert_eq!((sw[0].event_type, sw[0].phase, sw[1].phase), (NC_MODEL_SWITCH, Phase::Start, Phase::Stop));
+        assert_eq!((sw[0].tracking_id, sw[1].timestamp_ns - sw[0].timestamp_ns), (sw[1].tracking_id, 150));
         let doc = to_json(&ev);
         assert!(doc.starts_with("{\"events\":[\n{\"event_type\":\"timestamp_sync_point\""), "{doc}");
         assert!(doc.contains("\"model_name\":\"m\\\"x\""), "{doc}");

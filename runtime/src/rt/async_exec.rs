@@ -90,6 +90,8 @@ pub struct AsyncTok {
     error: Option<NrtStatus>,
     /// When it was kicked off (profiling).
     t0: Instant,
+    /// The host span of the model switch before it (profiling).
+    switch: Option<(u64, u64)>,
 }
 
 /// The XU's executor. The XU submits every scheduled request before stepping the oldest;
@@ -106,7 +108,7 @@ impl Executor for XuExec {
             return Err(NrtStatus::ExecUnitUnrecoverable);
         }
         let held = Some(Held::enqueue(&req.model.lanes, &req.model.ncs));
-        Ok(AsyncTok { req, started: false, held, error: None, t0: Instant::now() })
+        Ok(AsyncTok { req, started: false, held, error: None, t0: Instant::now(), switch: None })
     }
 
     fn step(&mut self, tok: &mut AsyncTok) -> Step {
@@ -119,9 +121,14 @@ impl Executor for XuExec {
             if !tok.held.as_ref().is_some_and(|h| h.ready()) {
                 return Step::InFlight;
             }
-            if let Err(e) = super::ncs::switch_in(&m) {
-                tok.error = Some(e.status);
-                return Step::Done;
+            let s0 = crate::profile::active().then(crate::profile::now_ns);
+            match super::ncs::switch_in(&m) {
+                Ok(true) => tok.switch = s0.map(|s0| (s0, crate::profile::now_ns())),
+                Ok(false) => {}
+                Err(e) => {
+                    tok.error = Some(e.status);
+                    return Step::Done;
+                }
             }
         }
         let mut g = lock(&m.exec);
@@ -161,7 +168,8 @@ impl Executor for XuExec {
         let status = ex.tracker.status();
         if crate::profile::active() {
             let t = ex.tracker.timings();
-            crate::profile::record_exec(m.id, &m.name, &m.ncs, ex.seq, tok.t0, m.epoch, status, &t, &ex.sync);
+            let (seq, sync) = (ex.seq, &ex.sync);
+            crate::profile::record_exec(m.id, &m.name, &m.ncs, seq, tok.t0, m.epoch, status, &t, sync, tok.switch);
         }
         let busy_ns = ex.tracker.device_span(0).0.unwrap_or(0) / 1000;
         let end = Instant::now();

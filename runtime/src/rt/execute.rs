@@ -33,8 +33,13 @@ impl Runtime {
         // the NC is switched if needed.
         let mut held = Held::none(&m.lanes);
         let armed = held.take(&m.ncs, m.id);
+        // The switch's host span, for the system trace (only while profiling).
+        let mut switch = None;
         if !armed {
-            super::ncs::switch_in(m)?;
+            let s0 = crate::profile::active().then(crate::profile::now_ns);
+            if super::ncs::switch_in(m)? {
+                switch = s0.map(|s0| (s0, crate::profile::now_ns()));
+            }
         }
         let mut g = lock(&m.exec);
         let Some(ex) = g.as_mut() else { return Err(unloaded()) };
@@ -82,7 +87,7 @@ impl Runtime {
         let status = ex.tracker.status();
         if crate::profile::active() {
             let t = ex.tracker.timings();
-            crate::profile::record_exec(m.id, &m.name, &m.ncs, ex.seq, t0, m.epoch, status, &t, &ex.sync);
+            crate::profile::record_exec(m.id, &m.name, &m.ncs, ex.seq, t0, m.epoch, status, &t, &ex.sync, switch);
         }
         if step == Step::DoneWithError {
             return Ok(failed(m, g, held, outputs, status, t0, steps));

@@ -89,8 +89,10 @@ fn stage_err(e: StageError) -> RtError {
 }
 
 /// With `m`'s lanes served: make `m` the model armed on each of its NCs, parking whichever
-/// model was armed there. A failure leaves the NC with nothing armed (the next user re-arms).
-pub(super) fn switch_in(m: &Arc<Model>) -> Result<(), RtError> {
+/// model was armed there; whether any NC was switched. A failure leaves the NC with nothing
+/// armed (the next user re-arms).
+pub(super) fn switch_in(m: &Arc<Model>) -> Result<bool, RtError> {
+    let mut switched = false;
     for (k, &g) in m.ncs.iter().enumerate() {
         if m.lanes.active(g).is_some_and(|a| a.id == m.id) {
             continue;
@@ -101,7 +103,7 @@ pub(super) fn switch_in(m: &Arc<Model>) -> Result<(), RtError> {
         let mut gex = lock(&m.exec);
         let ex: &mut ExecState = match gex.as_mut() {
             Some(ex) => ex,
-            None => return Ok(()),
+            None => return Ok(switched),
         };
         if let Some(s) = ex.ncs.get_mut(k) {
             if let Err(e) = arm(s, dirty) {
@@ -111,6 +113,7 @@ pub(super) fn switch_in(m: &Arc<Model>) -> Result<(), RtError> {
             }
         }
         m.lanes.set_active(g, Some(Armed { id: m.id, model: Arc::downgrade(m) }));
+        switched = true;
     }
-    Ok(())
+    Ok(switched)
 }

@@ -35,6 +35,8 @@ export NEURON_VFIO_BACKEND=${BACKEND:-auto}
 [ "${ALLOW_MODELED:-0}" = 1 ] && export NEURON_VFIO_ALLOW_MODELED=1
 # Shared memory for the runtime counters that `monitor` reads.
 mkdir -p /dev/shm && mount -t tmpfs -o mode=1777 tmpfs /dev/shm 2>/dev/null
+# libnrt's SONAME, the name programs linked with -lnrt load (the image holds the library once).
+[ -e /usr/lib/libnrt.so.1 ] || ln -s libnrt.so /usr/lib/libnrt.so.1 2>/dev/null || true
 
 # 1. VFIO modules: /init loaded /etc/modules (a modular kernel); check vfio-pci is there.
 if [ -d /sys/bus/pci/drivers/vfio-pci ]; then rc=0; else rc=1; fi

@@ -6,7 +6,7 @@
 //! software events (the runtime calls `nrt_load`, `nrt_execute`, `nrt_tensor_read`, …).
 //! Events of an NC go to its ring; events of no NC (runtime calls) to a host ring, fetched
 //! with every NC. `NEURON_RT_INSPECT_ENABLE` captures the whole run the same way and writes it
-//! at `nrt_close` ([`inspect_run_begin`], [`inspect_run_end`]).
+//! at `nrt_close` (`inspect_run_begin`, `inspect_run_end`).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ffi::{c_char, CStr};

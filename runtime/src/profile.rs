@@ -33,7 +33,7 @@ pub struct EngineSpan {
 
 /// One NC's device span of one execution: from the earliest START to the latest END
 /// notification of its engines (the span the runtime's own device timing measures,
-/// [`crate::completion::Tracker::device_span`]), in device ns (each engine's timestamps
+/// [`crate::completion::ExecTracker::device_span`]), in device ns (each engine's timestamps
 /// rescaled by its clock, [`crate::timestamp`]), with the sync point that maps device ns to
 /// CPU ns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

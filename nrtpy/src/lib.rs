@@ -162,8 +162,9 @@ fn session() -> Res<(Arc<Runtime>, u64)> {
     let rt = Arc::new(Runtime::with_observers(runtime::monitoring()));
     let cfg = RuntimeConfig::from_env().map_err(init)?;
     let faults = nrt::device::sim_faults().map_err(Error::nrt("Failed to initialize the runtime"))?;
-    let opened = nrt::device::platforms(&nrt::device::from_env().map_err(Error::nrt("Failed to initialize the runtime"))?)
-        .map_err(Error::nrt("Failed to initialize the runtime"))?;
+    let opened =
+        nrt::device::platforms(&nrt::device::from_env().map_err(Error::nrt("Failed to initialize the runtime"))?)
+            .map_err(Error::nrt("Failed to initialize the runtime"))?;
     rt.init(opened.platforms.clone(), cfg, hal::DeviceOptions::default())
         .map_err(Error::nrt("Failed to initialize the runtime"))?;
     if let Err(e) = nrt::device::arm(&rt, &opened, faults) {
@@ -402,10 +403,8 @@ impl NrtModel {
             }
             let file = std::fs::File::open(&path)
                 .map_err(|source| Error::NeffFile { path: path.display().to_string(), source })?;
-            let len = file
-                .metadata()
-                .map_err(|source| Error::NeffFile { path: path.display().to_string(), source })?
-                .len();
+            let len =
+                file.metadata().map_err(|source| Error::NeffFile { path: path.display().to_string(), source })?.len();
             let (rt, generation) = session()?;
             let model = rt
                 .load_reader(std::io::BufReader::new(file), len, Some(core_id), None)
@@ -431,10 +430,17 @@ impl NrtModel {
         info(&self.model.outputs)
     }
 
-    /// Logical NeuronCores the model runs on.
+    /// Logical NeuronCores the model runs on (indices into the visible cores).
     #[getter]
     fn ncs(&self) -> Vec<usize> {
         self.model.vncs.clone()
+    }
+
+    /// The same NeuronCores as the device numbers them (NEURON_RT_VISIBLE_CORES=2,3: logical
+    /// 0 is global 2).
+    #[getter]
+    fn global_ncs(&self) -> Vec<usize> {
+        self.model.ncs.clone()
     }
 
     /// Execute once with the GIL released; with `trace` the execution's timeline (per NC and

@@ -6,7 +6,7 @@
 # - the host tools the tests and scripts call, from the host's Debian archive, when missing:
 #   the C toolchain (gcc, g++, libc6-dev, make, binutils: cc, c++, nm, strip), pkg-config,
 #   python3 and python3-venv, strace, valgrind (the C ABI tests run their programs under it), git,
-#   xz-utils;
+#   xz-utils, cmake (tests/tests/sdk_install.rs builds tests/cmake/ against an installed prefix);
 # - the QEMU VFIO test (scripts/qemu/setup.sh, docs/qemu.md): busybox, a guest kernel built
 #   from Debian's linux-source-6.12, QEMU 11 from trixie-backports in a private root that
 #   finds its firmware only there;
@@ -18,7 +18,7 @@ set -eu
 cd "$(dirname "$0")/.."
 start=$(date +%s)
 need=""
-for p in gcc g++ libc6-dev make binutils pkg-config python3 python3-venv strace valgrind git xz-utils ca-certificates; do
+for p in gcc g++ libc6-dev make binutils pkg-config python3 python3-venv strace valgrind git xz-utils ca-certificates cmake; do
     dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' || need="$need $p"
 done
 if [ -n "$need" ]; then

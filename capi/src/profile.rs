@@ -319,8 +319,8 @@ impl Sink for InspectSink {
         let c = &self.cfg;
         let mut e = e.clone();
         match &mut e {
-            Event::Api(_) => {
-                if c.activities & SYSTEM == 0 || c.disabled_types.contains(crate::sys_trace::API) {
+            Event::Api(a) => {
+                if c.activities & SYSTEM == 0 || c.disabled_types.contains(&a.name) {
                     return;
                 }
             }
@@ -328,10 +328,10 @@ impl Sink for InspectSink {
                 if r.ncs.iter().any(|n| c.disabled_ncs.contains(&(*n as u32))) {
                     return;
                 }
-                if c.activities & DEVICE == 0 || c.disabled_types.contains(crate::sys_trace::DEVICE) {
+                if c.activities & DEVICE == 0 || c.disabled_types.contains(runtime::sys_trace::NC_EXEC_RUNNING) {
                     r.engines.clear();
                 }
-                let no_exec = c.activities & SYSTEM == 0 || c.disabled_types.contains(crate::sys_trace::EXEC);
+                let no_exec = c.activities & SYSTEM == 0;
                 if no_exec && r.engines.is_empty() {
                     return;
                 }
@@ -369,33 +369,24 @@ fn inspect_begin(cfg: nrt_inspect_config_t) -> Result<(), RtError> {
     Ok(())
 }
 
-fn env_flag(name: &str, default: bool) -> bool {
-    match std::env::var(name).as_deref() {
-        Ok("1") | Ok("true") => true,
-        Ok("0") | Ok("false") => false,
-        _ => default,
-    }
-}
-
 /// `nrt_inspect_begin`: configuration from NEURON_RT_INSPECT_ENABLE, _OUTPUT_DIR,
-/// _SYSTEM_PROFILE, _DEVICE_PROFILE and _ON_FAIL.
+/// _SYSTEM_PROFILE, _DEVICE_PROFILE and _ON_FAIL (`runtime::env::InspectEnv`).
 #[no_mangle]
 pub extern "C" fn nrt_inspect_begin() -> NRT_STATUS {
     entry("nrt_inspect_begin", || {
-        let enable = env_flag("NEURON_RT_INSPECT_ENABLE", false);
-        let mut cfg = nrt_inspect_config_t { enable_inspect: enable, ..Default::default() };
-        if let Ok(d) = std::env::var("NEURON_RT_INSPECT_OUTPUT_DIR") {
-            if !d.is_empty() {
-                cfg.output_dir = PathBuf::from(d);
-            }
-        }
-        if !env_flag("NEURON_RT_INSPECT_SYSTEM_PROFILE", true) {
+        let env = runtime::env::InspectEnv::from_env().map_err(|e| err(NrtStatus::Invalid, e.to_string()))?;
+        let mut cfg = nrt_inspect_config_t {
+            enable_inspect: env.enable,
+            output_dir: env.output_dir,
+            on_fail: env.on_fail,
+            ..Default::default()
+        };
+        if !env.system_profile {
             cfg.activities &= !SYSTEM;
         }
-        if !env_flag("NEURON_RT_INSPECT_DEVICE_PROFILE", true) {
+        if !env.device_profile {
             cfg.activities &= !DEVICE;
         }
-        cfg.on_fail = env_flag("NEURON_RT_INSPECT_ON_FAIL", false);
         inspect_begin(cfg)
     })
 }

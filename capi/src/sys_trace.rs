@@ -1,39 +1,42 @@
-//! nrt_sys_trace.h: system trace capture into per-NeuronCore ring buffers and fetch as JSON
-//! (docs/profiling.md).
+//! nrt_sys_trace.h: system trace capture into per-NeuronCore ring buffers, fetched as libnrt's
+//! event records (`{"events":[…]}`: `runtime::sys_trace`, docs/profiling.md).
 //!
-//! Event types: `nrt_api` (a runtime call; kept in a host ring, fetched with every NC),
-//! `model_exec` (an execution's host span, in the ring of the model's first NC) and
-//! `device_exec` (its per-engine START..END spans, carried with the execution).
+//! Event types are libnrt's (`nrt_sys_trace_get_event_types`): the hardware events
+//! (`nc_exec_running` start/stop per NC and execution, `timestamp_sync_point`, …) and the
+//! software events (the runtime calls `nrt_load`, `nrt_execute`, `nrt_tensor_read`, …).
+//! Events of an NC go to its ring; events of no NC (runtime calls) to a host ring, fetched
+//! with every NC. `NEURON_RT_INSPECT_ENABLE` captures the whole run the same way and writes it
+//! at `nrt_close` ([`inspect_run_begin`], [`inspect_run_end`]).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ffi::{c_char, CStr};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use neff::NrtStatus;
 use runtime::profile::{self, Event, Sink};
+use runtime::sys_trace::{self as st, SysEvent};
 use runtime::RtError;
 
 use crate::base::{entry, entry_value, err, guard, lock, need, put, NRT_STATUS};
 use crate::base::{free_string_array, string_array};
 
-pub(crate) const API: &str = "nrt_api";
-pub(crate) const EXEC: &str = "model_exec";
-pub(crate) const DEVICE: &str = "device_exec";
-/// Every event type.
-pub const EVENT_TYPES: [&str; 3] = [API, EXEC, DEVICE];
 /// Default ring capacity per NC.
 pub const DEFAULT_MAX_EVENTS_PER_NC: u64 = 100_000;
+
+/// Every event type name.
+fn event_types() -> Vec<&'static str> {
+    st::event_types().collect()
+}
 
 /// An event type argument, as the static name.
 pub(crate) fn event_type_arg(p: *const c_char) -> Result<&'static str, RtError> {
     need(p, "event_type")?;
     // SAFETY: non-null; NUL-terminated per the headers.
     let s = unsafe { CStr::from_ptr(p) }.to_string_lossy();
-    EVENT_TYPES
-        .iter()
-        .find(|t| **t == s)
-        .copied()
-        .ok_or_else(|| err(NrtStatus::Invalid, format!("unknown event type `{s}` (expected one of {EVENT_TYPES:?})")))
+    st::event_type(&s).ok_or_else(|| {
+        err(NrtStatus::Invalid, format!("unknown event type `{s}` (expected one of {:?})", event_types()))
+    })
 }
 
 /// `nrt_sys_trace_config_t`.
@@ -41,6 +44,8 @@ pub(crate) fn event_type_arg(p: *const c_char) -> Result<&'static str, RtError> 
 pub struct nrt_sys_trace_config_t {
     max_events_per_nc: u64,
     disabled_ncs: BTreeSet<u32>,
+    /// Only these NCs (`NEURON_RT_INSPECT_EVENT_FILTER_NC`); `None`: all but the disabled.
+    only_ncs: Option<BTreeSet<u32>>,
     disabled_types: BTreeSet<&'static str>,
 }
 
@@ -49,8 +54,16 @@ impl Default for nrt_sys_trace_config_t {
         Self {
             max_events_per_nc: DEFAULT_MAX_EVENTS_PER_NC,
             disabled_ncs: BTreeSet::new(),
+            only_ncs: None,
             disabled_types: BTreeSet::new(),
         }
+    }
+}
+
+impl nrt_sys_trace_config_t {
+    fn nc_enabled(&self, nc: usize) -> bool {
+        let nc = u32::try_from(nc).unwrap_or(u32::MAX);
+        !self.disabled_ncs.contains(&nc) && self.only_ncs.as_ref().is_none_or(|o| o.contains(&nc))
     }
 }
 
@@ -61,52 +74,101 @@ pub struct nrt_sys_trace_fetch_options_t {
     nc_idx: Option<u64>,
 }
 
-/// Rings: `None` is the host ring (API events).
+/// A running capture: its configuration and rings (`None`: the host ring).
 struct Rings {
     cfg: nrt_sys_trace_config_t,
-    rings: Mutex<BTreeMap<Option<usize>, VecDeque<Event>>>,
+    rings: Mutex<BTreeMap<Option<usize>, VecDeque<SysEvent>>>,
 }
 
 impl Sink for Rings {
     fn record(&self, e: &Event) {
         let c = &self.cfg;
-        let mut e = e.clone();
-        let key = match &mut e {
-            Event::Api(_) => {
-                if c.disabled_types.contains(API) {
-                    return;
-                }
-                None
-            }
-            Event::Exec(r) => {
-                let g = r.ncs.first().copied().unwrap_or(0);
-                // The caller names cores logically (nrt_sys_trace_config_set_capture_enabled_for_nc).
-                let nc = crate::base::rt().logical_nc(g).unwrap_or(g);
-                if c.disabled_ncs.contains(&(nc as u32)) {
-                    return;
-                }
-                if c.disabled_types.contains(DEVICE) {
-                    r.engines.clear();
-                }
-                if c.disabled_types.contains(EXEC) && r.engines.is_empty() {
-                    return;
-                }
-                Some(nc)
-            }
-        };
         if c.max_events_per_nc == 0 {
             return;
         }
+        // The caller names cores logically (nrt_sys_trace_config_set_capture_enabled_for_nc).
+        let logical = |g: usize| crate::base::rt().logical_nc(g).unwrap_or(g);
+        let records = st::records(e, &logical);
         let mut g = lock(&self.rings);
-        let ring = g.entry(key).or_default();
-        if ring.len() as u64 >= c.max_events_per_nc {
-            ring.pop_front();
+        for r in records {
+            if c.disabled_types.contains(r.event_type) || r.nc_idx.is_some_and(|nc| !c.nc_enabled(nc)) {
+                continue;
+            }
+            let ring = g.entry(r.nc_idx).or_default();
+            if ring.len() as u64 >= c.max_events_per_nc {
+                ring.pop_front();
+            }
+            ring.push_back(r);
         }
-        ring.push_back(e);
     }
 }
 
+impl Rings {
+    /// Take (oldest first) up to `max` events of each ring of NC `nc` (None: every NC) and of
+    /// the host ring, ordered by CPU time.
+    fn take(&self, nc: Option<u64>, max: u64) -> Vec<SysEvent> {
+        let mut events = Vec::new();
+        let mut g = lock(&self.rings);
+        for (k, ring) in g.iter_mut() {
+            if let (Some(have), Some(want)) = (k, nc) {
+                if *have as u64 != want {
+                    continue;
+                }
+            }
+            let n = (ring.len() as u64).min(max) as usize;
+            events.extend(ring.drain(..n));
+        }
+        // Stable: a start and its stop at the same instant keep their order.
+        events.sort_by_key(|e| e.timestamp_ns);
+        events
+    }
+}
+
+/// The capture of `nrt_sys_trace_start`.
 static CAPTURE: Mutex<Option<(u64, Arc<Rings>)>> = Mutex::new(None);
+/// The whole-run capture of `NEURON_RT_INSPECT_ENABLE`, and where it is written.
+static RUN_CAPTURE: Mutex<Option<(u64, Arc<Rings>, PathBuf)>> = Mutex::new(None);
+
+/// At `nrt_init`: with `NEURON_RT_INSPECT_ENABLE`, capture the system trace of the run,
+/// filtered by `NEURON_RT_INSPECT_EVENT_FILTER_TYPE` and `_FILTER_NC`, in rings of
+/// `NEURON_RT_INSPECT_SYS_TRACE_MAX_EVENTS_PER_NC` events.
+pub(crate) fn inspect_run_begin() -> Result<(), RtError> {
+    let env = runtime::env::InspectEnv::from_env().map_err(|e| err(NrtStatus::Invalid, e.to_string()))?;
+    if !env.enable {
+        return Ok(());
+    }
+    let mut cfg = nrt_sys_trace_config_t { max_events_per_nc: env.max_events_per_nc, ..Default::default() };
+    if let Some(f) = &env.filter_type {
+        let (on, unknown) = st::parse_type_filter(f).map_err(|e| err(NrtStatus::Invalid, e.to_string()))?;
+        if !unknown.is_empty() {
+            tracing::warn!(?unknown, "NEURON_RT_INSPECT_EVENT_FILTER_TYPE names no event type of this runtime");
+        }
+        cfg.disabled_types = st::event_types().filter(|t| !on.contains(t)).collect();
+    }
+    cfg.only_ncs = env.filter_nc.map(|v| v.into_iter().collect());
+    let r = Arc::new(Rings { cfg, rings: Mutex::new(BTreeMap::new()) });
+    let mut g = lock(&RUN_CAPTURE);
+    if let Some((id, _, _)) = g.take() {
+        profile::unsubscribe(id);
+    }
+    *g = Some((profile::subscribe(r.clone()), r, env.output_dir));
+    Ok(())
+}
+
+/// The file a run's trace is written to, in `dir`.
+pub fn run_trace_path(dir: &std::path::Path) -> PathBuf {
+    dir.join(format!("sys_trace_pid{}.json", std::process::id()))
+}
+
+/// At `nrt_close`: write the run's capture (if any) to the output directory.
+pub(crate) fn inspect_run_end() -> Result<(), RtError> {
+    let Some((id, r, dir)) = lock(&RUN_CAPTURE).take() else { return Ok(()) };
+    profile::unsubscribe(id);
+    let doc = st::to_json(&r.take(None, u64::MAX));
+    std::fs::create_dir_all(&dir).map_err(|e| err(NrtStatus::Failure, format!("create {}: {e}", dir.display())))?;
+    let path = run_trace_path(&dir);
+    std::fs::write(&path, doc).map_err(|e| err(NrtStatus::Failure, format!("write {}: {e}", path.display())))
+}
 
 macro_rules! with_opts {
     ($options:ident, $ty:ty, |$c:ident| $body:expr) => {
@@ -219,7 +281,7 @@ pub unsafe extern "C" fn nrt_sys_trace_get_event_types(
     event_types: *mut *mut *const c_char,
     count: *mut usize,
 ) -> NRT_STATUS {
-    entry("nrt_sys_trace_get_event_types", || string_array(&EVENT_TYPES, event_types, count))
+    entry("nrt_sys_trace_get_event_types", || string_array(&self::event_types(), event_types, count))
 }
 
 /// `nrt_sys_trace_free_event_types`.
@@ -246,7 +308,7 @@ pub unsafe extern "C" fn nrt_sys_trace_config_get_enabled_event_types(
         need(options, "options")?;
         // SAFETY: non-null and live per the caller's contract.
         let c = unsafe { &*options };
-        let on: Vec<&str> = EVENT_TYPES.iter().copied().filter(|t| !c.disabled_types.contains(t)).collect();
+        let on: Vec<&str> = st::event_types().filter(|t| !c.disabled_types.contains(t)).collect();
         string_array(&on, event_types, count)
     })
 }
@@ -344,7 +406,8 @@ pub unsafe extern "C" fn nrt_sys_trace_fetch_options_set_nc_idx(
 }
 
 /// `nrt_sys_trace_fetch_events`: take (oldest first, up to the per-NC maximum) the events of
-/// one NC or of all, as a Chrome / Perfetto JSON trace document in a malloc'd buffer.
+/// one NC or of all (and the runtime calls' events), as libnrt's JSON document
+/// (`{"events":[…]}`, ordered by CPU time) in a malloc'd buffer.
 ///
 /// # Safety
 /// `buffer` and `written_size` are NULL or writable; `options` NULL or live.
@@ -363,24 +426,8 @@ pub unsafe extern "C" fn nrt_sys_trace_fetch_events(
             .as_ref()
             .map(|(_, r)| r.clone())
             .ok_or_else(|| err(NrtStatus::Invalid, "system trace capture is not running"))?;
-        let max = o.max_events_per_nc.unwrap_or(u64::MAX);
-        let mut events = Vec::new();
-        {
-            let mut g = lock(&rings.rings);
-            for (k, ring) in g.iter_mut() {
-                let take = match (k, o.nc_idx) {
-                    (Some(nc), Some(want)) => *nc as u64 == want,
-                    _ => true,
-                };
-                if !take {
-                    continue;
-                }
-                let n = (ring.len() as u64).min(max) as usize;
-                events.extend(ring.drain(..n));
-            }
-        }
-        events.sort_by_key(|e| e.start_ns());
-        let doc = profile::chrome_trace(&events);
+        let events = rings.take(o.nc_idx, o.max_events_per_nc.unwrap_or(u64::MAX));
+        let doc = st::to_json(&events);
         // SAFETY: plain allocation, checked.
         let p = unsafe { libc::malloc(doc.len() + 1) }.cast::<u8>();
         if p.is_null() {

@@ -33,8 +33,8 @@ fn compiler(var: &str, default: &str) -> Option<String> {
     None
 }
 
-/// The directory holding libnrt.so.
-fn lib_dir() -> PathBuf {
+/// The directory holding the built libnrt.so.
+fn built_lib_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
     let deps = exe.parent().expect("test binary directory").to_path_buf();
     for d in [deps.clone(), deps.parent().map(Path::to_path_buf).unwrap_or_default()] {
@@ -43,6 +43,24 @@ fn lib_dir() -> PathBuf {
         }
     }
     panic!("libnrt.so not found next to {} (or its parent)", exe.display());
+}
+
+/// The directory the programs link and load from: the built libnrt.so under its link name
+/// and its SONAME, `libnrt.so.1` (cargo makes only the first; a program linked with `-lnrt`
+/// records `NEEDED libnrt.so.1`).
+fn lib_dir() -> PathBuf {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let lib = built_lib_dir().join("libnrt.so");
+        let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("nrt-lib-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).expect("create the library directory");
+        for name in ["libnrt.so", "libnrt.so.1"] {
+            std::os::unix::fs::symlink(&lib, d.join(name)).expect("link libnrt.so");
+        }
+        d
+    })
+    .clone()
 }
 
 /// Compile `src` (C, or C++ when it ends in .cpp); None without a compiler.
@@ -227,7 +245,7 @@ fn profiling_and_system_trace() {
         );
         // Every trace is valid JSON in the trace-event format with engine lanes.
         let files: Vec<&str> = out.lines().filter_map(|l| l.strip_prefix("file ")).collect();
-        assert_eq!(files.len(), 6, "{out}");
+        assert_eq!(files.len(), 5, "{out}");
         for f in files {
             let text = std::fs::read_to_string(f).expect("read the trace");
             let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{f}: {e}\n{text}"));
@@ -283,5 +301,143 @@ fn cpp_raii_client() {
             serde_json::from_str(&std::fs::read_to_string(&trace).expect("read the trace")).expect("valid JSON");
         let execs = v["traceEvents"].as_array().map_or(0, |a| a.iter().filter(|e| e["cat"] == "model_exec").count());
         assert_eq!(execs, 2, "two profiled executions");
+    }
+}
+
+/// The `file NAME PATH` documents a program printed, parsed.
+fn documents(out: &str) -> std::collections::BTreeMap<String, serde_json::Value> {
+    out.lines()
+        .filter_map(|l| l.strip_prefix("file "))
+        .filter_map(|l| l.split_once(' '))
+        .map(|(name, path)| {
+            let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+            let v = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}\n{text}"));
+            (name.to_string(), v)
+        })
+        .collect()
+}
+
+fn events(doc: &serde_json::Value) -> &[serde_json::Value] {
+    doc["events"].as_array().map(Vec::as_slice).unwrap_or_else(|| panic!("no events array: {doc}"))
+}
+
+/// `nc_exec_running` pairs matched by tracking id, as public clients match them:
+/// (exec_id, NC, device start ns, device stop ns, CPU start ns, CPU stop ns).
+fn running_pairs(ev: &[serde_json::Value]) -> Vec<(u64, u64, u64, u64, u64, u64)> {
+    let mut open = std::collections::BTreeMap::new();
+    let mut pairs = Vec::new();
+    for e in ev.iter().filter(|e| e["event_type"] == "nc_exec_running") {
+        let id = e["tracking_id"].as_u64().expect("tracking_id");
+        let nc_ts = e["data"]["nc_timestamp_ns"].as_u64().expect("data.nc_timestamp_ns");
+        let cpu = e["timestamp_ns"].as_u64().expect("timestamp_ns");
+        match e["phase"].as_str() {
+            Some("start") => assert!(open.insert(id, e.clone()).is_none(), "tracking id {id} started twice"),
+            Some("stop") => {
+                let s = open.remove(&id).unwrap_or_else(|| panic!("stop without a start: {e}"));
+                assert_eq!(s["data"]["exec_id"], e["data"]["exec_id"]);
+                assert_eq!(s["nc_idx"], e["nc_idx"]);
+                pairs.push((
+                    s["data"]["exec_id"].as_u64().expect("exec_id"),
+                    s["nc_idx"].as_u64().expect("nc_idx"),
+                    s["data"]["nc_timestamp_ns"].as_u64().expect("start nc_timestamp_ns"),
+                    nc_ts,
+                    s["timestamp_ns"].as_u64().expect("start timestamp_ns"),
+                    cpu,
+                ));
+            }
+            p => panic!("phase {p:?}: {e}"),
+        }
+    }
+    assert!(open.is_empty(), "unmatched starts: {open:?}");
+    pairs
+}
+
+#[test]
+fn system_trace_is_libnrts() {
+    let Some(p) = build("c/sys_trace.c") else { return };
+    for dev in DEVICES {
+        let dir = tmpdir(&format!("capi-sys-trace-{}", dev.replace(':', "-")));
+        let env_dir = dir.join("inspect");
+        let ex = examples();
+        let out = run_env(
+            &p,
+            &[ex.join("allreduce_1nc.neff"), ex.join("allreduce_2nc.neff"), ex.join("input_32xf32.bin"), dir.clone()],
+            dev,
+            &[
+                ("NEURON_RT_INSPECT_ENABLE", Path::new("1")),
+                ("NEURON_RT_INSPECT_OUTPUT_DIR", &env_dir),
+                ("NEURON_RT_INSPECT_EVENT_FILTER_TYPE", Path::new("hardware,nrt_execute,^timestamp_sync_point")),
+                ("NEURON_RT_INSPECT_EVENT_FILTER_NC", Path::new("1")),
+            ],
+        );
+        let docs = documents(&out);
+        let all = events(&docs["all"]);
+        // Every record: libnrt's fields; CPU times ordered.
+        let mut last = 0;
+        for e in all {
+            for k in
+                ["event_type", "category", "phase", "tracking_id", "timestamp_ns", "process_id", "thread_id", "data"]
+            {
+                assert!(!e[k].is_null(), "{dev}: {k} missing in {e}");
+            }
+            let t = e["timestamp_ns"].as_u64().unwrap_or(0);
+            assert!(t >= last, "{dev}: events out of CPU-time order at {e}");
+            last = t;
+        }
+        // The runtime's own device timing of each execution: nrt_profile's per-engine device
+        // spans of that execution, earliest start to latest end.
+        let prof = docs["profile"]["traceEvents"].as_array().expect("profile traceEvents");
+        let mut device_ns = std::collections::BTreeMap::<u64, (f64, f64)>::new();
+        for s in prof.iter().filter(|e| e["cat"] == "device_exec") {
+            let seq = s["args"]["seq"].as_u64().expect("seq");
+            let (t0, dur) = (s["ts"].as_f64().expect("ts"), s["dur"].as_f64().expect("dur"));
+            let w = device_ns.entry(seq).or_insert((f64::INFINITY, f64::NEG_INFINITY));
+            *w = (w.0.min(t0), w.1.max(t0 + dur));
+        }
+        let pairs = running_pairs(all);
+        assert_eq!(pairs.len(), 5, "{dev}: a pair per execute");
+        let syncs: Vec<_> = all.iter().filter(|e| e["event_type"] == "timestamp_sync_point").collect();
+        for &(exec, nc, d0, d1, c0, c1) in &pairs {
+            assert_eq!(nc, 0, "{dev}: the 1-NC model ran on NC 0");
+            let span = d1 - d0;
+            let (w0, w1) = device_ns[&exec];
+            let runtime_ns = ((w1 - w0) * 1000.0).round();
+            println!("{dev}: exec {exec}: nc_exec_running {span} ns, the runtime's device timing {runtime_ns} ns");
+            assert!(
+                (span as f64 - runtime_ns).abs() <= runtime_ns * 0.01,
+                "{dev}: exec {exec}: span {span} ns vs the runtime's {runtime_ns} ns"
+            );
+            // The device times in the CPU domain through the execution's sync point.
+            let sp = syncs
+                .iter()
+                .find(|s| s["data"]["exec_id"] == exec && s["nc_idx"] == nc)
+                .unwrap_or_else(|| panic!("{dev}: no sync point for exec {exec}"));
+            let (sc, sd) = (
+                sp["data"]["cpu_timestamp_ns"].as_u64().expect("cpu_timestamp_ns"),
+                sp["data"]["nc_timestamp_ns"].as_u64().expect("nc_timestamp_ns"),
+            );
+            assert_eq!(c0 as i128, sc as i128 + d0 as i128 - sd as i128, "{dev}: start in the CPU domain");
+            assert_eq!(c1 - c0, span, "{dev}: the CPU-domain span is the device span");
+        }
+        // Filters: NC 1 and nc_exec_running only.
+        let filtered = events(&docs["filtered"]);
+        assert!(filtered.iter().all(|e| e["event_type"] == "nc_exec_running" && e["nc_idx"] == 1), "{dev}");
+        assert_eq!(running_pairs(filtered).len(), 3, "{dev}");
+        // NEURON_RT_INSPECT_*: the run's trace in the output directory, filtered.
+        let files: Vec<PathBuf> =
+            std::fs::read_dir(&env_dir).expect("the inspect output directory").flatten().map(|e| e.path()).collect();
+        assert_eq!(files.len(), 1, "{dev}: {files:?}");
+        let run: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&files[0]).expect("read")).expect("valid JSON");
+        let ev = events(&run);
+        assert!(
+            ev.iter().all(|e| e["event_type"] == "nrt_execute"
+                || (e["category"] == "hardware" && e["event_type"] != "timestamp_sync_point" && e["nc_idx"] == 1)),
+            "{dev}: the filters hold: {run}"
+        );
+        // 3 + 3 executions of the 2-NC model gave NC 1 a pair each; 5 + 3 + 2 + 3 nrt_execute calls.
+        assert_eq!(running_pairs(ev).len(), 6, "{dev}");
+        let execs = ev.iter().filter(|e| e["event_type"] == "nrt_execute" && e["phase"] == "start").count();
+        assert_eq!(execs, 13, "{dev}");
     }
 }

@@ -34,6 +34,11 @@ pub fn forks() -> Option<u64> {
     (REGISTERED.load(Ordering::Relaxed) == 1).then(|| FORKS.load(Ordering::Relaxed))
 }
 
+/// The calling thread's OS thread id (`gettid(2)`), as profiles and traces name threads.
+pub fn thread_id() -> u64 {
+    nix::unistd::gettid().as_raw() as u64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,6 +16,14 @@
 //!   project's): where the monitoring observers publish (default `/dev/shm`, else the temp
 //!   dir), and `0` turns the counters segment / the debug endpoint off (docs/monitoring.md).
 //!
+//! * `NEURON_RT_INSPECT_ENABLE` (`1`/`true` on), `NEURON_RT_INSPECT_OUTPUT_DIR` (default
+//!   `./output`), `NEURON_RT_INSPECT_EVENT_FILTER_TYPE` (event types, `hardware`/`software`,
+//!   `^` exclusions: parsed by [`crate::sys_trace::parse_type_filter`]) and
+//!   `NEURON_RT_INSPECT_EVENT_FILTER_NC` (a core list: `0,2,4`, `0-3`; no contiguity required),
+//!   `NEURON_RT_INSPECT_SYS_TRACE_MAX_EVENTS_PER_NC` (ring capacity per NC, default 1000000 as
+//!   libnrt documents it): libnrt's system-trace capture for the whole run ([`InspectEnv`],
+//!   docs/profiling.md).
+//!
 //! Every environment read of the runtime is here.
 
 use std::path::{Path, PathBuf};
@@ -36,6 +44,24 @@ pub const SHM_DIR_VAR: &str = "NEURON_VFIO_SHM_DIR";
 pub const COUNTERS_VAR: &str = "NEURON_VFIO_COUNTERS";
 /// `NEURON_VFIO_DEBUG_ENDPOINT`.
 pub const DEBUG_ENDPOINT_VAR: &str = "NEURON_VFIO_DEBUG_ENDPOINT";
+/// `NEURON_RT_INSPECT_ENABLE`.
+pub const INSPECT_ENABLE_VAR: &str = "NEURON_RT_INSPECT_ENABLE";
+/// `NEURON_RT_INSPECT_OUTPUT_DIR`.
+pub const INSPECT_OUTPUT_DIR_VAR: &str = "NEURON_RT_INSPECT_OUTPUT_DIR";
+/// `NEURON_RT_INSPECT_EVENT_FILTER_TYPE`.
+pub const INSPECT_FILTER_TYPE_VAR: &str = "NEURON_RT_INSPECT_EVENT_FILTER_TYPE";
+/// `NEURON_RT_INSPECT_EVENT_FILTER_NC`.
+pub const INSPECT_FILTER_NC_VAR: &str = "NEURON_RT_INSPECT_EVENT_FILTER_NC";
+/// `NEURON_RT_INSPECT_SYS_TRACE_MAX_EVENTS_PER_NC`.
+pub const INSPECT_MAX_EVENTS_VAR: &str = "NEURON_RT_INSPECT_SYS_TRACE_MAX_EVENTS_PER_NC";
+/// Its default.
+pub const DEFAULT_INSPECT_MAX_EVENTS_PER_NC: u64 = 1_000_000;
+/// `NEURON_RT_INSPECT_SYSTEM_PROFILE`.
+pub const INSPECT_SYSTEM_PROFILE_VAR: &str = "NEURON_RT_INSPECT_SYSTEM_PROFILE";
+/// `NEURON_RT_INSPECT_DEVICE_PROFILE`.
+pub const INSPECT_DEVICE_PROFILE_VAR: &str = "NEURON_RT_INSPECT_DEVICE_PROFILE";
+/// `NEURON_RT_INSPECT_ON_FAIL`.
+pub const INSPECT_ON_FAIL_VAR: &str = "NEURON_RT_INSPECT_ON_FAIL";
 /// Default execution timeout, seconds.
 pub const DEFAULT_EXEC_TIMEOUT_SECS: u32 = 600;
 /// Default log level.
@@ -52,6 +78,8 @@ pub enum EnvError {
     BadLogLevel { var: &'static str, value: String },
     #[error("{var}: invalid threshold {value:?} (expected whole milliseconds, at least 1)")]
     BadThreshold { var: &'static str, value: String },
+    #[error("{var}: invalid count {value:?} (expected a whole number)")]
+    BadCount { var: &'static str, value: String },
     #[error("{var}: value is not valid unicode")]
     NotUnicode { var: &'static str },
 }
@@ -90,7 +118,21 @@ pub fn core_timeout(secs: u32) -> Duration {
 
 /// Parse `NEURON_RT_VISIBLE_CORES` into sorted, unique core ids.
 pub fn parse_visible_cores(raw: &str) -> Result<Vec<u32>, EnvError> {
-    let bad = |reason| EnvError::BadCores { var: VISIBLE_CORES_VAR, value: raw.to_string(), reason };
+    let out = parse_core_list(VISIBLE_CORES_VAR, raw)?;
+    // libnrt maps the list onto logical cores 0.. and refuses a list with holes.
+    if out.windows(2).any(|w| w[1] != w[0] + 1) {
+        return Err(EnvError::BadCores {
+            var: VISIBLE_CORES_VAR,
+            value: raw.to_string(),
+            reason: "cores must be contiguous",
+        });
+    }
+    Ok(out)
+}
+
+/// Parse a core list of `var` (`0,2,4`, `0-3`, both) into sorted, unique core ids.
+pub fn parse_core_list(var: &'static str, raw: &str) -> Result<Vec<u32>, EnvError> {
+    let bad = |reason| EnvError::BadCores { var, value: raw.to_string(), reason };
     let num = |s: &str| -> Result<u32, EnvError> {
         let s = s.trim();
         if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
@@ -119,10 +161,6 @@ pub fn parse_visible_cores(raw: &str) -> Result<Vec<u32>, EnvError> {
     }
     out.sort_unstable();
     out.dedup();
-    // libnrt maps the list onto logical cores 0.. and refuses a list with holes.
-    if out.windows(2).any(|w| w[1] != w[0] + 1) {
-        return Err(bad("cores must be contiguous"));
-    }
     Ok(out)
 }
 
@@ -185,6 +223,68 @@ impl RtEnv {
     /// Core-phase timeout for the configured exec timeout.
     pub fn core_timeout(&self) -> Duration {
         core_timeout(self.exec_timeout_secs)
+    }
+}
+
+/// libnrt's inspect knobs (`NEURON_RT_INSPECT_*`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InspectEnv {
+    /// `NEURON_RT_INSPECT_ENABLE`: capture the system trace for the whole run.
+    pub enable: bool,
+    /// `NEURON_RT_INSPECT_OUTPUT_DIR` (default `./output`).
+    pub output_dir: PathBuf,
+    /// `NEURON_RT_INSPECT_EVENT_FILTER_TYPE`, raw (`None`: every type).
+    pub filter_type: Option<String>,
+    /// `NEURON_RT_INSPECT_EVENT_FILTER_NC` (`None`: every NC).
+    pub filter_nc: Option<Vec<u32>>,
+    /// `NEURON_RT_INSPECT_SYS_TRACE_MAX_EVENTS_PER_NC`.
+    pub max_events_per_nc: u64,
+    /// `NEURON_RT_INSPECT_SYSTEM_PROFILE` (default on).
+    pub system_profile: bool,
+    /// `NEURON_RT_INSPECT_DEVICE_PROFILE` (default on).
+    pub device_profile: bool,
+    /// `NEURON_RT_INSPECT_ON_FAIL` (default off).
+    pub on_fail: bool,
+}
+
+/// A libnrt boolean knob: `1`/`true` on, `0`/`false` off, anything else (or unset) the default.
+fn flag(raw: Option<String>, default: bool) -> bool {
+    match raw.as_deref() {
+        Some("1") | Some("true") => true,
+        Some("0") | Some("false") => false,
+        _ => default,
+    }
+}
+
+impl InspectEnv {
+    /// Build from a lookup function (`name → raw value`).
+    pub fn from_lookup<F: Fn(&str) -> Option<String>>(lookup: F) -> Result<Self, EnvError> {
+        let output_dir = lookup(INSPECT_OUTPUT_DIR_VAR).filter(|d| !d.is_empty()).unwrap_or_else(|| "./output".into());
+        let filter_nc = match lookup(INSPECT_FILTER_NC_VAR).filter(|v| !v.trim().is_empty()) {
+            Some(v) => Some(parse_core_list(INSPECT_FILTER_NC_VAR, &v)?),
+            None => None,
+        };
+        Ok(Self {
+            enable: flag(lookup(INSPECT_ENABLE_VAR), false),
+            output_dir: PathBuf::from(output_dir),
+            filter_type: lookup(INSPECT_FILTER_TYPE_VAR).filter(|v| !v.trim().is_empty()),
+            filter_nc,
+            max_events_per_nc: match lookup(INSPECT_MAX_EVENTS_VAR) {
+                Some(v) => v
+                    .trim()
+                    .parse()
+                    .map_err(|_| EnvError::BadCount { var: INSPECT_MAX_EVENTS_VAR, value: v.clone() })?,
+                None => DEFAULT_INSPECT_MAX_EVENTS_PER_NC,
+            },
+            system_profile: flag(lookup(INSPECT_SYSTEM_PROFILE_VAR), true),
+            device_profile: flag(lookup(INSPECT_DEVICE_PROFILE_VAR), true),
+            on_fail: flag(lookup(INSPECT_ON_FAIL_VAR), false),
+        })
+    }
+
+    /// Read the process environment.
+    pub fn from_env() -> Result<Self, EnvError> {
+        Self::from_lookup(|k| std::env::var(k).ok())
     }
 }
 

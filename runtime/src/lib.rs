@@ -39,6 +39,7 @@ pub mod stage;
 pub mod state;
 pub mod status;
 mod sync;
+pub mod sys_trace;
 pub mod timestamp;
 pub mod xu;
 

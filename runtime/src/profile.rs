@@ -31,6 +31,37 @@ pub struct EngineSpan {
     pub end_ns: u64,
 }
 
+/// One NC's device span of one execution: from the earliest START to the latest END
+/// notification of its engines (the span the runtime's own device timing measures,
+/// [`crate::completion::Tracker::device_span`]), in device ns (each engine's timestamps
+/// rescaled by its clock, [`crate::timestamp`]), with the sync point that maps device ns to
+/// CPU ns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NcDeviceSpan {
+    /// Global NC index.
+    pub nc: usize,
+    /// Device ns of the earliest START record.
+    pub start_device_ns: u64,
+    /// Device ns of the latest END record.
+    pub end_device_ns: u64,
+    /// The sync point: the same instant in device ns …
+    pub sync_device_ns: u64,
+    /// … and in CPU ns since the profiling epoch ([`now_ns`]).
+    pub sync_cpu_ns: u64,
+}
+
+impl NcDeviceSpan {
+    /// Device ns → CPU ns since the profiling epoch through the sync point
+    /// (`sync_cpu + (device − sync_device)`).
+    pub fn to_cpu_ns(&self, device_ns: u64) -> u64 {
+        crate::timestamp::SyncPoint { device_ns: self.sync_device_ns, cpu_ns: self.sync_cpu_ns }.to_cpu_ns(device_ns)
+    }
+    /// The device span in ns.
+    pub fn device_ns(&self) -> u64 {
+        self.end_device_ns.saturating_sub(self.start_device_ns)
+    }
+}
+
 /// One execution.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExecRecord {
@@ -45,6 +76,10 @@ pub struct ExecRecord {
     pub status: NrtStatus,
     /// Engines that reported both START and END.
     pub engines: Vec<EngineSpan>,
+    /// Per NC that reported a START and an END: its device span.
+    pub device: Vec<NcDeviceSpan>,
+    /// OS thread id of the thread that ran the execution.
+    pub tid: u64,
 }
 
 /// One runtime call.
@@ -94,9 +129,31 @@ static ACTIVE: AtomicBool = AtomicBool::new(false);
 static NEXT: AtomicU64 = AtomicU64::new(1);
 static SINKS: RwLock<Vec<(u64, Arc<dyn Sink>)>> = RwLock::new(Vec::new());
 
+/// The profiling epoch, and the wall clock (ns since the Unix epoch) at that instant.
+fn epoch_pair() -> (Instant, u64) {
+    static EPOCH: OnceLock<(Instant, u64)> = OnceLock::new();
+    *EPOCH.get_or_init(|| {
+        let wall = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        (Instant::now(), wall)
+    })
+}
+
 fn epoch() -> Instant {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    *EPOCH.get_or_init(Instant::now)
+    epoch_pair().0
+}
+
+/// ns since the profiling epoch → ns since the Unix epoch (the wall clock read once, at the
+/// profiling epoch; later times advance on the monotonic clock).
+pub fn unix_ns(profile_ns: u64) -> u64 {
+    epoch_pair().1.saturating_add(profile_ns)
+}
+
+/// OS thread id of the caller.
+pub fn thread_id() -> u64 {
+    platform::fork::thread_id()
 }
 
 /// ns since the profiling epoch.
@@ -162,12 +219,29 @@ pub fn record_exec(
     }
     let at = |cpu_ns: u64| instant_ns(rt_epoch + std::time::Duration::from_nanos(cpu_ns));
     let mut engines = Vec::new();
+    let mut device = Vec::new();
     for (k, t) in timings.iter().enumerate() {
         let nc = ncs.get(k).copied().unwrap_or(k);
         for (e, et) in t.engines.iter().enumerate() {
             let (Some(s), Some(x)) = (et.start, et.end) else { continue };
             let (Ok(s), Ok(x)) = (sync.to_cpu_ns(e, s), sync.to_cpu_ns(e, x)) else { continue };
             engines.push(EngineSpan { nc, engine: e, start_ns: at(s), end_ns: at(x.max(s)) });
+        }
+        // The NC's span as the runtime's device timing takes it: earliest START, latest END
+        // over its engines, each in device ns by its engine's clock.
+        let dev = |e: usize, ts: Option<u64>| {
+            ts.and_then(|ts| sync.clocks.get(e).and_then(|c| crate::timestamp::rescale_ns(ts, c).ok()))
+        };
+        let start = t.engines.iter().enumerate().filter_map(|(e, et)| dev(e, et.start)).min();
+        let end = t.engines.iter().enumerate().filter_map(|(e, et)| dev(e, et.end)).max();
+        if let (Some(s), Some(x)) = (start, end) {
+            device.push(NcDeviceSpan {
+                nc,
+                start_device_ns: s,
+                end_device_ns: x.max(s),
+                sync_device_ns: sync.sync.device_ns,
+                sync_cpu_ns: at(sync.sync.cpu_ns),
+            });
         }
     }
     emit(Event::Exec(ExecRecord {
@@ -179,6 +253,8 @@ pub fn record_exec(
         host_end_ns: now_ns(),
         status,
         engines,
+        device,
+        tid: thread_id(),
     }));
 }
 

@@ -114,3 +114,32 @@ fn engine_selector_and_sync_point() {
     assert_eq!(ts.to_cpu_ns(5, 0).unwrap_err(), TimestampError::NoEngine(5));
     assert!(ts.to_cpu_ns_by_tag(0x04, 0).is_err());
 }
+
+#[test]
+fn inspect_knobs_parse_with_libnrts_defaults() {
+    use runtime::env::{InspectEnv, DEFAULT_INSPECT_MAX_EVENTS_PER_NC, INSPECT_FILTER_NC_VAR};
+    let none = InspectEnv::from_lookup(|_| None).unwrap();
+    assert!(!none.enable && none.system_profile && none.device_profile && !none.on_fail);
+    assert_eq!(none.output_dir, std::path::PathBuf::from("./output"));
+    assert_eq!((none.filter_type, none.filter_nc), (None, None));
+    assert_eq!(none.max_events_per_nc, DEFAULT_INSPECT_MAX_EVENTS_PER_NC);
+    let vars = [
+        ("NEURON_RT_INSPECT_ENABLE", "1"),
+        ("NEURON_RT_INSPECT_OUTPUT_DIR", "/tmp/x"),
+        ("NEURON_RT_INSPECT_EVENT_FILTER_TYPE", "hardware,^hw_notify"),
+        ("NEURON_RT_INSPECT_EVENT_FILTER_NC", "0,2-3"),
+        ("NEURON_RT_INSPECT_SYS_TRACE_MAX_EVENTS_PER_NC", "64"),
+        ("NEURON_RT_INSPECT_DEVICE_PROFILE", "0"),
+    ];
+    let get = |k: &str| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string());
+    let e = InspectEnv::from_lookup(get).unwrap();
+    assert!(e.enable && !e.device_profile);
+    assert_eq!(e.output_dir, std::path::PathBuf::from("/tmp/x"));
+    assert_eq!(e.filter_type.as_deref(), Some("hardware,^hw_notify"));
+    assert_eq!(e.filter_nc, Some(vec![0, 2, 3]));
+    assert_eq!(e.max_events_per_nc, 64);
+    let bad = InspectEnv::from_lookup(|k| (k == INSPECT_FILTER_NC_VAR).then(|| "3-1".to_string())).unwrap_err();
+    assert!(matches!(bad, EnvError::BadCores { var, .. } if var == INSPECT_FILTER_NC_VAR), "{bad:?}");
+    let bad = InspectEnv::from_lookup(|k| k.ends_with("MAX_EVENTS_PER_NC").then(|| "many".to_string())).unwrap_err();
+    assert!(matches!(bad, EnvError::BadCount { .. }), "{bad:?}");
+}

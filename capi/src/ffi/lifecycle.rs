@@ -37,6 +37,13 @@ pub unsafe extern "C" fn nrt_init(
             }
             return Err(e);
         }
+        // NEURON_RT_INSPECT_ENABLE: the run's system trace (written at nrt_close).
+        if let Err(e) = crate::sys_trace::inspect_run_begin() {
+            if let Err(c) = rt().close() {
+                log_error("nrt_init", &c);
+            }
+            return Err(e);
+        }
         Ok(())
     })
 }
@@ -53,6 +60,9 @@ pub extern "C" fn nrt_close() {
         // What the areas started (execution-unit workers, communicators) stops first.
         crate::base::shutdown::run_all();
         if let Err(e) = rt().close() {
+            log_error("nrt_close", &e);
+        }
+        if let Err(e) = crate::sys_trace::inspect_run_end() {
             log_error("nrt_close", &e);
         }
         // Every handle dies with the runtime (the device is closed for good).

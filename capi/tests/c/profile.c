@@ -1,6 +1,6 @@
 /*
  * Profiling and system trace: nrt_profile_start/stop, nrt_trace_start/stop, inspect
- * (options and environment), continuous profiling and nrt_sys_trace_* capture/fetch.
+ * (options and environment) and continuous profiling (the system trace: sys_trace.c).
  * usage: profile MODEL_1NC.neff INPUT.bin OUTPUT_DIR
  * Prints "file <path>" for every trace it wrote (the Rust test parses them).
  */
@@ -10,7 +10,6 @@
 #include "nrt/nrt.h"
 #include "nrt/nrt_experimental.h"
 #include "nrt/nrt_profile.h"
-#include "nrt/nrt_sys_trace.h"
 
 static nrt_model_t *model;
 static nrt_tensor_set_t *ins, *outs;
@@ -127,48 +126,6 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/continuous/continuous_vnc0_1.json", dir);
     expect_trace(path, 1);
     nrt_profile_continuous_options_free(co);
-
-    /* system trace */
-    const char **ev = NULL;
-    size_t nev = 0;
-    CHECK(nrt_sys_trace_get_event_types(&ev, &nev) == NRT_SUCCESS && nev == 3, "event types (%zu)", nev);
-    nrt_sys_trace_free_event_types(ev, nev);
-    nrt_sys_trace_config_t *sc = NULL;
-    CHECK(nrt_sys_trace_config_allocate(&sc) == NRT_SUCCESS, "nrt_sys_trace_config_allocate");
-    nrt_sys_trace_config_set_max_events_per_nc(sc, 2);
-    CHECK(nrt_sys_trace_config_set_capture_enabled_for_event_type(sc, "nrt_api", false) == NRT_SUCCESS, "disable nrt_api");
-    CHECK(nrt_sys_trace_config_set_capture_enabled_for_event_type(sc, "nope", false) == NRT_INVALID, "unknown type -> 2");
-    CHECK(nrt_sys_trace_config_get_enabled_event_types(sc, &ev, &nev) == NRT_SUCCESS && nev == 2, "2 types enabled");
-    nrt_sys_trace_free_event_types(ev, nev);
-    CHECK(nrt_sys_trace_start(sc) == NRT_SUCCESS, "nrt_sys_trace_start");
-    execute(3);
-    nrt_sys_trace_fetch_options_t *fo = NULL;
-    nrt_sys_trace_fetch_options_allocate(&fo);
-    nrt_sys_trace_fetch_options_set_nc_idx(fo, 0);
-    nrt_sys_trace_fetch_options_set_max_events_per_nc(fo, 1);
-    char *buf = NULL;
-    size_t len = 0;
-    CHECK(nrt_sys_trace_fetch_events(&buf, &len, fo) == NRT_SUCCESS && buf && strlen(buf) == len, "fetch (1 event)");
-    CHECK(buf && count_of(buf, "\"cat\":\"model_exec\"") == 1 && count_of(buf, "\"cat\":\"nrt_api\"") == 0,
-          "one execution, no API events");
-    snprintf(path, sizeof path, "%s/fetch1.json", dir);
-    FILE *f = fopen(path, "wb");
-    if (f && buf) {
-        fwrite(buf, 1, len, f);
-        fclose(f);
-        printf("file %s\n", path);
-    }
-    nrt_sys_trace_buffer_free(buf);
-    CHECK(nrt_sys_trace_fetch_events(&buf, &len, NULL) == NRT_SUCCESS, "fetch the rest");
-    CHECK(buf && count_of(buf, "\"cat\":\"model_exec\"") == 1, "the ring kept 2 of 3; one was fetched before");
-    nrt_sys_trace_buffer_free(buf);
-    CHECK(nrt_sys_trace_fetch_events(&buf, &len, NULL) == NRT_SUCCESS && buf && count_of(buf, "model_exec") == 0,
-          "fetched events are gone");
-    nrt_sys_trace_buffer_free(buf);
-    nrt_sys_trace_fetch_options_free(fo);
-    CHECK(nrt_sys_trace_stop() == NRT_SUCCESS, "nrt_sys_trace_stop");
-    CHECK(nrt_sys_trace_stop() == NRT_INVALID, "second stop -> 2");
-    nrt_sys_trace_config_free(sc);
 
     nrt_destroy_tensor_set(&ins);
     nrt_destroy_tensor_set(&outs);

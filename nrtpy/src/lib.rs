@@ -335,6 +335,41 @@ struct NrtModel {
     core_id: usize,
 }
 
+/// Host ns and the runtime's device ns of each timed execution, and the system trace's
+/// `nc_exec_running` spans (ns) of those executions.
+type Timed = (Vec<u64>, Vec<u64>, Vec<u64>);
+
+/// The device span of every `nc_exec_running` start/stop pair in the system-trace records of
+/// `events` (`runtime::sys_trace::records`, what `nrt_sys_trace_fetch_events` returns): the
+/// stop's `data.nc_timestamp_ns` − the start's, pairs matched by tracking id, in stop order.
+fn nc_exec_spans(events: &[profile::Event], logical: &dyn Fn(usize) -> usize) -> Vec<u64> {
+    use runtime::sys_trace::{records, Phase, Value, NC_EXEC_RUNNING};
+    let mut starts = std::collections::HashMap::new();
+    let mut spans = Vec::new();
+    for r in events.iter().flat_map(|e| records(e, logical)) {
+        if r.event_type != NC_EXEC_RUNNING {
+            continue;
+        }
+        let ts = r.data.iter().find_map(|(k, v)| match v {
+            Value::U64(t) if *k == "nc_timestamp_ns" => Some(*t),
+            _ => None,
+        });
+        let Some(ts) = ts else { continue };
+        match r.phase {
+            Phase::Start => {
+                starts.insert(r.tracking_id, ts);
+            }
+            Phase::Stop => {
+                if let Some(s) = starts.remove(&r.tracking_id) {
+                    spans.push(ts.saturating_sub(s));
+                }
+            }
+            Phase::Instant => {}
+        }
+    }
+    spans
+}
+
 /// `(name, dtype, shape, size)` of each tensor, in the NEFF's order.
 type InfoTuple = (String, String, Vec<u64>, u64);
 
@@ -475,10 +510,13 @@ impl NrtModel {
         r.raise(py)
     }
 
-    /// `warmup` executions, then `iters` timed ones (GIL released): the (host ns, device ns)
-    /// of each timed execution. The host time is the execute call's wall time; the device
-    /// time is the runtime's own per-execution device span (`ExecTimings::device_ns`: NC 0's
-    /// earliest engine START to latest END notification, device timestamps).
+    /// `warmup` executions, then `iters` timed ones (GIL released). Returns, for the timed
+    /// executions: each one's host time (the execute call's wall time) and the runtime's own
+    /// device time of it (`ExecTimings::device_ns`, NC 0), and — with `trace` — the device
+    /// span of every `nc_exec_running` start/stop pair the system trace recorded for them (one
+    /// per NeuronCore of the model and execution; `data.nc_timestamp_ns` stop − start, matched
+    /// by tracking id, as clients of libnrt's `nrt_sys_trace_fetch_events` time them).
+    #[pyo3(signature = (inputs, outputs, warmup, iters, trace=false))]
     fn execute_timed(
         &self,
         py: Python<'_>,
@@ -486,8 +524,9 @@ impl NrtModel {
         outputs: Vec<(String, Py<NrtTensor>)>,
         warmup: u32,
         iters: u32,
-    ) -> PyResult<Vec<(u64, u64)>> {
-        let r: Res<Vec<(u64, u64)>> = (|| {
+        trace: bool,
+    ) -> PyResult<Timed> {
+        let r: Res<Timed> = (|| {
             let rt = self.rt()?;
             let ins = bind("input", &self.model.inputs, &inputs)?;
             let outs = bind("output", &self.model.outputs, &outputs)?;
@@ -495,7 +534,16 @@ impl NrtModel {
                 for _ in 0..warmup {
                     self.run(&rt, &ins, &outs)?;
                 }
-                (0..iters).map(|_| self.run(&rt, &ins, &outs)).collect()
+                let sink = trace.then(|| Arc::new(Collector::new(Some(self.model.id))));
+                let id = sink.as_ref().map(|s| profile::subscribe(s.clone()));
+                let timed: Res<Vec<(u64, u64)>> = (0..iters).map(|_| self.run(&rt, &ins, &outs)).collect();
+                if let Some(id) = id {
+                    profile::unsubscribe(id);
+                }
+                let (host, device) = timed?.into_iter().unzip();
+                let logical = |g: usize| rt.logical_nc(g).unwrap_or(g);
+                let spans = sink.map(|s| nc_exec_spans(&s.take(), &logical)).unwrap_or_default();
+                Ok((host, device, spans))
             })
         })();
         r.raise(py)

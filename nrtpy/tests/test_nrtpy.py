@@ -136,6 +136,23 @@ def test_device_times_are_the_traced_device_spans(examples, tmp_path):
     assert all(d > 0 for d in r.durations_ms)
 
 
+def test_device_mode_times_the_system_traces_nc_exec_running_pairs(examples):
+    """Device mode's durations are the system trace's nc_exec_running spans (stop − start of
+    data.nc_timestamp_ns): one pair per execution of a one-core model, each within 1 % of the
+    runtime's own device timing of that execution."""
+    model = load_1nc(examples)
+    x = NrtpyTensor.from_numpy(input_array(examples), name="input")
+    out = NrtTensor.allocate("output", 128, 0)
+    host, device, spans = model._ref.execute_timed([("input", x.tensor_ref)], [("output", out)], 2, 20, True)
+    assert len(host) == len(device) == len(spans) == 20
+    for h, d, s in zip(host, device, spans):
+        assert 0 < d <= h
+        assert s == pytest.approx(d, rel=0.01)
+    print(f"nc_exec_running spans (ns): {spans[:5]} ...; runtime device ns: {device[:5]} ...")
+    # Host mode records nothing (no tracing overhead).
+    assert model._ref.execute_timed([("input", x.tensor_ref)], [("output", out)], 0, 3, False)[2] == []
+
+
 def test_save_trace_defaults_next_to_the_neff(examples, tmp_path):
     neff = tmp_path / "copy.neff"
     neff.write_bytes((examples / "allreduce_1nc.neff").read_bytes())
@@ -303,6 +320,9 @@ def test_a_two_core_allreduce_with_tensors_on_each_core(examples, monkeypatch):
     x = input_array(examples)
     out = model(inputs={"input": NrtpyTensor.from_numpy(x, name="input")})["output"].numpy()
     np.testing.assert_array_equal(out, 2 * x)
+    r = model.benchmark(inputs={"input": NrtpyTensor.from_numpy(x, name="input")}, warmup_iter=1, benchmark_iter=4)
+    assert r.iterations == 8, "one nc_exec_running pair per NeuronCore and execution"
+    assert model.benchmark(inputs={"input": NrtpyTensor.from_numpy(x)}, benchmark_iter=4, mode="host").iterations == 4
     t1 = NrtpyTensor.from_numpy(x, name="core1_input", core_id=1)
     assert t1.core_id == 1
     np.testing.assert_array_equal(t1.numpy(), x)

@@ -308,8 +308,10 @@ class NrtpyModel:
     def benchmark(self, inputs, outputs=None, warmup_iter=5, benchmark_iter=5, mode="device"):
         """``warmup_iter`` untimed executions, then ``benchmark_iter`` timed ones.
 
-        ``mode="device"``: each execution's NeuronCore time, the runtime's own device timing
-        of the execution; ``mode="host"``: the execute call's wall-clock time.
+        ``mode="device"``: the NeuronCore time of each ``nc_exec_running`` start/stop pair the
+        system trace recorded for the timed executions (one per NeuronCore of the model and
+        execution; ``iterations`` counts them); ``mode="host"``: each execute call's wall-clock
+        time, with no tracing.
         """
         if mode not in ("device", "host"):
             raise ValueError(f'mode must be "device" or "host", not {mode!r}')
@@ -319,13 +321,15 @@ class NrtpyModel:
             raise ValueError(f"warmup_iter must be a non-negative integer, not {warmup_iter!r}")
         ins = _tensor_items("inputs", inputs)
         outs = _tensor_items("outputs", self._outputs() if outputs is None else outputs)
-        times = self._ref.execute_timed(ins, outs, int(warmup_iter), int(benchmark_iter))
-        if mode == "device":
-            ns = [d for _, d in times if d > 0]
+        device = mode == "device"
+        host_ns, _, spans_ns = self._ref.execute_timed(ins, outs, int(warmup_iter), int(benchmark_iter), device)
+        if device:
+            # One nc_exec_running span per NeuronCore of the model and execution.
+            ns = [d for d in spans_ns if d > 0]
             if not ns:
-                raise RuntimeError("no device execution events were captured")
+                raise RuntimeError("no device execution events (nc_exec_running) were captured")
         else:
-            ns = [h for h, _ in times]
+            ns = host_ns
         ms = [n / 1e6 for n in ns]
         return BenchmarkResult(
             mean_ms=statistics.fmean(ms),

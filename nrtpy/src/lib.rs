@@ -24,7 +24,6 @@ use std::time::Instant;
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
 
 use neff::{NrtStatus, TensorInfo};
 use runtime::profile::{self, Collector};
@@ -94,25 +93,13 @@ impl Error {
 /// The Python exception of `e`: `NrtError(status, name, message)` for an error with a status,
 /// `NrtpyError` for misuse of nrtpy's objects, `ValueError` for a buffer that does not fit.
 fn to_py(py: Python<'_>, e: Error) -> PyErr {
-    let (class, args): (&str, Vec<Py<PyAny>>) = match (&e, e.status()) {
+    let made = match (&e, e.status()) {
         (Error::Buffer(m), _) => return PyValueError::new_err(m.clone()),
-        (_, Some(s)) => (
-            "NrtError",
-            vec![
-                s.code().into_pyobject(py).map(|o| o.into_any().unbind()).unwrap_or_else(|x| match x {}),
-                s.name().into_pyobject(py).map(|o| o.into_any().unbind()).unwrap_or_else(|x| match x {}),
-                e.to_string().into_pyobject(py).map(|o| o.into_any().unbind()).unwrap_or_else(|x| match x {}),
-            ],
-        ),
-        (_, None) => (
-            "NrtpyError",
-            vec![e.to_string().into_pyobject(py).map(|o| o.into_any().unbind()).unwrap_or_else(|x| match x {})],
-        ),
+        (_, Some(s)) => {
+            py.import("nrtpy._errors").and_then(|m| m.getattr("NrtError")?.call1((s.code(), s.name(), e.to_string())))
+        }
+        (_, None) => py.import("nrtpy._errors").and_then(|m| m.getattr("NrtpyError")?.call1((e.to_string(),))),
     };
-    let made = py
-        .import("nrtpy._errors")
-        .and_then(|m| m.getattr(class))
-        .and_then(|c| PyTuple::new(py, args).and_then(|a| c.call1(a)));
     match made {
         Ok(obj) => PyErr::from_value(obj),
         // The errors module is part of the package: only a broken install gets here.
@@ -158,18 +145,17 @@ fn session() -> Res<(Arc<Runtime>, u64)> {
     if let Some(s) = &*g {
         return Ok((s.rt.clone(), s.generation));
     }
-    let init = Error::nrt("Failed to initialize the runtime");
+    const INIT: &str = "Failed to initialize the runtime";
     let rt = Arc::new(Runtime::with_observers(runtime::monitoring()));
-    let cfg = RuntimeConfig::from_env().map_err(init)?;
-    let faults = nrt::device::sim_faults().map_err(Error::nrt("Failed to initialize the runtime"))?;
-    let opened =
-        nrt::device::platforms(&nrt::device::from_env().map_err(Error::nrt("Failed to initialize the runtime"))?)
-            .map_err(Error::nrt("Failed to initialize the runtime"))?;
-    rt.init(opened.platforms.clone(), cfg, hal::DeviceOptions::default())
-        .map_err(Error::nrt("Failed to initialize the runtime"))?;
+    let cfg = RuntimeConfig::from_env().map_err(Error::nrt(INIT))?;
+    let faults = nrt::device::sim_faults().map_err(Error::nrt(INIT))?;
+    let spec = nrt::device::from_env().map_err(Error::nrt(INIT))?;
+    let opened = nrt::device::platforms(&spec).map_err(Error::nrt(INIT))?;
+    rt.init(opened.platforms.clone(), cfg, hal::DeviceOptions::default()).map_err(Error::nrt(INIT))?;
+    // Simulator faults of NEURON_VFIO_SIM_FAULT: a bad spec undoes the init.
     if let Err(e) = nrt::device::arm(&rt, &opened, faults) {
         let _ = rt.close();
-        return Err(Error::Nrt { what: "Failed to initialize the runtime", source: e });
+        return Err(Error::Nrt { what: INIT, source: e });
     }
     let generation = GENERATION.fetch_add(1, Ordering::Relaxed) + 1;
     *g = Some(Session { rt: rt.clone(), generation });

@@ -5,18 +5,20 @@
 # /var/cache/neuron-vfio so only the first run on a machine pays:
 # - the host tools the tests and scripts call, from the host's Debian archive, when missing:
 #   the C toolchain (gcc, g++, libc6-dev, make, binutils: cc, c++, nm, strip), pkg-config,
-#   python3, strace, valgrind (the C ABI tests run their programs under it), git, xz-utils,
-#   cmake (tests/tests/sdk_install.rs builds tests/cmake/ against an installed prefix);
+#   python3 and python3-venv, strace, valgrind (the C ABI tests run their programs under it), git,
+#   xz-utils, cmake (tests/tests/sdk_install.rs builds tests/cmake/ against an installed prefix);
 # - the QEMU VFIO test (scripts/qemu/setup.sh, docs/qemu.md): busybox, a guest kernel built
 #   from Debian's linux-source-6.12, QEMU 11 from trixie-backports in a private root that
 #   finds its firmware only there;
 # - libfabric 2.1 for the fabric crate (scripts/fabric/setup.sh, docs/fabric.md);
-# - rustfmt and clippy (rustup components), which CI runs before the tests.
+# - rustfmt and clippy (rustup components), which CI runs before the tests;
+# - for the nrtpy Python package's tests (docs/python.md), after the cargo tests: a virtual
+#   environment in target/nrtpy-venv with maturin, numpy, ml_dtypes and pytest from PyPI.
 set -eu
 cd "$(dirname "$0")/.."
 start=$(date +%s)
 need=""
-for p in gcc g++ libc6-dev make binutils pkg-config python3 strace valgrind git xz-utils ca-certificates cmake; do
+for p in gcc g++ libc6-dev make binutils pkg-config python3 python3-venv strace valgrind git xz-utils ca-certificates cmake; do
     dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' || need="$need $p"
 done
 if [ -n "$need" ]; then
@@ -43,4 +45,14 @@ features=fabric/ofi,cli/fabric,capi/fabric
 # a check, not a second build profile (build scripts and proc macros are shared with the tests).
 cargo clippy --workspace --all-targets --features "$features" -- -D warnings
 cargo test --workspace --no-fail-fast --features "$features"
+# The nrtpy package (docs/python.md): maturin builds the wheel with the test profile into the
+# same target directory (what the tests built is reused; pyo3 and the crate compile again under
+# maturin's environment), pip installs it, pytest runs its suite on the simulator.
+venv=target/nrtpy-venv
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+"$venv/bin/python" -m pip install -q --disable-pip-version-check maturin numpy ml_dtypes pytest
+rm -rf target/nrtpy-wheels
+"$venv/bin/maturin" build -q --profile dev -m nrtpy/Cargo.toml -i "$venv/bin/python" -o target/nrtpy-wheels
+"$venv/bin/python" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps target/nrtpy-wheels/nrtpy-*.whl
+PYTHONDONTWRITEBYTECODE=1 "$venv/bin/python" -m pytest -q -p no:cacheprovider nrtpy/tests
 echo "test-all: done in $(( $(date +%s) - start )) s"

@@ -31,8 +31,11 @@ use crate::observe::Observer;
 pub const MAGIC: u64 = u64::from_le_bytes(*b"NVFIOCTR");
 /// Layout version: header word 1.
 pub const VERSION: u64 = 1;
-/// Words in the header.
-pub const HEADER_WORDS: usize = 16;
+/// Words in the header this writer makes.
+pub const HEADER_WORDS: usize = 32;
+/// Words in the smallest header a reader accepts (the first layout's: no per-process
+/// execution words, which then read as 0).
+pub const MIN_HEADER_WORDS: usize = 16;
 /// Words in each NC slot.
 pub const SLOT_WORDS: usize = 48;
 /// Latency histogram buckets: bucket `b` counts executions with a host latency below
@@ -55,6 +58,13 @@ pub mod hdr {
     pub const HOST_TENSOR_BYTES: usize = 8;
     /// Devices the runtime drives.
     pub const DEVICES: usize = 9;
+    /// Executions the process finished (any status), each counted once however many NCs
+    /// its model spans (the NC slots count it on each of them).
+    pub const EXECUTIONS: usize = 10;
+    /// Of those, executions that ended with a status other than NRT_SUCCESS.
+    pub const FAILED: usize = 11;
+    /// First per-process error counter; [`super::ErrorKind`] order (7 words, 16..=22).
+    pub const ERRORS: usize = 16;
 }
 
 /// NC slot word indices (from the slot's start).
@@ -290,6 +300,7 @@ impl Counters {
         let bucket = latency_bucket(latency_ns);
         let failed = ErrorKind::of(status);
         let words = self.words();
+        let mut counted = false;
         for &nc in ncs {
             // The NC's slot, found once (an NC beyond the segment is ignored).
             let base = HEADER_WORDS + nc * SLOT_WORDS;
@@ -300,6 +311,7 @@ impl Counters {
                     a.store(a.load(Ordering::Relaxed).wrapping_add(v), Ordering::Relaxed);
                 }
             };
+            counted = true;
             bump(slot::EXECUTIONS, 1);
             bump(slot::BUSY_NS, busy_ns);
             bump(slot::LATENCY_SUM_NS, latency_ns);
@@ -313,6 +325,20 @@ impl Counters {
             }
             if let Some(a) = own.get(slot::LAST_END_NS) {
                 a.store(end, Ordering::Relaxed);
+            }
+        }
+        if counted {
+            // Per process: executions on different NCs end concurrently, so these are
+            // atomic adds (on the header's line, as UPDATES).
+            let add = |w: usize| {
+                if let Some(a) = words.get(w) {
+                    a.fetch_add(1, Ordering::Relaxed);
+                }
+            };
+            add(hdr::EXECUTIONS);
+            if let Some(k) = failed {
+                add(hdr::FAILED);
+                add(hdr::ERRORS + k as usize);
             }
         }
         if let Some(u) = words.get(hdr::UPDATES) {
@@ -448,6 +474,11 @@ pub struct Snapshot {
     pub updates: u64,
     pub devices: u64,
     pub host_tensor_bytes: u64,
+    /// Executions of the process (each once, whatever NCs it spans), failed ones, and
+    /// those by error kind ([`ErrorKind::ALL`] order).
+    pub executions: u64,
+    pub failed: u64,
+    pub errors: [u64; 7],
     pub ncs: Vec<NcCounters>,
 }
 
@@ -486,7 +517,10 @@ impl Reader {
         }
         let (header, slot_words, ncs) = (w(hdr::HEADER_WORDS), w(hdr::SLOT_WORDS), w(hdr::NCS));
         let need = ncs.checked_mul(slot_words).and_then(|s| s.checked_add(header));
-        if header < HEADER_WORDS as u64 || slot_words < SLOT_WORDS as u64 || need.is_none_or(|n| n > shm.len() as u64) {
+        if header < MIN_HEADER_WORDS as u64
+            || slot_words < SLOT_WORDS as u64
+            || need.is_none_or(|n| n > shm.len() as u64)
+        {
             return Err(ReadError::Truncated(path.to_path_buf()));
         }
         Ok(Self { shm, header: header as usize, slot_words: slot_words as usize, ncs: ncs as usize })
@@ -533,6 +567,10 @@ impl Reader {
             updates: h(hdr::UPDATES),
             devices: h(hdr::DEVICES),
             host_tensor_bytes: h(hdr::HOST_TENSOR_BYTES),
+            // Words past a smaller (older) header are not the process's: 0.
+            executions: if self.header > hdr::FAILED { h(hdr::EXECUTIONS) } else { 0 },
+            failed: if self.header > hdr::FAILED { h(hdr::FAILED) } else { 0 },
+            errors: std::array::from_fn(|k| if self.header > hdr::ERRORS + k { h(hdr::ERRORS + k) } else { 0 }),
             ncs,
         }
     }
@@ -620,6 +658,8 @@ mod tests {
         let n2 = &s.ncs[2];
         assert_eq!((n2.device, n2.nc, n2.executions, n2.failed, n2.mem_tensors), (1, 0, 1, 0, 128));
         assert_eq!(s.ncs[0].executions, 0);
+        // Per process each execution counts once (the 2-NC one too; the ignored one not).
+        assert_eq!((s.executions, s.failed, s.errors[ErrorKind::NqOverflow as usize]), (2, 1, 1));
         c.model_unloaded(&[1, 2], &[4096, 9000]);
         let s = readers[0].snapshot();
         assert_eq!((s.ncs[1].models, s.ncs[1].mem_model, s.ncs[2].mem_model), (0, 0, 0));
@@ -659,7 +699,7 @@ mod tests {
         std::fs::write(&p, &b).expect("write");
         assert!(matches!(Reader::open(&p), Err(ReadError::Version { version: 99, .. })));
         b[8..16].copy_from_slice(&VERSION.to_le_bytes());
-        b[24..32].copy_from_slice(&1000u64.to_le_bytes()); // 1000 NCs in a 16-word file
+        b[24..32].copy_from_slice(&1000u64.to_le_bytes()); // 1000 NCs in a header-only file
         b[32..40].copy_from_slice(&(SLOT_WORDS as u64).to_le_bytes());
         b[40..48].copy_from_slice(&(HEADER_WORDS as u64).to_le_bytes());
         std::fs::write(&p, &b).expect("write");

@@ -272,24 +272,29 @@ fn monitor_report_and_scrape_while_a_model_runs() {
     reports.extend((0..3).map(|_| next_report(&rx)));
     let _ = mon.wait();
     drop(runner);
+    // Every report: the schema, the one application, its two NCs (the 2-NC model runs on
+    // NCs 0 and 1, and only there), and its execution count equal to each NC's (each
+    // execution spans both). Which periods saw executions depends on scheduling: some did.
+    let (mut busy, mut done_sum) = (0, 0);
     for r in &reports {
         assert_schema(r, "neuron-monitor.schema.json");
         let rt = r["neuron_runtime_data"].as_array().expect("runtimes");
         assert_eq!(rt.len(), 1, "{r}");
         assert_eq!((rt[0]["pid"].as_u64(), rt[0]["neuron_runtime_tag"].as_str()), (Some(pid), Some("acc_model")));
         let rep = &rt[0]["report"];
-        // The 2-NC model runs on NCs 0 and 1, and only there.
         let ncs = rep["neuroncore_counters"]["neuroncores_in_use"].as_object().expect("ncs in use");
         assert_eq!(ncs.keys().collect::<Vec<_>>(), ["0", "1"], "{r}");
-        assert!(ncs.values().all(|n| n["neuroncore_utilization"].as_f64().unwrap_or(0.0) > 0.0), "{r}");
-        // Each execution spans both NCs: the application's count equals each NC's.
         let ex = &rep["execution_stats"];
         let done = ex["execution_summary"]["completed"].as_u64().expect("completed");
-        assert!(done > 0, "{r}");
         assert_eq!(ncs["0"]["executions"].as_u64(), Some(done), "{r}");
         assert_eq!(ncs["1"]["executions"].as_u64(), Some(done), "{r}");
         assert!(ex["error_summary"].as_object().expect("errors").values().all(|e| e == 0), "{r}");
-        assert!(ex["latency_stats"]["total_latency"]["p50"].as_f64().is_some_and(|s| s > 0.0 && s < 10.0), "{r}");
+        if done > 0 {
+            busy += 1;
+            done_sum += done;
+            assert!(ncs.values().all(|n| n["neuroncore_utilization"].as_f64().unwrap_or(0.0) > 0.0), "{r}");
+            assert!(ex["latency_stats"]["total_latency"]["p50"].as_f64().is_some_and(|s| s > 0.0 && s < 10.0), "{r}");
+        }
         let used = &rep["memory_used"]["neuron_runtime_used_bytes"];
         assert!(used["usage_breakdown"]["neuroncore_memory_usage"]["0"]["model_code"].as_u64().unwrap_or(0) > 0, "{r}");
         assert!(used["host"].as_u64().unwrap_or(0) > 0, "{r}");
@@ -299,6 +304,7 @@ fn monitor_report_and_scrape_while_a_model_runs() {
         assert!(sys["memory_info"]["memory_total_bytes"].as_u64().unwrap_or(0) > 0, "{r}");
         assert!(sys["vcpu_usage"]["usage_data"].as_object().is_some_and(|m| !m.is_empty()), "{r}");
     }
+    assert!(busy > 0 && done_sum > 0, "no report saw the runner execute");
     // The 800 ms group is in some reports (collected every other period), with the runner's device.
     let hw: Vec<&Value> = reports.iter().filter_map(|r| r["system_data"].get("neuron_hw_counters")).collect();
     assert!(!hw.is_empty());
@@ -334,7 +340,8 @@ fn monitor_report_and_scrape_while_a_model_runs() {
             })
             .map(|s| s.2)
     };
-    assert!(util("0").is_some_and(|u| u > 0.0), "{samples:?}");
+    // NC 0 is in use (its utilization in the last period depends on scheduling).
+    assert!(util("0").is_some_and(|u| (0.0..=1.0).contains(&u)), "{samples:?}");
     assert_eq!(util("2"), None, "an idle NC is not in use");
     let completed = samples
         .iter()

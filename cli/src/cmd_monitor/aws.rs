@@ -348,7 +348,8 @@ impl NeuronMonitor {
                 .iter()
                 .map(|(pid, (u, s))| {
                     let (bu, bs) = w.proc_cpu.get(pid).copied().unwrap_or((*u, *s));
-                    let pct = |d: u64| if secs > 0.0 { d as f64 / tck / secs / ncpu * 100.0 } else { 0.0 };
+                    // Tick accounting is coarse: a share a tick above all vCPUs is all of them.
+                    let pct = |d: u64| if secs > 0.0 { (d as f64 / tck / secs / ncpu * 100.0).min(100.0) } else { 0.0 };
                     (*pid, (pct(u.saturating_sub(bu)), pct(s.saturating_sub(bs))))
                 })
                 .collect();

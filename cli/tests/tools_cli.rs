@@ -298,6 +298,13 @@ fn monitor_report_and_scrape_while_a_model_runs() {
         let used = &rep["memory_used"]["neuron_runtime_used_bytes"];
         assert!(used["usage_breakdown"]["neuroncore_memory_usage"]["0"]["model_code"].as_u64().unwrap_or(0) > 0, "{r}");
         assert!(used["host"].as_u64().unwrap_or(0) > 0, "{r}");
+        // The loaded model, by its NEFF's name, a subgraph on each of its NCs.
+        let models = rep["memory_used"]["loaded_models"].as_array().expect("loaded models");
+        assert_eq!(models.len(), 1, "{r}");
+        assert_eq!(models[0]["name"], "allreduce_nnc");
+        let sgs = models[0]["subgraphs"].as_object().expect("subgraphs");
+        let on: Vec<u64> = sgs.values().filter_map(|s| s["neuroncore_index"].as_u64()).collect();
+        assert_eq!(on, [0, 1], "{r}");
         assert_eq!(r["neuron_hardware_info"]["neuron_device_type"], "trainium2");
         assert_eq!(r["neuron_hardware_info"]["neuroncore_per_device_count"], 8);
         let sys = &r["system_data"];

@@ -201,6 +201,74 @@ pub struct Counters {
     /// Unix time (ns) at `at`: an execution's end is stamped from the host instant the
     /// runtime already read (no second clock read per execute).
     unix_at: (std::time::Instant, u64),
+    /// The loaded models, listed in a file beside the segment.
+    models: ModelList,
+}
+
+/// The file beside a segment that lists its runtime's loaded models (JSON), for
+/// neuron-monitor's `loaded_models`: `neuron-vfio.PID.N.models`.
+pub fn models_path(segment: &Path) -> PathBuf {
+    segment.with_extension("models")
+}
+
+/// One loaded model, as the models file lists it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ListedModel {
+    pub id: u64,
+    pub name: String,
+    /// The NEFF header's UUID, 32 hex digits.
+    pub uuid: String,
+    /// Global NCs (the segment's slot indices).
+    pub ncs: Vec<usize>,
+    /// Device memory its staging took on each.
+    pub bytes_per_nc: Vec<u64>,
+}
+
+/// The models of a segment's runtime (none when it lists none, or the file is unreadable).
+pub fn read_models(segment: &Path) -> Vec<ListedModel> {
+    std::fs::read(models_path(segment)).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default()
+}
+
+/// The writer of the models file: rewritten whole (to a temporary file, then renamed) at
+/// each load and unload, never on the execute path; removed with the segment.
+#[derive(Debug)]
+struct ModelList {
+    path: PathBuf,
+    models: std::sync::Mutex<std::collections::BTreeMap<u64, ListedModel>>,
+}
+
+impl ModelList {
+    fn update(&self, m: &crate::observe::ModelDesc<'_>, loaded: bool) {
+        let Ok(mut all) = self.models.lock() else { return };
+        if loaded {
+            let uuid = m.uuid.iter().map(|b| format!("{b:02x}")).collect();
+            let e = ListedModel {
+                id: m.id,
+                name: m.name.to_string(),
+                uuid,
+                ncs: m.ncs.to_vec(),
+                bytes_per_nc: m.bytes_per_nc.to_vec(),
+            };
+            all.insert(m.id, e);
+        } else {
+            all.remove(&m.id);
+        }
+        let list: Vec<&ListedModel> = all.values().collect();
+        let tmp = self.path.with_extension("models.tmp");
+        let written = serde_json::to_vec(&list)
+            .map_err(std::io::Error::other)
+            .and_then(|b| std::fs::write(&tmp, b))
+            .and_then(|_| std::fs::rename(&tmp, &self.path));
+        if let Err(e) = written {
+            tracing::debug!("{}: {e}", self.path.display());
+        }
+    }
+}
+
+impl Drop for ModelList {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
 }
 
 static SEGMENT_SEQ: AtomicU64 = AtomicU64::new(0);
@@ -220,7 +288,8 @@ impl Counters {
     /// Create a segment at `path`.
     pub fn create_at(path: &Path, ncs: &[NcId], devices: usize) -> Result<Self, platform::ShmError> {
         let shm = ShmWords::create(path, HEADER_WORDS + ncs.len() * SLOT_WORDS)?;
-        let c = Self { shm, ncs: ncs.len(), unix_at: (std::time::Instant::now(), now_ns()) };
+        let models = ModelList { path: models_path(path), models: Default::default() };
+        let c = Self { shm, ncs: ncs.len(), unix_at: (std::time::Instant::now(), now_ns()), models };
         for (i, id) in ncs.iter().enumerate() {
             c.set(i, slot::DEVICE, id.device as u64);
             c.set(i, slot::NC, id.nc as u64);
@@ -440,6 +509,10 @@ impl Observer for Counters {
         Counters::model_unloaded(self, ncs, bytes_per_nc);
     }
 
+    fn model_listed(&self, m: &crate::observe::ModelDesc<'_>, loaded: bool) {
+        self.models.update(m, loaded);
+    }
+
     fn tensor(&self, nc: usize, bytes: u64, on_device: bool, freed: bool) {
         Counters::tensor(self, nc, bytes, on_device, freed);
     }
@@ -592,7 +665,9 @@ fn alive(pid: u64) -> bool {
 fn remove_stale(dir: &Path) {
     let Ok(rd) = std::fs::read_dir(dir) else { return };
     for p in rd.filter_map(|e| e.ok().map(|e| e.path())) {
-        if segment_pid(&p).is_some_and(|pid| !alive(pid as u64)) {
+        // A models file goes with its segment: judged by the segment name it stands for.
+        let seg = if p.extension().is_some_and(|e| e == "models") { p.with_extension("counters") } else { p.clone() };
+        if segment_pid(&seg).is_some_and(|pid| !alive(pid as u64)) {
             let _ = std::fs::remove_file(&p);
         }
     }
@@ -660,11 +735,28 @@ mod tests {
         assert_eq!(s.ncs[0].executions, 0);
         // Per process each execution counts once (the 2-NC one too; the ignored one not).
         assert_eq!((s.executions, s.failed, s.errors[ErrorKind::NqOverflow as usize]), (2, 1, 1));
+        // The models file lists what is loaded, by name, and goes with the segment.
+        let m = crate::observe::ModelDesc {
+            id: 7,
+            name: "m7",
+            uuid: [0xab; 16],
+            ncs: &[1, 2],
+            bytes_per_nc: &[4096, 8192],
+        };
+        Observer::model_listed(&c, &m, true);
+        let listed = read_models(&p);
+        assert_eq!(listed.len(), 1);
+        assert_eq!((listed[0].id, listed[0].name.as_str(), &listed[0].ncs[..]), (7, "m7", &[1usize, 2][..]));
+        assert_eq!(listed[0].uuid, "ab".repeat(16));
+        Observer::model_listed(&c, &m, false);
+        assert!(read_models(&p).is_empty());
+        Observer::model_listed(&c, &m, true);
         c.model_unloaded(&[1, 2], &[4096, 9000]);
         let s = readers[0].snapshot();
         assert_eq!((s.ncs[1].models, s.ncs[1].mem_model, s.ncs[2].mem_model), (0, 0, 0));
         drop(c);
         assert!(discover(&dir).is_empty(), "the segment goes with its runtime");
+        assert!(!models_path(&p).exists(), "and its models file");
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -125,8 +125,42 @@ pub fn execution_stats(r: &Report, pid: u64, secs: f64) -> Value {
     })
 }
 
-/// `memory_used` of application `pid` (`rss`: its resident host memory).
-pub fn memory_used(r: &Report, pid: u64, secs: f64, rss: Option<u64>) -> Value {
+/// neuron-monitor's `loaded_models` from a runtime's models file: a subgraph per NC a model
+/// spans (`sg_00`, …), with the device memory its staging took there (`snap`: the segment,
+/// for the NCs' devices).
+pub fn loaded_models(models: &[runtime::counters::ListedModel], snap: &Snapshot) -> Value {
+    let list: Vec<Value> = models
+        .iter()
+        .map(|m| {
+            let mut sgs = Map::new();
+            for (i, &g) in m.ncs.iter().enumerate() {
+                let bytes = m.bytes_per_nc.get(i).copied().unwrap_or(0);
+                let (device, nc, ver) = snap.ncs.get(g).map(|n| (n.device, n.nc, n.nc_version)).unwrap_or((0, g as u64, 0));
+                sgs.insert(
+                    format!("sg_{i:02}"),
+                    json!({
+                        "memory_used_bytes": {
+                            "host": 0,
+                            "neuron_device": bytes,
+                            "usage_breakdown": {
+                                "host": {"application_memory": 0, "constants": 0, "dma_buffers": 0, "tensors": 0},
+                                "neuron_device": {"constants": 0, "model_code": bytes, "runtime_memory": 0, "tensors": 0},
+                            },
+                        },
+                        "neuroncore_index": global_nc(device, nc, ver),
+                        "neuron_device_index": device,
+                    }),
+                );
+            }
+            json!({"name": m.name, "uuid": m.uuid, "model_id": m.id, "is_running": true, "subgraphs": sgs})
+        })
+        .collect();
+    Value::Array(list)
+}
+
+/// `memory_used` of application `pid` (`rss`: its resident host memory; `models`: its
+/// [`loaded_models`]).
+pub fn memory_used(r: &Report, pid: u64, secs: f64, rss: Option<u64>, models: Value) -> Value {
     let host_tensors = r.runtimes.iter().find(|p| p.pid == pid).map(|p| p.host_tensor_bytes).unwrap_or(0);
     let host = rss.unwrap_or(0).max(host_tensors);
     let mut per_nc = Map::new();
@@ -151,7 +185,7 @@ pub fn memory_used(r: &Report, pid: u64, secs: f64, rss: Option<u64>) -> Value {
                 "neuroncore_memory_usage": per_nc,
             },
         },
-        "loaded_models": [],
+        "loaded_models": models,
         "error": if rss.is_some() { String::new() } else { format!("/proc/{pid}/statm unreadable: host memory unknown") },
     })
 }
@@ -392,7 +426,15 @@ impl NeuronMonitor {
                 let v = match g {
                     RtGroup::NeuroncoreCounters => neuroncore_counters(&c.report, pid, c.secs),
                     RtGroup::ExecutionStats => execution_stats(&c.report, pid, c.secs),
-                    RtGroup::MemoryUsed => memory_used(&c.report, pid, c.secs, host::proc_rss(pid)),
+                    RtGroup::MemoryUsed => {
+                        let models = self
+                            .latest
+                            .iter()
+                            .find(|(_, s)| s.pid == pid)
+                            .map(|(path, s)| loaded_models(&runtime::counters::read_models(path), s))
+                            .unwrap_or_else(|| Value::Array(Vec::new()));
+                        memory_used(&c.report, pid, c.secs, host::proc_rss(pid), models)
+                    }
                     RtGroup::VcpuUsage => runtime_vcpu(c.secs, c.proc_vcpu.get(&pid).copied()),
                 };
                 rep.insert(g.name().into(), v);

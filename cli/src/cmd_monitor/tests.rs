@@ -186,7 +186,25 @@ fn neuron_monitor_groups_from_a_report() {
     assert!(ex["latency_stats"]["device_latency"].is_null());
     assert!(execution_stats(&r, 77, 1.0)["error"].as_str().is_some_and(|e| !e.is_empty()));
 
-    let mem = memory_used(&r, 9, 1.0, Some(1000));
+    let listed = vec![runtime::counters::ListedModel {
+        id: 4,
+        name: "m".into(),
+        uuid: "00".repeat(16),
+        ncs: vec![0, 1],
+        bytes_per_nc: vec![4096, 4096],
+    }];
+    let snap = Snapshot {
+        ncs: vec![
+            NcCounters { device: 1, nc: 0, nc_version: 3, ..Default::default() },
+            NcCounters { device: 1, nc: 1, nc_version: 3, ..Default::default() },
+        ],
+        ..Default::default()
+    };
+    let models = loaded_models(&listed, &snap);
+    assert_eq!(models[0]["subgraphs"]["sg_01"]["neuroncore_index"], 9);
+    assert_eq!(models[0]["subgraphs"]["sg_01"]["memory_used_bytes"]["neuron_device"], 4096);
+    assert_eq!((models[0]["model_id"].as_u64(), models[0]["is_running"].as_bool()), (Some(4), Some(true)));
+    let mem = memory_used(&r, 9, 1.0, Some(1000), models);
     let used = &mem["neuron_runtime_used_bytes"];
     assert_eq!((used["host"].as_u64(), used["neuron_device"].as_u64()), (Some(1000), Some(8192)));
     assert_eq!(used["usage_breakdown"]["host"]["application_memory"], 900);

@@ -391,7 +391,8 @@ pub fn main_neuron_monitor() {
     let mut m = cmd_monitor::MonitorArgs::neuron_monitor(a.config_file);
     m.count = a.count;
     m.prometheus = a.prometheus;
-    exit_on(cmd_monitor::monitor(m, true), true)
+    // Errors go to stderr as text: stdout carries only reports.
+    exit_on(cmd_monitor::monitor(m, true), false)
 }
 
 /// `neuron-top`: `top` under the tool's name.

@@ -431,3 +431,24 @@ fn an_injected_fault_shows_in_error_summary_and_execution_errors_total() {
     assert_eq!(get("execution_status_total", "status_type", "completed"), Some(0.0));
     let _ = std::fs::remove_dir_all(&shm);
 }
+
+#[test]
+fn a_bad_configuration_is_refused_with_its_reason() {
+    let shm = shm_dir("tools", "conf");
+    let conf = shm.join("bad.conf");
+    for (text, why) in [
+        (r#"{"period": "soon"}"#, "bad period"),
+        (r#"{"neuron_runtimes": [{"tag_filter": "(", "metrics": []}]}"#, "tag_filter"),
+        ("not json", "not JSON"),
+    ] {
+        std::fs::write(&conf, text).expect("config");
+        let out = bin("neuron-monitor", &shm).arg("-c").arg(&conf).args(["--count", "1"]).output().expect("run");
+        assert!(!out.status.success(), "{text}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("NRT_INVALID") && err.contains(why), "{text}: {err}");
+        assert!(out.stdout.is_empty());
+    }
+    let out = bin("neuron-monitor", &shm).args(["-c", "/nonexistent/monitor.conf"]).output().expect("run");
+    assert!(!out.status.success());
+    let _ = std::fs::remove_dir_all(&shm);
+}

@@ -329,8 +329,13 @@ impl NeuronMonitor {
         let hw_periods: Vec<Duration> =
             cfg.system.iter().filter(|(g, _)| *g == SysGroup::HwCounters).map(|(_, p)| *p).collect();
         let health = if hw_periods.is_empty() { Vec::new() } else { collect_health() };
-        let windows = cfg
-            .periods()
+        // A configuration without any group still reports (instance and hardware) every
+        // root period.
+        let mut periods = cfg.periods();
+        if periods.is_empty() {
+            periods.push(cfg.period);
+        }
+        let windows = periods
             .into_iter()
             .map(|p| Window {
                 period: p,

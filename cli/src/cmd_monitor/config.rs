@@ -65,6 +65,8 @@ pub struct RuntimeSel {
 /// A parsed configuration.
 #[derive(Debug, Clone)]
 pub struct MonitorConfig {
+    /// The root period (what groups inherit).
+    pub period: Duration,
     pub runtimes: Vec<RuntimeSel>,
     pub system: Vec<(SysGroup, Duration)>,
 }
@@ -92,6 +94,7 @@ impl MonitorConfig {
     /// Every group for every application, each every `p`.
     pub fn all(p: Duration) -> Self {
         Self {
+            period: p,
             runtimes: vec![RuntimeSel { filter: None, metrics: RtGroup::ALL.iter().map(|g| (*g, p)).collect() }],
             system: SysGroup::ALL.iter().map(|g| (*g, p)).collect(),
         }
@@ -136,7 +139,7 @@ impl MonitorConfig {
                 None => tracing::warn!("{at}: metric group {ty:?} is not collected here; ignored"),
             }
         }
-        Ok(Self { runtimes, system })
+        Ok(Self { period: root_p, runtimes, system })
     }
 
     /// The metric groups (with periods) of an application tagged `tag`: those of the first

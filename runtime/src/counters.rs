@@ -36,8 +36,11 @@ pub const HEADER_WORDS: usize = 32;
 /// Words in the smallest header a reader accepts (the first layout's: no per-process
 /// execution words, which then read as 0).
 pub const MIN_HEADER_WORDS: usize = 16;
-/// Words in each NC slot.
-pub const SLOT_WORDS: usize = 48;
+/// Words in each NC slot this writer makes.
+pub const SLOT_WORDS: usize = 72;
+/// Words in the smallest slot a reader accepts (the first layout's: no device-time
+/// histogram, which then reads as 0).
+pub const MIN_SLOT_WORDS: usize = 48;
 /// Latency histogram buckets: bucket `b` counts executions with a host latency below
 /// 2^b µs (bucket 0: under 1 µs), the last bucket everything longer.
 pub const LAT_BUCKETS: usize = 24;
@@ -100,6 +103,9 @@ pub mod slot {
     pub const ERRORS: usize = 12;
     /// First latency histogram bucket ([`super::LAT_BUCKETS`] of them).
     pub const LATENCY: usize = 24;
+    /// First device-time histogram bucket ([`super::LAT_BUCKETS`] of them, the latency
+    /// buckets' bounds): each execution's busy time (END − START), when it has one.
+    pub const DEVICE_LATENCY: usize = 48;
 }
 
 /// Error counters kept per NC, by the status an execution ended with.
@@ -367,6 +373,7 @@ impl Counters {
         let (at, unix) = self.unix_at;
         let end = unix.saturating_add(end.saturating_duration_since(at).as_nanos() as u64);
         let bucket = latency_bucket(latency_ns);
+        let device_bucket = latency_bucket(busy_ns);
         let failed = ErrorKind::of(status);
         let words = self.words();
         let mut counted = false;
@@ -385,6 +392,9 @@ impl Counters {
             bump(slot::BUSY_NS, busy_ns);
             bump(slot::LATENCY_SUM_NS, latency_ns);
             bump(slot::LATENCY + bucket, 1);
+            if busy_ns > 0 {
+                bump(slot::DEVICE_LATENCY + device_bucket, 1);
+            }
             if let Some(k) = failed {
                 bump(slot::FAILED, 1);
                 bump(k.word(), 1);
@@ -537,6 +547,8 @@ pub struct NcCounters {
     /// [`ErrorKind::ALL`] order.
     pub errors: [u64; 7],
     pub latency: [u64; LAT_BUCKETS],
+    /// Device-time histogram ([`slot::DEVICE_LATENCY`]; 0 in slots of the first layout).
+    pub device_latency: [u64; LAT_BUCKETS],
 }
 
 /// A segment as a reader sees it at one instant.
@@ -591,7 +603,7 @@ impl Reader {
         let (header, slot_words, ncs) = (w(hdr::HEADER_WORDS), w(hdr::SLOT_WORDS), w(hdr::NCS));
         let need = ncs.checked_mul(slot_words).and_then(|s| s.checked_add(header));
         if header < MIN_HEADER_WORDS as u64
-            || slot_words < SLOT_WORDS as u64
+            || slot_words < MIN_SLOT_WORDS as u64
             || need.is_none_or(|n| n > shm.len() as u64)
         {
             return Err(ReadError::Truncated(path.to_path_buf()));
@@ -631,6 +643,13 @@ impl Reader {
                     barrier_warnings: s(slot::BARRIER_WARNINGS),
                     errors: std::array::from_fn(|k| s(slot::ERRORS + k)),
                     latency: std::array::from_fn(|b| s(slot::LATENCY + b)),
+                    device_latency: std::array::from_fn(|b| {
+                        if self.slot_words > slot::DEVICE_LATENCY + b {
+                            s(slot::DEVICE_LATENCY + b)
+                        } else {
+                            0
+                        }
+                    }),
                 }
             })
             .collect();
@@ -729,6 +748,8 @@ mod tests {
         assert_eq!((n1.executions, n1.failed, n1.busy_ns, n1.mem_model), (2, 1, 700, 4096));
         assert_eq!(n1.errors[ErrorKind::NqOverflow as usize], 1);
         assert_eq!(n1.latency[1] + n1.latency[12], 2);
+        // Device time: only the execution that had START/END records (700 ns: bucket 0).
+        assert_eq!((n1.device_latency[0], n1.device_latency.iter().sum::<u64>()), (1, 1));
         assert!(n1.last_end_ns > 0);
         let n2 = &s.ncs[2];
         assert_eq!((n2.device, n2.nc, n2.executions, n2.failed, n2.mem_tensors), (1, 0, 1, 0, 128));

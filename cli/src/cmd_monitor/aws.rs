@@ -93,15 +93,21 @@ pub fn execution_stats(r: &Report, pid: u64, secs: f64) -> Value {
     let Some(p) = r.runtimes.iter().find(|p| p.pid == pid) else {
         return json!({"period": secs, "error": format!("no counters for pid {pid}")});
     };
-    let mut hist = [0u64; LAT_BUCKETS];
-    for n in r.ncs.iter().filter(|n| n.pid == pid) {
-        for (h, x) in hist.iter_mut().zip(&n.latency_hist) {
-            *h += x;
+    // The application's NCs' histograms, merged (an execution spanning NCs is in each: the
+    // percentiles are unchanged by that).
+    let merged = |pick: fn(&super::model::NcReport) -> &[u64; LAT_BUCKETS]| {
+        let mut h = [0u64; LAT_BUCKETS];
+        for n in r.ncs.iter().filter(|n| n.pid == pid) {
+            for (x, y) in h.iter_mut().zip(pick(n)) {
+                *x += y;
+            }
         }
-    }
-    let total_latency = if hist.iter().sum::<u64>() == 0 {
-        Value::Null
-    } else {
+        h
+    };
+    let percentiles = |hist: [u64; LAT_BUCKETS]| {
+        if hist.iter().sum::<u64>() == 0 {
+            return Value::Null;
+        }
         Value::Object(
             PERCENTILES
                 .iter()
@@ -111,11 +117,13 @@ pub fn execution_stats(r: &Report, pid: u64, secs: f64) -> Value {
                 .collect(),
         )
     };
+    let total_latency = percentiles(merged(|n| &n.latency_hist));
+    let device_latency = percentiles(merged(|n| &n.device_hist));
     json!({
         "period": secs,
         "error_summary": error_summary(&p.errors),
         "execution_summary": execution_summary(p.executions, p.failed, &p.errors),
-        "latency_stats": {"total_latency": total_latency, "device_latency": Value::Null},
+        "latency_stats": {"total_latency": total_latency, "device_latency": device_latency},
         // Ours: the same figures since the application started (what Prometheus counters carry).
         "totals": {
             "error_summary": error_summary(&p.errors_total),

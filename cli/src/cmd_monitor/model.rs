@@ -37,6 +37,8 @@ pub struct NcReport {
     pub barrier_warnings_total: u64,
     /// The period's host latency histogram ([`counters::bucket_upper_us`] buckets).
     pub latency_hist: [u64; LAT_BUCKETS],
+    /// The period's device-time histogram (same buckets).
+    pub device_hist: [u64; LAT_BUCKETS],
 }
 
 /// One runtime process's figures over one period: its executions each counted once,
@@ -184,6 +186,7 @@ pub(super) fn delta_nc(now: &NcCounters, before: Option<&NcCounters>, pid: u64, 
         barrier_warnings: d(now.barrier_warnings, b.barrier_warnings),
         barrier_warnings_total: now.barrier_warnings,
         latency_hist: hist,
+        device_hist: std::array::from_fn(|i| d(now.device_latency[i], b.device_latency[i])),
     }
 }
 

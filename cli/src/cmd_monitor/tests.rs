@@ -143,7 +143,8 @@ fn neuron_monitor_groups_from_a_report() {
     };
     n0.latency_hist[3] = 9; // < 8 µs
     n0.latency_hist[10] = 1; // < 1024 µs
-    let n1 = NcReport { nc: 1, latency_hist: n0.latency_hist, ..n0.clone() };
+    let mut n1 = NcReport { nc: 1, latency_hist: n0.latency_hist, ..n0.clone() };
+    n1.device_hist[2] = 10; // < 4 µs on the device
     let idle = NcReport { pid: 9, device: 1, nc: 2, nc_version: 3, ..Default::default() };
     let mut p = ProcReport {
         pid: 9,
@@ -183,7 +184,7 @@ fn neuron_monitor_groups_from_a_report() {
     assert_eq!(ex["totals"]["execution_summary"]["completed"], 37);
     let lat = &ex["latency_stats"]["total_latency"];
     assert_eq!((lat["p50"].as_f64(), lat["p100"].as_f64()), (Some(8e-6), Some(1024e-6)));
-    assert!(ex["latency_stats"]["device_latency"].is_null());
+    assert_eq!(ex["latency_stats"]["device_latency"]["p50"].as_f64(), Some(4e-6));
     assert!(execution_stats(&r, 77, 1.0)["error"].as_str().is_some_and(|e| !e.is_empty()));
 
     let listed = vec![runtime::counters::ListedModel {

@@ -20,39 +20,92 @@ struct Row {
     driver: Option<String>,
     iommu_group: Option<u32>,
     numa_node: Option<u32>,
+    /// The CPUs close to the device (sysfs `local_cpulist`; a simulated device: every
+    /// online CPU).
+    cpu_affinity: String,
+    user: crate::procs::DeviceUse,
 }
 
 fn hbm_bytes(arch: &Arch) -> u64 {
     arch.consts.hbm_active_size.saturating_mul(arch.counts.hbm_stacks)
 }
 
-fn row_json(r: &Row) -> Value {
-    json!({
+/// What `ls` shows besides the devices.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LsOpts {
+    /// List every process using a device, not only those running a Neuron runtime.
+    pub show_all_procs: bool,
+    /// neuron-ls's table (`neuron-ls`), else this tool's.
+    pub neuron_ls_text: bool,
+    /// neuron-ls's wide table: processes too.
+    pub wide: bool,
+    /// neuron-ls's topology view (below the table).
+    pub topology: bool,
+}
+
+/// A row as `neuron-ls -j` has it (`index`: the device's position in the list), with this
+/// tool's fields beside neuron-ls's.
+fn row_json(index: usize, r: &Row, opts: LsOpts) -> Value {
+    let ncs = r.arch.counts.ncs;
+    let procs: Vec<Value> = crate::procs::device_processes(r.user)
+        .into_iter()
+        .filter(|p| opts.show_all_procs || p.runtime_version.is_some())
+        .map(|p| {
+            json!({"pid": p.pid, "command": p.command,
+                   "neuron_runtime_version": p.runtime_version.unwrap_or_else(|| "NA".into())})
+        })
+        .collect();
+    let mut o = json!({
+        "neuron_device": index,
         "bdf": r.bdf,
+        "cpu_affinity": r.cpu_affinity,
+        "numa_node": r.numa_node.map(|n| n.to_string()).unwrap_or_else(|| "-1".into()),
+        // The links between devices are known to the kmod only.
+        "connected_to": Vec::<u64>::new(),
+        "nc_count": ncs,
+        "memory_size": hbm_bytes(r.arch),
+        "neuroncore_ids": (0..ncs).map(|i| (index as u64) * ncs + i).collect::<Vec<_>>(),
+        "neuron_processes": procs,
         "arch": r.arch.name,
         "nc_version": r.arch.nc_version,
         "pci_id": r.pci_id,
-        "nc_count": r.arch.counts.ncs,
         "hbm_bytes": hbm_bytes(r.arch),
         "hbm_channels": r.arch.counts.hbm_stacks,
         "driver": r.driver,
         "iommu_group": r.iommu_group,
-        "numa_node": r.numa_node,
-    })
+    });
+    // Logical NeuronCores exist from NeuronCore-v3 on; this runtime uses each physical NC
+    // as one (LNC=1).
+    if r.arch.nc_version >= 3 {
+        o["logical_neuroncore_config"] = json!(1);
+    }
+    o
 }
 
-fn pci_row(f: &PciFunction, arch: &'static Arch) -> Row {
+fn online_cpus(sys: &Sysfs) -> String {
+    std::fs::read_to_string(sys.root().join("devices/system/cpu/online"))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| format!("0-{}", crate::cmd_monitor::host::vcpus().saturating_sub(1)))
+}
+
+fn pci_row(sys: &Sysfs, f: &PciFunction, arch: &'static Arch) -> Row {
+    let bdf = f.address.to_string();
+    let cpus = std::fs::read_to_string(sys.root().join("bus/pci/devices").join(&bdf).join("local_cpulist"))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
     Row {
-        bdf: f.address.to_string(),
+        bdf,
         arch,
         pci_id: format!("{:04x}:{:04x}", f.vendor, f.device),
         driver: f.driver.clone(),
         iommu_group: f.iommu_group,
         numa_node: f.numa_node,
+        cpu_affinity: cpus,
+        user: crate::procs::DeviceUse::Pci { iommu_group: f.iommu_group },
     }
 }
 
-fn sim_rows(arch: &'static Arch, n: usize, timing: SimTiming) -> Result<Vec<Row>, CliError> {
+fn sim_rows(sys: &Sysfs, arch: &'static Arch, n: usize, timing: SimTiming) -> Result<Vec<Row>, CliError> {
     let opened = select::open_platforms(&DeviceSpec::Sim { arch, n }, timing.into())?;
     let mut rows = Vec::new();
     for (i, d) in opened.platforms.iter().enumerate() {
@@ -66,6 +119,8 @@ fn sim_rows(arch: &'static Arch, n: usize, timing: SimTiming) -> Result<Vec<Row>
             driver: Some("sim".into()),
             iommu_group: None,
             numa_node: None,
+            cpu_affinity: online_cpus(sys),
+            user: crate::procs::DeviceUse::Sim,
         });
     }
     Ok(rows)
@@ -73,32 +128,48 @@ fn sim_rows(arch: &'static Arch, n: usize, timing: SimTiming) -> Result<Vec<Row>
 
 /// `ls`: Neuron devices in sysfs (any driver), or the simulated ones.
 pub fn ls(spec: &DeviceSpec, timing: SimTiming, json: bool) -> Result<(), CliError> {
+    ls_with(spec, timing, json, LsOpts { show_all_procs: true, ..LsOpts::default() })
+}
+
+/// `ls` with `opts` (the `neuron-ls` command's flags).
+pub fn ls_with(spec: &DeviceSpec, timing: SimTiming, json: bool, opts: LsOpts) -> Result<(), CliError> {
     let sys = device::sysfs();
     let rows = match spec {
-        DeviceSpec::Sim { arch, n } => sim_rows(arch, *n, timing)?,
+        DeviceSpec::Sim { arch, n } => sim_rows(&sys, arch, *n, timing)?,
         DeviceSpec::Pci(addr) => {
             let f = device::function(&sys, *addr)?;
             let arch = device::arch_of(&f).ok_or_else(|| {
                 CliError::invalid(format!("{addr} is not a Neuron device (PCI id {:04x}:{:04x})", f.vendor, f.device))
             })?;
-            vec![pci_row(&f, arch)]
+            vec![pci_row(&sys, &f, arch)]
         }
         DeviceSpec::Default => {
             let fs = device::neuron_functions(&sys)?;
-            let rows: Vec<Row> = fs.iter().filter_map(|f| device::arch_of(f).map(|a| pci_row(f, a))).collect();
+            let rows: Vec<Row> = fs.iter().filter_map(|f| device::arch_of(f).map(|a| pci_row(&sys, f, a))).collect();
             if rows.is_empty() {
                 eprintln!("notice: no Neuron device found; listing the simulator (--device sim)");
-                sim_rows(&csr_maps::SUNDA, 1, timing)?
+                sim_rows(&sys, &csr_maps::SUNDA, 1, timing)?
             } else {
                 rows
             }
         }
     };
+    let devices: Vec<Value> = rows.iter().enumerate().map(|(i, r)| row_json(i, r, opts)).collect();
     if json {
-        print_json(&Value::Array(rows.iter().map(row_json).collect()));
+        print_json(&Value::Array(devices));
         return Ok(());
     }
     let mut w = std::io::BufWriter::new(std::io::stdout().lock());
+    if opts.neuron_ls_text {
+        let _ = w.write_all(neuron_ls_table(&devices, opts.wide).as_bytes());
+        if opts.topology {
+            let _ = writeln!(
+                w,
+                "\nNeuron Device Topology: the links between devices are known to the Neuron kmod only (none listed)"
+            );
+        }
+        return Ok(());
+    }
     let _ = writeln!(
         w,
         "{:<14} {:<8} {:<10} {:>4} {:>10} {:<10} {:>5}",
@@ -118,6 +189,81 @@ pub fn ls(spec: &DeviceSpec, timing: SimTiming, json: bool) -> Result<(), CliErr
         );
     }
     Ok(())
+}
+
+/// neuron-ls's table of `ls --json`'s devices: a row per device (and, `wide`, per process).
+pub fn neuron_ls_table(devices: &[Value], wide: bool) -> String {
+    let s = |v: &Value| match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let ids = |d: &Value| {
+        let v: Vec<u64> = d["neuroncore_ids"].as_array().into_iter().flatten().filter_map(Value::as_u64).collect();
+        match (v.first(), v.last()) {
+            (Some(a), Some(b)) => format!("{a}-{b}"),
+            _ => String::new(),
+        }
+    };
+    let mut head = vec![
+        "NEURON DEVICE",
+        "NEURON CORES",
+        "NEURON CORE IDS",
+        "NEURON MEMORY",
+        "CONNECTED DEVICES",
+        "PCI BDF",
+        "CPU AFFINITY",
+        "NUMA NODE",
+    ];
+    if wide {
+        head.extend(["PID", "COMMAND", "RUNTIME VERSION"]);
+    }
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    for d in devices {
+        let linked: Vec<String> = d["connected_to"].as_array().into_iter().flatten().map(s).collect();
+        let base = vec![
+            s(&d["neuron_device"]),
+            s(&d["nc_count"]),
+            ids(d),
+            format!("{} GB", d["memory_size"].as_u64().unwrap_or(0) >> 30),
+            linked.join(", "),
+            s(&d["bdf"]),
+            s(&d["cpu_affinity"]),
+            s(&d["numa_node"]),
+        ];
+        let procs = d["neuron_processes"].as_array().cloned().unwrap_or_default();
+        if !wide || procs.is_empty() {
+            let mut r = base;
+            if wide {
+                r.extend([String::new(), String::new(), String::new()]);
+            }
+            rows.push(r);
+            continue;
+        }
+        for (i, p) in procs.iter().enumerate() {
+            let mut r = if i == 0 { base.clone() } else { vec![String::new(); base.len()] };
+            let mut cmd = s(&p["command"]);
+            if cmd.chars().count() > 60 {
+                cmd = cmd.chars().take(57).collect::<String>() + "...";
+            }
+            r.extend([s(&p["pid"]), cmd, s(&p["neuron_runtime_version"])]);
+            rows.push(r);
+        }
+    }
+    let widths: Vec<usize> = (0..head.len())
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).chain([head[c].chars().count()]).max().unwrap_or(0))
+        .collect();
+    let line = || format!("+{}+\n", widths.iter().map(|w| "-".repeat(w + 2)).collect::<Vec<_>>().join("+"));
+    let fmt = |cells: &[String]| {
+        format!("| {} |\n", cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect::<Vec<_>>().join(" | "))
+    };
+    let mut o = line();
+    o.push_str(&fmt(&head.iter().map(|h| h.to_string()).collect::<Vec<_>>()));
+    o.push_str(&line());
+    for r in &rows {
+        o.push_str(&fmt(r));
+    }
+    o.push_str(&line());
+    o
 }
 
 /// `info`: identity, counts, firmware, HBM, ECC and engine states of the device.

@@ -24,6 +24,7 @@ mod cmd_run;
 mod cmd_serve;
 mod device;
 mod follow;
+pub mod procs;
 pub mod report;
 
 use std::ffi::OsString;
@@ -146,11 +147,16 @@ pub fn use_colour(is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool
 
 /// Logs to stderr at NEURON_RT_LOG_LEVEL (default warn); coloured only on a terminal.
 fn init_logging() {
+    init_logging_at(None)
+}
+
+/// Logs to stderr at `level` if given, else as [`init_logging`].
+fn init_logging_at(level: Option<&'static str>) {
     use std::io::IsTerminal;
     let raw = std::env::var("NEURON_RT_LOG_LEVEL").unwrap_or_default();
     let lower = raw.trim().to_ascii_lowercase();
     let known = ["error", "warn", "info", "debug", "trace"];
-    let level = known.iter().copied().find(|l| *l == lower).unwrap_or("warn");
+    let level = level.unwrap_or_else(|| known.iter().copied().find(|l| *l == lower).unwrap_or("warn"));
     let ansi = use_colour(std::io::stderr().is_terminal(), std::env::var_os("NO_COLOR").as_deref());
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
@@ -304,4 +310,109 @@ pub fn main_bench() {
         std::process::exit(e.exit_code());
     }
     finish(cli)
+}
+
+/// Report `r`'s error (if any) as `neuron-vfio` does and exit non-zero.
+fn exit_on(r: Result<(), CliError>, json: bool) {
+    if let Err(e) = r {
+        e.report(json);
+        std::process::exit(e.exit_code());
+    }
+}
+
+/// `neuron-ls`: the devices with AWS neuron-ls's flags, over the code of `ls`.
+#[derive(Parser)]
+#[command(name = "neuron-ls", version, about = "Neuron devices and the processes using them (neuron-ls's flags)")]
+struct NeuronLsCli {
+    /// JSON output: an object per device, neuron-ls's fields and this tool's.
+    #[arg(short = 'j', long = "json-output")]
+    json_output: bool,
+    /// The wide table: each device's processes (pid, command, runtime version).
+    #[arg(short, long)]
+    wide: bool,
+    /// Every process using a device, not only those running a Neuron runtime.
+    #[arg(short = 'a', long)]
+    show_all_procs: bool,
+    /// Topology: the connected devices column (links between devices are known to the kmod
+    /// only: empty here).
+    #[arg(short, long)]
+    topology: bool,
+    /// sim[:ARCH[:N]] | <PCI BDF> (default: every Neuron device in sysfs, else the simulator).
+    #[arg(long, value_name = "DEVICE")]
+    device: Option<String>,
+}
+
+/// `neuron-ls`'s `main`.
+pub fn main_neuron_ls() {
+    default_sigpipe();
+    let a = NeuronLsCli::parse();
+    init_logging();
+    let opts =
+        cmd_dev::LsOpts { show_all_procs: a.show_all_procs, neuron_ls_text: true, wide: a.wide, topology: a.topology };
+    let r = DeviceSpec::parse(a.device.as_deref())
+        .map_err(CliError::from)
+        .and_then(|spec| cmd_dev::ls_with(&spec, SimTiming::Inline, a.json_output, opts));
+    exit_on(r, a.json_output)
+}
+
+/// `neuron-monitor`: `monitor` in neuron-monitor's format with its flags.
+#[derive(Parser)]
+#[command(
+    name = "neuron-monitor",
+    version,
+    about = "neuron-monitor's report of every Neuron application on this host, one JSON object per line"
+)]
+struct NeuronMonitorCli {
+    /// A neuron-monitor configuration file (default: every metric group, every 5 seconds).
+    #[arg(short = 'c', long = "config-file", value_name = "FILE")]
+    config_file: Option<PathBuf>,
+    /// 0-4: diagnostics on stderr (0: as NEURON_RT_LOG_LEVEL, default warnings; 4: everything).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=4))]
+    verbose: u8,
+    /// Number of reports (default: until interrupted).
+    #[arg(long)]
+    count: Option<u64>,
+    /// Also serve AWS's exporter metrics at http://ADDR:PORT/metrics (no value: 0.0.0.0:8000).
+    #[arg(long, value_name = "[ADDR:]PORT", num_args = 0..=1, default_missing_value = "0.0.0.0:8000")]
+    prometheus: Option<String>,
+}
+
+/// `neuron-monitor`'s `main`.
+pub fn main_neuron_monitor() {
+    default_sigpipe();
+    let a = NeuronMonitorCli::parse();
+    init_logging_at(match a.verbose {
+        0 => None,
+        1 => Some("warn"),
+        2 => Some("info"),
+        3 => Some("debug"),
+        _ => Some("trace"),
+    });
+    let mut m = cmd_monitor::MonitorArgs::neuron_monitor(a.config_file);
+    m.count = a.count;
+    m.prometheus = a.prometheus;
+    // Errors go to stderr as text: stdout carries only reports.
+    exit_on(cmd_monitor::monitor(m, true), false)
+}
+
+/// `neuron-top`: `top` under the tool's name.
+#[derive(Parser)]
+#[command(name = "neuron-top", version, about = "Live per-NeuronCore view (neuron-top); --once prints one frame")]
+struct NeuronTopCli {
+    #[command(flatten)]
+    top: cmd_monitor::TopArgs,
+    /// sim[:ARCH[:N]] | <PCI BDF>: the device whose NeuronCores are shown.
+    #[arg(long, value_name = "DEVICE")]
+    device: Option<String>,
+}
+
+/// `neuron-top`'s `main`.
+pub fn main_neuron_top() {
+    default_sigpipe();
+    let a = NeuronTopCli::parse();
+    init_logging();
+    let r = DeviceSpec::parse(a.device.as_deref())
+        .map_err(CliError::from)
+        .and_then(|spec| cmd_monitor::top(a.top, &spec, false));
+    exit_on(r, false)
 }

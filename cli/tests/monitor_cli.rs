@@ -26,7 +26,10 @@ fn runner(shm: &Path) -> Runner {
 fn monitor_json_sees_another_process_executing() {
     let shm = shm_dir("json");
     let runner = runner(&shm);
-    let out = cli(&shm).args(["--json", "monitor", "--count", "2", "--period-ms", "400"]).output().expect("monitor");
+    let out = cli(&shm)
+        .args(["--json", "monitor", "--format", "native", "--count", "2", "--period-ms", "400"])
+        .output()
+        .expect("monitor");
     drop(runner);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
@@ -100,7 +103,7 @@ fn prometheus_metrics_parse_and_count_executions() {
     let shm = shm_dir("prom");
     let runner = runner(&shm);
     let mut mon = cli(&shm)
-        .args(["monitor", "--count", "8", "--period-ms", "250", "--prometheus", "127.0.0.1:0"])
+        .args(["monitor", "--format", "native", "--count", "8", "--period-ms", "250", "--prometheus", "127.0.0.1:0"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -162,7 +165,10 @@ fn nothing_published_when_counters_are_off() {
         .expect("run");
     assert!(out.status.success());
     assert_eq!(std::fs::read_dir(&shm).map(|d| d.count()).unwrap_or(1), 0);
-    let out = cli(&shm).args(["--json", "monitor", "--count", "1", "--period-ms", "10"]).output().expect("monitor");
+    let out = cli(&shm)
+        .args(["--json", "monitor", "--format", "native", "--count", "1", "--period-ms", "10"])
+        .output()
+        .expect("monitor");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(v["neuroncores"], serde_json::json!([]));
     let _ = std::fs::remove_dir_all(&shm);

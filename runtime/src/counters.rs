@@ -31,10 +31,16 @@ use crate::observe::Observer;
 pub const MAGIC: u64 = u64::from_le_bytes(*b"NVFIOCTR");
 /// Layout version: header word 1.
 pub const VERSION: u64 = 1;
-/// Words in the header.
-pub const HEADER_WORDS: usize = 16;
-/// Words in each NC slot.
-pub const SLOT_WORDS: usize = 48;
+/// Words in the header this writer makes.
+pub const HEADER_WORDS: usize = 32;
+/// Words in the smallest header a reader accepts (the first layout's: no per-process
+/// execution words, which then read as 0).
+pub const MIN_HEADER_WORDS: usize = 16;
+/// Words in each NC slot this writer makes.
+pub const SLOT_WORDS: usize = 72;
+/// Words in the smallest slot a reader accepts (the first layout's: no device-time
+/// histogram, which then reads as 0).
+pub const MIN_SLOT_WORDS: usize = 48;
 /// Latency histogram buckets: bucket `b` counts executions with a host latency below
 /// 2^b µs (bucket 0: under 1 µs), the last bucket everything longer.
 pub const LAT_BUCKETS: usize = 24;
@@ -55,6 +61,13 @@ pub mod hdr {
     pub const HOST_TENSOR_BYTES: usize = 8;
     /// Devices the runtime drives.
     pub const DEVICES: usize = 9;
+    /// Executions the process finished (any status), each counted once however many NCs
+    /// its model spans (the NC slots count it on each of them).
+    pub const EXECUTIONS: usize = 10;
+    /// Of those, executions that ended with a status other than NRT_SUCCESS.
+    pub const FAILED: usize = 11;
+    /// First per-process error counter; [`super::ErrorKind`] order (7 words, 16..=22).
+    pub const ERRORS: usize = 16;
 }
 
 /// NC slot word indices (from the slot's start).
@@ -90,6 +103,9 @@ pub mod slot {
     pub const ERRORS: usize = 12;
     /// First latency histogram bucket ([`super::LAT_BUCKETS`] of them).
     pub const LATENCY: usize = 24;
+    /// First device-time histogram bucket ([`super::LAT_BUCKETS`] of them, the latency
+    /// buckets' bounds): each execution's busy time (END − START), when it has one.
+    pub const DEVICE_LATENCY: usize = 48;
 }
 
 /// Error counters kept per NC, by the status an execution ended with.
@@ -191,6 +207,74 @@ pub struct Counters {
     /// Unix time (ns) at `at`: an execution's end is stamped from the host instant the
     /// runtime already read (no second clock read per execute).
     unix_at: (std::time::Instant, u64),
+    /// The loaded models, listed in a file beside the segment.
+    models: ModelList,
+}
+
+/// The file beside a segment that lists its runtime's loaded models (JSON), for
+/// neuron-monitor's `loaded_models`: `neuron-vfio.PID.N.models`.
+pub fn models_path(segment: &Path) -> PathBuf {
+    segment.with_extension("models")
+}
+
+/// One loaded model, as the models file lists it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ListedModel {
+    pub id: u64,
+    pub name: String,
+    /// The NEFF header's UUID, 32 hex digits.
+    pub uuid: String,
+    /// Global NCs (the segment's slot indices).
+    pub ncs: Vec<usize>,
+    /// Device memory its staging took on each.
+    pub bytes_per_nc: Vec<u64>,
+}
+
+/// The models of a segment's runtime (none when it lists none, or the file is unreadable).
+pub fn read_models(segment: &Path) -> Vec<ListedModel> {
+    std::fs::read(models_path(segment)).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default()
+}
+
+/// The writer of the models file: rewritten whole (to a temporary file, then renamed) at
+/// each load and unload, never on the execute path; removed with the segment.
+#[derive(Debug)]
+struct ModelList {
+    path: PathBuf,
+    models: std::sync::Mutex<std::collections::BTreeMap<u64, ListedModel>>,
+}
+
+impl ModelList {
+    fn update(&self, m: &crate::observe::ModelDesc<'_>, loaded: bool) {
+        let Ok(mut all) = self.models.lock() else { return };
+        if loaded {
+            let uuid = m.uuid.iter().map(|b| format!("{b:02x}")).collect();
+            let e = ListedModel {
+                id: m.id,
+                name: m.name.to_string(),
+                uuid,
+                ncs: m.ncs.to_vec(),
+                bytes_per_nc: m.bytes_per_nc.to_vec(),
+            };
+            all.insert(m.id, e);
+        } else {
+            all.remove(&m.id);
+        }
+        let list: Vec<&ListedModel> = all.values().collect();
+        let tmp = self.path.with_extension("models.tmp");
+        let written = serde_json::to_vec(&list)
+            .map_err(std::io::Error::other)
+            .and_then(|b| std::fs::write(&tmp, b))
+            .and_then(|_| std::fs::rename(&tmp, &self.path));
+        if let Err(e) = written {
+            tracing::debug!("{}: {e}", self.path.display());
+        }
+    }
+}
+
+impl Drop for ModelList {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
 }
 
 static SEGMENT_SEQ: AtomicU64 = AtomicU64::new(0);
@@ -210,7 +294,8 @@ impl Counters {
     /// Create a segment at `path`.
     pub fn create_at(path: &Path, ncs: &[NcId], devices: usize) -> Result<Self, platform::ShmError> {
         let shm = ShmWords::create(path, HEADER_WORDS + ncs.len() * SLOT_WORDS)?;
-        let c = Self { shm, ncs: ncs.len(), unix_at: (std::time::Instant::now(), now_ns()) };
+        let models = ModelList { path: models_path(path), models: Default::default() };
+        let c = Self { shm, ncs: ncs.len(), unix_at: (std::time::Instant::now(), now_ns()), models };
         for (i, id) in ncs.iter().enumerate() {
             c.set(i, slot::DEVICE, id.device as u64);
             c.set(i, slot::NC, id.nc as u64);
@@ -288,8 +373,10 @@ impl Counters {
         let (at, unix) = self.unix_at;
         let end = unix.saturating_add(end.saturating_duration_since(at).as_nanos() as u64);
         let bucket = latency_bucket(latency_ns);
+        let device_bucket = latency_bucket(busy_ns);
         let failed = ErrorKind::of(status);
         let words = self.words();
+        let mut counted = false;
         for &nc in ncs {
             // The NC's slot, found once (an NC beyond the segment is ignored).
             let base = HEADER_WORDS + nc * SLOT_WORDS;
@@ -300,10 +387,14 @@ impl Counters {
                     a.store(a.load(Ordering::Relaxed).wrapping_add(v), Ordering::Relaxed);
                 }
             };
+            counted = true;
             bump(slot::EXECUTIONS, 1);
             bump(slot::BUSY_NS, busy_ns);
             bump(slot::LATENCY_SUM_NS, latency_ns);
             bump(slot::LATENCY + bucket, 1);
+            if busy_ns > 0 {
+                bump(slot::DEVICE_LATENCY + device_bucket, 1);
+            }
             if let Some(k) = failed {
                 bump(slot::FAILED, 1);
                 bump(k.word(), 1);
@@ -313,6 +404,20 @@ impl Counters {
             }
             if let Some(a) = own.get(slot::LAST_END_NS) {
                 a.store(end, Ordering::Relaxed);
+            }
+        }
+        if counted {
+            // Per process: executions on different NCs end concurrently, so these are
+            // atomic adds (on the header's line, as UPDATES).
+            let add = |w: usize| {
+                if let Some(a) = words.get(w) {
+                    a.fetch_add(1, Ordering::Relaxed);
+                }
+            };
+            add(hdr::EXECUTIONS);
+            if let Some(k) = failed {
+                add(hdr::FAILED);
+                add(hdr::ERRORS + k as usize);
             }
         }
         if let Some(u) = words.get(hdr::UPDATES) {
@@ -414,6 +519,10 @@ impl Observer for Counters {
         Counters::model_unloaded(self, ncs, bytes_per_nc);
     }
 
+    fn model_listed(&self, m: &crate::observe::ModelDesc<'_>, loaded: bool) {
+        self.models.update(m, loaded);
+    }
+
     fn tensor(&self, nc: usize, bytes: u64, on_device: bool, freed: bool) {
         Counters::tensor(self, nc, bytes, on_device, freed);
     }
@@ -438,6 +547,8 @@ pub struct NcCounters {
     /// [`ErrorKind::ALL`] order.
     pub errors: [u64; 7],
     pub latency: [u64; LAT_BUCKETS],
+    /// Device-time histogram ([`slot::DEVICE_LATENCY`]; 0 in slots of the first layout).
+    pub device_latency: [u64; LAT_BUCKETS],
 }
 
 /// A segment as a reader sees it at one instant.
@@ -448,6 +559,11 @@ pub struct Snapshot {
     pub updates: u64,
     pub devices: u64,
     pub host_tensor_bytes: u64,
+    /// Executions of the process (each once, whatever NCs it spans), failed ones, and
+    /// those by error kind ([`ErrorKind::ALL`] order).
+    pub executions: u64,
+    pub failed: u64,
+    pub errors: [u64; 7],
     pub ncs: Vec<NcCounters>,
 }
 
@@ -486,7 +602,10 @@ impl Reader {
         }
         let (header, slot_words, ncs) = (w(hdr::HEADER_WORDS), w(hdr::SLOT_WORDS), w(hdr::NCS));
         let need = ncs.checked_mul(slot_words).and_then(|s| s.checked_add(header));
-        if header < HEADER_WORDS as u64 || slot_words < SLOT_WORDS as u64 || need.is_none_or(|n| n > shm.len() as u64) {
+        if header < MIN_HEADER_WORDS as u64
+            || slot_words < MIN_SLOT_WORDS as u64
+            || need.is_none_or(|n| n > shm.len() as u64)
+        {
             return Err(ReadError::Truncated(path.to_path_buf()));
         }
         Ok(Self { shm, header: header as usize, slot_words: slot_words as usize, ncs: ncs as usize })
@@ -524,6 +643,13 @@ impl Reader {
                     barrier_warnings: s(slot::BARRIER_WARNINGS),
                     errors: std::array::from_fn(|k| s(slot::ERRORS + k)),
                     latency: std::array::from_fn(|b| s(slot::LATENCY + b)),
+                    device_latency: std::array::from_fn(|b| {
+                        if self.slot_words > slot::DEVICE_LATENCY + b {
+                            s(slot::DEVICE_LATENCY + b)
+                        } else {
+                            0
+                        }
+                    }),
                 }
             })
             .collect();
@@ -533,6 +659,10 @@ impl Reader {
             updates: h(hdr::UPDATES),
             devices: h(hdr::DEVICES),
             host_tensor_bytes: h(hdr::HOST_TENSOR_BYTES),
+            // Words past a smaller (older) header are not the process's: 0.
+            executions: if self.header > hdr::FAILED { h(hdr::EXECUTIONS) } else { 0 },
+            failed: if self.header > hdr::FAILED { h(hdr::FAILED) } else { 0 },
+            errors: std::array::from_fn(|k| if self.header > hdr::ERRORS + k { h(hdr::ERRORS + k) } else { 0 }),
             ncs,
         }
     }
@@ -554,7 +684,9 @@ fn alive(pid: u64) -> bool {
 fn remove_stale(dir: &Path) {
     let Ok(rd) = std::fs::read_dir(dir) else { return };
     for p in rd.filter_map(|e| e.ok().map(|e| e.path())) {
-        if segment_pid(&p).is_some_and(|pid| !alive(pid as u64)) {
+        // A models file goes with its segment: judged by the segment name it stands for.
+        let seg = if p.extension().is_some_and(|e| e == "models") { p.with_extension("counters") } else { p.clone() };
+        if segment_pid(&seg).is_some_and(|pid| !alive(pid as u64)) {
             let _ = std::fs::remove_file(&p);
         }
     }
@@ -616,15 +748,36 @@ mod tests {
         assert_eq!((n1.executions, n1.failed, n1.busy_ns, n1.mem_model), (2, 1, 700, 4096));
         assert_eq!(n1.errors[ErrorKind::NqOverflow as usize], 1);
         assert_eq!(n1.latency[1] + n1.latency[12], 2);
+        // Device time: only the execution that had START/END records (700 ns: bucket 0).
+        assert_eq!((n1.device_latency[0], n1.device_latency.iter().sum::<u64>()), (1, 1));
         assert!(n1.last_end_ns > 0);
         let n2 = &s.ncs[2];
         assert_eq!((n2.device, n2.nc, n2.executions, n2.failed, n2.mem_tensors), (1, 0, 1, 0, 128));
         assert_eq!(s.ncs[0].executions, 0);
+        // Per process each execution counts once (the 2-NC one too; the ignored one not).
+        assert_eq!((s.executions, s.failed, s.errors[ErrorKind::NqOverflow as usize]), (2, 1, 1));
+        // The models file lists what is loaded, by name, and goes with the segment.
+        let m = crate::observe::ModelDesc {
+            id: 7,
+            name: "m7",
+            uuid: [0xab; 16],
+            ncs: &[1, 2],
+            bytes_per_nc: &[4096, 8192],
+        };
+        Observer::model_listed(&c, &m, true);
+        let listed = read_models(&p);
+        assert_eq!(listed.len(), 1);
+        assert_eq!((listed[0].id, listed[0].name.as_str(), &listed[0].ncs[..]), (7, "m7", &[1usize, 2][..]));
+        assert_eq!(listed[0].uuid, "ab".repeat(16));
+        Observer::model_listed(&c, &m, false);
+        assert!(read_models(&p).is_empty());
+        Observer::model_listed(&c, &m, true);
         c.model_unloaded(&[1, 2], &[4096, 9000]);
         let s = readers[0].snapshot();
         assert_eq!((s.ncs[1].models, s.ncs[1].mem_model, s.ncs[2].mem_model), (0, 0, 0));
         drop(c);
         assert!(discover(&dir).is_empty(), "the segment goes with its runtime");
+        assert!(!models_path(&p).exists(), "and its models file");
         let _ = std::fs::remove_dir_all(&dir);
     }
 
@@ -659,7 +812,7 @@ mod tests {
         std::fs::write(&p, &b).expect("write");
         assert!(matches!(Reader::open(&p), Err(ReadError::Version { version: 99, .. })));
         b[8..16].copy_from_slice(&VERSION.to_le_bytes());
-        b[24..32].copy_from_slice(&1000u64.to_le_bytes()); // 1000 NCs in a 16-word file
+        b[24..32].copy_from_slice(&1000u64.to_le_bytes()); // 1000 NCs in a header-only file
         b[32..40].copy_from_slice(&(SLOT_WORDS as u64).to_le_bytes());
         b[40..48].copy_from_slice(&(HEADER_WORDS as u64).to_le_bytes());
         std::fs::write(&p, &b).expect("write");

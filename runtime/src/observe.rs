@@ -22,6 +22,21 @@ pub const COUNTERS: &str = "counters";
 /// [`Observer::kind`] of the debug endpoint (`crate::debug_endpoint`).
 pub const DEBUG_ENDPOINT: &str = "debug endpoint";
 
+/// A loaded model as listings name it (neuron-monitor's `loaded_models`).
+#[derive(Debug, Clone, Copy)]
+pub struct ModelDesc<'a> {
+    /// The runtime's id of the model.
+    pub id: u64,
+    /// The NEFF's name.
+    pub name: &'a str,
+    /// The NEFF header's UUID.
+    pub uuid: [u8; 16],
+    /// Its global NCs.
+    pub ncs: &'a [usize],
+    /// Device memory its staging took on each.
+    pub bytes_per_nc: &'a [u64],
+}
+
 /// What one init…close session of a runtime reports. Every method has a no-op default.
 pub trait Observer: Send + Sync {
     /// What this observer is (for [`crate::Runtime::observer_path`]).
@@ -61,6 +76,10 @@ pub trait Observer: Send + Sync {
 
     /// A model was unloaded from `ncs`, giving back `bytes_per_nc`.
     fn model_unloaded(&self, _ncs: &[usize], _bytes_per_nc: &[u64]) {}
+
+    /// A model was loaded (`loaded`) or unloaded: who it is, for listings. Called after
+    /// [`Observer::model_loaded`] / [`Observer::model_unloaded`], off the execute path.
+    fn model_listed(&self, _m: &ModelDesc<'_>, _loaded: bool) {}
 
     /// A tensor of `bytes` was allocated (`on_device`: on global NC `nc`'s device memory;
     /// else host DMA memory) or, with `freed`, released.
@@ -150,6 +169,13 @@ impl Observers {
     pub fn model_unloaded(&self, ncs: &[usize], bytes_per_nc: &[u64]) {
         for o in self.all.iter() {
             o.model_unloaded(ncs, bytes_per_nc);
+        }
+    }
+
+    /// [`Observer::model_listed`] to each.
+    pub fn model_listed(&self, m: &ModelDesc<'_>, loaded: bool) {
+        for o in self.all.iter() {
+            o.model_listed(m, loaded);
         }
     }
 

@@ -35,6 +35,26 @@ pub struct NcReport {
     /// warning threshold; docs/faults.md), and since the runtime started.
     pub barrier_warnings: u64,
     pub barrier_warnings_total: u64,
+    /// The period's host latency histogram ([`counters::bucket_upper_us`] buckets).
+    pub latency_hist: [u64; LAT_BUCKETS],
+    /// The period's device-time histogram (same buckets).
+    pub device_hist: [u64; LAT_BUCKETS],
+}
+
+/// One runtime process's figures over one period: its executions each counted once,
+/// whatever NCs they span (the NC rows count an execution on each of its NCs).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ProcReport {
+    pub pid: u64,
+    pub devices: u64,
+    pub host_tensor_bytes: u64,
+    pub executions: u64,
+    pub failed: u64,
+    /// Errors over the period, [`ErrorKind::ALL`](runtime::counters::ErrorKind::ALL) order.
+    pub errors: [u64; 7],
+    pub executions_total: u64,
+    pub failed_total: u64,
+    pub errors_total: [u64; 7],
 }
 
 /// One report: every NC of every publishing process.
@@ -45,6 +65,8 @@ pub struct Report {
     pub ncs: Vec<NcReport>,
     /// (pid, devices, host DMA bytes held by tensors).
     pub processes: Vec<(u64, u64, u64)>,
+    /// Every publishing runtime process, with its own execution counts.
+    pub runtimes: Vec<ProcReport>,
     /// Firmware and ECC figures of the devices whose owners serve a debug endpoint.
     pub health: Vec<DeviceHealth>,
 }
@@ -163,6 +185,8 @@ pub(super) fn delta_nc(now: &NcCounters, before: Option<&NcCounters>, pid: u64, 
         errors_total: now.errors,
         barrier_warnings: d(now.barrier_warnings, b.barrier_warnings),
         barrier_warnings_total: now.barrier_warnings,
+        latency_hist: hist,
+        device_hist: std::array::from_fn(|i| d(now.device_latency[i], b.device_latency[i])),
     }
 }
 
@@ -177,6 +201,19 @@ pub fn report(before: &BTreeMap<PathBuf, Snapshot>, now: &BTreeMap<PathBuf, Snap
     for (path, s) in now {
         let prev = before.get(path).filter(|p| p.pid == s.pid && p.started_ns == s.started_ns);
         r.processes.push((s.pid, s.devices, s.host_tensor_bytes));
+        let zero = Snapshot::default();
+        let b = prev.unwrap_or(&zero);
+        r.runtimes.push(ProcReport {
+            pid: s.pid,
+            devices: s.devices,
+            host_tensor_bytes: s.host_tensor_bytes,
+            executions: s.executions.saturating_sub(b.executions),
+            failed: s.failed.saturating_sub(b.failed),
+            errors: std::array::from_fn(|k| s.errors[k].saturating_sub(b.errors[k])),
+            executions_total: s.executions,
+            failed_total: s.failed,
+            errors_total: s.errors,
+        });
         for (i, nc) in s.ncs.iter().enumerate() {
             r.ncs.push(delta_nc(nc, prev.and_then(|p| p.ncs.get(i)), s.pid, period_ns));
         }

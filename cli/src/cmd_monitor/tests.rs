@@ -124,3 +124,157 @@ fn top_has_a_row_per_nc() {
     let rows = f.lines().filter(|l| l.trim_start().split(' ').next().is_some_and(|w| w.parse::<u32>().is_ok()));
     assert_eq!(rows.count(), 8, "{f}");
 }
+
+#[test]
+fn neuron_monitor_groups_from_a_report() {
+    use super::aws::*;
+    // One process: a 2-NC model (NCs 0, 1 of cayman device 1), 10 executions in the period
+    // of which 2 failed (one numerical, one NQ overflow); 40 since it started.
+    let mut n0 = NcReport {
+        pid: 9,
+        device: 1,
+        nc: 0,
+        nc_version: 3,
+        utilization: 0.5,
+        executions: 10,
+        models: 1,
+        mem_model: 4096,
+        ..Default::default()
+    };
+    n0.latency_hist[3] = 9; // < 8 µs
+    n0.latency_hist[10] = 1; // < 1024 µs
+    let mut n1 = NcReport { nc: 1, latency_hist: n0.latency_hist, ..n0.clone() };
+    n1.device_hist[2] = 10; // < 4 µs on the device
+    let idle = NcReport { pid: 9, device: 1, nc: 2, nc_version: 3, ..Default::default() };
+    let mut p = ProcReport {
+        pid: 9,
+        devices: 2,
+        host_tensor_bytes: 100,
+        executions: 10,
+        failed: 2,
+        executions_total: 40,
+        failed_total: 3,
+        ..Default::default()
+    };
+    p.errors[ErrorKind::Numerical as usize] = 1;
+    p.errors[ErrorKind::NqOverflow as usize] = 1;
+    p.errors_total = p.errors;
+    p.errors_total[ErrorKind::HbmUe as usize] = 1;
+    let r = Report { ncs: vec![n0, n1, idle], runtimes: vec![p], ..Report::default() };
+
+    let nc = neuroncore_counters(&r, 9, 1.0);
+    let in_use = nc["neuroncores_in_use"].as_object().expect("in use");
+    assert_eq!(
+        in_use.keys().collect::<Vec<_>>(),
+        ["8", "9"],
+        "device 1 of 8-NC cayman: NCs 8 and 9; idle NC 10 left out"
+    );
+    assert_eq!(in_use["8"]["neuroncore_utilization"], 50.0);
+    assert_eq!(nc["period"], 1.0);
+    assert_eq!(nc["error"], "");
+
+    let ex = execution_stats(&r, 9, 1.0);
+    assert_eq!(ex["execution_summary"]["completed"], 8);
+    assert_eq!(ex["execution_summary"]["completed_with_num_err"], 1);
+    assert_eq!(ex["execution_summary"]["completed_with_err"], 1);
+    assert_eq!(ex["error_summary"]["numerical"], 1);
+    assert_eq!(ex["error_summary"]["runtime"], 1);
+    assert_eq!(ex["error_summary"]["hardware"], 0);
+    assert_eq!(ex["totals"]["error_summary"]["hardware"], 1);
+    assert_eq!(ex["totals"]["execution_summary"]["completed"], 37);
+    let lat = &ex["latency_stats"]["total_latency"];
+    assert_eq!((lat["p50"].as_f64(), lat["p100"].as_f64()), (Some(8e-6), Some(1024e-6)));
+    assert_eq!(ex["latency_stats"]["device_latency"]["p50"].as_f64(), Some(4e-6));
+    assert!(execution_stats(&r, 77, 1.0)["error"].as_str().is_some_and(|e| !e.is_empty()));
+
+    let listed = vec![runtime::counters::ListedModel {
+        id: 4,
+        name: "m".into(),
+        uuid: "00".repeat(16),
+        ncs: vec![0, 1],
+        bytes_per_nc: vec![4096, 4096],
+    }];
+    let snap = Snapshot {
+        ncs: vec![
+            NcCounters { device: 1, nc: 0, nc_version: 3, ..Default::default() },
+            NcCounters { device: 1, nc: 1, nc_version: 3, ..Default::default() },
+        ],
+        ..Default::default()
+    };
+    let models = loaded_models(&listed, &snap);
+    assert_eq!(models[0]["subgraphs"]["sg_01"]["neuroncore_index"], 9);
+    assert_eq!(models[0]["subgraphs"]["sg_01"]["memory_used_bytes"]["neuron_device"], 4096);
+    assert_eq!((models[0]["model_id"].as_u64(), models[0]["is_running"].as_bool()), (Some(4), Some(true)));
+    let mem = memory_used(&r, 9, 1.0, Some(1000), models);
+    let used = &mem["neuron_runtime_used_bytes"];
+    assert_eq!((used["host"].as_u64(), used["neuron_device"].as_u64()), (Some(1000), Some(8192)));
+    assert_eq!(used["usage_breakdown"]["host"]["application_memory"], 900);
+    assert_eq!(used["usage_breakdown"]["neuroncore_memory_usage"]["9"]["model_code"], 4096);
+
+    // ECC: the period's events and the registers' totals.
+    let before = vec![DeviceHealth { pid: 9, device: 1, hbm: vec![(1, 0), (0, 0)], ..Default::default() }];
+    let now =
+        vec![DeviceHealth { pid: 9, device: 1, sram_uncorrected: 2, hbm: vec![(1, 0), (3, 1)], ..Default::default() }];
+    let hw = hw_counters(1.0, &before, &now);
+    let d = &hw["neuron_devices"][0];
+    assert_eq!((d["neuron_device_index"].as_u64(), d["mem_ecc_corrected"].as_u64()), (Some(1), Some(3)));
+    assert_eq!((d["mem_ecc_uncorrected"].as_u64(), d["sram_ecc_uncorrected"].as_u64()), (Some(1), Some(2)));
+    assert_eq!(d["totals"]["mem_ecc_corrected"], 4);
+
+    // The exporter's families from a report with these groups.
+    let report = serde_json::json!({
+        "neuron_runtime_data": [{"pid": 9, "address": "", "neuron_runtime_tag": "app", "error": "",
+            "report": {"neuroncore_counters": nc, "execution_stats": ex, "memory_used": mem,
+                       "neuron_runtime_vcpu_usage": runtime_vcpu(1.0, Some((25.0, 5.0)))}}],
+        "system_data": {"neuron_hw_counters": hw},
+        "instance_info": {"instance_id": "i-1", "instance_type": "trn2.48xlarge", "instance_name": "",
+                          "instance_availability_zone": "", "instance_region": "", "subnet_id": ""},
+        "neuron_hardware_info": {"neuron_device_count": 2, "neuroncore_per_device_count": 8},
+    });
+    let t = super::prometheus::exporter_text(&report);
+    // Labels sorted by name, instance labels on every sample.
+    let want = "neuroncore_utilization_ratio{availability_zone=\"\",instance_id=\"i-1\",instance_name=\"\",\
+                instance_type=\"trn2.48xlarge\",neuroncore=\"8\",region=\"\",runtime_tag=\"app\",subnet_id=\"\"} 0.5";
+    assert!(t.lines().any(|l| l == want), "{t}");
+    assert!(
+        t.lines().any(|l| l.starts_with("execution_errors_total{")
+            && l.contains("error_type=\"hardware\"")
+            && l.ends_with(" 1")),
+        "{t}"
+    );
+    assert!(t.contains("# TYPE execution_errors_total counter"), "{t}");
+    assert!(
+        t.lines().any(|l| l.starts_with("execution_status_total{")
+            && l.contains("status_type=\"completed\"")
+            && l.ends_with(" 37")),
+        "{t}"
+    );
+    assert!(
+        t.lines().any(|l| l.starts_with("neuron_runtime_vcpu_usage_ratio{")
+            && l.contains("usage_type=\"user\"")
+            && l.ends_with(" 0.25")),
+        "{t}"
+    );
+    assert!(
+        t.lines().any(|l| l.starts_with("hardware_ecc_events_total{")
+            && l.contains("event_type=\"mem_ecc_corrected\"")
+            && l.contains("neuron_device_index=\"1\"")
+            && l.ends_with(" 4")),
+        "{t}"
+    );
+    assert!(
+        t.lines().any(|l| l.starts_with("neuroncore_memory_usage_model_code{")
+            && l.contains("memory_location=\"None\"")
+            && l.ends_with(" 4096")),
+        "{t}"
+    );
+    assert!(
+        t.lines().any(|l| l.starts_with("neuron_hardware_info{") && l.contains("neuron_device_count=\"2\"")),
+        "{t}"
+    );
+    assert!(t.lines().any(|l| l.starts_with("instance_info{") && l.ends_with(" 1")), "{t}");
+    // A group that failed to collect is left out, as the exporter does.
+    let mut bad = report.clone();
+    bad["neuron_runtime_data"][0]["report"]["execution_stats"]["error"] = "x".into();
+    assert!(!super::prometheus::exporter_text(&bad).contains("execution_errors_total{"));
+}

@@ -369,6 +369,7 @@ impl Runtime {
         let model = Arc::new(Model {
             id,
             name: n.header.name_str().to_string(),
+            uuid: n.header.uuid,
             inputs: n.inputs.clone(),
             outputs: n.outputs.clone(),
             ncs: a.place.global,
@@ -384,6 +385,7 @@ impl Runtime {
             staged_bytes,
         });
         model.observers.model_loaded(&model.ncs, &model.staged_bytes);
+        model.observers.model_listed(&model.desc(), true);
         for &g in &model.ncs {
             lanes.set_active(g, Some(Armed { id, model: Arc::downgrade(&model) }));
         }
@@ -445,6 +447,7 @@ impl Runtime {
         let poisoned = m.lifecycle.read(|lc| lc.poisoned().is_some());
         if let Some(ex) = lock(&m.exec).take() {
             m.observers.model_unloaded(&m.ncs, &m.staged_bytes);
+            m.observers.model_listed(&m.desc(), false);
             for ((s, d), &g) in ex.ncs.into_iter().zip(m.devices.iter()).zip(m.ncs.iter()) {
                 let nc = s.nc;
                 if m.lanes.active(g).is_none_or(|a| a.id != m.id) {

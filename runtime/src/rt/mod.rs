@@ -232,6 +232,8 @@ impl<L: std::ops::Deref<Target = NcLanes>> Drop for Held<L> {
 pub struct Model {
     pub id: u64,
     pub name: String,
+    /// The NEFF header's UUID.
+    pub uuid: [u8; 16],
     pub inputs: Vec<TensorInfo>,
     pub outputs: Vec<TensorInfo>,
     /// Global NC indices.
@@ -264,6 +266,17 @@ impl Model {
         end: Instant,
     ) {
         self.observers.execution(&self.ncs, status, latency_ns, busy_ns, barrier_warnings, end);
+    }
+
+    /// The model as listings name it.
+    pub(crate) fn desc(&self) -> crate::observe::ModelDesc<'_> {
+        crate::observe::ModelDesc {
+            id: self.id,
+            name: &self.name,
+            uuid: self.uuid,
+            ncs: &self.ncs,
+            bytes_per_nc: &self.staged_bytes,
+        }
     }
 }
 

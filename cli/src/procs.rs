@@ -1,0 +1,99 @@
+//! The processes using a device: neuron-ls's `neuron_processes`.
+//!
+//! Known without a device broker: a private simulated device lives inside the process that
+//! opened it (this one, listing it); a PCI device on vfio-pci is used by the processes that
+//! hold its VFIO group open (`/proc/PID/fd`). A process whose runtime publishes counters
+//! (docs/monitoring.md) runs this project's runtime: its version is ours; others have none
+//! (neuron-ls prints "NA").
+
+use std::path::Path;
+
+/// One process using a device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessInfo {
+    pub pid: u32,
+    /// Its command line, arguments joined by spaces.
+    pub command: String,
+    /// The NeuronCores its runtime publishes counters for (runtime order), when known.
+    pub cores: Vec<u32>,
+    /// The Neuron runtime it runs, if any.
+    pub runtime_version: Option<String>,
+}
+
+/// Which device, as far as finding its users goes.
+#[derive(Debug, Clone, Copy)]
+pub enum DeviceUse {
+    /// A private simulated device of this process.
+    Sim,
+    /// A PCI function, by its IOMMU group (None: not isolated, no VFIO group to hold).
+    Pci { iommu_group: Option<u32> },
+}
+
+/// This project's runtime version, as `neuron_runtime_version`.
+pub fn runtime_version() -> String {
+    env!("CARGO_PKG_VERSION").to_string()
+}
+
+fn info(pid: u32, segments: &[runtime::counters::Reader]) -> ProcessInfo {
+    let seg = segments.iter().find(|r| r.pid() == pid as u64);
+    ProcessInfo {
+        pid,
+        command: crate::cmd_monitor::host::proc_cmdline(pid as u64),
+        cores: seg.map(|r| (0..r.snapshot().ncs.len() as u32).collect()).unwrap_or_default(),
+        runtime_version: seg.map(|_| runtime_version()),
+    }
+}
+
+/// The processes using `dev` (see the module documentation). The device broker's client
+/// replaces this when devices are shared through it.
+pub fn device_processes(dev: DeviceUse) -> Vec<ProcessInfo> {
+    let segments = runtime::counters::discover(&runtime::counters::shm_dir());
+    match dev {
+        DeviceUse::Sim => vec![info(std::process::id(), &segments)],
+        DeviceUse::Pci { iommu_group: None } => Vec::new(),
+        DeviceUse::Pci { iommu_group: Some(g) } => {
+            let node = select::dev_dir().join("vfio").join(g.to_string());
+            holders(Path::new("/proc"), &node).into_iter().map(|pid| info(pid, &segments)).collect()
+        }
+    }
+}
+
+/// Pids under `proc` with an open file descriptor on `node`.
+pub fn holders(proc: &Path, node: &Path) -> Vec<u32> {
+    let Ok(rd) = std::fs::read_dir(proc) else { return Vec::new() };
+    let mut pids: Vec<u32> = rd
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_dir(proc.join(pid.to_string()).join("fd"))
+                .map(|fds| fds.filter_map(|f| f.ok()).any(|f| std::fs::read_link(f.path()).is_ok_and(|t| t == node)))
+                .unwrap_or(false)
+        })
+        .collect();
+    pids.sort_unstable();
+    pids
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holders_are_found_by_their_open_files() {
+        let d = std::env::temp_dir().join(format!("nv-procs-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        let node = d.join("dev-vfio-7");
+        std::fs::create_dir_all(d.join("proc/12/fd")).expect("dir");
+        std::fs::create_dir_all(d.join("proc/34/fd")).expect("dir");
+        std::fs::create_dir_all(d.join("proc/self")).expect("dir");
+        std::fs::write(&node, b"").expect("node");
+        std::os::unix::fs::symlink(&node, d.join("proc/34/fd/5")).expect("link");
+        std::os::unix::fs::symlink(d.join("elsewhere"), d.join("proc/12/fd/3")).expect("link");
+        assert_eq!(holders(&d.join("proc"), &node), vec![34]);
+        let me = device_processes(DeviceUse::Sim);
+        assert_eq!(me.len(), 1);
+        assert_eq!(me[0].pid, std::process::id());
+        assert!(!me[0].command.is_empty());
+        assert!(device_processes(DeviceUse::Pci { iommu_group: None }).is_empty());
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}

@@ -364,6 +364,29 @@ impl DevAllocator {
         Self { chans, platform }
     }
 
+    /// `channels` channels of which only the given ranges are allocatable (a process on a
+    /// shared device: the memory the broker granted it, one range per channel at most); the
+    /// other channels are empty. A second range for a channel, or a channel out of range, is
+    /// [`HalError::DeviceRange`].
+    pub fn from_ranges(
+        platform: Arc<dyn Platform>,
+        channels: usize,
+        ranges: &[crate::HbmRange],
+        min_alloc: u64,
+    ) -> Result<Self> {
+        let min_order = min_alloc.max(1).checked_next_power_of_two().map_or(63, |g| g.trailing_zeros());
+        let mut chans: Vec<Option<Buddy>> = (0..channels).map(|_| None).collect();
+        for r in ranges {
+            let slot = chans.get_mut(r.chan).ok_or(HalError::DeviceRange { addr: r.addr, len: r.len })?;
+            if slot.is_some() || r.addr.checked_add(r.len).is_none() {
+                return Err(HalError::DeviceRange { addr: r.addr, len: r.len });
+            }
+            *slot = Some(Buddy::new(r.addr, r.len, min_order));
+        }
+        let chans = chans.into_iter().map(|b| Mutex::new(b.unwrap_or_else(|| Buddy::new(0, 0, min_order)))).collect();
+        Ok(Self { chans, platform })
+    }
+
     /// Allocate `len` bytes aligned to `align` on channel `chan`.
     pub fn alloc(self: &Arc<Self>, chan: usize, len: u64, align: u64) -> Result<DevBuf> {
         platform::failpoint::hit("hal.alloc.hbm")?;

@@ -264,8 +264,8 @@ struct R<'a> {
 impl<'a> R<'a> {
     fn take(&mut self, n: usize) -> Result<&'a [u8], ProtoError> {
         let end = self.at.checked_add(n).filter(|&e| e <= self.b.len());
-        let end =
-            end.ok_or(ProtoError::Truncated { at: self.at, need: n - (self.b.len() - self.at.min(self.b.len())) })?;
+        let remaining = self.b.len().saturating_sub(self.at);
+        let end = end.ok_or_else(|| ProtoError::Truncated { at: self.at, need: n.saturating_sub(remaining) })?;
         let s = &self.b[self.at..end];
         self.at = end;
         Ok(s)

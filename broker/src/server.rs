@@ -489,7 +489,7 @@ fn device_for(shared: &Shared, st: &mut State, spec: &DeviceSpec) -> Result<usiz
                 ..Default::default()
             };
             let dev = hal::Device::open(Arc::new(s.clone()) as Arc<dyn platform::Platform>, opts)
-                .and_then(|d| d.init().map(|_| d))
+                .and_then(|d| d.init().and_then(|_| d.prepare_reclaim()).map(|_| d))
                 .map_err(|e| error(ErrorCode::Device, 0, e.to_string()))?;
             let index = st.devices.len() as u32;
             st.devices.push(Device {

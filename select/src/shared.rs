@@ -112,7 +112,11 @@ fn broker_err(e: broker::ClientError) -> SelectError {
 
 /// Open `n` devices of the shared `arch` set and lease `reserve` on them: the platforms of the
 /// devices this process leased cores on (in order) and the lease.
-pub fn open(arch: &'static Arch, n: usize, reserve: &Reserve) -> Result<(Vec<Arc<dyn Platform>>, SharedLease), SelectError> {
+pub fn open(
+    arch: &'static Arch,
+    n: usize,
+    reserve: &Reserve,
+) -> Result<(Vec<Arc<dyn Platform>>, SharedLease), SelectError> {
     let c = Connect { spawn: true, ..Connect::new(Role::Runtime) };
     let session = Session::connect(&c).map_err(broker_err)?;
     let mut lease = SharedLease { session, arch, devices: Vec::new() };
@@ -161,7 +165,12 @@ pub fn open(arch: &'static Arch, n: usize, reserve: &Reserve) -> Result<(Vec<Arc
 }
 
 /// Attach device `k`, lease `want`, connect its data path, get the device memory.
-fn lease_one(s: &Session, arch: &'static Arch, k: usize, want: Want) -> Result<(Arc<dyn Platform>, LeasedDevice), SelectError> {
+fn lease_one(
+    s: &Session,
+    arch: &'static Arch,
+    k: usize,
+    want: Want,
+) -> Result<(Arc<dyn Platform>, LeasedDevice), SelectError> {
     let a = s.attach(DeviceSpec::Sim { arch: arch.name.to_string(), index: k as u32 }).map_err(broker_err)?;
     let undo = |e: SelectError| {
         let _ = s.detach(a.device);
@@ -176,7 +185,13 @@ fn lease_one(s: &Session, arch: &'static Arch, k: usize, want: Want) -> Result<(
             message: "the broker sent no data path".into(),
         })));
     };
-    let opts = vfio::user::UserOptions { iova_window: a.iova.clone(), irq_vectors: ncs.clone().map(|n| n as u32).collect() };
+    let opts = vfio::user::UserOptions {
+        iova_window: a.iova.clone(),
+        irq_vectors: ncs.clone().map(|n| n as u32).collect(),
+        // The broker serves its simulator: the modeled registers are the model's.
+        modeled_writes: true,
+        location: format!("sim:shared:{}:{k}", arch.name),
+    };
     let p = vfio::user::VfioUserPlatform::from_stream(UnixStream::from(fd), opts)
         .map_err(|e| undo(SelectError::SharedCores(format!("data path to {}: {e}", arch.name))))?;
     let mut chans: Vec<(usize, usize)> = Vec::new();

@@ -43,6 +43,12 @@ impl Device {
 }
 
 impl Device {
+    /// Allocate what [`Device::reclaim_nc`] parks queues on (the dummy ring) now, so that a
+    /// reclaim allocates nothing and the memory mapped for the device stays constant.
+    pub fn prepare_reclaim(&self) -> Result<()> {
+        self.parking().ensure_dummy(&self.inner.pool)
+    }
+
     /// Take NeuronCore `nc` back from a process that drove it and went away (the broker's
     /// cleanup, as the kmod's `ncdev_flush` on a process's exit): stop its sequencer engines,
     /// park every queue of its DMA engines on this device's dummy ring

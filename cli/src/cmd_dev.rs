@@ -20,6 +20,57 @@ struct Row {
     driver: Option<String>,
     iommu_group: Option<u32>,
     numa_node: Option<u32>,
+    /// Processes using the device through the broker (pid, command, cores).
+    processes: Vec<Proc>,
+}
+
+/// A process on a device, from the broker (docs/sharing.md).
+struct Proc {
+    pid: u32,
+    command: String,
+    cores: std::ops::Range<u32>,
+}
+
+/// The processes the broker lists on device `name` (none when no broker runs).
+#[cfg(feature = "sim")]
+fn processes(name: &str) -> Vec<Proc> {
+    broker::client::processes(name)
+        .into_iter()
+        .map(|p| Proc { pid: p.pid, command: p.command, cores: p.cores })
+        .collect()
+}
+
+#[cfg(not(feature = "sim"))]
+fn processes(_name: &str) -> Vec<Proc> {
+    Vec::new()
+}
+
+/// The broker's shared simulated devices of `arch` (`ls --device sim:shared:ARCH`): those it
+/// has opened, with their processes.
+#[cfg(feature = "sim")]
+fn shared_rows(arch: &'static Arch) -> Vec<Row> {
+    broker::client::devices()
+        .into_iter()
+        .filter(|d| d.arch == arch.name)
+        .map(|d| Row {
+            bdf: d.name.clone(),
+            arch,
+            pci_id: format!("{:04x}:{:04x}", arch.pci_vendor, arch.pci_devices.first().copied().unwrap_or(0)),
+            driver: Some("broker".into()),
+            iommu_group: None,
+            numa_node: None,
+            processes: d
+                .clients
+                .into_iter()
+                .map(|c| Proc { pid: c.pid, command: c.command, cores: c.first..c.first + c.count })
+                .collect(),
+        })
+        .collect()
+}
+
+#[cfg(not(feature = "sim"))]
+fn shared_rows(_arch: &'static Arch) -> Vec<Row> {
+    Vec::new()
 }
 
 fn hbm_bytes(arch: &Arch) -> u64 {
@@ -38,6 +89,11 @@ fn row_json(r: &Row) -> Value {
         "driver": r.driver,
         "iommu_group": r.iommu_group,
         "numa_node": r.numa_node,
+        "processes": r.processes.iter().map(|p| json!({
+            "pid": p.pid,
+            "command": p.command,
+            "cores": (p.cores.start..p.cores.end).collect::<Vec<u32>>(),
+        })).collect::<Vec<_>>(),
     })
 }
 
@@ -49,6 +105,7 @@ fn pci_row(f: &PciFunction, arch: &'static Arch) -> Row {
         driver: f.driver.clone(),
         iommu_group: f.iommu_group,
         numa_node: f.numa_node,
+        processes: processes(&f.address.to_string()),
     }
 }
 
@@ -66,6 +123,7 @@ fn sim_rows(arch: &'static Arch, n: usize, timing: SimTiming) -> Result<Vec<Row>
             driver: Some("sim".into()),
             iommu_group: None,
             numa_node: None,
+            processes: Vec::new(),
         });
     }
     Ok(rows)
@@ -76,6 +134,13 @@ pub fn ls(spec: &DeviceSpec, timing: SimTiming, json: bool) -> Result<(), CliErr
     let sys = device::sysfs();
     let rows = match spec {
         DeviceSpec::Sim { arch, n } => sim_rows(arch, *n, timing)?,
+        DeviceSpec::SimShared { arch, .. } => {
+            let rows = shared_rows(arch);
+            if rows.is_empty() {
+                eprintln!("notice: no broker serves a shared {} device now", arch.name);
+            }
+            rows
+        }
         DeviceSpec::Pci(addr) => {
             let f = device::function(&sys, *addr)?;
             let arch = device::arch_of(&f).ok_or_else(|| {
@@ -116,6 +181,13 @@ pub fn ls(spec: &DeviceSpec, timing: SimTiming, json: bool) -> Result<(), CliErr
             r.driver.as_deref().unwrap_or("-"),
             r.iommu_group.map(|g| g.to_string()).unwrap_or_else(|| "-".into())
         );
+        for p in &r.processes {
+            let cores = match p.cores.len() {
+                0 => "-".to_string(),
+                _ => format!("nc{}-nc{}", p.cores.start, p.cores.end - 1),
+            };
+            let _ = writeln!(w, "    pid {:<8} {:<12} {}", p.pid, cores, p.command);
+        }
     }
     Ok(())
 }

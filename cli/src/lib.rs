@@ -11,6 +11,8 @@
 
 pub mod alloc_count;
 mod cmd_bench;
+#[cfg(feature = "sim")]
+mod cmd_broker;
 #[cfg(feature = "fabric")]
 mod cmd_collectives;
 mod cmd_csr;
@@ -119,6 +121,11 @@ enum Cmd {
     /// `-device vfio-user-pci` connects to the socket); runs until the client disconnects.
     #[cfg(feature = "sim")]
     SimServe(cmd_serve::SimServeArgs),
+    /// The device broker: owns the shared devices (`--device sim:shared…`) for every process
+    /// of this user — core leases, device memory, cleanup of dead processes (docs/sharing.md).
+    /// Started on demand by the first client; exits when idle.
+    #[cfg(feature = "sim")]
+    Broker(cmd_broker::BrokerArgs),
 }
 
 #[derive(Subcommand)]
@@ -186,6 +193,8 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Cmd::Top(a) => cmd_monitor::top(a, &spec()?, json),
         #[cfg(feature = "sim")]
         Cmd::SimServe(a) => cmd_serve::run(a),
+        #[cfg(feature = "sim")]
+        Cmd::Broker(a) => cmd_broker::run(a),
         Cmd::Bench(BenchCmd::NeffLoad(a)) => cmd_neff::bench_neff_load(a, json),
         Cmd::Bench(BenchCmd::LargeVar(a)) => cmd_neff::bench_large_var(a, json),
         Cmd::Bench(BenchCmd::Exec(a)) => cmd_bench::exec_bench(a, json),
@@ -207,6 +216,7 @@ const DEVICELESS: &[&[&str]] = &[
     &["csr", "diff"],
     &["monitor"],
     &["sim-serve"],
+    &["broker"],
 ];
 
 /// The command line definition, with the device options hidden from the help of the

@@ -47,6 +47,8 @@ pub struct LeasedDevice {
 /// is given back (the broker resets the cores) and the devices detached.
 pub struct SharedLease {
     session: Session,
+    /// The process that leased (a forked child inherits the object but not the lease).
+    pid: u32,
     pub arch: &'static Arch,
     pub devices: Vec<LeasedDevice>,
 }
@@ -78,6 +80,10 @@ impl SharedLease {
 
 impl Drop for SharedLease {
     fn drop(&mut self) {
+        // In a forked child the lease is the parent's: leave it alone.
+        if std::process::id() != self.pid {
+            return;
+        }
         for d in &self.devices {
             if let Err(e) = self.session.detach(d.broker_device) {
                 tracing::warn!(device = d.broker_device, %e, "detaching a shared device failed");
@@ -119,7 +125,7 @@ pub fn open(
 ) -> Result<(Vec<Arc<dyn Platform>>, SharedLease), SelectError> {
     let c = Connect { spawn: true, ..Connect::new(Role::Runtime) };
     let session = Session::connect(&c).map_err(broker_err)?;
-    let mut lease = SharedLease { session, arch, devices: Vec::new() };
+    let mut lease = SharedLease { session, pid: std::process::id(), arch, devices: Vec::new() };
     let per = arch.counts.ncs as usize;
     let mut platforms = Vec::new();
     // Which devices to lease on, and what.

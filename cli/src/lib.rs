@@ -12,6 +12,8 @@
 pub mod alloc_count;
 mod cmd_bench;
 #[cfg(feature = "sim")]
+mod cmd_bench_shared;
+#[cfg(feature = "sim")]
 mod cmd_broker;
 #[cfg(feature = "fabric")]
 mod cmd_collectives;
@@ -140,6 +142,11 @@ enum BenchCmd {
     Exec(cmd_bench::ExecBenchArgs),
     /// Many NCs at once: N simulated devices, one model per NC, executes from 1, 2, … threads.
     Scale(cmd_bench::ScaleBenchArgs),
+    /// A process on a shared simulated device (the broker): attach/lease time, execute host
+    /// time interleaved against a private simulator, syscalls per execute (strace), cleanup
+    /// time after SIGKILL.
+    #[cfg(feature = "sim")]
+    Shared(cmd_bench_shared::SharedBenchArgs),
     /// Collective bandwidth between rank processes over libfabric (nccom-test style).
     #[cfg(feature = "fabric")]
     Collectives(cmd_collectives::CollectivesArgs),
@@ -199,6 +206,8 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Cmd::Bench(BenchCmd::LargeVar(a)) => cmd_neff::bench_large_var(a, json),
         Cmd::Bench(BenchCmd::Exec(a)) => cmd_bench::exec_bench(a, json),
         Cmd::Bench(BenchCmd::Scale(a)) => cmd_bench::scale_bench(a, json),
+        #[cfg(feature = "sim")]
+        Cmd::Bench(BenchCmd::Shared(a)) => cmd_bench_shared::run(a, json),
         #[cfg(feature = "fabric")]
         Cmd::Bench(BenchCmd::Collectives(a)) => cmd_collectives::run(a, json),
     }

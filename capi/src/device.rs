@@ -200,7 +200,7 @@ pub fn device_setup(
     opened: &select::Opened,
     mut cfg: runtime::RuntimeConfig,
     base: hal::DeviceOptions,
-) -> (Vec<(std::sync::Arc<dyn platform::Platform>, hal::DeviceOptions)>, runtime::RuntimeConfig) {
+) -> (runtime::Devices, runtime::RuntimeConfig) {
     let devices = opened
         .platforms
         .iter()

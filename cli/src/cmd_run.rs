@@ -122,7 +122,7 @@ pub fn device_setup(
     opened: &Opened,
     mut cfg: RuntimeConfig,
     base: hal::DeviceOptions,
-) -> (Vec<(std::sync::Arc<dyn platform::Platform>, hal::DeviceOptions)>, RuntimeConfig) {
+) -> (runtime::Devices, RuntimeConfig) {
     let devices = opened
         .platforms
         .iter()

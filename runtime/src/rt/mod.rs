@@ -54,6 +54,9 @@ pub use async_exec::{AsyncReq, AsyncTok, XuExec};
 pub use load::GlobalPlacement;
 pub use tensor::{Tensor, TensorMem, TensorSet};
 
+/// The devices a runtime opens, each with its options ([`Runtime::init_devices`]).
+pub type Devices = Vec<(Arc<dyn Platform>, hal::DeviceOptions)>;
+
 /// How the host waits between completion steps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PollPolicy {
@@ -359,11 +362,7 @@ struct Session {
 impl Session {
     /// Open and initialise a device on each platform (global NC order: the platforms'), then
     /// the lanes and placement counts of their NCs and the session's observers.
-    fn open(
-        platforms: Vec<(Arc<dyn Platform>, hal::DeviceOptions)>,
-        cfg: RuntimeConfig,
-        attachers: &[Arc<dyn Attach>],
-    ) -> Result<Self, RtError> {
+    fn open(platforms: Devices, cfg: RuntimeConfig, attachers: &[Arc<dyn Attach>]) -> Result<Self, RtError> {
         let mut devices = Vec::with_capacity(platforms.len());
         for (p, opts) in platforms {
             // On a shared device (the NCs this process leased) init brings up only those.
@@ -476,11 +475,7 @@ impl Runtime {
 
     /// `nrt_init` with each device's own options (a shared device: the NCs and device memory
     /// this process leased, [`hal::DeviceOptions::owned_ncs`]).
-    pub fn init_devices(
-        &self,
-        platforms: Vec<(Arc<dyn Platform>, hal::DeviceOptions)>,
-        cfg: RuntimeConfig,
-    ) -> Result<(), RtError> {
+    pub fn init_devices(&self, platforms: Devices, cfg: RuntimeConfig) -> Result<(), RtError> {
         let mut st = lock(&self.state);
         st.init(std::process::id())?;
         let session = match Session::open(platforms, cfg, &self.attachers) {

@@ -118,6 +118,9 @@ pub struct DeviceInfo {
     pub iova_windows: u32,
     /// Live DMA mappings in the device's IOMMU (the broker's own and every client's).
     pub iommu_mappings: u64,
+    /// Collectives the device's own hub completed (ranks on this device meeting on the
+    /// device path, not through a transport between processes).
+    pub collectives: u64,
     /// Whether leases wait for clients of a previous broker to re-register.
     pub adopting: bool,
     pub clients: Vec<ClientInfo>,
@@ -478,7 +481,7 @@ impl Reply {
                 w.u16(devs.len() as u16);
                 for d in devs {
                     w.u32(d.device).str(&d.name).str(&d.arch).u32(d.ncs).u64(d.hbm_granted).u32(d.iova_windows);
-                    w.u64(d.iommu_mappings);
+                    w.u64(d.iommu_mappings).u64(d.collectives);
                     w.u8(d.adopting as u8);
                     let cs = &d.clients[..d.clients.len().min(MAX_LIST)];
                     w.u16(cs.len() as u16);
@@ -515,8 +518,8 @@ impl Reply {
                 let n = r.count()?;
                 let mut devs = Vec::with_capacity(n);
                 for _ in 0..n {
-                    let (device, name, arch, ncs, hbm_granted, iova_windows, iommu_mappings) =
-                        (r.u32()?, r.str()?, r.str()?, r.u32()?, r.u64()?, r.u32()?, r.u64()?);
+                    let (device, name, arch, ncs, hbm_granted, iova_windows, iommu_mappings, collectives) =
+                        (r.u32()?, r.str()?, r.str()?, r.u32()?, r.u64()?, r.u32()?, r.u64()?, r.u64()?);
                     let adopting = match r.u8()? {
                         0 => false,
                         1 => true,
@@ -542,6 +545,7 @@ impl Reply {
                         hbm_granted,
                         iova_windows,
                         iommu_mappings,
+                        collectives,
                         adopting,
                         clients,
                     });
@@ -639,6 +643,7 @@ mod tests {
                 hbm_granted,
                 iova_windows,
                 iommu_mappings: hbm_granted ^ 0x5a,
+                collectives: ncs as u64 * 3,
                 adopting,
                 clients,
             });

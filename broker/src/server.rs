@@ -128,9 +128,13 @@ impl Device {
         self.leases.iter().filter(|l| l.is_none()).count()
     }
 
-    fn iommu_mappings(&self) -> u64 {
+    /// (IOMMU mappings, collectives completed by the device's hub).
+    fn stats(&self) -> (u64, u64) {
         match &self.backend {
-            Backend::Sim(s) => s.stats().iommu_mappings,
+            Backend::Sim(s) => {
+                let st = s.stats();
+                (st.iommu_mappings, st.collectives)
+            }
         }
     }
 }
@@ -448,6 +452,7 @@ fn query(st: &State) -> Vec<DeviceInfo> {
                     })
                 })
                 .collect();
+            let (iommu_mappings, collectives) = d.stats();
             DeviceInfo {
                 device: d.index,
                 name: d.name.clone(),
@@ -455,7 +460,8 @@ fn query(st: &State) -> Vec<DeviceInfo> {
                 ncs: d.leases.len() as u32,
                 hbm_granted: d.hbm.values().map(|(_, b)| b.len()).sum(),
                 iova_windows: d.slots.iter().filter(|s| s.is_some()).count() as u32,
-                iommu_mappings: d.iommu_mappings(),
+                iommu_mappings,
+                collectives,
                 adopting: d.adopt_until.is_some_and(|t| Instant::now() < t),
                 clients,
             }

@@ -246,9 +246,13 @@ pub fn platforms(spec: &Spec, reserve: &select::Reserve) -> Result<select::Opene
     let opened = select::open_reserving(&spec, sim_timing()?, reserve).map_err(|e| {
         #[cfg(feature = "sim")]
         if let Some((owner, line)) = select::shared::cores_unavailable(&e) {
-            tracing::error!("{line}");
+            // libnrt's line, then ours naming the holder.
+            crate::base::log_line(line);
             if owner != 0 {
-                tracing::error!("NeuronCore(s) requested are held by process {owner} (NEURON_RT_VISIBLE_CORES / NEURON_RT_NUM_CORES pick others)");
+                crate::base::log_line(&format!(
+                    "NeuronCore(s) requested are held by process {owner} (NEURON_RT_VISIBLE_CORES or \
+                     NEURON_RT_NUM_CORES choose others)"
+                ));
             }
         }
         rt(e)

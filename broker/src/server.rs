@@ -706,6 +706,12 @@ fn alloc_hbm(st: &mut State, me: u64, device: u32, chan: u32, len: u64) -> Reply
 /// Take client `me`'s cores back on device `d`: end its data path (its IOVAs unmapped),
 /// reclaim each NC (engines stopped, queues parked, NQ slots halted, NC reset) and free them.
 fn release(shared: &Shared, me: u64, d: usize) {
+    take_back(shared, me, d, false)
+}
+
+/// [`release`], and with `detach` also the client's IOVA window and attachment — all in one
+/// step of the tables, so nobody sees the cores free and the window still taken.
+fn take_back(shared: &Shared, me: u64, d: usize, detach: bool) {
     let (path, ncs, dev) = {
         let mut st = lock(&shared.st);
         let dev = &mut st.devices[d];
@@ -729,22 +735,22 @@ fn release(shared: &Shared, me: u64, d: usize) {
             *l = None;
         }
     }
+    if detach {
+        for s in dev.slots.iter_mut() {
+            if *s == Some(me) {
+                *s = None;
+            }
+        }
+        let index = dev.index;
+        if let Some(c) = st.clients.get_mut(&me) {
+            c.attached.retain(|&x| x != index);
+        }
+    }
     st.last_activity = Some(Instant::now());
 }
 
 fn detach(shared: &Shared, me: u64, d: usize) {
-    release(shared, me, d);
-    let mut st = lock(&shared.st);
-    let dev = &mut st.devices[d];
-    for s in dev.slots.iter_mut() {
-        if *s == Some(me) {
-            *s = None;
-        }
-    }
-    let index = dev.index;
-    if let Some(c) = st.clients.get_mut(&me) {
-        c.attached.retain(|&x| x != index);
-    }
+    take_back(shared, me, d, true)
 }
 
 /// Everything client `id` held, on every device, released; the client forgotten.

@@ -500,8 +500,22 @@ mod tests {
         assert_eq!(Spec::parse(Some("sim:cayman")).ok(), Some(Spec::Sim { arch: &csr_maps::CAYMAN, n: 1 }));
         assert_eq!(Spec::parse(Some("sim:mariana:2")).ok(), Some(Spec::Sim { arch: &csr_maps::MARIANA, n: 2 }));
         assert_eq!(Spec::parse(Some("sim::3")).ok(), Some(Spec::Sim { arch: &csr_maps::SUNDA, n: 3 }));
+        assert_eq!(Spec::parse(Some("sim:shared")).ok(), Some(Spec::SimShared { arch: &csr_maps::SUNDA, n: 1 }));
+        assert_eq!(
+            Spec::parse(Some("sim:shared:cayman:2")).ok(),
+            Some(Spec::SimShared { arch: &csr_maps::CAYMAN, n: 2 })
+        );
         assert!(matches!(Spec::parse(Some("3b:00.1")), Ok(Spec::Pci(_))));
-        for bad in ["sim:inf1", "sim:sunda:0", "sim:sunda:17", "sim:sunda:2:1", "0000:zz:00.0", "gpu0"] {
+        for bad in [
+            "sim:inf1",
+            "sim:sunda:0",
+            "sim:sunda:17",
+            "sim:sunda:2:1",
+            "sim:shared:cayman:2:1",
+            "sim:shared:shared",
+            "0000:zz:00.0",
+            "gpu0",
+        ] {
             assert!(matches!(Spec::parse(Some(bad)), Err(SelectError::BadSpec { .. })), "{bad}");
         }
     }

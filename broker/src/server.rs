@@ -273,6 +273,8 @@ impl Broker {
                     continue;
                 }
             };
+            // A client mid-handshake keeps the broker from exiting idle.
+            lock(&self.shared.st).last_activity = Some(Instant::now());
             let shared = self.shared.clone();
             std::thread::Builder::new().name("broker-client".into()).spawn(move || serve_client(shared, sock))?;
         }

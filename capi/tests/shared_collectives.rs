@@ -7,9 +7,15 @@
 //! hub — the device path — not in the transport between processes: the broker's count of the
 //! device's collectives shows it. A 9th process asking for a held core fails `nrt_init`.
 //!
+//! The same job as a C program (`tests/c/shared_ranks.c`: the parent forks one process per
+//! rank, each sets `NEURON_RT_VISIBLE_CORES=rank` before `nrt_init`), compiled against
+//! `include/` and the built libnrt.so (skipped with a notice without a C compiler, unless
+//! NEURON_VFIO_REQUIRE_CC=1).
+//!
 //! The test binary is its own rank process (`SHARED_COLL_CHILD=rank,size`).
 
 use std::net::TcpListener;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 
 use broker::client::{Connect, Session};
@@ -63,6 +69,57 @@ fn rank_main(rank: usize, size: usize) -> Result<Vec<u8>, String> {
     }
 }
 
+fn manifest() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The directory holding libnrt.so.
+fn lib_dir() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let deps = exe.parent()?.to_path_buf();
+    [deps.clone(), deps.parent().map(Path::to_path_buf).unwrap_or_default()]
+        .into_iter()
+        .find(|d| d.join("libnrt.so").is_file())
+}
+
+/// `tests/c/shared_ranks.c` compiled against include/ and libnrt.so (None without a C
+/// compiler, unless NEURON_VFIO_REQUIRE_CC=1).
+fn build_c() -> Result<Option<(PathBuf, PathBuf)>, String> {
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    if !Command::new(&cc).arg("--version").output().is_ok_and(|o| o.status.success()) {
+        if std::env::var("NEURON_VFIO_REQUIRE_CC").as_deref() == Ok("1") {
+            return Err(format!("no C compiler (`{cc}`), and NEURON_VFIO_REQUIRE_CC=1"));
+        }
+        eprintln!("notice: no C compiler (`{cc} --version` failed; set CC): the C rank program is skipped");
+        return Ok(None);
+    }
+    let lib = lib_dir().ok_or("libnrt.so not found next to the test binary")?;
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("capi-shared_ranks");
+    let o = Command::new(&cc)
+        .args(["-std=c11", "-D_DEFAULT_SOURCE", "-Wall", "-Wextra", "-Werror", "-O1", "-g", "-I"])
+        .arg(manifest().join("include"))
+        .arg(manifest().join("tests/c/shared_ranks.c"))
+        .arg("-o")
+        .arg(&out)
+        .arg(format!("-L{}", lib.display()))
+        .arg("-lnrt")
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .output()
+        .map_err(|e| format!("{cc}: {e}"))?;
+    if !o.status.success() {
+        return Err(format!(
+            "{cc} failed: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        ));
+    }
+    Ok(Some((out, lib)))
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("port")
+}
+
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
@@ -104,7 +161,7 @@ fn main() -> ExitCode {
     probe.attach(DeviceSpec::Sim { arch: "cayman".into(), index: 0 }).expect("attach");
     let before = probe.query().expect("query")[0].collectives;
 
-    let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("port");
+    let port = free_port();
     let exe = std::env::current_exe().expect("exe");
     let spawn = |rank: usize, cores: &str| {
         Command::new(&exe)
@@ -135,6 +192,51 @@ fn main() -> ExitCode {
         }
     }
     let after = probe.query().expect("query")[0].collectives;
+    println!("device-path collectives on the shared device: {} (Rust rank processes: {RANKS})", after - before);
+    if after < before + 1 {
+        eprintln!("the collective did not meet in the shared device's hub");
+        failed = true;
+    }
+
+    // The C program: fork per rank.
+    match build_c() {
+        Err(e) => {
+            eprintln!("{e}");
+            failed = true;
+        }
+        Ok(None) => {}
+        Ok(Some((prog, lib))) => {
+            let files = dir.join("c");
+            let _ = std::fs::create_dir_all(&files);
+            let (nf, inf, wf) = (files.join("allreduce.neff"), files.join("inputs.bin"), files.join("want.bin"));
+            std::fs::write(&nf, neff(RANKS)).expect("neff");
+            std::fs::write(&inf, ins.concat()).expect("inputs");
+            std::fs::write(&wf, &want).expect("expected");
+            let o = Command::new(&prog)
+                .args([&nf, &inf, &wf])
+                .arg(RANKS.to_string())
+                .env("LD_LIBRARY_PATH", &lib)
+                .env("NEURON_VFIO_DEVICE", "sim:shared:cayman")
+                .env("NEURON_VFIO_BROKER_SOCKET", &socket)
+                .env("NEURON_RT_ROOT_COMM_ID", format!("127.0.0.1:{}", free_port()))
+                .env("NEURON_RT_EXEC_TIMEOUT", "60")
+                .env("FI_PROVIDER", "tcp")
+                .env_remove("NEURON_RT_VISIBLE_CORES")
+                .output()
+                .expect("run the C program");
+            let stdout = String::from_utf8_lossy(&o.stdout);
+            if !o.status.success() || !stdout.trim_end().ends_with("ALL OK") {
+                eprintln!("C rank program:\n{stdout}\n{}", String::from_utf8_lossy(&o.stderr));
+                failed = true;
+            }
+            let c_after = probe.query().expect("query")[0].collectives;
+            println!("device-path collectives on the shared device: {} (C fork-per-rank program)", c_after - after);
+            if c_after < after + 1 {
+                eprintln!("the C program's collective did not meet in the shared device's hub");
+                failed = true;
+            }
+        }
+    }
 
     // A process asking for a core another holds: nrt_init fails as libnrt's does (NRT_FAILURE,
     // its log line), and our line names the holder.
@@ -157,11 +259,6 @@ fn main() -> ExitCode {
         failed = true;
     }
     drop(holder);
-    println!("device-path collectives on the shared device: {} (ranks {RANKS})", after - before);
-    if after < before + 1 {
-        eprintln!("the collective did not meet in the shared device's hub");
-        failed = true;
-    }
     drop(probe);
     stop.stop();
     let _ = broker_thread.join();

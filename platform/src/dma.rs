@@ -125,10 +125,11 @@ impl HostMem {
         let fd = nix::sys::memfd::memfd_create(c"neuron-vfio-dma", nix::sys::memfd::MFdFlags::MFD_CLOEXEC)
             .map_err(|e| memfd_err(e.into()))?;
         nix::unistd::ftruncate(&fd, size).map_err(|e| memfd_err(e.into()))?;
-        let map = memmap2::MmapOptions::new()
-            .len(rounded)
-            .map_raw(&fd)
-            .map_err(|source| HostMemError::Mmap { len: rounded, page, source })?;
+        let map = memmap2::MmapOptions::new().len(rounded).map_raw(&fd).map_err(|source| HostMemError::Mmap {
+            len: rounded,
+            page,
+            source,
+        })?;
         Ok(Self { map, page, fd: Some(fd) })
     }
 

@@ -164,10 +164,7 @@ impl Conn {
                 }
                 let end = q.start.checked_add(q.count).ok_or_else(|| Refusal(EINVAL, "SET_IRQS range wraps".into()))?;
                 if let Some(v) = (q.start..end).find(|&v| !self.own_vector(v)) {
-                    return refuse(
-                        EPERM,
-                        format!("SET_IRQS vector {v}: this client's NCs are {:?}", self.opts.ncs),
-                    );
+                    return refuse(EPERM, format!("SET_IRQS vector {v}: this client's NCs are {:?}", self.opts.ncs));
                 }
                 let fds: Vec<File> = m.fds.into_iter().map(File::from).collect();
                 self.backend
@@ -231,7 +228,10 @@ impl Conn {
                     }
                 } else {
                     if !self.in_window(q.address, q.size) {
-                        return refuse(EPERM, format!("DMA_UNMAP {:#x}+{:#x}: outside this client's window", q.address, q.size));
+                        return refuse(
+                            EPERM,
+                            format!("DMA_UNMAP {:#x}+{:#x}: outside this client's window", q.address, q.size),
+                        );
                     }
                     sim.unmap_external(q.address, q.size);
                     self.forget_maps(q.address, q.size);
@@ -262,7 +262,8 @@ impl Conn {
 /// or malformed stream with the error.
 pub fn serve_connection(device: SimDevice, stream: UnixStream, opts: ConnOptions) -> Result<ConnSummary, ServeError> {
     let backend = SimBackend::new(device, DEFAULT_BAR4_WINDOW)?;
-    let mut conn = Conn { backend, opts, maps: BTreeMap::new(), vectors: BTreeSet::new(), summary: ConnSummary::default() };
+    let mut conn =
+        Conn { backend, opts, maps: BTreeMap::new(), vectors: BTreeSet::new(), summary: ConnSummary::default() };
     let r = serve_loop(&mut conn, &stream);
     conn.cleanup();
     r.map(|()| conn.summary.clone())
@@ -279,8 +280,7 @@ fn serve_loop(conn: &mut Conn, stream: &UnixStream) -> Result<(), ServeError> {
         let r = conn.handle(m);
         if let Err(Refusal(errno, why)) = &r {
             conn.summary.refused += 1;
-            tracing::debug!("vfio-user request {:?} refused: {why}", Command::from_u16(header.command));
-            let _ = errno;
+            tracing::debug!("vfio-user request {:?} refused (errno {errno}): {why}", Command::from_u16(header.command));
         }
         if header.no_reply() {
             continue;

@@ -114,12 +114,22 @@ impl Conn {
         }
     }
 
+    fn shutdown(&self) {
+        let g = self.stream.lock().unwrap_or_else(|e| e.into_inner());
+        self.lost.store(true, Ordering::Relaxed);
+        let _ = g.0.shutdown(std::net::Shutdown::Both);
+    }
+
     fn region_read(&self, region: u32, offset: u64, out: &mut [u8]) -> Result<(), WireError> {
         let a = wire::RegionAccess { offset, region, count: out.len() as u32 };
         let m = self.request(Command::RegionRead, &a.encode(&[]), &[])?;
         let (got, data) = wire::RegionAccess::decode(&m.body)?;
         if got.count as usize != out.len() || data.len() != out.len() {
-            return Err(WireError::Protocol(format!("REGION_READ of {} bytes answered with {}", out.len(), data.len())));
+            return Err(WireError::Protocol(format!(
+                "REGION_READ of {} bytes answered with {}",
+                out.len(),
+                data.len()
+            )));
         }
         out.copy_from_slice(data);
         Ok(())
@@ -206,11 +216,8 @@ impl DmaUnmap for UserDma {
     fn unmap(&self, iova: u64, len: u64) {
         // A failed unmap means the connection is gone, and the server dropped every mapping
         // of this connection with it.
-        let _ = self.conn.request(
-            Command::DmaUnmap,
-            &wire::DmaUnmap { flags: 0, address: iova, size: len }.encode(),
-            &[],
-        );
+        let _ =
+            self.conn.request(Command::DmaUnmap, &wire::DmaUnmap { flags: 0, address: iova, size: len }.encode(), &[]);
         self.iova.lock().unwrap_or_else(|e| e.into_inner()).free(iova);
     }
 }
@@ -239,8 +246,13 @@ impl VfioUserPlatform {
     /// the identity.
     pub fn from_stream(stream: UnixStream, opts: UserOptions) -> Result<Self, UserError> {
         let (start, end) = (opts.iova_window.start, opts.iova_window.end);
-        let window = IovaRange::with_len(start, end.saturating_sub(start)).ok_or(UserError::EmptyWindow { start, end })?;
-        let conn = Arc::new(Conn { stream: Mutex::new((stream, 0)), messages: AtomicU64::new(0), lost: AtomicBool::new(false) });
+        let window =
+            IovaRange::with_len(start, end.saturating_sub(start)).ok_or(UserError::EmptyWindow { start, end })?;
+        let conn = Arc::new(Conn {
+            stream: Mutex::new((stream, 0)),
+            messages: AtomicU64::new(0),
+            lost: AtomicBool::new(false),
+        });
         let caps = format!(
             r#"{{"capabilities":{{"max_msg_fds":{},"max_data_xfer_size":{}}}}}"#,
             wire::MAX_MESSAGE_FDS,
@@ -252,13 +264,15 @@ impl VfioUserPlatform {
         if major != 0 {
             return Err(UserError::Server(format!("protocol version {major}.{minor}, this client speaks 0.x")));
         }
-        let info = wire::DeviceInfo::decode(&conn.request(Command::DeviceGetInfo, &wire::DeviceInfo {
-            flags: 0,
-            num_regions: 0,
-            num_irqs: 0,
-        }
-        .encode(), &[])?
-        .body)?;
+        let info = wire::DeviceInfo::decode(
+            &conn
+                .request(
+                    Command::DeviceGetInfo,
+                    &wire::DeviceInfo { flags: 0, num_regions: 0, num_irqs: 0 }.encode(),
+                    &[],
+                )?
+                .body,
+        )?;
         if info.flags & VFIO_DEVICE_FLAGS_PCI == 0 {
             return Err(UserError::Server("the served device is not a PCI function".into()));
         }
@@ -430,6 +444,9 @@ impl Drop for VfioUserPlatform {
             .encode();
             let _ = self.conn.request(Command::SetIrqs, &body, &[]);
         }
+        // The connection ends with the platform, even if a BAR or a mapping outlives it (their
+        // accesses then fail as `Lost`; the server drops this client's mappings at the end).
+        self.conn.shutdown();
     }
 }
 

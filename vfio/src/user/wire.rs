@@ -187,9 +187,10 @@ pub fn write_message(
     fds: &[BorrowedFd<'_>],
 ) -> Result<(), WireError> {
     let size = HEADER_SIZE + body.len();
-    header.size = u32::try_from(size).ok().filter(|&s| s as usize <= MAX_MESSAGE).ok_or(WireError::BadSize {
-        size: u32::try_from(size).unwrap_or(u32::MAX),
-    })?;
+    header.size = u32::try_from(size)
+        .ok()
+        .filter(|&s| s as usize <= MAX_MESSAGE)
+        .ok_or(WireError::BadSize { size: u32::try_from(size).unwrap_or(u32::MAX) })?;
     let mut buf = Vec::with_capacity(size);
     buf.extend_from_slice(&header.encode());
     buf.extend_from_slice(body);

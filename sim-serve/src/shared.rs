@@ -280,8 +280,7 @@ fn serve_loop(conn: &mut Conn, stream: &UnixStream) -> Result<(), ServeError> {
         let r = conn.handle(m);
         if let Err(Refusal(errno, why)) = &r {
             conn.summary.refused += 1;
-            tracing::debug!("vfio-user request {:?} refused: {why}", Command::from_u16(header.command));
-            let _ = errno;
+            tracing::debug!("vfio-user request {:?} refused (errno {errno}): {why}", Command::from_u16(header.command));
         }
         if header.no_reply() {
             continue;

@@ -114,6 +114,12 @@ impl Conn {
         }
     }
 
+    fn shutdown(&self) {
+        let g = self.stream.lock().unwrap_or_else(|e| e.into_inner());
+        self.lost.store(true, Ordering::Relaxed);
+        let _ = g.0.shutdown(std::net::Shutdown::Both);
+    }
+
     fn region_read(&self, region: u32, offset: u64, out: &mut [u8]) -> Result<(), WireError> {
         let a = wire::RegionAccess { offset, region, count: out.len() as u32 };
         let m = self.request(Command::RegionRead, &a.encode(&[]), &[])?;
@@ -438,6 +444,9 @@ impl Drop for VfioUserPlatform {
             .encode();
             let _ = self.conn.request(Command::SetIrqs, &body, &[]);
         }
+        // The connection ends with the platform, even if a BAR or a mapping outlives it (their
+        // accesses then fail as `Lost`; the server drops this client's mappings at the end).
+        self.conn.shutdown();
     }
 }
 

@@ -33,10 +33,6 @@ pub struct BrokerConfig {
     pub socket: PathBuf,
     /// Exit after this long with no client and no lease (`None`: never).
     pub idle_exit: Option<Duration>,
-    /// Devices whose state outlives a broker (VFIO): refuse new leases this long after the
-    /// device is opened, so that clients of a previous broker re-register theirs first
-    /// ([`Request::Adopt`]). Simulated devices die with their broker: no wait.
-    pub adopt_grace: Duration,
     /// HBM per stack of the simulated devices (`None`: the arch's).
     pub sim_hbm_bytes: Option<u64>,
     /// Longest a client may take to send the rest of a frame it started.
@@ -48,7 +44,6 @@ impl BrokerConfig {
         Self {
             socket: socket.into(),
             idle_exit: Some(Duration::from_secs(2)),
-            adopt_grace: Duration::from_secs(2),
             sim_hbm_bytes: None,
             frame_timeout: Duration::from_secs(10),
         }
@@ -113,7 +108,9 @@ struct Device {
     hbm: HashMap<u64, (u64, hal::DevBuf)>,
     /// Data paths by client.
     paths: HashMap<u64, DataPath>,
-    /// New leases wait until then ([`BrokerConfig::adopt_grace`]).
+    /// New leases wait until then: for a device whose state outlives a broker (VFIO, not yet
+    /// served through the broker), so that clients of a previous broker re-register their
+    /// leases first ([`Request::Adopt`]). A simulated device dies with its broker: never set.
     adopt_until: Option<Instant>,
 }
 

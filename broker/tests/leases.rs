@@ -36,7 +36,6 @@ fn start(name: &str) -> Running {
     let socket = dir.join("broker.sock");
     let mut cfg = BrokerConfig::new(&socket);
     cfg.idle_exit = None;
-    cfg.adopt_grace = Duration::ZERO;
     cfg.frame_timeout = Duration::from_secs(2);
     let b = Broker::bind(cfg).unwrap();
     let stop = b.stopper();
@@ -276,4 +275,20 @@ proptest! {
             std::thread::sleep(Duration::from_millis(10));
         }
     }
+}
+
+#[test]
+fn adopt_reregisters_a_range_and_refuses_a_held_one() {
+    let r = start("adopt");
+    let a = session(&r, Role::Runtime);
+    let b = session(&r, Role::Runtime);
+    let da = a.attach(cayman(0)).unwrap().device;
+    let db = b.attach(cayman(0)).unwrap().device;
+    let l = a.adopt(da, 2, 2).unwrap();
+    assert_eq!((l.first, l.count), (2, 2));
+    assert!(l.data_path.is_some());
+    let (code, owner, _) = refused(b.adopt(db, 3, 1).unwrap_err());
+    assert_eq!((code, owner), (ErrorCode::CoresUnavailable, std::process::id()));
+    assert_eq!(refused(b.adopt(db, 7, 2).unwrap_err()).0, ErrorCode::Invalid);
+    assert!(!snapshot(&b)[0].adopting, "a simulated device has no previous broker's clients to wait for");
 }

@@ -25,10 +25,6 @@ pub struct BrokerArgs {
     /// Idle time before exiting, milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 2000)]
     pub idle_ms: u64,
-    /// How long a device whose state outlives a broker refuses new leases after it is
-    /// opened, so clients of a previous broker re-register theirs first (milliseconds).
-    #[arg(long, value_name = "MS", default_value_t = 2000)]
-    pub adopt_ms: u64,
     /// Start a detached broker with these options and return at once (what a client that
     /// finds no broker runs).
     #[arg(long, hide = true)]
@@ -41,7 +37,6 @@ pub fn run(a: BrokerArgs) -> Result<(), CliError> {
         let exe = std::env::current_exe().map_err(CliError::failure)?;
         let mut c = std::process::Command::new(exe);
         c.arg("broker").arg("--socket").arg(&socket).arg("--idle-ms").arg(a.idle_ms.to_string());
-        c.arg("--adopt-ms").arg(a.adopt_ms.to_string());
         if a.persist {
             c.arg("--persist");
         }
@@ -56,7 +51,6 @@ pub fn run(a: BrokerArgs) -> Result<(), CliError> {
     }
     let mut cfg = broker::BrokerConfig::new(&socket);
     cfg.idle_exit = (!a.persist).then(|| Duration::from_millis(a.idle_ms));
-    cfg.adopt_grace = Duration::from_millis(a.adopt_ms);
     let b = match broker::server::activated_listener() {
         Some(l) => broker::Broker::from_listener(cfg, l),
         None => match broker::Broker::bind(cfg) {

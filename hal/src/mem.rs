@@ -426,6 +426,22 @@ mod tests {
     use proptest::prelude::*;
 
     #[test]
+    fn a_process_allocates_only_in_its_granted_ranges() {
+        let sim = sim::SimDevice::new(sim::SimConfig::new(&csr_maps::CAYMAN).hbm_bytes(1 << 26)).unwrap();
+        let p: Arc<dyn Platform> = Arc::new(sim);
+        let r = |chan, addr, len| crate::HbmRange { chan, addr, len };
+        let a = Arc::new(DevAllocator::from_ranges(p.clone(), 4, &[r(1, 0x1000_0000, 1 << 20)], 4096).unwrap());
+        assert!(a.alloc(0, 4096, 64).is_err(), "no range on channel 0");
+        let b = a.alloc(1, 4096, 64).unwrap();
+        assert!(b.addr() >= 0x1000_0000 && b.addr() + 4096 <= 0x1000_0000 + (1 << 20));
+        assert!(a.alloc(1, 2 << 20, 64).is_err(), "larger than the grant");
+        assert_eq!(a.usage(1).map(|u| u.capacity), Some(1 << 20));
+        assert!(DevAllocator::from_ranges(p.clone(), 4, &[r(1, 0, 4096), r(1, 8192, 4096)], 4096).is_err());
+        assert!(DevAllocator::from_ranges(p.clone(), 4, &[r(4, 0, 4096)], 4096).is_err());
+        assert!(DevAllocator::from_ranges(p, 4, &[r(0, u64::MAX, 2)], 4096).is_err());
+    }
+
+    #[test]
     fn buddy_splits_and_coalesces() {
         let mut b = Buddy::new(0x100_0000, 1 << 20, 12);
         let a = b.alloc(4096, 1).unwrap();

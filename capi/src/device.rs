@@ -166,7 +166,7 @@ pub fn resolve(spec: Spec) -> Result<Spec, RtError> {
 pub fn nc_count(spec: &Spec) -> Result<usize, RtError> {
     match spec {
         Spec::Default => nc_count(&resolve(Spec::Default)?),
-        Spec::Sim { arch, n } => Ok(arch.counts.ncs as usize * n),
+        Spec::Sim { arch, n } | Spec::SimShared { arch, n } => Ok(arch.counts.ncs as usize * n),
         Spec::Pci(addr) => {
             let f = select::function(&select::sysfs(), *addr).map_err(rt)?;
             let arch = select::arch_of(&f)
@@ -184,12 +184,79 @@ fn sim_timing() -> Result<SimTiming, RtError> {
     }
 }
 
-/// Open the platforms (every device of a simulated topology). With the `fabric` feature the
-/// simulated devices' collective hub is connected to the process's global communicator
-/// (collectives whose replica group spans processes; `crate::global`).
-pub fn platforms(spec: &Spec) -> Result<select::Opened, RtError> {
+/// The cores `nrt_init` reserves on shared devices, as libnrt: NEURON_RT_VISIBLE_CORES, else
+/// NEURON_RT_NUM_CORES (any free ones), else every core.
+pub fn reserve_of(cfg: &runtime::RuntimeConfig) -> select::Reserve {
+    match (&cfg.visible_cores, cfg.num_cores) {
+        (Some(v), _) => select::Reserve::Cores(v.clone()),
+        (None, Some(n)) => select::Reserve::Count(n),
+        (None, None) => select::Reserve::All,
+    }
+}
+
+/// Each opened device with its options (on a shared device: the NCs and device memory this
+/// process leased) and the configuration whose visible cores are the leased ones.
+pub fn device_setup(
+    opened: &select::Opened,
+    mut cfg: runtime::RuntimeConfig,
+    base: hal::DeviceOptions,
+) -> (runtime::Devices, runtime::RuntimeConfig) {
+    let devices = opened
+        .platforms
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let mut o = base.clone();
+            if let Some(own) = opened.ownership(i) {
+                o.owned_ncs = Some(own.ncs);
+                o.hbm_ranges =
+                    Some(own.hbm.into_iter().map(|(chan, addr, len)| hal::HbmRange { chan, addr, len }).collect());
+            }
+            (p.clone(), o)
+        })
+        .collect();
+    if let Some(cores) = opened.leased_cores() {
+        cfg.visible_cores = Some(cores);
+    }
+    (devices, cfg)
+}
+
+/// Shared devices' leases, held from `nrt_init` to `nrt_close` (or exit: the broker sees the
+/// process go and takes everything back).
+static HELD: std::sync::Mutex<Option<select::Opened>> = std::sync::Mutex::new(None);
+
+/// Keep `opened` (its broker session and leases) until [`release`].
+pub fn hold(opened: select::Opened) {
+    *HELD.lock().unwrap_or_else(|e| e.into_inner()) = Some(opened);
+}
+
+/// Give the held leases back (after the runtime closed the devices).
+pub fn release() {
+    let held = HELD.lock().unwrap_or_else(|e| e.into_inner()).take();
+    drop(held);
+}
+
+/// Open the platforms (every device of a simulated topology), reserving `reserve` on shared
+/// devices. With the `fabric` feature the simulated devices' collective hub is connected to
+/// the process's global communicator (collectives whose replica group spans processes;
+/// `crate::global`). A shared device's cores held by another process fail as libnrt's
+/// `nrt_init` does: NRT_FAILURE, with libnrt's log line and one naming the owner.
+pub fn platforms(spec: &Spec, reserve: &select::Reserve) -> Result<select::Opened, RtError> {
     let spec = resolve(spec.clone())?;
-    let opened = select::open_platforms(&spec, sim_timing()?).map_err(rt)?;
+    let opened = select::open_reserving(&spec, sim_timing()?, reserve).map_err(|e| {
+        #[cfg(feature = "sim")]
+        if let Some((owner, line)) = select::shared::cores_unavailable(&e) {
+            // libnrt's line, then ours naming the holder.
+            crate::base::log_line(line);
+            if owner != 0 {
+                crate::base::log_line(&format!(
+                    "NeuronCore(s) requested are held by process {owner} (NEURON_RT_VISIBLE_CORES or \
+                     NEURON_RT_NUM_CORES choose others)"
+                ));
+            }
+        }
+        rt(e)
+    })?;
     #[cfg(feature = "fabric")]
     for s in &opened.sims {
         s.set_inter_host(Some(crate::global::global().clone() as std::sync::Arc<dyn sim::InterHost>));

@@ -24,6 +24,9 @@ struct Row {
     /// online CPU).
     cpu_affinity: String,
     user: crate::procs::DeviceUse,
+    /// The device's name at the broker (its BDF, or `sim:shared:ARCH#N`): the processes the
+    /// broker lists on it join those found without it (docs/sharing.md).
+    broker_name: Option<String>,
 }
 
 fn hbm_bytes(arch: &Arch) -> u64 {
@@ -47,7 +50,11 @@ pub struct LsOpts {
 /// tool's fields beside neuron-ls's.
 fn row_json(index: usize, r: &Row, opts: LsOpts) -> Value {
     let ncs = r.arch.counts.ncs;
-    let procs: Vec<Value> = crate::procs::device_processes(r.user)
+    let all = crate::procs::device_processes(r.user, r.broker_name.as_deref());
+    // This tool's own list: every process with its cores (device-local NC indices).
+    let ours: Vec<Value> =
+        all.iter().map(|p| json!({"pid": p.pid, "command": p.command, "cores": p.cores})).collect();
+    let procs: Vec<Value> = all
         .into_iter()
         .filter(|p| opts.show_all_procs || p.runtime_version.is_some())
         .map(|p| {
@@ -73,6 +80,7 @@ fn row_json(index: usize, r: &Row, opts: LsOpts) -> Value {
         "hbm_channels": r.arch.counts.hbm_stacks,
         "driver": r.driver,
         "iommu_group": r.iommu_group,
+        "processes": ours,
     });
     // Logical NeuronCores exist from NeuronCore-v3 on; this runtime uses each physical NC
     // as one (LNC=1).
@@ -102,7 +110,34 @@ fn pci_row(sys: &Sysfs, f: &PciFunction, arch: &'static Arch) -> Row {
         numa_node: f.numa_node,
         cpu_affinity: cpus,
         user: crate::procs::DeviceUse::Pci { iommu_group: f.iommu_group },
+        broker_name: Some(f.address.to_string()),
     }
+}
+
+/// The broker's shared simulated devices of `arch` (`ls --device sim:shared:ARCH`): those it
+/// has opened, with their processes.
+#[cfg(feature = "sim")]
+fn shared_rows(sys: &Sysfs, arch: &'static Arch) -> Vec<Row> {
+    broker::client::devices()
+        .into_iter()
+        .filter(|d| d.arch == arch.name)
+        .map(|d| Row {
+            bdf: d.name.clone(),
+            arch,
+            pci_id: format!("{:04x}:{:04x}", arch.pci_vendor, arch.pci_devices.first().copied().unwrap_or(0)),
+            driver: Some("broker".into()),
+            iommu_group: None,
+            numa_node: None,
+            cpu_affinity: online_cpus(sys),
+            user: crate::procs::DeviceUse::Shared,
+            broker_name: Some(d.name),
+        })
+        .collect()
+}
+
+#[cfg(not(feature = "sim"))]
+fn shared_rows(_sys: &Sysfs, _arch: &'static Arch) -> Vec<Row> {
+    Vec::new()
 }
 
 fn sim_rows(sys: &Sysfs, arch: &'static Arch, n: usize, timing: SimTiming) -> Result<Vec<Row>, CliError> {
@@ -121,6 +156,7 @@ fn sim_rows(sys: &Sysfs, arch: &'static Arch, n: usize, timing: SimTiming) -> Re
             numa_node: None,
             cpu_affinity: online_cpus(sys),
             user: crate::procs::DeviceUse::Sim,
+            broker_name: None,
         });
     }
     Ok(rows)
@@ -136,6 +172,13 @@ pub fn ls_with(spec: &DeviceSpec, timing: SimTiming, json: bool, opts: LsOpts) -
     let sys = device::sysfs();
     let rows = match spec {
         DeviceSpec::Sim { arch, n } => sim_rows(&sys, arch, *n, timing)?,
+        DeviceSpec::SimShared { arch, .. } => {
+            let rows = shared_rows(&sys, arch);
+            if rows.is_empty() {
+                eprintln!("notice: no broker serves a shared {} device now", arch.name);
+            }
+            rows
+        }
         DeviceSpec::Pci(addr) => {
             let f = device::function(&sys, *addr)?;
             let arch = device::arch_of(&f).ok_or_else(|| {

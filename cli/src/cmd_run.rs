@@ -92,13 +92,55 @@ impl From<Poll> for runtime::PollPolicy {
     }
 }
 
-/// Platforms behind `--device` (every device of a simulated topology) and the simulators.
-pub fn platforms(spec: Option<&str>, timing: SimTiming) -> Result<Opened, CliError> {
+/// Platforms behind `--device` (every device of a simulated topology) and the simulators,
+/// reserving `reserve` on shared devices (`sim:shared…`, docs/sharing.md).
+pub fn platforms_reserving(
+    spec: Option<&str>,
+    timing: SimTiming,
+    reserve: &select::Reserve,
+) -> Result<Opened, CliError> {
     let spec = match device::parse(spec)? {
         DeviceSpec::Default => device::resolve_default(&device::sysfs())?,
         s => s,
     };
-    Ok(select::open_platforms(&spec, timing.into())?)
+    Ok(select::open_reserving(&spec, timing.into(), reserve)?)
+}
+
+/// The cores a process reserves on shared devices, as libnrt decides at `nrt_init`:
+/// NEURON_RT_VISIBLE_CORES, else NEURON_RT_NUM_CORES (any free ones), else all.
+pub fn reserve_of(cfg: &RuntimeConfig) -> select::Reserve {
+    match (&cfg.visible_cores, cfg.num_cores) {
+        (Some(v), _) => select::Reserve::Cores(v.clone()),
+        (None, Some(n)) => select::Reserve::Count(n),
+        (None, None) => select::Reserve::All,
+    }
+}
+
+/// Each opened device with its options (on a shared device: the NCs and memory this process
+/// leased), and the configuration whose visible cores are the leased ones.
+pub fn device_setup(
+    opened: &Opened,
+    mut cfg: RuntimeConfig,
+    base: hal::DeviceOptions,
+) -> (runtime::Devices, RuntimeConfig) {
+    let devices = opened
+        .platforms
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let mut o = base.clone();
+            if let Some(own) = opened.ownership(i) {
+                o.owned_ncs = Some(own.ncs);
+                o.hbm_ranges =
+                    Some(own.hbm.into_iter().map(|(chan, addr, len)| hal::HbmRange { chan, addr, len }).collect());
+            }
+            (p.clone(), o)
+        })
+        .collect();
+    if let Some(cores) = opened.leased_cores() {
+        cfg.visible_cores = Some(cores);
+    }
+    (devices, cfg)
 }
 
 fn rt_err(e: runtime::RtError) -> CliError {
@@ -165,9 +207,10 @@ fn load_with_progress(
 }
 
 fn start(device: Option<&str>, timing: SimTiming, cfg: RuntimeConfig) -> Result<(Runtime, Opened), CliError> {
-    let opened = platforms(device, timing)?;
+    let opened = platforms_reserving(device, timing, &reserve_of(&cfg))?;
     let rt = Runtime::with_observers(runtime::monitoring());
-    rt.init(opened.platforms.clone(), cfg, hal::DeviceOptions::default()).map_err(rt_err)?;
+    let (devices, cfg) = device_setup(&opened, cfg, hal::DeviceOptions::default());
+    rt.init_devices(devices, cfg).map_err(rt_err)?;
     Ok((rt, opened))
 }
 

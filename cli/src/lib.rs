@@ -11,6 +11,10 @@
 
 pub mod alloc_count;
 mod cmd_bench;
+#[cfg(feature = "sim")]
+mod cmd_bench_shared;
+#[cfg(feature = "sim")]
+mod cmd_broker;
 #[cfg(feature = "fabric")]
 mod cmd_collectives;
 mod cmd_csr;
@@ -120,6 +124,11 @@ enum Cmd {
     /// `-device vfio-user-pci` connects to the socket); runs until the client disconnects.
     #[cfg(feature = "sim")]
     SimServe(cmd_serve::SimServeArgs),
+    /// The device broker: owns the shared devices (`--device sim:shared…`) for every process
+    /// of this user — core leases, device memory, cleanup of dead processes (docs/sharing.md).
+    /// Started on demand by the first client; exits when idle.
+    #[cfg(feature = "sim")]
+    Broker(cmd_broker::BrokerArgs),
 }
 
 #[derive(Subcommand)]
@@ -134,6 +143,11 @@ enum BenchCmd {
     Exec(cmd_bench::ExecBenchArgs),
     /// Many NCs at once: N simulated devices, one model per NC, executes from 1, 2, … threads.
     Scale(cmd_bench::ScaleBenchArgs),
+    /// A process on a shared simulated device (the broker): attach/lease time, execute host
+    /// time interleaved against a private simulator, syscalls per execute (strace), cleanup
+    /// time after SIGKILL.
+    #[cfg(feature = "sim")]
+    Shared(cmd_bench_shared::SharedBenchArgs),
     /// Collective bandwidth between rank processes over libfabric (nccom-test style).
     #[cfg(feature = "fabric")]
     Collectives(cmd_collectives::CollectivesArgs),
@@ -192,10 +206,14 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Cmd::Top(a) => cmd_monitor::top(a, &spec()?, json),
         #[cfg(feature = "sim")]
         Cmd::SimServe(a) => cmd_serve::run(a),
+        #[cfg(feature = "sim")]
+        Cmd::Broker(a) => cmd_broker::run(a),
         Cmd::Bench(BenchCmd::NeffLoad(a)) => cmd_neff::bench_neff_load(a, json),
         Cmd::Bench(BenchCmd::LargeVar(a)) => cmd_neff::bench_large_var(a, json),
         Cmd::Bench(BenchCmd::Exec(a)) => cmd_bench::exec_bench(a, json),
         Cmd::Bench(BenchCmd::Scale(a)) => cmd_bench::scale_bench(a, json),
+        #[cfg(feature = "sim")]
+        Cmd::Bench(BenchCmd::Shared(a)) => cmd_bench_shared::run(a, json),
         #[cfg(feature = "fabric")]
         Cmd::Bench(BenchCmd::Collectives(a)) => cmd_collectives::run(a, json),
     }
@@ -213,6 +231,7 @@ const DEVICELESS: &[&[&str]] = &[
     &["csr", "diff"],
     &["monitor"],
     &["sim-serve"],
+    &["broker"],
 ];
 
 /// The command line definition, with the device options hidden from the help of the

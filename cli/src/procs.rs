@@ -27,6 +27,8 @@ pub enum DeviceUse {
     Sim,
     /// A PCI function, by its IOMMU group (None: not isolated, no VFIO group to hold).
     Pci { iommu_group: Option<u32> },
+    /// A shared simulated device: its processes are the broker's clients.
+    Shared,
 }
 
 /// This project's runtime version, as `neuron_runtime_version`.
@@ -44,18 +46,46 @@ fn info(pid: u32, segments: &[runtime::counters::Reader]) -> ProcessInfo {
     }
 }
 
-/// The processes using `dev` (see the module documentation). The device broker's client
-/// replaces this when devices are shared through it.
-pub fn device_processes(dev: DeviceUse) -> Vec<ProcessInfo> {
+/// The processes using `dev` (see the module documentation), and the clients the device
+/// broker lists on the device it names `broker_name` (docs/sharing.md): a process the broker
+/// knows carries its leased cores from there.
+pub fn device_processes(dev: DeviceUse, broker_name: Option<&str>) -> Vec<ProcessInfo> {
     let segments = runtime::counters::discover(&runtime::counters::shm_dir());
-    match dev {
+    let mut found: Vec<ProcessInfo> = match dev {
         DeviceUse::Sim => vec![info(std::process::id(), &segments)],
-        DeviceUse::Pci { iommu_group: None } => Vec::new(),
+        DeviceUse::Pci { iommu_group: None } | DeviceUse::Shared => Vec::new(),
         DeviceUse::Pci { iommu_group: Some(g) } => {
             let node = select::dev_dir().join("vfio").join(g.to_string());
             holders(Path::new("/proc"), &node).into_iter().map(|pid| info(pid, &segments)).collect()
         }
+    };
+    for c in broker_name.map(broker_clients).unwrap_or_default() {
+        match found.iter_mut().find(|p| p.pid == c.pid) {
+            Some(p) => p.cores = c.cores,
+            None => found.push(c),
+        }
     }
+    found.sort_by_key(|p| p.pid);
+    found
+}
+
+/// The broker's clients on device `name` (none when no broker runs).
+#[cfg(feature = "sim")]
+fn broker_clients(name: &str) -> Vec<ProcessInfo> {
+    broker::client::processes(name)
+        .into_iter()
+        .map(|p| ProcessInfo {
+            pid: p.pid,
+            command: p.command,
+            cores: p.cores.collect(),
+            runtime_version: Some(p.runtime_version).filter(|v| !v.is_empty()),
+        })
+        .collect()
+}
+
+#[cfg(not(feature = "sim"))]
+fn broker_clients(_name: &str) -> Vec<ProcessInfo> {
+    Vec::new()
 }
 
 /// Pids under `proc` with an open file descriptor on `node`.

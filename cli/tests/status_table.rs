@@ -110,6 +110,7 @@ fn hal_variant(e: &HalError) -> usize {
         HalError::Ucode(_) => 21,
         HalError::ProgramSize(_) => 22,
         HalError::RegionTableFull { .. } => 23,
+        HalError::NotOwned { .. } => 24,
     }
 }
 
@@ -123,6 +124,7 @@ fn hal_table() -> Vec<(HalError, S)> {
         (HalError::UnknownDevice { vendor: 1, device: 2 }, S::Failure),
         (HalError::NotReady { waited_ms: 1, value: 0 }, S::Timeout),
         (HalError::NoSuchNc { nc: 9, count: 2 }, S::Invalid),
+        (HalError::NotOwned { what: "nc3".into(), owned: 2..3 }, S::Invalid),
         (HalError::NoSuchEngine(7), S::Invalid),
         (HalError::OutOfDeviceMemory { chan: 0, size: 2, free: 1 }, S::Resource),
         (HalError::TooLarge { what: "buffer", size: u64::MAX }, S::Resource),
@@ -146,7 +148,7 @@ fn hal_table() -> Vec<(HalError, S)> {
 
 #[test]
 fn hal_errors() {
-    check("HalError", 24, hal_variant, hal_table());
+    check("HalError", 25, hal_variant, hal_table());
 }
 
 fn neff_variant(e: &NeffError) -> usize {
@@ -211,6 +213,8 @@ fn select_variant(e: &SelectError) -> usize {
         SelectError::Simulator(_) => 8,
         SelectError::Trace { .. } => 9,
         SelectError::NoSimulator(_) => 10,
+        SelectError::Broker(_) => 11,
+        SelectError::SharedCores(_) => 12,
     }
 }
 
@@ -228,8 +232,33 @@ fn select_errors() {
         (SelectError::Simulator(sim::SimError::TopologySize(0)), S::Failure),
         (SelectError::Trace { path: "/x".into(), source: io() }, S::Invalid),
         (SelectError::NoSimulator("device `sim`".into()), S::Invalid),
+        (
+            SelectError::Broker(Box::new(broker::ClientError::Refused {
+                code: broker::protocol::ErrorCode::CoresUnavailable,
+                owner_pid: 7,
+                message: "NeuronCore(s) not available - Requested:nc1-nc1 Available:0".into(),
+            })),
+            S::Failure,
+        ),
+        (
+            SelectError::Broker(Box::new(broker::ClientError::Refused {
+                code: broker::protocol::ErrorCode::Invalid,
+                owner_pid: 0,
+                message: "nc7-nc8 is beyond the device".into(),
+            })),
+            S::Invalid,
+        ),
+        (
+            SelectError::Broker(Box::new(broker::ClientError::Refused {
+                code: broker::protocol::ErrorCode::OutOfMemory,
+                owner_pid: 0,
+                message: "x".into(),
+            })),
+            S::Resource,
+        ),
+        (SelectError::SharedCores("x".into()), S::Failure),
     ];
-    check("SelectError", 11, select_variant, table);
+    check("SelectError", 13, select_variant, table);
 }
 
 fn fabric_variant(e: &FabricError) -> usize {

@@ -480,3 +480,11 @@ mod tests {
         assert!(b.entry(regions::ENTRIES as u64).is_err());
     }
 }
+
+/// The kmod's process model, which the broker keeps in userspace (docs/sharing.md).
+pub mod process {
+    /// Processes that may use one device at a time (attached, with or without NeuronCores):
+    /// `NEURON_MAX_PROCESS_PER_DEVICE` (`m:share/neuron_driver_shared.h`; the kmod's per-device
+    /// table of attached processes, `m:neuron_pid.c`).
+    pub const MAX_PER_DEVICE: usize = 16;
+}

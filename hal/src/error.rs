@@ -20,6 +20,10 @@ pub enum HalError {
     NotReady { waited_ms: u64, value: u32 },
     #[error("NeuronCore {nc} does not exist (this device has {count})")]
     NoSuchNc { nc: usize, count: usize },
+    /// A shared device (opened with [`crate::DeviceOptions::owned_ncs`]): NeuronCore `nc` is
+    /// another process's, or the request (a whole-device reset) would touch other processes' NCs.
+    #[error("NeuronCore(s) {what} not owned by this process on a shared device (owned: {owned:?})")]
+    NotOwned { what: String, owned: std::ops::Range<usize> },
     #[error("TPB engine {0} does not exist (0 PE, 1 ACT, 2 POOL, 3 DVE, 4 SP)")]
     NoSuchEngine(usize),
     #[error("device memory exhausted on HBM channel {chan}: {size} bytes requested, {free} free")]
@@ -95,6 +99,7 @@ impl HalError {
             HalError::DmaAbort { .. } => NrtStatus::ExecHwErrDmaAbort,
             HalError::Fwio { .. } => NrtStatus::HwError,
             HalError::NoSuchNc { .. }
+            | HalError::NotOwned { .. }
             | HalError::NoSuchEngine(_)
             | HalError::BadAlignment(_)
             | HalError::DeviceRange { .. }

@@ -364,6 +364,29 @@ impl DevAllocator {
         Self { chans, platform }
     }
 
+    /// `channels` channels of which only the given ranges are allocatable (a process on a
+    /// shared device: the memory the broker granted it, one range per channel at most); the
+    /// other channels are empty. A second range for a channel, or a channel out of range, is
+    /// [`HalError::DeviceRange`].
+    pub fn from_ranges(
+        platform: Arc<dyn Platform>,
+        channels: usize,
+        ranges: &[crate::HbmRange],
+        min_alloc: u64,
+    ) -> Result<Self> {
+        let min_order = min_alloc.max(1).checked_next_power_of_two().map_or(63, |g| g.trailing_zeros());
+        let mut chans: Vec<Option<Buddy>> = (0..channels).map(|_| None).collect();
+        for r in ranges {
+            let slot = chans.get_mut(r.chan).ok_or(HalError::DeviceRange { addr: r.addr, len: r.len })?;
+            if slot.is_some() || r.addr.checked_add(r.len).is_none() {
+                return Err(HalError::DeviceRange { addr: r.addr, len: r.len });
+            }
+            *slot = Some(Buddy::new(r.addr, r.len, min_order));
+        }
+        let chans = chans.into_iter().map(|b| Mutex::new(b.unwrap_or_else(|| Buddy::new(0, 0, min_order)))).collect();
+        Ok(Self { chans, platform })
+    }
+
     /// Allocate `len` bytes aligned to `align` on channel `chan`.
     pub fn alloc(self: &Arc<Self>, chan: usize, len: u64, align: u64) -> Result<DevBuf> {
         platform::failpoint::hit("hal.alloc.hbm")?;
@@ -401,6 +424,22 @@ impl DevAllocator {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_process_allocates_only_in_its_granted_ranges() {
+        let sim = sim::SimDevice::new(sim::SimConfig::new(&csr_maps::CAYMAN).hbm_bytes(1 << 26)).unwrap();
+        let p: Arc<dyn Platform> = Arc::new(sim);
+        let r = |chan, addr, len| crate::HbmRange { chan, addr, len };
+        let a = Arc::new(DevAllocator::from_ranges(p.clone(), 4, &[r(1, 0x1000_0000, 1 << 20)], 4096).unwrap());
+        assert!(a.alloc(0, 4096, 64).is_err(), "no range on channel 0");
+        let b = a.alloc(1, 4096, 64).unwrap();
+        assert!(b.addr() >= 0x1000_0000 && b.addr() + 4096 <= 0x1000_0000 + (1 << 20));
+        assert!(a.alloc(1, 2 << 20, 64).is_err(), "larger than the grant");
+        assert_eq!(a.usage(1).map(|u| u.capacity), Some(1 << 20));
+        assert!(DevAllocator::from_ranges(p.clone(), 4, &[r(1, 0, 4096), r(1, 8192, 4096)], 4096).is_err());
+        assert!(DevAllocator::from_ranges(p.clone(), 4, &[r(4, 0, 4096)], 4096).is_err());
+        assert!(DevAllocator::from_ranges(p, 4, &[r(0, u64::MAX, 2)], 4096).is_err());
+    }
 
     #[test]
     fn buddy_splits_and_coalesces() {

@@ -115,7 +115,11 @@ impl Stream {
 }
 
 /// Stop and reset engine `engine` of `nc` (control: reset; the one write every path that
-/// stops an engine makes).
+/// stops an engine makes), whoever programmed it (the broker's cleanup of a dead process).
+pub fn reset_engine(regs: &Regs<'_>, nc: usize, engine: usize) -> Result<()> {
+    reset(regs, nc, engine)
+}
+
 fn reset(regs: &Regs<'_>, nc: usize, engine: usize) -> Result<()> {
     regs.seq(nc as u64)?.eng(engine as u64)?.ctrl().write_with(|v| v.with_reset(1))?;
     Ok(())

@@ -1,5 +1,6 @@
 //! Host memory shared with a device, and its IOVA mappings.
 
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -41,9 +42,14 @@ pub enum HostMemError {
     OutOfRange { offset: usize, len: usize, size: usize },
     #[error("offset {offset:#x} is not aligned to {align}")]
     Misaligned { offset: usize, align: usize },
+    #[error("shareable memory (memfd) of {len} bytes: {source}")]
+    Memfd { len: usize, source: std::io::Error },
 }
 
-/// Page-aligned anonymous memory that a device may read and write by DMA.
+/// Page-aligned memory that a device may read and write by DMA: anonymous (private to this
+/// process; [`HostMem::alloc`]) or shareable (a memfd mapped shared, whose descriptor another
+/// process can map too; [`HostMem::alloc_shared`] — what a device served by another process,
+/// over vfio-user, needs).
 ///
 /// All accessors are bounds-checked and use raw copies or atomics, because the
 /// device may access the memory concurrently.
@@ -53,6 +59,8 @@ pub enum HostMemError {
 pub struct HostMem {
     map: memmap2::MmapRaw,
     page: PageSize,
+    /// The memfd behind a shareable buffer (`None`: anonymous memory).
+    fd: Option<OwnedFd>,
 }
 
 impl HostMem {
@@ -95,7 +103,40 @@ impl HostMem {
             PageSize::Huge2M | PageSize::Huge1G => opts.huge(Some(page.shift())),
         };
         let map = opts.map_anon().map_err(|source| HostMemError::Mmap { len: rounded, page, source })?;
-        Ok(Self { map: map.into(), page })
+        Ok(Self { map: map.into(), page, fd: None })
+    }
+
+    /// Allocate `len` bytes (rounded up to 4 KiB pages) of zeroed, shareable memory: a memfd,
+    /// mapped shared here, whose descriptor ([`HostMem::shared_fd`]) another process maps to
+    /// reach the same pages. Base pages only (the memfd's pages are reserved lazily, as the
+    /// anonymous path's base pages).
+    pub fn alloc_shared(len: usize) -> Result<Self, HostMemError> {
+        if len == 0 {
+            return Err(HostMemError::Empty);
+        }
+        let page = PageSize::Base4K;
+        let pb = page.bytes();
+        let memfd_err = |source: std::io::Error| HostMemError::Memfd { len, source };
+        let rounded = len
+            .checked_add(pb - 1)
+            .map(|v| v / pb * pb)
+            .ok_or_else(|| memfd_err(std::io::Error::from(nix::errno::Errno::ENOMEM)))?;
+        let size = i64::try_from(rounded).map_err(|_| memfd_err(std::io::Error::from(nix::errno::Errno::EFBIG)))?;
+        let fd = nix::sys::memfd::memfd_create(c"neuron-vfio-dma", nix::sys::memfd::MFdFlags::MFD_CLOEXEC)
+            .map_err(|e| memfd_err(e.into()))?;
+        nix::unistd::ftruncate(&fd, size).map_err(|e| memfd_err(e.into()))?;
+        let map = memmap2::MmapOptions::new().len(rounded).map_raw(&fd).map_err(|source| HostMemError::Mmap {
+            len: rounded,
+            page,
+            source,
+        })?;
+        Ok(Self { map, page, fd: Some(fd) })
+    }
+
+    /// The memfd of a shareable buffer ([`HostMem::alloc_shared`]); `None` for anonymous
+    /// memory. Byte 0 of the buffer is at offset 0 of the file.
+    pub fn shared_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.fd.as_ref().map(|f| f.as_fd())
     }
 
     /// Length in bytes (whole pages).
@@ -215,6 +256,7 @@ impl std::fmt::Debug for HostMem {
             .field("ptr", &self.as_ptr())
             .field("len", &self.len())
             .field("page", &self.page)
+            .field("shared", &self.fd.is_some())
             .finish()
     }
 }
@@ -376,6 +418,26 @@ mod tests {
         assert_eq!(m.len(), 4 * 4096);
         assert_eq!(m.read_u64(4 * 4096 - 8).unwrap(), 0);
         assert!(matches!(HostMem::alloc_with(usize::MAX, PageSize::Huge2M), Err(HostMemError::Mmap { .. })));
+    }
+
+    #[test]
+    fn shared_buffers_are_one_memory_through_their_fd() {
+        assert!(matches!(HostMem::alloc_shared(0), Err(HostMemError::Empty)));
+        let m = HostMem::alloc_shared(5000).unwrap();
+        assert_eq!((m.len(), m.page_size()), (8192, PageSize::Base4K));
+        assert_eq!(m.read_u64(8184).unwrap(), 0, "fresh memory reads as zero");
+        m.write_u32(4096, 0xfeed_f00d).unwrap();
+        // A second mapping of the descriptor (what another process does) sees the same bytes,
+        // and its writes are seen here.
+        let fd = m.shared_fd().expect("a shareable buffer has a descriptor");
+        let other = memmap2::MmapOptions::new().len(8192).map_raw(&fd).unwrap();
+        // SAFETY: in range of the 8 KiB mapping, aligned; the test is the only user.
+        let word = unsafe { AtomicU32::from_ptr(other.as_mut_ptr().add(4096) as *mut u32) };
+        assert_eq!(word.load(Ordering::Acquire), 0xfeed_f00d);
+        word.store(7, Ordering::Release);
+        assert_eq!(m.read_u32(4096).unwrap(), 7);
+        assert!(HostMem::alloc(100).unwrap().shared_fd().is_none(), "anonymous memory has none");
+        assert!(matches!(HostMem::alloc_shared(usize::MAX), Err(HostMemError::Memfd { .. })));
     }
 
     struct Rec(Mutex<Vec<(u64, u64)>>);

@@ -15,6 +15,10 @@ pub enum MmioError {
     /// The access was refused before reaching the device (see `reason`).
     #[error("write to offset {offset:#x} refused: {reason}")]
     Refused { offset: u64, reason: &'static str },
+    /// The device cannot be reached any more (a device served by another process whose
+    /// connection ended): nothing was read or written.
+    #[error("access at offset {offset:#x}: the device is unreachable (its connection is gone)")]
+    Lost { offset: u64 },
 }
 
 /// A region of device registers (a BAR, or part of one).

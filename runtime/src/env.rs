@@ -34,6 +34,9 @@ use thiserror::Error;
 pub const EXEC_TIMEOUT_VAR: &str = "NEURON_RT_EXEC_TIMEOUT";
 /// `NEURON_RT_VISIBLE_CORES`.
 pub const VISIBLE_CORES_VAR: &str = "NEURON_RT_VISIBLE_CORES";
+/// `NEURON_RT_NUM_CORES`: how many cores the process reserves (any free ones) when
+/// `NEURON_RT_VISIBLE_CORES` names none; 0 or unset means all (libnrt's configuration guide).
+pub const NUM_CORES_VAR: &str = "NEURON_RT_NUM_CORES";
 /// `NEURON_RT_LOG_LEVEL`.
 pub const LOG_LEVEL_VAR: &str = "NEURON_RT_LOG_LEVEL";
 /// `NEURON_VFIO_BARRIER_WARN_MS`.
@@ -183,13 +186,20 @@ pub struct RtEnv {
     pub exec_timeout_secs: u32,
     /// Visible cores; `None` = all.
     pub visible_cores: Option<Vec<u32>>,
+    /// `NEURON_RT_NUM_CORES` (`None`: unset or 0, all).
+    pub num_cores: Option<u32>,
     /// Log level.
     pub log_level: tracing::Level,
 }
 
 impl Default for RtEnv {
     fn default() -> Self {
-        Self { exec_timeout_secs: DEFAULT_EXEC_TIMEOUT_SECS, visible_cores: None, log_level: DEFAULT_LOG_LEVEL }
+        Self {
+            exec_timeout_secs: DEFAULT_EXEC_TIMEOUT_SECS,
+            visible_cores: None,
+            num_cores: None,
+            log_level: DEFAULT_LOG_LEVEL,
+        }
     }
 }
 
@@ -204,6 +214,13 @@ impl RtEnv {
         if let Some(v) = lookup(VISIBLE_CORES_VAR) {
             env.visible_cores = Some(parse_visible_cores(&v)?);
         }
+        if let Some(v) = lookup(NUM_CORES_VAR) {
+            let t = v.trim();
+            let n = t.parse::<u32>().ok().filter(|_| t.bytes().all(|b| b.is_ascii_digit())).ok_or_else(|| {
+                EnvError::BadCores { var: NUM_CORES_VAR, value: v.clone(), reason: "expected a number of cores" }
+            })?;
+            env.num_cores = (n > 0).then_some(n);
+        }
         if let Some(v) = lookup(LOG_LEVEL_VAR) {
             env.log_level = parse_log_level(&v)?;
         }
@@ -212,7 +229,7 @@ impl RtEnv {
 
     /// Read the process environment.
     pub fn from_env() -> Result<Self, EnvError> {
-        for var in [EXEC_TIMEOUT_VAR, VISIBLE_CORES_VAR, LOG_LEVEL_VAR] {
+        for var in [EXEC_TIMEOUT_VAR, VISIBLE_CORES_VAR, NUM_CORES_VAR, LOG_LEVEL_VAR] {
             if let Err(std::env::VarError::NotUnicode(_)) = std::env::var(var) {
                 return Err(EnvError::NotUnicode { var });
             }

@@ -45,7 +45,9 @@ pub mod xu;
 
 pub use error::{RtError, RtErrorKind, StageError, StageErrorKind};
 pub use rt::tensor_ops;
-pub use rt::{ExecTimings, GlobalPlacement, Model, ModelHandle, PollPolicy, Runtime, RuntimeConfig, Tensor, TensorSet};
+pub use rt::{
+    Devices, ExecTimings, GlobalPlacement, Model, ModelHandle, PollPolicy, Runtime, RuntimeConfig, Tensor, TensorSet,
+};
 pub use status::{NrtStatus, Priority, Status};
 
 /// The monitoring observers front ends install ([`Runtime::with_observers`]): the

@@ -26,6 +26,8 @@ use nrt_status::{NrtStatus, Status};
 use platform::Platform;
 use vfio::{Backend, Filter, PciAddress, PciFunction, Sysfs, VfioSupport};
 
+#[cfg(feature = "sim")]
+pub mod shared;
 pub mod trace;
 pub use trace::{mmio_trace_path, set_mmio_trace, wrap as wrap_traced};
 
@@ -69,6 +71,13 @@ pub enum SelectError {
     #[cfg(feature = "sim")]
     #[error("simulator: {0}")]
     Simulator(#[source] sim::SimError),
+    /// The broker refused or failed a request for a shared device (docs/sharing.md).
+    #[cfg(feature = "sim")]
+    #[error("{0}")]
+    Broker(#[source] Box<broker::ClientError>),
+    /// A shared device's cores or data path cannot be set up as asked.
+    #[error("shared device: {0}")]
+    SharedCores(String),
     /// The MMIO trace file (`NEURON_VFIO_MMIO_TRACE`) cannot be created.
     #[error("MMIO trace {}: {source}", path.display())]
     Trace {
@@ -101,6 +110,9 @@ impl SelectError {
             | SelectError::Vfio { .. } => NrtStatus::Failure,
             #[cfg(feature = "sim")]
             SelectError::Simulator(_) => NrtStatus::Failure,
+            #[cfg(feature = "sim")]
+            SelectError::Broker(e) => e.status(),
+            SelectError::SharedCores(_) => NrtStatus::Failure,
         }
     }
 }
@@ -120,8 +132,8 @@ pub enum SpecProblem {
     /// `sim:ARCH:N` with N outside 1..=16.
     #[error("device count `{0}` is not 1 to 16")]
     Count(String),
-    /// More fields than `sim[:ARCH[:N]]`.
-    #[error("expected sim[:ARCH[:N]] or a PCI address")]
+    /// More fields than `sim[:shared][:ARCH[:N]]`.
+    #[error("expected sim[:shared][:ARCH[:N]] or a PCI address")]
     TrailingFields,
     /// Neither a simulator spec nor a PCI address.
     #[error("expected sim[:ARCH[:N]] or a PCI address (DDDD:BB:DD.F or BB:DD.F)")]
@@ -183,8 +195,11 @@ pub const HAS_SIMULATOR: bool = cfg!(feature = "sim");
 pub enum Spec {
     /// Nothing given: the first Neuron device on vfio-pci, else the simulator.
     Default,
-    /// `sim[:ARCH[:N]]`: a topology of `n` simulated devices.
+    /// `sim[:ARCH[:N]]`: a topology of `n` simulated devices, private to this process.
     Sim { arch: &'static Arch, n: usize },
+    /// `sim:shared[:ARCH[:N]]`: devices 0..n of the host's shared simulated devices of `arch`
+    /// (one set per host and user), reached through the broker (docs/sharing.md).
+    SimShared { arch: &'static Arch, n: usize },
     /// A PCI function through VFIO.
     Pci(PciAddress),
 }
@@ -198,7 +213,8 @@ impl Spec {
         };
         let bad = |problem: SpecProblem| SelectError::BadSpec { spec: s.to_string(), problem };
         if s == "sim" || s.starts_with("sim:") {
-            let mut it = s.split(':').skip(1);
+            let mut it = s.split(':').skip(1).peekable();
+            let shared = it.next_if_eq(&"shared").is_some();
             let arch = match it.next() {
                 None | Some("") => &csr_maps::SUNDA,
                 Some(a) => Arch::by_name(a).map_err(|e| bad(SpecProblem::Arch(e)))?,
@@ -217,7 +233,7 @@ impl Spec {
             if !HAS_SIMULATOR {
                 return Err(SelectError::NoSimulator(format!("device `{s}`")));
             }
-            return Ok(Self::Sim { arch, n });
+            return Ok(if shared { Self::SimShared { arch, n } } else { Self::Sim { arch, n } });
         }
         s.parse::<PciAddress>().map(Self::Pci).map_err(|_| bad(SpecProblem::NotAnAddress))
     }
@@ -320,15 +336,50 @@ pub fn choose_backend(requested: Option<&str>, support: &VfioSupport) -> Result<
 
 /// Platforms to hand to a driver or runtime, and the simulators among them.
 pub struct Opened {
-    /// One per device: every device of a simulated topology, or the VFIO device.
+    /// One per device: every device of a simulated topology, or the VFIO device; on shared
+    /// devices, the devices this process leased cores on.
     pub platforms: Vec<Arc<dyn Platform>>,
-    /// The simulated devices behind `platforms` (empty on VFIO), for fault injection and
-    /// statistics.
+    /// The simulated devices behind `platforms` (empty on VFIO and on shared devices, which
+    /// live in the broker), for fault injection and statistics.
     #[cfg(feature = "sim")]
     pub sims: Vec<sim::SimDevice>,
+    /// Shared devices: the broker session and this process's leases (given back when
+    /// dropped, after the platforms).
+    #[cfg(feature = "sim")]
+    pub shared: Option<shared::SharedLease>,
+}
+
+/// What a process owns of a shared device (for `hal::DeviceOptions::owned_ncs` and
+/// `hbm_ranges`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ownership {
+    /// Leased NCs (device-local).
+    pub ncs: std::ops::Range<usize>,
+    /// Device memory granted: (HBM channel, device address, bytes).
+    pub hbm: Vec<(usize, u64, u64)>,
 }
 
 impl Opened {
+    /// What this process owns of platform `i` when it is a shared device (`None`: the
+    /// device is the process's alone).
+    pub fn ownership(&self, i: usize) -> Option<Ownership> {
+        #[cfg(feature = "sim")]
+        if let Some(l) = &self.shared {
+            return l.devices.get(i).map(|d| Ownership { ncs: d.ncs.clone(), hbm: d.hbm.clone() });
+        }
+        let _ = i;
+        None
+    }
+
+    /// On shared devices, the leased cores as the runtime numbers them (its visible cores).
+    pub fn leased_cores(&self) -> Option<Vec<usize>> {
+        #[cfg(feature = "sim")]
+        if let Some(l) = &self.shared {
+            return Some(l.visible_cores());
+        }
+        None
+    }
+
     /// Whether the platforms are simulated devices.
     pub fn is_sim(&self) -> bool {
         #[cfg(feature = "sim")]
@@ -365,6 +416,7 @@ pub fn open_platforms(spec: &Spec, timing: SimTiming) -> Result<Opened, SelectEr
             open_platforms(&s, timing)
         }
         Spec::Sim { arch, n } => open_sim(arch, *n, timing).and_then(traced),
+        Spec::SimShared { .. } => open_reserving(spec, timing, &Reserve::All),
         Spec::Pci(addr) => {
             let sys = sysfs();
             let (f, _) = check_usable(&sys, *addr)?;
@@ -379,6 +431,8 @@ pub fn open_platforms(spec: &Spec, timing: SimTiming) -> Result<Opened, SelectEr
                 platforms: trace::wrap(vec![Arc::new(p) as Arc<dyn Platform>])?,
                 #[cfg(feature = "sim")]
                 sims: Vec::new(),
+                #[cfg(feature = "sim")]
+                shared: None,
             })
         }
     }
@@ -395,7 +449,37 @@ fn open_sim(arch: &'static Arch, n: usize, timing: SimTiming) -> Result<Opened, 
     let topo =
         sim::SimTopology::new(sim::SimConfig::new(arch).timing(timing.into()), n).map_err(SelectError::Simulator)?;
     let platforms = topo.devices.iter().map(|d| Arc::new(d.clone()) as Arc<dyn Platform>).collect();
-    Ok(Opened { platforms, sims: topo.devices })
+    Ok(Opened { platforms, sims: topo.devices, shared: None })
+}
+
+/// Which cores a process reserves on shared devices (libnrt's `nrt_init`): every core
+/// unless a count or a range is named.
+#[cfg(feature = "sim")]
+pub use shared::Reserve;
+
+/// Which cores a process reserves on shared devices (built without the simulator there are
+/// none).
+#[cfg(not(feature = "sim"))]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reserve {
+    All,
+    Count(usize),
+    Cores(Vec<usize>),
+}
+
+/// [`open_platforms`], reserving `reserve` when the spec names shared devices (`nrt_init`:
+/// `NEURON_RT_VISIBLE_CORES`, else `NEURON_RT_NUM_CORES`, else all).
+pub fn open_reserving(spec: &Spec, timing: SimTiming, reserve: &Reserve) -> Result<Opened, SelectError> {
+    match spec {
+        #[cfg(feature = "sim")]
+        Spec::SimShared { arch, n } => {
+            let (platforms, lease) = shared::open(arch, *n, reserve)?;
+            traced(Opened { platforms, sims: Vec::new(), shared: Some(lease) })
+        }
+        #[cfg(not(feature = "sim"))]
+        Spec::SimShared { arch, n } => Err(SelectError::NoSimulator(format!("device `sim:shared:{}:{n}`", arch.name))),
+        other => open_platforms(other, timing),
+    }
 }
 
 #[cfg(not(feature = "sim"))]
@@ -416,8 +500,22 @@ mod tests {
         assert_eq!(Spec::parse(Some("sim:cayman")).ok(), Some(Spec::Sim { arch: &csr_maps::CAYMAN, n: 1 }));
         assert_eq!(Spec::parse(Some("sim:mariana:2")).ok(), Some(Spec::Sim { arch: &csr_maps::MARIANA, n: 2 }));
         assert_eq!(Spec::parse(Some("sim::3")).ok(), Some(Spec::Sim { arch: &csr_maps::SUNDA, n: 3 }));
+        assert_eq!(Spec::parse(Some("sim:shared")).ok(), Some(Spec::SimShared { arch: &csr_maps::SUNDA, n: 1 }));
+        assert_eq!(
+            Spec::parse(Some("sim:shared:cayman:2")).ok(),
+            Some(Spec::SimShared { arch: &csr_maps::CAYMAN, n: 2 })
+        );
         assert!(matches!(Spec::parse(Some("3b:00.1")), Ok(Spec::Pci(_))));
-        for bad in ["sim:inf1", "sim:sunda:0", "sim:sunda:17", "sim:sunda:2:1", "0000:zz:00.0", "gpu0"] {
+        for bad in [
+            "sim:inf1",
+            "sim:sunda:0",
+            "sim:sunda:17",
+            "sim:sunda:2:1",
+            "sim:shared:cayman:2:1",
+            "sim:shared:shared",
+            "0000:zz:00.0",
+            "gpu0",
+        ] {
             assert!(matches!(Spec::parse(Some(bad)), Err(SelectError::BadSpec { .. })), "{bad}");
         }
     }

@@ -23,8 +23,15 @@
 //! - a control socket ([`ServeConfig::control`]): one fault spec per line (`hbm-ue@nc0`, as
 //!   `run --sim-fault` takes) is injected while the guest runs; the reply is `ok SPEC` or
 //!   `error: REASON`. `stats` replies with the simulator's counters.
+//!
+//! One device can also be served to many clients at once ([`shared`]: each connection
+//! bounded to its IOVA window and its NCs' vectors, cleaned up when it ends) — how the
+//! processes sharing a simulated device reach it.
 
 pub mod config;
+pub mod shared;
+
+pub use shared::{serve_connection, ConnOptions, ConnSummary};
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};

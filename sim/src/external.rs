@@ -76,6 +76,13 @@ impl SimDevice {
         hit.len()
     }
 
+    /// How many external mappings overlap `range` (e.g. a client's IOVA window: what its
+    /// connection still has mapped).
+    pub fn external_mappings_in(&self, range: std::ops::Range<u64>) -> usize {
+        let ext = self.dev.ext.lock().unwrap_or_else(|e| e.into_inner());
+        ext.iter().filter(|(&s, m)| s < range.end && s.saturating_add(m.len() as u64) > range.start).count()
+    }
+
     /// Remove every external mapping.
     pub fn unmap_all_external(&self) -> usize {
         self.unmap_external(0, u64::MAX)

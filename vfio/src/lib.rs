@@ -8,7 +8,11 @@
 //! - [`dma`]: [`DmaSpace`], pinned host memory mapped at IOVAs from an [`IovaAllocator`];
 //! - [`noiommu`]: VFIO no-IOMMU mode, only with [`OpenOptions::allow_noiommu`] (physical
 //!   addresses from /proc/self/pagemap, no isolation);
-//! - [`VfioPlatform`]: the [`platform::Platform`] implementation.
+//! - [`VfioPlatform`]: the [`platform::Platform`] implementation;
+//! - [`fdpass`]: descriptors over a unix socket (SCM_RIGHTS), how a broker hands a client
+//!   the device it opened;
+//! - [`user`]: [`user::VfioUserPlatform`], the Platform over a vfio-user connection (a device
+//!   served by another process), and the protocol's wire format ([`user::wire`]).
 //!
 //! Built on rust-vmm's `vfio-ioctls` (container, group and device setup) and
 //! `vfio-bindings` (the kernel structs); iommufd and what `vfio-ioctls` does not expose
@@ -22,11 +26,13 @@ pub mod bind;
 pub mod device;
 pub mod dma;
 pub mod error;
+pub mod fdpass;
 pub mod iommu;
 pub mod iova;
 pub mod noiommu;
 pub mod sysfs;
 pub mod uapi;
+pub mod user;
 mod vfio_platform;
 
 pub use bind::{check_memlock, check_vfio_available, probe_support, release, Binding, Released, VfioSupport};

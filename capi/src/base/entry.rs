@@ -45,6 +45,14 @@ pub(crate) fn status_of(s: NrtStatus, what: &str) -> Result<(), RtError> {
     }
 }
 
+/// One line of the library's log on stderr (silenced as [`log_error`]'s).
+pub(crate) fn log_line(line: &str) {
+    if std::env::var("NEURON_VFIO_NRT_QUIET").is_ok_and(|v| v == "1") {
+        return;
+    }
+    let _ = writeln!(std::io::stderr(), "nrt: {line}");
+}
+
 pub(crate) fn log_error(func: &str, e: &RtError) {
     // NEURON_RT_LOG_LEVEL has no "off" (the runtime rejects unknown levels), so silencing
     // the library's error lines is a knob of its own.

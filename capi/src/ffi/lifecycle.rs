@@ -28,8 +28,10 @@ pub unsafe extern "C" fn nrt_init(
         rt().check_init()?;
         let cfg = RuntimeConfig::from_env()?;
         let faults = crate::device::sim_faults()?;
-        let opened = crate::device::platforms(&crate::device::from_env()?)?;
-        rt().init(opened.platforms.clone(), cfg, hal::DeviceOptions::default())?;
+        // A shared device: the cores are reserved here (libnrt's nrt_init), held until close.
+        let opened = crate::device::platforms(&crate::device::from_env()?, &crate::device::reserve_of(&cfg))?;
+        let (devices, cfg) = crate::device::device_setup(&opened, cfg, hal::DeviceOptions::default());
+        rt().init_devices(devices, cfg)?;
         // Simulator faults of NEURON_VFIO_SIM_FAULT: a bad NC undoes the init.
         if let Err(e) = crate::device::arm(rt(), &opened, faults) {
             if let Err(c) = rt().close() {
@@ -37,11 +39,13 @@ pub unsafe extern "C" fn nrt_init(
             }
             return Err(e);
         }
+        crate::device::hold(opened);
         // NEURON_RT_INSPECT_ENABLE: the run's system trace (written at nrt_close).
         if let Err(e) = crate::sys_trace::inspect_run_begin() {
             if let Err(c) = rt().close() {
                 log_error("nrt_init", &c);
             }
+            crate::device::release();
             return Err(e);
         }
         Ok(())
@@ -65,6 +69,8 @@ pub extern "C" fn nrt_close() {
         if let Err(e) = crate::sys_trace::inspect_run_end() {
             log_error("nrt_close", &e);
         }
+        // The devices are closed: give shared devices' cores back.
+        crate::device::release();
         // Every handle dies with the runtime (the device is closed for good).
         crate::base::registry::clear_all();
     })

@@ -17,6 +17,8 @@ pub(super) fn top_target(spec: &DeviceSpec) -> Result<(&'static csr_maps::Arch, 
     };
     match spec {
         DeviceSpec::Sim { arch, .. } => Ok((arch, format!("sim:{}", arch.name))),
+        // A shared device is named by its index in the set, never by a process.
+        DeviceSpec::SimShared { arch, .. } => Ok((arch, format!("sim:shared:{}#0", arch.name))),
         DeviceSpec::Pci(addr) => {
             let f = crate::device::function(&crate::device::sysfs(), addr)?;
             let arch = crate::device::arch_of(&f)

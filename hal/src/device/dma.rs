@@ -15,9 +15,10 @@ impl Device {
         &self.inner.park
     }
 
-    /// The host-transfer ring of NC `nc` (created on first use).
+    /// The host-transfer ring of NC `nc` (created on first use; an NC this process owns).
     pub fn h2t_ring(&self, nc: usize) -> Result<Arc<Mutex<Ring>>> {
-        self.check_nc(nc)?;
+        // On a shared device another process drives the other NCs' host-transfer queues.
+        self.check_owned(nc)?;
         let key = udma::h2t(self.arch(), nc);
         let mut v = self.inner.h2t.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((_, r)) = v.iter().find(|(k, _)| *k == key) {

@@ -17,7 +17,7 @@ impl Device {
     /// NC's notification queues and host-transfer ring are re-initialised.
     pub fn reset_nc(&self, nc: usize) -> Result<()> {
         platform::failpoint::hit("hal.reset_nc")?;
-        self.check_nc(nc)?;
+        self.check_owned(nc)?;
         let regs = self.regs();
         nq::halt_all(&regs, nc, self.arch().counts.nq_slots)?;
         fwio::reset(self.arch(), &regs, ResetKind::Ncs(1 << nc), &self.inner.opts.poll)?;
@@ -29,11 +29,46 @@ impl Device {
         self.reprogram_h2t()
     }
 
-    /// Reset the whole device and re-initialise it.
+    /// Reset the whole device and re-initialise it. Refused on a shared device (it would
+    /// reset other processes' NCs; the broker owns device-level reset).
     pub fn reset_device(&self) -> Result<()> {
+        if let Some(owned) = self.owned_ncs() {
+            return Err(crate::HalError::NotOwned { what: "the whole device".into(), owned });
+        }
         fwio::reset(self.arch(), &self.regs(), ResetKind::Device, &self.inner.opts.poll)?;
         self.forget_regions(None);
         self.init()?;
         self.reprogram_h2t()
+    }
+}
+
+impl Device {
+    /// Allocate what [`Device::reclaim_nc`] parks queues on (the dummy ring) now, so that a
+    /// reclaim allocates nothing and the memory mapped for the device stays constant.
+    pub fn prepare_reclaim(&self) -> Result<()> {
+        self.parking().ensure_dummy(&self.inner.pool)
+    }
+
+    /// Take NeuronCore `nc` back from a process that drove it and went away (the broker's
+    /// cleanup, as the kmod's `ncdev_flush` on a process's exit): stop its sequencer engines,
+    /// park every queue of its DMA engines on this device's dummy ring
+    /// (`ndmar_handle_process_exit`), halt its notification slots, then reset it through the
+    /// firmware and bring its engines up again. Touches nothing of the other NCs.
+    pub fn reclaim_nc(&self, nc: usize) -> Result<()> {
+        self.check_owned(nc)?;
+        let regs = self.regs();
+        for e in 0..csr_maps::Engine::COUNT {
+            crate::seq::reset_engine(&regs, nc, e)?;
+        }
+        let park = self.parking();
+        park.ensure_dummy(&self.inner.pool)?;
+        let per = self.arch().counts.dma_engines_per_nc;
+        for e in nc as u64 * per..(nc as u64 + 1) * per {
+            for q in 0..csr_maps::consts::udma::QUEUES {
+                park.park_udma(e, q)?;
+            }
+        }
+        nq::halt_all(&regs, nc, self.arch().counts.nq_slots)?;
+        self.reset_nc(nc)
     }
 }

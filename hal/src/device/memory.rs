@@ -26,8 +26,10 @@ impl Device {
     /// owner never sees an earlier owner's bytes. This is an allocation-time cost only.
     pub fn alloc_device(&self, chan: usize, len: u64, align: u64) -> Result<DevBuf> {
         let m = self.inner.hbm.alloc(chan, len, align)?;
-        let c = &self.arch().counts;
-        let nc = (0..c.ncs as usize).find(|&n| self.hbm_for_nc(n) == chan).unwrap_or(0);
+        // Zero through an NC of this process (on a shared device another process drives the
+        // other NCs' host-transfer queues): one on the channel if it has one.
+        let ncs = self.owned_ncs().unwrap_or(0..self.nc_count());
+        let nc = ncs.clone().find(|&n| self.hbm_for_nc(n) == chan).unwrap_or(ncs.start);
         self.zero_device(nc, m.addr(), m.len())?;
         Ok(m)
     }

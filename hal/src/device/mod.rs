@@ -53,6 +53,23 @@ pub struct DeviceOptions {
     pub h2t_ring_descs: u32,
     /// How long to wait for the firmware's device id at open.
     pub ready_timeout: Duration,
+    /// A shared device (docs/sharing.md): the NCs this process leased. [`Device::init`] then
+    /// brings up only their DMA engines and notification queues (the broker initialised the
+    /// device), [`Device::reset_nc`] refuses other NCs and [`Device::reset_device`] is refused.
+    /// `None`: the device is this process's alone.
+    pub owned_ncs: Option<std::ops::Range<usize>>,
+    /// A shared device: the device memory the broker granted this process, as (HBM channel,
+    /// device address, bytes); the allocator hands out only these ranges. `None`: every
+    /// channel's usable HBM (above the firmware carve-out, up to `hbm_limit`).
+    pub hbm_ranges: Option<Vec<HbmRange>>,
+}
+
+/// Device memory granted to a process on a shared device ([`DeviceOptions::hbm_ranges`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HbmRange {
+    pub chan: usize,
+    pub addr: u64,
+    pub len: u64,
 }
 
 impl Default for DeviceOptions {
@@ -63,6 +80,8 @@ impl Default for DeviceOptions {
             host_chunk: 4 << 20,
             h2t_ring_descs: csr_maps::consts::udma::H2T_RING_DESCS,
             ready_timeout: Duration::from_millis(fwc::READY_POLLS as u64 * fwc::READY_POLL_MS),
+            owned_ncs: None,
+            hbm_ranges: None,
         }
     }
 }
@@ -133,13 +152,19 @@ impl Device {
         let hbm_region = arch.region("hbm");
         let bases: Vec<u64> = (0..arch.counts.hbm_stacks).filter_map(|k| arch.hbm_dev_addr(k, 0)).collect();
         let size = opts.hbm_limit.unwrap_or(arch.consts.hbm_active_size).min(hbm_region.map(|r| r.size).unwrap_or(0));
-        let hbm = Arc::new(DevAllocator::new(
-            platform.clone(),
-            &bases,
-            size,
-            arch.consts.fw_carveout,
-            arch.consts.dev_alloc_min,
-        ));
+        let hbm = Arc::new(match &opts.hbm_ranges {
+            Some(ranges) => {
+                DevAllocator::from_ranges(platform.clone(), bases.len(), ranges, arch.consts.dev_alloc_min)?
+            }
+            None => {
+                DevAllocator::new(platform.clone(), &bases, size, arch.consts.fw_carveout, arch.consts.dev_alloc_min)
+            }
+        });
+        if let Some(r) = &opts.owned_ncs {
+            if r.start >= r.end || r.end > arch.counts.ncs as usize {
+                return Err(HalError::NoSuchNc { nc: r.end.saturating_sub(1), count: arch.counts.ncs as usize });
+            }
+        }
         let pool = HostPool::new(platform.clone(), opts.host_chunk);
         let park = Arc::new(Parking::new(arch, bar0.clone()));
         let nc_intc = (0..arch.counts.ncs).map(|nc| regs.nc_intc(nc).ok().map(|b| b.base())).collect();
@@ -163,16 +188,39 @@ impl Device {
         })
     }
 
-    /// Bring up every DMA engine (§3.6) and halt every notification queue of every NC.
+    /// Bring up every DMA engine (§3.6) and halt every notification queue of every NC. On a
+    /// shared device ([`DeviceOptions::owned_ncs`]) only the owned NCs' engines and queues:
+    /// the broker brought the device up, and the other NCs are other processes'.
     pub fn init(&self) -> Result<()> {
         let regs = self.regs();
-        for e in 0..self.arch().counts.dma_engines {
+        let (engines, ncs) = match self.owned_ncs() {
+            None => (0..self.arch().counts.dma_engines, 0..self.nc_count()),
+            Some(r) => {
+                let per = self.arch().counts.dma_engines_per_nc;
+                (r.start as u64 * per..r.end as u64 * per, r)
+            }
+        };
+        for e in engines {
             udma::init_engine(self.arch(), &regs, e)?;
         }
-        for nc in 0..self.nc_count() {
+        for nc in ncs {
             nq::halt_all(&regs, nc, self.arch().counts.nq_slots)?;
         }
         Ok(())
+    }
+
+    /// The NCs this process owns on a shared device (`None`: the device is its alone).
+    pub fn owned_ncs(&self) -> Option<std::ops::Range<usize>> {
+        self.inner.opts.owned_ncs.clone()
+    }
+
+    /// [`HalError::NotOwned`] when NC `nc` is another process's on a shared device.
+    pub(crate) fn check_owned(&self, nc: usize) -> Result<()> {
+        self.check_nc(nc)?;
+        match self.owned_ncs() {
+            Some(r) if !r.contains(&nc) => Err(HalError::NotOwned { what: format!("nc{nc}"), owned: r }),
+            _ => Ok(()),
+        }
     }
 
     /// Whether `other` is a handle on the same open device.

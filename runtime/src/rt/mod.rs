@@ -54,6 +54,9 @@ pub use async_exec::{AsyncReq, AsyncTok, XuExec};
 pub use load::GlobalPlacement;
 pub use tensor::{Tensor, TensorMem, TensorSet};
 
+/// The devices a runtime opens, each with its options ([`Runtime::init_devices`]).
+pub type Devices = Vec<(Arc<dyn Platform>, hal::DeviceOptions)>;
+
 /// How the host waits between completion steps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PollPolicy {
@@ -73,6 +76,9 @@ pub struct RuntimeConfig {
     pub exec_timeout: Duration,
     /// Global NC indices the runtime may use (NEURON_RT_VISIBLE_CORES); None = all.
     pub visible_cores: Option<Vec<usize>>,
+    /// NEURON_RT_NUM_CORES: how many cores to reserve on a shared device when
+    /// `visible_cores` names none (None: all).
+    pub num_cores: Option<usize>,
     pub poll: PollPolicy,
     /// XU queue capacity for async executes.
     pub async_capacity: usize,
@@ -100,6 +106,7 @@ impl Default for RuntimeConfig {
         Self {
             exec_timeout: crate::env::core_timeout(600) / 1000,
             visible_cores: None,
+            num_cores: None,
             poll: PollPolicy::Spin,
             async_capacity: 64,
             verify: true,
@@ -120,6 +127,7 @@ impl RuntimeConfig {
             barrier_warn,
             exec_timeout: Duration::from_secs(env.exec_timeout_secs as u64),
             visible_cores: env.visible_cores.map(|v| v.into_iter().map(|c| c as usize).collect()),
+            num_cores: env.num_cores.map(|n| n as usize),
             ..Self::default()
         })
     }
@@ -367,15 +375,11 @@ struct Session {
 impl Session {
     /// Open and initialise a device on each platform (global NC order: the platforms'), then
     /// the lanes and placement counts of their NCs and the session's observers.
-    fn open(
-        platforms: Vec<Arc<dyn Platform>>,
-        opts: hal::DeviceOptions,
-        cfg: RuntimeConfig,
-        attachers: &[Arc<dyn Attach>],
-    ) -> Result<Self, RtError> {
+    fn open(platforms: Devices, cfg: RuntimeConfig, attachers: &[Arc<dyn Attach>]) -> Result<Self, RtError> {
         let mut devices = Vec::with_capacity(platforms.len());
-        for p in platforms {
-            let d = Device::open(p, opts.clone())?;
+        for (p, opts) in platforms {
+            // On a shared device (the NCs this process leased) init brings up only those.
+            let d = Device::open(p, opts)?;
             d.init()?;
             devices.push(d);
         }
@@ -479,9 +483,15 @@ impl Runtime {
         cfg: RuntimeConfig,
         opts: hal::DeviceOptions,
     ) -> Result<(), RtError> {
+        self.init_devices(platforms.into_iter().map(|p| (p, opts.clone())).collect(), cfg)
+    }
+
+    /// `nrt_init` with each device's own options (a shared device: the NCs and device memory
+    /// this process leased, [`hal::DeviceOptions::owned_ncs`]).
+    pub fn init_devices(&self, platforms: Devices, cfg: RuntimeConfig) -> Result<(), RtError> {
         let mut st = lock(&self.state);
         st.init(std::process::id())?;
-        let session = match Session::open(platforms, opts, cfg, &self.attachers) {
+        let session = match Session::open(platforms, cfg, &self.attachers) {
             Ok(s) => s,
             Err(e) => {
                 let _ = st.close(std::process::id());

@@ -1,0 +1,377 @@
+//! The broker's client: what `select` (and through it libnrt.so and the CLI) and the tools use.
+//!
+//! [`Session::connect`] finds the broker at [`crate::paths::socket_path`]; with none running
+//! and [`Connect::spawn`] set, it starts one ([`spawn_broker`]) and retries for a bounded
+//! time. A session is one client of the broker: dropping it (or the process exiting) releases
+//! everything it holds.
+
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use nrt_status::{NrtStatus, Status};
+
+use crate::protocol::{DeviceInfo, DeviceSpec, ErrorCode, Reply, Request, Role, Want};
+use crate::wire::{self, WireError};
+
+/// The environment variable naming the `neuron-vfio` executable a client starts the broker
+/// with (else: the current executable when it is `neuron-vfio`, else `neuron-vfio` beside it,
+/// else on `PATH`).
+pub const EXE_VAR: &str = "NEURON_VFIO_BROKER_EXE";
+
+/// How long a client that started a broker waits for it to listen.
+pub const SPAWN_WAIT: Duration = Duration::from_secs(10);
+
+/// Why a broker request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("broker at {path}: {source}")]
+    Connect { path: PathBuf, source: std::io::Error },
+    #[error("cannot start the broker ({exe}): {source}")]
+    Spawn { exe: String, source: std::io::Error },
+    #[error("the broker started ({exe}) but does not listen on {path} after {waited_ms} ms")]
+    SpawnTimeout { exe: String, path: PathBuf, waited_ms: u64 },
+    #[error("broker connection: {0}")]
+    Wire(#[from] WireError),
+    /// The broker refused the request; `owner_pid` is the process holding what was asked for.
+    #[error("{message}{}", if *owner_pid != 0 { format!(" (held by pid {owner_pid})") } else { String::new() })]
+    Refused { code: ErrorCode, owner_pid: u32, message: String },
+    #[error("unexpected broker reply: {0}")]
+    Unexpected(String),
+}
+
+impl ClientError {
+    /// The `NRT_STATUS` a front end reports: a request out of range is NRT_INVALID, memory
+    /// exhausted NRT_RESOURCE, anything else (cores taken, too many processes, no broker)
+    /// NRT_FAILURE — libnrt's `nrt_init` status when its cores are not available.
+    pub fn status(&self) -> NrtStatus {
+        match self {
+            ClientError::Refused { code: ErrorCode::Invalid | ErrorCode::NoSuchDevice, .. } => NrtStatus::Invalid,
+            ClientError::Refused { code: ErrorCode::OutOfMemory, .. } => NrtStatus::Resource,
+            _ => NrtStatus::Failure,
+        }
+    }
+
+    /// The code of a refusal.
+    pub fn code(&self) -> Option<ErrorCode> {
+        match self {
+            ClientError::Refused { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+}
+
+impl Status for ClientError {
+    fn status(&self) -> NrtStatus {
+        ClientError::status(self)
+    }
+}
+
+/// How to reach the broker.
+#[derive(Debug, Clone)]
+pub struct Connect {
+    pub socket: PathBuf,
+    pub role: Role,
+    /// Shown by `ls` (default: this process's command line).
+    pub command: String,
+    pub runtime_version: String,
+    /// Start a broker when none listens.
+    pub spawn: bool,
+}
+
+impl Connect {
+    /// The default socket, this process's command, no spawning.
+    pub fn new(role: Role) -> Self {
+        Self {
+            socket: crate::paths::socket_path(),
+            role,
+            command: command_line(),
+            runtime_version: env!("CARGO_PKG_VERSION").to_string(),
+            spawn: false,
+        }
+    }
+}
+
+/// This process's command line (from `/proc/self/cmdline`, else its executable's name).
+pub fn command_line() -> String {
+    match std::fs::read("/proc/self/cmdline") {
+        Ok(b) if !b.is_empty() => b
+            .split(|&c| c == 0)
+            .filter(|s| !s.is_empty())
+            .map(|s| String::from_utf8_lossy(s))
+            .collect::<Vec<_>>()
+            .join(" "),
+        _ => std::env::args().next().unwrap_or_default(),
+    }
+}
+
+/// A device attached through the broker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attached {
+    pub device: u32,
+    pub arch: String,
+    pub ncs: u32,
+    /// This client's IOVA window.
+    pub iova: std::ops::Range<u64>,
+}
+
+/// Cores leased, and the data path to the device.
+#[derive(Debug)]
+pub struct Lease {
+    pub device: u32,
+    pub first: u32,
+    pub count: u32,
+    /// For a simulated device: the client end of its vfio-user connection.
+    pub data_path: Option<OwnedFd>,
+}
+
+/// Device memory the broker granted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hbm {
+    pub handle: u64,
+    pub addr: u64,
+    pub len: u64,
+}
+
+/// One connection to the broker.
+pub struct Session {
+    sock: Mutex<UnixStream>,
+    broker_pid: u32,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session").field("broker_pid", &self.broker_pid).field("path", &self.path).finish()
+    }
+}
+
+fn connect_once(path: &Path) -> std::io::Result<UnixStream> {
+    UnixStream::connect(path)
+}
+
+/// Whether a connect error means nobody listens (start one).
+fn nobody_listens(e: &std::io::Error) -> bool {
+    matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused)
+}
+
+impl Session {
+    /// Connect (starting a broker if asked and none listens) and say Hello.
+    pub fn connect(c: &Connect) -> Result<Self, ClientError> {
+        let sock = match connect_once(&c.socket) {
+            Ok(s) => s,
+            Err(e) if c.spawn && nobody_listens(&e) => {
+                let exe = broker_exe();
+                spawn_broker(&exe, &c.socket)?;
+                let start = Instant::now();
+                let mut wait = Duration::from_millis(5);
+                loop {
+                    match connect_once(&c.socket) {
+                        Ok(s) => break s,
+                        Err(e) if nobody_listens(&e) && start.elapsed() < SPAWN_WAIT => {
+                            std::thread::sleep(wait);
+                            wait = (wait * 2).min(Duration::from_millis(100));
+                        }
+                        Err(e) if nobody_listens(&e) => {
+                            return Err(ClientError::SpawnTimeout {
+                                exe: exe.display().to_string(),
+                                path: c.socket.clone(),
+                                waited_ms: start.elapsed().as_millis() as u64,
+                            })
+                        }
+                        Err(source) => return Err(ClientError::Connect { path: c.socket.clone(), source }),
+                    }
+                }
+            }
+            Err(source) => return Err(ClientError::Connect { path: c.socket.clone(), source }),
+        };
+        let s = Self { sock: Mutex::new(sock), broker_pid: 0, path: c.socket.clone() };
+        match s.call(&Request::Hello {
+            role: c.role,
+            command: c.command.clone(),
+            runtime_version: c.runtime_version.clone(),
+        })? {
+            (Reply::Hello { broker_pid }, _) => Ok(Self { broker_pid, ..s }),
+            (r, _) => Err(unexpected(r)),
+        }
+    }
+
+    /// The broker's pid.
+    pub fn broker_pid(&self) -> u32 {
+        self.broker_pid
+    }
+
+    /// The socket this session is connected to.
+    pub fn socket(&self) -> &Path {
+        &self.path
+    }
+
+    /// Send a request, read its reply (a refusal is [`ClientError::Refused`]).
+    pub fn call(&self, req: &Request) -> Result<(Reply, Vec<OwnedFd>), ClientError> {
+        let sock = self.sock.lock().unwrap_or_else(|e| e.into_inner());
+        wire::send(&sock, &req.encode(), &[])?;
+        let (body, fds) = wire::recv(&sock)?;
+        match Reply::decode(&body).map_err(WireError::from)? {
+            Reply::Error { code, owner_pid, message } => Err(ClientError::Refused { code, owner_pid, message }),
+            r => Ok((r, fds)),
+        }
+    }
+
+    /// Attach a device (counts toward its 16 processes).
+    pub fn attach(&self, spec: DeviceSpec) -> Result<Attached, ClientError> {
+        match self.call(&Request::Attach { spec })? {
+            (Reply::Attached { device, arch, ncs, iova_start, iova_len }, _) => {
+                let end = iova_start
+                    .checked_add(iova_len)
+                    .ok_or_else(|| ClientError::Unexpected("IOVA window wraps".into()))?;
+                Ok(Attached { device, arch, ncs, iova: iova_start..end })
+            }
+            (r, _) => Err(unexpected(r)),
+        }
+    }
+
+    /// Lease cores on an attached device.
+    pub fn lease(&self, device: u32, want: Want) -> Result<Lease, ClientError> {
+        self.leased(self.call(&Request::Lease { device, want })?)
+    }
+
+    /// Re-register a lease held under a previous broker.
+    pub fn adopt(&self, device: u32, first: u32, count: u32) -> Result<Lease, ClientError> {
+        self.leased(self.call(&Request::Adopt { device, first, count })?)
+    }
+
+    fn leased(&self, r: (Reply, Vec<OwnedFd>)) -> Result<Lease, ClientError> {
+        match r {
+            (Reply::Leased { device, first, count, .. }, fds) => {
+                Ok(Lease { device, first, count, data_path: fds.into_iter().next() })
+            }
+            (r, _) => Err(unexpected(r)),
+        }
+    }
+
+    /// Give the lease on `device` back.
+    pub fn release(&self, device: u32) -> Result<(), ClientError> {
+        self.ok(Request::Release { device })
+    }
+
+    /// Stop using `device`.
+    pub fn detach(&self, device: u32) -> Result<(), ClientError> {
+        self.ok(Request::Detach { device })
+    }
+
+    /// Device memory on HBM channel `chan` (at least `len` bytes: the grant is a power of two).
+    pub fn alloc_hbm(&self, device: u32, chan: u32, len: u64) -> Result<Hbm, ClientError> {
+        match self.call(&Request::AllocHbm { device, chan, len })? {
+            (Reply::Hbm { handle, addr, len }, _) => Ok(Hbm { handle, addr, len }),
+            (r, _) => Err(unexpected(r)),
+        }
+    }
+
+    /// Give device memory back.
+    pub fn free_hbm(&self, device: u32, handle: u64) -> Result<(), ClientError> {
+        self.ok(Request::FreeHbm { device, handle })
+    }
+
+    /// The broker's devices and their processes.
+    pub fn query(&self) -> Result<Vec<DeviceInfo>, ClientError> {
+        match self.call(&Request::Query)? {
+            (Reply::Query(d), _) => Ok(d),
+            (r, _) => Err(unexpected(r)),
+        }
+    }
+
+    fn ok(&self, req: Request) -> Result<(), ClientError> {
+        match self.call(&req)? {
+            (Reply::Ok, _) => Ok(()),
+            (r, _) => Err(unexpected(r)),
+        }
+    }
+}
+
+fn unexpected(r: Reply) -> ClientError {
+    ClientError::Unexpected(format!("{r:?}"))
+}
+
+/// The `neuron-vfio` executable that starts a broker ([`EXE_VAR`]).
+pub fn broker_exe() -> PathBuf {
+    if let Some(p) = std::env::var_os(EXE_VAR).filter(|p| !p.is_empty()) {
+        return PathBuf::from(p);
+    }
+    let me = std::env::current_exe().ok();
+    if let Some(me) = &me {
+        if me.file_name().is_some_and(|n| n == "neuron-vfio") {
+            return me.clone();
+        }
+        if let Some(beside) = me.parent().map(|d| d.join("neuron-vfio")).filter(|p| p.is_file()) {
+            return beside;
+        }
+    }
+    if let Some(path) = std::env::var_os("PATH") {
+        for d in std::env::split_paths(&path) {
+            let p = d.join("neuron-vfio");
+            if p.is_file() {
+                return p;
+            }
+        }
+    }
+    PathBuf::from("neuron-vfio")
+}
+
+/// Start a broker on `socket` with `exe broker --socket SOCKET --spawn`: that process starts
+/// the broker detached (its own session, no terminal) and exits at once, so the broker is
+/// nobody's child here and outlives this process.
+pub fn spawn_broker(exe: &Path, socket: &Path) -> Result<(), ClientError> {
+    let err = |source| ClientError::Spawn { exe: exe.display().to_string(), source };
+    let status = Command::new(exe)
+        .arg("broker")
+        .arg("--socket")
+        .arg(socket)
+        .arg("--spawn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map_err(err)?;
+    if !status.success() {
+        return Err(err(std::io::Error::other(format!("exited with {status}"))));
+    }
+    Ok(())
+}
+
+/// A process using a device, as the tools show it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessInfo {
+    pub pid: u32,
+    pub command: String,
+    /// Leased cores (device-local NC indices; empty for a tool).
+    pub cores: std::ops::Range<u32>,
+    pub runtime_version: String,
+}
+
+/// The broker's devices (empty when no broker runs; never starts one).
+pub fn devices() -> Vec<DeviceInfo> {
+    let c = Connect::new(Role::Tool);
+    match Session::connect(&c) {
+        Ok(s) => s.query().unwrap_or_default(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// The processes using `device` (a device's broker name, e.g. `sim:shared:cayman#0`, or its
+/// BDF); empty when no broker runs or it has no such device.
+pub fn processes(device: &str) -> Vec<ProcessInfo> {
+    devices()
+        .into_iter()
+        .filter(|d| d.name == device)
+        .flat_map(|d| d.clients)
+        .map(|c| ProcessInfo {
+            pid: c.pid,
+            command: c.command,
+            cores: c.first..c.first + c.count,
+            runtime_version: c.runtime_version,
+        })
+        .collect()
+}

@@ -1,0 +1,787 @@
+//! The broker: owns the devices and, per device, what the kmod kept — the NC lease table,
+//! device memory granted to each process, an IOVA window per process, device-level init and
+//! reset — and cleans up after a process that goes away (docs/sharing.md).
+//!
+//! One thread accepts; one thread per client reads its requests and watches it (its socket
+//! and a pidfd: a process that dies while a forked child still holds its socket is noticed
+//! too). All tables sit behind one mutex; requests are short (no device wait under it except
+//! a dead client's cleanup, which must finish before its cores are leased again).
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use csr_maps::Arch;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::socket::{getsockopt, sockopt};
+
+use crate::protocol::{ClientInfo, DeviceInfo, DeviceSpec, ErrorCode, Reply, Request, Role, Want};
+use crate::wire::{self, WireError};
+
+/// Processes per device (attached, with or without cores): the kmod's limit.
+pub const MAX_CLIENTS: usize = csr_maps::consts::process::MAX_PER_DEVICE;
+
+/// How the broker runs.
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    /// The socket to listen on (ignored when a listener is handed over, e.g. by systemd).
+    pub socket: PathBuf,
+    /// Exit after this long with no client and no lease (`None`: never).
+    pub idle_exit: Option<Duration>,
+    /// HBM per stack of the simulated devices (`None`: the arch's).
+    pub sim_hbm_bytes: Option<u64>,
+    /// Longest a client may take to send the rest of a frame it started.
+    pub frame_timeout: Duration,
+}
+
+impl BrokerConfig {
+    pub fn new(socket: impl Into<PathBuf>) -> Self {
+        Self {
+            socket: socket.into(),
+            idle_exit: Some(Duration::from_secs(2)),
+            sim_hbm_bytes: None,
+            frame_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Why the broker could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum BrokerError {
+    #[error("broker socket {path}: {source}")]
+    Socket { path: PathBuf, source: std::io::Error },
+    #[error("another broker listens on {0}")]
+    Running(PathBuf),
+}
+
+/// IOVA window `slot` of a device of `arch`: the upper half of the device's IOVA space (below
+/// the PCIe route bits the host window ORs in) split in [`MAX_CLIENTS`] windows; the lower
+/// half is the broker's own (its in-process mappings). No two clients' IOVAs overlap.
+pub fn iova_window(arch: &Arch, slot: usize) -> std::ops::Range<u64> {
+    let bits = arch.consts.host_route_mask.trailing_zeros().min(47);
+    let half = 1u64 << (bits - 1);
+    let w = half / MAX_CLIENTS as u64;
+    let start = half + w * slot as u64;
+    start..start + w
+}
+
+/// The data path of one leased client, served by the broker (a simulated device: one
+/// vfio-user connection on a thread; it ends when the client's end closes or the broker shuts
+/// its end down, and every mapping the client made is gone when the thread has returned).
+struct DataPath {
+    shut: UnixStream,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl DataPath {
+    /// Close the connection and wait until the client's mappings are gone.
+    fn end(mut self) {
+        let _ = self.shut.shutdown(std::net::Shutdown::Both);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+enum Backend {
+    Sim(sim::SimDevice),
+}
+
+struct Device {
+    index: u32,
+    name: String,
+    spec: DeviceSpec,
+    arch: &'static Arch,
+    backend: Backend,
+    /// The broker's own driver handle: device init, cleanup of dead clients, HBM grants.
+    hal: hal::Device,
+    /// Per NC: the client leasing it.
+    leases: Vec<Option<u64>>,
+    /// Per IOVA window: the client attached in it.
+    slots: Vec<Option<u64>>,
+    /// Device memory granted: handle → (client, memory).
+    hbm: HashMap<u64, (u64, hal::DevBuf)>,
+    /// Data paths by client.
+    paths: HashMap<u64, DataPath>,
+    /// New leases wait until then: for a device whose state outlives a broker (VFIO, not yet
+    /// served through the broker), so that clients of a previous broker re-register their
+    /// leases first ([`Request::Adopt`]). A simulated device dies with its broker: never set.
+    adopt_until: Option<Instant>,
+}
+
+impl Device {
+    fn client_ncs(&self, client: u64) -> Option<(u32, u32)> {
+        let first = self.leases.iter().position(|l| *l == Some(client))?;
+        let count = self.leases.iter().filter(|l| **l == Some(client)).count();
+        Some((first as u32, count as u32))
+    }
+
+    fn free_ncs(&self) -> usize {
+        self.leases.iter().filter(|l| l.is_none()).count()
+    }
+
+    /// (IOMMU mappings, collectives completed by the device's hub).
+    fn stats(&self) -> (u64, u64) {
+        match &self.backend {
+            Backend::Sim(s) => {
+                let st = s.stats();
+                (st.iommu_mappings, st.collectives)
+            }
+        }
+    }
+}
+
+struct Client {
+    pid: u32,
+    role: Role,
+    command: String,
+    runtime_version: String,
+    /// Devices attached (broker device numbers).
+    attached: Vec<u32>,
+}
+
+#[derive(Default)]
+struct State {
+    devices: Vec<Device>,
+    clients: HashMap<u64, Client>,
+    next_client: u64,
+    next_handle: u64,
+    last_activity: Option<Instant>,
+}
+
+struct Shared {
+    cfg: BrokerConfig,
+    st: Mutex<State>,
+    uid: u32,
+    stop: AtomicBool,
+}
+
+fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A running broker (from [`Broker::bind`] until [`Broker::run`] returns).
+pub struct Broker {
+    shared: Arc<Shared>,
+    listener: UnixListener,
+    /// The socket file this broker created (removed when it stops).
+    owned_path: Option<PathBuf>,
+}
+
+/// What stopping a broker from another thread takes ([`Broker::stopper`]).
+#[derive(Clone)]
+pub struct Stopper(Arc<Shared>);
+
+impl Stopper {
+    /// Make [`Broker::run`] return (within its poll period).
+    pub fn stop(&self) {
+        self.0.stop.store(true, Ordering::Release);
+    }
+}
+
+impl Broker {
+    /// Listen on `cfg.socket`: the directory is made owner-only, a stale socket (nobody
+    /// answers) is replaced, a live one is [`BrokerError::Running`].
+    pub fn bind(cfg: BrokerConfig) -> Result<Self, BrokerError> {
+        let path = cfg.socket.clone();
+        let err = |source| BrokerError::Socket { path: path.clone(), source };
+        crate::paths::prepare_dir(&path).map_err(err)?;
+        let listener = match UnixListener::bind(&path) {
+            Ok(l) => l,
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                if UnixStream::connect(&path).is_ok() {
+                    return Err(BrokerError::Running(path));
+                }
+                std::fs::remove_file(&path).map_err(err)?;
+                UnixListener::bind(&path).map_err(err)?
+            }
+            Err(e) => return Err(err(e)),
+        };
+        crate::paths::restrict_socket(&path).map_err(err)?;
+        Ok(Self::with_listener(cfg, listener, Some(path)))
+    }
+
+    /// Serve on a listener handed over (systemd socket activation: `LISTEN_FDS`).
+    pub fn from_listener(cfg: BrokerConfig, listener: UnixListener) -> Self {
+        Self::with_listener(cfg, listener, None)
+    }
+
+    fn with_listener(cfg: BrokerConfig, listener: UnixListener, owned_path: Option<PathBuf>) -> Self {
+        let shared = Arc::new(Shared {
+            cfg,
+            st: Mutex::new(State { last_activity: Some(Instant::now()), ..State::default() }),
+            uid: crate::paths::uid(),
+            stop: AtomicBool::new(false),
+        });
+        Self { shared, listener, owned_path }
+    }
+
+    /// A handle that stops [`Broker::run`].
+    pub fn stopper(&self) -> Stopper {
+        Stopper(self.shared.clone())
+    }
+
+    /// Accept and serve clients until stopped or idle for [`BrokerConfig::idle_exit`].
+    pub fn run(self) -> std::io::Result<()> {
+        let result = self.accept_loop();
+        // Clients still connected lose their sessions: clean up as for a death.
+        let ids: Vec<u64> = lock(&self.shared.st).clients.keys().copied().collect();
+        for id in ids {
+            cleanup(&self.shared, id);
+        }
+        if let Some(p) = &self.owned_path {
+            let _ = std::fs::remove_file(p);
+        }
+        result
+    }
+
+    fn accept_loop(&self) -> std::io::Result<()> {
+        loop {
+            if self.shared.stop.load(Ordering::Acquire) {
+                return Ok(());
+            }
+            if let Some(idle) = self.shared.cfg.idle_exit {
+                let st = lock(&self.shared.st);
+                let busy = !st.clients.is_empty() || st.devices.iter().any(|d| d.leases.iter().any(Option::is_some));
+                if !busy && st.last_activity.is_some_and(|t| t.elapsed() >= idle) {
+                    tracing::info!("no client and no lease for {idle:?}: the broker exits");
+                    return Ok(());
+                }
+            }
+            let mut fds = [PollFd::new(self.listener.as_fd(), PollFlags::POLLIN)];
+            match poll(&mut fds, PollTimeout::from(100u16)) {
+                Ok(0) => continue,
+                Ok(_) => {}
+                Err(nix::Error::EINTR) => continue,
+                Err(e) => return Err(e.into()),
+            }
+            let sock = match self.listener.accept() {
+                Ok((s, _)) => s,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::Interrupted => {
+                    continue
+                }
+                Err(e) => {
+                    tracing::warn!(%e, "accept failed");
+                    continue;
+                }
+            };
+            // A client mid-handshake keeps the broker from exiting idle.
+            lock(&self.shared.st).last_activity = Some(Instant::now());
+            let shared = self.shared.clone();
+            std::thread::Builder::new().name("broker-client".into()).spawn(move || serve_client(shared, sock))?;
+        }
+    }
+}
+
+/// `pidfd_open(pid)`: a descriptor readable once `pid` has exited.
+fn pidfd_open(pid: u32) -> Option<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1; no memory
+    // is passed.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: the syscall returned a fresh descriptor that nothing else owns.
+    Some(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+fn error(code: ErrorCode, owner_pid: u32, message: impl Into<String>) -> Reply {
+    Reply::Error { code, owner_pid, message: message.into() }
+}
+
+fn serve_client(shared: Arc<Shared>, sock: UnixStream) {
+    let cred = match getsockopt(&sock, sockopt::PeerCredentials) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!(%e, "SO_PEERCRED failed: connection refused");
+            return;
+        }
+    };
+    let (pid, uid) = (cred.pid() as u32, cred.uid());
+    if uid != shared.uid && uid != 0 {
+        let r = error(ErrorCode::Sequence, 0, format!("uid {uid} may not use the broker of uid {}", shared.uid));
+        let _ = wire::send(&sock, &r.encode(), &[]);
+        tracing::warn!(pid, uid, "refused a client of another user");
+        return;
+    }
+    let _ = sock.set_read_timeout(Some(shared.cfg.frame_timeout));
+    let pidfd = pidfd_open(pid);
+    let mut id: Option<u64> = None;
+    loop {
+        let mut fds = vec![PollFd::new(sock.as_fd(), PollFlags::POLLIN)];
+        if let Some(p) = &pidfd {
+            fds.push(PollFd::new(p.as_fd(), PollFlags::POLLIN));
+        }
+        match poll(&mut fds, PollTimeout::NONE) {
+            Ok(_) => {}
+            Err(nix::Error::EINTR) => continue,
+            Err(_) => break,
+        }
+        let dead = fds.get(1).and_then(|f| f.revents()).is_some_and(|r| !r.is_empty());
+        let readable = fds[0].revents().is_some_and(|r| !r.is_empty());
+        if dead {
+            tracing::info!(pid, "client process exited");
+            break;
+        }
+        if !readable {
+            continue;
+        }
+        let body = match wire::recv(&sock) {
+            Ok((body, _fds)) => body,
+            Err(WireError::Closed) => break,
+            Err(WireError::Proto(e)) => {
+                let _ = wire::send(&sock, &error(ErrorCode::BadMessage, 0, e.to_string()).encode(), &[]);
+                break;
+            }
+            Err(WireError::Io(e)) => {
+                tracing::info!(pid, %e, "client connection failed");
+                break;
+            }
+        };
+        let req = match Request::decode(&body) {
+            Ok(r) => r,
+            Err(e) => {
+                let code = if matches!(e, crate::protocol::ProtoError::Version(_)) {
+                    ErrorCode::Version
+                } else {
+                    ErrorCode::BadMessage
+                };
+                let _ = wire::send(&sock, &error(code, 0, e.to_string()).encode(), &[]);
+                break;
+            }
+        };
+        let (reply, fds) = handle(&shared, &mut id, pid, req);
+        let borrowed: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
+        if wire::send(&sock, &reply.encode(), &borrowed).is_err() {
+            break;
+        }
+    }
+    if let Some(id) = id {
+        let t0 = Instant::now();
+        cleanup(&shared, id);
+        tracing::info!(pid, us = t0.elapsed().as_micros() as u64, "client cleaned up");
+    }
+}
+
+/// Apply one request of client `id` (None before Hello).
+fn handle(shared: &Shared, id: &mut Option<u64>, pid: u32, req: Request) -> (Reply, Vec<OwnedFd>) {
+    let mut st = lock(&shared.st);
+    st.last_activity = Some(Instant::now());
+    let Some(me) = *id else {
+        return match req {
+            Request::Hello { role, command, runtime_version } => {
+                st.next_client += 1;
+                let c = st.next_client;
+                st.clients.insert(c, Client { pid, role, command, runtime_version, attached: Vec::new() });
+                *id = Some(c);
+                (Reply::Hello { broker_pid: std::process::id() }, Vec::new())
+            }
+            _ => (error(ErrorCode::Sequence, 0, "the first request must be Hello"), Vec::new()),
+        };
+    };
+    match req {
+        Request::Hello { .. } => (error(ErrorCode::Sequence, 0, "Hello was already sent"), Vec::new()),
+        Request::Query => (Reply::Query(query(&st)), Vec::new()),
+        Request::Attach { spec } => (attach(shared, &mut st, me, spec), Vec::new()),
+        Request::Lease { device, want } => lease(&mut st, me, device, want, false),
+        Request::Adopt { device, first, count } => lease(&mut st, me, device, Want::Range { first, count }, true),
+        Request::Release { device } => {
+            let Some(d) = attached(&st, me, device) else { return (not_attached(device), Vec::new()) };
+            if st.devices[d].client_ncs(me).is_none() {
+                return (error(ErrorCode::Invalid, 0, format!("no lease on device {device}")), Vec::new());
+            }
+            drop(st);
+            release(shared, me, d);
+            (Reply::Ok, Vec::new())
+        }
+        Request::AllocHbm { device, chan, len } => (alloc_hbm(&mut st, me, device, chan, len), Vec::new()),
+        Request::FreeHbm { device, handle } => {
+            let Some(d) = attached(&st, me, device) else { return (not_attached(device), Vec::new()) };
+            match st.devices[d].hbm.get(&handle) {
+                Some((owner, _)) if *owner == me => {
+                    st.devices[d].hbm.remove(&handle);
+                    (Reply::Ok, Vec::new())
+                }
+                _ => (error(ErrorCode::NoSuchHandle, 0, format!("no device memory {handle} of yours")), Vec::new()),
+            }
+        }
+        Request::Detach { device } => {
+            let Some(d) = attached(&st, me, device) else { return (not_attached(device), Vec::new()) };
+            drop(st);
+            detach(shared, me, d);
+            (Reply::Ok, Vec::new())
+        }
+    }
+}
+
+fn not_attached(device: u32) -> Reply {
+    error(ErrorCode::NotAttached, 0, format!("device {device} is not attached by this process"))
+}
+
+/// Index of broker device `device` if client `me` attached it.
+fn attached(st: &State, me: u64, device: u32) -> Option<usize> {
+    let c = st.clients.get(&me)?;
+    c.attached.contains(&device).then_some(device as usize).filter(|&d| d < st.devices.len())
+}
+
+fn query(st: &State) -> Vec<DeviceInfo> {
+    st.devices
+        .iter()
+        .map(|d| {
+            let mut ids: Vec<u64> = d.slots.iter().flatten().copied().collect();
+            ids.sort_unstable();
+            let clients = ids
+                .iter()
+                .filter_map(|id| {
+                    let c = st.clients.get(id)?;
+                    let (first, count) = d.client_ncs(*id).unwrap_or((0, 0));
+                    let hbm_bytes = d.hbm.values().filter(|(o, _)| o == id).map(|(_, b)| b.len()).sum();
+                    Some(ClientInfo {
+                        pid: c.pid,
+                        command: c.command.clone(),
+                        runtime_version: c.runtime_version.clone(),
+                        first,
+                        count,
+                        hbm_bytes,
+                    })
+                })
+                .collect();
+            let (iommu_mappings, collectives) = d.stats();
+            DeviceInfo {
+                device: d.index,
+                name: d.name.clone(),
+                arch: d.arch.name.to_string(),
+                ncs: d.leases.len() as u32,
+                hbm_granted: d.hbm.values().map(|(_, b)| b.len()).sum(),
+                iova_windows: d.slots.iter().filter(|s| s.is_some()).count() as u32,
+                iommu_mappings,
+                collectives,
+                adopting: d.adopt_until.is_some_and(|t| Instant::now() < t),
+                clients,
+            }
+        })
+        .collect()
+}
+
+/// Open (or find) the device `spec` names.
+fn device_for(shared: &Shared, st: &mut State, spec: &DeviceSpec) -> Result<usize, Reply> {
+    if let Some(i) = st.devices.iter().position(|d| &d.spec == spec) {
+        return Ok(i);
+    }
+    match spec {
+        DeviceSpec::Sim { arch, index } => {
+            let arch = Arch::by_name(arch).map_err(|e| error(ErrorCode::NoSuchDevice, 0, e.to_string()))?;
+            if *index as usize >= MAX_CLIENTS {
+                return Err(error(
+                    ErrorCode::NoSuchDevice,
+                    0,
+                    format!("sim:shared:{} has 16 devices at most", arch.name),
+                ));
+            }
+            let mut cfg = sim::SimConfig::new(arch);
+            if let Some(b) = shared.cfg.sim_hbm_bytes {
+                cfg = cfg.hbm_bytes(b);
+            }
+            let s = sim::SimDevice::new(cfg).map_err(|e| error(ErrorCode::Device, 0, e.to_string()))?;
+            let opts = hal::DeviceOptions {
+                poll: hal::PollTiming::fast(),
+                hbm_limit: shared.cfg.sim_hbm_bytes,
+                ..Default::default()
+            };
+            let dev = hal::Device::open(Arc::new(s.clone()) as Arc<dyn platform::Platform>, opts)
+                .and_then(|d| d.init().and_then(|_| d.prepare_reclaim()).map(|_| d))
+                .map_err(|e| error(ErrorCode::Device, 0, e.to_string()))?;
+            let index = st.devices.len() as u32;
+            st.devices.push(Device {
+                index,
+                name: format!("sim:shared:{}#{index}", arch.name),
+                spec: spec.clone(),
+                arch,
+                backend: Backend::Sim(s),
+                hal: dev,
+                leases: vec![None; arch.counts.ncs as usize],
+                slots: vec![None; MAX_CLIENTS],
+                hbm: HashMap::new(),
+                paths: HashMap::new(),
+                adopt_until: None,
+            });
+            tracing::info!(device = index, arch = arch.name, "simulated device created");
+            Ok(index as usize)
+        }
+        DeviceSpec::Pci(bdf) => Err(error(
+            ErrorCode::NoSuchDevice,
+            0,
+            format!("{bdf}: VFIO devices through the broker are not available in this build"),
+        )),
+    }
+}
+
+fn attach(shared: &Shared, st: &mut State, me: u64, spec: DeviceSpec) -> Reply {
+    let d = match device_for(shared, st, &spec) {
+        Ok(d) => d,
+        Err(r) => return r,
+    };
+    let dev = &mut st.devices[d];
+    let index = dev.index;
+    if let Some(slot) = dev.slots.iter().position(|s| *s == Some(me)) {
+        let w = iova_window(dev.arch, slot);
+        return Reply::Attached {
+            device: index,
+            arch: dev.arch.name.into(),
+            ncs: dev.leases.len() as u32,
+            iova_start: w.start,
+            iova_len: w.end - w.start,
+        };
+    }
+    let Some(slot) = dev.slots.iter().position(Option::is_none) else {
+        return error(
+            ErrorCode::TooManyClients,
+            0,
+            format!(
+                "{} already has {MAX_CLIENTS} processes (NEURON_MAX_PROCESS_PER_DEVICE); close one first",
+                dev.name
+            ),
+        );
+    };
+    dev.slots[slot] = Some(me);
+    let w = iova_window(dev.arch, slot);
+    let reply = Reply::Attached {
+        device: index,
+        arch: dev.arch.name.into(),
+        ncs: dev.leases.len() as u32,
+        iova_start: w.start,
+        iova_len: w.end - w.start,
+    };
+    if let Some(c) = st.clients.get_mut(&me) {
+        c.attached.push(index);
+    }
+    reply
+}
+
+/// libnrt's core-range notation: `nc1-nc1`.
+fn nc_range(first: u32, count: u32) -> String {
+    format!("nc{first}-nc{}", first + count.saturating_sub(1))
+}
+
+fn lease(st: &mut State, me: u64, device: u32, want: Want, adopt: bool) -> (Reply, Vec<OwnedFd>) {
+    let Some(d) = attached(st, me, device) else { return (not_attached(device), Vec::new()) };
+    if st.clients.get(&me).is_some_and(|c| c.role == Role::Tool) {
+        return (error(ErrorCode::Invalid, 0, "a tool client leases no cores"), Vec::new());
+    }
+    let pids: HashMap<u64, u32> = st.clients.iter().map(|(k, c)| (*k, c.pid)).collect();
+    let dev = &mut st.devices[d];
+    if dev.client_ncs(me).is_some() {
+        return (error(ErrorCode::AlreadyLeased, 0, format!("already holding cores on {}", dev.name)), Vec::new());
+    }
+    if !adopt && dev.adopt_until.is_some_and(|t| Instant::now() < t) {
+        return (
+            error(
+                ErrorCode::Adopting,
+                0,
+                format!("{} waits for the previous broker's clients to re-register", dev.name),
+            ),
+            Vec::new(),
+        );
+    }
+    let n = dev.leases.len() as u32;
+    let range = match want {
+        Want::All => Some((0, n)),
+        Want::Count(0) | Want::Range { count: 0, .. } => {
+            return (error(ErrorCode::Invalid, 0, "a lease of 0 cores"), Vec::new());
+        }
+        Want::Count(c) if c > n => None,
+        Want::Count(c) => {
+            (0..=n - c).find(|&f| dev.leases[f as usize..(f + c) as usize].iter().all(Option::is_none)).map(|f| (f, c))
+        }
+        Want::Range { first, count } => {
+            if first.checked_add(count).is_none_or(|e| e > n) {
+                return (
+                    error(
+                        ErrorCode::Invalid,
+                        0,
+                        format!("{} is beyond {}'s {n} cores", nc_range(first, count), dev.name),
+                    ),
+                    Vec::new(),
+                );
+            }
+            Some((first, count))
+        }
+    };
+    let requested = match want {
+        Want::All => nc_range(0, n),
+        Want::Count(c) => format!("{c} cores"),
+        Want::Range { first, count } => nc_range(first, count),
+    };
+    let conflict = match range {
+        Some((f, c)) => dev.leases[f as usize..(f + c) as usize].iter().flatten().next().copied(),
+        None => dev.leases.iter().flatten().next().copied(),
+    };
+    let (first, count) = match (range, conflict) {
+        (Some(r), None) => r,
+        _ => {
+            let owner = conflict.and_then(|o| pids.get(&o).copied()).unwrap_or(0);
+            let available = dev.free_ncs();
+            return (
+                error(
+                    ErrorCode::CoresUnavailable,
+                    owner,
+                    format!("NeuronCore(s) not available - Requested:{requested} Available:{available}"),
+                ),
+                Vec::new(),
+            );
+        }
+    };
+    for l in &mut dev.leases[first as usize..(first + count) as usize] {
+        *l = Some(me);
+    }
+    let slot = dev.slots.iter().position(|s| *s == Some(me)).unwrap_or(0);
+    let window = iova_window(dev.arch, slot);
+    match open_path(dev, window, first as usize..(first + count) as usize) {
+        Ok((path, fd)) => {
+            dev.paths.insert(me, path);
+            (Reply::Leased { device, first, count, fds: 1 }, vec![fd])
+        }
+        Err(e) => {
+            for l in &mut dev.leases[first as usize..(first + count) as usize] {
+                *l = None;
+            }
+            (error(ErrorCode::Device, 0, format!("data path: {e}")), Vec::new())
+        }
+    }
+}
+
+/// Start serving the data path of a client leasing `ncs`; returns it and the client's end.
+fn open_path(
+    dev: &Device,
+    window: std::ops::Range<u64>,
+    ncs: std::ops::Range<usize>,
+) -> std::io::Result<(DataPath, OwnedFd)> {
+    let (mine, theirs) = UnixStream::pair()?;
+    let shut = mine.try_clone()?;
+    let thread = match &dev.backend {
+        Backend::Sim(s) => {
+            let s = s.clone();
+            let opts = sim_serve::ConnOptions { iova_window: window, ncs };
+            std::thread::Builder::new().name("broker-datapath".into()).spawn(move || {
+                if let Err(e) = sim_serve::serve_connection(s, mine, opts) {
+                    tracing::info!(%e, "data path ended");
+                }
+            })?
+        }
+    };
+    Ok((DataPath { shut, thread: Some(thread) }, OwnedFd::from(theirs)))
+}
+
+fn alloc_hbm(st: &mut State, me: u64, device: u32, chan: u32, len: u64) -> Reply {
+    let Some(d) = attached(st, me, device) else { return not_attached(device) };
+    st.next_handle += 1;
+    let handle = st.next_handle;
+    let dev = &mut st.devices[d];
+    if dev.client_ncs(me).is_none() {
+        return error(ErrorCode::Invalid, 0, "device memory goes with a lease: lease cores first");
+    }
+    if chan as usize >= dev.hal.allocator().channels() || len == 0 {
+        return error(ErrorCode::Invalid, 0, format!("no HBM channel {chan} of {len} bytes on {}", dev.name));
+    }
+    // A naturally aligned block: the client's allocator carves it like a whole channel.
+    let Some(size) = len.checked_next_power_of_two() else {
+        return error(ErrorCode::OutOfMemory, 0, format!("{len} bytes"));
+    };
+    match dev.hal.allocator().alloc(chan as usize, size, size) {
+        Ok(b) => {
+            let addr = b.addr();
+            dev.hbm.insert(handle, (me, b));
+            Reply::Hbm { handle, addr, len: size }
+        }
+        Err(e) => error(ErrorCode::OutOfMemory, 0, e.to_string()),
+    }
+}
+
+/// Take client `me`'s cores back on device `d`: end its data path (its IOVAs unmapped),
+/// reclaim each NC (engines stopped, queues parked, NQ slots halted, NC reset) and free them.
+fn release(shared: &Shared, me: u64, d: usize) {
+    take_back(shared, me, d, false)
+}
+
+/// [`release`], and with `detach` also the client's IOVA window and attachment — all in one
+/// step of the tables, so nobody sees the cores free and the window still taken.
+fn take_back(shared: &Shared, me: u64, d: usize, detach: bool) {
+    let (path, ncs, dev) = {
+        let mut st = lock(&shared.st);
+        let dev = &mut st.devices[d];
+        let ncs: Vec<usize> = (0..dev.leases.len()).filter(|&i| dev.leases[i] == Some(me)).collect();
+        (dev.paths.remove(&me), ncs, dev.hal.clone())
+    };
+    for &nc in &ncs {
+        if let Err(e) = dev.reclaim_nc(nc) {
+            tracing::warn!(nc, %e, "reclaiming a core failed");
+        }
+    }
+    if let Some(p) = path {
+        p.end();
+    }
+    let mut st = lock(&shared.st);
+    let dev = &mut st.devices[d];
+    // The client's memory goes after its engines stopped.
+    dev.hbm.retain(|_, (o, _)| *o != me);
+    for l in dev.leases.iter_mut() {
+        if *l == Some(me) {
+            *l = None;
+        }
+    }
+    if detach {
+        for s in dev.slots.iter_mut() {
+            if *s == Some(me) {
+                *s = None;
+            }
+        }
+        let index = dev.index;
+        if let Some(c) = st.clients.get_mut(&me) {
+            c.attached.retain(|&x| x != index);
+        }
+    }
+    st.last_activity = Some(Instant::now());
+}
+
+fn detach(shared: &Shared, me: u64, d: usize) {
+    take_back(shared, me, d, true)
+}
+
+/// Everything client `id` held, on every device, released; the client forgotten.
+fn cleanup(shared: &Shared, id: u64) {
+    let devices: Vec<u32> = lock(&shared.st).clients.get(&id).map(|c| c.attached.clone()).unwrap_or_default();
+    for d in devices {
+        detach(shared, id, d as usize);
+    }
+    let mut st = lock(&shared.st);
+    st.clients.remove(&id);
+    st.last_activity = Some(Instant::now());
+}
+
+/// The listener systemd handed over (`LISTEN_PID` is this process, `LISTEN_FDS` ≥ 1: fd 3).
+pub fn activated_listener() -> Option<UnixListener> {
+    let pid: u32 = std::env::var("LISTEN_PID").ok()?.parse().ok()?;
+    let n: u32 = std::env::var("LISTEN_FDS").ok()?.parse().ok()?;
+    if pid != std::process::id() || n < 1 {
+        return None;
+    }
+    const SD_LISTEN_FDS_START: i32 = 3;
+    // SAFETY: under socket activation descriptor 3 is the listening socket systemd passed to
+    // this process (LISTEN_PID is ours); nothing else in the process owns it.
+    let fd = unsafe { OwnedFd::from_raw_fd(SD_LISTEN_FDS_START) };
+    let l = UnixListener::from(fd);
+    // A descriptor that is not a listening unix socket is refused (and closed).
+    l.local_addr().ok()?;
+    let _ = nix::fcntl::fcntl(&l, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC));
+    Some(l)
+}
+
+/// The socket a broker config listens on, for messages.
+pub fn describe(p: &Path) -> String {
+    p.display().to_string()
+}

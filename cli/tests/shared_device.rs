@@ -1,0 +1,155 @@
+//! Issue 29's acceptance on the simulator: 8 processes on one shared simulated cayman (one NC
+//! each, leased at init from NEURON_RT_VISIBLE_CORES), each with exact outputs; a 9th asking
+//! for a held core is refused with libnrt's line and NRT_FAILURE; `ls` lists the processes;
+//! clients without cores attach beside them up to 16 per device, the 17th refused. The first
+//! process starts the broker (auto-start); it exits once everything is gone.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use broker::client::{Connect, Session};
+use broker::protocol::{DeviceSpec, ErrorCode, Role};
+
+const BIN: &str = env!("CARGO_BIN_EXE_neuron-vfio");
+const ONE: &str = "examples/allreduce_1nc.neff";
+const INPUT: &str = "input=examples/input_32xf32.bin";
+
+fn root() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+}
+
+fn input() -> Vec<f32> {
+    let b = std::fs::read(root().join("examples/input_32xf32.bin")).unwrap();
+    b.chunks(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+}
+
+fn cmd(socket: &std::path::Path) -> Command {
+    let mut c = Command::new(BIN);
+    c.current_dir(root())
+        .env("NEURON_VFIO_BROKER_SOCKET", socket)
+        .env("NEURON_VFIO_BROKER_EXE", BIN)
+        .env_remove("NEURON_RT_NUM_CORES")
+        .env_remove("NEURON_RT_VISIBLE_CORES");
+    c
+}
+
+/// `run` on core `nc` of the shared cayman, holding its lease after executing until a line
+/// arrives on its stdin.
+fn spawn_run(socket: &std::path::Path, nc: u32) -> (Child, BufReader<std::process::ChildStderr>) {
+    let mut child = cmd(socket)
+        .env("NEURON_RT_VISIBLE_CORES", nc.to_string())
+        .args(["--json", "--device", "sim:shared:cayman", "run", ONE, "--input", INPUT, "--repeat", "5"])
+        .arg("--pause-after-exec")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = BufReader::new(child.stderr.take().unwrap());
+    (child, err)
+}
+
+fn wait_line(err: &mut BufReader<std::process::ChildStderr>, want: &str) {
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        let n = err.read_line(&mut line).unwrap();
+        assert!(n > 0, "stderr closed before `{want}`: {seen}");
+        if line.contains(want) {
+            return;
+        }
+        seen.push_str(&line);
+    }
+}
+
+#[test]
+fn eight_processes_share_a_cayman_the_ninth_and_the_seventeenth_are_refused() {
+    let dir = std::env::temp_dir().join(format!("nv-shared-accept-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let socket = dir.join("broker.sock");
+    let mut runs: Vec<(Child, BufReader<_>)> = Vec::new();
+    for nc in 0..8 {
+        runs.push(spawn_run(&socket, nc));
+        if nc == 0 {
+            // The first starts the broker; the others then find it.
+            wait_line(&mut runs[0].1, "executed");
+        }
+    }
+    for (_, err) in runs.iter_mut().skip(1) {
+        wait_line(err, "executed");
+    }
+    // Every core is held: a 9th process asking for nc1 is refused as libnrt refuses it.
+    let ninth = cmd(&socket)
+        .env("NEURON_RT_VISIBLE_CORES", "1")
+        .args(["--json", "--device", "sim:shared:cayman", "run", ONE, "--input", INPUT])
+        .output()
+        .unwrap();
+    assert!(!ninth.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&ninth.stdout).unwrap();
+    assert_eq!(v["status"], "NRT_FAILURE", "{v}");
+    let msg = v["error"].as_str().unwrap();
+    assert!(msg.contains("NeuronCore(s) not available - Requested:nc1-nc1 Available:0"), "{msg}");
+    let owner = runs[1].0.id();
+    assert!(msg.contains(&format!("held by pid {owner}")), "{msg}");
+    // No core named: libnrt reserves all, and all are taken.
+    let all =
+        cmd(&socket).args(["--json", "--device", "sim:shared:cayman", "run", ONE, "--input", INPUT]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&all.stdout).unwrap();
+    assert_eq!(v["status"], "NRT_FAILURE", "{v}");
+
+    // `ls` shows the device's processes: pid and core each.
+    let ls = cmd(&socket).args(["--json", "--device", "sim:shared:cayman", "ls"]).output().unwrap();
+    assert!(ls.status.success(), "{}", String::from_utf8_lossy(&ls.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&ls.stdout).unwrap();
+    let procs = v[0]["processes"].as_array().unwrap();
+    let mut seen: Vec<(u64, Vec<u64>)> = procs
+        .iter()
+        .filter(|p| !p["cores"].as_array().unwrap().is_empty())
+        .map(|p| {
+            (p["pid"].as_u64().unwrap(), p["cores"].as_array().unwrap().iter().map(|c| c.as_u64().unwrap()).collect())
+        })
+        .collect();
+    seen.sort_by_key(|(_, c)| c.clone());
+    let want: Vec<(u64, Vec<u64>)> =
+        runs.iter().enumerate().map(|(k, (c, _))| (c.id() as u64, vec![k as u64])).collect();
+    assert_eq!(seen, want);
+
+    // Clients without cores (tools) beside the 8: up to 16 per device, the 17th refused.
+    let tool = || {
+        let c = Connect { socket: socket.clone(), ..Connect::new(Role::Tool) };
+        Session::connect(&c).unwrap()
+    };
+    let spec = DeviceSpec::Sim { arch: "cayman".into(), index: 0 };
+    let tools: Vec<Session> = (0..8)
+        .map(|_| {
+            let t = tool();
+            t.attach(spec.clone()).unwrap();
+            t
+        })
+        .collect();
+    let e = tool().attach(spec.clone()).unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::TooManyClients), "{e}");
+    assert!(e.to_string().contains("16 processes"), "{e}");
+    drop(tools);
+
+    // Let them finish: exact outputs, each on its own core.
+    for (k, (mut child, _)) in runs.into_iter().enumerate() {
+        child.stdin.as_mut().unwrap().write_all(b"\n").unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "nc{k}: {}", String::from_utf8_lossy(&out.stdout));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["status"], "NRT_SUCCESS");
+        let got: Vec<f32> =
+            v["outputs"]["output"]["values"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect();
+        assert_eq!(got, input(), "nc{k}");
+    }
+    // Idle, the broker exits and removes its socket.
+    let t0 = Instant::now();
+    while socket.exists() {
+        assert!(t0.elapsed() < Duration::from_secs(60), "the broker did not exit when idle");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,250 @@
+//! `sim:shared[:ARCH[:N]]`: the host's shared simulated devices, reached through the broker
+//! (docs/sharing.md). The broker owns the devices; this process attaches them, leases its
+//! cores, is granted device memory for them, and drives its cores over the data path the
+//! broker hands it (a vfio-user connection to the device: [`vfio::user::VfioUserPlatform`]).
+//! The lease lives as long as the [`SharedLease`] (held by [`crate::Opened`]); dropping it
+//! gives everything back.
+
+use std::ops::Range;
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+
+use broker::client::{Connect, Session};
+use broker::protocol::{DeviceSpec, ErrorCode, Role, Want};
+use csr_maps::Arch;
+use platform::Platform;
+
+use crate::SelectError;
+
+/// Which cores to reserve, as libnrt decides at `nrt_init` (global NC indices over the
+/// devices of the set, in order).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reserve {
+    /// Every core of every device (libnrt's default).
+    All,
+    /// Any free contiguous range of this many cores (`NEURON_RT_NUM_CORES`).
+    Count(usize),
+    /// Exactly these (contiguous) cores (`NEURON_RT_VISIBLE_CORES`).
+    Cores(Vec<usize>),
+}
+
+/// One device of the set with this process's lease on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeasedDevice {
+    /// The device's index in the set (`sim:shared:ARCH:N` devices 0..N).
+    pub index: usize,
+    /// The broker's number for it.
+    pub broker_device: u32,
+    /// Leased NCs (device-local).
+    pub ncs: Range<usize>,
+    /// Device memory granted: (HBM channel, device address, bytes).
+    pub hbm: Vec<(usize, u64, u64)>,
+    /// This process's IOVA window on the device.
+    pub iova: Range<u64>,
+}
+
+/// This process's session with the broker and what it leased. Dropped: every lease and grant
+/// is given back (the broker resets the cores) and the devices detached.
+pub struct SharedLease {
+    session: Session,
+    /// The process that leased (a forked child inherits the object but not the lease).
+    pid: u32,
+    pub arch: &'static Arch,
+    pub devices: Vec<LeasedDevice>,
+}
+
+impl std::fmt::Debug for SharedLease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedLease").field("arch", &self.arch.name).field("devices", &self.devices).finish()
+    }
+}
+
+impl SharedLease {
+    /// The broker's pid.
+    pub fn broker_pid(&self) -> u32 {
+        self.session.broker_pid()
+    }
+
+    /// The session with the broker.
+    pub fn session(&self) -> &Session {
+        &self.session
+    }
+
+    /// The leased cores as the runtime numbers them (its devices are the leased ones, in
+    /// order): the runtime's visible cores.
+    pub fn visible_cores(&self) -> Vec<usize> {
+        let per = self.arch.counts.ncs as usize;
+        self.devices.iter().enumerate().flat_map(|(k, d)| d.ncs.clone().map(move |nc| k * per + nc)).collect()
+    }
+}
+
+impl Drop for SharedLease {
+    fn drop(&mut self) {
+        // In a forked child the lease is the parent's: leave it alone.
+        if std::process::id() != self.pid {
+            return;
+        }
+        for d in &self.devices {
+            if let Err(e) = self.session.detach(d.broker_device) {
+                tracing::warn!(device = d.broker_device, %e, "detaching a shared device failed");
+            }
+        }
+    }
+}
+
+/// Device memory granted for `count` leased NCs on one HBM channel of `arch`: their share of
+/// the channel's usable memory, rounded down to a power of two (the broker grants naturally
+/// aligned blocks).
+pub fn hbm_grant(arch: &Arch, count: usize) -> u64 {
+    let c = &arch.counts;
+    let per_chan = (c.ncs / c.hbm_stacks.max(1)).max(1);
+    let usable = arch.consts.hbm_active_size.saturating_sub(arch.consts.fw_carveout);
+    let share = usable / per_chan * (count as u64).min(per_chan);
+    if share == 0 {
+        return 0;
+    }
+    1u64 << (63 - share.leading_zeros())
+}
+
+/// The HBM channel of NC `nc` (hal's mapping: NCs spread evenly over the stacks).
+fn chan_of(arch: &Arch, nc: usize) -> usize {
+    let c = &arch.counts;
+    ((nc as u64 * c.hbm_stacks) / c.ncs.max(1)).min(c.hbm_stacks.saturating_sub(1)) as usize
+}
+
+fn broker_err(e: broker::ClientError) -> SelectError {
+    SelectError::Broker(Box::new(e))
+}
+
+/// Open `n` devices of the shared `arch` set and lease `reserve` on them: the platforms of the
+/// devices this process leased cores on (in order) and the lease.
+pub fn open(
+    arch: &'static Arch,
+    n: usize,
+    reserve: &Reserve,
+) -> Result<(Vec<Arc<dyn Platform>>, SharedLease), SelectError> {
+    let c = Connect { spawn: true, ..Connect::new(Role::Runtime) };
+    let session = Session::connect(&c).map_err(broker_err)?;
+    let mut lease = SharedLease { session, pid: std::process::id(), arch, devices: Vec::new() };
+    let per = arch.counts.ncs as usize;
+    let mut platforms = Vec::new();
+    // Which devices to lease on, and what.
+    let plan: Vec<(usize, Want)> = match reserve {
+        Reserve::All => (0..n).map(|k| (k, Want::All)).collect(),
+        Reserve::Cores(cores) => (0..n)
+            .filter_map(|k| {
+                let local: Vec<usize> = cores.iter().filter(|&&g| g / per == k).map(|&g| g % per).collect();
+                let first = *local.first()?;
+                Some((k, Want::Range { first: first as u32, count: local.len() as u32 }))
+            })
+            .collect(),
+        Reserve::Count(c) => vec![(usize::MAX, Want::Count(*c as u32))],
+    };
+    if let Reserve::Cores(cores) = reserve {
+        if let Some(&g) = cores.iter().find(|&&g| g >= per * n) {
+            return Err(SelectError::SharedCores(format!(
+                "core {g} is not on sim:shared:{}:{n} ({} cores)",
+                arch.name,
+                per * n
+            )));
+        }
+    }
+    for (k, want) in plan {
+        let candidates: Vec<usize> = if k == usize::MAX { (0..n).collect() } else { vec![k] };
+        let mut last = None;
+        for k in candidates {
+            match lease_one(&lease.session, arch, k, want) {
+                Ok((p, d)) => {
+                    platforms.push(p);
+                    lease.devices.push(d);
+                    last = None;
+                    break;
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        if let Some(e) = last {
+            return Err(e);
+        }
+    }
+    Ok((platforms, lease))
+}
+
+/// Attach device `k`, lease `want`, connect its data path, get the device memory.
+fn lease_one(
+    s: &Session,
+    arch: &'static Arch,
+    k: usize,
+    want: Want,
+) -> Result<(Arc<dyn Platform>, LeasedDevice), SelectError> {
+    let a = s.attach(DeviceSpec::Sim { arch: arch.name.to_string(), index: k as u32 }).map_err(broker_err)?;
+    let undo = |e: SelectError| {
+        let _ = s.detach(a.device);
+        e
+    };
+    let l = s.lease(a.device, want).map_err(broker_err).map_err(undo)?;
+    let ncs = l.first as usize..(l.first + l.count) as usize;
+    let Some(fd) = l.data_path else {
+        return Err(undo(broker_err(broker::ClientError::Refused {
+            code: ErrorCode::Device,
+            owner_pid: 0,
+            message: "the broker sent no data path".into(),
+        })));
+    };
+    let opts = vfio::user::UserOptions {
+        iova_window: a.iova.clone(),
+        irq_vectors: ncs.clone().map(|n| n as u32).collect(),
+        // The broker serves its simulator: the modeled registers are the model's.
+        modeled_writes: true,
+        location: format!("sim:shared:{}:{k}", arch.name),
+    };
+    let p = vfio::user::VfioUserPlatform::from_stream(UnixStream::from(fd), opts)
+        .map_err(|e| undo(SelectError::SharedCores(format!("data path to {}: {e}", arch.name))))?;
+    let mut chans: Vec<(usize, usize)> = Vec::new();
+    for nc in ncs.clone() {
+        let ch = chan_of(arch, nc);
+        match chans.iter_mut().find(|(c, _)| *c == ch) {
+            Some((_, count)) => *count += 1,
+            None => chans.push((ch, 1)),
+        }
+    }
+    let mut hbm = Vec::new();
+    for (ch, count) in chans {
+        let g = s.alloc_hbm(a.device, ch as u32, hbm_grant(arch, count)).map_err(broker_err).map_err(undo)?;
+        hbm.push((ch, g.addr, g.len));
+    }
+    let d = LeasedDevice { index: k, broker_device: a.device, ncs, hbm, iova: a.iova };
+    Ok((Arc::new(p) as Arc<dyn Platform>, d))
+}
+
+/// Whether a broker error is "the cores are taken" (libnrt's refusal at `nrt_init`).
+pub fn cores_unavailable(e: &SelectError) -> Option<(u32, &str)> {
+    match e {
+        SelectError::Broker(b) => match b.as_ref() {
+            broker::ClientError::Refused { code: ErrorCode::CoresUnavailable, owner_pid, message } => {
+                Some((*owner_pid, message.as_str()))
+            }
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grants_are_powers_of_two_within_the_channel() {
+        for arch in csr_maps::ARCHES {
+            let usable = arch.consts.hbm_active_size - arch.consts.fw_carveout;
+            let per_chan = (arch.counts.ncs / arch.counts.hbm_stacks).max(1);
+            for k in 1..=per_chan as usize {
+                let g = hbm_grant(arch, k);
+                assert!(g.is_power_of_two() && g <= usable, "{}: {g:#x}", arch.name);
+            }
+            // Every NC of a channel can be granted its share at once.
+            assert!(hbm_grant(arch, 1) * per_chan <= usable, "{}", arch.name);
+        }
+    }
+}

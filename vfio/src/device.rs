@@ -365,7 +365,7 @@ impl Device {
                 }
                 let container = Arc::new(vfio_ioctls::VfioContainer::new(None)?);
                 let dev = vfio_ioctls::VfioDevice::new(&opts.sysfs.device_path(addr), container.clone(), false)?;
-                (DevFd::Group(dev), Iommu { inner: Inner::Container(container) })
+                (DevFd::Group(dev), Iommu { inner: Inner::Container(container), borrowed: false })
             }
             Backend::Iommufd => {
                 let iommu = Iommu::open_iommufd(&opts.dev)?;
@@ -403,13 +403,18 @@ impl Device {
                 (DevFd::Cdev(file), iommu)
             }
         };
+        Self::assemble(fd, iommu, addr, opts.iova_window)
+    }
+
+    /// A device from its open descriptor and address space: query it, set up its IOVAs.
+    fn assemble(fd: DevFd, iommu: Iommu, addr: PciAddress, window: Option<IovaRange>) -> Result<Self> {
         let mut info = vfio_device_info { argsz: std::mem::size_of::<vfio_device_info>() as u32, ..Default::default() };
-        // SAFETY: `fd` is a device fd; `info` is the struct VFIO_DEVICE_GET_INFO takes, its
-        // argsz its own size.
+        // SAFETY: `info` is the struct VFIO_DEVICE_GET_INFO takes, its argsz its own size; on
+        // a descriptor that is not a VFIO device the ioctl fails (ENOTTY) and writes nothing.
         unsafe { uapi::vfio_device_get_info(fd.fd().as_raw_fd(), &mut info) }
             .map_err(|e| Error::ioctl("VFIO_DEVICE_GET_INFO", e))?;
         let iinfo = iommu.info()?;
-        let alloc = IovaAllocator::new(&iinfo.valid, opts.iova_window);
+        let alloc = IovaAllocator::new(&iinfo.valid, window);
         let dma = Arc::new(DmaSpace::new(iommu, iinfo, alloc));
         Ok(Self {
             fd: Arc::new(fd),
@@ -419,6 +424,34 @@ impl Device {
             num_regions: info.num_regions,
             num_irqs: info.num_irqs,
         })
+    }
+
+    /// Rebuild a device another process opened from the descriptors it passed
+    /// ([`Device::share`], sent with [`crate::shared::send_device`]), with this process's
+    /// IOVAs restricted to `window` (each process sharing an address space gets its own).
+    pub fn from_fds(fds: crate::shared::DeviceFds, window: IovaRange) -> Result<Self> {
+        let crate::shared::DeviceFds { address, device, iommu } = fds;
+        let (fd, iommu) = match iommu {
+            crate::shared::IommuFds::Iommufd { iommufd, ioas } => {
+                (DevFd::Cdev(File::from(device)), Iommu::borrowed_iommufd(iommufd, ioas))
+            }
+            crate::shared::IommuFds::NoIommu { container, group } => {
+                (DevFd::NoIommu(File::from(device)), Iommu::noiommu(container, group))
+            }
+        };
+        Self::assemble(fd, iommu, address, Some(window))
+    }
+
+    /// Duplicates of this device's descriptors for another process (see
+    /// [`crate::shared`]). A device opened through the legacy container cannot be shared
+    /// ([`Error::Unshareable`]): open it through iommufd.
+    pub fn share(&self) -> Result<crate::shared::DeviceFds> {
+        let iommu = self.dma.iommu().share()?.ok_or(Error::Unshareable(self.backend()))?;
+        let device = match self.fd.as_ref() {
+            DevFd::Cdev(f) | DevFd::NoIommu(f) => OwnedFd::from(f.try_clone()?),
+            DevFd::Group(_) => return Err(Error::Unshareable(self.backend())),
+        };
+        Ok(crate::shared::DeviceFds { address: self.address, device, iommu })
     }
 
     /// PCI address.

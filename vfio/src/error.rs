@@ -57,6 +57,10 @@ pub enum Error {
     HostMem(#[from] platform::HostMemError),
     #[error("I/O: {0}")]
     Io(#[from] std::io::Error),
+    #[error("a device opened through the {0} backend cannot be handed to another process: open it through iommufd (NEURON_VFIO_BACKEND=iommufd)")]
+    Unshareable(crate::iommu::Backend),
+    #[error("descriptors from another process: {0}")]
+    BadHandoff(String),
 }
 
 impl Error {

@@ -74,6 +74,9 @@ pub(crate) enum Inner {
 /// An IOMMU address space shared by the devices opened in it.
 pub struct Iommu {
     pub(crate) inner: Inner,
+    /// The address space belongs to another process (the broker that passed its descriptor):
+    /// this one maps and unmaps in it but does not destroy it.
+    pub(crate) borrowed: bool,
 }
 
 /// Parse `VFIO_IOMMU_GET_INFO`'s buffer (struct + capability chain).
@@ -137,11 +140,32 @@ impl Iommu {
         // `alloc` is, its size field its own size.
         unsafe { uapi::iommu_ioas_alloc(fd.as_raw_fd(), &mut alloc) }
             .map_err(|e| Error::ioctl("IOMMU_IOAS_ALLOC", e))?;
-        Ok(Self { inner: Inner::Iommufd { fd, ioas: alloc.out_ioas_id } })
+        Ok(Self { inner: Inner::Iommufd { fd, ioas: alloc.out_ioas_id }, borrowed: false })
     }
 
     pub(crate) fn noiommu(container: OwnedFd, group: OwnedFd) -> Self {
-        Self { inner: Inner::NoIommu { container, _group: group, pins: Mutex::new(HashMap::new()) } }
+        Self { inner: Inner::NoIommu { container, _group: group, pins: Mutex::new(HashMap::new()) }, borrowed: false }
+    }
+
+    /// An iommufd address space `ioas` another process allocated and passed (`fd`): mapped
+    /// into, never destroyed, here.
+    pub(crate) fn borrowed_iommufd(fd: OwnedFd, ioas: u32) -> Self {
+        Self { inner: Inner::Iommufd { fd, ioas }, borrowed: true }
+    }
+
+    /// Duplicates of the descriptors that make up this address space, for another process:
+    /// (iommufd, IOAS id) or (container, group) in no-IOMMU mode. A legacy type1 container's
+    /// group is held inside `vfio-ioctls` and cannot be handed on: `None`.
+    pub(crate) fn share(&self) -> std::io::Result<Option<crate::shared::IommuFds>> {
+        Ok(match &self.inner {
+            Inner::Iommufd { fd, ioas } => {
+                Some(crate::shared::IommuFds::Iommufd { iommufd: fd.try_clone()?, ioas: *ioas })
+            }
+            Inner::NoIommu { container, _group, .. } => {
+                Some(crate::shared::IommuFds::NoIommu { container: container.try_clone()?, group: _group.try_clone()? })
+            }
+            Inner::Container(_) => None,
+        })
     }
 
     /// The valid IOVA ranges and page sizes.
@@ -314,7 +338,7 @@ impl Iommu {
 
 impl Drop for Iommu {
     fn drop(&mut self) {
-        if let Inner::Iommufd { fd, ioas } = &self.inner {
+        if let (Inner::Iommufd { fd, ioas }, false) = (&self.inner, self.borrowed) {
             let d = uapi::IommuDestroy { size: std::mem::size_of::<uapi::IommuDestroy>() as u32, id: *ioas };
             // SAFETY: an iommufd; `d` is the struct IOMMU_DESTROY takes (size its own size).
             // Closing the fd would free the IOAS anyway.

@@ -9,8 +9,9 @@
 //! - [`noiommu`]: VFIO no-IOMMU mode, only with [`OpenOptions::allow_noiommu`] (physical
 //!   addresses from /proc/self/pagemap, no isolation);
 //! - [`VfioPlatform`]: the [`platform::Platform`] implementation;
-//! - [`fdpass`]: descriptors over a unix socket (SCM_RIGHTS), how a broker hands a client
-//!   the device it opened;
+//! - [`fdpass`]: descriptors over a unix socket (SCM_RIGHTS); [`shared`]: a device's
+//!   descriptors handed to another process, which rebuilds it ([`Device::from_fds`],
+//!   [`VfioPlatform::from_fds`]) with its own IOVA window;
 //! - [`user`]: [`user::VfioUserPlatform`], the Platform over a vfio-user connection (a device
 //!   served by another process), and the protocol's wire format ([`user::wire`]).
 //!
@@ -30,6 +31,7 @@ pub mod fdpass;
 pub mod iommu;
 pub mod iova;
 pub mod noiommu;
+pub mod shared;
 pub mod sysfs;
 pub mod uapi;
 pub mod user;

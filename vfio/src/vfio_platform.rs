@@ -25,6 +25,9 @@ pub struct VfioPlatform {
     device: Device,
     /// Writes to modeled registers allowed (the operator's opt-in).
     allow_modeled: bool,
+    /// Rebuilt from another process's descriptors ([`VfioPlatform::from_fds`]): the function
+    /// is shared, so no reset and no interrupt routing from here.
+    shared: bool,
     // Dropped last: the device must be closed before the function is given back.
     binding: Option<Binding>,
 }
@@ -60,8 +63,22 @@ impl VfioPlatform {
             irqs: Mutex::new(Irqs { index: None, fds: Vec::new() }),
             device,
             allow_modeled: allow_modeled_from_env(),
+            shared: false,
             binding: None,
         })
+    }
+
+    /// The device another process (the broker) opened and passed over a unix socket
+    /// ([`crate::shared::recv_device`]), driven from this process: BARs mapped here, DMA mapped
+    /// into the shared address space at IOVAs inside `window` only (the windows of the
+    /// processes sharing a device must not overlap). The function is shared: [`Platform::reset`]
+    /// is refused (resetting is the owner's job) and interrupts are not routed
+    /// (`irq_eventfd` gives `None`: the driver polls), since one process's MSI-X setup would
+    /// replace the others'.
+    pub fn from_fds(fds: crate::shared::DeviceFds, window: crate::IovaRange) -> Result<Self, Error> {
+        let mut p = Self::new(Device::from_fds(fds, window)?)?;
+        p.shared = true;
+        Ok(p)
     }
 
     /// Allow or refuse writes to registers whose placement is modeled, overriding
@@ -126,6 +143,9 @@ impl Platform for VfioPlatform {
     }
 
     fn irq_eventfd(&self, vector: u32) -> Result<Option<OwnedFd>, PlatformError> {
+        if self.shared {
+            return Ok(None);
+        }
         let irq_err = |e: Error| PlatformError::Irq { vector, reason: e.to_string() };
         let (index, count) = self.irq_index().map_err(irq_err)?;
         if vector >= count {
@@ -147,6 +167,9 @@ impl Platform for VfioPlatform {
     }
 
     fn reset(&self) -> Result<(), PlatformError> {
+        if self.shared {
+            return Err(PlatformError::Reset("the device is shared: its owner (the broker) resets it".into()));
+        }
         self.device.reset().map_err(|e| PlatformError::Reset(e.to_string()))
     }
 }

@@ -233,8 +233,19 @@ impl Oob {
         self.local_ip
     }
 
-    /// Every rank's `mine`, indexed by rank.
+    /// Every rank's `mine`, indexed by rank. A failure (a rank gone, a read timeout) shuts
+    /// every link of this rank down, so the ranks waiting on it fail at once too.
     pub fn allgather(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>, FabricError> {
+        let res = self.allgather_inner(mine);
+        if res.is_err() {
+            for s in self.links.iter().flatten() {
+                let _ = s.shutdown(std::net::Shutdown::Both);
+            }
+        }
+        res
+    }
+
+    fn allgather_inner(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>, FabricError> {
         let n = self.spec.size;
         let lost = |r: usize, e: std::io::Error| FabricError::Bootstrap(format!("out-of-band link to rank {r}: {e}"));
         if self.spec.rank == 0 {
@@ -272,6 +283,63 @@ impl Oob {
     /// The timeout of the out-of-band reads.
     pub fn timeout(&self) -> Duration {
         self.timeout
+    }
+
+    /// A watch on this rank's out-of-band links (the same sockets): the transport polls it
+    /// while an exchange makes no progress, so a peer process that is gone (its socket closed
+    /// or reset: exit, SIGKILL, the root severing after a failure) is noticed in about a second
+    /// instead of after the whole timeout, on every rank (see [`Watch`]).
+    pub fn watch(&self) -> Result<Watch, FabricError> {
+        let mut links = Vec::new();
+        for (r, l) in self.links.iter().enumerate() {
+            if let Some(s) = l {
+                links.push((r, s.try_clone().map_err(|e| FabricError::io("out-of-band watch", e))?));
+            }
+        }
+        Ok(Watch { links })
+    }
+}
+
+/// Liveness of the out-of-band links, without reading from them.
+///
+/// - [`Watch::lost`] peeks at every link without blocking: end of stream or a reset means the
+///   process at the other end is gone (pending bytes or nothing to read mean it is alive).
+/// - [`Watch::sever`] shuts the links down, so every rank linked to this one sees its end of
+///   stream. A transport that fails severs: rank 0 links every rank, so the failure of any rank
+///   reaches every other one through it within a poll.
+pub struct Watch {
+    links: Vec<(usize, TcpStream)>,
+}
+
+impl Watch {
+    /// The first linked rank whose process is gone.
+    pub fn lost(&self) -> Option<usize> {
+        use std::os::fd::AsRawFd;
+        for (r, s) in &self.links {
+            let mut b = 0u8;
+            // SAFETY: a one-byte peek into `b` on an open socket this value owns a handle of;
+            // MSG_DONTWAIT leaves the socket's own blocking mode untouched.
+            let n = unsafe {
+                libc::recv(s.as_raw_fd(), (&mut b as *mut u8).cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT)
+            };
+            if n == 0 {
+                return Some(*r);
+            }
+            if n < 0 {
+                let e = std::io::Error::last_os_error();
+                if !matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted) {
+                    return Some(*r);
+                }
+            }
+        }
+        None
+    }
+
+    /// Shuts every link down (both directions).
+    pub fn sever(&self) {
+        for (_, s) in &self.links {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
     }
 }
 

@@ -42,6 +42,14 @@ pub const NRT_NETWORK_PROXY_FAILURE: i32 = 1206;
 /// NRT_INVALID (public `nrt.h`).
 pub const NRT_INVALID: i32 = 2;
 
+/// The transport timeout that goes with an execution timeout (`NEURON_RT_EXEC_TIMEOUT`, whole
+/// seconds; 0 counts as 1): three quarters of it, so that a peer that stops answering fails
+/// the collective with NRT_NETWORK_PROXY_FAILURE before the execution's own timeout would
+/// report a plain NRT_TIMEOUT. libnrt's global communicator and `bench collectives` both use it.
+pub fn transport_timeout(exec_timeout_secs: u32) -> Duration {
+    Duration::from_millis(u64::from(exec_timeout_secs.max(1)) * 750)
+}
+
 /// Errors of the fabric: bootstrap, transport and collectives.
 #[derive(Debug, thiserror::Error)]
 pub enum FabricError {

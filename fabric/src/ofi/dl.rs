@@ -170,7 +170,13 @@ fn open_one(path: &Path) -> Result<Api, String> {
     // SAFETY: fi_version takes no argument and only returns a number.
     let v = unsafe { version() };
     if v < MIN_VERSION {
-        return Err(format!("API {}.{} is older than {}.{}", v >> 16, v & 0xffff, MIN_VERSION >> 16, MIN_VERSION & 0xffff));
+        return Err(format!(
+            "API {}.{} is older than {}.{}",
+            v >> 16,
+            v & 0xffff,
+            MIN_VERSION >> 16,
+            MIN_VERSION & 0xffff
+        ));
     }
     // SAFETY: as above.
     let api = unsafe {

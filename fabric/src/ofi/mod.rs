@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 pub mod dl;
 pub mod sys;
 
-use crate::bootstrap::{Oob, RankSpec};
+use crate::bootstrap::{Oob, RankSpec, Watch};
 use crate::coll::{CollConfig, Communicator};
 use crate::transport::{RecvOp, SendOp, Transport, MAX_TAG};
 use crate::FabricError;
@@ -91,6 +91,15 @@ pub struct OfiTransport {
     provider: String,
     timeout: Duration,
     broken: Option<String>,
+    /// The out-of-band links' liveness (the bootstrap's sockets).
+    watch: Option<Watch>,
+}
+
+/// How long an exchange may go without progress once an out-of-band link reports its peer
+/// gone before it fails: long enough for the last bytes a departing peer sent to be read, and
+/// at most the transport timeout.
+fn lost_grace(timeout: Duration) -> Duration {
+    (timeout / 4).clamp(Duration::from_millis(500), Duration::from_secs(2)).min(timeout)
 }
 
 /// Bootstraps at `root` (rank 0 listens there) and returns the communicator over libfabric
@@ -136,6 +145,7 @@ impl OfiTransport {
             provider: String::new(),
             timeout,
             broken: None,
+            watch: Some(oob.watch()?),
         };
         let name = t.open()?;
         let names = oob.allgather(&name)?;
@@ -308,6 +318,10 @@ impl OfiTransport {
             unsafe { fi_close(&mut (*self.ep).fid) };
             self.ep = null_mut();
         }
+        // Every rank linked to this one learns of the failure now rather than at its timeout.
+        if let Some(w) = &self.watch {
+            w.sever();
+        }
         self.broken = Some(e.to_string());
         e
     }
@@ -376,9 +390,54 @@ impl OfiTransport {
                 unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
             };
             let peer = idx(err.op_context).map_or(usize::MAX, |i| peers[i]);
-            return Err(FabricError::Peer { rank: self.rank, peer, msg: format!("{} ({prov})", strerror(err.err.into())) });
+            return Err(FabricError::Peer {
+                rank: self.rank,
+                peer,
+                msg: format!("{} ({prov})", strerror(err.err.into())),
+            });
         }
         Err(FabricError::Ofi { call: "fi_cq_read", code: rc as i32, msg: strerror(rc as i64) })
+    }
+
+    /// One idle round of an exchange that made no progress (`idle` rounds in a row, the last
+    /// progress at `last`): spin, then yield, then sleep 20 µs; fails with `stalled()` after
+    /// the timeout, or after `grace` when an out-of-band link reports its process gone
+    /// (checked about once a millisecond).
+    fn idle_wait(
+        &self,
+        idle: u32,
+        last: Instant,
+        grace: Duration,
+        stalled: impl FnOnce() -> FabricError,
+    ) -> Result<(), FabricError> {
+        if idle < 64 {
+            std::hint::spin_loop();
+            return Ok(());
+        }
+        if idle < 1024 {
+            std::thread::yield_now();
+            return Ok(());
+        }
+        let stall = last.elapsed();
+        if stall > self.timeout {
+            return Err(stalled());
+        }
+        if idle % 50 == 0 && stall > grace {
+            if let Some(peer) = self.watch.as_ref().and_then(Watch::lost) {
+                let why = if peer == 0 && self.rank != 0 {
+                    "rank 0 closed the out-of-band links (it failed, or saw a rank fail or go away)"
+                } else {
+                    "its out-of-band link closed (the process is gone or failed)"
+                };
+                return Err(FabricError::Peer {
+                    rank: self.rank,
+                    peer,
+                    msg: format!("{why}, and nothing completed for {stall:?}"),
+                });
+            }
+        }
+        std::thread::sleep(Duration::from_micros(20));
+        Ok(())
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -423,6 +482,8 @@ impl OfiTransport {
         let mut left = n;
         let mut last = Instant::now();
         let timeout = self.timeout;
+        let grace = lost_grace(timeout);
+        let mut idle = 0u32;
         let stalled = |peers: &[usize], done: &[bool], rank| FabricError::Timeout {
             rank,
             peers: {
@@ -456,7 +517,9 @@ impl OfiTransport {
                     // SAFETY: as above, for the borrowed send buffer.
                     unsafe {
                         match (*(*self.ep).tagged).send {
-                            Some(send) => send(self.ep, start as *const c_void, len, desc, self.addrs[s.peer], tag, ctx),
+                            Some(send) => {
+                                send(self.ep, start as *const c_void, len, desc, self.addrs[s.peer], tag, ctx)
+                            }
                             None => -(libc::ENOSYS as isize),
                         }
                     }
@@ -472,14 +535,16 @@ impl OfiTransport {
                     });
                 }
                 if self.poll(base, &peers, &mut done, &mut left)? {
+                    idle = 0;
                     last = Instant::now();
-                } else if last.elapsed() > timeout {
-                    return Err(stalled(&peers, &done, self.rank));
+                } else {
+                    idle += 1;
+                    self.idle_wait(idle, last, grace, || stalled(&peers, &done, self.rank))?;
                 }
             }
         }
         overlap();
-        let mut idle = 0u32;
+        idle = 0;
         while left > 0 {
             if self.poll(base, &peers, &mut done, &mut left)? {
                 idle = 0;
@@ -487,16 +552,7 @@ impl OfiTransport {
                 continue;
             }
             idle += 1;
-            if idle < 64 {
-                std::hint::spin_loop();
-            } else if idle < 1024 {
-                std::thread::yield_now();
-            } else {
-                if last.elapsed() > timeout {
-                    return Err(stalled(&peers, &done, self.rank));
-                }
-                std::thread::sleep(Duration::from_micros(20));
-            }
+            self.idle_wait(idle, last, grace, || stalled(&peers, &done, self.rank))?;
         }
         drop(ctxs);
         Ok(())

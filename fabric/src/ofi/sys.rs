@@ -169,7 +169,17 @@ pub struct fi_ops_mr {
     pub size: usize,
     #[allow(clippy::type_complexity)]
     pub reg: Option<
-        unsafe extern "C" fn(*mut fid, *const c_void, usize, u64, u64, u64, u64, *mut *mut fid_mr, *mut c_void) -> c_int,
+        unsafe extern "C" fn(
+            *mut fid,
+            *const c_void,
+            usize,
+            u64,
+            u64,
+            u64,
+            u64,
+            *mut *mut fid_mr,
+            *mut c_void,
+        ) -> c_int,
     >,
 }
 
@@ -236,8 +246,7 @@ pub struct fi_ops_cq {
     pub sread: Option<unsafe extern "C" fn()>,
     pub sreadfrom: Option<unsafe extern "C" fn()>,
     pub signal: Option<unsafe extern "C" fn()>,
-    pub strerror:
-        Option<unsafe extern "C" fn(*mut fid_cq, c_int, *const c_void, *mut c_char, usize) -> *const c_char>,
+    pub strerror: Option<unsafe extern "C" fn(*mut fid_cq, c_int, *const c_void, *mut c_char, usize) -> *const c_char>,
 }
 
 /// `struct fi_cq_msg_entry`.
@@ -289,10 +298,12 @@ pub struct fi_ops_cm {
 #[repr(C)]
 pub struct fi_ops_tagged {
     pub size: usize,
-    pub recv: Option<unsafe extern "C" fn(*mut fid_ep, *mut c_void, usize, *mut c_void, u64, u64, u64, *mut c_void) -> isize>,
+    pub recv:
+        Option<unsafe extern "C" fn(*mut fid_ep, *mut c_void, usize, *mut c_void, u64, u64, u64, *mut c_void) -> isize>,
     pub recvv: Option<unsafe extern "C" fn()>,
     pub recvmsg: Option<unsafe extern "C" fn()>,
-    pub send: Option<unsafe extern "C" fn(*mut fid_ep, *const c_void, usize, *mut c_void, u64, u64, *mut c_void) -> isize>,
+    pub send:
+        Option<unsafe extern "C" fn(*mut fid_ep, *const c_void, usize, *mut c_void, u64, u64, *mut c_void) -> isize>,
 }
 
 /// `struct fi_context2`.

@@ -84,9 +84,36 @@ pub fn parse_root(s: &str) -> Result<(String, u16), FabricError> {
     Ok((host.to_string(), port))
 }
 
-/// The root address from `NEURON_RT_ROOT_COMM_ID`.
+/// The root address from the process environment ([`resolve_root`]).
 pub fn root_from_env() -> Result<String, FabricError> {
-    std::env::var(ROOT_ENV).map_err(|_| FabricError::Invalid(format!("{ROOT_ENV} is not set (host:port of rank 0)")))
+    resolve_root(|k| std::env::var(k).ok())
+}
+
+/// The root address: `NEURON_RT_ROOT_COMM_ID`; when unset under torchrun (`MASTER_ADDR` /
+/// `MASTER_PORT` set), `MASTER_ADDR:MASTER_PORT+1`.
+///
+/// The Neuron PyTorch plugin sets `NEURON_RT_ROOT_COMM_ID` itself when it is unset: the host
+/// is `MASTER_ADDR` and the port one that rank 0 finds free and publishes through torch's
+/// store (which torchrun serves at `MASTER_ADDR:MASTER_PORT`). A libnrt program without torch
+/// cannot read that store, so it takes the port after the store's; with the plugin in the
+/// process the variable is already set and wins.
+pub fn resolve_root(lookup: impl Fn(&str) -> Option<String>) -> Result<String, FabricError> {
+    if let Some(r) = lookup(ROOT_ENV).filter(|r| !r.is_empty()) {
+        return Ok(r);
+    }
+    if let (Some(addr), Some(port)) = (lookup("MASTER_ADDR"), lookup("MASTER_PORT")) {
+        let p: u16 = port
+            .trim()
+            .parse()
+            .ok()
+            .filter(|p| *p > 0 && *p < u16::MAX)
+            .ok_or_else(|| FabricError::Invalid(format!("MASTER_PORT={port:?} is not a port below 65535")))?;
+        let host = if addr.contains(':') && !addr.starts_with('[') { format!("[{addr}]") } else { addr };
+        return Ok(format!("{host}:{}", p + 1));
+    }
+    Err(FabricError::Invalid(format!(
+        "{ROOT_ENV} is not set (host:port of rank 0; under torchrun MASTER_ADDR/MASTER_PORT stand in)"
+    )))
 }
 
 fn write_frame(s: &mut TcpStream, b: &[u8]) -> std::io::Result<()> {
@@ -370,6 +397,24 @@ mod tests {
         assert!(resolve_rank(None, None, env(&[])).is_err());
         assert!(resolve_rank(Some(2), Some(2), env(&[])).is_err());
         assert!(resolve_rank(None, None, env(&[("RANK", "x"), ("WORLD_SIZE", "2")])).is_err());
+    }
+
+    #[test]
+    fn root_from_neuron_rt_root_comm_id_else_torchruns_master_port_plus_one() {
+        let r = resolve_root(env(&[(ROOT_ENV, "10.0.0.1:44444"), ("MASTER_ADDR", "h"), ("MASTER_PORT", "29500")]));
+        assert_eq!(r.ok().as_deref(), Some("10.0.0.1:44444"));
+        let r = resolve_root(env(&[("MASTER_ADDR", "node-0"), ("MASTER_PORT", "29500")]));
+        assert_eq!(r.ok().as_deref(), Some("node-0:29501"));
+        let r = resolve_root(env(&[("MASTER_ADDR", "fd00::1"), ("MASTER_PORT", "29500")]));
+        assert_eq!(r.ok().as_deref(), Some("[fd00::1]:29501"));
+        assert!(matches!(
+            resolve_root(env(&[("MASTER_ADDR", "h"), ("MASTER_PORT", "65535")])),
+            Err(FabricError::Invalid(_))
+        ));
+        match resolve_root(env(&[])) {
+            Err(FabricError::Invalid(m)) => assert!(m.contains(ROOT_ENV), "{m}"),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -307,6 +307,40 @@ fn slurm_environment_with_the_batch_scripts_root() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Without a usable libfabric, a multi-process `nrt_load_collectives` fails with NRT_FAILURE
+/// and a message naming what to install; `nrt_init` and everything single-process still work.
+#[test]
+fn without_libfabric_only_the_multi_process_load_fails() {
+    let Some(prog) = ranks_program() else { return };
+    let n = 2;
+    let dir = job_dir("nolibfabric");
+    write_job(&dir, n);
+    let root = format!("127.0.0.1:{}", free_port());
+    let envs: Vec<Vec<(String, String)>> = (0..n)
+        .map(|r| {
+            [
+                ("SLURM_PROCID", r.to_string()),
+                ("SLURM_NTASKS", n.to_string()),
+                ("SLURM_LOCALID", r.to_string()),
+                ("NEURON_RT_ROOT_COMM_ID", root.clone()),
+                ("NEURON_VFIO_LIBFABRIC", "/nonexistent/libfabric.so.1".into()),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect()
+        })
+        .collect();
+    for (r, o) in run_ranks(&prog, &dir, &envs, "allreduce").iter().enumerate() {
+        let (stdout, stderr) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        println!("--- rank {r}: {:?}\n{stdout}{stderr}", o.status);
+        assert!(!o.status.success());
+        assert!(stdout.contains(&format!("ok   rank {r}/{n}: nrt_init -> 0")), "{stdout}");
+        assert!(stdout.contains(&format!("FAIL rank {r}/{n} allreduce: nrt_load_collectives -> 1\n")), "{stdout}");
+        assert!(stderr.contains("apt-get install libfabric1"), "{stderr}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Two network namespaces joined by a veth pair, deleted (with the pair) on drop.
 struct TwoHosts {
     ns: [String; 2],

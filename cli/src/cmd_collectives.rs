@@ -189,12 +189,22 @@ fn launch(a: &CollectivesArgs, n: usize, json: bool) -> Result<(), CliError> {
         kids.push(c.spawn().map_err(|e| CliError::failure(format!("cannot start rank {r}: {e}")))?);
     }
     let mut per_rank: Vec<Option<Vec<Value>>> = Vec::new();
-    for k in kids {
+    // What ranks that produced no rows said instead (their error, as JSON under --json).
+    let mut said = Vec::new();
+    for (r, k) in kids.into_iter().enumerate() {
         let out = k.wait_with_output().map_err(|e| CliError::failure(format!("rank wait: {e}")))?;
-        let first = String::from_utf8_lossy(&out.stdout).lines().next().unwrap_or_default().to_string();
-        per_rank.push(serde_json::from_str::<Vec<Value>>(&first).ok());
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let first = text.lines().next().unwrap_or_default();
+        let rows = serde_json::from_str::<Vec<Value>>(first).ok();
+        if rows.is_none() && a.kill_rank != Some(r) {
+            said.push(format!("rank {r}: {}", text.trim()));
+        }
+        per_rank.push(rows);
     }
     let rows = merge(&per_rank);
+    if rows.is_empty() {
+        return Err(CliError::failure(format!("no rank reported results: {}", said.join("; "))));
+    }
     report(&rows, json);
     if let Some(k) = a.kill_rank {
         // Every survivor must have failed (the merged rows show only the first failure).

@@ -87,6 +87,22 @@ fn killed_rank_makes_every_survivor_fail_within_the_exec_timeout() {
     eprintln!("killed rank: survivors failed as reported above; whole run {wall:?}");
 }
 
+/// Without a usable libfabric the run fails (non-zero) naming what to install.
+#[test]
+fn without_libfabric_the_run_fails_naming_what_to_install() {
+    let out = cli()
+        .env("NEURON_VFIO_LIBFABRIC", "/nonexistent/libfabric.so.1")
+        .args(["bench", "collectives", "--ranks", "2", "--sizes", "4K", "--timeout", "5"])
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("apt-get install libfabric1") && stderr.contains("/nonexistent/libfabric.so.1"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn joining_without_a_root_is_invalid() {
     let out = cli()

@@ -27,17 +27,19 @@ trap 'rm -rf "$work"' EXIT
 
 bytes_of() { python3 -c "import sys;s=sys.argv[1];m={'K':1<<10,'M':1<<20,'G':1<<30};print(int(s[:-1])*m[s[-1]] if s[-1] in m else int(s))" "$1"; }
 
-# A fabtests server/client pair on loopback; prints the client's last result line.
+# A fabtests server/client pair on loopback (PROG: a path); prints the client's header and last
+# result line, joined by '|'.
 pair() {
     local prog=$1; shift
     local port
     port=$(python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
-    "$ft/$prog" -p "$prov" -B "$port" "$@" >"$work/server.out" 2>&1 &
+    "$prog" -p "$prov" -B "$port" "$@" >"$work/server.out" 2>&1 &
     local srv=$!
     sleep 0.5
-    "$ft/$prog" -p "$prov" -P "$port" "$@" 127.0.0.1 >"$work/client.out" 2>&1 || true
+    "$prog" -p "$prov" -P "$port" "$@" 127.0.0.1 >"$work/client.out" 2>&1 || true
     wait "$srv" || true
-    grep -E '^[[:space:]]*[0-9]' "$work/client.out" | tail -n1
+    printf '%s|%s\n' "$(grep -E '^bytes' "$work/client.out" | tail -n1)" \
+        "$(grep -E '^[[:space:]]*[0-9]' "$work/client.out" | tail -n1)"
 }
 
 echo "uptime before: $(uptime)"
@@ -47,10 +49,10 @@ first=1
 {
     for s in ${sizes//,/ }; do
         b=$(bytes_of "$s")
-        rdm=$(pair fi_rdm_tagged_bw -e rdm -S "$b" -I "$iters" -W 16)
-        msg=$(pair fi_msg_bw -e msg -S "$b" -I "$iters" -W 16)
+        rdm=$(pair "$ft/fi_rdm_tagged_bw" -e rdm -S "$b" -I "$iters" -W 16)
+        msg=$(pair "$ft/fi_msg_bw" -e msg -S "$b" -I "$iters" -W 16)
         lat=""
-        if [ $first = 1 ]; then lat=$(PATH="$ft:$prefix/bin:$PATH" pair fi_pingpong -e rdm -S "$b" -I 1000); first=0; fi
+        if [ $first = 1 ]; then lat=$(pair "$prefix/bin/fi_pingpong" -e rdm -S "$b" -I 1000); first=0; fi
         printf '%s\t%s\t%s\t%s\n' "$b" "$rdm" "$msg" "$lat"
     done
 } >"$work/fabtests.tsv"
@@ -58,10 +60,14 @@ echo "uptime after: $(uptime)"
 python3 - "$work/ours.json" "$work/fabtests.tsv" "$prov" <<'PY'
 import json, sys
 ours = {r["bytes"]: r for r in json.load(open(sys.argv[1]))}
-def mbps(line):
-    # fabtests columns: bytes iters total time MB/sec usec/xfer Mxfers/sec
-    f = line.split()
-    return (float(f[4]) / 1e3, float(f[5])) if len(f) >= 6 else (float("nan"), float("nan"))
+def mbps(cell):
+    # "header|values": fabtests print MB/sec (1e6 bytes/s) and usec/xfer columns.
+    head, _, vals = cell.partition("|")
+    h, v = head.split(), vals.split()
+    try:
+        return float(v[h.index("MB/sec")]) / 1e3, float(v[h.index("usec/xfer")])
+    except (ValueError, IndexError):
+        return float("nan"), float("nan")
 print(f"\nprovider {sys.argv[3]}, 4 rank processes (ours) / one server-client pair (fabtests), loopback\n")
 print("| bytes | all-reduce busbw GB/s | fi_rdm_tagged_bw GB/s | fi_msg_bw GB/s | busbw / rdm_tagged_bw | correct |")
 print("|---|---|---|---|---|---|")

@@ -110,6 +110,8 @@ pub fn join(
     timeout: Duration,
     cfg: CollConfig,
 ) -> Result<(Communicator<OfiTransport>, Oob), FabricError> {
+    // A missing libfabric fails here, before any rank waits for this one at the rendezvous.
+    dl::api()?;
     let mut oob = Oob::connect(root, spec, timeout)?;
     let t = OfiTransport::new(&mut oob, timeout)?;
     Ok((Communicator::new(t, cfg)?, oob))

@@ -78,7 +78,7 @@ for line in open(sys.argv[2]):
     r = ours.get(b, {})
     bus = r.get("busbw_gbps") or float("nan")
     (rbw, _), (mbw, _) = mbps(rdm), mbps(msg)
-    print(f"| {b} | {bus:.3f} | {rbw:.3f} | {mbw:.3f} | {bus / rbw if rbw else float('nan'):.2f} | {r.get('correct')} |")
+    print(f"| {b} | {bus:.4f} | {rbw:.4f} | {mbw:.4f} | {bus / rbw if rbw else float('nan'):.2f} | {r.get('correct')} |")
     if lat:
         alg = r.get("algbw_gbps") or 0.0
         us = b / (alg * 1e9) * 1e6 if alg else float("nan")

@@ -424,7 +424,7 @@ impl OfiTransport {
         if stall > self.timeout {
             return Err(stalled());
         }
-        if idle % 50 == 0 && stall > grace {
+        if idle.is_multiple_of(50) && stall > grace {
             if let Some(peer) = self.watch.as_ref().and_then(Watch::lost) {
                 let why = if peer == 0 && self.rank != 0 {
                     "rank 0 closed the out-of-band links (it failed, or saw a rank fail or go away)"

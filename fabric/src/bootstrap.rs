@@ -122,9 +122,17 @@ fn write_frame(s: &mut TcpStream, b: &[u8]) -> std::io::Result<()> {
     s.write_all(b)
 }
 
+/// The length word a rank sends on each out-of-band link when it leaves the job in order (its
+/// [`Oob`] dropped): the peer's [`Watch`] finds bytes pending, not a bare end of stream, so an
+/// orderly exit is never taken for a failure; reading it is an error (the rank is gone).
+const BYE: u32 = u32::MAX;
+
 fn read_frame(s: &mut TcpStream) -> std::io::Result<Vec<u8>> {
     let mut l = [0u8; 4];
     s.read_exact(&mut l)?;
+    if u32::from_le_bytes(l) == BYE {
+        return Err(std::io::Error::new(std::io::ErrorKind::ConnectionAborted, "the rank left the job"));
+    }
     let len = u32::from_le_bytes(l) as usize;
     if len > MAX_FRAME {
         return Err(std::io::Error::other(format!("frame of {len} bytes")));
@@ -327,10 +335,23 @@ impl Oob {
     }
 }
 
+impl Drop for Oob {
+    /// Leaves in order: a goodbye word on every link (best effort, never blocking; a link shut
+    /// down by a failure takes nothing, so its peers see the failure).
+    fn drop(&mut self) {
+        for s in self.links.iter_mut().flatten() {
+            if s.set_nonblocking(true).is_ok() {
+                let _ = s.write_all(&BYE.to_le_bytes());
+            }
+        }
+    }
+}
+
 /// Liveness of the out-of-band links, without reading from them.
 ///
 /// - [`Watch::lost`] peeks at every link without blocking: end of stream or a reset means the
-///   process at the other end is gone (pending bytes or nothing to read mean it is alive).
+///   process at the other end is gone (pending bytes — data, or the goodbye of a rank that
+///   left in order — or nothing to read mean it is not a failure).
 /// - [`Watch::sever`] shuts the links down, so every rank linked to this one sees its end of
 ///   stream. A transport that fails severs: rank 0 links every rank, so the failure of any rank
 ///   reaches every other one through it within a poll.
@@ -447,6 +468,41 @@ mod tests {
             let all = h.join().map_err(|_| "panic").and_then(|r| r.map_err(|_| "err"));
             assert_eq!(all, Ok(vec![vec![0u8; 3], vec![1; 3], vec![2; 3]]));
         }
+    }
+
+    /// Three ranks: rank 1 leaves in order (its Oob dropped: goodbye), rank 2's links are
+    /// severed as after a failure. Rank 0's watch reports rank 2 only; the peers of a severed
+    /// rank see it gone, and reading a goodbye is an error.
+    #[test]
+    fn the_watch_tells_a_failure_from_an_orderly_exit() {
+        let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(0);
+        let root = format!("127.0.0.1:{port}");
+        let t = Duration::from_secs(10);
+        let others: Vec<_> = (1..3)
+            .map(|r| {
+                let root = root.clone();
+                std::thread::spawn(move || Oob::connect(&root, RankSpec { rank: r, size: 3 }, t))
+            })
+            .collect();
+        let mut o0 = Oob::connect(&root, RankSpec { rank: 0, size: 3 }, t).expect("rank 0");
+        let mut rest: Vec<Oob> = others.into_iter().map(|h| h.join().expect("thread").expect("rank joins")).collect();
+        let w0 = o0.watch().expect("watch");
+        assert_eq!(w0.lost(), None);
+        let o2 = rest.pop().expect("rank 2");
+        let o1 = rest.pop().expect("rank 1");
+        let w2 = o2.watch().expect("watch");
+        // Rank 1's goodbye and end of stream go out before rank 2's links are cut; the watch
+        // checks rank 1's link first, so the first rank it reports must be 2.
+        drop(o1);
+        w2.sever();
+        let until = Instant::now() + t;
+        while w0.lost().is_none() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(w0.lost(), Some(2), "an orderly exit is not a failure; a severed link is");
+        drop(o2);
+        // Reading rank 1's goodbye fails the out-of-band allgather.
+        assert!(o0.allgather(b"x").is_err());
     }
 
     #[test]

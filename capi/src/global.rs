@@ -93,15 +93,16 @@ fn fab(e: FabricError) -> RtError {
     err(e.status(), e.to_string())
 }
 
-/// Transport timeout: three quarters of `NEURON_RT_EXEC_TIMEOUT` (default 600 s), so that a
-/// dead peer fails the collective — and the execution with NRT_NETWORK_PROXY_FAILURE — before
-/// the execution's own timeout would report a plain NRT_TIMEOUT.
+/// Transport timeout: [`fabric::transport_timeout`] of `NEURON_RT_EXEC_TIMEOUT` (default
+/// 600 s), so that a dead peer fails the collective — and the execution with
+/// NRT_NETWORK_PROXY_FAILURE — before the execution's own timeout would report a plain
+/// NRT_TIMEOUT.
 pub(crate) fn timeout() -> Result<Duration, RtError> {
     let secs = match std::env::var(runtime::env::EXEC_TIMEOUT_VAR) {
         Ok(v) => runtime::env::parse_exec_timeout(&v).map_err(|e| err(NrtStatus::Invalid, e.to_string()))?,
         Err(_) => runtime::env::DEFAULT_EXEC_TIMEOUT_SECS,
     };
-    Ok(Duration::from_millis(u64::from(secs.max(1)) * 750))
+    Ok(fabric::transport_timeout(secs))
 }
 
 impl Global {

@@ -23,12 +23,12 @@ use std::net::TcpListener;
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
-use fabric::reduce::{pattern, reference_all_gather, reference_all_reduce, reference_reduce_scatter};
+#[path = "support/collective.rs"]
+mod collective;
+use collective::*;
+
+use fabric::reduce::{pattern, reference_all_reduce};
 use fabric::{DType, ReduceOp};
-use isa::device_ops::{alu, ctype, dtype};
-use isa::slot::{Events, Instruction, Opcode, SlotHeader, TriggerCollective};
-use neff::builder::{self, sems, EngineDesc, GraphDesc, TensorDesc, VarDesc};
-use neff::model::{Engine, VarKind};
 use nrt::experimental::{nrt_all_gather, nrt_barrier};
 use nrt::sendrecv::*;
 use nrt::*;
@@ -160,44 +160,6 @@ unsafe fn sendrecv(rank: usize, tin: *mut nrt_tensor_t, tout: *mut nrt_tensor_t)
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Kind {
-    AllReduce,
-    AllGather,
-    ReduceScatter,
-}
-
-/// One collective of the matrix: a NEFF of `g` graphs per process, replica group `group`
-/// (global ranks), `elems` input elements per rank.
-#[derive(Debug, Clone)]
-struct Case {
-    kind: Kind,
-    dt: DType,
-    op: ReduceOp,
-    elems: usize,
-    group: Vec<u32>,
-}
-
-impl Case {
-    fn label(&self) -> String {
-        format!("{:?} {} {} x{} group {:?}", self.kind, self.op.name(), self.dt.name(), self.elems, self.group)
-    }
-
-    fn in_bytes(&self) -> usize {
-        self.elems * self.dt.size()
-    }
-
-    /// Bytes of the output tensor (reduce-scatter: the largest segment).
-    fn out_bytes(&self) -> usize {
-        let n = self.group.len();
-        match self.kind {
-            Kind::AllReduce => self.in_bytes(),
-            Kind::AllGather => self.in_bytes() * n,
-            Kind::ReduceScatter => self.elems.div_ceil(n) * self.dt.size(),
-        }
-    }
-}
-
 /// The cases of a launch of `procs` processes with `g` ranks each (the same list in the parent
 /// and every rank process). Sizes: odd element counts of a few bytes, 64 KiB, 1 MiB.
 fn cases(procs: usize, g: usize) -> Vec<Case> {
@@ -227,96 +189,6 @@ fn cases(procs: usize, g: usize) -> Vec<Case> {
     v.push(c(Kind::ReduceScatter, DType::I32, ReduceOp::Max, mib / 4, &woven));
     v.push(c(Kind::ReduceScatter, DType::F32, ReduceOp::Add, mib / 4 + 3, &flat));
     v
-}
-
-/// Graph `i`: input `in{i}` → DMA → the collective → DMA → `output` (libnrt's test model's
-/// program shape, [`builder::allreduce_graph`], with the case's collective and sizes).
-fn graph(c: &Case, i: usize) -> GraphDesc {
-    let (ib, ob) = (c.in_bytes() as u64, c.out_bytes() as u64);
-    // The collective's destination must hold the input's size too (the staging check).
-    let gb = ib.max(ob);
-    let input = format!("in{i}");
-    let mut gr = builder::allreduce_graph(&format!("sg{i:02}"), c.group.clone());
-    gr.vars = vec![
-        VarDesc::new(&input, VarKind::Input, ib),
-        VarDesc::new("output", VarKind::Output, ob),
-        VarDesc::new("gradient_in", VarKind::TmpBuf, ib),
-        VarDesc::new("gradient_out", VarKind::TmpBuf, gb),
-    ];
-    for e in gr.engines.iter_mut() {
-        for b in e.dma_blocks.iter_mut() {
-            for d in b.descs.iter_mut() {
-                *d = if d.from == "input" {
-                    neff::builder::copy_desc(&input, "gradient_in", ib)
-                } else {
-                    neff::builder::copy_desc("gradient_out", "output", ob)
-                };
-            }
-        }
-    }
-    let mut pe = EngineDesc::new(Engine::Pe);
-    pe.push(&Instruction::TriggerCollective(TriggerCollective {
-        header: SlotHeader::new(Opcode::PseudoTriggerCollective),
-        events: Events::wait_gt(sems::IN_DONE, 0).inc_on_complete(sems::CC_DONE),
-        op: match c.op {
-            ReduceOp::Add => alu::ADD,
-            ReduceOp::Max => alu::MAX,
-            ReduceOp::Min => alu::MIN,
-        },
-        dtype: match c.dt {
-            DType::F32 => dtype::FP32,
-            DType::Bf16 => dtype::BF16,
-            DType::F16 => dtype::FP16,
-            DType::I32 => dtype::INT32,
-        },
-        group_id: 0,
-        input_tensor_id: 2,
-        output_tensor_id: 3,
-        num_elements: c.elems as u64,
-        ctype: match c.kind {
-            Kind::AllReduce => ctype::ALL_REDUCE,
-            Kind::AllGather => ctype::ALL_GATHER,
-            Kind::ReduceScatter => ctype::REDUCE_SCATTER,
-        },
-        reserved: [0; 15],
-        src_offset_elems: 0,
-        dst_offset_elems: 0,
-    }));
-    for e in gr.engines.iter_mut() {
-        if e.kind == Engine::Pe {
-            *e = pe.clone();
-        }
-    }
-    gr
-}
-
-fn case_neff(c: &Case, g: usize) -> Result<Vec<u8>, String> {
-    let mut m = builder::allreduce_model(1);
-    m.name = "collective".into();
-    m.inputs = (0..g)
-        .map(|i| TensorDesc { name: format!("in{i}"), dtype: "uint8".into(), shape: vec![c.in_bytes() as u64] })
-        .collect();
-    m.outputs = vec![TensorDesc { name: "output".into(), dtype: "uint8".into(), shape: vec![c.out_bytes() as u64] }];
-    m.graphs = (0..g).map(|i| graph(c, i)).collect();
-    m.build().map_err(|e| e.to_string())
-}
-
-/// Input of global rank `r` in case `k`.
-fn case_input(c: &Case, k: usize, r: u32) -> Vec<u8> {
-    pattern(r as usize, c.in_bytes(), c.dt, 0x7700 + k as u64)
-}
-
-/// What graph 0 of process `proc` (global rank `proc·g`) must output: the host reference over
-/// the group's inputs in group order.
-fn case_expect(c: &Case, k: usize, proc: usize, g: usize) -> Result<Vec<u8>, String> {
-    let ins: Vec<Vec<u8>> = c.group.iter().map(|&r| case_input(c, k, r)).collect();
-    let refs: Vec<&[u8]> = ins.iter().map(|v| v.as_slice()).collect();
-    let me = c.group.iter().position(|&r| r as usize == proc * g).ok_or("graph 0 is not in the group")?;
-    match c.kind {
-        Kind::AllReduce => reference_all_reduce(&refs, c.dt, c.op).map_err(|e| e.to_string()),
-        Kind::AllGather => Ok(reference_all_gather(&refs)),
-        Kind::ReduceScatter => reference_reduce_scatter(&refs, c.dt, c.op, me).map_err(|e| e.to_string()),
-    }
 }
 
 /// Runs every case of the launch as rank `rank` of `size` processes holding `g` ranks each;

@@ -87,9 +87,12 @@ pub struct CollectivesArgs {
     /// report NRT_NETWORK_PROXY_FAILURE (1206) or NRT_EXEC_HW_ERR_COLLECTIVES (1200).
     #[arg(long)]
     kill_rank: Option<usize>,
-    /// Seconds without progress after which a collective (or the rendezvous) fails.
-    #[arg(long, default_value_t = 30.0)]
-    timeout: f64,
+    /// Seconds without progress after which a collective (or the rendezvous) fails (default:
+    /// three quarters of NEURON_RT_EXEC_TIMEOUT, libnrt's default 600 s when unset — as
+    /// libnrt's own collectives). A rank whose process is gone is noticed sooner, in about a
+    /// second (the out-of-band links close).
+    #[arg(long)]
+    timeout: Option<f64>,
     /// Pipeline chunk of the ring algorithms (K/M suffixes).
     #[arg(long, default_value = "512K")]
     chunk: String,
@@ -122,7 +125,7 @@ pub fn run(a: CollectivesArgs, json: bool) -> Result<(), CliError> {
     let rop =
         ReduceOp::parse(&a.reduce).ok_or_else(|| CliError::invalid(format!("unknown reduction {:?}", a.reduce)))?;
     let sizes = a.sizes.split(',').map(parse_size).collect::<Result<Vec<_>, _>>()?;
-    if sizes.is_empty() || a.iters == 0 || a.timeout.is_nan() || a.timeout <= 0.0 {
+    if sizes.is_empty() || a.iters == 0 || a.timeout.is_some_and(|t| !t.is_finite() || t <= 0.0) {
         return Err(CliError::invalid("need at least one size, --iters > 0 and --timeout > 0"));
     }
     let launcher_env = bootstrap::LAUNCHER_ENV.iter().any(|(r, _)| std::env::var_os(r).is_some());
@@ -144,8 +147,17 @@ pub fn run(a: CollectivesArgs, json: bool) -> Result<(), CliError> {
     verdict(&rows, a.kill_rank)
 }
 
-fn timeout_of(a: &CollectivesArgs) -> Duration {
-    Duration::from_secs_f64(a.timeout)
+/// `--timeout`, else the transport timeout of NEURON_RT_EXEC_TIMEOUT (libnrt's default when
+/// unset).
+fn timeout_of(a: &CollectivesArgs) -> Result<Duration, CliError> {
+    if let Some(t) = a.timeout {
+        return Ok(Duration::from_secs_f64(t));
+    }
+    let secs = match std::env::var(runtime::env::EXEC_TIMEOUT_VAR) {
+        Ok(v) => runtime::env::parse_exec_timeout(&v).map_err(|e| CliError::invalid(e.to_string()))?,
+        Err(_) => runtime::env::DEFAULT_EXEC_TIMEOUT_SECS,
+    };
+    Ok(fabric::transport_timeout(secs))
 }
 
 /// Local launch: N rank processes of this binary on loopback.
@@ -169,7 +181,7 @@ fn launch(a: &CollectivesArgs, n: usize, json: bool) -> Result<(), CliError> {
             .args(["--root", &format!("127.0.0.1:{port}")])
             .args(["--op", a.op.name()])
             .args(["--dtype", &a.dtype, "--reduce", &a.reduce, "--sizes", &a.sizes, "--chunk", &a.chunk])
-            .args(["--iters", &a.iters.to_string(), "--timeout", &a.timeout.to_string()])
+            .args(["--iters", &a.iters.to_string(), "--timeout", &timeout_of(a)?.as_secs_f64().to_string()])
             .stdout(Stdio::piped());
         if let Some(k) = a.kill_rank {
             c.args(["--kill-rank", &k.to_string()]);
@@ -177,13 +189,39 @@ fn launch(a: &CollectivesArgs, n: usize, json: bool) -> Result<(), CliError> {
         kids.push(c.spawn().map_err(|e| CliError::failure(format!("cannot start rank {r}: {e}")))?);
     }
     let mut per_rank: Vec<Option<Vec<Value>>> = Vec::new();
-    for k in kids {
+    // What ranks that produced no rows said instead (their error, as JSON under --json).
+    let mut said = Vec::new();
+    for (r, k) in kids.into_iter().enumerate() {
         let out = k.wait_with_output().map_err(|e| CliError::failure(format!("rank wait: {e}")))?;
-        let first = String::from_utf8_lossy(&out.stdout).lines().next().unwrap_or_default().to_string();
-        per_rank.push(serde_json::from_str::<Vec<Value>>(&first).ok());
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let first = text.lines().next().unwrap_or_default();
+        let rows = serde_json::from_str::<Vec<Value>>(first).ok();
+        if rows.is_none() && a.kill_rank != Some(r) {
+            said.push(format!("rank {r}: {}", text.trim()));
+        }
+        per_rank.push(rows);
     }
     let rows = merge(&per_rank);
+    if rows.is_empty() {
+        return Err(CliError::failure(format!("no rank reported results: {}", said.join("; "))));
+    }
     report(&rows, json);
+    if let Some(k) = a.kill_rank {
+        // Every survivor must have failed (the merged rows show only the first failure).
+        for (r, rank_rows) in per_rank.iter().enumerate().filter(|(r, _)| *r != k) {
+            let fail = rank_rows.as_ref().and_then(|v| v.iter().find(|x| x["code"] != 0));
+            match fail {
+                Some(x) => eprintln!(
+                    "bench collectives: rank {r}: {} after {:.3} s",
+                    x["status"].as_str().unwrap_or(""),
+                    x["failed_after_s"].as_f64().unwrap_or(f64::NAN)
+                ),
+                None => {
+                    return Err(CliError::failure(format!("rank {k} was killed but rank {r} reported no failure")));
+                }
+            }
+        }
+    }
     verdict(&rows, a.kill_rank)
 }
 
@@ -199,7 +237,7 @@ fn merge(per_rank: &[Option<Vec<Value>>]) -> Vec<Value> {
                 Some(m) => {
                     let ok = m["code"] == 0;
                     if ok && r["code"] != 0 {
-                        for f in ["status", "code", "error"] {
+                        for f in ["status", "code", "error", "failed_after_s"] {
                             m[f] = r[f].clone();
                         }
                     }
@@ -246,35 +284,47 @@ fn report(rows: &[Value], json: bool) {
     }
 }
 
-/// Without --kill-rank: every row ok and correct. With it: the survivors' rows show
-/// 1206/1200 (and nothing else went wrong).
+/// The exit status: success only when every row succeeded with results equal to the host
+/// reference. Any failed row fails the command with that row's status; with `--kill-rank`
+/// the failure is the expected outcome when every row failed with 1206/1200 (the message says
+/// so) and a plain NRT_FAILURE otherwise (no survivor noticed, or another status).
 fn verdict(rows: &[Value], kill: Option<usize>) -> Result<(), CliError> {
     let failed: Vec<&Value> = rows.iter().filter(|r| r["code"] != 0).collect();
+    if rows.iter().any(|r| r["code"] == 0 && r["correct"] != true) {
+        return Err(CliError::failure("results differ from the host reference"));
+    }
+    let status_of = |r: &Value| {
+        if r["code"] == 1200 {
+            NrtStatus::ExecHwErrCollectives
+        } else {
+            NrtStatus::NetworkProxyFailure
+        }
+    };
     match kill {
         None => {
             if let Some(r) = failed.first() {
-                let code = r["code"].as_i64().unwrap_or(1);
-                let status =
-                    if code == 1200 { NrtStatus::ExecHwErrCollectives } else { NrtStatus::NetworkProxyFailure };
-                return Err(CliError::new(status, format!("{} of {} B: {}", r["op"], r["bytes"], r["error"])));
+                return Err(CliError::new(status_of(r), format!("{} of {} B: {}", r["op"], r["bytes"], r["error"])));
             }
-            if rows.is_empty() || rows.iter().any(|r| r["correct"] != true) {
-                return Err(CliError::failure("results differ from the host reference"));
+            if rows.is_empty() {
+                return Err(CliError::failure("no results"));
             }
             Ok(())
         }
         Some(k) => {
-            let expected = |r: &&Value| r["code"] == 1206 || r["code"] == 1200;
-            if failed.is_empty() {
+            let Some(first) = failed.first() else {
                 return Err(CliError::failure(format!("rank {k} was killed but no survivor reported a failure")));
-            }
-            if let Some(r) = failed.iter().find(|r| !expected(r)) {
+            };
+            if let Some(r) = failed.iter().find(|r| r["code"] != 1206 && r["code"] != 1200) {
                 return Err(CliError::failure(format!("survivor failed with {} instead of 1206/1200", r["code"])));
             }
-            if rows.iter().any(|r| r["code"] == 0 && r["correct"] != true) {
-                return Err(CliError::failure("results differ from the host reference"));
-            }
-            Ok(())
+            Err(CliError::new(
+                status_of(first),
+                format!(
+                    "rank {k} was killed: the survivors report {} (expected), after {}",
+                    first["status"].as_str().unwrap_or(""),
+                    first["failed_after_s"]
+                ),
+            ))
         }
     }
 }
@@ -329,7 +379,8 @@ fn row(op: CollOp, bytes: usize, n: usize) -> Value {
            "correct": false, "status": "NRT_SUCCESS", "code": 0, "socket_gbps": null, "ratio": null})
 }
 
-fn fail_row(mut r: Value, e: &FabricError) -> Value {
+fn fail_row(mut r: Value, e: &FabricError, after: Duration) -> Value {
+    r["failed_after_s"] = json!(after.as_secs_f64());
     r["status"] = json!(e.status_name());
     r["code"] = json!(e.status_code());
     r["error"] = json!(e.to_string());
@@ -363,7 +414,7 @@ fn rank_run(
     rop: ReduceOp,
     sizes: &[usize],
 ) -> Result<Vec<Value>, CliError> {
-    let timeout = timeout_of(a);
+    let timeout = timeout_of(a)?;
     let cfg = CollConfig { chunk_bytes: parse_size(&a.chunk)?.max(1), ..CollConfig::default() };
     let (mut c, mut oob) = fabric::ofi::join(root, spec, timeout, cfg).map_err(|e| fab_err(&e))?;
     tracing::info!("bench collectives: rank {} of {} on {}", spec.rank, spec.size, c.transport().provider());
@@ -385,6 +436,8 @@ fn rank_run(
         let mut rw = row(a.op, bytes, n);
         let inputs: Vec<Vec<u8>> = (0..n).map(|k| reduce::pattern(k, in_len, dt, bytes as u64)).collect();
         let mut out = vec![0u8; out_len];
+        // Start of the step in progress (a failure reports the time since).
+        let started = std::cell::Cell::new(Instant::now());
         let res = (|| -> Result<(f64, f64, bool), FabricError> {
             let socket_secs = match ring.as_mut() {
                 Some(ring) => {
@@ -392,6 +445,7 @@ fn rank_run(
                     let src = vec![0x5au8; bytes];
                     // The same statistic as the collective's: one warm-up copy, then the
                     // mean of `iters` copies, the slowest rank's.
+                    started.set(Instant::now());
                     oob.barrier()?;
                     ring.copy(&src, &mut sink)?;
                     oob.barrier()?;
@@ -405,7 +459,9 @@ fn rank_run(
                 }
                 None => 0.0,
             };
+            started.set(Instant::now());
             one(&mut c, a.op, &inputs[r], &mut out, dt, rop)?;
+            started.set(Instant::now());
             oob.barrier()?;
             let mut total = Duration::ZERO;
             for it in 0..a.iters {
@@ -414,6 +470,7 @@ fn rank_run(
                     unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
                 }
                 let t0 = Instant::now();
+                started.set(t0);
                 one(&mut c, a.op, &inputs[r], &mut out, dt, rop)?;
                 total += t0.elapsed();
             }
@@ -446,7 +503,7 @@ fn rank_run(
             }
             Err(e) => {
                 tracing::warn!("rank {r}: {} of {bytes} B failed: {e}", a.op.name());
-                rows.push(fail_row(rw, &e));
+                rows.push(fail_row(rw, &e, started.get().elapsed()));
                 // The communicator is broken: the remaining sizes are not run.
                 break;
             }

@@ -270,6 +270,7 @@ fn fabric_variant(e: &FabricError) -> usize {
         FabricError::Ofi { .. } => 4,
         FabricError::Broken(_) => 5,
         FabricError::Io { .. } => 6,
+        FabricError::Unavailable(_) => 7,
     }
 }
 
@@ -286,11 +287,12 @@ fn fabric_errors() {
         (FabricError::Ofi { call: "fi_send", code: -5, msg: "x".into() }, S::ExecHwErrCollectives),
         (FabricError::Broken("x".into()), S::NetworkProxyFailure),
         (FabricError::Io { what: "x".into(), source: io() }, S::NetworkProxyFailure),
+        (FabricError::Unavailable("no libfabric".into()), S::Failure),
     ];
     for (e, _) in &table {
         assert_eq!(e.status_code() as u32, e.status().code());
     }
-    check("FabricError", 7, fabric_variant, table);
+    check("FabricError", 8, fabric_variant, table);
 }
 
 fn state_variant(e: &StateError) -> usize {

@@ -84,9 +84,36 @@ pub fn parse_root(s: &str) -> Result<(String, u16), FabricError> {
     Ok((host.to_string(), port))
 }
 
-/// The root address from `NEURON_RT_ROOT_COMM_ID`.
+/// The root address from the process environment ([`resolve_root`]).
 pub fn root_from_env() -> Result<String, FabricError> {
-    std::env::var(ROOT_ENV).map_err(|_| FabricError::Invalid(format!("{ROOT_ENV} is not set (host:port of rank 0)")))
+    resolve_root(|k| std::env::var(k).ok())
+}
+
+/// The root address: `NEURON_RT_ROOT_COMM_ID`; when unset under torchrun (`MASTER_ADDR` /
+/// `MASTER_PORT` set), `MASTER_ADDR:MASTER_PORT+1`.
+///
+/// The Neuron PyTorch plugin sets `NEURON_RT_ROOT_COMM_ID` itself when it is unset: the host
+/// is `MASTER_ADDR` and the port one that rank 0 finds free and publishes through torch's
+/// store (which torchrun serves at `MASTER_ADDR:MASTER_PORT`). A libnrt program without torch
+/// cannot read that store, so it takes the port after the store's; with the plugin in the
+/// process the variable is already set and wins.
+pub fn resolve_root(lookup: impl Fn(&str) -> Option<String>) -> Result<String, FabricError> {
+    if let Some(r) = lookup(ROOT_ENV).filter(|r| !r.is_empty()) {
+        return Ok(r);
+    }
+    if let (Some(addr), Some(port)) = (lookup("MASTER_ADDR"), lookup("MASTER_PORT")) {
+        let p: u16 = port
+            .trim()
+            .parse()
+            .ok()
+            .filter(|p| *p > 0 && *p < u16::MAX)
+            .ok_or_else(|| FabricError::Invalid(format!("MASTER_PORT={port:?} is not a port below 65535")))?;
+        let host = if addr.contains(':') && !addr.starts_with('[') { format!("[{addr}]") } else { addr };
+        return Ok(format!("{host}:{}", p + 1));
+    }
+    Err(FabricError::Invalid(format!(
+        "{ROOT_ENV} is not set (host:port of rank 0; under torchrun MASTER_ADDR/MASTER_PORT stand in)"
+    )))
 }
 
 fn write_frame(s: &mut TcpStream, b: &[u8]) -> std::io::Result<()> {
@@ -95,9 +122,17 @@ fn write_frame(s: &mut TcpStream, b: &[u8]) -> std::io::Result<()> {
     s.write_all(b)
 }
 
+/// The length word a rank sends on each out-of-band link when it leaves the job in order (its
+/// [`Oob`] dropped): the peer's [`Watch`] finds bytes pending, not a bare end of stream, so an
+/// orderly exit is never taken for a failure; reading it is an error (the rank is gone).
+const BYE: u32 = u32::MAX;
+
 fn read_frame(s: &mut TcpStream) -> std::io::Result<Vec<u8>> {
     let mut l = [0u8; 4];
     s.read_exact(&mut l)?;
+    if u32::from_le_bytes(l) == BYE {
+        return Err(std::io::Error::new(std::io::ErrorKind::ConnectionAborted, "the rank left the job"));
+    }
     let len = u32::from_le_bytes(l) as usize;
     if len > MAX_FRAME {
         return Err(std::io::Error::other(format!("frame of {len} bytes")));
@@ -233,8 +268,19 @@ impl Oob {
         self.local_ip
     }
 
-    /// Every rank's `mine`, indexed by rank.
+    /// Every rank's `mine`, indexed by rank. A failure (a rank gone, a read timeout) shuts
+    /// every link of this rank down, so the ranks waiting on it fail at once too.
     pub fn allgather(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>, FabricError> {
+        let res = self.allgather_inner(mine);
+        if res.is_err() {
+            for s in self.links.iter().flatten() {
+                let _ = s.shutdown(std::net::Shutdown::Both);
+            }
+        }
+        res
+    }
+
+    fn allgather_inner(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>, FabricError> {
         let n = self.spec.size;
         let lost = |r: usize, e: std::io::Error| FabricError::Bootstrap(format!("out-of-band link to rank {r}: {e}"));
         if self.spec.rank == 0 {
@@ -273,6 +319,76 @@ impl Oob {
     pub fn timeout(&self) -> Duration {
         self.timeout
     }
+
+    /// A watch on this rank's out-of-band links (the same sockets): the transport polls it
+    /// while an exchange makes no progress, so a peer process that is gone (its socket closed
+    /// or reset: exit, SIGKILL, the root severing after a failure) is noticed in about a second
+    /// instead of after the whole timeout, on every rank (see [`Watch`]).
+    pub fn watch(&self) -> Result<Watch, FabricError> {
+        let mut links = Vec::new();
+        for (r, l) in self.links.iter().enumerate() {
+            if let Some(s) = l {
+                links.push((r, s.try_clone().map_err(|e| FabricError::io("out-of-band watch", e))?));
+            }
+        }
+        Ok(Watch { links })
+    }
+}
+
+impl Drop for Oob {
+    /// Leaves in order: a goodbye word on every link (best effort, never blocking; a link shut
+    /// down by a failure takes nothing, so its peers see the failure).
+    fn drop(&mut self) {
+        for s in self.links.iter_mut().flatten() {
+            if s.set_nonblocking(true).is_ok() {
+                let _ = s.write_all(&BYE.to_le_bytes());
+            }
+        }
+    }
+}
+
+/// Liveness of the out-of-band links, without reading from them.
+///
+/// - [`Watch::lost`] peeks at every link without blocking: end of stream or a reset means the
+///   process at the other end is gone (pending bytes — data, or the goodbye of a rank that
+///   left in order — or nothing to read mean it is not a failure).
+/// - [`Watch::sever`] shuts the links down, so every rank linked to this one sees its end of
+///   stream. A transport that fails severs: rank 0 links every rank, so the failure of any rank
+///   reaches every other one through it within a poll.
+pub struct Watch {
+    links: Vec<(usize, TcpStream)>,
+}
+
+impl Watch {
+    /// The first linked rank whose process is gone.
+    pub fn lost(&self) -> Option<usize> {
+        use std::os::fd::AsRawFd;
+        for (r, s) in &self.links {
+            let mut b = 0u8;
+            // SAFETY: a one-byte peek into `b` on an open socket this value owns a handle of;
+            // MSG_DONTWAIT leaves the socket's own blocking mode untouched.
+            let n = unsafe {
+                libc::recv(s.as_raw_fd(), (&mut b as *mut u8).cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT)
+            };
+            if n == 0 {
+                return Some(*r);
+            }
+            if n < 0 {
+                let e = std::io::Error::last_os_error();
+                if !matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted) {
+                    return Some(*r);
+                }
+            }
+        }
+        None
+    }
+
+    /// Shuts every link down (both directions).
+    pub fn sever(&self) {
+        for (_, s) in &self.links {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -305,6 +421,24 @@ mod tests {
     }
 
     #[test]
+    fn root_from_neuron_rt_root_comm_id_else_torchruns_master_port_plus_one() {
+        let r = resolve_root(env(&[(ROOT_ENV, "10.0.0.1:44444"), ("MASTER_ADDR", "h"), ("MASTER_PORT", "29500")]));
+        assert_eq!(r.ok().as_deref(), Some("10.0.0.1:44444"));
+        let r = resolve_root(env(&[("MASTER_ADDR", "node-0"), ("MASTER_PORT", "29500")]));
+        assert_eq!(r.ok().as_deref(), Some("node-0:29501"));
+        let r = resolve_root(env(&[("MASTER_ADDR", "fd00::1"), ("MASTER_PORT", "29500")]));
+        assert_eq!(r.ok().as_deref(), Some("[fd00::1]:29501"));
+        assert!(matches!(
+            resolve_root(env(&[("MASTER_ADDR", "h"), ("MASTER_PORT", "65535")])),
+            Err(FabricError::Invalid(_))
+        ));
+        match resolve_root(env(&[])) {
+            Err(FabricError::Invalid(m)) => assert!(m.contains(ROOT_ENV), "{m}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
     fn root_addresses() {
         assert_eq!(parse_root("10.0.0.1:4000").ok(), Some(("10.0.0.1".into(), 4000)));
         assert_eq!(parse_root("[::1]:62182").ok(), Some(("::1".into(), 62182)));
@@ -334,6 +468,41 @@ mod tests {
             let all = h.join().map_err(|_| "panic").and_then(|r| r.map_err(|_| "err"));
             assert_eq!(all, Ok(vec![vec![0u8; 3], vec![1; 3], vec![2; 3]]));
         }
+    }
+
+    /// Three ranks: rank 1 leaves in order (its Oob dropped: goodbye), rank 2's links are
+    /// severed as after a failure. Rank 0's watch reports rank 2 only; the peers of a severed
+    /// rank see it gone, and reading a goodbye is an error.
+    #[test]
+    fn the_watch_tells_a_failure_from_an_orderly_exit() {
+        let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(0);
+        let root = format!("127.0.0.1:{port}");
+        let t = Duration::from_secs(10);
+        let others: Vec<_> = (1..3)
+            .map(|r| {
+                let root = root.clone();
+                std::thread::spawn(move || Oob::connect(&root, RankSpec { rank: r, size: 3 }, t))
+            })
+            .collect();
+        let mut o0 = Oob::connect(&root, RankSpec { rank: 0, size: 3 }, t).expect("rank 0");
+        let mut rest: Vec<Oob> = others.into_iter().map(|h| h.join().expect("thread").expect("rank joins")).collect();
+        let w0 = o0.watch().expect("watch");
+        assert_eq!(w0.lost(), None);
+        let o2 = rest.pop().expect("rank 2");
+        let o1 = rest.pop().expect("rank 1");
+        let w2 = o2.watch().expect("watch");
+        // Rank 1's goodbye and end of stream go out before rank 2's links are cut; the watch
+        // checks rank 1's link first, so the first rank it reports must be 2.
+        drop(o1);
+        w2.sever();
+        let until = Instant::now() + t;
+        while w0.lost().is_none() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(w0.lost(), Some(2), "an orderly exit is not a failure; a severed link is");
+        drop(o2);
+        // Reading rank 1's goodbye fails the out-of-band allgather.
+        assert!(o0.allgather(b"x").is_err());
     }
 
     #[test]

@@ -6,9 +6,10 @@
 //! - [`bootstrap`]: libnrt-style bootstrap — the root address from `NEURON_RT_ROOT_COMM_ID`
 //!   (`host:port`), rank and size from the caller or the launcher's environment, and a TCP
 //!   rendezvous at the root (rank 0) that exchanges the transport's endpoint names.
-//! - [`Transport`]: tagged point-to-point messages between ranks; `ofi::OfiTransport`
-//!   (feature `ofi`) implements it on a libfabric RDM endpoint (provider from `FI_PROVIDER`,
-//!   default `tcp`).
+//! - [`Transport`]: tagged point-to-point messages between ranks; [`ofi::OfiTransport`]
+//!   implements it on a libfabric RDM endpoint (provider from `FI_PROVIDER`, default `tcp`).
+//!   libfabric is opened at run time ([`ofi::dl`]): building needs no libfabric, and only a
+//!   multi-process communicator needs the library where it runs.
 //! - [`coll`]: ring reduce-scatter / all-gather / all-reduce, chunked and pipelined, and a
 //!   one-round direct exchange for small messages, generic over any [`Transport`].
 //! - [`reduce`]: ADD/MAX/MIN over fp32/bf16/fp16/int32 and the host reference with the
@@ -24,7 +25,6 @@ mod transport;
 
 pub use reduce;
 
-#[cfg(feature = "ofi")]
 pub mod ofi;
 
 pub use coll::Communicator;
@@ -41,6 +41,14 @@ pub const NRT_EXEC_HW_ERR_COLLECTIVES: i32 = 1200;
 pub const NRT_NETWORK_PROXY_FAILURE: i32 = 1206;
 /// NRT_INVALID (public `nrt.h`).
 pub const NRT_INVALID: i32 = 2;
+
+/// The transport timeout that goes with an execution timeout (`NEURON_RT_EXEC_TIMEOUT`, whole
+/// seconds; 0 counts as 1): three quarters of it, so that a peer that stops answering fails
+/// the collective with NRT_NETWORK_PROXY_FAILURE before the execution's own timeout would
+/// report a plain NRT_TIMEOUT. libnrt's global communicator and `bench collectives` both use it.
+pub fn transport_timeout(exec_timeout_secs: u32) -> Duration {
+    Duration::from_millis(u64::from(exec_timeout_secs.max(1)) * 750)
+}
 
 /// Errors of the fabric: bootstrap, transport and collectives.
 #[derive(Debug, thiserror::Error)]
@@ -63,6 +71,10 @@ pub enum FabricError {
     /// An earlier failure broke this communicator; it must be rebuilt.
     #[error("communicator broken by an earlier failure: {0}")]
     Broken(String),
+    /// No usable libfabric on this machine (the message names what was tried and what to
+    /// install).
+    #[error("{0}")]
+    Unavailable(String),
     /// Socket I/O of the bootstrap or the baseline copy.
     #[error("{what}: {source}")]
     Io { what: String, source: std::io::Error },
@@ -80,10 +92,12 @@ impl FabricError {
     /// The NRT status this failure maps to (the one mapping every front end uses): a peer or
     /// the network path failing (timeout, reset, unreachable root, broken communicator) is
     /// NRT_NETWORK_PROXY_FAILURE (1206); a local failure of the transport engine is
-    /// NRT_EXEC_HW_ERR_COLLECTIVES (1200); bad arguments are NRT_INVALID (2).
+    /// NRT_EXEC_HW_ERR_COLLECTIVES (1200); bad arguments are NRT_INVALID (2); no libfabric
+    /// on the machine is NRT_FAILURE (1).
     pub fn status(&self) -> NrtStatus {
         match self {
             FabricError::Invalid(_) => NrtStatus::Invalid,
+            FabricError::Unavailable(_) => NrtStatus::Failure,
             FabricError::Ofi { .. } => NrtStatus::ExecHwErrCollectives,
             FabricError::Bootstrap(_)
             | FabricError::Timeout { .. }

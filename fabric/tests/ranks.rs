@@ -88,7 +88,8 @@ fn rank_main(rank: usize, size: usize, root: &str, kill: Option<usize>) -> ExitC
     let Some(victim) = kill else {
         return match sweep(&mut c) {
             Ok(k) => {
-                println!("rank {rank}: {k} checks ok");
+                let lib = fabric::ofi::dl::api().map(|a| format!("libfabric {} from {}", a.version_string(), a.path));
+                println!("rank {rank}: {k} checks ok ({})", lib.unwrap_or_default());
                 ExitCode::SUCCESS
             }
             Err(e) => {
@@ -137,10 +138,11 @@ fn rank_main(rank: usize, size: usize, root: &str, kill: Option<usize>) -> ExitC
 
 /// Runs `n` ranks; returns each rank's exit status (None: killed by a signal).
 fn launch(n: usize, kill: Option<usize>) -> Result<Vec<Option<i32>>, String> {
-    launch_with(n, kill, false)
+    launch_with(n, kill, false, None)
 }
 
-fn launch_with(n: usize, kill: Option<usize>, log: bool) -> Result<Vec<Option<i32>>, String> {
+/// `lib`: the ranks' `NEURON_VFIO_LIBFABRIC`.
+fn launch_with(n: usize, kill: Option<usize>, log: bool, lib: Option<&str>) -> Result<Vec<Option<i32>>, String> {
     let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map_err(|e| e.to_string())?.port();
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut kids = Vec::new();
@@ -153,6 +155,9 @@ fn launch_with(n: usize, kill: Option<usize>, log: bool) -> Result<Vec<Option<i3
             .env("FABRIC_TEST_LOG", if log { "1" } else { "0" });
         if let Some(k) = kill {
             cmd.env("FABRIC_TEST_KILL", k.to_string());
+        }
+        if let Some(l) = lib {
+            cmd.env(fabric::ofi::dl::LIBRARY_VAR, l);
         }
         kids.push(cmd.spawn().map_err(|e| e.to_string())?);
     }
@@ -182,7 +187,19 @@ fn main() -> ExitCode {
         check(&format!("sweep_{n}_ranks"), launch(n, None), &|_, c| c == Some(0));
     }
     for n in [3, 4] {
-        check(&format!("sweep_{n}_ranks_log_rounds"), launch_with(n, None, true), &|_, c| c == Some(0));
+        check(&format!("sweep_{n}_ranks_log_rounds"), launch_with(n, None, true, None), &|_, c| c == Some(0));
+    }
+    // The distribution's libfabric (Debian's libfabric1, 1.17 on Debian 12) found by the dynamic
+    // loader alone: what a machine without scripts/fabric/setup.sh runs on.
+    let system = Command::new("ldconfig").arg("-p").output().map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
+    if system.as_deref().is_ok_and(|s| s.contains("libfabric.so.1 ")) {
+        check("sweep_4_ranks_system_libfabric", launch_with(4, None, false, Some("libfabric.so.1")), &|_, c| {
+            c == Some(0)
+        });
+    } else if std::env::var("NEURON_VFIO_REQUIRE_FABRIC").as_deref() == Ok("1") {
+        check("sweep_4_ranks_system_libfabric", Err("no libfabric.so.1 in the loader's cache".into()), &|_, _| false);
+    } else {
+        println!("NOTICE: no system libfabric.so.1 (apt-get install libfabric1): sweep on it skipped");
     }
     for (n, victim) in [(2, 1), (4, 2)] {
         check(&format!("kill_rank_{victim}_of_{n}"), launch(n, Some(victim)), &|r, c| {

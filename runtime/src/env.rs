@@ -179,6 +179,25 @@ pub fn parse_log_level(raw: &str) -> Result<tracing::Level, EnvError> {
     }
 }
 
+/// Launchers' (local rank, job size) variables: Open MPI, Slurm, torchrun.
+pub const LAUNCHER_LOCAL_RANK: [(&str, &str); 3] = [
+    ("OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE"),
+    ("SLURM_LOCALID", "SLURM_NTASKS"),
+    ("LOCAL_RANK", "WORLD_SIZE"),
+];
+
+/// The local rank of a process that a launcher started as one of several (the first launcher
+/// whose two variables are set and numeric, with a job size above 1). With
+/// `NEURON_RT_VISIBLE_CORES` unset, such a process sees NeuronCore `local rank` only — one
+/// core per worker, as the Neuron PyTorch plugin sets it from the local rank.
+pub fn launcher_local_rank<F: Fn(&str) -> Option<String>>(lookup: &F) -> Option<u32> {
+    LAUNCHER_LOCAL_RANK.iter().find_map(|(lr, ws)| {
+        let local: u32 = lookup(lr)?.trim().parse().ok()?;
+        let size: u32 = lookup(ws)?.trim().parse().ok()?;
+        (size > 1).then_some(local)
+    })
+}
+
 /// The parsed knobs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RtEnv {
@@ -213,6 +232,8 @@ impl RtEnv {
         }
         if let Some(v) = lookup(VISIBLE_CORES_VAR) {
             env.visible_cores = Some(parse_visible_cores(&v)?);
+        } else if let Some(local) = launcher_local_rank(&lookup) {
+            env.visible_cores = Some(vec![local]);
         }
         if let Some(v) = lookup(NUM_CORES_VAR) {
             let t = v.trim();

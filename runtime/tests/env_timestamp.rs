@@ -67,6 +67,22 @@ fn rt_env_from_lookup() {
     let _ = RtEnv::from_env();
 }
 
+/// A launcher's local rank picks the one visible core when NEURON_RT_VISIBLE_CORES is unset
+/// (and the job has more than one process); the variable itself always wins.
+#[test]
+fn visible_cores_from_a_launchers_local_rank() {
+    let env = |pairs: &[(&str, &str)]| {
+        let m: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        RtEnv::from_lookup(|k| m.get(k).cloned()).unwrap().visible_cores
+    };
+    assert_eq!(env(&[("LOCAL_RANK", "3"), ("WORLD_SIZE", "8")]), Some(vec![3]));
+    assert_eq!(env(&[("SLURM_LOCALID", "1"), ("SLURM_NTASKS", "4")]), Some(vec![1]));
+    assert_eq!(env(&[("OMPI_COMM_WORLD_LOCAL_RANK", "2"), ("OMPI_COMM_WORLD_SIZE", "4")]), Some(vec![2]));
+    assert_eq!(env(&[("LOCAL_RANK", "0"), ("WORLD_SIZE", "1")]), None);
+    assert_eq!(env(&[("LOCAL_RANK", "2")]), None);
+    assert_eq!(env(&[(VISIBLE_CORES_VAR, "0-1"), ("LOCAL_RANK", "1"), ("WORLD_SIZE", "2")]), Some(vec![0, 1]));
+}
+
 #[test]
 fn rescale_delta_by_increment_ratio() {
     let c = EngineClock { init_ts: 1_000, expected_inc: 3, actual_inc: 2 };

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Provide libfabric >= 2.1 for the `fabric` crate (ofi-libfabric-sys 0.2 needs the 2.x headers;
-# Debian 12 ships 1.17). Builds Debian 13's own upstream source tarball
-# (libfabric_2.1.0.orig.tar.xz) into a machine-wide cache prefix and reuses it afterwards.
+# Provide libfabric 2.1 for the `fabric` crate's transport, which opens libfabric.so.1 at run
+# time and looks in this prefix after the EFA installer's directory (fabric/src/ofi/dl.rs);
+# Debian's libfabric1 (1.17 on Debian 12) works too, this build is the newer tcp provider and
+# the headers the ABI check (fabric/tests/abi.rs) and scripts/fabric/fabtests.sh use. Builds
+# Debian 13's own upstream source tarball (libfabric_2.1.0.orig.tar.xz) into a machine-wide
+# cache prefix and reuses it afterwards.
 #
 #   scripts/fabric/setup.sh        # idempotent; last line: "fabric-setup: libfabric 2.1.0 at PREFIX"
 #
-# - build dependencies (autoconf automake libtool make gcc pkg-config libclang-dev, and
+# - build dependencies (autoconf automake libtool make gcc pkg-config, and
 #   libibverbs-dev with --efa) are installed with apt only when `dpkg -s` says they are missing;
 # - the tarball comes from `apt-get source --download-only` through a PRIVATE apt list and
 #   state directory under the cache (the host's apt sources are not touched); its deb-src line
@@ -19,8 +22,8 @@
 # Environment: NEURON_VFIO_FABRIC_PREFIX (default /var/cache/neuron-vfio/libfabric-2.1),
 #              NEURON_VFIO_FABRIC_EFA=1, NEURON_VFIO_FABRIC_SUITE (default trixie),
 #              NEURON_VFIO_FABRIC_VERSION (default 2.1.0-1.1, the Debian source version).
-# The cargo build finds the prefix through .cargo/config.toml (PKG_CONFIG_PATH); the fabric
-# crate's build script embeds the library directory as an rpath.
+# The transport finds the prefix at run time (NEURON_VFIO_FABRIC_PREFIX, default above); the
+# build needs nothing from it.
 set -euo pipefail
 
 prefix=${NEURON_VFIO_FABRIC_PREFIX:-/var/cache/neuron-vfio/libfabric-2.1}
@@ -30,7 +33,7 @@ efa=${NEURON_VFIO_FABRIC_EFA:-0}
 for a in "$@"; do
     case $a in
         --efa) efa=1 ;;
-        -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
         *) echo "fabric-setup: unknown argument $a" >&2; exit 2 ;;
     esac
 done
@@ -44,7 +47,7 @@ as_root() {
 flags=(--disable-verbs --disable-psm2 --disable-psm3 --disable-usnic --disable-opx --disable-cxi
     --disable-ucx --disable-lpp --enable-tcp --enable-shm --enable-rxm --enable-udp --enable-sockets
     --disable-static)
-deps=(autoconf automake libtool make gcc pkg-config libclang-dev xz-utils)
+deps=(autoconf automake libtool make gcc pkg-config xz-utils)
 if [ "$efa" = 1 ]; then flags+=(--enable-efa); deps+=(libibverbs-dev); else flags+=(--disable-efa); fi
 
 cache=$(dirname "$prefix")
@@ -61,7 +64,7 @@ stamp_of() { printf 'sha256=%s\nconfigure=%s\n' "$1" "${flags[*]}"; }
 if [ -s "$prefix/.stamp" ] && [ -s "$prefix/lib/pkgconfig/libfabric.pc" ] \
     && [ "$(sed -n 2p "$prefix/.stamp")" = "configure=${flags[*]}" ]; then
     missing=()
-    for p in pkg-config libclang-dev; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+    for p in pkg-config; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
     if [ ${#missing[@]} -eq 0 ]; then
         echo "fabric-setup: libfabric $(PKG_CONFIG_PATH=$prefix/lib/pkgconfig pkg-config --modversion libfabric) at $prefix (cached)"
         exit 0

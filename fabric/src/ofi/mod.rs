@@ -19,31 +19,49 @@ use std::ffi::{c_void, CStr};
 use std::ptr::null_mut;
 use std::time::{Duration, Instant};
 
-use ofi_libfabric_sys::bindgen as sys;
+pub mod dl;
+pub mod sys;
 
-use crate::bootstrap::{Oob, RankSpec};
+use crate::bootstrap::{Oob, RankSpec, Watch};
 use crate::coll::{CollConfig, Communicator};
 use crate::transport::{RecvOp, SendOp, Transport, MAX_TAG};
 use crate::FabricError;
 
-/// `FI_ADDR_UNSPEC` of `fabric.h` (`(uint64_t) -1`, a cast bindgen does not translate).
-const FI_ADDR_UNSPEC: u64 = u64::MAX;
+use sys::FI_ADDR_UNSPEC;
 
-fn strerror(code: i32) -> String {
-    // SAFETY: fi_strerror returns a pointer to a static NUL-terminated string for any value.
-    let p = unsafe { sys::fi_strerror(code.abs()) };
-    if p.is_null() {
-        return format!("error {code}");
+fn strerror(code: i64) -> String {
+    match dl::api() {
+        Ok(api) => api.strerror(code),
+        Err(_) => format!("error {code}"),
     }
-    // SAFETY: non-null, static, NUL-terminated (above).
-    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
 }
 
 fn check(call: &'static str, rc: i32) -> Result<(), FabricError> {
     if rc == 0 {
         Ok(())
     } else {
-        Err(FabricError::Ofi { call, code: rc, msg: strerror(rc) })
+        Err(FabricError::Ofi { call, code: rc, msg: strerror(rc.into()) })
+    }
+}
+
+/// An operation-table entry the provider left empty.
+fn missing(call: &'static str) -> FabricError {
+    FabricError::Ofi { call, code: -(libc::ENOSYS), msg: "not provided by this libfabric provider".into() }
+}
+
+// The static-inline calls of the libfabric headers, through the objects' operation tables
+// (`sys`). Each requires a live object of the named kind.
+
+/// `fi_close`.
+///
+/// # Safety
+/// `f` is an open libfabric object, closed once.
+unsafe fn fi_close(f: *mut sys::fid) -> i32 {
+    // SAFETY: per the contract, `f` and its ops table are live.
+    match unsafe { (*(*f).ops).close } {
+        // SAFETY: the provider's close of this object.
+        Some(close) => unsafe { close(f) },
+        None => -(libc::ENOSYS),
     }
 }
 
@@ -56,6 +74,7 @@ struct Reg {
 
 /// A rank's libfabric endpoint, connected to every other rank of the job.
 pub struct OfiTransport {
+    api: &'static dl::Api,
     rank: usize,
     size: usize,
     info: *mut sys::fi_info,
@@ -72,6 +91,15 @@ pub struct OfiTransport {
     provider: String,
     timeout: Duration,
     broken: Option<String>,
+    /// The out-of-band links' liveness (the bootstrap's sockets).
+    watch: Option<Watch>,
+}
+
+/// How long an exchange may go without progress once an out-of-band link reports its peer
+/// gone before it fails: long enough for the last bytes a departing peer sent to be read, and
+/// at most the transport timeout.
+fn lost_grace(timeout: Duration) -> Duration {
+    (timeout / 4).clamp(Duration::from_millis(500), Duration::from_secs(2)).min(timeout)
 }
 
 /// Bootstraps at `root` (rank 0 listens there) and returns the communicator over libfabric
@@ -82,6 +110,8 @@ pub fn join(
     timeout: Duration,
     cfg: CollConfig,
 ) -> Result<(Communicator<OfiTransport>, Oob), FabricError> {
+    // A missing libfabric fails here, before any rank waits for this one at the rendezvous.
+    dl::api()?;
     let mut oob = Oob::connect(root, spec, timeout)?;
     let t = OfiTransport::new(&mut oob, timeout)?;
     Ok((Communicator::new(t, cfg)?, oob))
@@ -98,7 +128,9 @@ impl OfiTransport {
     /// them. `timeout`: how long an exchange may go without any completion.
     pub fn new(oob: &mut Oob, timeout: Duration) -> Result<OfiTransport, FabricError> {
         let spec = oob.spec();
+        let api = dl::api()?;
         let mut t = OfiTransport {
+            api,
             rank: spec.rank,
             size: spec.size,
             info: null_mut(),
@@ -115,6 +147,7 @@ impl OfiTransport {
             provider: String::new(),
             timeout,
             broken: None,
+            watch: Some(oob.watch()?),
         };
         let name = t.open()?;
         let names = oob.allgather(&name)?;
@@ -135,26 +168,29 @@ impl OfiTransport {
     }
 
     fn open(&mut self) -> Result<Vec<u8>, FabricError> {
+        let api = self.api;
         // SAFETY: the libfabric calls below follow fi_getinfo(3), fi_fabric(3), fi_domain(3),
-        // fi_cq(3), fi_av(3), fi_endpoint(3): every out-pointer is a field of `self`, closed in
-        // Drop in reverse order; `hints` is allocated by fi_allocinfo and freed by fi_freeinfo,
-        // which also frees the strdup'ed provider name.
+        // fi_cq(3), fi_av(3), fi_endpoint(3), through the exported calls of `api` and the
+        // operation tables of the objects they return (layouts: `sys`): every out-pointer is a
+        // field of `self`, closed in Drop in reverse order; `hints` is allocated by
+        // fi_dupinfo(NULL) (fi_allocinfo) and freed by fi_freeinfo, which also frees the
+        // strdup'ed provider name.
         unsafe {
-            let hints = sys::fi_allocinfo();
+            let hints = (api.dupinfo)(std::ptr::null());
             if hints.is_null() {
                 return Err(FabricError::Ofi { call: "fi_allocinfo", code: -12, msg: "out of memory".into() });
             }
-            (*hints).caps = u64::from(sys::FI_TAGGED);
+            (*hints).caps = sys::FI_TAGGED;
             (*hints).mode = sys::FI_CONTEXT | sys::FI_CONTEXT2;
-            (*(*hints).ep_attr).type_ = sys::fi_ep_type_FI_EP_RDM;
+            (*(*hints).ep_attr).type_ = sys::FI_EP_RDM;
             (*(*hints).domain_attr).mr_mode =
-                (sys::FI_MR_LOCAL | sys::FI_MR_VIRT_ADDR | sys::FI_MR_ALLOCATED | sys::FI_MR_PROV_KEY) as i32;
+                sys::FI_MR_LOCAL | sys::FI_MR_VIRT_ADDR | sys::FI_MR_ALLOCATED | sys::FI_MR_PROV_KEY;
             if std::env::var_os("FI_PROVIDER").is_none() {
                 (*(*hints).fabric_attr).prov_name = libc::strdup(c"tcp".as_ptr());
             }
             let mut info = null_mut();
-            let rc = sys::fi_getinfo(sys::fi_version(), std::ptr::null(), std::ptr::null(), 0, hints, &mut info);
-            sys::fi_freeinfo(hints);
+            let rc = (api.getinfo)(api.request_version(), std::ptr::null(), std::ptr::null(), 0, hints, &mut info);
+            (api.freeinfo)(hints);
             check("fi_getinfo", rc)?;
             if info.is_null() {
                 return Err(FabricError::Ofi { call: "fi_getinfo", code: -61, msg: "no provider".into() });
@@ -164,36 +200,49 @@ impl OfiTransport {
             if !prov.is_null() {
                 self.provider = CStr::from_ptr(prov).to_string_lossy().into_owned();
             }
-            self.mr_local = (*(*info).domain_attr).mr_mode & sys::FI_MR_LOCAL as i32 != 0;
+            self.mr_local = (*(*info).domain_attr).mr_mode & sys::FI_MR_LOCAL != 0;
             self.max_msg = (*(*info).ep_attr).max_msg_size.max(1);
-            check("fi_fabric", sys::fi_fabric((*info).fabric_attr, &mut self.fabric, null_mut()))?;
-            check("fi_domain", sys::fi_domain(self.fabric, info, &mut self.domain, null_mut()))?;
+            check("fi_fabric", (api.fabric)((*info).fabric_attr, &mut self.fabric, null_mut()))?;
+            let domain = (*(*self.fabric).ops).domain.ok_or_else(|| missing("fi_domain"))?;
+            check("fi_domain", domain(self.fabric, info, &mut self.domain, null_mut()))?;
+            let dops = (*self.domain).ops;
             let mut cq_attr: sys::fi_cq_attr = std::mem::zeroed();
-            cq_attr.format = sys::fi_cq_format_FI_CQ_FORMAT_MSG;
-            cq_attr.wait_obj = sys::fi_wait_obj_FI_WAIT_NONE;
+            cq_attr.format = sys::FI_CQ_FORMAT_MSG;
+            cq_attr.wait_obj = sys::FI_WAIT_NONE;
             cq_attr.size = 0;
-            check("fi_cq_open", sys::fi_cq_open(self.domain, &mut cq_attr, &mut self.cq, null_mut()))?;
+            let cq_open = (*dops).cq_open.ok_or_else(|| missing("fi_cq_open"))?;
+            check("fi_cq_open", cq_open(self.domain, &mut cq_attr, &mut self.cq, null_mut()))?;
             let mut av_attr: sys::fi_av_attr = std::mem::zeroed();
-            av_attr.type_ = sys::fi_av_type_FI_AV_TABLE;
+            av_attr.type_ = sys::FI_AV_TABLE;
             av_attr.count = self.size;
-            check("fi_av_open", sys::fi_av_open(self.domain, &mut av_attr, &mut self.av, null_mut()))?;
-            check("fi_endpoint", sys::fi_endpoint(self.domain, info, &mut self.ep, null_mut()))?;
-            check("fi_ep_bind(av)", sys::fi_ep_bind(self.ep, &mut (*self.av).fid, 0))?;
-            check(
-                "fi_ep_bind(cq)",
-                sys::fi_ep_bind(self.ep, &mut (*self.cq).fid, u64::from(sys::FI_TRANSMIT | sys::FI_RECV)),
-            )?;
-            check("fi_enable", sys::fi_enable(self.ep))?;
+            let av_open = (*dops).av_open.ok_or_else(|| missing("fi_av_open"))?;
+            check("fi_av_open", av_open(self.domain, &mut av_attr, &mut self.av, null_mut()))?;
+            let endpoint = (*dops).endpoint.ok_or_else(|| missing("fi_endpoint"))?;
+            check("fi_endpoint", endpoint(self.domain, info, &mut self.ep, null_mut()))?;
+            let ep_fid: *mut sys::fid = &mut (*self.ep).fid;
+            let bind = (*(*ep_fid).ops).bind.ok_or_else(|| missing("fi_ep_bind"))?;
+            check("fi_ep_bind(av)", bind(ep_fid, &mut (*self.av).fid, 0))?;
+            check("fi_ep_bind(cq)", bind(ep_fid, &mut (*self.cq).fid, sys::FI_TRANSMIT | sys::FI_RECV))?;
+            let control = (*(*ep_fid).ops).control.ok_or_else(|| missing("fi_enable"))?;
+            check("fi_enable", control(ep_fid, sys::FI_ENABLE, null_mut()))?;
+            let getname = (*(*self.ep).cm).getname.ok_or_else(|| missing("fi_getname"))?;
             let mut name = vec![0u8; 256];
             let mut len = name.len();
-            let mut rc = sys::fi_getname(&mut (*self.ep).fid, name.as_mut_ptr().cast(), &mut len);
-            if rc == -(sys::FI_ETOOSMALL as i32) {
+            let mut rc = getname(ep_fid, name.as_mut_ptr().cast(), &mut len);
+            if i64::from(rc) == -sys::FI_ETOOSMALL {
                 name.resize(len, 0);
-                rc = sys::fi_getname(&mut (*self.ep).fid, name.as_mut_ptr().cast(), &mut len);
+                rc = getname(ep_fid, name.as_mut_ptr().cast(), &mut len);
             }
             check("fi_getname", rc)?;
             name.truncate(len);
-            tracing::debug!("fabric: rank {} on provider {} (mr_local {})", self.rank, self.provider, self.mr_local);
+            tracing::debug!(
+                "fabric: rank {} on provider {} (mr_local {}, libfabric {} from {})",
+                self.rank,
+                self.provider,
+                self.mr_local,
+                api.version_string(),
+                api.path
+            );
             Ok(name)
         }
     }
@@ -206,9 +255,9 @@ impl OfiTransport {
         let flat = names.concat();
         self.addrs = vec![FI_ADDR_UNSPEC; self.size];
         // SAFETY: `flat` holds `size` names of `len` bytes; `addrs` has room for `size` entries.
-        let rc = unsafe {
-            sys::fi_av_insert(self.av, flat.as_ptr().cast(), self.size, self.addrs.as_mut_ptr(), 0, null_mut())
-        };
+        // SAFETY: an open AV (its ops table is live).
+        let insert = unsafe { (*(*self.av).ops).insert }.ok_or_else(|| missing("fi_av_insert"))?;
+        let rc = unsafe { insert(self.av, flat.as_ptr().cast(), self.size, self.addrs.as_mut_ptr(), 0, null_mut()) };
         if rc < 0 || rc as usize != self.size {
             return Err(FabricError::Ofi {
                 call: "fi_av_insert",
@@ -230,17 +279,20 @@ impl OfiTransport {
         // SAFETY: registers [start, start+len), a live region of the caller (see Transport::pin);
         // the MR is closed by unpin or Drop.
         let rc = unsafe {
-            sys::fi_mr_reg(
-                self.domain,
-                start as *const c_void,
-                len,
-                u64::from(sys::FI_SEND | sys::FI_RECV),
-                0,
-                key,
-                0,
-                &mut mr,
-                null_mut(),
-            )
+            match (*(*self.domain).mr).reg {
+                None => -(libc::ENOSYS),
+                Some(reg) => reg(
+                    &mut (*self.domain).fid,
+                    start as *const c_void,
+                    len,
+                    sys::FI_SEND | sys::FI_RECV,
+                    0,
+                    key,
+                    0,
+                    &mut mr,
+                    null_mut(),
+                ),
+            }
         };
         check("fi_mr_reg", rc)?;
         self.regs.push(Reg { start, len, mr, count: 1 });
@@ -250,7 +302,7 @@ impl OfiTransport {
     fn desc(&self, start: usize, len: usize) -> *mut c_void {
         match self.find_reg(start, len) {
             // SAFETY: `mr` is an open memory region of this domain.
-            Some(i) => unsafe { sys::fi_mr_desc(self.regs[i].mr) },
+            Some(i) => unsafe { (*self.regs[i].mr).mem_desc },
             None => null_mut(),
         }
     }
@@ -258,15 +310,19 @@ impl OfiTransport {
     fn close_reg(&mut self, i: usize) {
         let r = self.regs.swap_remove(i);
         // SAFETY: an open MR of this domain, closed once (removed from `regs`).
-        unsafe { sys::fi_close(&mut (*r.mr).fid) };
+        unsafe { fi_close(&mut (*r.mr).fid) };
     }
 
     /// Closes the endpoint (cancelling whatever is posted) and marks the transport broken.
     fn fail(&mut self, e: FabricError) -> FabricError {
         if !self.ep.is_null() {
             // SAFETY: the open endpoint, closed once (set to null).
-            unsafe { sys::fi_close(&mut (*self.ep).fid) };
+            unsafe { fi_close(&mut (*self.ep).fid) };
             self.ep = null_mut();
+        }
+        // Every rank linked to this one learns of the failure now rather than at its timeout.
+        if let Some(w) = &self.watch {
+            w.sever();
         }
         self.broken = Some(e.to_string());
         e
@@ -283,7 +339,12 @@ impl OfiTransport {
         // SAFETY: zeroed fi_cq_msg_entry is plain data.
         let mut ents: [sys::fi_cq_msg_entry; 16] = unsafe { std::mem::zeroed() };
         // SAFETY: `ents` has room for 16 entries of the CQ's format (FI_CQ_FORMAT_MSG).
-        let rc = unsafe { sys::fi_cq_read(self.cq, ents.as_mut_ptr().cast(), ents.len()) };
+        let rc = unsafe {
+            match (*(*self.cq).ops).read {
+                Some(read) => read(self.cq, ents.as_mut_ptr().cast(), ents.len()),
+                None => -(libc::ENOSYS as isize),
+            }
+        };
         let idx = |ctx: *mut c_void| -> Option<usize> {
             let off = (ctx as usize).checked_sub(base as usize)?;
             let i = off / std::mem::size_of::<sys::fi_context2>();
@@ -300,20 +361,30 @@ impl OfiTransport {
             }
             return Ok(true);
         }
-        if rc == -(sys::FI_EAGAIN as isize) {
+        if rc as i64 == -sys::FI_EAGAIN {
             return Ok(false);
         }
-        if rc == -(sys::FI_EAVAIL as isize) {
+        if rc as i64 == -sys::FI_EAVAIL {
             // SAFETY: zeroed fi_cq_err_entry is plain data; fi_cq_readerr fills it.
             let mut err: sys::fi_cq_err_entry = unsafe { std::mem::zeroed() };
             // SAFETY: `err` is a valid out-parameter.
-            let rc = unsafe { sys::fi_cq_readerr(self.cq, &mut err, 0) };
+            let rc = unsafe {
+                match (*(*self.cq).ops).readerr {
+                    Some(readerr) => readerr(self.cq, &mut err, 0),
+                    None => -(libc::ENOSYS as isize),
+                }
+            };
             if rc < 0 {
-                return Err(FabricError::Ofi { call: "fi_cq_readerr", code: rc as i32, msg: strerror(rc as i32) });
+                return Err(FabricError::Ofi { call: "fi_cq_readerr", code: rc as i32, msg: strerror(rc as i64) });
             }
             let mut buf = [0 as std::ffi::c_char; 256];
             // SAFETY: `buf` is writable for its length; the call returns a NUL-terminated string.
-            let p = unsafe { sys::fi_cq_strerror(self.cq, err.prov_errno, err.err_data, buf.as_mut_ptr(), buf.len()) };
+            let p = unsafe {
+                match (*(*self.cq).ops).strerror {
+                    Some(f) => f(self.cq, err.prov_errno, err.err_data, buf.as_mut_ptr(), buf.len()),
+                    None => std::ptr::null(),
+                }
+            };
             let prov = if p.is_null() {
                 String::new()
             } else {
@@ -321,9 +392,54 @@ impl OfiTransport {
                 unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
             };
             let peer = idx(err.op_context).map_or(usize::MAX, |i| peers[i]);
-            return Err(FabricError::Peer { rank: self.rank, peer, msg: format!("{} ({prov})", strerror(err.err)) });
+            return Err(FabricError::Peer {
+                rank: self.rank,
+                peer,
+                msg: format!("{} ({prov})", strerror(err.err.into())),
+            });
         }
-        Err(FabricError::Ofi { call: "fi_cq_read", code: rc as i32, msg: strerror(rc as i32) })
+        Err(FabricError::Ofi { call: "fi_cq_read", code: rc as i32, msg: strerror(rc as i64) })
+    }
+
+    /// One idle round of an exchange that made no progress (`idle` rounds in a row, the last
+    /// progress at `last`): spin, then yield, then sleep 20 µs; fails with `stalled()` after
+    /// the timeout, or after `grace` when an out-of-band link reports its process gone
+    /// (checked about once a millisecond).
+    fn idle_wait(
+        &self,
+        idle: u32,
+        last: Instant,
+        grace: Duration,
+        stalled: impl FnOnce() -> FabricError,
+    ) -> Result<(), FabricError> {
+        if idle < 64 {
+            std::hint::spin_loop();
+            return Ok(());
+        }
+        if idle < 1024 {
+            std::thread::yield_now();
+            return Ok(());
+        }
+        let stall = last.elapsed();
+        if stall > self.timeout {
+            return Err(stalled());
+        }
+        if idle.is_multiple_of(50) && stall > grace {
+            if let Some(peer) = self.watch.as_ref().and_then(Watch::lost) {
+                let why = if peer == 0 && self.rank != 0 {
+                    "rank 0 closed the out-of-band links (it failed, or saw a rank fail or go away)"
+                } else {
+                    "its out-of-band link closed (the process is gone or failed)"
+                };
+                return Err(FabricError::Peer {
+                    rank: self.rank,
+                    peer,
+                    msg: format!("{why}, and nothing completed for {stall:?}"),
+                });
+            }
+        }
+        std::thread::sleep(Duration::from_micros(20));
+        Ok(())
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -368,6 +484,8 @@ impl OfiTransport {
         let mut left = n;
         let mut last = Instant::now();
         let timeout = self.timeout;
+        let grace = lost_grace(timeout);
+        let mut idle = 0u32;
         let stalled = |peers: &[usize], done: &[bool], rank| FabricError::Timeout {
             rank,
             peers: {
@@ -389,32 +507,46 @@ impl OfiTransport {
                     // SAFETY: the receive buffer is exclusively borrowed for this call, which
                     // does not return before the operation completed or the endpoint was
                     // closed (fail); `ctx` lives in `ctxs` until then.
-                    unsafe { sys::fi_trecv(self.ep, start as *mut c_void, len, desc, FI_ADDR_UNSPEC, tag, 0, ctx) }
+                    unsafe {
+                        match (*(*self.ep).tagged).recv {
+                            Some(recv) => recv(self.ep, start as *mut c_void, len, desc, FI_ADDR_UNSPEC, tag, 0, ctx),
+                            None => -(libc::ENOSYS as isize),
+                        }
+                    }
                 } else {
                     let s = &sends[i - recvs.len()];
                     let tag = (s.tag << 16) | self.rank as u64;
                     // SAFETY: as above, for the borrowed send buffer.
-                    unsafe { sys::fi_tsend(self.ep, start as *const c_void, len, desc, self.addrs[s.peer], tag, ctx) }
+                    unsafe {
+                        match (*(*self.ep).tagged).send {
+                            Some(send) => {
+                                send(self.ep, start as *const c_void, len, desc, self.addrs[s.peer], tag, ctx)
+                            }
+                            None => -(libc::ENOSYS as isize),
+                        }
+                    }
                 };
                 if rc == 0 {
                     break;
                 }
-                if rc != -(sys::FI_EAGAIN as isize) {
+                if rc as i64 != -sys::FI_EAGAIN {
                     return Err(FabricError::Ofi {
                         call: if i < recvs.len() { "fi_trecv" } else { "fi_tsend" },
                         code: rc as i32,
-                        msg: strerror(rc as i32),
+                        msg: strerror(rc as i64),
                     });
                 }
                 if self.poll(base, &peers, &mut done, &mut left)? {
+                    idle = 0;
                     last = Instant::now();
-                } else if last.elapsed() > timeout {
-                    return Err(stalled(&peers, &done, self.rank));
+                } else {
+                    idle += 1;
+                    self.idle_wait(idle, last, grace, || stalled(&peers, &done, self.rank))?;
                 }
             }
         }
         overlap();
-        let mut idle = 0u32;
+        idle = 0;
         while left > 0 {
             if self.poll(base, &peers, &mut done, &mut left)? {
                 idle = 0;
@@ -422,16 +554,7 @@ impl OfiTransport {
                 continue;
             }
             idle += 1;
-            if idle < 64 {
-                std::hint::spin_loop();
-            } else if idle < 1024 {
-                std::thread::yield_now();
-            } else {
-                if last.elapsed() > timeout {
-                    return Err(stalled(&peers, &done, self.rank));
-                }
-                std::thread::sleep(Duration::from_micros(20));
-            }
+            self.idle_wait(idle, last, grace, || stalled(&peers, &done, self.rank))?;
         }
         drop(ctxs);
         Ok(())
@@ -510,25 +633,25 @@ impl Drop for OfiTransport {
         // parents (endpoint, memory regions, address vector, completion queue, domain, fabric).
         unsafe {
             if !self.ep.is_null() {
-                sys::fi_close(&mut (*self.ep).fid);
+                fi_close(&mut (*self.ep).fid);
             }
             for r in self.regs.drain(..) {
-                sys::fi_close(&mut (*r.mr).fid);
+                fi_close(&mut (*r.mr).fid);
             }
             if !self.av.is_null() {
-                sys::fi_close(&mut (*self.av).fid);
+                fi_close(&mut (*self.av).fid);
             }
             if !self.cq.is_null() {
-                sys::fi_close(&mut (*self.cq).fid);
+                fi_close(&mut (*self.cq).fid);
             }
             if !self.domain.is_null() {
-                sys::fi_close(&mut (*self.domain).fid);
+                fi_close(&mut (*self.domain).fid);
             }
             if !self.fabric.is_null() {
-                sys::fi_close(&mut (*self.fabric).fid);
+                fi_close(&mut (*self.fabric).fid);
             }
             if !self.info.is_null() {
-                sys::fi_freeinfo(self.info);
+                (self.api.freeinfo)(self.info);
             }
         }
     }

@@ -52,8 +52,7 @@ fn row_json(index: usize, r: &Row, opts: LsOpts) -> Value {
     let ncs = r.arch.counts.ncs;
     let all = crate::procs::device_processes(r.user, r.broker_name.as_deref());
     // This tool's own list: every process with its cores (device-local NC indices).
-    let ours: Vec<Value> =
-        all.iter().map(|p| json!({"pid": p.pid, "command": p.command, "cores": p.cores})).collect();
+    let ours: Vec<Value> = all.iter().map(|p| json!({"pid": p.pid, "command": p.command, "cores": p.cores})).collect();
     let procs: Vec<Value> = all
         .into_iter()
         .filter(|p| opts.show_all_procs || p.runtime_version.is_some())

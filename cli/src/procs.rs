@@ -119,11 +119,11 @@ mod tests {
         std::os::unix::fs::symlink(&node, d.join("proc/34/fd/5")).expect("link");
         std::os::unix::fs::symlink(d.join("elsewhere"), d.join("proc/12/fd/3")).expect("link");
         assert_eq!(holders(&d.join("proc"), &node), vec![34]);
-        let me = device_processes(DeviceUse::Sim);
+        let me = device_processes(DeviceUse::Sim, None);
         assert_eq!(me.len(), 1);
         assert_eq!(me[0].pid, std::process::id());
         assert!(!me[0].command.is_empty());
-        assert!(device_processes(DeviceUse::Pci { iommu_group: None }).is_empty());
+        assert!(device_processes(DeviceUse::Pci { iommu_group: None }, None).is_empty());
         let _ = std::fs::remove_dir_all(&d);
     }
 }

@@ -150,13 +150,17 @@ fn session() -> Res<(Arc<Runtime>, u64)> {
     let cfg = RuntimeConfig::from_env().map_err(Error::nrt(INIT))?;
     let faults = nrt::device::sim_faults().map_err(Error::nrt(INIT))?;
     let spec = nrt::device::from_env().map_err(Error::nrt(INIT))?;
-    let opened = nrt::device::platforms(&spec).map_err(Error::nrt(INIT))?;
-    rt.init(opened.platforms.clone(), cfg, hal::DeviceOptions::default()).map_err(Error::nrt(INIT))?;
+    // A shared device (`sim:shared`): the cores are leased here, as nrt_init leases them, and
+    // held until reset() (docs/sharing.md).
+    let opened = nrt::device::platforms(&spec, &nrt::device::reserve_of(&cfg)).map_err(Error::nrt(INIT))?;
+    let (devices, cfg) = nrt::device::device_setup(&opened, cfg, hal::DeviceOptions::default());
+    rt.init_devices(devices, cfg).map_err(Error::nrt(INIT))?;
     // Simulator faults of NEURON_VFIO_SIM_FAULT: a bad spec undoes the init.
     if let Err(e) = nrt::device::arm(&rt, &opened, faults) {
         let _ = rt.close();
         return Err(Error::Nrt { what: INIT, source: e });
     }
+    nrt::device::hold(opened);
     let generation = GENERATION.fetch_add(1, Ordering::Relaxed) + 1;
     *g = Some(Session { rt: rt.clone(), generation });
     Ok((rt, generation))
@@ -197,7 +201,10 @@ fn init(py: Python<'_>) -> PyResult<usize> {
 #[pyfunction]
 fn reset(py: Python<'_>) -> PyResult<()> {
     let Some(s) = lock(&SESSION).take() else { return Ok(()) };
-    py.detach(|| s.rt.close()).map_err(Error::nrt("Failed to close the runtime")).raise(py)
+    let closed = py.detach(|| s.rt.close());
+    // The devices are closed: give a shared device's cores back.
+    nrt::device::release();
+    closed.map_err(Error::nrt("Failed to close the runtime")).raise(py)
 }
 
 // ------------------------------------------------------------------ tensors

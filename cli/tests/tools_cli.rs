@@ -286,8 +286,12 @@ fn monitor_report_and_scrape_while_a_model_runs() {
         assert_eq!(ncs.keys().collect::<Vec<_>>(), ["0", "1"], "{r}");
         let ex = &rep["execution_stats"];
         let done = ex["execution_summary"]["completed"].as_u64().expect("completed");
-        assert_eq!(ncs["0"]["executions"].as_u64(), Some(done), "{r}");
-        assert_eq!(ncs["1"]["executions"].as_u64(), Some(done), "{r}");
+        // A period may end between an NC counting an execution and the process recording it
+        // completed (the next period gets it): one execution at most, per NC, in flight.
+        for nc in ["0", "1"] {
+            let ex = ncs[nc]["executions"].as_u64().expect("executions");
+            assert!(ex.abs_diff(done) <= 1, "NC {nc}: {ex} executions, {done} completed: {r}");
+        }
         assert!(ex["error_summary"].as_object().expect("errors").values().all(|e| e == 0), "{r}");
         if done > 0 {
             busy += 1;

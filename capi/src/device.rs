@@ -198,27 +198,16 @@ pub fn reserve_of(cfg: &runtime::RuntimeConfig) -> select::Reserve {
 /// process leased) and the configuration whose visible cores are the leased ones.
 pub fn device_setup(
     opened: &select::Opened,
-    mut cfg: runtime::RuntimeConfig,
+    cfg: runtime::RuntimeConfig,
     base: hal::DeviceOptions,
 ) -> (runtime::Devices, runtime::RuntimeConfig) {
-    let devices = opened
-        .platforms
-        .iter()
-        .enumerate()
-        .map(|(i, p)| {
-            let mut o = base.clone();
-            if let Some(own) = opened.ownership(i) {
-                o.owned_ncs = Some(own.ncs);
-                o.hbm_ranges =
-                    Some(own.hbm.into_iter().map(|(chan, addr, len)| hal::HbmRange { chan, addr, len }).collect());
-            }
-            (p.clone(), o)
-        })
-        .collect();
-    if let Some(cores) = opened.leased_cores() {
-        cfg.visible_cores = Some(cores);
-    }
-    (devices, cfg)
+    runtime::device_setup(
+        &opened.platforms,
+        |i| opened.ownership(i).map(|o| (o.ncs, o.hbm)),
+        opened.leased_cores(),
+        cfg,
+        base,
+    )
 }
 
 /// Shared devices' leases, held from `nrt_init` to `nrt_close` (or exit: the broker sees the

@@ -33,34 +33,11 @@ fn compiler(var: &str, default: &str) -> Option<String> {
     None
 }
 
-/// The directory holding the built libnrt.so.
-fn built_lib_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    let deps = exe.parent().expect("test binary directory").to_path_buf();
-    for d in [deps.clone(), deps.parent().map(Path::to_path_buf).unwrap_or_default()] {
-        if d.join("libnrt.so").is_file() {
-            return d;
-        }
-    }
-    panic!("libnrt.so not found next to {} (or its parent)", exe.display());
-}
+#[path = "support/libnrt.rs"]
+mod libnrt;
 
-/// The directory the programs link and load from: the built libnrt.so under its link name
-/// and its SONAME, `libnrt.so.1` (cargo makes only the first; a program linked with `-lnrt`
-/// records `NEEDED libnrt.so.1`).
 fn lib_dir() -> PathBuf {
-    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    DIR.get_or_init(|| {
-        let lib = built_lib_dir().join("libnrt.so");
-        let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("nrt-lib-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).expect("create the library directory");
-        for name in ["libnrt.so", "libnrt.so.1"] {
-            std::os::unix::fs::symlink(&lib, d.join(name)).expect("link libnrt.so");
-        }
-        d
-    })
-    .clone()
+    libnrt::lib_dir().expect("libnrt.so next to the test binary (or its parent)")
 }
 
 /// Compile `src` (C, or C++ when it ends in .cpp); None without a compiler.

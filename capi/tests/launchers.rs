@@ -44,28 +44,11 @@ fn unavailable(require: &str, why: &str) {
     eprintln!("NOTICE: skipping: {why} (set {require}=1 to make this a failure)");
 }
 
-/// The directory holding libnrt.
+#[path = "support/libnrt.rs"]
+mod libnrt;
+
 fn lib_dir() -> PathBuf {
-    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    DIR.get_or_init(|| {
-        let exe = std::env::current_exe().expect("test binary path");
-        let deps = exe.parent().expect("test binary directory").to_path_buf();
-        let built = [deps.clone(), deps.parent().map(Path::to_path_buf).unwrap_or_default()]
-            .into_iter()
-            .map(|d| d.join("libnrt.so"))
-            .find(|l| l.is_file())
-            .unwrap_or_else(|| panic!("libnrt.so not found next to {} (or its parent)", exe.display()));
-        // Programs linked with -lnrt record libnrt's SONAME, libnrt.so.1: a directory holding
-        // both names (cargo makes only libnrt.so).
-        let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("launchers-lib-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).expect("create the library directory");
-        for name in ["libnrt.so", "libnrt.so.1"] {
-            std::os::unix::fs::symlink(&built, d.join(name)).expect("link libnrt.so");
-        }
-        d
-    })
-    .clone()
+    libnrt::lib_dir().expect("libnrt.so next to the test binary (or its parent)")
 }
 
 /// The linker arguments that bind a C program to the libnrt this build made: the one place

@@ -73,23 +73,9 @@ fn manifest() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// A directory holding the built libnrt.so under both its names: programs linked with -lnrt
-/// record its SONAME, libnrt.so.1 (cargo makes only libnrt.so).
-fn lib_dir() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    let deps = exe.parent()?.to_path_buf();
-    let built = [deps.clone(), deps.parent().map(Path::to_path_buf).unwrap_or_default()]
-        .into_iter()
-        .map(|d| d.join("libnrt.so"))
-        .find(|l| l.is_file())?;
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("shared-lib-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).ok()?;
-    for name in ["libnrt.so", "libnrt.so.1"] {
-        std::os::unix::fs::symlink(&built, d.join(name)).ok()?;
-    }
-    Some(d)
-}
+#[path = "support/libnrt.rs"]
+mod libnrt;
+use libnrt::lib_dir;
 
 /// `tests/c/shared_ranks.c` compiled against include/ and libnrt.so (None without a C
 /// compiler, unless NEURON_VFIO_REQUIRE_CC=1).

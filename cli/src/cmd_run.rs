@@ -120,27 +120,16 @@ pub fn reserve_of(cfg: &RuntimeConfig) -> select::Reserve {
 /// leased), and the configuration whose visible cores are the leased ones.
 pub fn device_setup(
     opened: &Opened,
-    mut cfg: RuntimeConfig,
+    cfg: RuntimeConfig,
     base: hal::DeviceOptions,
 ) -> (runtime::Devices, RuntimeConfig) {
-    let devices = opened
-        .platforms
-        .iter()
-        .enumerate()
-        .map(|(i, p)| {
-            let mut o = base.clone();
-            if let Some(own) = opened.ownership(i) {
-                o.owned_ncs = Some(own.ncs);
-                o.hbm_ranges =
-                    Some(own.hbm.into_iter().map(|(chan, addr, len)| hal::HbmRange { chan, addr, len }).collect());
-            }
-            (p.clone(), o)
-        })
-        .collect();
-    if let Some(cores) = opened.leased_cores() {
-        cfg.visible_cores = Some(cores);
-    }
-    (devices, cfg)
+    runtime::device_setup(
+        &opened.platforms,
+        |i| opened.ownership(i).map(|o| (o.ncs, o.hbm)),
+        opened.leased_cores(),
+        cfg,
+        base,
+    )
 }
 
 fn rt_err(e: runtime::RtError) -> CliError {

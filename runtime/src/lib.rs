@@ -46,7 +46,8 @@ pub mod xu;
 pub use error::{RtError, RtErrorKind, StageError, StageErrorKind};
 pub use rt::tensor_ops;
 pub use rt::{
-    Devices, ExecTimings, GlobalPlacement, Model, ModelHandle, PollPolicy, Runtime, RuntimeConfig, Tensor, TensorSet,
+    device_setup, Devices, ExecTimings, GlobalPlacement, Model, ModelHandle, Owned, PollPolicy, Runtime, RuntimeConfig,
+    Tensor, TensorSet,
 };
 pub use status::{NrtStatus, Priority, Status};
 

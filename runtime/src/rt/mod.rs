@@ -57,6 +57,39 @@ pub use tensor::{Tensor, TensorMem, TensorSet};
 /// The devices a runtime opens, each with its options ([`Runtime::init_devices`]).
 pub type Devices = Vec<(Arc<dyn Platform>, hal::DeviceOptions)>;
 
+/// What this process owns of one shared device: its leased NCs (device-local) and the device
+/// memory granted to it as (HBM channel, device address, bytes).
+pub type Owned = (std::ops::Range<usize>, Vec<(usize, u64, u64)>);
+
+/// `platforms` with their options — `base`, narrowed on a shared device to what this process
+/// owns (`owned(i)` for platform `i`) — and `cfg` whose visible cores are the `leased` ones
+/// when the cores are leased (docs/sharing.md).
+pub fn device_setup(
+    platforms: &[Arc<dyn Platform>],
+    owned: impl Fn(usize) -> Option<Owned>,
+    leased: Option<Vec<usize>>,
+    mut cfg: RuntimeConfig,
+    base: hal::DeviceOptions,
+) -> (Devices, RuntimeConfig) {
+    let devices = platforms
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let mut o = base.clone();
+            if let Some((ncs, hbm)) = owned(i) {
+                o.owned_ncs = Some(ncs);
+                o.hbm_ranges =
+                    Some(hbm.into_iter().map(|(chan, addr, len)| hal::HbmRange { chan, addr, len }).collect());
+            }
+            (p.clone(), o)
+        })
+        .collect();
+    if let Some(cores) = leased {
+        cfg.visible_cores = Some(cores);
+    }
+    (devices, cfg)
+}
+
 /// How the host waits between completion steps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PollPolicy {

@@ -51,6 +51,8 @@ impl ClientError {
         match self {
             ClientError::Refused { code: ErrorCode::Invalid | ErrorCode::NoSuchDevice, .. } => NrtStatus::Invalid,
             ClientError::Refused { code: ErrorCode::OutOfMemory, .. } => NrtStatus::Resource,
+            ClientError::Refused { code: ErrorCode::FirmwareTimeout, .. } => NrtStatus::Timeout,
+            ClientError::Refused { code: ErrorCode::Firmware, .. } => NrtStatus::HwError,
             _ => NrtStatus::Failure,
         }
     }
@@ -283,11 +285,53 @@ impl Session {
         }
     }
 
+    /// Reset leased NCs (`mask`, bit n: NC n) through the device's firmware mailbox, which
+    /// the broker serializes.
+    pub fn reset_ncs(&self, device: u32, mask: u32) -> Result<(), ClientError> {
+        self.ok(Request::ResetNcs { device, mask })
+    }
+
+    /// One FW-IO request through the device's mailbox; the response payload.
+    pub fn fwio(&self, device: u32, cmd: u8, payload: &[u8]) -> Result<Vec<u8>, ClientError> {
+        match self.call(&Request::Fwio { device, cmd, payload: payload.to_vec() })? {
+            (Reply::Fwio { data }, _) => Ok(data),
+            (r, _) => Err(unexpected(r)),
+        }
+    }
+
     fn ok(&self, req: Request) -> Result<(), ClientError> {
         match self.call(&req)? {
             (Reply::Ok, _) => Ok(()),
             (r, _) => Err(unexpected(r)),
         }
+    }
+}
+
+/// A shared device's firmware mailbox reached through the broker: what a client's
+/// `hal::Device` uses for NC resets and FW-IO requests ([`hal::FirmwareGate`]), so that the
+/// processes sharing the device never use its one mailbox at the same moment.
+pub struct BrokerFirmware {
+    pub session: std::sync::Arc<Session>,
+    /// The broker's number of the device.
+    pub device: u32,
+}
+
+impl BrokerFirmware {
+    fn err(e: ClientError) -> hal::HalError {
+        hal::HalError::Owner { status: e.status(), message: e.to_string() }
+    }
+}
+
+impl hal::FirmwareGate for BrokerFirmware {
+    fn reset_ncs(&self, mask: u32) -> hal::Result<()> {
+        self.session.reset_ncs(self.device, mask).map_err(Self::err)
+    }
+
+    fn request(&self, cmd: u8, payload: &[u8]) -> hal::Result<Vec<u8>> {
+        if payload.len() > crate::protocol::MAX_FWIO {
+            return Err(hal::HalError::FwioPayload(payload.len()));
+        }
+        self.session.fwio(self.device, cmd, payload).map_err(Self::err)
     }
 }
 

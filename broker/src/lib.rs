@@ -13,9 +13,11 @@
 pub mod client;
 pub mod paths;
 pub mod protocol;
+#[cfg(feature = "server")]
 pub mod server;
 pub mod wire;
 
 pub use client::{ClientError, Session};
 pub use protocol::{DeviceSpec, Role, Want};
+#[cfg(feature = "server")]
 pub use server::{Broker, BrokerConfig, BrokerError};

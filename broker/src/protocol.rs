@@ -88,7 +88,15 @@ pub enum Request {
     Detach { device: u32 },
     /// Devices and the processes on them.
     Query,
+    /// Reset leased NCs (bit n: device NC n, all this client's) through the device's firmware
+    /// mailbox, which the broker serializes (one mailbox per device); the firmware part only.
+    ResetNcs { device: u32, mask: u32 },
+    /// One FW-IO request through the device's mailbox (payload at most [`MAX_FWIO`] bytes).
+    Fwio { device: u32, cmd: u8, payload: Vec<u8> },
 }
+
+/// Largest FW-IO payload a [`Request::Fwio`] or [`Reply::Fwio`] carries (the mailbox's).
+pub const MAX_FWIO: usize = csr_maps::consts::fwio::MAX_PAYLOAD;
 
 /// A process on a device, as [`Reply::Query`] lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -155,6 +163,10 @@ pub enum ErrorCode {
     Device = 12,
     /// A request out of range (a core range beyond the device, count 0).
     Invalid = 13,
+    /// The firmware did not answer in time (a reset, a FW-IO request).
+    FirmwareTimeout = 14,
+    /// The firmware answered with an error.
+    Firmware = 15,
 }
 
 impl ErrorCode {
@@ -174,6 +186,8 @@ impl ErrorCode {
             11 => Adopting,
             12 => Device,
             13 => Invalid,
+            14 => FirmwareTimeout,
+            15 => Firmware,
             _ => return None,
         })
     }
@@ -208,6 +222,10 @@ pub enum Reply {
     },
     Ok,
     Query(Vec<DeviceInfo>),
+    /// A FW-IO request's response payload.
+    Fwio {
+        data: Vec<u8>,
+    },
     /// A refused request; `owner_pid` names the process holding what was asked for (0: none).
     Error {
         code: ErrorCode,
@@ -250,6 +268,13 @@ impl W {
         }
         self.u16(end as u16);
         self.0.extend_from_slice(&s.as_bytes()[..end]);
+        self
+    }
+    /// At most [`MAX_FWIO`] bytes (longer is a caller's bug: cut).
+    fn bytes(&mut self, b: &[u8]) -> &mut Self {
+        let b = &b[..b.len().min(MAX_FWIO)];
+        self.u16(b.len() as u16);
+        self.0.extend_from_slice(b);
         self
     }
     fn finish(mut self) -> Vec<u8> {
@@ -297,6 +322,13 @@ impl<'a> R<'a> {
         }
         let s = self.take(n)?;
         String::from_utf8(s.to_vec()).map_err(|_| ProtoError::Utf8)
+    }
+    fn bytes(&mut self) -> Result<Vec<u8>, ProtoError> {
+        let n = self.u16()? as usize;
+        if n > MAX_FWIO {
+            return Err(ProtoError::TooLong { what: "FW-IO payload", len: n, max: MAX_FWIO });
+        }
+        Ok(self.take(n)?.to_vec())
     }
     fn count(&mut self) -> Result<usize, ProtoError> {
         let n = self.u16()? as usize;
@@ -411,6 +443,16 @@ impl Request {
                 w.finish()
             }
             Request::Query => W::new(9).finish(),
+            Request::ResetNcs { device, mask } => {
+                let mut w = W::new(10);
+                w.u32(*device).u32(*mask);
+                w.finish()
+            }
+            Request::Fwio { device, cmd, payload } => {
+                let mut w = W::new(11);
+                w.u32(*device).u8(*cmd).bytes(payload);
+                w.finish()
+            }
         }
     }
 
@@ -443,6 +485,8 @@ impl Request {
             7 => Request::FreeHbm { device: r.u32()?, handle: r.u64()? },
             8 => Request::Detach { device: r.u32()? },
             9 => Request::Query,
+            10 => Request::ResetNcs { device: r.u32()?, mask: r.u32()? },
+            11 => Request::Fwio { device: r.u32()?, cmd: r.u8()?, payload: r.bytes()? },
             tag => return Err(ProtoError::Tag { what: "request", tag }),
         };
         r.end()?;
@@ -489,6 +533,11 @@ impl Reply {
                         w.u32(c.pid).str(&c.command).str(&c.runtime_version).u32(c.first).u32(c.count).u64(c.hbm_bytes);
                     }
                 }
+                w.finish()
+            }
+            Reply::Fwio { data } => {
+                let mut w = W::new(108);
+                w.bytes(data);
                 w.finish()
             }
             Reply::Error { code, owner_pid, message } => {
@@ -557,6 +606,7 @@ impl Reply {
                 let code = ErrorCode::from_u16(c).ok_or(ProtoError::Tag { what: "error code", tag: c as u8 })?;
                 Reply::Error { code, owner_pid: r.u32()?, message: r.str()? }
             }
+            108 => Reply::Fwio { data: r.bytes()? },
             tag => return Err(ProtoError::Tag { what: "reply", tag }),
         };
         r.end()?;
@@ -611,6 +661,9 @@ mod tests {
             (any::<u32>(), any::<u64>()).prop_map(|(device, handle)| Request::FreeHbm { device, handle }),
             any::<u32>().prop_map(|device| Request::Detach { device }),
             Just(Request::Query),
+            (any::<u32>(), any::<u32>()).prop_map(|(device, mask)| Request::ResetNcs { device, mask }),
+            (any::<u32>(), any::<u8>(), proptest::collection::vec(any::<u8>(), 0..=MAX_FWIO))
+                .prop_map(|(device, cmd, payload)| Request::Fwio { device, cmd, payload }),
         ]
     }
 
@@ -657,7 +710,8 @@ mod tests {
             (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(handle, addr, len)| Reply::Hbm { handle, addr, len }),
             Just(Reply::Ok),
             proptest::collection::vec(dev, 0..3).prop_map(Reply::Query),
-            (1u16..=13, any::<u32>(), arb_str()).prop_map(|(c, owner_pid, message)| Reply::Error {
+            proptest::collection::vec(any::<u8>(), 0..=MAX_FWIO).prop_map(|data| Reply::Fwio { data }),
+            (1u16..=15, any::<u32>(), arb_str()).prop_map(|(c, owner_pid, message)| Reply::Error {
                 code: ErrorCode::from_u16(c).unwrap(),
                 owner_pid,
                 message

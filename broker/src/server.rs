@@ -70,12 +70,16 @@ pub fn iova_window(arch: &Arch, slot: usize) -> std::ops::Range<u64> {
     start..start + w
 }
 
-/// The data path of one leased client, served by the broker (a simulated device: one
-/// vfio-user connection on a thread; it ends when the client's end closes or the broker shuts
-/// its end down, and every mapping the client made is gone when the thread has returned).
+/// The data path of one leased client, served by the broker. A simulated device: one
+/// vfio-user connection on a thread (it ends when the client's end closes or the broker shuts
+/// its end down, and every mapping the client made is gone when the thread has returned). A
+/// VFIO device: the connection only carried the device's descriptors; the client maps its
+/// DMA itself into the device's IOMMU address space inside its window, which ending the
+/// path unmaps (a dead client's mappings outlive it there: the address space is shared).
 struct DataPath {
     shut: UnixStream,
     thread: Option<JoinHandle<()>>,
+    window: Option<(Arc<vfio::VfioPlatform>, std::ops::Range<u64>)>,
 }
 
 impl DataPath {
@@ -85,11 +89,21 @@ impl DataPath {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+        if let Some((p, w)) = self.window.take() {
+            // One unmap of the whole window takes every mapping inside it; a window with none
+            // left (the client unmapped its own) is not an error worth more than a note.
+            if let Err(e) = p.device().dma().unmap_raw(w.start, w.end - w.start) {
+                tracing::debug!(%e, start = w.start, "unmapping a client's IOVA window");
+            }
+        }
     }
 }
 
 enum Backend {
     Sim(sim::SimDevice),
+    /// A PCI function the broker opened through VFIO (iommufd, or no-IOMMU mode): clients get
+    /// its descriptors and drive their NCs through their own BAR mappings.
+    Vfio(Arc<vfio::VfioPlatform>),
 }
 
 struct Device {
@@ -108,9 +122,10 @@ struct Device {
     hbm: HashMap<u64, (u64, hal::DevBuf)>,
     /// Data paths by client.
     paths: HashMap<u64, DataPath>,
-    /// New leases wait until then: for a device whose state outlives a broker (VFIO, not yet
-    /// served through the broker), so that clients of a previous broker re-register their
-    /// leases first ([`Request::Adopt`]). A simulated device dies with its broker: never set.
+    /// New leases wait until then, so that clients of a previous broker re-register their
+    /// leases first ([`Request::Adopt`]). Not set by this broker: a VFIO device whose previous
+    /// broker's clients still hold it cannot be opened again until they close it (the kernel
+    /// allows one opener of a device cdev), and a simulated device dies with its broker.
     adopt_until: Option<Instant>,
 }
 
@@ -132,6 +147,8 @@ impl Device {
                 let st = s.stats();
                 (st.iommu_mappings, st.collectives)
             }
+            // The kernel's IOMMU tables are not listed to userspace (docs/sharing.md).
+            Backend::Vfio(_) => (0, 0),
         }
     }
 }
@@ -416,7 +433,59 @@ fn handle(shared: &Shared, id: &mut Option<u64>, pid: u32, req: Request) -> (Rep
             detach(shared, me, d);
             (Reply::Ok, Vec::new())
         }
+        Request::ResetNcs { device, mask } => {
+            let hal = match mailbox_user(&st, me, device, Some(mask)) {
+                Ok(h) => h,
+                Err(r) => return (r, Vec::new()),
+            };
+            drop(st);
+            (hal.firmware_reset_ncs(mask).map_or_else(|e| firmware_error(&e), |()| Reply::Ok), Vec::new())
+        }
+        Request::Fwio { device, cmd, payload } => {
+            let hal = match mailbox_user(&st, me, device, None) {
+                Ok(h) => h,
+                Err(r) => return (r, Vec::new()),
+            };
+            drop(st);
+            (hal.fwio(cmd, &payload).map_or_else(|e| firmware_error(&e), |data| Reply::Fwio { data }), Vec::new())
+        }
     }
+}
+
+/// The broker's handle on device `device` for client `me`'s use of the firmware mailbox: the
+/// client must hold a lease there and, for a reset (`mask`), every NC of the mask. The
+/// mailbox is used after the tables' lock is released; the handle serializes it with the
+/// broker's own uses (reclaims) and every other client's.
+fn mailbox_user(st: &State, me: u64, device: u32, mask: Option<u32>) -> Result<hal::Device, Reply> {
+    let d = attached(st, me, device).ok_or_else(|| not_attached(device))?;
+    let dev = &st.devices[d];
+    let (first, count) =
+        dev.client_ncs(me).ok_or_else(|| error(ErrorCode::Invalid, 0, "the firmware mailbox goes with a lease"))?;
+    if let Some(mask) = mask {
+        let mine = (first..first + count).fold(0u64, |m, nc| m | 1u64 << nc);
+        if mask == 0 || u64::from(mask) & !mine != 0 {
+            let other = (0..32u32).find(|n| mask & (1 << n) != 0 && mine & (1u64 << n) == 0).unwrap_or(0);
+            let owner = dev.leases.get(other as usize).copied().flatten();
+            let owner_pid = owner.and_then(|o| st.clients.get(&o)).map_or(0, |c| c.pid);
+            return Err(error(
+                ErrorCode::CoresUnavailable,
+                owner_pid,
+                format!("reset of NC mask {mask:#x}: this process leases {}", nc_range(first, count)),
+            ));
+        }
+    }
+    Ok(dev.hal.clone())
+}
+
+/// A firmware failure as a reply: a timeout and the firmware's own error keep their kind.
+fn firmware_error(e: &hal::HalError) -> Reply {
+    let code = match e {
+        hal::HalError::FwioTimeout { .. } | hal::HalError::ResetTimeout { .. } => ErrorCode::FirmwareTimeout,
+        hal::HalError::Fwio { .. } => ErrorCode::Firmware,
+        hal::HalError::FwioPayload(_) => ErrorCode::Invalid,
+        _ => ErrorCode::Device,
+    };
+    error(code, 0, e.to_string())
 }
 
 fn not_attached(device: u32) -> Reply {
@@ -513,12 +582,77 @@ fn device_for(shared: &Shared, st: &mut State, spec: &DeviceSpec) -> Result<usiz
             tracing::info!(device = index, arch = arch.name, "simulated device created");
             Ok(index as usize)
         }
-        DeviceSpec::Pci(bdf) => Err(error(
-            ErrorCode::NoSuchDevice,
-            0,
-            format!("{bdf}: VFIO devices through the broker are not available in this build"),
-        )),
+        DeviceSpec::Pci(bdf) => {
+            let addr: vfio::PciAddress =
+                bdf.parse().map_err(|e: vfio::Error| error(ErrorCode::NoSuchDevice, 0, e.to_string()))?;
+            if let Some(i) = st.devices.iter().position(|d| {
+                matches!(&d.spec, DeviceSpec::Pci(b)
+                if b.parse::<vfio::PciAddress>().ok() == Some(addr))
+            }) {
+                return Ok(i);
+            }
+            let index = st.devices.len() as u32;
+            let (p, dev, arch) = open_vfio(addr).map_err(|e| error(ErrorCode::Device, 0, format!("{addr}: {e}")))?;
+            st.devices.push(Device {
+                index,
+                name: addr.to_string(),
+                spec: spec.clone(),
+                arch,
+                backend: Backend::Vfio(p),
+                hal: dev,
+                leases: vec![None; arch.counts.ncs as usize],
+                slots: vec![None; MAX_CLIENTS],
+                hbm: HashMap::new(),
+                paths: HashMap::new(),
+                adopt_until: None,
+            });
+            tracing::info!(device = index, %addr, arch = arch.name, "VFIO device opened");
+            Ok(index as usize)
+        }
     }
+}
+
+/// Why the broker could not open a VFIO device.
+#[derive(Debug, thiserror::Error)]
+enum OpenVfioError {
+    #[error("{0}")]
+    Vfio(#[from] vfio::Error),
+    #[error("{0}")]
+    Hal(#[from] hal::HalError),
+    #[error("PCI id {vendor:04x}:{device:04x} is not a Neuron device this broker knows")]
+    NotNeuron { vendor: u16, device: u16 },
+}
+
+/// Open PCI function `addr` for sharing: through iommufd (the interface whose address space
+/// can be handed to other processes; the legacy container cannot), or in no-IOMMU mode when
+/// the operator chose it (`NEURON_VFIO_BACKEND=noiommu`) and no IOMMU translates the device.
+/// The broker's own DMA stays below the clients' windows ([`broker_window`]). Then the
+/// device is brought up once and the dummy ring for reclaims allocated.
+fn open_vfio(addr: vfio::PciAddress) -> Result<(Arc<vfio::VfioPlatform>, hal::Device, &'static Arch), OpenVfioError> {
+    let sysfs = vfio::Sysfs::new(std::env::var_os("NEURON_VFIO_SYSFS").unwrap_or_else(|| "/sys".into()));
+    let f = sysfs.function(addr)?;
+    let arch =
+        Arch::by_pci_id(f.vendor, f.device).ok_or(OpenVfioError::NotNeuron { vendor: f.vendor, device: f.device })?;
+    let w = broker_window(arch);
+    let opts = vfio::OpenOptions {
+        backend: vfio::Backend::Iommufd,
+        sysfs,
+        dev: std::env::var_os("NEURON_VFIO_DEVDIR").unwrap_or_else(|| "/dev".into()).into(),
+        iova_window: vfio::IovaRange::with_len(w.start, w.end - w.start),
+        allow_noiommu: std::env::var("NEURON_VFIO_BACKEND").is_ok_and(|b| b.trim() == "noiommu"),
+    };
+    let p = Arc::new(vfio::VfioPlatform::open(addr, &opts)?);
+    let dev = hal::Device::open(p.clone() as Arc<dyn platform::Platform>, hal::DeviceOptions::default())?;
+    dev.init()?;
+    dev.prepare_reclaim()?;
+    Ok((p, dev, arch))
+}
+
+/// The broker's own IOVAs on a device of `arch`: the lower half of its IOVA space (the
+/// clients' windows are the upper half, [`iova_window`]).
+pub fn broker_window(arch: &Arch) -> std::ops::Range<u64> {
+    let w = iova_window(arch, 0);
+    0..w.start
 }
 
 fn attach(shared: &Shared, st: &mut State, me: u64, spec: DeviceSpec) -> Reply {
@@ -656,6 +790,8 @@ fn lease(st: &mut State, me: u64, device: u32, want: Want, adopt: bool) -> (Repl
 }
 
 /// Start serving the data path of a client leasing `ncs`; returns it and the client's end.
+/// A VFIO device's descriptors are sent on the connection before the client has it
+/// ([`vfio::shared::send_device`]; they wait in the socket).
 fn open_path(
     dev: &Device,
     window: std::ops::Range<u64>,
@@ -663,18 +799,24 @@ fn open_path(
 ) -> std::io::Result<(DataPath, OwnedFd)> {
     let (mine, theirs) = UnixStream::pair()?;
     let shut = mine.try_clone()?;
-    let thread = match &dev.backend {
+    match &dev.backend {
         Backend::Sim(s) => {
             let s = s.clone();
             let opts = sim_serve::ConnOptions { iova_window: window, ncs };
-            std::thread::Builder::new().name("broker-datapath".into()).spawn(move || {
+            let thread = std::thread::Builder::new().name("broker-datapath".into()).spawn(move || {
                 if let Err(e) = sim_serve::serve_connection(s, mine, opts) {
                     tracing::info!(%e, "data path ended");
                 }
-            })?
+            })?;
+            Ok((DataPath { shut, thread: Some(thread), window: None }, OwnedFd::from(theirs)))
         }
-    };
-    Ok((DataPath { shut, thread: Some(thread) }, OwnedFd::from(theirs)))
+        Backend::Vfio(p) => {
+            let fds = p.device().share().map_err(std::io::Error::other)?;
+            vfio::shared::send_device(&mine, &fds).map_err(std::io::Error::other)?;
+            let window = Some((p.clone(), window));
+            Ok((DataPath { shut, thread: None, window }, OwnedFd::from(theirs)))
+        }
+    }
 }
 
 fn alloc_hbm(st: &mut State, me: u64, device: u32, chan: u32, len: u64) -> Reply {

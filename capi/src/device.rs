@@ -203,7 +203,7 @@ pub fn device_setup(
 ) -> (runtime::Devices, runtime::RuntimeConfig) {
     runtime::device_setup(
         &opened.platforms,
-        |i| opened.ownership(i).map(|o| (o.ncs, o.hbm)),
+        |i| opened.ownership(i).map(|o| (o.ncs, o.hbm, o.firmware)),
         opened.leased_cores(),
         cfg,
         base,
@@ -233,7 +233,6 @@ pub fn release() {
 pub fn platforms(spec: &Spec, reserve: &select::Reserve) -> Result<select::Opened, RtError> {
     let spec = resolve(spec.clone())?;
     let opened = select::open_reserving(&spec, sim_timing()?, reserve).map_err(|e| {
-        #[cfg(feature = "sim")]
         if let Some((owner, line)) = select::shared::cores_unavailable(&e) {
             // libnrt's line, then ours naming the holder.
             crate::base::log_line(line);

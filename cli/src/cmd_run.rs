@@ -125,7 +125,7 @@ pub fn device_setup(
 ) -> (runtime::Devices, RuntimeConfig) {
     runtime::device_setup(
         &opened.platforms,
-        |i| opened.ownership(i).map(|o| (o.ncs, o.hbm)),
+        |i| opened.ownership(i).map(|o| (o.ncs, o.hbm, o.firmware)),
         opened.leased_cores(),
         cfg,
         base,

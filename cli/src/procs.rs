@@ -70,7 +70,6 @@ pub fn device_processes(dev: DeviceUse, broker_name: Option<&str>) -> Vec<Proces
 }
 
 /// The broker's clients on device `name` (none when no broker runs).
-#[cfg(feature = "sim")]
 fn broker_clients(name: &str) -> Vec<ProcessInfo> {
     broker::client::processes(name)
         .into_iter()
@@ -81,11 +80,6 @@ fn broker_clients(name: &str) -> Vec<ProcessInfo> {
             runtime_version: Some(p.runtime_version).filter(|v| !v.is_empty()),
         })
         .collect()
-}
-
-#[cfg(not(feature = "sim"))]
-fn broker_clients(_name: &str) -> Vec<ProcessInfo> {
-    Vec::new()
 }
 
 /// Pids under `proc` with an open file descriptor on `node`.

@@ -111,6 +111,7 @@ fn hal_variant(e: &HalError) -> usize {
         HalError::ProgramSize(_) => 22,
         HalError::RegionTableFull { .. } => 23,
         HalError::NotOwned { .. } => 24,
+        HalError::Owner { .. } => 25,
     }
 }
 
@@ -143,12 +144,15 @@ fn hal_table() -> Vec<(HalError, S)> {
         (HalError::Ucode(UcodeError { code: csr_maps::consts::q7::ERR_INVALID, what: "x" }), S::Invalid),
         (HalError::ProgramSize(3), S::Invalid),
         (HalError::RegionTableFull { needed: 300, entries: 256 }, S::Resource),
+        // Through the broker, the status the broker's refusal maps to.
+        (HalError::Owner { status: S::Timeout, message: "reset".into() }, S::Timeout),
+        (HalError::Owner { status: S::HwError, message: "fwio".into() }, S::HwError),
     ]
 }
 
 #[test]
 fn hal_errors() {
-    check("HalError", 25, hal_variant, hal_table());
+    check("HalError", 26, hal_variant, hal_table());
 }
 
 fn neff_variant(e: &NeffError) -> usize {

@@ -61,6 +61,10 @@ pub enum HalError {
     ProgramSize(usize),
     #[error("the ownership region table holds {entries} entries; {needed} are needed (after coalescing)")]
     RegionTableFull { needed: usize, entries: usize },
+    /// A shared device's owner (the broker) failed a firmware request made through it
+    /// ([`crate::FirmwareGate`]), with the status it maps to.
+    #[error("firmware mailbox through the device's owner: {message}")]
+    Owner { status: NrtStatus, message: String },
 }
 
 /// An nrtucode error code (4 bad API level, 5 out of memory, 7 too large, 8 invalid /
@@ -87,6 +91,7 @@ impl HalError {
     pub fn status(&self) -> NrtStatus {
         match self {
             HalError::Csr(c) => c.status(),
+            HalError::Owner { status, .. } => *status,
             HalError::Ucode(u) => u.status(),
             HalError::HostMem(_) => NrtStatus::FailHostMemAlloc,
             HalError::OutOfDeviceMemory { .. } | HalError::TooLarge { .. } | HalError::RegionTableFull { .. } => {

@@ -36,7 +36,7 @@ pub mod ring;
 pub mod seq;
 pub mod udma;
 
-pub use device::{BarrierState, BarrierStatus, Device, DeviceOptions, FatalCauses, HbmRange, KickSlot};
+pub use device::{BarrierState, BarrierStatus, Device, DeviceOptions, FatalCauses, FirmwareGate, HbmRange, KickSlot};
 pub use error::{HalError, Result};
 pub use fwio::{PollTiming, ResetKind};
 pub use mem::{DevAllocator, DevBuf, HostBuf, HostPool};

@@ -26,7 +26,6 @@ use nrt_status::{NrtStatus, Status};
 use platform::Platform;
 use vfio::{Backend, Filter, PciAddress, PciFunction, Sysfs, VfioSupport};
 
-#[cfg(feature = "sim")]
 pub mod shared;
 pub mod trace;
 pub use trace::{mmio_trace_path, set_mmio_trace, wrap as wrap_traced};
@@ -72,7 +71,6 @@ pub enum SelectError {
     #[error("simulator: {0}")]
     Simulator(#[source] sim::SimError),
     /// The broker refused or failed a request for a shared device (docs/sharing.md).
-    #[cfg(feature = "sim")]
     #[error("{0}")]
     Broker(#[source] Box<broker::ClientError>),
     /// A shared device's cores or data path cannot be set up as asked.
@@ -110,7 +108,6 @@ impl SelectError {
             | SelectError::Vfio { .. } => NrtStatus::Failure,
             #[cfg(feature = "sim")]
             SelectError::Simulator(_) => NrtStatus::Failure,
-            #[cfg(feature = "sim")]
             SelectError::Broker(e) => e.status(),
             SelectError::SharedCores(_) => NrtStatus::Failure,
         }
@@ -345,39 +342,38 @@ pub struct Opened {
     pub sims: Vec<sim::SimDevice>,
     /// Shared devices: the broker session and this process's leases (given back when
     /// dropped, after the platforms).
-    #[cfg(feature = "sim")]
     pub shared: Option<shared::SharedLease>,
 }
 
-/// What a process owns of a shared device (for `hal::DeviceOptions::owned_ncs` and
-/// `hbm_ranges`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What a process owns of a shared device (for `hal::DeviceOptions::owned_ncs`,
+/// `hbm_ranges` and `firmware_gate`).
+#[derive(Clone)]
 pub struct Ownership {
     /// Leased NCs (device-local).
     pub ncs: std::ops::Range<usize>,
     /// Device memory granted: (HBM channel, device address, bytes).
     pub hbm: Vec<(usize, u64, u64)>,
+    /// The device's firmware mailbox, reached through the broker.
+    pub firmware: Arc<dyn hal::FirmwareGate>,
+}
+
+impl std::fmt::Debug for Ownership {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ownership").field("ncs", &self.ncs).field("hbm", &self.hbm).finish_non_exhaustive()
+    }
 }
 
 impl Opened {
     /// What this process owns of platform `i` when it is a shared device (`None`: the
     /// device is the process's alone).
     pub fn ownership(&self, i: usize) -> Option<Ownership> {
-        #[cfg(feature = "sim")]
-        if let Some(l) = &self.shared {
-            return l.devices.get(i).map(|d| Ownership { ncs: d.ncs.clone(), hbm: d.hbm.clone() });
-        }
-        let _ = i;
-        None
+        let l = self.shared.as_ref()?;
+        l.devices.get(i).map(|d| Ownership { ncs: d.ncs.clone(), hbm: d.hbm.clone(), firmware: l.firmware(d) })
     }
 
     /// On shared devices, the leased cores as the runtime numbers them (its visible cores).
     pub fn leased_cores(&self) -> Option<Vec<usize>> {
-        #[cfg(feature = "sim")]
-        if let Some(l) = &self.shared {
-            return Some(l.visible_cores());
-        }
-        None
+        self.shared.as_ref().map(|l| l.visible_cores())
     }
 
     /// Whether the platforms are simulated devices.
@@ -405,37 +401,40 @@ impl Opened {
 }
 
 /// Open the platforms behind a resolved `spec` (every device of a simulated topology) and
-/// the simulators among them. `Spec::Default` is resolved first (its notice is logged).
+/// the simulators among them. `Spec::Default` is resolved first (its notice is logged). On a
+/// shared device (`sim:shared…`, or a VFIO device while a broker runs) every core is leased.
 pub fn open_platforms(spec: &Spec, timing: SimTiming) -> Result<Opened, SelectError> {
-    match spec {
-        Spec::Default => {
-            let (s, notice) = resolve_default(&sysfs())?;
-            if let Some(n) = notice {
-                tracing::info!("{n}");
-            }
-            open_platforms(&s, timing)
-        }
-        Spec::Sim { arch, n } => open_sim(arch, *n, timing).and_then(traced),
-        Spec::SimShared { .. } => open_reserving(spec, timing, &Reserve::All),
-        Spec::Pci(addr) => {
-            let sys = sysfs();
-            let (f, _) = check_usable(&sys, *addr)?;
-            let dev = dev_dir();
-            let requested = std::env::var("NEURON_VFIO_BACKEND").ok();
-            let (backend, allow_noiommu) = choose_backend(requested.as_deref(), &vfio::probe_support(&sys, &dev))?;
-            tracing::info!(bdf = %f.address, %backend, allow_noiommu, "opening through VFIO");
-            let opts = vfio::OpenOptions { backend, sysfs: sys.clone(), dev, allow_noiommu, ..Default::default() };
-            let p = vfio::VfioPlatform::open(f.address, &opts)
-                .map_err(|source| SelectError::Vfio { addr: Some(*addr), source })?;
-            Ok(Opened {
-                platforms: trace::wrap(vec![Arc::new(p) as Arc<dyn Platform>])?,
-                #[cfg(feature = "sim")]
-                sims: Vec::new(),
-                #[cfg(feature = "sim")]
-                shared: None,
-            })
-        }
+    open_reserving(spec, timing, &Reserve::All)
+}
+
+/// A VFIO device: through the broker when one runs (it owns the device; docs/sharing.md),
+/// else opened by this process alone.
+fn open_pci(addr: PciAddress, reserve: &Reserve) -> Result<Opened, SelectError> {
+    let sys = sysfs();
+    let (f, arch) = check_usable(&sys, addr)?;
+    if let Some(session) = shared::running_broker()? {
+        tracing::info!(bdf = %f.address, broker = session.broker_pid(), "opening through the broker");
+        let (platforms, lease) = shared::open_pci(session, arch, f.address, reserve)?;
+        return traced(Opened {
+            platforms,
+            #[cfg(feature = "sim")]
+            sims: Vec::new(),
+            shared: Some(lease),
+        });
     }
+    let dev = dev_dir();
+    let requested = std::env::var("NEURON_VFIO_BACKEND").ok();
+    let (backend, allow_noiommu) = choose_backend(requested.as_deref(), &vfio::probe_support(&sys, &dev))?;
+    tracing::info!(bdf = %f.address, %backend, allow_noiommu, "opening through VFIO");
+    let opts = vfio::OpenOptions { backend, sysfs: sys.clone(), dev, allow_noiommu, ..Default::default() };
+    let p =
+        vfio::VfioPlatform::open(f.address, &opts).map_err(|source| SelectError::Vfio { addr: Some(addr), source })?;
+    traced(Opened {
+        platforms: vec![Arc::new(p) as Arc<dyn Platform>],
+        #[cfg(feature = "sim")]
+        sims: Vec::new(),
+        shared: None,
+    })
 }
 
 /// The opened platforms, wrapped for the MMIO trace when one is configured ([`trace`]).
@@ -454,23 +453,20 @@ fn open_sim(arch: &'static Arch, n: usize, timing: SimTiming) -> Result<Opened, 
 
 /// Which cores a process reserves on shared devices (libnrt's `nrt_init`): every core
 /// unless a count or a range is named.
-#[cfg(feature = "sim")]
 pub use shared::Reserve;
-
-/// Which cores a process reserves on shared devices (built without the simulator there are
-/// none).
-#[cfg(not(feature = "sim"))]
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Reserve {
-    All,
-    Count(usize),
-    Cores(Vec<usize>),
-}
 
 /// [`open_platforms`], reserving `reserve` when the spec names shared devices (`nrt_init`:
 /// `NEURON_RT_VISIBLE_CORES`, else `NEURON_RT_NUM_CORES`, else all).
 pub fn open_reserving(spec: &Spec, timing: SimTiming, reserve: &Reserve) -> Result<Opened, SelectError> {
     match spec {
+        Spec::Default => {
+            let (s, notice) = resolve_default(&sysfs())?;
+            if let Some(n) = notice {
+                tracing::info!("{n}");
+            }
+            open_reserving(&s, timing, reserve)
+        }
+        Spec::Sim { arch, n } => open_sim(arch, *n, timing).and_then(traced),
         #[cfg(feature = "sim")]
         Spec::SimShared { arch, n } => {
             let (platforms, lease) = shared::open(arch, *n, reserve)?;
@@ -478,7 +474,7 @@ pub fn open_reserving(spec: &Spec, timing: SimTiming, reserve: &Reserve) -> Resu
         }
         #[cfg(not(feature = "sim"))]
         Spec::SimShared { arch, n } => Err(SelectError::NoSimulator(format!("device `sim:shared:{}:{n}`", arch.name))),
-        other => open_platforms(other, timing),
+        Spec::Pci(addr) => open_pci(*addr, reserve),
     }
 }
 

@@ -1,9 +1,11 @@
-//! `sim:shared[:ARCH[:N]]`: the host's shared simulated devices, reached through the broker
-//! (docs/sharing.md). The broker owns the devices; this process attaches them, leases its
-//! cores, is granted device memory for them, and drives its cores over the data path the
-//! broker hands it (a vfio-user connection to the device: [`vfio::user::VfioUserPlatform`]).
-//! The lease lives as long as the [`SharedLease`] (held by [`crate::Opened`]); dropping it
-//! gives everything back.
+//! Shared devices, reached through the broker (docs/sharing.md): `sim:shared[:ARCH[:N]]`, the
+//! host's shared simulated devices, and any VFIO device once a broker runs. The broker owns
+//! the devices; this process attaches them, leases its cores, is granted device memory for
+//! them, and drives its cores over the data path the broker hands it — for a simulated device
+//! a vfio-user connection ([`vfio::user::VfioUserPlatform`]), for a VFIO device the device's
+//! own descriptors ([`vfio::VfioPlatform::from_fds`]: BARs mapped here, DMA mapped by this
+//! process inside its IOVA window). The lease lives as long as the [`SharedLease`] (held by
+//! [`crate::Opened`]); dropping it gives everything back.
 
 use std::ops::Range;
 use std::os::unix::net::UnixStream;
@@ -31,6 +33,8 @@ pub enum Reserve {
 /// One device of the set with this process's lease on it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeasedDevice {
+    /// The device as the broker knows it (its location: `sim:shared:ARCH:k` or the BDF).
+    pub name: String,
     /// The device's index in the set (`sim:shared:ARCH:N` devices 0..N).
     pub index: usize,
     /// The broker's number for it.
@@ -46,7 +50,7 @@ pub struct LeasedDevice {
 /// This process's session with the broker and what it leased. Dropped: every lease and grant
 /// is given back (the broker resets the cores) and the devices detached.
 pub struct SharedLease {
-    session: Session,
+    session: Arc<Session>,
     /// The process that leased (a forked child inherits the object but not the lease).
     pid: u32,
     pub arch: &'static Arch,
@@ -68,6 +72,11 @@ impl SharedLease {
     /// The session with the broker.
     pub fn session(&self) -> &Session {
         &self.session
+    }
+
+    /// The firmware mailbox of leased device `d`, through the broker.
+    pub fn firmware(&self, d: &LeasedDevice) -> Arc<dyn hal::FirmwareGate> {
+        Arc::new(broker::client::BrokerFirmware { session: self.session.clone(), device: d.broker_device })
     }
 
     /// The leased cores as the runtime numbers them (its devices are the leased ones, in
@@ -117,7 +126,8 @@ fn broker_err(e: broker::ClientError) -> SelectError {
 }
 
 /// Open `n` devices of the shared `arch` set and lease `reserve` on them: the platforms of the
-/// devices this process leased cores on (in order) and the lease.
+/// devices this process leased cores on (in order) and the lease. Starts a broker when none
+/// runs.
 pub fn open(
     arch: &'static Arch,
     n: usize,
@@ -125,7 +135,44 @@ pub fn open(
 ) -> Result<(Vec<Arc<dyn Platform>>, SharedLease), SelectError> {
     let c = Connect { spawn: true, ..Connect::new(Role::Runtime) };
     let session = Session::connect(&c).map_err(broker_err)?;
-    let mut lease = SharedLease { session, pid: std::process::id(), arch, devices: Vec::new() };
+    let specs = (0..n).map(|k| DeviceSpec::Sim { arch: arch.name.to_string(), index: k as u32 }).collect();
+    open_set(session, arch, specs, reserve)
+}
+
+/// The broker, when one runs (at the documented socket): a VFIO device is reached through it
+/// then. `None` when nobody listens.
+pub fn running_broker() -> Result<Option<Session>, SelectError> {
+    match Session::connect(&Connect::new(Role::Runtime)) {
+        Ok(s) => Ok(Some(s)),
+        Err(broker::ClientError::Connect { source, .. })
+            if matches!(source.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused) =>
+        {
+            Ok(None)
+        }
+        Err(e) => Err(broker_err(e)),
+    }
+}
+
+/// The VFIO device `addr` (of `arch`) through the broker `session`, leasing `reserve`.
+pub fn open_pci(
+    session: Session,
+    arch: &'static Arch,
+    addr: vfio::PciAddress,
+    reserve: &Reserve,
+) -> Result<(Vec<Arc<dyn Platform>>, SharedLease), SelectError> {
+    open_set(session, arch, vec![DeviceSpec::Pci(addr.to_string())], reserve)
+}
+
+/// Lease `reserve` on the devices `specs` (a set of one arch, global NC numbers over them in
+/// order).
+fn open_set(
+    session: Session,
+    arch: &'static Arch,
+    specs: Vec<DeviceSpec>,
+    reserve: &Reserve,
+) -> Result<(Vec<Arc<dyn Platform>>, SharedLease), SelectError> {
+    let n = specs.len();
+    let mut lease = SharedLease { session: Arc::new(session), pid: std::process::id(), arch, devices: Vec::new() };
     let per = arch.counts.ncs as usize;
     let mut platforms = Vec::new();
     // Which devices to lease on, and what.
@@ -143,8 +190,8 @@ pub fn open(
     if let Reserve::Cores(cores) = reserve {
         if let Some(&g) = cores.iter().find(|&&g| g >= per * n) {
             return Err(SelectError::SharedCores(format!(
-                "core {g} is not on sim:shared:{}:{n} ({} cores)",
-                arch.name,
+                "core {g} is not on {} ({} cores)",
+                set_name(&specs),
                 per * n
             )));
         }
@@ -153,7 +200,7 @@ pub fn open(
         let candidates: Vec<usize> = if k == usize::MAX { (0..n).collect() } else { vec![k] };
         let mut last = None;
         for k in candidates {
-            match lease_one(&lease.session, arch, k, want) {
+            match lease_one(&lease.session, arch, k, &specs[k], want) {
                 Ok((p, d)) => {
                     platforms.push(p);
                     lease.devices.push(d);
@@ -170,18 +217,68 @@ pub fn open(
     Ok((platforms, lease))
 }
 
-/// Attach device `k`, lease `want`, connect its data path, get the device memory.
+/// A device set's name for messages.
+fn set_name(specs: &[DeviceSpec]) -> String {
+    match specs.first() {
+        Some(DeviceSpec::Sim { arch, .. }) => format!("sim:shared:{arch}:{}", specs.len()),
+        Some(DeviceSpec::Pci(bdf)) => bdf.clone(),
+        None => "no device".into(),
+    }
+}
+
+/// The data path of a leased device: the platform this process drives its NCs through.
+fn data_path(
+    spec: &DeviceSpec,
+    fd: std::os::fd::OwnedFd,
+    iova: &Range<u64>,
+    ncs: &Range<usize>,
+) -> Result<Arc<dyn Platform>, SelectError> {
+    let stream = UnixStream::from(fd);
+    match spec {
+        DeviceSpec::Sim { arch, index } => {
+            let opts = vfio::user::UserOptions {
+                iova_window: iova.clone(),
+                irq_vectors: ncs.clone().map(|n| n as u32).collect(),
+                // The broker serves its simulator: the modeled registers are the model's.
+                modeled_writes: true,
+                location: format!("sim:shared:{arch}:{index}"),
+            };
+            let p = vfio::user::VfioUserPlatform::from_stream(stream, opts)
+                .map_err(|e| SelectError::SharedCores(format!("data path to sim:shared:{arch}:{index}: {e}")))?;
+            Ok(Arc::new(p))
+        }
+        DeviceSpec::Pci(bdf) => {
+            let bad = |e: vfio::Error| SelectError::SharedCores(format!("data path to {bdf}: {e}"));
+            let fds = vfio::shared::recv_device(&stream).map_err(bad)?;
+            let window = vfio::IovaRange::with_len(iova.start, iova.end.saturating_sub(iova.start))
+                .ok_or_else(|| SelectError::SharedCores(format!("{bdf}: the broker gave an empty IOVA window")))?;
+            let p = vfio::VfioPlatform::from_fds(fds, window).map_err(bad)?;
+            Ok(Arc::new(p))
+        }
+    }
+}
+
+/// Attach device `k` (`spec`), lease `want`, connect its data path, get the device memory.
 fn lease_one(
     s: &Session,
     arch: &'static Arch,
     k: usize,
+    spec: &DeviceSpec,
     want: Want,
 ) -> Result<(Arc<dyn Platform>, LeasedDevice), SelectError> {
-    let a = s.attach(DeviceSpec::Sim { arch: arch.name.to_string(), index: k as u32 }).map_err(broker_err)?;
+    let a = s.attach(spec.clone()).map_err(broker_err)?;
     let undo = |e: SelectError| {
         let _ = s.detach(a.device);
         e
     };
+    if a.arch != arch.name {
+        return Err(undo(SelectError::SharedCores(format!(
+            "{}: the broker says {}, this process expected {}",
+            set_name(std::slice::from_ref(spec)),
+            a.arch,
+            arch.name
+        ))));
+    }
     let l = s.lease(a.device, want).map_err(broker_err).map_err(undo)?;
     let ncs = l.first as usize..(l.first + l.count) as usize;
     let Some(fd) = l.data_path else {
@@ -191,15 +288,7 @@ fn lease_one(
             message: "the broker sent no data path".into(),
         })));
     };
-    let opts = vfio::user::UserOptions {
-        iova_window: a.iova.clone(),
-        irq_vectors: ncs.clone().map(|n| n as u32).collect(),
-        // The broker serves its simulator: the modeled registers are the model's.
-        modeled_writes: true,
-        location: format!("sim:shared:{}:{k}", arch.name),
-    };
-    let p = vfio::user::VfioUserPlatform::from_stream(UnixStream::from(fd), opts)
-        .map_err(|e| undo(SelectError::SharedCores(format!("data path to {}: {e}", arch.name))))?;
+    let p = data_path(spec, fd, &a.iova, &ncs).map_err(undo)?;
     let mut chans: Vec<(usize, usize)> = Vec::new();
     for nc in ncs.clone() {
         let ch = chan_of(arch, nc);
@@ -213,8 +302,9 @@ fn lease_one(
         let g = s.alloc_hbm(a.device, ch as u32, hbm_grant(arch, count)).map_err(broker_err).map_err(undo)?;
         hbm.push((ch, g.addr, g.len));
     }
-    let d = LeasedDevice { index: k, broker_device: a.device, ncs, hbm, iova: a.iova };
-    Ok((Arc::new(p) as Arc<dyn Platform>, d))
+    let name = p.identity().location;
+    let d = LeasedDevice { name, index: k, broker_device: a.device, ncs, hbm, iova: a.iova };
+    Ok((p, d))
 }
 
 /// Whether a broker error is "the cores are taken" (libnrt's refusal at `nrt_init`).

@@ -7,10 +7,35 @@ use crate::fwio::{self, ResetKind};
 use crate::{nq, udma};
 
 impl Device {
-    /// A FW-IO request (new protocol).
+    /// A FW-IO request (new protocol); on a shared device through its owner
+    /// ([`crate::device::FirmwareGate`]).
     pub fn fwio(&self, cmd: u8, payload: &[u8]) -> Result<Vec<u8>> {
+        if let Some(g) = &self.inner.opts.firmware_gate {
+            return g.request(cmd, payload);
+        }
         let mut s = self.inner.fw_seq.lock().unwrap_or_else(|e| e.into_inner());
         fwio::request(self.arch(), &self.regs(), &mut s, cmd, payload, &self.inner.opts.poll)
+    }
+
+    /// Reset the NCs of `mask` through the firmware mailbox and wait for the firmware — the
+    /// firmware part of [`Device::reset_nc`] only, serialized with every other use of the
+    /// mailbox by this handle. What a device's owner (the broker) runs for a process sharing
+    /// the device; refused for NCs that are not this handle's.
+    pub fn firmware_reset_ncs(&self, mask: u32) -> Result<()> {
+        for nc in (0..32).filter(|n| mask & (1u32 << n) != 0) {
+            self.check_owned(nc)?;
+        }
+        self.mailbox_reset(ResetKind::Ncs(mask))
+    }
+
+    /// A reset through the mailbox, holding the mailbox (its sequence lock) throughout; on a
+    /// shared device NC resets go to the owner.
+    fn mailbox_reset(&self, kind: ResetKind) -> Result<()> {
+        if let (Some(g), ResetKind::Ncs(mask)) = (&self.inner.opts.firmware_gate, kind) {
+            return g.reset_ncs(mask);
+        }
+        let _mailbox = self.inner.fw_seq.lock().unwrap_or_else(|e| e.into_inner());
+        fwio::reset(self.arch(), &self.regs(), kind, &self.inner.opts.poll)
     }
 
     /// Reset NeuronCore `nc` through the firmware and bring its DMA engines back up; the
@@ -20,7 +45,7 @@ impl Device {
         self.check_owned(nc)?;
         let regs = self.regs();
         nq::halt_all(&regs, nc, self.arch().counts.nq_slots)?;
-        fwio::reset(self.arch(), &regs, ResetKind::Ncs(1 << nc), &self.inner.opts.poll)?;
+        self.mailbox_reset(ResetKind::Ncs(1 << nc))?;
         self.forget_regions(Some(nc));
         let per = self.arch().counts.dma_engines_per_nc;
         for e in nc as u64 * per..(nc as u64 + 1) * per {
@@ -35,7 +60,7 @@ impl Device {
         if let Some(owned) = self.owned_ncs() {
             return Err(crate::HalError::NotOwned { what: "the whole device".into(), owned });
         }
-        fwio::reset(self.arch(), &self.regs(), ResetKind::Device, &self.inner.opts.poll)?;
+        self.mailbox_reset(ResetKind::Device)?;
         self.forget_regions(None);
         self.init()?;
         self.reprogram_h2t()

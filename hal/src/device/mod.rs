@@ -40,8 +40,19 @@ use crate::regions::Region;
 use crate::ring::Ring;
 use crate::udma;
 
+/// Who sends this process's requests to the device's firmware mailbox (FW-IO) when the
+/// device is shared: one mailbox per device, so the processes sharing it go through its owner
+/// (the broker), which serializes them with its own (docs/sharing.md).
+pub trait FirmwareGate: Send + Sync {
+    /// Reset the NCs of `mask` (bit n: NC n) through the firmware and wait for it to finish
+    /// (the firmware part only: the caller re-initialises its engines and queues).
+    fn reset_ncs(&self, mask: u32) -> Result<()>;
+    /// One FW-IO request; the firmware's response payload.
+    fn request(&self, cmd: u8, payload: &[u8]) -> Result<Vec<u8>>;
+}
+
 /// Options for opening a device.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct DeviceOptions {
     /// Use at most this many bytes of each HBM channel (default: the arch's active size).
     pub hbm_limit: Option<u64>,
@@ -62,6 +73,25 @@ pub struct DeviceOptions {
     /// device address, bytes); the allocator hands out only these ranges. `None`: every
     /// channel's usable HBM (above the firmware carve-out, up to `hbm_limit`).
     pub hbm_ranges: Option<Vec<HbmRange>>,
+    /// A shared device: the firmware mailbox is reached through its owner
+    /// ([`FirmwareGate`]); NC resets and FW-IO requests go there. `None`: this process
+    /// drives the mailbox itself.
+    pub firmware_gate: Option<Arc<dyn FirmwareGate>>,
+}
+
+impl std::fmt::Debug for DeviceOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceOptions")
+            .field("hbm_limit", &self.hbm_limit)
+            .field("poll", &self.poll)
+            .field("host_chunk", &self.host_chunk)
+            .field("h2t_ring_descs", &self.h2t_ring_descs)
+            .field("ready_timeout", &self.ready_timeout)
+            .field("owned_ncs", &self.owned_ncs)
+            .field("hbm_ranges", &self.hbm_ranges)
+            .field("firmware_gate", &self.firmware_gate.is_some())
+            .finish()
+    }
 }
 
 /// Device memory granted to a process on a shared device ([`DeviceOptions::hbm_ranges`]).
@@ -82,6 +112,7 @@ impl Default for DeviceOptions {
             ready_timeout: Duration::from_millis(fwc::READY_POLLS as u64 * fwc::READY_POLL_MS),
             owned_ncs: None,
             hbm_ranges: None,
+            firmware_gate: None,
         }
     }
 }

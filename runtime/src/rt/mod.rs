@@ -57,9 +57,10 @@ pub use tensor::{Tensor, TensorMem, TensorSet};
 /// The devices a runtime opens, each with its options ([`Runtime::init_devices`]).
 pub type Devices = Vec<(Arc<dyn Platform>, hal::DeviceOptions)>;
 
-/// What this process owns of one shared device: its leased NCs (device-local) and the device
-/// memory granted to it as (HBM channel, device address, bytes).
-pub type Owned = (std::ops::Range<usize>, Vec<(usize, u64, u64)>);
+/// What this process owns of one shared device: its leased NCs (device-local), the device
+/// memory granted to it as (HBM channel, device address, bytes), and the device's firmware
+/// mailbox as its owner serves it.
+pub type Owned = (std::ops::Range<usize>, Vec<(usize, u64, u64)>, Arc<dyn hal::FirmwareGate>);
 
 /// `platforms` with their options — `base`, narrowed on a shared device to what this process
 /// owns (`owned(i)` for platform `i`) — and `cfg` whose visible cores are the `leased` ones
@@ -76,8 +77,9 @@ pub fn device_setup(
         .enumerate()
         .map(|(i, p)| {
             let mut o = base.clone();
-            if let Some((ncs, hbm)) = owned(i) {
+            if let Some((ncs, hbm, firmware)) = owned(i) {
                 o.owned_ncs = Some(ncs);
+                o.firmware_gate = Some(firmware);
                 o.hbm_ranges =
                     Some(hbm.into_iter().map(|(chan, addr, len)| hal::HbmRange { chan, addr, len }).collect());
             }

@@ -461,9 +461,12 @@ fn mailbox_user(st: &State, me: u64, device: u32, mask: Option<u32>) -> Result<h
     let dev = &st.devices[d];
     let (first, count) =
         dev.client_ncs(me).ok_or_else(|| error(ErrorCode::Invalid, 0, "the firmware mailbox goes with a lease"))?;
+    if mask == Some(0) {
+        return Err(error(ErrorCode::Invalid, 0, "a reset of no NC"));
+    }
     if let Some(mask) = mask {
         let mine = (first..first + count).fold(0u64, |m, nc| m | 1u64 << nc);
-        if mask == 0 || u64::from(mask) & !mine != 0 {
+        if u64::from(mask) & !mine != 0 {
             let other = (0..32u32).find(|n| mask & (1 << n) != 0 && mine & (1u64 << n) == 0).unwrap_or(0);
             let owner = dev.leases.get(other as usize).copied().flatten();
             let owner_pid = owner.and_then(|o| st.clients.get(&o)).map_or(0, |c| c.pid);
@@ -592,7 +595,16 @@ fn device_for(shared: &Shared, st: &mut State, spec: &DeviceSpec) -> Result<usiz
                 return Ok(i);
             }
             let index = st.devices.len() as u32;
-            let (p, dev, arch) = open_vfio(addr).map_err(|e| error(ErrorCode::Device, 0, format!("{addr}: {e}")))?;
+            let (p, dev, arch) = open_vfio(addr).map_err(|e| {
+                // One opener per device cdev: processes still holding it (a previous
+                // broker's clients) keep it until they exit (docs/sharing.md).
+                let hint = if e.to_string().contains("BIND_IOMMUFD") {
+                    "; is it still held by processes a previous broker served? they keep it until they exit"
+                } else {
+                    ""
+                };
+                error(ErrorCode::Device, 0, format!("{addr}: {e}{hint}"))
+            })?;
             st.devices.push(Device {
                 index,
                 name: addr.to_string(),

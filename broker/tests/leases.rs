@@ -292,3 +292,37 @@ fn adopt_reregisters_a_range_and_refuses_a_held_one() {
     assert_eq!(refused(b.adopt(db, 7, 2).unwrap_err()).0, ErrorCode::Invalid);
     assert!(!snapshot(&b)[0].adopting, "a simulated device has no previous broker's clients to wait for");
 }
+
+/// The device's one firmware mailbox through the broker: a client resets only NCs it leases
+/// (another's: refused with the owner; none, or without a lease: invalid), FW-IO requests
+/// answer, and two clients resetting their NCs at the same time all succeed (the broker
+/// serializes the mailbox).
+#[test]
+fn the_firmware_mailbox_serves_leased_ncs_only() {
+    let r = start("mailbox");
+    let a = session(&r, Role::Runtime);
+    let b = session(&r, Role::Runtime);
+    let tool = session(&r, Role::Tool);
+    let d = a.attach(cayman(0)).unwrap().device;
+    b.attach(cayman(0)).unwrap();
+    tool.attach(cayman(0)).unwrap();
+    a.lease(d, Want::Range { first: 0, count: 2 }).unwrap();
+    b.lease(d, Want::Range { first: 2, count: 1 }).unwrap();
+    a.reset_ncs(d, 0b11).unwrap();
+    let (code, owner, msg) = refused(a.reset_ncs(d, 0b101).unwrap_err());
+    assert_eq!((code, owner), (ErrorCode::CoresUnavailable, std::process::id()), "{msg}");
+    assert!(msg.contains("nc0-nc1"), "{msg}");
+    assert_eq!(refused(a.reset_ncs(d, 0).unwrap_err()).0, ErrorCode::Invalid);
+    assert_eq!(refused(tool.reset_ncs(d, 1).unwrap_err()).0, ErrorCode::Invalid);
+    assert_eq!(refused(tool.fwio(d, csr_maps::consts::fwio::CMD_GET_DATA, &[2]).unwrap_err()).0, ErrorCode::Invalid);
+    assert_eq!(refused(a.reset_ncs(d + 1, 1).unwrap_err()).0, ErrorCode::NotAttached);
+    let data = a.fwio(d, csr_maps::consts::fwio::CMD_GET_DATA, &[2]).unwrap();
+    assert!(!data.is_empty());
+    // An unknown command: the firmware's own error, with its kind.
+    let (code, _, msg) = refused(a.fwio(d, 0x55, &[]).unwrap_err());
+    assert_eq!(code, ErrorCode::Firmware, "{msg}");
+    std::thread::scope(|s| {
+        s.spawn(|| (0..20).for_each(|_| a.reset_ncs(d, 0b01).unwrap()));
+        s.spawn(|| (0..20).for_each(|_| b.reset_ncs(d, 0b100).unwrap()));
+    });
+}

@@ -82,5 +82,52 @@ check irq_poll "$rc" "$n MSI-X interrupts; $(head -1 /tmp/irq.out | oneline)$(gr
 out=$($N --json $D run $E/allreduce_1nc.neff --input input=$IN --pause-before-exec --timeout 20 </dev/console 2>/dev/console); rc=$?
 echo "$out" | grep -q '"status":"NRT_EXEC_COMPLETED_WITH_NUM_ERR"' && [ "$rc" != 0 ] && frc=0 || frc=1
 check fault "$frc" "$(echo "$out" | grep status | cut -c1-200)"
+# One device, several processes (docs/sharing.md): a broker owns the device through iommufd
+# and hands each process the device's descriptors; each maps the BARs itself and drives only
+# the NC it leased. Two processes on NC0 and NC1 at once, both exact; a third asking for a
+# held NC is refused as libnrt refuses it; a process SIGKILLed while it runs gives its NC
+# back and the next process takes it.
+export NEURON_VFIO_BROKER_SOCKET=/tmp/nv-broker/broker.sock
+$N broker --foreground --persist >/tmp/broker.log 2>&1 &
+bpid=$!
+i=0
+while [ ! -S "$NEURON_VFIO_BROKER_SOCKET" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+rm -rf /tmp/s0 /tmp/s1 /tmp/s2
+NEURON_RT_VISIBLE_CORES=0 $N $D run $E/allreduce_1nc.neff --input input=$IN --repeat 3 --output-dir /tmp/s0 >/tmp/s0.out 2>&1 &
+p0=$!
+NEURON_RT_VISIBLE_CORES=1 $N $D run $E/allreduce_1nc.neff --input input=$IN --repeat 3 --output-dir /tmp/s1 >/tmp/s1.out 2>&1 &
+p1=$!
+wait $p0; rc0=$?
+wait $p1; rc1=$?
+rc=$((rc0 + rc1))
+cmp -s /tmp/s0/output.bin "$IN" || rc=1
+cmp -s /tmp/s1/output.bin "$IN" || rc=1
+check shared.two_processes "$rc" "nc0 rc $rc0, nc1 rc $rc1; $(tail -n 2 /tmp/s0.out | oneline) | $(tail -n 2 /tmp/s1.out | oneline)"
+# A long run on NC0, seen by ls through the broker, then killed mid-run.
+NEURON_RT_VISIBLE_CORES=0 $N $D run $E/allreduce_1nc.neff --input input=$IN --repeat 1000000 >/tmp/long.out 2>&1 &
+plong=$!
+i=0 seen=1
+while [ $i -lt 600 ]; do
+    if $N --json ls 2>/dev/null | grep -q "\"pid\": *$plong"; then seen=0; break; fi
+    sleep 0.1; i=$((i + 1))
+done
+check shared.ls_lists_processes "$seen" "$($N ls 2>&1 | oneline)"
+out=$(NEURON_RT_VISIBLE_CORES=0 $N $D run $E/allreduce_1nc.neff --input input=$IN 2>&1); rc=$?
+echo "$out" | grep -q "not available" && [ "$rc" != 0 ] && rrc=0 || rrc=1
+check shared.held_core_refused "$rrc" "$(echo "$out" | tail -n 2 | oneline)"
+sleep 1
+kill -9 $plong; wait $plong 2>/dev/null
+t1=$(date +%s)
+rc=1 tries=0
+while [ $tries -lt 20 ]; do
+    rm -rf /tmp/s2
+    out=$(NEURON_RT_VISIBLE_CORES=0 $N $D run $E/allreduce_1nc.neff --input input=$IN --output-dir /tmp/s2 2>&1) && cmp -s /tmp/s2/output.bin "$IN" && { rc=0; break; }
+    tries=$((tries + 1)); sleep 0.2
+done
+check shared.killed_core_taken "$rc" "after $tries retries, $(( $(date +%s) - t1 ))s; $(echo "$out" | tail -n 2 | oneline)"
+kill $bpid 2>/dev/null; wait $bpid 2>/dev/null
+grep -E "cleaned up|VFIO device opened" /tmp/broker.log | sed 's/^/VFIO-INFO broker /' | cut -c1-240
+unset NEURON_VFIO_BROKER_SOCKET
+
 echo "VFIO-INFO neuron checks took $(( $(date +%s) - t0 ))s"
 echo "VFIO-EXIT neuron 0"

@@ -138,6 +138,10 @@ const NEURON_CHECKS: &[&str] = &[
     "neuron.iommufd.run_2nc",
     "neuron.irq_poll",
     "neuron.fault",
+    "neuron.shared.two_processes",
+    "neuron.shared.ls_lists_processes",
+    "neuron.shared.held_core_refused",
+    "neuron.shared.killed_core_taken",
 ];
 
 /// The served arch and the fault the host injects while the guest's model is loaded, with

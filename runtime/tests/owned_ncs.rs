@@ -86,3 +86,62 @@ fn eight_runtimes_one_nc_each_on_one_device() {
     assert!(one.alloc_device(0, 4096, 64).is_err(), "no memory was granted");
     drop(grants);
 }
+
+/// A firmware gate that records what it is asked and answers as the broker would after
+/// doing it (the firmware part of a reset; a FW-IO response).
+#[derive(Default)]
+struct RecordingGate {
+    resets: std::sync::Mutex<Vec<u32>>,
+    requests: std::sync::Mutex<Vec<(u8, Vec<u8>)>>,
+}
+
+impl hal::FirmwareGate for RecordingGate {
+    fn reset_ncs(&self, mask: u32) -> hal::Result<()> {
+        self.resets.lock().unwrap().push(mask);
+        Ok(())
+    }
+    fn request(&self, cmd: u8, payload: &[u8]) -> hal::Result<Vec<u8>> {
+        self.requests.lock().unwrap().push((cmd, payload.to_vec()));
+        Err(hal::HalError::Owner { status: NrtStatus::Timeout, message: "mailbox busy".into() })
+    }
+}
+
+/// On a shared device the one firmware mailbox is its owner's: an NC reset and a FW-IO
+/// request of a process owning NCs go to the gate (the broker), never to the mailbox's
+/// registers, and the gate's failure comes back with its status.
+#[test]
+fn a_shared_devices_mailbox_is_reached_through_its_owner() {
+    let arch = &CAYMAN;
+    let sim = SimDevice::new(SimConfig::new(arch).timing(Timing::Inline).hbm_bytes(1 << 28)).unwrap();
+    let owner = hal::Device::open(
+        Arc::new(sim.clone()) as Arc<dyn Platform>,
+        hal::DeviceOptions { hbm_limit: Some(1 << 28), ..Default::default() },
+    )
+    .unwrap();
+    owner.init().unwrap();
+    let gate = Arc::new(RecordingGate::default());
+    let one = hal::Device::open(
+        Arc::new(sim.clone()) as Arc<dyn Platform>,
+        hal::DeviceOptions {
+            owned_ncs: Some(2..4),
+            hbm_ranges: Some(Vec::new()),
+            firmware_gate: Some(gate.clone() as Arc<dyn hal::FirmwareGate>),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    one.init().unwrap();
+    let before = sim.stats().resets;
+    one.reset_nc(3).unwrap();
+    assert_eq!(*gate.resets.lock().unwrap(), vec![1 << 3]);
+    assert_eq!(sim.stats().resets, before, "the process rang the mailbox itself");
+    // Not its NC: refused before anything is asked.
+    assert!(matches!(one.reset_nc(1), Err(hal::HalError::NotOwned { .. })));
+    assert_eq!(gate.resets.lock().unwrap().len(), 1);
+    let e = one.fwio(csr_maps::consts::fwio::CMD_GET_DATA, &[2]).unwrap_err();
+    assert_eq!(e.status(), NrtStatus::Timeout, "{e}");
+    assert_eq!(*gate.requests.lock().unwrap(), vec![(csr_maps::consts::fwio::CMD_GET_DATA, vec![2])]);
+    // The owner's own handle still uses the mailbox (serialized by its lock).
+    owner.reset_nc(0).unwrap();
+    assert_eq!(sim.stats().resets, before + 1);
+}

@@ -62,6 +62,8 @@ fn build_refuses_a_bad_config_before_building() {
         ("DEVICE=gpu0\n", "DEVICE=gpu0: expected vfio or sim"),
         ("HUGEPAGES=lots\n", "HUGEPAGES=lots: expected a number"),
         ("PCI_IDS=\"1d0f:7164 8086\"\n", "PCI_IDS: bad id 8086"),
+        ("BROKER_SOCKET=run/b.sock\n", "BROKER_SOCKET=run/b.sock: expected an absolute path"),
+        ("BROKER_SOCKET=\"/run/a b.sock\"\n", "BROKER_SOCKET=/run/a b.sock: no spaces or quotes"),
         ("MODEL1=examples/no-such.neff\n", "MODEL1: no file"),
         ("MODEL1=examples/allreduce_1nc.neff\nMODEL1_INPUTS=input\n", "MODEL1_INPUTS: bad NAME=FILE `input`"),
     ] {

@@ -50,7 +50,10 @@ case $BACKEND in auto | container | iommufd) ;; *) die "BACKEND=$BACKEND: expect
 for k in HUGEPAGES EXEC_TIMEOUT SERVICE_REPEAT MONITOR_PERIOD_MS; do
     case ${!k} in '' | *[!0-9]*) die "$k=${!k}: expected a number" ;; esac
 done
-case $BROKER_SOCKET in '' | /*) ;; *) die "BROKER_SOCKET=$BROKER_SOCKET: expected an absolute path" ;; esac
+case $BROKER_SOCKET in
+    *[[:space:]\'\"]*) die "BROKER_SOCKET=$BROKER_SOCKET: no spaces or quotes" ;;
+    '' | /*) ;; *) die "BROKER_SOCKET=$BROKER_SOCKET: expected an absolute path" ;;
+esac
 
 # PCI ids: the configured ones, else every arch's Neuron ids from csr-maps' arch data.
 if [ -z "$PCI_IDS" ]; then

@@ -63,6 +63,39 @@ pub fn run(a: BrokerArgs) -> Result<(), CliError> {
             Err(e) => return Err(CliError::failure(e)),
         },
     };
+    stop_on_signal(&b)?;
     tracing::info!(socket = %socket.display(), pid = std::process::id(), "broker listening");
     b.run().map_err(CliError::failure)
+}
+
+/// SIGTERM or SIGINT stop the broker cleanly (what an init or a service manager sends at
+/// shutdown): its clients are cleaned up as at their death and its socket removed. The signals
+/// are blocked in this thread before any other exists (the client threads inherit the mask)
+/// and taken by one thread that waits for them.
+fn stop_on_signal(b: &broker::Broker) -> Result<(), CliError> {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGTERM);
+    set.add(Signal::SIGINT);
+    set.thread_block().map_err(CliError::failure)?;
+    let stopper = b.stopper();
+    std::thread::Builder::new()
+        .name("broker-signals".into())
+        .spawn(move || match set.wait() {
+            Ok(sig) => {
+                tracing::info!("{sig}: the broker stops");
+                stopper.stop();
+            }
+            Err(e) => {
+                // Let the signals take their default action here (end the process) rather
+                // than stay blocked everywhere.
+                tracing::warn!(%e, "waiting for signals failed: SIGTERM ends the broker without cleanup");
+                let _ = set.thread_unblock();
+                loop {
+                    std::thread::park();
+                }
+            }
+        })
+        .map_err(CliError::failure)?;
+    Ok(())
 }

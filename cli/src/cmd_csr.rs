@@ -177,7 +177,8 @@ impl Target {
             Target::Remote(r) => r.arch,
         }
     }
-    /// `sim:0`, a BDF, or `PID/INDEX` for another process's device.
+    /// `sim:0`, a BDF, or for another process's device its identity (`sim:shared:ARCH:K`, a BDF,
+    /// `sim:PID/INDEX` for a simulated device private to that process).
     pub fn label(&self) -> String {
         match self {
             Target::Local(o) => o.label.clone(),

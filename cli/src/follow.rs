@@ -49,6 +49,15 @@ pub struct Remote {
     pub ncs: usize,
     /// Devices the process's runtime drives.
     pub devices: usize,
+    /// The device's identity (the endpoint's `identity`: a BDF, `sim:shared:ARCH:K`, or
+    /// `sim:PID/INDEX` for a simulated device private to the process).
+    pub identity: String,
+}
+
+/// The identity the endpoint gives device `d` of process `pid` (`hello`'s `identity`; an
+/// endpoint from before it named devices: `PID/INDEX`).
+fn identity_of(d: &Value, pid: u32, device: usize) -> String {
+    d["identity"].as_str().map(str::to_string).unwrap_or_else(|| format!("{pid}/{device}"))
 }
 
 fn fail(m: impl Into<String>) -> CliError {
@@ -93,7 +102,7 @@ impl Remote {
         let s = UnixStream::connect(path).map_err(|e| fail(format!("cannot connect to {}: {e}", path.display())))?;
         let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
         let r = BufReader::new(s.try_clone().map_err(|e| fail(e.to_string()))?);
-        let mut me = Self { w: s, r, pid, device, arch: &csr_maps::SUNDA, ncs: 0, devices: 0 };
+        let mut me = Self { w: s, r, pid, device, arch: &csr_maps::SUNDA, ncs: 0, devices: 0, identity: String::new() };
         let h = me.request(json!({"op": "hello"}))?;
         me.devices = h["devices"].as_array().map(|a| a.len()).unwrap_or(0);
         let d = h["devices"]
@@ -109,6 +118,7 @@ impl Remote {
         let arch = d["arch"].as_str().unwrap_or("");
         me.arch = Arch::by_name(arch)?;
         me.ncs = d["ncs"].as_u64().unwrap_or(0) as usize;
+        me.identity = identity_of(&d, pid, device);
         Ok(me)
     }
 
@@ -119,12 +129,13 @@ impl Remote {
         let d = &h["devices"][device];
         self.arch = Arch::by_name(d["arch"].as_str().unwrap_or(""))?;
         self.ncs = d["ncs"].as_u64().unwrap_or(0) as usize;
+        self.identity = identity_of(d, self.pid, device);
         Ok(())
     }
 
-    /// `pid/device`, as `monitor` names devices.
+    /// The device's name, as `monitor` names devices: its identity, never the process.
     pub fn label(&self) -> String {
-        format!("{}/{}", self.pid, self.device)
+        self.identity.clone()
     }
 
     /// One request (protocol version added); the response when `ok`.

@@ -1,10 +1,11 @@
 //! Builds the appliance (`scripts/appliance/build.sh`, docs/appliance.md) and boots it under
 //! QEMU (TCG) with a virtual Neuron device: `neuron-vfio sim-serve` serves the simulator over
 //! vfio-user (docs/virtual-device.md). The appliance's config names the served arch's PCI ids,
-//! so its init binds the device by those ids with the project's bind code, lists it, and runs
-//! both example models on it through VFIO. From the serial console the test checks the JSON
-//! line of every step: the bind, the `ls` output, each model run's exact output values, and
-//! the summary line; it prints the image size and the boot-to-poweroff time.
+//! so its init starts the device broker, binds the device by those ids with the project's bind
+//! code, lists it, runs both example models on it through VFIO and stops the broker. From the
+//! serial console the test checks the JSON line of every step: the broker's start (before the
+//! runs) and stop, the bind, the `ls` output, each model run's exact output values, and the
+//! summary line; it prints the image size and the boot-to-poweroff time.
 //!
 //! Needs what cli/tests/qemu.rs needs (`scripts/qemu/setup.sh`: busybox-static, cpio, the guest
 //! kernel, QEMU with vfio-user-pci) and libnrt.so in the same target dir (`cargo test
@@ -61,6 +62,8 @@ fn build_refuses_a_bad_config_before_building() {
         ("DEVICE=gpu0\n", "DEVICE=gpu0: expected vfio or sim"),
         ("HUGEPAGES=lots\n", "HUGEPAGES=lots: expected a number"),
         ("PCI_IDS=\"1d0f:7164 8086\"\n", "PCI_IDS: bad id 8086"),
+        ("BROKER_SOCKET=run/b.sock\n", "BROKER_SOCKET=run/b.sock: expected an absolute path"),
+        ("BROKER_SOCKET=\"/run/a b.sock\"\n", "BROKER_SOCKET=/run/a b.sock: no spaces or quotes"),
         ("MODEL1=examples/no-such.neff\n", "MODEL1: no file"),
         ("MODEL1=examples/allreduce_1nc.neff\nMODEL1_INPUTS=input\n", "MODEL1_INPUTS: bad NAME=FILE `input`"),
     ] {
@@ -265,6 +268,23 @@ fn the_appliance_boots_binds_lists_and_runs_its_models() {
         {
             fail(&format!("run of {model} on {bdf}: wrong status or output: {r}"));
         }
+    }
+    // The device broker: started before the workload on root's default socket (the config
+    // sets none), persistent, and stopped cleanly before the power-off.
+    let broker = one("broker");
+    if broker["socket"] != "/tmp/neuron-vfio-0/broker.sock"
+        || broker["pid"].as_u64().is_none_or(|p| p <= 1)
+        || broker["persist"] != true
+    {
+        fail(&format!("broker line: {broker}"));
+    }
+    let at = |name: &str| s.iter().position(|v| v["step"] == name).unwrap_or(usize::MAX);
+    if at("broker") > at("run") {
+        fail("the broker started after the first run");
+    }
+    let stop = one("broker_stop");
+    if stop["pid"] != broker["pid"] || stop["socket_removed"] != true || at("broker_stop") < at("run") {
+        fail(&format!("broker_stop line: {stop}"));
     }
     let sum = one("summary");
     let n_steps = s.iter().filter(|v| v["step"] != "summary").count();

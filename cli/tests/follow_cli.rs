@@ -51,7 +51,7 @@ fn another_process_records_and_registers_are_followed() {
     // The runner's rings for NC 0 are programmed; their records are readable.
     let dump = ok(&cli(&shm).args(["--json", "nq", "dump", "--pid", &pid, "--nc", "0"]).output().expect("nq dump"));
     let dump: Value = serde_json::from_str(&dump).expect("json");
-    assert_eq!(dump["device"], format!("{pid}/0"));
+    assert_eq!(dump["device"], format!("sim:{pid}/0"));
     let slots = dump["slots"].as_array().expect("slots");
     assert!(slots.len() >= 2, "{dump}");
     assert!(slots.iter().all(|s| s["location"].as_str().is_some_and(|l| l.contains(&pid))), "{dump}");
@@ -108,7 +108,7 @@ fn another_process_records_and_registers_are_followed() {
     }
     drop(runner);
     let snap: Value = serde_json::from_str(&std::fs::read_to_string(&a).expect("a")).expect("json");
-    assert_eq!(snap["device"], format!("{pid}/0"));
+    assert_eq!(snap["device"], format!("sim:{pid}/0"));
     assert_eq!(snap["arch"], "cayman");
     assert!(pointer_moved(&d), "{d}");
     let _ = std::fs::remove_dir_all(&shm);

@@ -140,6 +140,7 @@ fn top_once_renders_a_row_per_nc() {
     let shm = shm_dir("top");
     let runner = runner(&shm);
     let out = cli(&shm).args(["--device", "sim:cayman", "top", "--once", "--period-ms", "300"]).output().expect("top");
+    let pid = runner.0.id();
     drop(runner);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
@@ -147,10 +148,14 @@ fn top_once_renders_a_row_per_nc() {
     let rows: Vec<&str> =
         text.lines().filter(|l| l.split_whitespace().next().is_some_and(|w| w.parse::<u32>().is_ok())).collect();
     assert_eq!(rows.len(), 8, "{text}");
+    // The runner's private device, named after it; each NC owned by the runner.
+    let pid = pid.to_string();
+    assert!(text.contains(&format!("device sim:{pid}/0: process(es) {pid}")), "{text}");
+    assert!(rows.iter().all(|r| r.split_whitespace().nth(1) == Some(pid.as_str())), "{text}");
     // NC 0 runs the model: a non-empty bar and executions per second.
     let nc0: Vec<&str> = rows[0].split_whitespace().collect();
-    assert!(nc0[1].contains('#'), "{}", rows[0]);
-    assert!(nc0[3].parse::<f64>().unwrap_or(0.0) > 0.0, "{}", rows[0]);
+    assert!(nc0[2].contains('#'), "{}", rows[0]);
+    assert!(nc0[4].parse::<f64>().unwrap_or(0.0) > 0.0, "{}", rows[0]);
     assert!(rows[7].contains("[....................]"), "{}", rows[7]);
     let _ = std::fs::remove_dir_all(&shm);
 }
@@ -171,5 +176,170 @@ fn nothing_published_when_counters_are_off() {
         .expect("monitor");
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(v["neuroncores"], serde_json::json!([]));
+    let _ = std::fs::remove_dir_all(&shm);
+}
+
+/// Processes killed when dropped (a failed assertion leaves none behind).
+struct Procs(Vec<std::process::Child>);
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// One native JSON report (`period_ms` long) as the monitor writes it.
+fn native_report(shm: &Path, period_ms: &str) -> serde_json::Value {
+    let out = cli(shm)
+        .args(["--json", "monitor", "--format", "native", "--count", "1", "--period-ms", period_ms])
+        .output()
+        .expect("monitor");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("one JSON object")
+}
+
+#[test]
+fn a_shared_device_is_one_device_listing_every_processs_cores() {
+    let shm = shm_dir("shared");
+    // The test's own broker: its socket in a directory of the test's (started by the first
+    // process that needs it, as any client starts one).
+    let socket = shm.join("broker/broker.sock");
+    let cores = [2u32, 5];
+    let procs = Procs(
+        cores
+            .iter()
+            .map(|k| {
+                cli(&shm)
+                    .env("NEURON_VFIO_BROKER_SOCKET", &socket)
+                    .env("NEURON_VFIO_BROKER_EXE", env!("CARGO_BIN_EXE_neuron-vfio"))
+                    .env("NEURON_RT_VISIBLE_CORES", k.to_string())
+                    .env_remove("NEURON_RT_NUM_CORES")
+                    .args(["--device", "sim:shared:cayman", "run", "examples/allreduce_1nc.neff", "--input", INPUT])
+                    .args(["--repeat", "2000000"])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("spawn a process on the shared device")
+            })
+            .collect(),
+    );
+    let pids: Vec<u64> = procs.0.iter().map(|c| c.id() as u64).collect();
+    // Until both have executed on their cores (each report covers 300 ms).
+    let t0 = std::time::Instant::now();
+    let v = loop {
+        let v = native_report(&shm, "300");
+        let executed = |nc: u32, pid: u64| {
+            v["neuroncores"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|n| n["nc"] == nc && n["pid"] == pid && n["executions_total"].as_u64().is_some_and(|e| e > 0))
+        };
+        if cores.iter().zip(&pids).all(|(k, p)| executed(*k, *p)) {
+            break v;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(120), "the two processes never both executed: {v}");
+    };
+    // One device, named by its identity, listing both processes' cores with their pids.
+    let devs = v["devices"].as_array().expect("devices");
+    assert_eq!(devs.len(), 1, "{v}");
+    let d = &devs[0];
+    assert_eq!(
+        (d["device"].as_str(), d["arch"].as_str(), d["index"].as_u64()),
+        (Some("sim:shared:cayman:0"), Some("cayman"), Some(0)),
+        "{d}"
+    );
+    let want_clients: Vec<serde_json::Value> =
+        cores.iter().zip(&pids).map(|(k, p)| serde_json::json!({"pid": p, "ncs": [k]})).collect();
+    let mut clients: Vec<serde_json::Value> = d["clients"]
+        .as_array()
+        .expect("clients")
+        .iter()
+        .map(|c| serde_json::json!({"pid": c["pid"], "ncs": c["ncs"]}))
+        .collect();
+    clients.sort_by_key(|c| c["ncs"][0].as_u64());
+    assert_eq!(clients, want_clients, "{d}");
+    // A row per core the processes own (device-local NC, its owner), and no other.
+    let rows: Vec<(String, u64, u64)> = v["neuroncores"]
+        .as_array()
+        .expect("neuroncores")
+        .iter()
+        .map(|n| {
+            (
+                n["device"].as_str().unwrap_or("").to_string(),
+                n["nc"].as_u64().unwrap_or(99),
+                n["pid"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect();
+    let want_rows: Vec<(String, u64, u64)> =
+        cores.iter().zip(&pids).map(|(k, p)| ("sim:shared:cayman:0".to_string(), *k as u64, *p)).collect();
+    assert_eq!(rows, want_rows, "{v}");
+    // No device label holds a pid: not in our JSON, Prometheus, the text table or top.
+    let no_pid = |what: &str, text: &str| {
+        for p in &pids {
+            for l in text.lines().filter(|l| l.contains("sim:shared")) {
+                let label = l.split_whitespace().find(|w| w.contains("sim:shared")).unwrap_or("");
+                assert!(!label.contains(&p.to_string()), "{what}: a device label with pid {p}: {l}");
+            }
+        }
+    };
+    no_pid("json", &v.to_string().replace(',', "\n"));
+    let text =
+        cli(&shm).args(["monitor", "--format", "native", "--count", "1", "--period-ms", "100"]).output().expect("text");
+    let text = String::from_utf8_lossy(&text.stdout).into_owned();
+    no_pid("text", &text);
+    for (k, p) in cores.iter().zip(&pids) {
+        assert!(
+            text.lines().any(|l| l.split_whitespace().take(3).collect::<Vec<_>>()
+                == ["sim:shared:cayman:0", &k.to_string(), &p.to_string()]),
+            "{text}"
+        );
+    }
+    // neuron-monitor's report: each application's NC by its instance-wide index (device 0).
+    let out = cli(&shm).args(["monitor", "--count", "1", "--period-ms", "300"]).output().expect("neuron-monitor");
+    let nm: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a neuron-monitor report");
+    for (k, p) in cores.iter().zip(&pids) {
+        let app = nm["neuron_runtime_data"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|a| a["pid"] == *p)
+            .expect("the application");
+        let in_use = app["report"]["neuroncore_counters"]["neuroncores_in_use"].as_object().expect("in use");
+        assert_eq!(in_use.keys().collect::<Vec<_>>(), [&k.to_string()], "{app}");
+        assert_eq!(in_use[&k.to_string()]["neuron_device"], "sim:shared:cayman:0", "{app}");
+    }
+    // top: the device once, each of its NCs with its owner ("-": none).
+    let out = cli(&shm)
+        .env("NEURON_VFIO_BROKER_SOCKET", &socket)
+        .args(["--device", "sim:shared:cayman", "top", "--once", "--period-ms", "200"])
+        .output()
+        .expect("top");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let frame = String::from_utf8_lossy(&out.stdout).into_owned();
+    no_pid("top", &frame);
+    assert_eq!(frame.lines().filter(|l| l.starts_with("device ")).count(), 1, "{frame}");
+    assert!(
+        frame.contains(&format!(
+            "device sim:shared:cayman:0: process(es) {}, {}",
+            pids[0].min(pids[1]),
+            pids[0].max(pids[1])
+        )),
+        "{frame}"
+    );
+    let owners: Vec<String> = frame
+        .lines()
+        .filter(|l| l.trim_start().split(' ').next().is_some_and(|w| w.parse::<u32>().is_ok()))
+        .map(|l| l.split_whitespace().nth(1).unwrap_or("").to_string())
+        .collect();
+    let want: Vec<String> = (0..8u32)
+        .map(|nc| cores.iter().position(|k| *k == nc).map(|i| pids[i].to_string()).unwrap_or_else(|| "-".into()))
+        .collect();
+    assert_eq!(owners, want, "{frame}");
+    drop(procs);
     let _ = std::fs::remove_dir_all(&shm);
 }

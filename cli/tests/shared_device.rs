@@ -153,3 +153,40 @@ fn eight_processes_share_a_cayman_the_ninth_and_the_seventeenth_are_refused() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn sigterm_stops_a_persistent_broker_cleanly() {
+    let dir = std::env::temp_dir().join(format!("nv-shared-term-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let socket = dir.join("broker.sock");
+    let mut b = Command::new(BIN)
+        .args(["broker", "--foreground", "--persist", "--socket"])
+        .arg(&socket)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while !socket.exists() {
+        assert!(t0.elapsed() < Duration::from_secs(60), "the broker did not listen");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // A client holding a device: it loses its session, the broker still stops.
+    let s = Session::connect(&Connect { socket: socket.clone(), ..Connect::new(Role::Tool) }).unwrap();
+    s.attach(DeviceSpec::Sim { arch: "cayman".into(), index: 0 }).unwrap();
+    let pid = nix::unistd::Pid::from_raw(b.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(st) = b.try_wait().unwrap() {
+            break st;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "SIGTERM did not stop the broker");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status}");
+    assert!(!socket.exists(), "the broker leaves no socket behind");
+    drop(s);
+    let _ = std::fs::remove_dir_all(&dir);
+}

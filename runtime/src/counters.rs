@@ -13,10 +13,13 @@
 //! `NEURON_VFIO_COUNTERS=0` turns publishing off.
 //!
 //! The layout (version [`VERSION`]) is documented in `docs/monitoring.md`: a header of
-//! [`HEADER_WORDS`] words, then one slot of [`SLOT_WORDS`] words per NeuronCore the runtime
-//! can use (global NC index order). Readers must check [`MAGIC`] and [`VERSION`] and take
-//! the header and slot sizes from the header, so later versions may append words.
+//! [`HEADER_WORDS`] words and a device table ([`DEVICE_WORDS`] words per device: its identity
+//! — the device, never the process — and the NCs this process owns on it), then one slot of
+//! [`SLOT_WORDS`] words per NeuronCore of its devices (global NC index order). Readers must
+//! check [`MAGIC`] and [`VERSION`] and take the header, table and slot sizes from the header,
+//! so later versions may append words.
 
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -31,8 +34,14 @@ use crate::observe::Observer;
 pub const MAGIC: u64 = u64::from_le_bytes(*b"NVFIOCTR");
 /// Layout version: header word 1.
 pub const VERSION: u64 = 1;
-/// Words in the header this writer makes.
+/// Words in the fixed part of the header this writer makes; the device table follows
+/// (header word [`hdr::HEADER_WORDS`] counts both).
 pub const HEADER_WORDS: usize = 32;
+/// Words per entry of the device table this writer makes ([`dev`]).
+pub const DEVICE_WORDS: usize = 16;
+/// Bytes of a device's identity an entry of [`DEVICE_WORDS`] words holds (a longer one is cut
+/// at a character boundary).
+pub const IDENTITY_BYTES: usize = (DEVICE_WORDS - dev::IDENTITY) * 8;
 /// Words in the smallest header a reader accepts (the first layout's: no per-process
 /// execution words, which then read as 0).
 pub const MIN_HEADER_WORDS: usize = 16;
@@ -66,8 +75,28 @@ pub mod hdr {
     pub const EXECUTIONS: usize = 10;
     /// Of those, executions that ended with a status other than NRT_SUCCESS.
     pub const FAILED: usize = 11;
+    /// Words per entry of the device table, which starts at [`DEVICE_TABLE`] with one entry
+    /// per device ([`DEVICES`]); 0: no table (segments of writers before it, whose header
+    /// reserved this word).
+    pub const DEVICE_WORDS: usize = 12;
     /// First per-process error counter; [`super::ErrorKind`] order (7 words, 16..=22).
     pub const ERRORS: usize = 16;
+    /// Where the device table starts (right after the fixed header).
+    pub const DEVICE_TABLE: usize = super::HEADER_WORDS;
+}
+
+/// Device table entry word indices (from the entry's start).
+pub mod dev {
+    /// How this process holds the device: [`super::Holding`] as a number.
+    pub const HOLDING: usize = 0;
+    /// First NC (device-local) this process owns on the device.
+    pub const FIRST_NC: usize = 1;
+    /// NCs it owns from there (a lease is contiguous).
+    pub const OWNED_NCS: usize = 2;
+    /// Length of the identity, bytes.
+    pub const IDENTITY_LEN: usize = 3;
+    /// The identity's UTF-8 bytes, 8 per word, little-endian, zero-padded.
+    pub const IDENTITY: usize = 4;
 }
 
 /// NC slot word indices (from the slot's start).
@@ -191,6 +220,65 @@ pub fn enabled() -> bool {
     crate::env::counters_enabled()
 }
 
+/// How a process holds a device (device table word [`dev::HOLDING`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Holding {
+    /// The whole device is this process's: a VFIO device it opened, or a simulated device
+    /// private to it.
+    Whole = 1,
+    /// Some NCs of a device shared through the broker (docs/sharing.md), leased by this
+    /// process; other processes may own the others.
+    Leased = 2,
+}
+
+/// A device as the segment names it: its identity and what this process owns of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceId {
+    /// The device, the same in every process that uses it: the PCI address (BDF) of a VFIO
+    /// device, the broker's name of a shared simulated device (`sim:shared:ARCH:K`), and for
+    /// a simulated device private to the process `sim:PID/INDEX` (it is that process's alone).
+    pub identity: String,
+    pub holding: Holding,
+    /// The NCs (device-local) this process owns on it.
+    pub owned: Range<usize>,
+}
+
+/// Whether a platform location is a simulator private to this process (`sim0`, `sim1`, …,
+/// as `sim::SimDevice` names its devices).
+fn private_sim(location: &str) -> bool {
+    location.strip_prefix("sim").is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+impl DeviceId {
+    /// The identity of device `index` of a runtime, and what this process owns of it: a
+    /// shared device's leased NCs (`hal::Device::owned_ncs`), else all of them.
+    pub fn of(dev: &hal::Device, index: usize) -> Self {
+        let location = dev.platform().identity().location;
+        match dev.owned_ncs() {
+            Some(owned) => Self { identity: location, holding: Holding::Leased, owned },
+            None => {
+                let identity =
+                    if private_sim(&location) { format!("sim:{}/{index}", std::process::id()) } else { location };
+                Self { identity, holding: Holding::Whole, owned: 0..dev.nc_count() }
+            }
+        }
+    }
+
+    /// Whether the process owns device-local NC `nc`.
+    pub fn owns(&self, nc: usize) -> bool {
+        self.owned.contains(&nc)
+    }
+}
+
+/// `s` cut to at most `max` bytes at a character boundary.
+fn cut(s: &str, max: usize) -> &str {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
 /// One NC the segment describes: (device index, NC within the device, NC version).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NcId {
@@ -204,6 +292,8 @@ pub struct NcId {
 pub struct Counters {
     shm: ShmWords,
     ncs: usize,
+    /// Words before the first slot: the fixed header and the device table.
+    header: usize,
     /// Unix time (ns) at `at`: an execution's end is stamped from the host instant the
     /// runtime already read (no second clock read per execute).
     unix_at: (std::time::Instant, u64),
@@ -280,8 +370,9 @@ impl Drop for ModelList {
 static SEGMENT_SEQ: AtomicU64 = AtomicU64::new(0);
 
 impl Counters {
-    /// Create this process's next segment in [`shm_dir`] for `ncs` (global NC order).
-    pub fn create(ncs: &[NcId], devices: usize) -> Result<Self, platform::ShmError> {
+    /// Create this process's next segment in [`shm_dir`] for `ncs` (global NC order) on
+    /// `devices` (the runtime's, in order).
+    pub fn create(ncs: &[NcId], devices: &[DeviceId]) -> Result<Self, platform::ShmError> {
         let n = SEGMENT_SEQ.fetch_add(1, Ordering::Relaxed);
         let dir = shm_dir();
         if n == 0 {
@@ -292,25 +383,47 @@ impl Counters {
     }
 
     /// Create a segment at `path`.
-    pub fn create_at(path: &Path, ncs: &[NcId], devices: usize) -> Result<Self, platform::ShmError> {
-        let shm = ShmWords::create(path, HEADER_WORDS + ncs.len() * SLOT_WORDS)?;
+    pub fn create_at(path: &Path, ncs: &[NcId], devices: &[DeviceId]) -> Result<Self, platform::ShmError> {
+        let header = HEADER_WORDS + devices.len() * DEVICE_WORDS;
+        let shm = ShmWords::create(path, header + ncs.len() * SLOT_WORDS)?;
         let models = ModelList { path: models_path(path), models: Default::default() };
-        let c = Self { shm, ncs: ncs.len(), unix_at: (std::time::Instant::now(), now_ns()), models };
+        let c = Self { shm, ncs: ncs.len(), header, unix_at: (std::time::Instant::now(), now_ns()), models };
         for (i, id) in ncs.iter().enumerate() {
             c.set(i, slot::DEVICE, id.device as u64);
             c.set(i, slot::NC, id.nc as u64);
             c.set(i, slot::NC_VERSION, id.nc_version as u64);
         }
         let h = c.words();
-        h[hdr::PID].store(std::process::id() as u64, Ordering::Relaxed);
-        h[hdr::NCS].store(ncs.len() as u64, Ordering::Relaxed);
-        h[hdr::SLOT_WORDS].store(SLOT_WORDS as u64, Ordering::Relaxed);
-        h[hdr::HEADER_WORDS].store(HEADER_WORDS as u64, Ordering::Relaxed);
-        h[hdr::STARTED_NS].store(now_ns(), Ordering::Relaxed);
-        h[hdr::DEVICES].store(devices as u64, Ordering::Relaxed);
-        h[hdr::VERSION].store(VERSION, Ordering::Relaxed);
+        let put = |i: usize, v: u64| {
+            if let Some(w) = h.get(i) {
+                w.store(v, Ordering::Relaxed);
+            }
+        };
+        for (k, d) in devices.iter().enumerate() {
+            let base = hdr::DEVICE_TABLE + k * DEVICE_WORDS;
+            let id = cut(&d.identity, IDENTITY_BYTES).as_bytes();
+            put(base + dev::HOLDING, d.holding as u64);
+            put(base + dev::FIRST_NC, d.owned.start as u64);
+            put(base + dev::OWNED_NCS, d.owned.len() as u64);
+            put(base + dev::IDENTITY_LEN, id.len() as u64);
+            for (j, chunk) in id.chunks(8).enumerate() {
+                let mut b = [0u8; 8];
+                b[..chunk.len()].copy_from_slice(chunk);
+                put(base + dev::IDENTITY + j, u64::from_le_bytes(b));
+            }
+        }
+        put(hdr::PID, std::process::id() as u64);
+        put(hdr::NCS, ncs.len() as u64);
+        put(hdr::SLOT_WORDS, SLOT_WORDS as u64);
+        put(hdr::HEADER_WORDS, header as u64);
+        put(hdr::DEVICE_WORDS, DEVICE_WORDS as u64);
+        put(hdr::STARTED_NS, now_ns());
+        put(hdr::DEVICES, devices.len() as u64);
+        put(hdr::VERSION, VERSION);
         // Last, with release: a reader that sees the magic sees a complete header.
-        h[hdr::MAGIC].store(MAGIC, Ordering::Release);
+        if let Some(m) = h.get(hdr::MAGIC) {
+            m.store(MAGIC, Ordering::Release);
+        }
         Ok(c)
     }
 
@@ -329,7 +442,7 @@ impl Counters {
         if nc >= self.ncs {
             return None;
         }
-        self.words().get(HEADER_WORDS + nc * SLOT_WORDS + w)
+        self.words().get(self.header + nc * SLOT_WORDS + w)
     }
 
     fn add(&self, nc: usize, w: usize, v: u64) {
@@ -379,7 +492,7 @@ impl Counters {
         let mut counted = false;
         for &nc in ncs {
             // The NC's slot, found once (an NC beyond the segment is ignored).
-            let base = HEADER_WORDS + nc * SLOT_WORDS;
+            let base = self.header + nc * SLOT_WORDS;
             let Some(own) = (nc < self.ncs).then(|| words.get(base..base + SLOT_WORDS)).flatten() else { continue };
             let bump = |w: usize, v: u64| {
                 // Only the execution holding the NC's lane writes these words (module docs).
@@ -466,6 +579,7 @@ pub fn publish(devs: &[hal::Device]) -> Option<Arc<Counters>> {
     if !enabled() {
         return None;
     }
+    let devices: Vec<DeviceId> = devs.iter().enumerate().map(|(i, d)| DeviceId::of(d, i)).collect();
     let ids: Vec<NcId> = devs
         .iter()
         .enumerate()
@@ -474,7 +588,7 @@ pub fn publish(devs: &[hal::Device]) -> Option<Arc<Counters>> {
             (0..dev.nc_count()).map(move |nc| NcId { device: d, nc, nc_version: v as u32 })
         })
         .collect();
-    match Counters::create(&ids, devs.len()) {
+    match Counters::create(&ids, &devices) {
         Ok(c) => Some(Arc::new(c)),
         Err(e) => {
             tracing::warn!("counters for monitors not published: {e}");
@@ -559,6 +673,9 @@ pub struct Snapshot {
     pub updates: u64,
     pub devices: u64,
     pub host_tensor_bytes: u64,
+    /// The runtime's devices (index = an NC's `device`): identity and owned NCs. Empty for
+    /// segments of writers before the device table.
+    pub device_ids: Vec<DeviceId>,
     /// Executions of the process (each once, whatever NCs it spans), failed ones, and
     /// those by error kind ([`ErrorKind::ALL`] order).
     pub executions: u64,
@@ -578,6 +695,8 @@ pub enum ReadError {
     Version { path: PathBuf, version: u64 },
     #[error("{0}: header and file length disagree")]
     Truncated(PathBuf),
+    #[error("{0}: the device table does not fit its header")]
+    DeviceTable(PathBuf),
 }
 
 /// A read-only view of another process's (or this one's) segment.
@@ -585,6 +704,9 @@ pub enum ReadError {
 pub struct Reader {
     shm: ShmWords,
     header: usize,
+    /// Words per device table entry (0: no table).
+    device_words: usize,
+    devices: usize,
     slot_words: usize,
     ncs: usize,
 }
@@ -608,7 +730,26 @@ impl Reader {
         {
             return Err(ReadError::Truncated(path.to_path_buf()));
         }
-        Ok(Self { shm, header: header as usize, slot_words: slot_words as usize, ncs: ncs as usize })
+        // The device table: in the header, after its fixed part (word 12 was reserved, so 0,
+        // in segments written before it).
+        let (device_words, devices) =
+            if header > hdr::DEVICE_WORDS as u64 { (w(hdr::DEVICE_WORDS), w(hdr::DEVICES)) } else { (0, 0) };
+        if device_words != 0 {
+            let end = devices.checked_mul(device_words).and_then(|t| t.checked_add(hdr::DEVICE_TABLE as u64));
+            if device_words <= dev::IDENTITY as u64 || end.is_none_or(|e| e > header) {
+                return Err(ReadError::DeviceTable(path.to_path_buf()));
+            }
+        }
+        let (device_words, devices) =
+            if device_words == 0 { (0, 0) } else { (device_words as usize, devices as usize) };
+        Ok(Self {
+            shm,
+            header: header as usize,
+            device_words,
+            devices,
+            slot_words: slot_words as usize,
+            ncs: ncs as usize,
+        })
     }
 
     /// The segment's file.
@@ -619,6 +760,31 @@ impl Reader {
     /// The writer's process id.
     pub fn pid(&self) -> u64 {
         self.shm.load(hdr::PID).unwrap_or(0)
+    }
+
+    /// The device table (empty when the writer made none).
+    pub fn device_ids(&self) -> Vec<DeviceId> {
+        let h = |i| self.shm.load(i).unwrap_or(0);
+        (0..self.devices)
+            .map(|k| {
+                let base = hdr::DEVICE_TABLE + k * self.device_words;
+                let room = (self.device_words - dev::IDENTITY) * 8;
+                let len = (h(base + dev::IDENTITY_LEN) as usize).min(room);
+                let bytes: Vec<u8> =
+                    (0..len.div_ceil(8)).flat_map(|j| h(base + dev::IDENTITY + j).to_le_bytes()).take(len).collect();
+                let first = h(base + dev::FIRST_NC) as usize;
+                let count = h(base + dev::OWNED_NCS) as usize;
+                DeviceId {
+                    identity: String::from_utf8_lossy(&bytes).into_owned(),
+                    holding: if h(base + dev::HOLDING) == Holding::Leased as u64 {
+                        Holding::Leased
+                    } else {
+                        Holding::Whole
+                    },
+                    owned: first..first.saturating_add(count),
+                }
+            })
+            .collect()
     }
 
     /// Load every counter now.
@@ -659,6 +825,7 @@ impl Reader {
             updates: h(hdr::UPDATES),
             devices: h(hdr::DEVICES),
             host_tensor_bytes: h(hdr::HOST_TENSOR_BYTES),
+            device_ids: self.device_ids(),
             // Words past a smaller (older) header are not the process's: 0.
             executions: if self.header > hdr::FAILED { h(hdr::EXECUTIONS) } else { 0 },
             failed: if self.header > hdr::FAILED { h(hdr::FAILED) } else { 0 },
@@ -710,6 +877,62 @@ mod tests {
         (0..n).map(|i| NcId { device: i / 2, nc: i % 2, nc_version: 3 }).collect()
     }
 
+    fn devs(n: usize) -> Vec<DeviceId> {
+        (0..n).map(|i| DeviceId { identity: format!("0000:1{i}:1c.0"), holding: Holding::Whole, owned: 0..2 }).collect()
+    }
+
+    #[test]
+    fn the_device_table_names_each_device_and_its_owned_ncs() {
+        let dir = std::env::temp_dir().join(format!("rt-counters-devs-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let p = dir.join(format!("neuron-vfio.{}.0.counters", std::process::id()));
+        let long = "é".repeat(IDENTITY_BYTES); // 2 bytes each: cut at a character boundary
+        let table = vec![
+            DeviceId { identity: "sim:shared:cayman:1".into(), holding: Holding::Leased, owned: 3..5 },
+            DeviceId { identity: "0000:10:1c.0".into(), holding: Holding::Whole, owned: 0..2 },
+            DeviceId { identity: long.clone(), holding: Holding::Whole, owned: 0..2 },
+        ];
+        let ncs: Vec<NcId> = (0..6).map(|i| NcId { device: i / 2, nc: i % 2, nc_version: 3 }).collect();
+        let c = Counters::create_at(&p, &ncs, &table).expect("create");
+        c.execution(&[5], NrtStatus::Success, 1_000, 10);
+        let r = Reader::open(&p).expect("open");
+        let got = r.device_ids();
+        assert_eq!(&got[..2], &table[..2]);
+        assert_eq!(got[2].identity, "é".repeat(IDENTITY_BYTES / 2));
+        assert!(got[0].owns(3) && got[0].owns(4) && !got[0].owns(2) && !got[0].owns(5));
+        // The slots follow the table: the counts land where the reader looks.
+        let s = r.snapshot();
+        assert_eq!(s.device_ids, got);
+        assert_eq!((s.ncs[5].device, s.ncs[5].nc, s.ncs[5].executions), (2, 1, 1));
+        assert_eq!(s.ncs.iter().map(|n| n.executions).sum::<u64>(), 1);
+        drop(c);
+
+        // A table that does not fit the header it claims to be in is refused.
+        let mut b = vec![0u8; 8 * (HEADER_WORDS + DEVICE_WORDS)];
+        let mut put = |i: usize, v: u64| b[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+        put(hdr::MAGIC, MAGIC);
+        put(hdr::VERSION, VERSION);
+        put(hdr::SLOT_WORDS, SLOT_WORDS as u64);
+        put(hdr::HEADER_WORDS, (HEADER_WORDS + DEVICE_WORDS) as u64);
+        put(hdr::DEVICE_WORDS, DEVICE_WORDS as u64);
+        put(hdr::DEVICES, 2);
+        std::fs::write(&p, &b).expect("write");
+        assert!(matches!(Reader::open(&p), Err(ReadError::DeviceTable(_))));
+        // A segment of a writer before the table (word 12 reserved, 0): no devices named.
+        b[hdr::DEVICE_WORDS * 8..hdr::DEVICE_WORDS * 8 + 8].copy_from_slice(&0u64.to_le_bytes());
+        std::fs::write(&p, &b).expect("write");
+        assert!(Reader::open(&p).expect("open").device_ids().is_empty());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn only_the_simulators_own_devices_are_private() {
+        assert!(private_sim("sim0") && private_sim("sim15"));
+        for not in ["sim", "sim:shared:cayman:0", "0000:10:1c.0", "simx", "vfio-user"] {
+            assert!(!private_sim(not), "{not}");
+        }
+    }
+
     #[test]
     fn buckets_are_powers_of_two_microseconds() {
         assert_eq!(latency_bucket(0), 0);
@@ -729,7 +952,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("rt-counters-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("dir");
         let p = dir.join(format!("neuron-vfio.{}.0.counters", std::process::id()));
-        let c = Counters::create_at(&p, &ids(4), 2).expect("create");
+        let c = Counters::create_at(&p, &ids(4), &devs(2)).expect("create");
         c.model_loaded(&[1, 2], &[4096, 8192]);
         c.execution(&[1, 2], NrtStatus::Success, 1_500, 700);
         c.execution(&[1], NrtStatus::ExecSwNqOverflow, 3_000_000, 0);

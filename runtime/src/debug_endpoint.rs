@@ -314,7 +314,9 @@ fn hello(devs: &[Device]) -> Value {
             if let Some(m) = d.bar4() {
                 bars.push(json!({"bar": d.arch().bars.dram, "size": m.size()}));
             }
-            json!({"index": i, "arch": d.arch().name, "ncs": d.nc_count(), "bars": bars})
+            let id = crate::counters::DeviceId::of(d, i);
+            json!({"index": i, "arch": d.arch().name, "ncs": d.nc_count(), "bars": bars,
+                   "identity": id.identity, "owned_ncs": id.owned.collect::<Vec<_>>()})
         })
         .collect();
     json!({"pid": std::process::id(), "devices": d})
@@ -474,6 +476,9 @@ mod tests {
         let ok = |v: &Value| v["ok"].as_bool() == Some(true);
         let h = handle(br#"{"v":1,"op":"hello"}"#, &devs);
         assert!(ok(&h) && h["devices"][0]["arch"] == "cayman", "{h}");
+        // A private simulated device is named after this process, and it owns every NC.
+        assert_eq!(h["devices"][0]["identity"], format!("sim:{}/0", std::process::id()), "{h}");
+        assert_eq!(h["devices"][0]["owned_ncs"], json!([0, 1, 2, 3, 4, 5, 6, 7]), "{h}");
         let id = csr_maps::CAYMAN.resolve("misc_ram.device_id").expect("reg");
         let r = handle(format!(r#"{{"v":1,"op":"read","regs":[[0,{},32]]}}"#, id.offset).as_bytes(), &devs);
         assert!(ok(&r), "{r}");

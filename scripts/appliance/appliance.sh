@@ -1,10 +1,12 @@
 #!/bin/sh
 # The appliance's boot script (installed as /etc/boot.d/50-appliance by
-# scripts/appliance/build.sh, run by the image's /init): VFIO modules, hugepages, bind every
-# configured Neuron device to vfio-pci, `ls`, each configured model on the devices found (or on
-# the simulator), one JSON line per step on the console and a summary line; then it returns
-# (/init powers off) or stays up in service mode. Configuration: /etc/appliance.conf, written
-# by build.sh from the user's config (docs/appliance.md documents every key and line).
+# scripts/appliance/build.sh, run by the image's /init): VFIO modules, hugepages, the device
+# broker, bind every configured Neuron device to vfio-pci, `ls`, each configured model on the
+# devices found (or on the simulator), one JSON line per step on the console and a summary
+# line; then it stops the broker and returns (/init powers off), or stays up in service mode
+# (the broker then stops at shutdown: /init runs /etc/shutdown.d). Configuration:
+# /etc/appliance.conf, written by build.sh from the user's config (docs/appliance.md
+# documents every key and line).
 . /etc/appliance.conf
 N=/bin/neuron-vfio
 t0=$(date +%s)
@@ -49,13 +51,46 @@ got=$(cat $hp 2>/dev/null || echo 0)
 [ "$got" -ge "${HUGEPAGES:-0}" ] && rc=0 || rc=1
 step hugepages "$(bool $rc)" "\"requested\":${HUGEPAGES:-0},\"reserved\":$got"
 
-# 3. Bind every Neuron device with a configured PCI id to vfio-pci (the project's bind code).
+# 3. The device broker (docs/sharing.md), for the processes that share a device: started
+# before any workload, persistent (it does not exit when idle), on the documented default
+# socket for root (/tmp/neuron-vfio-0/broker.sock here: no XDG_RUNTIME_DIR, no /run/user/0)
+# unless the config sets BROKER_SOCKET, which then is every process's NEURON_VFIO_BROKER_SOCKET.
+[ -n "${BROKER_SOCKET:-}" ] && export NEURON_VFIO_BROKER_SOCKET=$BROKER_SOCKET
+uid=$(id -u 2>/dev/null || echo 0)
+if [ -n "${NEURON_VFIO_BROKER_SOCKET:-}" ]; then bsock=$NEURON_VFIO_BROKER_SOCKET
+elif [ -n "${XDG_RUNTIME_DIR:-}" ]; then bsock=$XDG_RUNTIME_DIR/neuron-vfio/broker.sock
+elif [ -d "/run/user/$uid" ]; then bsock=/run/user/$uid/neuron-vfio/broker.sock
+else bsock=/tmp/neuron-vfio-$uid/broker.sock
+fi
+$N broker --persist --socket "$bsock" </dev/null >/dev/null 2>/tmp/broker.err &
+bpid=$!
+# Up when its socket is there (10 s at most), or gone if it failed.
+i=0
+while [ ! -S "$bsock" ] && kill -0 $bpid 2>/dev/null && [ $i -lt 100 ]; do
+    sleep 0.1 2>/dev/null || sleep 1
+    i=$((i + 1))
+done
+[ -S "$bsock" ] && kill -0 $bpid 2>/dev/null && rc=0 || rc=1
+step broker "$(bool $rc)" "\"pid\":$bpid,\"socket\":$(jstr "$bsock"),\"persist\":true$([ $rc = 0 ] || echo ",\"error\":$(jstr "$(cat /tmp/broker.err)")")"
+# Stop it: SIGTERM, on which it cleans up its clients, removes its socket and exits 0 (after
+# 10 s a watchdog kills it, and that is a failure).
+stop_broker() {
+    kill -TERM $bpid 2>/dev/null
+    (sleep 10; kill -KILL $bpid 2>/dev/null) &
+    watchdog=$!
+    wait $bpid
+    st=$?
+    kill $watchdog 2>/dev/null
+    [ "$st" = 0 ] && [ ! -e "$bsock" ]
+}
+
+# 4. Bind every Neuron device with a configured PCI id to vfio-pci (the project's bind code).
 if [ -n "${PCI_IDS:-}" ]; then sel="--ids $PCI_IDS"; else sel=--all; fi
 out=$($N --json bind $sel 2>/tmp/bind.err); rc=$?
 nbound=$(printf '%s' "$out" | head -n1 | grep -o '"driver":"vfio-pci"' | wc -l)
 step bind "$(bool $rc)" "\"ids\":$(jstr "$PCI_IDS"),\"bound\":$nbound,\"devices\":$(jval "$out")$([ $rc = 0 ] || echo ",\"error\":$(jstr "$(cat /tmp/bind.err)")")"
 
-# 4. ls: the devices on vfio-pci are where the models run (DEVICE=sim…: the simulated ones).
+# 5. ls: the devices on vfio-pci are where the models run (DEVICE=sim…: the simulated ones).
 case ${DEVICE:-vfio} in vfio) lsdev="" ;; *) lsdev="--device $DEVICE" ;; esac
 out=$($N --json $lsdev ls 2>/tmp/ls.err); rc=$?
 bdfs=$(printf '%s' "$out" | head -n1 | tr '}' '\n' | grep '"driver":"vfio-pci"' |
@@ -67,7 +102,7 @@ case ${DEVICE:-vfio} in
 esac
 step ls "$(bool $rc)" "\"vfio_devices\":$ndev,\"devices\":$(jval "$out")"
 
-# 5. Each model on each target: exact outputs where the config gives them.
+# 6. Each model on each target: exact outputs where the config gives them.
 i=1
 while [ "$i" -le "${MODEL_COUNT:-0}" ]; do
     eval "model=\$MODEL$i inputs=\$MODEL${i}_INPUTS expect=\$MODEL${i}_EXPECT"
@@ -93,6 +128,18 @@ while [ "$i" -le "${MODEL_COUNT:-0}" ]; do
 done
 
 after=${AFTER:-poweroff}
+# 7. Powering off: the broker stops before the summary. Staying up: it serves the service and
+# /init stops it at shutdown (its /etc/shutdown.d, after the console shell).
+if [ "$after" = stay ]; then
+    mkdir -p /etc/shutdown.d
+    # It is /init's child by then: done when its socket is gone (it removes it last).
+    printf '#!/bin/sh\n# Written by the appliance: stop the device broker (pid %s).\nkill -TERM %s 2>/dev/null\ni=0\nwhile [ -e %s ] && [ $i -lt 100 ]; do sleep 0.1 2>/dev/null || sleep 1; i=$((i + 1)); done\n' \
+        "$bpid" "$bpid" "'$bsock'" > /etc/shutdown.d/50-broker
+    chmod 755 /etc/shutdown.d/50-broker
+else
+    stop_broker && rc=0 || rc=1
+    step broker_stop "$(bool $rc)" "\"pid\":$bpid,\"socket_removed\":$([ -e "$bsock" ] && echo false || echo true)"
+fi
 echo "{\"step\":\"summary\",\"ok\":$([ $failed = 0 ] && echo true || echo false),\"steps\":$steps,\"failed\":$failed,\"devices\":$ndev,\"runs\":$runs,\"exact\":$exact,\"seconds\":$(($(date +%s) - t0)),\"after\":\"$after\"}"
 [ "$after" = stay ] || exit 0
 

@@ -39,7 +39,7 @@ die() { echo "appliance: $*" >&2; exit 1; }
 abs() { case $1 in /*) echo "$1" ;; *) echo "$repo/$1" ;; esac; }
 
 # The configuration, with the defaults docs/appliance.md lists.
-PCI_IDS="" HUGEPAGES=64 DEVICE=vfio BACKEND=auto ALLOW_MODELED=0 EXEC_TIMEOUT=60 AFTER=poweroff
+PCI_IDS="" HUGEPAGES=64 DEVICE=vfio BACKEND=auto ALLOW_MODELED=0 EXEC_TIMEOUT=60 AFTER=poweroff BROKER_SOCKET=""
 SERVICE_REPEAT=1000 MONITOR_PERIOD_MS=10000 SERVICE_PORT=9100 NET_ADDR="" NET_GW=""
 KERNEL_DIR=/var/cache/neuron-vfio/kernel MODULES="vfio vfio_iommu_type1 vfio-pci iommufd"
 # shellcheck disable=SC1090
@@ -50,6 +50,10 @@ case $BACKEND in auto | container | iommufd) ;; *) die "BACKEND=$BACKEND: expect
 for k in HUGEPAGES EXEC_TIMEOUT SERVICE_REPEAT MONITOR_PERIOD_MS; do
     case ${!k} in '' | *[!0-9]*) die "$k=${!k}: expected a number" ;; esac
 done
+case $BROKER_SOCKET in
+    *[[:space:]\'\"]*) die "BROKER_SOCKET=$BROKER_SOCKET: no spaces or quotes" ;;
+    '' | /*) ;; *) die "BROKER_SOCKET=$BROKER_SOCKET: expected an absolute path" ;;
+esac
 
 # PCI ids: the configured ones, else every arch's Neuron ids from csr-maps' arch data.
 if [ -z "$PCI_IDS" ]; then
@@ -106,7 +110,7 @@ n=0
 {
     echo "# Written by scripts/appliance/build.sh from $(basename "$conf") (docs/appliance.md)."
     for k in PCI_IDS HUGEPAGES DEVICE BACKEND ALLOW_MODELED EXEC_TIMEOUT AFTER SERVICE_REPEAT \
-        MONITOR_PERIOD_MS SERVICE_PORT NET_ADDR NET_GW; do
+        MONITOR_PERIOD_MS SERVICE_PORT NET_ADDR NET_GW BROKER_SOCKET; do
         printf '%s=%q\n' "$k" "${!k}"
     done
 } > "$gconf"

@@ -18,8 +18,9 @@
 #   -z  gzip the archive (default: uncompressed, which boots faster under emulation)
 #
 # /init (scripts/image/init) mounts the pseudo file systems, loads /etc/modules (if any), runs the
-# boot scripts and powers the machine off unless the kernel command line says
-# `appliance.shell`.
+# boot scripts, gives a shell on the console when the kernel command line says
+# `appliance.shell`, runs the shutdown scripts the boot scripts left in /etc/shutdown.d, and
+# powers the machine off.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 

@@ -18,7 +18,7 @@ use serde_json::{json, Map, Value};
 
 use super::config::{MonitorConfig, RtGroup, SysGroup};
 use super::host::{self, CpuTimes, MemInfo};
-use super::model::{collect_health, percentile_us, report, sample, DeviceHealth, Report};
+use super::model::{collect_health, host_index, legacy_label, percentile_us, report, sample, DeviceHealth, Report};
 
 /// The percentiles of `latency_stats`, as (name, quantile).
 pub const PERCENTILES: [(&str, f64); 7] =
@@ -64,23 +64,26 @@ fn arch_of(nc_version: u64) -> Option<&'static csr_maps::Arch> {
     csr_maps::ARCHES.iter().copied().find(|a| a.nc_version as u64 == nc_version)
 }
 
-/// The instance-wide index of a runtime's NC: device index × NCs per device + NC.
+/// The instance-wide index of an NC: the device's index on the host ([`host_index`]) × NCs
+/// per device + the NC on the device.
 pub fn global_nc(device: u64, nc: u64, nc_version: u64) -> u64 {
     let per = arch_of(nc_version).map(|a| a.counts.ncs).unwrap_or(0);
     device.saturating_mul(per).saturating_add(nc)
 }
 
-/// `neuroncore_counters` of application `pid`: every NC it has a model on or executed on.
+/// `neuroncore_counters` of application `pid`: every NC it owns and has a model on or
+/// executed on.
 pub fn neuroncore_counters(r: &Report, pid: u64, secs: f64) -> Value {
     let mut in_use = Map::new();
     for n in r.ncs.iter().filter(|n| n.pid == pid && (n.models > 0 || n.executions > 0)) {
         in_use.insert(
-            global_nc(n.device, n.nc, n.nc_version).to_string(),
+            global_nc(n.neuron_device, n.nc, n.nc_version).to_string(),
             json!({
                 "neuroncore_utilization": n.utilization * 100.0,
                 "flops": 0,
                 // Ours, beside neuron-monitor's fields:
-                "neuron_device_index": n.device,
+                "neuron_device_index": n.neuron_device,
+                "neuron_device": n.device_id,
                 "executions": n.executions,
             }),
         );
@@ -143,7 +146,18 @@ pub fn loaded_models(models: &[runtime::counters::ListedModel], snap: &Snapshot)
             let mut sgs = Map::new();
             for (i, &g) in m.ncs.iter().enumerate() {
                 let bytes = m.bytes_per_nc.get(i).copied().unwrap_or(0);
-                let (device, nc, ver) = snap.ncs.get(g).map(|n| (n.device, n.nc, n.nc_version)).unwrap_or((0, g as u64, 0));
+                let (device, nc, ver) = snap
+                    .ncs
+                    .get(g)
+                    .map(|n| {
+                        let id = snap
+                            .device_ids
+                            .get(n.device as usize)
+                            .map(|d| d.identity.clone())
+                            .unwrap_or_else(|| legacy_label(snap.pid, n.device));
+                        (host_index(&id, n.device), n.nc, n.nc_version)
+                    })
+                    .unwrap_or((0, g as u64, 0));
                 sgs.insert(
                     format!("sg_{i:02}"),
                     json!({
@@ -177,7 +191,7 @@ pub fn memory_used(r: &Report, pid: u64, secs: f64, rss: Option<u64>, models: Va
         device += n.mem_model + n.mem_tensors;
         if n.mem_model + n.mem_tensors > 0 || n.models > 0 {
             per_nc.insert(
-                global_nc(n.device, n.nc, n.nc_version).to_string(),
+                global_nc(n.neuron_device, n.nc, n.nc_version).to_string(),
                 json!({"constants": 0, "model_code": n.mem_model, "model_shared_scratchpad": 0,
                        "runtime_memory": 0, "tensors": n.mem_tensors}),
             );
@@ -210,7 +224,8 @@ pub fn runtime_vcpu(secs: f64, usage: Option<(f64, f64)>) -> Value {
 }
 
 /// `neuron_hw_counters`: each device's ECC events over the period (`before` → `now`), with
-/// our cumulative `totals` (the registers' values).
+/// our cumulative `totals` (the registers' values); a device once, however many processes
+/// use it.
 pub fn hw_counters(secs: f64, before: &[DeviceHealth], now: &[DeviceHealth]) -> Value {
     let figures = |h: &DeviceHealth| {
         let (rep, unc) = h.hbm.iter().fold((0u64, 0u64), |a, (r, u)| (a.0 + r, a.1 + u));
@@ -221,13 +236,13 @@ pub fn hw_counters(secs: f64, before: &[DeviceHealth], now: &[DeviceHealth]) -> 
         .iter()
         .map(|h| {
             let n = figures(h);
-            let b = before.iter().find(|b| b.pid == h.pid && b.device == h.device).map(figures).unwrap_or([0; 4]);
+            let b = before.iter().find(|b| b.device_id == h.device_id).map(figures).unwrap_or([0; 4]);
             let mut o = Map::new();
-            o.insert("neuron_device_index".into(), json!(h.device));
+            o.insert("neuron_device_index".into(), json!(h.neuron_device));
+            o.insert("neuron_device".into(), json!(h.device_id));
             for (i, k) in names.iter().enumerate() {
                 o.insert(k.to_string(), json!(n[i].saturating_sub(b[i])));
             }
-            o.insert("pid".into(), json!(h.pid));
             o.insert(
                 "totals".into(),
                 Value::Object(names.iter().zip(n).map(|(k, v)| (k.to_string(), json!(v))).collect()),
@@ -269,7 +284,12 @@ pub fn hardware_info(sysfs: &Path, latest: &BTreeMap<PathBuf, Snapshot>) -> Valu
         Some(a) => (Some(*a), pci.len() as u64),
         None => {
             let a = latest.values().flat_map(|s| s.ncs.first()).find_map(|n| arch_of(n.nc_version));
-            (a, latest.values().map(|s| s.devices).max().unwrap_or(0))
+            // Devices by identity (a shared device once, whatever processes use it); segments
+            // without a device table count their runtime's devices.
+            let named: std::collections::BTreeSet<&str> =
+                latest.values().flat_map(|s| s.device_ids.iter().map(|d| d.identity.as_str())).collect();
+            let unnamed = latest.values().filter(|s| s.device_ids.is_empty()).map(|s| s.devices).max().unwrap_or(0);
+            (a, named.len() as u64 + unnamed)
         }
     };
     match arch {

@@ -1,11 +1,9 @@
 //! The JSON-lines renderer of a report.
 
-use std::collections::BTreeMap;
-
 use runtime::counters::ErrorKind;
 use serde_json::{json, Value};
 
-use super::model::{device_label, DeviceHealth, Report};
+use super::model::{DeviceHealth, Report};
 
 pub(super) fn health_json(h: &DeviceHealth) -> (Value, Value) {
     (
@@ -24,32 +22,41 @@ pub(super) fn errors_json(e: &[u64; 7]) -> Value {
     Value::Object(ErrorKind::ALL.iter().map(|k| (k.name().to_string(), json!(e[*k as usize]))).collect())
 }
 
-/// The JSON line of a report.
+/// NeuronCores of a device of NeuronCore version `nc_version` (0: unknown).
+pub(super) fn nc_count(nc_version: u64) -> u64 {
+    csr_maps::ARCHES.iter().find(|a| a.nc_version as u64 == nc_version).map(|a| a.counts.ncs).unwrap_or(0)
+}
+
+/// The JSON line of a report: a device per identity (with the processes owning its NCs),
+/// and a row per owned NC (with its owner).
 pub fn report_json(r: &Report) -> Value {
-    let mut devices: BTreeMap<String, Value> = BTreeMap::new();
-    for n in &r.ncs {
-        let label = device_label(n.pid, n.device);
-        let host = r.processes.iter().find(|p| p.0 == n.pid).map(|p| p.2).unwrap_or(0);
-        let e = devices.entry(label.clone()).or_insert_with(|| {
-            json!({"device": label, "pid": n.pid, "index": n.device, "arch": arch_name(n.nc_version),
-                   "neuroncores": 0, "memory_used_bytes": 0, "host_dma_tensor_bytes": host})
-        });
-        e["neuroncores"] = json!(e["neuroncores"].as_u64().unwrap_or(0) + 1);
-        e["memory_used_bytes"] = json!(e["memory_used_bytes"].as_u64().unwrap_or(0) + n.mem_model + n.mem_tensors);
-    }
-    for h in &r.health {
-        if let Some(e) = devices.get_mut(&device_label(h.pid, h.device)) {
-            let (fw, ecc) = health_json(h);
-            e["firmware"] = fw;
-            e["ecc"] = ecc;
-        }
-    }
+    let host = |pid: u64| r.processes.iter().find(|p| p.0 == pid).map(|p| p.2).unwrap_or(0);
+    let devices: Vec<Value> = r
+        .devices()
+        .iter()
+        .map(|d| {
+            let clients = d.clients();
+            let mut e = json!({
+                "device": d.id, "index": d.neuron_device, "arch": arch_name(d.nc_version),
+                "neuroncores": nc_count(d.nc_version),
+                "clients": clients.iter().map(|(pid, ncs)| json!({"pid": pid, "ncs": ncs, "host_dma_tensor_bytes": host(*pid)})).collect::<Vec<_>>(),
+                "memory_used_bytes": d.ncs.iter().map(|n| n.mem_model + n.mem_tensors).sum::<u64>(),
+                "host_dma_tensor_bytes": clients.iter().map(|(pid, _)| host(*pid)).sum::<u64>(),
+            });
+            if let Some(h) = r.health.iter().find(|h| h.device_id == d.id) {
+                let (fw, ecc) = health_json(h);
+                e["firmware"] = fw;
+                e["ecc"] = ecc;
+            }
+            e
+        })
+        .collect();
     let ncs: Vec<Value> = r
         .ncs
         .iter()
         .map(|n| {
             json!({
-                "device": device_label(n.pid, n.device), "pid": n.pid, "nc": n.nc,
+                "device": n.device_id, "pid": n.pid, "nc": n.nc,
                 "utilization": n.utilization,
                 "executions": n.executions, "executions_total": n.executions_total, "failed": n.failed,
                 "models_loaded": n.models,
@@ -66,7 +73,7 @@ pub fn report_json(r: &Report) -> Value {
     json!({
         "timestamp": r.timestamp_ns as f64 / 1e9,
         "period_ms": r.period_ns / 1_000_000,
-        "devices": devices.into_values().collect::<Vec<_>>(),
+        "devices": devices,
         "neuroncores": ncs,
     })
 }

@@ -199,10 +199,10 @@ fn monitor_native(a: MonitorArgs, json_out: bool) -> Result<(), CliError> {
 pub fn top(a: TopArgs, spec: &DeviceSpec, json_out: bool) -> Result<(), CliError> {
     use std::io::IsTerminal;
     let p = period(a.period_ms)?;
-    let (arch, label) = top_target(spec)?;
+    let target = top_target(spec)?;
     let interactive = !a.once && std::io::stdout().is_terminal();
     if interactive && !json_out {
-        return top_live(arch, &label, p);
+        return top_live(&target, p);
     }
     let mut before = sample();
     let mut t = Instant::now();
@@ -213,7 +213,7 @@ pub fn top(a: TopArgs, spec: &DeviceSpec, json_out: bool) -> Result<(), CliError
         t = Instant::now();
         before = now;
         let mut so = std::io::stdout().lock();
-        let frame = if json_out { format!("{}\n", report_json(&r)) } else { top_frame(arch, &label, &r) };
+        let frame = if json_out { format!("{}\n", report_json(&r)) } else { top_frame(&target, &r) };
         // A live view redraws in place: home the cursor and clear the screen first.
         let out = if interactive { format!("\x1b[H\x1b[2J{frame}(Ctrl-C to quit)\n") } else { frame };
         if so.write_all(out.as_bytes()).and_then(|_| so.flush()).is_err() || a.once {

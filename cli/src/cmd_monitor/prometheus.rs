@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use runtime::counters::ErrorKind;
 
-use super::model::{device_label, DeviceHealth, NcReport, Report};
+use super::model::{DeviceHealth, NcReport, Report};
 
 pub(super) fn esc(v: &str) -> String {
     v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
@@ -20,7 +20,8 @@ pub fn prometheus_text(r: &Report) -> String {
             let _ = writeln!(o, "{name}{{{labels}}} {v}");
         }
     };
-    let nc_labels = |n: &NcReport| format!("device=\"{}\",nc=\"{}\"", esc(&device_label(n.pid, n.device)), n.nc);
+    // A device by its identity; each NC with the process that owns it.
+    let nc_labels = |n: &NcReport| format!("device=\"{}\",nc=\"{}\",pid=\"{}\"", esc(&n.device_id), n.nc, n.pid);
     family(
         "neuron_nc_utilization_ratio",
         "gauge",
@@ -84,7 +85,7 @@ pub fn prometheus_text(r: &Report) -> String {
         "Models loaded on the NeuronCore.",
         r.ncs.iter().map(|n| (nc_labels(n), n.models.to_string())).collect(),
     );
-    let dev = |h: &DeviceHealth| format!("device=\"{}\"", esc(&device_label(h.pid, h.device)));
+    let dev = |h: &DeviceHealth| format!("device=\"{}\"", esc(&h.device_id));
     family(
         "neuron_device_firmware_heartbeat",
         "gauge",

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use runtime::counters::{ErrorKind, NcCounters, Snapshot, LAT_BUCKETS};
+use runtime::counters::{DeviceId, ErrorKind, Holding, NcCounters, Snapshot, LAT_BUCKETS};
 
 use super::json::report_json;
 use super::model::*;
@@ -68,19 +68,22 @@ fn health_decodes_heartbeat_and_ecc_and_is_exported() {
     // api 7; health_seq heartbeat 0x5a; sram ecc corrected 3, uncorrected 1; stack 1: 9 repairable, 2 uncorrectable.
     let mut vals = vec![7, 0, 0x5a << 12, (3 << 16) | 1, 1];
     vals.extend((0..csr_maps::CAYMAN.counts.hbm_stacks).map(|k| if k == 1 { (2 << 12) | 9 } else { 0 }));
-    let h = decode_health(&regs, &vals, 42, 0);
+    let h = decode_health(&regs, &vals, 42, 0, "0000:10:1c.0");
     assert_eq!((h.fw_api_version, h.heartbeat, h.sram_corrected, h.sram_uncorrected), (7, 0x5a, 3, 1));
     assert_eq!(h.hbm[1], (9, 2));
     assert_eq!(h.hbm[0], (0, 0));
-    let n = NcReport { pid: 42, nc: 0, nc_version: 3, ..Default::default() };
+    let n = NcReport { pid: 42, device_id: "0000:10:1c.0".into(), nc: 0, nc_version: 3, ..Default::default() };
     let r = Report { ncs: vec![n], health: vec![h], ..Report::default() };
     let j = report_json(&r);
     assert_eq!(j["devices"][0]["firmware"]["heartbeat"], 0x5a);
     assert_eq!(j["devices"][0]["ecc"]["hbm"][1]["uncorrectable"], 2);
     assert_eq!(j["devices"][0]["ecc"]["sram"]["corrected"], 3);
     let p = prometheus_text(&r);
-    assert!(p.contains("neuron_device_firmware_heartbeat{device=\"42/0\"} 90"), "{p}");
-    assert!(p.contains("neuron_device_ecc_errors{device=\"42/0\",memory=\"hbm1\",kind=\"uncorrectable\"} 2"), "{p}");
+    assert!(p.contains("neuron_device_firmware_heartbeat{device=\"0000:10:1c.0\"} 90"), "{p}");
+    assert!(
+        p.contains("neuron_device_ecc_errors{device=\"0000:10:1c.0\",memory=\"hbm1\",kind=\"uncorrectable\"} 2"),
+        "{p}"
+    );
     assert!(report_text(&r).contains("heartbeat 90"));
 }
 
@@ -88,18 +91,35 @@ fn health_decodes_heartbeat_and_ecc_and_is_exported() {
 fn live_top_renders_8_cayman_rows_into_a_test_backend() {
     use ratatui::backend::TestBackend;
     let mut r = Report { period_ns: 1_000_000_000, ..Report::default() };
-    let mut busy =
-        NcReport { pid: 7, nc: 1, nc_version: 3, utilization: 0.5, executions: 1234, models: 1, ..Default::default() };
+    let mut busy = NcReport {
+        pid: 7,
+        device_id: "sim:shared:cayman:0".into(),
+        nc: 1,
+        nc_version: 3,
+        utilization: 0.5,
+        executions: 1234,
+        models: 1,
+        ..Default::default()
+    };
     busy.p50_us = Some(32);
     busy.errors[0] = 2;
     r.ncs.push(busy);
-    let mut term = ratatui::Terminal::new(TestBackend::new(100, 16)).expect("terminal");
-    term.draw(|f| top_ui(f, &csr_maps::CAYMAN, "sim:cayman", &r, true)).expect("draw");
+    let t = TopTarget {
+        arch: &csr_maps::CAYMAN,
+        label: "sim:shared:cayman:1".into(),
+        devices: TopDevices::Named(vec!["sim:shared:cayman:0".into()]),
+    };
+    let mut term = ratatui::Terminal::new(TestBackend::new(130, 16)).expect("terminal");
+    term.draw(|f| top_ui(f, &t, &r, true)).expect("draw");
     let buf = term.backend().buffer();
     let lines: Vec<String> =
         (0..buf.area.height).map(|y| (0..buf.area.width).map(|x| buf[(x, y)].symbol()).collect::<String>()).collect();
     let text = lines.join("\n");
-    assert!(lines[0].contains("sim:cayman (cayman, 8 NeuronCores), 1 runtime process(es)"), "{text}");
+    assert!(
+        lines[0].contains("sim:shared:cayman:1 (cayman, 8 NeuronCores per device): 1 device(s), 1 runtime process(es)"),
+        "{text}"
+    );
+    assert!(lines.iter().any(|l| l.starts_with("device sim:shared:cayman:0: process(es) 7")), "{text}");
     let rows: Vec<&String> =
         lines.iter().filter(|l| l.get(..4).is_some_and(|c| c.trim().parse::<u32>().is_ok())).collect();
     assert_eq!(rows.len(), 8, "{text}");
@@ -107,9 +127,12 @@ fn live_top_renders_8_cayman_rows_into_a_test_backend() {
         assert!(l.starts_with(&format!("{i:>3}")), "{l}");
     }
     assert!(rows[1].contains("50.0%") && rows[1].contains("1234") && rows[1].contains("32"), "{}", rows[1]);
+    // Each row names the NC's owner; an NC no process owns has none.
+    assert_eq!(rows[1].split_whitespace().nth(1), Some("7"), "{}", rows[1]);
+    assert_eq!(rows[0].split_whitespace().nth(1), Some("-"), "{}", rows[0]);
     assert!(rows[0].contains("0.0%"), "{}", rows[0]);
     // The bar of NC 1 is half filled (gauge cells are styled), NC 0's is empty.
-    let filled = |y: u16| (4..28u16).filter(|&x| buf[(x, y)].style().fg == Some(ratatui::style::Color::Red)).count();
+    let filled = |y: u16| (13..38u16).filter(|&x| buf[(x, y)].style().fg == Some(ratatui::style::Color::Red)).count();
     let y1 = lines.iter().position(|l| l == rows[1]).unwrap_or(0) as u16;
     let y0 = lines.iter().position(|l| l == rows[0]).unwrap_or(0) as u16;
     assert!(filled(y1) >= 8, "{}", filled(y1));
@@ -120,9 +143,127 @@ fn live_top_renders_8_cayman_rows_into_a_test_backend() {
 #[test]
 fn top_has_a_row_per_nc() {
     let r = Report { period_ns: 1_000_000_000, ..Report::default() };
-    let f = top_frame(&csr_maps::CAYMAN, "sim:cayman", &r);
-    let rows = f.lines().filter(|l| l.trim_start().split(' ').next().is_some_and(|w| w.parse::<u32>().is_ok()));
-    assert_eq!(rows.count(), 8, "{f}");
+    // Named devices are shown with no process on them: every NC idle, owned by none.
+    let t = TopTarget {
+        arch: &csr_maps::CAYMAN,
+        label: "sim:shared:cayman:2".into(),
+        devices: TopDevices::Named(vec!["sim:shared:cayman:0".into(), "sim:shared:cayman:1".into()]),
+    };
+    let f = top_frame(&t, &r);
+    let rows: Vec<&str> =
+        f.lines().filter(|l| l.trim_start().split(' ').next().is_some_and(|w| w.parse::<u32>().is_ok())).collect();
+    assert_eq!(rows.len(), 16, "{f}");
+    assert!(rows.iter().all(|l| l.split_whitespace().nth(1) == Some("-")), "{f}");
+    // Private simulated devices exist only in their processes: none running, none shown.
+    let t = TopTarget { arch: &csr_maps::CAYMAN, label: "sim:cayman".into(), devices: TopDevices::PrivateSims };
+    let f = top_frame(&t, &r);
+    assert!(f.contains("0 device(s)") && f.contains("no runtime process drives a sim:cayman device"), "{f}");
+}
+
+/// Two processes' segments on one shared device (each leased some NCs; their slots cover
+/// the whole device) and one process on a private simulated device.
+fn shared_and_private() -> (BTreeMap<PathBuf, Snapshot>, BTreeMap<PathBuf, Snapshot>) {
+    let shared = |owned: std::ops::Range<usize>| DeviceId {
+        identity: "sim:shared:cayman:0".into(),
+        holding: Holding::Leased,
+        owned,
+    };
+    let slots = |busy: &[usize]| -> Vec<NcCounters> {
+        (0..8u64)
+            .map(|i| {
+                let mut n = if busy.contains(&(i as usize)) { nc(10 + i, 100_000, 2) } else { nc(0, 0, 0) };
+                n.nc = i;
+                n
+            })
+            .collect()
+    };
+    let seg = |pid, id: DeviceId, busy: &[usize]| Snapshot {
+        pid,
+        started_ns: 1,
+        devices: 1,
+        device_ids: vec![id],
+        ncs: slots(busy),
+        ..Default::default()
+    };
+    let private = DeviceId { identity: "sim:300/0".into(), holding: Holding::Whole, owned: 0..8 };
+    let now = BTreeMap::from([
+        (PathBuf::from("/x/neuron-vfio.100.0.counters"), seg(100, shared(1..2), &[1])),
+        // Its slots of NCs it does not own (one counts executions: a stale view) are not its.
+        (PathBuf::from("/x/neuron-vfio.200.0.counters"), seg(200, shared(4..6), &[1, 4, 5])),
+        (PathBuf::from("/x/neuron-vfio.300.0.counters"), seg(300, private, &[0])),
+    ]);
+    let before = now.iter().map(|(p, s)| (p.clone(), Snapshot { ncs: slots(&[]), ..s.clone() })).collect();
+    (before, now)
+}
+
+#[test]
+fn a_shared_device_is_one_device_with_every_clients_cores() {
+    let (before, now) = shared_and_private();
+    let r = report(&before, &now, 1_000_000);
+    let owners: Vec<(&str, u64, u64)> = r.ncs.iter().map(|n| (n.device_id.as_str(), n.nc, n.pid)).collect();
+    // By device name, then NC.
+    let mut want: Vec<(&str, u64, u64)> = (0..8).map(|nc| ("sim:300/0", nc, 300)).collect();
+    want.extend([("sim:shared:cayman:0", 1, 100), ("sim:shared:cayman:0", 4, 200), ("sim:shared:cayman:0", 5, 200)]);
+    assert_eq!(owners, want);
+    // NC 1's figures are its owner's (100: 11 executions), not process 200's stale slot.
+    assert_eq!((r.ncs[8].executions, r.ncs[8].neuron_device), (11, 0));
+    assert_eq!(r.ncs[10].executions, 15);
+
+    let v = report_json(&r);
+    let devs = v["devices"].as_array().expect("devices");
+    assert_eq!(devs.len(), 2, "{v}");
+    let d = devs.iter().find(|d| d["device"] == "sim:shared:cayman:0").expect("the shared device");
+    assert_eq!(
+        d["clients"],
+        serde_json::json!([
+            {"pid": 100, "ncs": [1], "host_dma_tensor_bytes": 0},
+            {"pid": 200, "ncs": [4, 5], "host_dma_tensor_bytes": 0},
+        ])
+    );
+    assert_eq!(
+        (d["neuroncores"].as_u64(), d["arch"].as_str(), d["index"].as_u64()),
+        (Some(8), Some("cayman"), Some(0))
+    );
+    assert!(d.get("pid").is_none(), "a device is not a process's: {d}");
+    for n in v["neuroncores"].as_array().expect("ncs") {
+        let label = n["device"].as_str().expect("device");
+        assert!(!label.contains("100") && !label.contains("200"), "{n}");
+    }
+
+    let p = prometheus_text(&r);
+    assert!(p.contains("neuron_nc_executions_total{device=\"sim:shared:cayman:0\",nc=\"4\",pid=\"200\"} 14"), "{p}");
+    assert!(!p.contains("nc=\"1\",pid=\"200\""), "{p}");
+    let text = report_text(&r);
+    assert!(
+        text.lines().any(|l| l.split_whitespace().take(3).collect::<Vec<_>>() == ["sim:shared:cayman:0", "5", "200"]),
+        "{text}"
+    );
+
+    let t = TopTarget {
+        arch: &csr_maps::CAYMAN,
+        label: "sim:shared:cayman:1".into(),
+        devices: TopDevices::Named(vec!["sim:shared:cayman:0".into()]),
+    };
+    let f = top_frame(&t, &r);
+    assert!(f.contains("device sim:shared:cayman:0: process(es) 100, 200"), "{f}");
+    let owners: Vec<(String, String)> = f
+        .lines()
+        .filter(|l| l.trim_start().split(' ').next().is_some_and(|w| w.parse::<u32>().is_ok()))
+        .map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            (w[0].to_string(), w[1].to_string())
+        })
+        .collect();
+    let want: Vec<(String, String)> = ["-", "100", "-", "-", "200", "200", "-", "-"]
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (i.to_string(), p.to_string()))
+        .collect();
+    assert_eq!(owners, want, "{f}");
+    // The private device is its process's alone: `top` on `sim` shows it, not the shared one.
+    let t = TopTarget { arch: &csr_maps::CAYMAN, label: "sim:cayman".into(), devices: TopDevices::PrivateSims };
+    let f = top_frame(&t, &r);
+    assert!(f.contains("device sim:300/0: process(es) 300") && !f.contains("sim:shared"), "{f}");
 }
 
 #[test]
@@ -132,7 +273,9 @@ fn neuron_monitor_groups_from_a_report() {
     // of which 2 failed (one numerical, one NQ overflow); 40 since it started.
     let mut n0 = NcReport {
         pid: 9,
+        device_id: "sim:9/1".into(),
         device: 1,
+        neuron_device: 1,
         nc: 0,
         nc_version: 3,
         utilization: 0.5,
@@ -145,7 +288,7 @@ fn neuron_monitor_groups_from_a_report() {
     n0.latency_hist[10] = 1; // < 1024 µs
     let mut n1 = NcReport { nc: 1, latency_hist: n0.latency_hist, ..n0.clone() };
     n1.device_hist[2] = 10; // < 4 µs on the device
-    let idle = NcReport { pid: 9, device: 1, nc: 2, nc_version: 3, ..Default::default() };
+    let idle = NcReport { pid: 9, device: 1, neuron_device: 1, nc: 2, nc_version: 3, ..Default::default() };
     let mut p = ProcReport {
         pid: 9,
         devices: 2,
@@ -212,12 +355,21 @@ fn neuron_monitor_groups_from_a_report() {
     assert_eq!(used["usage_breakdown"]["neuroncore_memory_usage"]["9"]["model_code"], 4096);
 
     // ECC: the period's events and the registers' totals.
-    let before = vec![DeviceHealth { pid: 9, device: 1, hbm: vec![(1, 0), (0, 0)], ..Default::default() }];
-    let now =
-        vec![DeviceHealth { pid: 9, device: 1, sram_uncorrected: 2, hbm: vec![(1, 0), (3, 1)], ..Default::default() }];
+    let h = |sram_uncorrected, hbm| DeviceHealth {
+        pid: 9,
+        device: 1,
+        device_id: "sim:9/1".into(),
+        neuron_device: 1,
+        sram_uncorrected,
+        hbm,
+        ..Default::default()
+    };
+    let before = vec![h(0, vec![(1, 0), (0, 0)])];
+    let now = vec![h(2, vec![(1, 0), (3, 1)])];
     let hw = hw_counters(1.0, &before, &now);
     let d = &hw["neuron_devices"][0];
     assert_eq!((d["neuron_device_index"].as_u64(), d["mem_ecc_corrected"].as_u64()), (Some(1), Some(3)));
+    assert_eq!(d["neuron_device"], "sim:9/1");
     assert_eq!((d["mem_ecc_uncorrected"].as_u64(), d["sram_ecc_uncorrected"].as_u64()), (Some(1), Some(2)));
     assert_eq!(d["totals"]["mem_ecc_corrected"], 4);
 

@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use runtime::counters::{self, ErrorKind};
 
-use super::model::{device_label, Report};
+use super::model::Report;
 
 pub(super) fn fmt_bytes(b: u64) -> String {
     match b {
@@ -22,10 +22,12 @@ pub(super) fn opt_us(v: Option<u64>) -> String {
 /// The text form of a report (one block per period).
 pub fn report_text(r: &Report) -> String {
     let mut o = String::new();
+    // Devices by identity; a device shared by several processes lists each NC with its owner.
+    let w = r.ncs.iter().map(|n| n.device_id.len()).max().unwrap_or(0).max(10);
     let _ = writeln!(
         o,
-        "{:<10} {:>3} {:>6} {:>8} {:>9} {:>9} {:>9} {:>9}  errors",
-        "device", "nc", "util%", "execs", "p50 µs", "p99 µs", "model", "tensors"
+        "{:<w$} {:>3} {:>8} {:>6} {:>8} {:>9} {:>9} {:>9} {:>9}  errors",
+        "device", "nc", "pid", "util%", "execs", "p50 µs", "p99 µs", "model", "tensors"
     );
     if r.ncs.is_empty() {
         let _ = writeln!(o, "(no runtime is publishing counters in {})", counters::shm_dir().display());
@@ -41,9 +43,10 @@ pub fn report_text(r: &Report) -> String {
         }
         let _ = writeln!(
             o,
-            "{:<10} {:>3} {:>6.1} {:>8} {:>9} {:>9} {:>9} {:>9}  {}",
-            device_label(n.pid, n.device),
+            "{:<w$} {:>3} {:>8} {:>6.1} {:>8} {:>9} {:>9} {:>9} {:>9}  {}",
+            n.device_id,
             n.nc,
+            n.pid,
             n.utilization * 100.0,
             n.executions,
             opt_us(n.p50_us),
@@ -57,8 +60,8 @@ pub fn report_text(r: &Report) -> String {
         let hbm: Vec<String> = h.hbm.iter().map(|(rep, unc)| format!("{rep}/{unc}")).collect();
         let _ = writeln!(
             o,
-            "{:<10} firmware api {} heartbeat {} status {:#x}; ECC sram corrected {} uncorrected {}; hbm repairable/uncorrectable {}",
-            device_label(h.pid, h.device),
+            "{:<w$} firmware api {} heartbeat {} status {:#x}; ECC sram corrected {} uncorrected {}; hbm repairable/uncorrectable {}",
+            h.device_id,
             h.fw_api_version,
             h.heartbeat,
             h.health_status,

@@ -8,22 +8,53 @@ use super::text::{fmt_bytes, opt_us};
 use crate::device::DeviceSpec;
 use crate::report::CliError;
 
-/// NC count and name of the device `top` shows, from the selection without opening it (the
-/// device belongs to the processes running on it).
-pub(super) fn top_target(spec: &DeviceSpec) -> Result<(&'static csr_maps::Arch, String), CliError> {
+/// Which devices `top` shows, from the selection without opening any (the devices belong to
+/// the processes running on them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopTarget {
+    pub arch: &'static csr_maps::Arch,
+    /// The selection, as the header names it.
+    pub label: String,
+    pub devices: TopDevices,
+}
+
+/// The devices of a [`TopTarget`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TopDevices {
+    /// These devices by identity, shown even when no process owns a core of them: a PCI
+    /// device, the shared simulated devices `sim:shared:ARCH:K`.
+    Named(Vec<String>),
+    /// Every simulated device private to a process (`sim:PID/INDEX`) of the arch: each
+    /// process running on `sim` has its own.
+    PrivateSims,
+}
+
+impl TopDevices {
+    fn private_sim(id: &str) -> bool {
+        id.starts_with("sim:") && !id.starts_with("sim:shared:")
+    }
+}
+
+pub(super) fn top_target(spec: &DeviceSpec) -> Result<TopTarget, CliError> {
     let spec = match spec {
         DeviceSpec::Default => crate::device::resolve_default(&crate::device::sysfs())?,
         s => s.clone(),
     };
     match spec {
-        DeviceSpec::Sim { arch, .. } => Ok((arch, format!("sim:{}", arch.name))),
-        // A shared device is named by its index in the set, never by a process.
-        DeviceSpec::SimShared { arch, .. } => Ok((arch, format!("sim:shared:{}#0", arch.name))),
+        DeviceSpec::Sim { arch, .. } => {
+            Ok(TopTarget { arch, label: format!("sim:{}", arch.name), devices: TopDevices::PrivateSims })
+        }
+        // A shared device is named by the broker's name for it, never by a process.
+        DeviceSpec::SimShared { arch, n } => Ok(TopTarget {
+            arch,
+            label: format!("sim:shared:{}:{n}", arch.name),
+            devices: TopDevices::Named((0..n).map(|k| format!("sim:shared:{}:{k}", arch.name)).collect()),
+        }),
         DeviceSpec::Pci(addr) => {
             let f = crate::device::function(&crate::device::sysfs(), addr)?;
             let arch = crate::device::arch_of(&f)
                 .ok_or_else(|| CliError::invalid(format!("{addr}: not a Neuron device this tool knows")))?;
-            Ok((arch, addr.to_string()))
+            Ok(TopTarget { arch, label: addr.to_string(), devices: TopDevices::Named(vec![addr.to_string()]) })
         }
         DeviceSpec::Default => Err(CliError::failure("no device selected")),
     }
@@ -34,11 +65,12 @@ pub(super) fn bar(frac: f64, width: usize) -> String {
     format!("[{}{}]", "#".repeat(fill), ".".repeat(width - fill))
 }
 
-/// One NeuronCore row of `top`: figures summed over every process whose runtime drives a
-/// device of the arch.
+/// One NeuronCore row of `top`: the NC of its device and the process that owns it (`None`: no
+/// process owns it now), with that process's figures.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct TopRow {
     pub nc: usize,
+    pub pid: Option<u64>,
     pub utilization: f64,
     pub exec_per_s: f64,
     pub p50_us: Option<u64>,
@@ -48,125 +80,183 @@ pub struct TopRow {
     pub errors: u64,
 }
 
-/// What `top` shows: (rows, one per NC of `arch`; runtime processes; host DMA bytes).
-pub fn top_rows(arch: &'static csr_maps::Arch, r: &Report) -> (Vec<TopRow>, usize, u64) {
-    let ncs = arch.counts.ncs as usize;
-    let mine: Vec<&NcReport> = r.ncs.iter().filter(|n| n.nc_version == arch.nc_version as u64).collect();
-    let pids: std::collections::BTreeSet<u64> = mine.iter().map(|n| n.pid).collect();
-    let secs = (r.period_ns as f64 / 1e9).max(1e-9);
-    let rows = (0..ncs)
-        .map(|nc| {
-            let rows: Vec<&&NcReport> = mine.iter().filter(|n| n.nc as usize == nc).collect();
-            TopRow {
-                nc,
-                utilization: rows.iter().map(|n| n.utilization).sum::<f64>().min(1.0),
-                exec_per_s: rows.iter().map(|n| n.executions).sum::<u64>() as f64 / secs,
-                p50_us: rows.iter().filter_map(|n| n.p50_us).max(),
-                p99_us: rows.iter().filter_map(|n| n.p99_us).max(),
-                models: rows.iter().map(|n| n.models).sum(),
-                memory: rows.iter().map(|n| n.mem_model + n.mem_tensors).sum(),
-                errors: rows.iter().map(|n| n.errors.iter().sum::<u64>()).sum(),
-            }
-        })
-        .collect();
-    let host: u64 = r.processes.iter().filter(|p| pids.contains(&p.0)).map(|p| p.2).sum();
-    (rows, pids.len(), host)
+/// One device of `top`: its identity and a row per NC (an NC two processes claim has a row
+/// for each).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TopDevice {
+    pub id: String,
+    pub rows: Vec<TopRow>,
+    /// The processes owning its NCs.
+    pub pids: Vec<u64>,
 }
 
-/// One `top` frame: a row per NeuronCore of `arch` (figures summed over every process whose
-/// runtime drives a device of that arch — the device of `label`).
-pub fn top_frame(arch: &'static csr_maps::Arch, label: &str, r: &Report) -> String {
-    let (rows, procs, host) = top_rows(arch, r);
-    let mut o = String::new();
-    let _ = writeln!(
-        o,
-        "neuron-vfio top — {label} ({}, {} NeuronCores), {procs} runtime process(es), period {} ms",
-        arch.name,
-        rows.len(),
+/// What `top` shows: (the target's devices; runtime processes on them; their host DMA bytes).
+pub fn top_rows(t: &TopTarget, r: &Report) -> (Vec<TopDevice>, usize, u64) {
+    let ncs = t.arch.counts.ncs as usize;
+    let secs = (r.period_ns as f64 / 1e9).max(1e-9);
+    let views = r.devices();
+    let ids: Vec<String> = match &t.devices {
+        TopDevices::Named(ids) => ids.clone(),
+        TopDevices::PrivateSims => views
+            .iter()
+            .filter(|d| d.nc_version == t.arch.nc_version as u64 && TopDevices::private_sim(d.id))
+            .map(|d| d.id.to_string())
+            .collect(),
+    };
+    let devices: Vec<TopDevice> = ids
+        .into_iter()
+        .map(|id| {
+            let owned: Vec<&NcReport> = views
+                .iter()
+                .find(|d| d.id == id && d.nc_version == t.arch.nc_version as u64)
+                .map(|d| d.ncs.clone())
+                .unwrap_or_default();
+            let mut rows = Vec::new();
+            for nc in 0..ncs {
+                let mine: Vec<&&NcReport> = owned.iter().filter(|n| n.nc as usize == nc).collect();
+                if mine.is_empty() {
+                    rows.push(TopRow { nc, ..TopRow::default() });
+                }
+                rows.extend(mine.iter().map(|n| TopRow {
+                    nc,
+                    pid: Some(n.pid),
+                    utilization: n.utilization.min(1.0),
+                    exec_per_s: n.executions as f64 / secs,
+                    p50_us: n.p50_us,
+                    p99_us: n.p99_us,
+                    models: n.models,
+                    memory: n.mem_model + n.mem_tensors,
+                    errors: n.errors.iter().sum(),
+                }));
+            }
+            let pids: std::collections::BTreeSet<u64> = owned.iter().map(|n| n.pid).collect();
+            TopDevice { id, rows, pids: pids.into_iter().collect() }
+        })
+        .collect();
+    let pids: std::collections::BTreeSet<u64> = devices.iter().flat_map(|d| d.pids.iter().copied()).collect();
+    let host: u64 = r.processes.iter().filter(|p| pids.contains(&p.0)).map(|p| p.2).sum();
+    (devices, pids.len(), host)
+}
+
+fn header(t: &TopTarget, devices: usize, procs: usize, r: &Report) -> String {
+    format!(
+        "neuron-vfio top — {} ({}, {} NeuronCores per device): {devices} device(s), {procs} runtime process(es), period {} ms",
+        t.label,
+        t.arch.name,
+        t.arch.counts.ncs,
         r.period_ns / 1_000_000
-    );
-    let _ = writeln!(
-        o,
-        "{:>3} {:<22} {:>6} {:>10} {:>9} {:>9} {:>6} {:>10} {:>7}",
-        "NC", "utilization", "util%", "exec/s", "p50 µs", "p99 µs", "models", "memory", "errors"
-    );
-    for t in &rows {
+    )
+}
+
+fn device_line(d: &TopDevice) -> String {
+    let pids: Vec<String> = d.pids.iter().map(|p| p.to_string()).collect();
+    format!("device {}: process(es) {}", d.id, if pids.is_empty() { "none".to_string() } else { pids.join(", ") })
+}
+
+fn opt_pid(p: Option<u64>) -> String {
+    p.map(|p| p.to_string()).unwrap_or_else(|| "-".into())
+}
+
+/// One `top` frame: per device of the target (by identity), a row per NeuronCore with the
+/// process that owns it and its figures.
+pub fn top_frame(t: &TopTarget, r: &Report) -> String {
+    let (devices, procs, host) = top_rows(t, r);
+    let mut o = String::new();
+    let _ = writeln!(o, "{}", header(t, devices.len(), procs, r));
+    if devices.is_empty() {
+        let _ = writeln!(o, "(no runtime process drives a {} device)", t.label);
+    }
+    for d in &devices {
+        let _ = writeln!(o, "{}", device_line(d));
         let _ = writeln!(
             o,
-            "{:>3} {:<22} {:>6.1} {:>10.0} {:>9} {:>9} {:>6} {:>10} {:>7}",
-            t.nc,
-            bar(t.utilization, 20),
-            t.utilization * 100.0,
-            t.exec_per_s,
-            opt_us(t.p50_us),
-            opt_us(t.p99_us),
-            t.models,
-            fmt_bytes(t.memory),
-            t.errors
+            "{:>3} {:>8} {:<22} {:>6} {:>10} {:>9} {:>9} {:>6} {:>10} {:>7}",
+            "NC", "pid", "utilization", "util%", "exec/s", "p50 µs", "p99 µs", "models", "memory", "errors"
         );
+        for row in &d.rows {
+            let _ = writeln!(
+                o,
+                "{:>3} {:>8} {:<22} {:>6.1} {:>10.0} {:>9} {:>9} {:>6} {:>10} {:>7}",
+                row.nc,
+                opt_pid(row.pid),
+                bar(row.utilization, 20),
+                row.utilization * 100.0,
+                row.exec_per_s,
+                opt_us(row.p50_us),
+                opt_us(row.p99_us),
+                row.models,
+                fmt_bytes(row.memory),
+                row.errors
+            );
+        }
     }
     let _ = writeln!(o, "host DMA memory held by tensors: {}", fmt_bytes(host));
     o
 }
 
-/// Draw the live `top` view into `f`: a header, a row per NeuronCore (utilization bar, then
-/// execution rate, latency, models, memory, errors), and a footer.
-pub fn top_ui(f: &mut ratatui::Frame, arch: &'static csr_maps::Arch, label: &str, r: &Report, colour: bool) {
+/// Draw the live `top` view into `f`: a header, then per device a title and a row per
+/// NeuronCore (NC, owner, utilization bar, execution rate, latency, models, memory, errors),
+/// and a footer.
+pub fn top_ui(f: &mut ratatui::Frame, t: &TopTarget, r: &Report, colour: bool) {
     use ratatui::layout::{Constraint, Layout};
     use ratatui::style::{Color, Style};
     use ratatui::text::Line;
     use ratatui::widgets::{Gauge, Paragraph};
-    let (rows, procs, host) = top_rows(arch, r);
+    let (devices, procs, host) = top_rows(t, r);
     let mut v = vec![Constraint::Length(2)];
-    v.extend(rows.iter().map(|_| Constraint::Length(1)));
+    for d in &devices {
+        v.push(Constraint::Length(1));
+        v.extend(d.rows.iter().map(|_| Constraint::Length(1)));
+    }
     v.push(Constraint::Length(2));
     v.push(Constraint::Min(0));
     let area = Layout::vertical(v).split(f.area());
-    let head = format!(
-        "neuron-vfio top — {label} ({}, {} NeuronCores), {procs} runtime process(es), period {} ms",
-        arch.name,
-        rows.len(),
-        r.period_ns / 1_000_000
-    );
     let cols = format!(
-        "{:>3} {:<24} {:>10} {:>9} {:>9} {:>6} {:>10} {:>7}",
-        "NC", "utilization", "exec/s", "p50 µs", "p99 µs", "models", "memory", "errors"
+        "{:>3} {:>8} {:<24} {:>10} {:>9} {:>9} {:>6} {:>10} {:>7}",
+        "NC", "pid", "utilization", "exec/s", "p50 µs", "p99 µs", "models", "memory", "errors"
     );
+    let head = header(t, devices.len(), procs, r);
     f.render_widget(Paragraph::new(vec![Line::from(head), Line::from(cols)]), area[0]);
-    for (i, t) in rows.iter().enumerate() {
-        let cells =
-            Layout::horizontal([Constraint::Length(4), Constraint::Length(25), Constraint::Min(0)]).split(area[1 + i]);
-        f.render_widget(Paragraph::new(format!("{:>3}", t.nc)), cells[0]);
-        let style = match (colour, t.errors > 0) {
-            (false, _) => Style::default(),
-            (true, true) => Style::default().fg(Color::Red),
-            (true, false) => Style::default().fg(Color::Green),
-        };
-        let g = Gauge::default()
-            .gauge_style(style)
-            .ratio(t.utilization.clamp(0.0, 1.0))
-            .label(format!("{:5.1}%", t.utilization * 100.0));
-        f.render_widget(g, Rect { width: cells[1].width.saturating_sub(1), ..cells[1] });
-        let rest = format!(
-            "{:>10.0} {:>9} {:>9} {:>6} {:>10} {:>7}",
-            t.exec_per_s,
-            opt_us(t.p50_us),
-            opt_us(t.p99_us),
-            t.models,
-            fmt_bytes(t.memory),
-            t.errors
-        );
-        f.render_widget(Paragraph::new(rest), cells[2]);
+    let mut at = 1;
+    for d in &devices {
+        f.render_widget(Paragraph::new(device_line(d)), area[at]);
+        at += 1;
+        for row in &d.rows {
+            let cells = Layout::horizontal([Constraint::Length(13), Constraint::Length(25), Constraint::Min(0)])
+                .split(area[at]);
+            at += 1;
+            f.render_widget(Paragraph::new(format!("{:>3} {:>8}", row.nc, opt_pid(row.pid))), cells[0]);
+            let style = match (colour, row.errors > 0) {
+                (false, _) => Style::default(),
+                (true, true) => Style::default().fg(Color::Red),
+                (true, false) => Style::default().fg(Color::Green),
+            };
+            let g = Gauge::default()
+                .gauge_style(style)
+                .ratio(row.utilization.clamp(0.0, 1.0))
+                .label(format!("{:5.1}%", row.utilization * 100.0));
+            f.render_widget(g, Rect { width: cells[1].width.saturating_sub(1), ..cells[1] });
+            let rest = format!(
+                "{:>10.0} {:>9} {:>9} {:>6} {:>10} {:>7}",
+                row.exec_per_s,
+                opt_us(row.p50_us),
+                opt_us(row.p99_us),
+                row.models,
+                fmt_bytes(row.memory),
+                row.errors
+            );
+            f.render_widget(Paragraph::new(rest), cells[2]);
+        }
     }
     let foot = format!("host DMA memory held by tensors: {}    q/Esc: quit", fmt_bytes(host));
-    f.render_widget(Paragraph::new(foot), area[1 + rows.len()]);
+    f.render_widget(Paragraph::new(foot), area[at]);
 }
 
 use ratatui::layout::Rect;
 
 /// The live terminal UI until q, Esc or Ctrl-C: samples every `p`, redraws on each sample and
 /// on resize. The terminal is restored on every exit path.
-pub(super) fn top_live(arch: &'static csr_maps::Arch, label: &str, p: Duration) -> Result<(), CliError> {
+pub(super) fn top_live(target: &TopTarget, p: Duration) -> Result<(), CliError> {
     use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
     use ratatui::crossterm::{execute, terminal};
     struct Restore;
@@ -185,7 +275,7 @@ pub(super) fn top_live(arch: &'static csr_maps::Arch, label: &str, p: Duration) 
     let mut before = sample();
     let mut t = Instant::now();
     let mut r = report(&before, &before, 0);
-    term.draw(|f| top_ui(f, arch, label, &r, colour)).map_err(io)?;
+    term.draw(|f| top_ui(f, target, &r, colour)).map_err(io)?;
     loop {
         let wait = p.saturating_sub(t.elapsed());
         if event::poll(wait).map_err(io)? {
@@ -197,7 +287,7 @@ pub(super) fn top_live(arch: &'static csr_maps::Arch, label: &str, p: Duration) 
                     }
                 }
                 Event::Resize(..) => {
-                    term.draw(|f| top_ui(f, arch, label, &r, colour)).map_err(io)?;
+                    term.draw(|f| top_ui(f, target, &r, colour)).map_err(io)?;
                 }
                 _ => {}
             }
@@ -207,6 +297,6 @@ pub(super) fn top_live(arch: &'static csr_maps::Arch, label: &str, p: Duration) 
         r = report(&before, &now, t.elapsed().as_nanos() as u64);
         t = Instant::now();
         before = now;
-        term.draw(|f| top_ui(f, arch, label, &r, colour)).map_err(io)?;
+        term.draw(|f| top_ui(f, target, &r, colour)).map_err(io)?;
     }
 }

@@ -125,9 +125,32 @@ while [ $tries -lt 20 ]; do
     tries=$((tries + 1)); sleep 0.2
 done
 check shared.killed_core_taken "$rc" "after $tries retries, $(( $(date +%s) - t1 ))s; $(echo "$out" | tail -n 2 | oneline)"
+# Syscalls per execute, through the broker and with the device opened by the process alone:
+# strace -f -c over two repeat counts, the difference of calls over the difference of
+# executes (what a run does once cancels out). The broker is not on the execute path, so the
+# two must agree.
+calls() { # COMMAND...: the syscalls it made (all threads)
+    strace -f -c -o /tmp/st.out "$@" >/dev/null 2>&1 || { echo fail; return; }
+    awk '$NF == "total" {print $4}' /tmp/st.out
+}
+per_exec() { # LABEL: syscalls per execute of `run` on NC0
+    a=$(NEURON_RT_VISIBLE_CORES=0 calls $N $D run $E/allreduce_1nc.neff --input input=$IN --repeat 5)
+    b=$(NEURON_RT_VISIBLE_CORES=0 calls $N $D run $E/allreduce_1nc.neff --input input=$IN --repeat 45)
+    cp /tmp/st.out "/tmp/st.$1"
+    case "$a$b" in *fail*|"") echo fail ;; *) awk -v a="$a" -v b="$b" 'BEGIN {printf "%.2f", (b - a) / 40}' ;; esac
+}
+shared_per=$(per_exec shared)
 kill $bpid 2>/dev/null; wait $bpid 2>/dev/null
 grep -E "cleaned up|VFIO device opened" /tmp/broker.log | sed 's/^/VFIO-INFO broker /' | cut -c1-240
 unset NEURON_VFIO_BROKER_SOCKET
+private_per=$(per_exec private)
+case "$shared_per$private_per" in
+    *fail*) rc=1 ;;
+    *) awk -v s="$shared_per" -v p="$private_per" 'BEGIN {exit !(s <= p + 0.5)}'; rc=$? ;;
+esac
+top() { grep -vE '^(%|-|.* total$)' "/tmp/st.$1" | sort -k4 -n -r | head -n 3 | awk '{printf "%s %s, ", $NF, $4}'; }
+check shared.syscalls_per_execute "$rc" "through the broker $shared_per, alone $private_per per execute; most called (45 runs): broker: $(top shared) alone: $(top private)"
+echo "VFIO-BENCH shared-syscalls {\"through_broker_per_execute\":\"$shared_per\",\"alone_per_execute\":\"$private_per\"}"
 
 echo "VFIO-INFO neuron checks took $(( $(date +%s) - t0 ))s"
 echo "VFIO-EXIT neuron 0"

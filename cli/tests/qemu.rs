@@ -142,6 +142,7 @@ const NEURON_CHECKS: &[&str] = &[
     "neuron.shared.ls_lists_processes",
     "neuron.shared.held_core_refused",
     "neuron.shared.killed_core_taken",
+    "neuron.shared.syscalls_per_execute",
 ];
 
 /// The served arch and the fault the host injects while the guest's model is loaded, with
@@ -245,6 +246,7 @@ fn vfio_and_the_virtual_neuron_device_in_qemu() {
     let modconf = work.join("vfio.conf");
     std::fs::write(&modconf, "options vfio enable_unsafe_noiommu_mode=1\n").unwrap();
     let Some(bash) = which("bash") else { return unavailable("bash not found") };
+    let Some(strace) = which("strace") else { return unavailable("strace not found") };
     let scripts_boot = work.join("60-scripts");
     std::fs::copy(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guest-scripts.sh"), &scripts_boot).unwrap();
     // The virtual Neuron device: its boot script, the example models and their expected outputs.
@@ -307,6 +309,8 @@ fn vfio_and_the_virtual_neuron_device_in_qemu() {
             .args(["-m", "irqbypass", "-m", "vfio", "-m", "vfio_iommu_type1", "-m", "vfio-pci", "-m", "iommufd"])
             .args(["-b", env!("CARGO_BIN_EXE_vfio-guest"), "-s", boot.to_str().unwrap()])
             .args(["-b", neuron_bin.to_str().unwrap(), "-s", neuron_boot.to_str().unwrap()])
+            // Syscalls per execute of a process sharing the device (guest-neuron.sh).
+            .args(["-b", &strace.display().to_string()])
             .args(["-f", &format!("{}:/etc/neuron-vdev.env", vdev_env.display())])
             .args(guest_examples.iter().flat_map(|(src, name)| {
                 ["-f".to_string(), format!("{}:/opt/neuron-vfio/examples/{name}", src.display())]

@@ -140,17 +140,20 @@ pub fn open(
 }
 
 /// The broker, when one runs (at the documented socket): a VFIO device is reached through it
-/// then. `None` when nobody listens.
+/// then. `None` when nobody listens there (no socket, a stale one, or a kernel without unix
+/// sockets, where no broker can run); a socket this process may not use is an error.
 pub fn running_broker() -> Result<Option<Session>, SelectError> {
     match Session::connect(&Connect::new(Role::Runtime)) {
         Ok(s) => Ok(Some(s)),
-        Err(broker::ClientError::Connect { source, .. })
-            if matches!(source.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused) =>
-        {
-            Ok(None)
-        }
+        Err(broker::ClientError::Connect { source, .. }) if nobody_listens(&source) => Ok(None),
         Err(e) => Err(broker_err(e)),
     }
+}
+
+fn nobody_listens(e: &std::io::Error) -> bool {
+    matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused)
+        // A kernel without AF_UNIX.
+        || e.raw_os_error() == Some(libc::EAFNOSUPPORT)
 }
 
 /// The VFIO device `addr` (of `arch`) through the broker `session`, leasing `reserve`.

@@ -939,3 +939,30 @@ pub fn activated_listener() -> Option<UnixListener> {
 pub fn describe(p: &Path) -> String {
     p.display().to_string()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The broker's own IOVAs and the 16 clients' windows never overlap, and all of them
+    /// stay below the PCIe route bits (an IOVA with one of them set would not reach the host).
+    #[test]
+    fn iova_windows_are_disjoint_and_below_the_route_bits() {
+        for arch in csr_maps::ARCHES {
+            let mine = broker_window(arch);
+            assert_eq!(mine.start, 0);
+            let mut last_end = mine.end;
+            for slot in 0..MAX_CLIENTS {
+                let w = iova_window(arch, slot);
+                assert!(w.start >= last_end && w.start < w.end, "{}: slot {slot} {w:x?}", arch.name);
+                assert_eq!(
+                    (w.end - 1) & arch.consts.host_route_mask,
+                    0,
+                    "{}: slot {slot} reaches the route bits",
+                    arch.name
+                );
+                last_end = w.end;
+            }
+        }
+    }
+}

@@ -21,8 +21,9 @@
 #    registry starts empty (crates come from crates.io again). No host cache is mounted:
 #    /var/cache/neuron-vfio is the root's own, empty.
 # 4. A clean clone of REV at /src/main, the steering repo's shared/ (if beside the repo) at
-#    /src/shared; /proc, /sys, /dev bound; everything inside a private mount namespace
-#    (`unshare -m`), so nothing stays mounted if the run dies.
+#    /src/shared; the root bound onto itself (a mount point, as a machine's / is), /proc,
+#    /sys, /dev bound; everything inside a private mount namespace (`unshare -m`), so nothing
+#    stays mounted if the run dies.
 # 5. Inside: `CI=true bash .ci/run` with HOME=/root and a plain PATH.
 #
 # Prints the test summary (passed/failed/ignored over all binaries, the failed tests' names),
@@ -130,6 +131,9 @@ set +e
 unshare --mount --propagation private bash -c '
     set -e
     root=$1 rustup_home=$2 cargo_bin=$3 inner=$4
+    # The root is a mount point, as / is on a machine (`ip -n NS` makes / a slave mount in
+    # the namespace it enters, which fails with EINVAL on a directory that is not one).
+    mount --bind "$root" "$root"
     mount --rbind /dev "$root/dev"
     mount -t proc proc "$root/proc"
     mount --rbind /sys "$root/sys"

@@ -152,6 +152,24 @@ esac
 top() { grep -vE '^(%|-|.* total$)' "/tmp/st.$1" | sort -k4 -n -r | head -n 3 | awk '{printf "%s %s, ", $NF, $4}'; }
 check shared.syscalls_per_execute "$rc" "through the broker $shared_per, alone $private_per per execute; most called (45 runs): broker: $(top shared) alone: $(top private)"
 echo "VFIO-BENCH shared-syscalls {\"through_broker_per_execute\":\"$shared_per\",\"alone_per_execute\":\"$private_per\"}"
+# Time per execute through the broker against the device opened alone, interleaved pair by
+# pair (the broker started for one and stopped for the other): `run`'s mean over 45
+# executes. A figure, not a check (TCG's timing is not a device's); the ratio should be ~1.
+mean_total() { sed -n 's/.*timings: mean total \([0-9]*\) ns.*/\1/p' | head -n 1; }
+pairs=""
+for k in 1 2 3 4 5; do
+    export NEURON_VFIO_BROKER_SOCKET=/tmp/nv-broker/broker.sock
+    $N broker --foreground --persist >/dev/null 2>&1 &
+    bpid=$!
+    i=0
+    while [ ! -S "$NEURON_VFIO_BROKER_SOCKET" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+    sh_ns=$(NEURON_RT_VISIBLE_CORES=0 $N $D run $E/allreduce_1nc.neff --input input=$IN --repeat 45 2>&1 | mean_total)
+    kill $bpid 2>/dev/null; wait $bpid 2>/dev/null
+    unset NEURON_VFIO_BROKER_SOCKET
+    al_ns=$(NEURON_RT_VISIBLE_CORES=0 $N $D run $E/allreduce_1nc.neff --input input=$IN --repeat 45 2>&1 | mean_total)
+    pairs="$pairs${pairs:+,}[${sh_ns:-null},${al_ns:-null}]"
+done
+echo "VFIO-BENCH shared-exec {\"mean_ns_through_broker_vs_alone\":[$pairs]}"
 
 echo "VFIO-INFO neuron checks took $(( $(date +%s) - t0 ))s"
 echo "VFIO-EXIT neuron 0"

@@ -304,20 +304,18 @@ pub fn exporter_text(report: &serde_json::Value) -> String {
     let ok = |g: &Value| g.is_object() && g["error"].as_str().is_none_or(str::is_empty);
     let hw = &sys["neuron_hw_counters"];
     if ok(hw) {
+        // One series per (event type, device index): simulated devices private to their
+        // processes can share an index (each process numbers its own from 0), and a
+        // family must not repeat a label set; their counts add up.
+        let mut ecc: std::collections::BTreeMap<(String, &str), f64> = std::collections::BTreeMap::new();
         for d in hw["neuron_devices"].as_array().into_iter().flatten() {
             for ev in ["mem_ecc_corrected", "mem_ecc_uncorrected", "sram_ecc_corrected", "sram_ecc_uncorrected"] {
-                let l = with(
-                    &inst,
-                    &[("event_type", ev.to_string()), ("neuron_device_index", d["neuron_device_index"].to_string())],
-                );
-                fam.add(
-                    "hardware_ecc_events_total",
-                    "counter",
-                    "ECC events the device counted, by memory and kind",
-                    &l,
-                    f64v(&d["totals"][ev]),
-                );
+                *ecc.entry((d["neuron_device_index"].to_string(), ev)).or_default() += f64v(&d["totals"][ev]);
             }
+        }
+        for ((index, ev), v) in ecc {
+            let l = with(&inst, &[("event_type", ev.to_string()), ("neuron_device_index", index)]);
+            fam.add("hardware_ecc_events_total", "counter", "ECC events the device counted, by memory and kind", &l, v);
         }
     }
     let vc = &sys["vcpu_usage"];

@@ -429,4 +429,16 @@ fn neuron_monitor_groups_from_a_report() {
     let mut bad = report.clone();
     bad["neuron_runtime_data"][0]["report"]["execution_stats"]["error"] = "x".into();
     assert!(!super::prometheus::exporter_text(&bad).contains("execution_errors_total{"));
+    // Two processes' private simulated devices, each its runtime's device 1: one series per
+    // label set, their counts added (a family repeating a label set is not valid exposition).
+    let mut two = report.clone();
+    let dev = hw["neuron_devices"][0].clone();
+    two["system_data"]["neuron_hw_counters"]["neuron_devices"] = serde_json::json!([dev.clone(), dev]);
+    let t = super::prometheus::exporter_text(&two);
+    let ecc: Vec<&str> = t
+        .lines()
+        .filter(|l| l.starts_with("hardware_ecc_events_total{") && l.contains("event_type=\"mem_ecc_corrected\""))
+        .collect();
+    assert_eq!(ecc.len(), 1, "{t}");
+    assert!(ecc[0].ends_with(" 8"), "{t}");
 }

@@ -171,5 +171,39 @@ for k in 1 2 3 4 5; do
 done
 echo "VFIO-BENCH shared-exec {\"mean_ns_through_broker_vs_alone\":[$pairs]}"
 
+# The broker dies while a client holds the device: the client runs on (it executes after the
+# broker is gone, exact); a new broker refuses the device while that client holds it (the
+# kernel lets one opener bind a device cdev), and serves it once the client has exited.
+export NEURON_VFIO_BROKER_SOCKET=/tmp/nv-broker/broker.sock
+wait_broker() { i=0; while ! $N ls >/dev/null 2>&1 || [ ! -S "$NEURON_VFIO_BROKER_SOCKET" ]; do
+    [ $i -lt 300 ] || break; sleep 0.1; i=$((i + 1)); done; }
+$N broker --foreground --persist >/tmp/broker1.log 2>&1 &
+b1=$!
+wait_broker
+rm -rf /tmp/s5 /tmp/s6 /tmp/go5; mkfifo /tmp/go5
+NEURON_RT_VISIBLE_CORES=0 $N $D run $E/allreduce_1nc.neff --input input=$IN --output-dir /tmp/s5 \
+    --pause-before-exec </tmp/go5 >/tmp/s5.out 2>/tmp/s5.err &
+pc=$!
+exec 4>/tmp/go5
+i=0
+while ! grep -q "run: loaded" /tmp/s5.err && kill -0 $pc 2>/dev/null && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+kill -9 $b1; wait $b1 2>/dev/null
+$N broker --foreground --persist >/tmp/broker2.log 2>&1 &
+b2=$!
+i=0
+while [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); grep -q "broker listening" /tmp/broker2.log && break; [ -S "$NEURON_VFIO_BROKER_SOCKET" ] && [ $i -gt 10 ] && break; done
+out=$(NEURON_RT_VISIBLE_CORES=1 $N $D run $E/allreduce_1nc.neff --input input=$IN 2>&1); held_rc=$?
+echo >&4; exec 4>&-
+wait $pc; crc=$?
+cmp -s /tmp/s5/output.bin "$IN" || crc=1
+echo "$out" | grep -q "still held" && [ "$held_rc" != 0 ] && hrc=0 || hrc=1
+rc=$((crc + hrc))
+check shared.broker_restart_held "$rc" "client after the broker died: rc $crc; new broker while it held the device: rc $held_rc $(echo "$out" | tail -n 1 | oneline)"
+out=$(NEURON_RT_VISIBLE_CORES=0 $N $D run $E/allreduce_1nc.neff --input input=$IN --output-dir /tmp/s6 2>&1); rc=$?
+cmp -s /tmp/s6/output.bin "$IN" || rc=1
+check shared.broker_restart_serves "$rc" "$(echo "$out" | tail -n 2 | oneline)"
+kill $b2 2>/dev/null; wait $b2 2>/dev/null
+unset NEURON_VFIO_BROKER_SOCKET
+
 echo "VFIO-INFO neuron checks took $(( $(date +%s) - t0 ))s"
 echo "VFIO-EXIT neuron 0"

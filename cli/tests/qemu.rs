@@ -143,6 +143,8 @@ const NEURON_CHECKS: &[&str] = &[
     "neuron.shared.held_core_refused",
     "neuron.shared.killed_core_taken",
     "neuron.shared.syscalls_per_execute",
+    "neuron.shared.broker_restart_held",
+    "neuron.shared.broker_restart_serves",
 ];
 
 /// The served arch and the fault the host injects while the guest's model is loaded, with

@@ -190,3 +190,63 @@ fn sigterm_stops_a_persistent_broker_cleanly() {
     drop(s);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The broker SIGKILLed while a client executes on its shared simulated device: the client's
+/// execution fails promptly with the device unreachable — long before the execution timeout
+/// (libnrt's default, 600 s), which it would otherwise wait out on notification queues no one
+/// writes any more.
+#[test]
+fn a_client_whose_broker_dies_fails_promptly() {
+    let dir = std::env::temp_dir().join(format!("nv-shared-bdie-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let socket = dir.join("broker.sock");
+    let mut b = Command::new(BIN)
+        .args(["broker", "--foreground", "--persist", "--socket"])
+        .arg(&socket)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while !socket.exists() {
+        assert!(t0.elapsed() < Duration::from_secs(60), "the broker did not listen");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut child = cmd(&socket)
+        .env_remove("NEURON_RT_EXEC_TIMEOUT")
+        .env("NEURON_RT_VISIBLE_CORES", "0")
+        .args(["--device", "sim:shared:cayman", "run", ONE, "--input", INPUT, "--repeat", "1000000"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Executing: the broker lists its lease.
+    let probe = Session::connect(&Connect { socket: socket.clone(), ..Connect::new(Role::Tool) }).unwrap();
+    let t0 = Instant::now();
+    while !probe.query().unwrap().iter().any(|d| d.clients.iter().any(|c| c.pid == child.id() && c.count == 1)) {
+        assert!(t0.elapsed() < Duration::from_secs(60), "the client never leased its core");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    b.kill().unwrap();
+    b.wait().unwrap();
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if t0.elapsed() > Duration::from_secs(120) {
+            let _ = child.kill();
+            panic!("the client still waits 120 s after its broker died");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!status.success(), "{status}: {err}");
+    assert!(err.contains("unreachable"), "{err}");
+    eprintln!("client failed {:.2} s after its broker was SIGKILLed", t0.elapsed().as_secs_f64());
+    let _ = std::fs::remove_dir_all(&dir);
+}

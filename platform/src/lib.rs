@@ -113,4 +113,13 @@ pub trait Platform: Send + Sync {
     fn modeled_writes_allowed(&self) -> bool {
         false
     }
+
+    /// Whether the device can still be reached. A platform whose device sits behind a
+    /// connection (vfio-user: a served device, a shared device's broker) answers `false` once
+    /// the connection is gone, so that a wait on memory the device writes (a notification
+    /// queue in shared memory) does not outlast the device until its timeout. Asked rarely,
+    /// during long waits. The default: always reachable.
+    fn reachable(&self) -> bool {
+        true
+    }
 }

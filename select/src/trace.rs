@@ -153,6 +153,9 @@ impl Platform for TracedPlatform {
     fn modeled_writes_allowed(&self) -> bool {
         self.inner.modeled_writes_allowed()
     }
+    fn reachable(&self) -> bool {
+        self.inner.reachable()
+    }
 }
 
 /// Wrap every platform when a trace is configured (for front ends that open platforms

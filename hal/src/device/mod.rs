@@ -240,6 +240,12 @@ impl Device {
         Ok(())
     }
 
+    /// Whether the device can still be reached ([`platform::Platform::reachable`]): false once
+    /// a device behind a connection (a served or shared device) has lost it.
+    pub fn reachable(&self) -> bool {
+        self.inner.platform.reachable()
+    }
+
     /// The NCs this process owns on a shared device (`None`: the device is its alone).
     pub fn owned_ncs(&self) -> Option<std::ops::Range<usize>> {
         self.inner.opts.owned_ncs.clone()

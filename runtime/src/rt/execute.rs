@@ -63,12 +63,33 @@ impl Runtime {
         // by the next, at the same instant.
         let mut now = platform::clock::coarse_now();
         let mut steps = 0u64;
+        // When a long wait last asked whether the device is reachable (set once the wait is
+        // long: nothing on the fast path).
+        let mut last_probe: Option<Instant> = None;
         let step = loop {
             steps += 1;
             let before = ex.tracker.state();
             match ex.tracker.step(&mut ex.ncs, now) {
                 Step::InFlight if ex.tracker.state() != before => {}
                 Step::InFlight => {
+                    // A long wait asks now and then whether the device is still there: a device
+                    // behind a connection that is gone (a shared device whose broker died)
+                    // never writes the notification queues waited on.
+                    if steps >= LONG_WAIT_STEPS
+                        && steps.is_multiple_of(64)
+                        && last_probe.get_or_insert_with(Instant::now).elapsed() >= REACH_PROBE_PERIOD
+                        && {
+                            last_probe = Some(Instant::now());
+                            !ex.ncs.iter().all(|s| s.dev.reachable())
+                        }
+                    {
+                        drop(g);
+                        kick_failed(m, NrtStatus::Failure);
+                        return Err(RtError::new(
+                            NrtStatus::Failure,
+                            "the device became unreachable (its connection is gone) during the execution",
+                        ));
+                    }
                     match (&ex.irq, m.poll) {
                         // Bounded sleep: a device that never raises still reaches the timeout.
                         (Some(irq), PollPolicy::Interrupt) => {
@@ -212,6 +233,10 @@ fn failed(
 /// Steps a synchronous execute spins before it sleeps on the interrupt instead (where the
 /// spin policy used to start yielding).
 const LONG_WAIT_STEPS: u64 = 1 << 16;
+
+/// How often a long wait (past [`LONG_WAIT_STEPS`]) asks whether the device is reachable (for
+/// a device behind a connection, one zero-timeout poll).
+const REACH_PROBE_PERIOD: Duration = Duration::from_millis(100);
 
 /// Past a short spin, sleep on NC 0's interrupt eventfd (bounded, so a device that never
 /// raises still reaches the timeout) rather than burn a core until the timeout. The eventfd

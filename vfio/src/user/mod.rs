@@ -114,6 +114,25 @@ impl Conn {
         }
     }
 
+    /// Whether the server is still there: the connection not lost and its peer not gone
+    /// (a zero-timeout poll for hang-up; a request in progress is taken as a sign of life).
+    fn alive(&self) -> bool {
+        if self.lost.load(Ordering::Relaxed) {
+            return false;
+        }
+        let Ok(g) = self.stream.try_lock() else { return true };
+        use nix::poll::{PollFd, PollFlags, PollTimeout};
+        // No event asked for: poll reports a hang-up (the peer closed: both directions shut)
+        // and errors regardless.
+        let mut fds = [PollFd::new(g.0.as_fd(), PollFlags::empty())];
+        let gone = matches!(nix::poll::poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
+            && fds[0].revents().is_some_and(|r| r.intersects(PollFlags::POLLHUP | PollFlags::POLLERR));
+        if gone {
+            self.lost.store(true, Ordering::Relaxed);
+        }
+        !gone
+    }
+
     fn shutdown(&self) {
         let g = self.stream.lock().unwrap_or_else(|e| e.into_inner());
         self.lost.store(true, Ordering::Relaxed);
@@ -358,6 +377,10 @@ impl Platform for VfioUserPlatform {
         self.identity.clone()
     }
 
+    fn reachable(&self) -> bool {
+        self.conn.alive()
+    }
+
     fn bar(&self, index: u8) -> Result<Arc<dyn Mmio>, PlatformError> {
         let mut bars = self.bars.lock().unwrap_or_else(|e| e.into_inner());
         let slot = bars.get_mut(index as usize).ok_or(PlatformError::NoSuchBar(index))?;
@@ -456,5 +479,24 @@ impl From<UserError> for PlatformError {
             UserError::Wire(w) => wire_perr(w),
             other => PlatformError::Other(other.to_string()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A connection is alive while its peer is (unread bytes from it are no sign of death),
+    /// and dead for good once the peer has closed its end.
+    #[test]
+    fn a_connection_whose_peer_closed_is_not_alive() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let conn = Conn { stream: Mutex::new((a, 0)), messages: AtomicU64::new(0), lost: AtomicBool::new(false) };
+        assert!(conn.alive());
+        std::io::Write::write_all(&mut &b, b"pending").unwrap();
+        assert!(conn.alive());
+        drop(b);
+        assert!(!conn.alive());
+        assert!(conn.lost.load(Ordering::Relaxed), "remembered: the next request fails at once");
     }
 }

@@ -82,3 +82,38 @@ fn an_execution_on_a_device_gone_unreachable_fails_promptly() {
     assert_eq!(m.poisoned(), Some(NrtStatus::Failure));
     eprintln!("the execution failed {waited:?} after it began (the device went away at 200 ms)");
 }
+
+/// The same through the execution unit (`execute_async`): the ticket yields NRT_FAILURE soon
+/// after the device is gone.
+#[test]
+fn an_async_execution_on_a_device_gone_unreachable_fails_promptly() {
+    let sim = SimDevice::new(SimConfig::new(&SUNDA).timing(Timing::Threaded).hbm_bytes(1 << 28)).unwrap();
+    let up = Arc::new(AtomicBool::new(true));
+    let rt = Runtime::new();
+    let cfg = RuntimeConfig { exec_timeout: Duration::from_secs(600), ..RuntimeConfig::default() };
+    let opts = hal::DeviceOptions { hbm_limit: Some(1 << 28), ..Default::default() };
+    let p = Arc::new(Flaky { sim: sim.clone(), up: up.clone() }) as Arc<dyn Platform>;
+    rt.init(vec![p], cfg, opts).unwrap();
+    let mut d = builder::allreduce_model(1);
+    d.target = SUNDA.name.to_string();
+    let m = rt.load(&d.build().unwrap(), Some(0), None).unwrap();
+    let ti = rt.alloc_tensor("input", 128, false, m.ncs[0]).unwrap();
+    ti.write(0, &[1u8; 128]).unwrap();
+    let to = rt.alloc_tensor("output", 128, false, m.ncs[0]).unwrap();
+    let mut i = TensorSet::new();
+    i.add("input", ti);
+    let mut o = TensorSet::new();
+    o.add("output", to);
+    assert_eq!(rt.execute_async(&m, &i, &o).unwrap().wait(), NrtStatus::Success);
+    sim.inject("hang@nc0:pe".parse::<FaultSpec>().unwrap());
+    let t0 = Instant::now();
+    let ticket = rt.execute_async(&m, &i, &o).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    up.store(false, Ordering::Relaxed);
+    let status = ticket.wait();
+    let waited = t0.elapsed();
+    assert_eq!(status, NrtStatus::Failure);
+    assert!(waited < Duration::from_secs(300), "waited {waited:?}: the timeout, not the probe, ended it");
+    assert_eq!(m.poisoned(), Some(NrtStatus::Failure));
+    eprintln!("the async execution failed {waited:?} after it began (the device went away at 200 ms)");
+}

@@ -92,6 +92,9 @@ pub struct AsyncTok {
     t0: Instant,
     /// The host span of the model switch before it (profiling).
     switch: Option<(u64, u64)>,
+    /// When its wait last asked whether the device is reachable
+    /// ([`super::execute::REACH_PROBE_PERIOD`]).
+    probed: Instant,
 }
 
 /// The XU's executor. The XU submits every scheduled request before stepping the oldest;
@@ -108,7 +111,8 @@ impl Executor for XuExec {
             return Err(NrtStatus::ExecUnitUnrecoverable);
         }
         let held = Some(Held::enqueue(&req.model.lanes, &req.model.ncs));
-        Ok(AsyncTok { req, started: false, held, error: None, t0: Instant::now(), switch: None })
+        let now = Instant::now();
+        Ok(AsyncTok { req, started: false, held, error: None, t0: now, switch: None, probed: now })
     }
 
     fn step(&mut self, tok: &mut AsyncTok) -> Step {
@@ -154,8 +158,21 @@ impl Executor for XuExec {
             tok.t0 = Instant::now();
             return Step::InFlight;
         }
+        // A device gone unreachable (a shared device whose broker died) writes no notification
+        // any more: fail the execution now rather than at its timeout, as the synchronous path.
+        let now = platform::clock::coarse_now();
+        if now.saturating_duration_since(tok.probed) >= super::execute::REACH_PROBE_PERIOD {
+            tok.probed = now;
+            if !ex.ncs.iter().all(|s| s.dev.reachable()) {
+                drop(g);
+                super::execute::kick_failed(&m, NrtStatus::Failure);
+                tracing::error!(model = %m.name, "the device became unreachable during an execution");
+                tok.error = Some(NrtStatus::Failure);
+                return Step::Done;
+            }
+        }
         // The engine's deadlines run on the coarse clock, as the synchronous path's.
-        ex.tracker.step(&mut ex.ncs, platform::clock::coarse_now())
+        ex.tracker.step(&mut ex.ncs, now)
     }
 
     fn complete(&mut self, mut tok: AsyncTok) -> NrtStatus {

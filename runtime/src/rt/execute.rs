@@ -236,7 +236,7 @@ const LONG_WAIT_STEPS: u64 = 1 << 16;
 
 /// How often a long wait (past [`LONG_WAIT_STEPS`]) asks whether the device is reachable (for
 /// a device behind a connection, one zero-timeout poll).
-const REACH_PROBE_PERIOD: Duration = Duration::from_millis(100);
+pub(super) const REACH_PROBE_PERIOD: Duration = Duration::from_millis(100);
 
 /// Past a short spin, sleep on NC 0's interrupt eventfd (bounded, so a device that never
 /// raises still reaches the timeout) rather than burn a core until the timeout. The eventfd

@@ -130,6 +130,30 @@ struct Device {
 }
 
 impl Device {
+    /// A device just opened: no lease, no client, no grant.
+    fn new(
+        index: u32,
+        name: String,
+        spec: DeviceSpec,
+        arch: &'static Arch,
+        backend: Backend,
+        hal: hal::Device,
+    ) -> Self {
+        Self {
+            index,
+            name,
+            spec,
+            arch,
+            backend,
+            hal,
+            leases: vec![None; arch.counts.ncs as usize],
+            slots: vec![None; MAX_CLIENTS],
+            hbm: HashMap::new(),
+            paths: HashMap::new(),
+            adopt_until: None,
+        }
+    }
+
     fn client_ncs(&self, client: u64) -> Option<(u32, u32)> {
         let first = self.leases.iter().position(|l| *l == Some(client))?;
         let count = self.leases.iter().filter(|l| **l == Some(client)).count();
@@ -565,23 +589,10 @@ fn device_for(shared: &Shared, st: &mut State, spec: &DeviceSpec) -> Result<usiz
                 hbm_limit: shared.cfg.sim_hbm_bytes,
                 ..Default::default()
             };
-            let dev = hal::Device::open(Arc::new(s.clone()) as Arc<dyn platform::Platform>, opts)
-                .and_then(|d| d.init().and_then(|_| d.prepare_reclaim()).map(|_| d))
-                .map_err(|e| error(ErrorCode::Device, 0, e.to_string()))?;
+            let dev = bring_up(Arc::new(s.clone()), opts).map_err(|e| error(ErrorCode::Device, 0, e.to_string()))?;
             let index = st.devices.len() as u32;
-            st.devices.push(Device {
-                index,
-                name: format!("sim:shared:{}#{index}", arch.name),
-                spec: spec.clone(),
-                arch,
-                backend: Backend::Sim(s),
-                hal: dev,
-                leases: vec![None; arch.counts.ncs as usize],
-                slots: vec![None; MAX_CLIENTS],
-                hbm: HashMap::new(),
-                paths: HashMap::new(),
-                adopt_until: None,
-            });
+            let name = format!("sim:shared:{}#{index}", arch.name);
+            st.devices.push(Device::new(index, name, spec.clone(), arch, Backend::Sim(s), dev));
             tracing::info!(device = index, arch = arch.name, "simulated device created");
             Ok(index as usize)
         }
@@ -598,26 +609,15 @@ fn device_for(shared: &Shared, st: &mut State, spec: &DeviceSpec) -> Result<usiz
             let (p, dev, arch) = open_vfio(addr).map_err(|e| {
                 // One opener per device cdev: processes still holding it (a previous
                 // broker's clients) keep it until they exit (docs/sharing.md).
-                let hint = if e.to_string().contains("BIND_IOMMUFD") {
+                let held = matches!(&e, OpenVfioError::Vfio(vfio::Error::Ioctl { op: "VFIO_DEVICE_BIND_IOMMUFD", .. }));
+                let hint = if held {
                     "; is it still held by processes a previous broker served? they keep it until they exit"
                 } else {
                     ""
                 };
                 error(ErrorCode::Device, 0, format!("{addr}: {e}{hint}"))
             })?;
-            st.devices.push(Device {
-                index,
-                name: addr.to_string(),
-                spec: spec.clone(),
-                arch,
-                backend: Backend::Vfio(p),
-                hal: dev,
-                leases: vec![None; arch.counts.ncs as usize],
-                slots: vec![None; MAX_CLIENTS],
-                hbm: HashMap::new(),
-                paths: HashMap::new(),
-                adopt_until: None,
-            });
+            st.devices.push(Device::new(index, addr.to_string(), spec.clone(), arch, Backend::Vfio(p), dev));
             tracing::info!(device = index, %addr, arch = arch.name, "VFIO device opened");
             Ok(index as usize)
         }
@@ -654,10 +654,17 @@ fn open_vfio(addr: vfio::PciAddress) -> Result<(Arc<vfio::VfioPlatform>, hal::De
         allow_noiommu: std::env::var("NEURON_VFIO_BACKEND").is_ok_and(|b| b.trim() == "noiommu"),
     };
     let p = Arc::new(vfio::VfioPlatform::open(addr, &opts)?);
-    let dev = hal::Device::open(p.clone() as Arc<dyn platform::Platform>, hal::DeviceOptions::default())?;
+    let dev = bring_up(p.clone(), hal::DeviceOptions::default())?;
+    Ok((p, dev, arch))
+}
+
+/// The broker's driver handle on a device it owns: opened, brought up once (every engine and
+/// queue), and the dummy ring for reclaims allocated.
+fn bring_up(p: Arc<dyn platform::Platform>, opts: hal::DeviceOptions) -> hal::Result<hal::Device> {
+    let dev = hal::Device::open(p, opts)?;
     dev.init()?;
     dev.prepare_reclaim()?;
-    Ok((p, dev, arch))
+    Ok(dev)
 }
 
 /// The broker's own IOVAs on a device of `arch`: the lower half of its IOVA space (the

@@ -51,6 +51,24 @@ fn spawn_run(socket: &std::path::Path, nc: u32) -> (Child, BufReader<std::proces
     (child, err)
 }
 
+/// A persistent broker in the foreground on `socket`, listening.
+fn start_broker(socket: &std::path::Path) -> Child {
+    let b = Command::new(BIN)
+        .args(["broker", "--foreground", "--persist", "--socket"])
+        .arg(socket)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while !socket.exists() {
+        assert!(t0.elapsed() < Duration::from_secs(60), "the broker did not listen");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    b
+}
+
 fn wait_line(err: &mut BufReader<std::process::ChildStderr>, want: &str) {
     let mut seen = String::new();
     loop {
@@ -159,19 +177,7 @@ fn sigterm_stops_a_persistent_broker_cleanly() {
     let dir = std::env::temp_dir().join(format!("nv-shared-term-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let socket = dir.join("broker.sock");
-    let mut b = Command::new(BIN)
-        .args(["broker", "--foreground", "--persist", "--socket"])
-        .arg(&socket)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let t0 = Instant::now();
-    while !socket.exists() {
-        assert!(t0.elapsed() < Duration::from_secs(60), "the broker did not listen");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut b = start_broker(&socket);
     // A client holding a device: it loses its session, the broker still stops.
     let s = Session::connect(&Connect { socket: socket.clone(), ..Connect::new(Role::Tool) }).unwrap();
     s.attach(DeviceSpec::Sim { arch: "cayman".into(), index: 0 }).unwrap();
@@ -200,19 +206,7 @@ fn a_client_whose_broker_dies_fails_promptly() {
     let dir = std::env::temp_dir().join(format!("nv-shared-bdie-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let socket = dir.join("broker.sock");
-    let mut b = Command::new(BIN)
-        .args(["broker", "--foreground", "--persist", "--socket"])
-        .arg(&socket)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let t0 = Instant::now();
-    while !socket.exists() {
-        assert!(t0.elapsed() < Duration::from_secs(60), "the broker did not listen");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut b = start_broker(&socket);
     let mut child = cmd(&socket)
         .env_remove("NEURON_RT_EXEC_TIMEOUT")
         .env("NEURON_RT_VISIBLE_CORES", "0")

@@ -15,17 +15,23 @@ fn f32s(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
-#[test]
-fn eight_runtimes_one_nc_each_on_one_device() {
-    let arch = &CAYMAN;
+/// A simulated device and its owner's handle (the broker's part: the device brought up once).
+fn owned_device(arch: &'static csr_maps::Arch) -> (SimDevice, hal::Device) {
     let sim = SimDevice::new(SimConfig::new(arch).timing(Timing::Inline).hbm_bytes(1 << 28)).unwrap();
-    // The broker's part: device bring-up once.
     let owner = hal::Device::open(
         Arc::new(sim.clone()) as Arc<dyn Platform>,
         hal::DeviceOptions { hbm_limit: Some(1 << 28), ..Default::default() },
     )
     .unwrap();
     owner.init().unwrap();
+    (sim, owner)
+}
+
+#[test]
+fn eight_runtimes_one_nc_each_on_one_device() {
+    let arch = &CAYMAN;
+    // The broker's part: device bring-up once.
+    let (sim, owner) = owned_device(arch);
     let mut d = builder::single_nc_allreduce();
     d.target = arch.name.to_string();
     let bytes = d.build().unwrap();
@@ -112,13 +118,7 @@ impl hal::FirmwareGate for RecordingGate {
 #[test]
 fn a_shared_devices_mailbox_is_reached_through_its_owner() {
     let arch = &CAYMAN;
-    let sim = SimDevice::new(SimConfig::new(arch).timing(Timing::Inline).hbm_bytes(1 << 28)).unwrap();
-    let owner = hal::Device::open(
-        Arc::new(sim.clone()) as Arc<dyn Platform>,
-        hal::DeviceOptions { hbm_limit: Some(1 << 28), ..Default::default() },
-    )
-    .unwrap();
-    owner.init().unwrap();
+    let (sim, owner) = owned_device(arch);
     let gate = Arc::new(RecordingGate::default());
     let one = hal::Device::open(
         Arc::new(sim.clone()) as Arc<dyn Platform>,

@@ -42,12 +42,13 @@ impl Platform for Flaky {
     }
 }
 
-#[test]
-fn an_execution_on_a_device_gone_unreachable_fails_promptly() {
+/// A runtime on the simulator behind a [`Flaky`] platform (its reachability flag returned),
+/// a one-NC model loaded with the timeout far away (only the probe can end a wait), and its
+/// tensors.
+fn setup() -> (Runtime, SimDevice, Arc<AtomicBool>, runtime::ModelHandle, TensorSet, TensorSet) {
     let sim = SimDevice::new(SimConfig::new(&SUNDA).timing(Timing::Threaded).hbm_bytes(1 << 28)).unwrap();
     let up = Arc::new(AtomicBool::new(true));
     let rt = Runtime::new();
-    // The timeout is far: only the probe can end the wait.
     let cfg = RuntimeConfig { exec_timeout: Duration::from_secs(600), ..RuntimeConfig::default() };
     let opts = hal::DeviceOptions { hbm_limit: Some(1 << 28), ..Default::default() };
     let p = Arc::new(Flaky { sim: sim.clone(), up: up.clone() }) as Arc<dyn Platform>;
@@ -62,6 +63,12 @@ fn an_execution_on_a_device_gone_unreachable_fails_promptly() {
     i.add("input", ti);
     let mut o = TensorSet::new();
     o.add("output", to);
+    (rt, sim, up, m, i, o)
+}
+
+#[test]
+fn an_execution_on_a_device_gone_unreachable_fails_promptly() {
+    let (rt, sim, up, m, i, o) = setup();
     assert_eq!(rt.execute(&m, &i, &o).unwrap().0, NrtStatus::Success);
     // The next execution never completes (PE hangs); the device goes away while it waits.
     sim.inject("hang@nc0:pe".parse::<FaultSpec>().unwrap());
@@ -87,23 +94,7 @@ fn an_execution_on_a_device_gone_unreachable_fails_promptly() {
 /// after the device is gone.
 #[test]
 fn an_async_execution_on_a_device_gone_unreachable_fails_promptly() {
-    let sim = SimDevice::new(SimConfig::new(&SUNDA).timing(Timing::Threaded).hbm_bytes(1 << 28)).unwrap();
-    let up = Arc::new(AtomicBool::new(true));
-    let rt = Runtime::new();
-    let cfg = RuntimeConfig { exec_timeout: Duration::from_secs(600), ..RuntimeConfig::default() };
-    let opts = hal::DeviceOptions { hbm_limit: Some(1 << 28), ..Default::default() };
-    let p = Arc::new(Flaky { sim: sim.clone(), up: up.clone() }) as Arc<dyn Platform>;
-    rt.init(vec![p], cfg, opts).unwrap();
-    let mut d = builder::allreduce_model(1);
-    d.target = SUNDA.name.to_string();
-    let m = rt.load(&d.build().unwrap(), Some(0), None).unwrap();
-    let ti = rt.alloc_tensor("input", 128, false, m.ncs[0]).unwrap();
-    ti.write(0, &[1u8; 128]).unwrap();
-    let to = rt.alloc_tensor("output", 128, false, m.ncs[0]).unwrap();
-    let mut i = TensorSet::new();
-    i.add("input", ti);
-    let mut o = TensorSet::new();
-    o.add("output", to);
+    let (rt, sim, up, m, i, o) = setup();
     assert_eq!(rt.execute_async(&m, &i, &o).unwrap().wait(), NrtStatus::Success);
     sim.inject("hang@nc0:pe".parse::<FaultSpec>().unwrap());
     let t0 = Instant::now();

@@ -5,16 +5,19 @@
 //! time. A session is one client of the broker: dropping it (or the process exiting) releases
 //! everything it holds.
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+
 use nrt_status::{NrtStatus, Status};
 
-use crate::protocol::{DeviceInfo, DeviceSpec, ErrorCode, Reply, Request, Role, Want};
+use crate::protocol::{DeviceInfo, DeviceSpec, ErrorCode, Grant, Handoff, Reply, Request, Role, Want};
 use crate::wire::{self, WireError};
 
 /// The environment variable naming the `neuron-vfio` executable a client starts the broker
@@ -126,8 +129,11 @@ pub struct Lease {
     pub device: u32,
     pub first: u32,
     pub count: u32,
-    /// For a simulated device: the client end of its vfio-user connection.
+    /// The connection the device's descriptors (VFIO) or its vfio-user protocol (a
+    /// simulated device) arrive on.
     pub data_path: Option<OwnedFd>,
+    /// The data path's id at the device's host (what [`Session::rejoin`] names; 0: none).
+    pub path: u64,
 }
 
 /// Device memory the broker granted.
@@ -138,17 +144,31 @@ pub struct Hbm {
     pub len: u64,
 }
 
-/// One connection to the broker.
+/// One client of the broker: a connection, replaced by [`Session::reconnect`] when the broker
+/// it reached has gone.
 pub struct Session {
     sock: Mutex<UnixStream>,
-    broker_pid: u32,
+    broker_pid: AtomicU32,
     path: PathBuf,
+    connect: Connect,
 }
 
 impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Session").field("broker_pid", &self.broker_pid).field("path", &self.path).finish()
+        f.debug_struct("Session").field("broker_pid", &self.broker_pid()).field("path", &self.path).finish()
     }
+}
+
+/// How a session's broker went ([`Session::wait_for_loss`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Loss {
+    /// The caller's stop descriptor became readable: nothing was lost.
+    Stopped,
+    /// The connection ended without a word: the broker died. What this client holds is still
+    /// its own; a later broker takes it back once it is re-registered ([`Session::rejoin`]).
+    Died,
+    /// The broker stopped and revoked every lease (its message).
+    Revoked(String),
 }
 
 fn connect_once(path: &Path) -> std::io::Result<UnixStream> {
@@ -190,20 +210,81 @@ impl Session {
             }
             Err(source) => return Err(ClientError::Connect { path: c.socket.clone(), source }),
         };
-        let s = Self { sock: Mutex::new(sock), broker_pid: 0, path: c.socket.clone() };
+        let s =
+            Self { sock: Mutex::new(sock), broker_pid: AtomicU32::new(0), path: c.socket.clone(), connect: c.clone() };
         match s.call(&Request::Hello {
             role: c.role,
             command: c.command.clone(),
             runtime_version: c.runtime_version.clone(),
         })? {
-            (Reply::Hello { broker_pid }, _) => Ok(Self { broker_pid, ..s }),
+            (Reply::Hello { broker_pid }, _) => {
+                s.broker_pid.store(broker_pid, Ordering::Relaxed);
+                Ok(s)
+            }
             (r, _) => Err(unexpected(r)),
+        }
+    }
+
+    /// Connect again as [`Session::connect`] did (starting a broker if it was allowed to),
+    /// and continue on the new connection. Nothing this client held under the previous broker
+    /// is known to the new one until re-registered ([`Session::rejoin`]).
+    pub fn reconnect(&self) -> Result<(), ClientError> {
+        let fresh = Session::connect(&self.connect)?;
+        let sock = fresh.sock.into_inner().unwrap_or_else(|e| e.into_inner());
+        *self.sock.lock().unwrap_or_else(|e| e.into_inner()) = sock;
+        self.broker_pid.store(fresh.broker_pid.load(Ordering::Relaxed), Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Block until the broker is gone or `stop` becomes readable. Between requests the broker
+    /// sends nothing but a last frame when it stops ([`ErrorCode::Stopped`]); a reply to a
+    /// request in flight is left to its caller.
+    pub fn wait_for_loss(&self, stop: BorrowedFd<'_>) -> Loss {
+        loop {
+            let Ok(s) = self.sock.lock().unwrap_or_else(|e| e.into_inner()).try_clone() else { return Loss::Died };
+            let flags = PollFlags::POLLIN;
+            let mut fds = [PollFd::new(s.as_fd(), flags), PollFd::new(stop, PollFlags::POLLIN)];
+            match poll(&mut fds, PollTimeout::NONE) {
+                Ok(_) | Err(nix::Error::EINTR) => {}
+                Err(_) => return Loss::Died,
+            }
+            if fds[1].revents().is_some_and(|r| !r.is_empty()) {
+                return Loss::Stopped;
+            }
+            if fds[0].revents().is_none_or(|r| r.is_empty()) {
+                continue;
+            }
+            // Readable: a reply a caller is about to read, or the end. Holding the lock, the
+            // caller (if any) has read its reply; look again without waiting.
+            let g = self.sock.lock().unwrap_or_else(|e| e.into_inner());
+            let mut again = [PollFd::new(g.as_fd(), flags)];
+            if !matches!(poll(&mut again, PollTimeout::ZERO), Ok(n) if n > 0) {
+                continue;
+            }
+            let mut b = [0u8; 1];
+            match nix::sys::socket::recv(
+                std::os::fd::AsRawFd::as_raw_fd(&*g),
+                &mut b,
+                nix::sys::socket::MsgFlags::MSG_PEEK | nix::sys::socket::MsgFlags::MSG_DONTWAIT,
+            ) {
+                Ok(0) => return Loss::Died,
+                Ok(_) => {}
+                Err(nix::Error::EAGAIN | nix::Error::EINTR) => continue,
+                Err(_) => return Loss::Died,
+            }
+            // A frame nobody asked for: the broker's last word.
+            return match wire::recv(&g).map(|(body, _)| Reply::decode(&body)) {
+                Ok(Ok(Reply::Error { code: ErrorCode::Stopped, message, .. })) => Loss::Revoked(message),
+                Ok(Ok(r)) => Loss::Revoked(format!("unexpected broker frame {r:?}")),
+                Ok(Err(e)) => Loss::Revoked(e.to_string()),
+                Err(_) => Loss::Died,
+            };
         }
     }
 
     /// The broker's pid.
     pub fn broker_pid(&self) -> u32 {
-        self.broker_pid
+        self.broker_pid.load(Ordering::Relaxed)
     }
 
     /// The socket this session is connected to.
@@ -213,8 +294,13 @@ impl Session {
 
     /// Send a request, read its reply (a refusal is [`ClientError::Refused`]).
     pub fn call(&self, req: &Request) -> Result<(Reply, Vec<OwnedFd>), ClientError> {
+        self.call_with(req, &[])
+    }
+
+    /// [`Session::call`] with descriptors sent beside the request.
+    fn call_with(&self, req: &Request, fds: &[BorrowedFd<'_>]) -> Result<(Reply, Vec<OwnedFd>), ClientError> {
         let sock = self.sock.lock().unwrap_or_else(|e| e.into_inner());
-        wire::send(&sock, &req.encode(), &[])?;
+        wire::send(&sock, &req.encode(), fds)?;
         let (body, fds) = wire::recv(&sock)?;
         match Reply::decode(&body).map_err(WireError::from)? {
             Reply::Error { code, owner_pid, message } => Err(ClientError::Refused { code, owner_pid, message }),
@@ -240,15 +326,36 @@ impl Session {
         self.leased(self.call(&Request::Lease { device, want })?)
     }
 
-    /// Re-register a lease held under a previous broker.
-    pub fn adopt(&self, device: u32, first: u32, count: u32) -> Result<Lease, ClientError> {
-        self.leased(self.call(&Request::Adopt { device, first, count })?)
+    /// Re-register with a new broker what this client held on device `spec` under the
+    /// previous one (its IOVA window, cores, data path and device memory), handing over the
+    /// device's descriptors (`handoff`, `fds`) for a broker that does not have it open; the
+    /// device's number at the new broker.
+    pub fn rejoin(
+        &self,
+        spec: DeviceSpec,
+        held: &Rejoin,
+        handoff: Handoff,
+        fds: &[BorrowedFd<'_>],
+    ) -> Result<u32, ClientError> {
+        let req = Request::Rejoin {
+            spec,
+            iova_start: held.iova_start,
+            first: held.first,
+            count: held.count,
+            path: held.path,
+            grants: held.grants.clone(),
+            handoff,
+        };
+        match self.call_with(&req, fds)? {
+            (Reply::Leased { device, .. }, _) => Ok(device),
+            (r, _) => Err(unexpected(r)),
+        }
     }
 
     fn leased(&self, r: (Reply, Vec<OwnedFd>)) -> Result<Lease, ClientError> {
         match r {
-            (Reply::Leased { device, first, count, .. }, fds) => {
-                Ok(Lease { device, first, count, data_path: fds.into_iter().next() })
+            (Reply::Leased { device, first, count, path, .. }, fds) => {
+                Ok(Lease { device, first, count, data_path: fds.into_iter().next(), path })
             }
             (r, _) => Err(unexpected(r)),
         }
@@ -307,13 +414,25 @@ impl Session {
     }
 }
 
+/// What a client holds on a device, as [`Session::rejoin`] re-registers it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejoin {
+    /// The start of its IOVA window.
+    pub iova_start: u64,
+    pub first: u32,
+    pub count: u32,
+    /// Its data path's id at the device's host ([`Lease::path`]).
+    pub path: u64,
+    pub grants: Vec<Grant>,
+}
+
 /// A shared device's firmware mailbox reached through the broker: what a client's
 /// `hal::Device` uses for NC resets and FW-IO requests ([`hal::FirmwareGate`]), so that the
 /// processes sharing the device never use its one mailbox at the same moment.
 pub struct BrokerFirmware {
     pub session: std::sync::Arc<Session>,
-    /// The broker's number of the device.
-    pub device: u32,
+    /// The broker's number of the device (a later broker may number it differently).
+    pub device: std::sync::Arc<AtomicU32>,
 }
 
 impl BrokerFirmware {
@@ -324,14 +443,14 @@ impl BrokerFirmware {
 
 impl hal::FirmwareGate for BrokerFirmware {
     fn reset_ncs(&self, mask: u32) -> hal::Result<()> {
-        self.session.reset_ncs(self.device, mask).map_err(Self::err)
+        self.session.reset_ncs(self.device.load(Ordering::Relaxed), mask).map_err(Self::err)
     }
 
     fn request(&self, cmd: u8, payload: &[u8]) -> hal::Result<Vec<u8>> {
         if payload.len() > crate::protocol::MAX_FWIO {
             return Err(hal::HalError::FwioPayload(payload.len()));
         }
-        self.session.fwio(self.device, cmd, payload).map_err(Self::err)
+        self.session.fwio(self.device.load(Ordering::Relaxed), cmd, payload).map_err(Self::err)
     }
 }
 

@@ -76,8 +76,21 @@ pub enum Request {
     Attach { spec: DeviceSpec },
     /// Lease cores on an attached device.
     Lease { device: u32, want: Want },
-    /// After a broker restart: re-register a lease this client held (docs/sharing.md).
-    Adopt { device: u32, first: u32, count: u32 },
+    /// After a broker restart, a client of the previous broker re-registers what it holds on
+    /// device `spec` (docs/sharing.md): its IOVA window (the one starting at `iova_start`), its cores `first .. first +
+    /// count`, its data path's id at the device's host (`path`, [`Reply::Leased`]; 0: none)
+    /// and its device memory. `handoff` says which descriptors of the device travel with the
+    /// frame, for a broker that does not have the device open yet (a VFIO device can be
+    /// opened once: its live clients hold it). All of it is taken or none.
+    Rejoin {
+        spec: DeviceSpec,
+        iova_start: u64,
+        first: u32,
+        count: u32,
+        path: u64,
+        grants: Vec<Grant>,
+        handoff: Handoff,
+    },
     /// Give the lease on `device` back.
     Release { device: u32 },
     /// Device memory on HBM channel `chan` for this client.
@@ -93,6 +106,37 @@ pub enum Request {
     ResetNcs { device: u32, mask: u32 },
     /// One FW-IO request through the device's mailbox (payload at most [`MAX_FWIO`] bytes).
     Fwio { device: u32, cmd: u8, payload: Vec<u8> },
+}
+
+/// Device memory a previous broker granted: `len` bytes at device address `addr` of HBM
+/// channel `chan`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Grant {
+    pub chan: u32,
+    pub addr: u64,
+    pub len: u64,
+}
+
+/// The device descriptors a [`Request::Rejoin`] carries (SCM_RIGHTS, in this order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handoff {
+    /// None.
+    None,
+    /// The VFIO device and the iommufd its IOAS `ioas` belongs to.
+    Iommufd { ioas: u32 },
+    /// The VFIO device, the no-IOMMU container and the group.
+    NoIommu,
+}
+
+impl Handoff {
+    /// Descriptors that travel with it.
+    pub fn fds(&self) -> usize {
+        match self {
+            Handoff::None => 0,
+            Handoff::Iommufd { .. } => 2,
+            Handoff::NoIommu => 3,
+        }
+    }
 }
 
 /// Largest FW-IO payload a [`Request::Fwio`] or [`Reply::Fwio`] carries (the mailbox's).
@@ -167,6 +211,9 @@ pub enum ErrorCode {
     FirmwareTimeout = 14,
     /// The firmware answered with an error.
     Firmware = 15,
+    /// The broker stopped (SIGTERM, its service stopped): every lease it served is revoked and
+    /// its cores taken back. Sent unasked, as the last frame, to every client.
+    Stopped = 16,
 }
 
 impl ErrorCode {
@@ -188,6 +235,7 @@ impl ErrorCode {
             13 => Invalid,
             14 => FirmwareTimeout,
             15 => Firmware,
+            16 => Stopped,
             _ => return None,
         })
     }
@@ -208,12 +256,14 @@ pub enum Reply {
         iova_len: u64,
     },
     /// Leased cores `first .. first + count`, and the number of descriptors sent with the
-    /// frame: the data path to the device (for a simulated device, one vfio-user connection).
+    /// frame: the data path to the device (for a simulated device, one vfio-user connection;
+    /// `path` is its id at the device's host, what a [`Request::Rejoin`] names; 0: none).
     Leased {
         device: u32,
         first: u32,
         count: u32,
         fds: u8,
+        path: u64,
     },
     Hbm {
         handle: u64,
@@ -417,11 +467,6 @@ impl Request {
                 };
                 w.finish()
             }
-            Request::Adopt { device, first, count } => {
-                let mut w = W::new(4);
-                w.u32(*device).u32(*first).u32(*count);
-                w.finish()
-            }
             Request::Release { device } => {
                 let mut w = W::new(5);
                 w.u32(*device);
@@ -453,6 +498,22 @@ impl Request {
                 w.u32(*device).u8(*cmd).bytes(payload);
                 w.finish()
             }
+            Request::Rejoin { spec, iova_start, first, count, path, grants, handoff } => {
+                let mut w = W::new(12);
+                spec.put(&mut w);
+                w.u64(*iova_start).u32(*first).u32(*count).u64(*path);
+                let grants = &grants[..grants.len().min(MAX_LIST)];
+                w.u16(grants.len() as u16);
+                for g in grants {
+                    w.u32(g.chan).u64(g.addr).u64(g.len);
+                }
+                match handoff {
+                    Handoff::None => w.u8(0),
+                    Handoff::Iommufd { ioas } => w.u8(1).u32(*ioas),
+                    Handoff::NoIommu => w.u8(2),
+                };
+                w.finish()
+            }
         }
     }
 
@@ -479,7 +540,6 @@ impl Request {
                 };
                 Request::Lease { device, want }
             }
-            4 => Request::Adopt { device: r.u32()?, first: r.u32()?, count: r.u32()? },
             5 => Request::Release { device: r.u32()? },
             6 => Request::AllocHbm { device: r.u32()?, chan: r.u32()?, len: r.u64()? },
             7 => Request::FreeHbm { device: r.u32()?, handle: r.u64()? },
@@ -487,6 +547,23 @@ impl Request {
             9 => Request::Query,
             10 => Request::ResetNcs { device: r.u32()?, mask: r.u32()? },
             11 => Request::Fwio { device: r.u32()?, cmd: r.u8()?, payload: r.bytes()? },
+            // 4 was an early re-registration of cores alone, never sent: retired.
+            12 => {
+                let spec = DeviceSpec::get(&mut r)?;
+                let (iova_start, first, count, path) = (r.u64()?, r.u32()?, r.u32()?, r.u64()?);
+                let n = r.count()?;
+                let mut grants = Vec::with_capacity(n);
+                for _ in 0..n {
+                    grants.push(Grant { chan: r.u32()?, addr: r.u64()?, len: r.u64()? });
+                }
+                let handoff = match r.u8()? {
+                    0 => Handoff::None,
+                    1 => Handoff::Iommufd { ioas: r.u32()? },
+                    2 => Handoff::NoIommu,
+                    tag => return Err(ProtoError::Tag { what: "handoff", tag }),
+                };
+                Request::Rejoin { spec, iova_start, first, count, path, grants, handoff }
+            }
             tag => return Err(ProtoError::Tag { what: "request", tag }),
         };
         r.end()?;
@@ -508,9 +585,9 @@ impl Reply {
                 w.u32(*device).str(arch).u32(*ncs).u64(*iova_start).u64(*iova_len);
                 w.finish()
             }
-            Reply::Leased { device, first, count, fds } => {
+            Reply::Leased { device, first, count, fds, path } => {
                 let mut w = W::new(103);
-                w.u32(*device).u32(*first).u32(*count).u8(*fds);
+                w.u32(*device).u32(*first).u32(*count).u8(*fds).u64(*path);
                 w.finish()
             }
             Reply::Hbm { handle, addr, len } => {
@@ -560,7 +637,7 @@ impl Reply {
                 iova_start: r.u64()?,
                 iova_len: r.u64()?,
             },
-            103 => Reply::Leased { device: r.u32()?, first: r.u32()?, count: r.u32()?, fds: r.u8()? },
+            103 => Reply::Leased { device: r.u32()?, first: r.u32()?, count: r.u32()?, fds: r.u8()?, path: r.u64()? },
             104 => Reply::Hbm { handle: r.u64()?, addr: r.u64()?, len: r.u64()? },
             105 => Reply::Ok,
             106 => {
@@ -647,11 +724,25 @@ mod tests {
                     _ => Want::Range { first: a, count: b },
                 }
             }),
-            (any::<u32>(), any::<u32>(), any::<u32>()).prop_map(|(device, first, count)| Request::Adopt {
-                device,
-                first,
-                count
-            }),
+            (
+                arb_str(),
+                (any::<u64>(), any::<u32>(), any::<u32>(), any::<u64>()),
+                proptest::collection::vec((any::<u32>(), any::<u64>(), any::<u64>()), 0..4),
+                (0u8..3, any::<u32>())
+            )
+                .prop_map(|(bdf, (iova_start, first, count, path), grants, (h, ioas))| Request::Rejoin {
+                    spec: DeviceSpec::Pci(bdf),
+                    iova_start,
+                    first,
+                    count,
+                    path,
+                    grants: grants.into_iter().map(|(chan, addr, len)| Grant { chan, addr, len }).collect(),
+                    handoff: match h {
+                        0 => Handoff::None,
+                        1 => Handoff::Iommufd { ioas },
+                        _ => Handoff::NoIommu,
+                    },
+                }),
             any::<u32>().prop_map(|device| Request::Release { device }),
             (any::<u32>(), any::<u32>(), any::<u64>()).prop_map(|(device, chan, len)| Request::AllocHbm {
                 device,
@@ -705,13 +796,13 @@ mod tests {
             (any::<u32>(), arb_str(), any::<u32>(), any::<u64>(), any::<u64>()).prop_map(
                 |(device, arch, ncs, iova_start, iova_len)| Reply::Attached { device, arch, ncs, iova_start, iova_len }
             ),
-            (any::<u32>(), any::<u32>(), any::<u32>(), any::<u8>())
-                .prop_map(|(device, first, count, fds)| Reply::Leased { device, first, count, fds }),
+            (any::<u32>(), any::<u32>(), any::<u32>(), any::<u8>(), any::<u64>())
+                .prop_map(|(device, first, count, fds, path)| Reply::Leased { device, first, count, fds, path }),
             (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(handle, addr, len)| Reply::Hbm { handle, addr, len }),
             Just(Reply::Ok),
             proptest::collection::vec(dev, 0..3).prop_map(Reply::Query),
             proptest::collection::vec(any::<u8>(), 0..=MAX_FWIO).prop_map(|data| Reply::Fwio { data }),
-            (1u16..=15, any::<u32>(), arb_str()).prop_map(|(c, owner_pid, message)| Reply::Error {
+            (1u16..=16, any::<u32>(), arb_str()).prop_map(|(c, owner_pid, message)| Reply::Error {
                 code: ErrorCode::from_u16(c).unwrap(),
                 owner_pid,
                 message

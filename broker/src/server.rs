@@ -20,7 +20,7 @@ use csr_maps::Arch;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{getsockopt, sockopt};
 
-use crate::protocol::{ClientInfo, DeviceInfo, DeviceSpec, ErrorCode, Reply, Request, Role, Want};
+use crate::protocol::{ClientInfo, DeviceInfo, DeviceSpec, ErrorCode, Grant, Handoff, Reply, Request, Role, Want};
 use crate::wire::{self, WireError};
 
 /// Processes per device (attached, with or without cores): the kmod's limit.
@@ -37,6 +37,10 @@ pub struct BrokerConfig {
     pub sim_hbm_bytes: Option<u64>,
     /// Longest a client may take to send the rest of a frame it started.
     pub frame_timeout: Duration,
+    /// How long a device this broker found live (its previous broker's clients still use it)
+    /// waits for them to re-register ([`Request::Rejoin`]) before what nobody re-registered is
+    /// taken back and new leases are served.
+    pub adopt_grace: Duration,
 }
 
 impl BrokerConfig {
@@ -46,6 +50,7 @@ impl BrokerConfig {
             idle_exit: Some(Duration::from_secs(2)),
             sim_hbm_bytes: None,
             frame_timeout: Duration::from_secs(10),
+            adopt_grace: Duration::from_secs(2),
         }
     }
 }
@@ -77,7 +82,8 @@ pub fn iova_window(arch: &Arch, slot: usize) -> std::ops::Range<u64> {
 /// DMA itself into the device's IOMMU address space inside its window, which ending the
 /// path unmaps (a dead client's mappings outlive it there: the address space is shared).
 struct DataPath {
-    shut: UnixStream,
+    /// The broker's end of the connection (none for a path re-registered after a restart).
+    shut: Option<UnixStream>,
     thread: Option<JoinHandle<()>>,
     window: Option<(Arc<vfio::VfioPlatform>, std::ops::Range<u64>)>,
 }
@@ -85,7 +91,9 @@ struct DataPath {
 impl DataPath {
     /// Close the connection and wait until the client's mappings are gone.
     fn end(mut self) {
-        let _ = self.shut.shutdown(std::net::Shutdown::Both);
+        if let Some(s) = &self.shut {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -122,11 +130,11 @@ struct Device {
     hbm: HashMap<u64, (u64, hal::DevBuf)>,
     /// Data paths by client.
     paths: HashMap<u64, DataPath>,
-    /// New leases wait until then, so that clients of a previous broker re-register their
-    /// leases first ([`Request::Adopt`]). Not set by this broker: a VFIO device whose previous
-    /// broker's clients still hold it cannot be opened again until they close it (the kernel
-    /// allows one opener of a device cdev), and a simulated device dies with its broker.
-    adopt_until: Option<Instant>,
+    /// A device found live (a previous broker's clients still use it) is adopted: until
+    /// [`BrokerConfig::adopt_grace`] has passed and what nobody re-registered has been taken
+    /// back ([`settle`]), only [`Request::Rejoin`] is served on it — no new attachment, no
+    /// new lease — so that nothing a live client holds is handed out twice.
+    adopting: bool,
 }
 
 impl Device {
@@ -150,7 +158,7 @@ impl Device {
             slots: vec![None; MAX_CLIENTS],
             hbm: HashMap::new(),
             paths: HashMap::new(),
-            adopt_until: None,
+            adopting: false,
         }
     }
 
@@ -184,6 +192,8 @@ struct Client {
     runtime_version: String,
     /// Devices attached (broker device numbers).
     attached: Vec<u32>,
+    /// The connection, to tell the client when the broker stops ([`Broker::run`]).
+    sock: Option<UnixStream>,
 }
 
 #[derive(Default)]
@@ -270,8 +280,19 @@ impl Broker {
     /// Accept and serve clients until stopped or idle for [`BrokerConfig::idle_exit`].
     pub fn run(self) -> std::io::Result<()> {
         let result = self.accept_loop();
-        // Clients still connected lose their sessions: clean up as for a death.
-        let ids: Vec<u64> = lock(&self.shared.st).clients.keys().copied().collect();
+        // Clients still connected lose their sessions: each is told (so that it does not
+        // re-register with a later broker what this one takes back now), then cleaned up as
+        // at a death.
+        let ids: Vec<u64> = {
+            let st = lock(&self.shared.st);
+            let farewell = error(ErrorCode::Stopped, 0, "the broker stopped: every lease is revoked").encode();
+            for c in st.clients.values() {
+                if let Some(s) = &c.sock {
+                    let _ = wire::send(s, &farewell, &[]);
+                }
+            }
+            st.clients.keys().copied().collect()
+        };
         for id in ids {
             cleanup(&self.shared, id);
         }
@@ -372,8 +393,8 @@ fn serve_client(shared: Arc<Shared>, sock: UnixStream) {
         if !readable {
             continue;
         }
-        let body = match wire::recv(&sock) {
-            Ok((body, _fds)) => body,
+        let (body, fds) = match wire::recv(&sock) {
+            Ok(m) => m,
             Err(WireError::Closed) => break,
             Err(WireError::Proto(e)) => {
                 let _ = wire::send(&sock, &error(ErrorCode::BadMessage, 0, e.to_string()).encode(), &[]);
@@ -396,7 +417,7 @@ fn serve_client(shared: Arc<Shared>, sock: UnixStream) {
                 break;
             }
         };
-        let (reply, fds) = handle(&shared, &mut id, pid, req);
+        let (reply, fds) = handle(&shared, &mut id, pid, &sock, req, fds);
         let borrowed: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
         if wire::send(&sock, &reply.encode(), &borrowed).is_err() {
             break;
@@ -410,7 +431,14 @@ fn serve_client(shared: Arc<Shared>, sock: UnixStream) {
 }
 
 /// Apply one request of client `id` (None before Hello).
-fn handle(shared: &Shared, id: &mut Option<u64>, pid: u32, req: Request) -> (Reply, Vec<OwnedFd>) {
+fn handle(
+    shared: &Arc<Shared>,
+    id: &mut Option<u64>,
+    pid: u32,
+    sock: &UnixStream,
+    req: Request,
+    fds: Vec<OwnedFd>,
+) -> (Reply, Vec<OwnedFd>) {
     let mut st = lock(&shared.st);
     st.last_activity = Some(Instant::now());
     let Some(me) = *id else {
@@ -418,7 +446,8 @@ fn handle(shared: &Shared, id: &mut Option<u64>, pid: u32, req: Request) -> (Rep
             Request::Hello { role, command, runtime_version } => {
                 st.next_client += 1;
                 let c = st.next_client;
-                st.clients.insert(c, Client { pid, role, command, runtime_version, attached: Vec::new() });
+                let sock = sock.try_clone().ok();
+                st.clients.insert(c, Client { pid, role, command, runtime_version, attached: Vec::new(), sock });
                 *id = Some(c);
                 (Reply::Hello { broker_pid: std::process::id() }, Vec::new())
             }
@@ -429,8 +458,11 @@ fn handle(shared: &Shared, id: &mut Option<u64>, pid: u32, req: Request) -> (Rep
         Request::Hello { .. } => (error(ErrorCode::Sequence, 0, "Hello was already sent"), Vec::new()),
         Request::Query => (Reply::Query(query(&st)), Vec::new()),
         Request::Attach { spec } => (attach(shared, &mut st, me, spec), Vec::new()),
-        Request::Lease { device, want } => lease(&mut st, me, device, want, false),
-        Request::Adopt { device, first, count } => lease(&mut st, me, device, Want::Range { first, count }, true),
+        Request::Lease { device, want } => lease(&mut st, me, device, want),
+        Request::Rejoin { spec, iova_start, first, count, path, grants, handoff } => {
+            let held = Held { iova_start, first, count, path, grants };
+            (rejoin(shared, &mut st, me, spec, held, handoff, fds), Vec::new())
+        }
         Request::Release { device } => {
             let Some(d) = attached(&st, me, device) else { return (not_attached(device), Vec::new()) };
             if st.devices[d].client_ncs(me).is_none() {
@@ -557,7 +589,7 @@ fn query(st: &State) -> Vec<DeviceInfo> {
                 iova_windows: d.slots.iter().filter(|s| s.is_some()).count() as u32,
                 iommu_mappings,
                 collectives,
-                adopting: d.adopt_until.is_some_and(|t| Instant::now() < t),
+                adopting: d.adopting,
                 clients,
             }
         })
@@ -609,13 +641,15 @@ fn device_for(shared: &Shared, st: &mut State, spec: &DeviceSpec) -> Result<usiz
             let (p, dev, arch) = open_vfio(addr).map_err(|e| {
                 // One opener per device cdev: processes still holding it (a previous
                 // broker's clients) keep it until they exit (docs/sharing.md).
+                // Held: they re-register it with this broker shortly (Rejoin: it is adopted
+                // then), or keep it until they exit (their broker stopped and revoked their
+                // leases). Adopting: a client retries for a while.
                 let held = matches!(&e, OpenVfioError::Vfio(vfio::Error::Ioctl { op: "VFIO_DEVICE_BIND_IOMMUFD", .. }));
-                let hint = if held {
-                    "; is it still held by processes a previous broker served? they keep it until they exit"
-                } else {
-                    ""
-                };
-                error(ErrorCode::Device, 0, format!("{addr}: {e}{hint}"))
+                if held {
+                    let hint = "; it is still held by processes a previous broker served: they re-register it with this broker, or keep it until they exit";
+                    return error(ErrorCode::Adopting, 0, format!("{addr}: {e}{hint}"));
+                }
+                error(ErrorCode::Device, 0, format!("{addr}: {e}"))
             })?;
             st.devices.push(Device::new(index, addr.to_string(), spec.clone(), arch, Backend::Vfio(p), dev));
             tracing::info!(device = index, %addr, arch = arch.name, "VFIO device opened");
@@ -681,6 +715,9 @@ fn attach(shared: &Shared, st: &mut State, me: u64, spec: DeviceSpec) -> Reply {
     };
     let dev = &mut st.devices[d];
     let index = dev.index;
+    if dev.adopting {
+        return adopting(dev);
+    }
     if let Some(slot) = dev.slots.iter().position(|s| *s == Some(me)) {
         let w = iova_window(dev.arch, slot);
         return Reply::Attached {
@@ -716,12 +753,280 @@ fn attach(shared: &Shared, st: &mut State, me: u64, spec: DeviceSpec) -> Reply {
     reply
 }
 
+/// The refusal of a request other than [`Request::Rejoin`] on a device being adopted.
+fn adopting(dev: &Device) -> Reply {
+    error(ErrorCode::Adopting, 0, format!("{} waits for the previous broker's clients to re-register; retry", dev.name))
+}
+
+/// The lease-holder id under which [`settle`] holds the cores it takes back (client ids
+/// start at 1).
+const SETTLING: u64 = 0;
+
+/// What a client of a previous broker holds on a device ([`Request::Rejoin`]).
+struct Held {
+    iova_start: u64,
+    first: u32,
+    count: u32,
+    path: u64,
+    grants: Vec<Grant>,
+}
+
+/// Client `me` re-registers what it held on device `spec` under a previous broker. The
+/// device must be one this broker adopted (found live, [`Device::adopting`]); the window,
+/// the cores and the memory must all be free here; then all of it becomes the client's as
+/// if this broker had granted it, or nothing does.
+fn rejoin(
+    shared: &Arc<Shared>,
+    st: &mut State,
+    me: u64,
+    spec: DeviceSpec,
+    held: Held,
+    handoff: Handoff,
+    fds: Vec<OwnedFd>,
+) -> Reply {
+    if st.clients.get(&me).is_none_or(|c| c.role == Role::Tool) {
+        return error(ErrorCode::Invalid, 0, "a tool client holds nothing to re-register");
+    }
+    let d = match find_device(st, &spec) {
+        Some(d) => d,
+        None => match adopt_device(shared, st, &spec, handoff, fds) {
+            Ok(d) => d,
+            Err(r) => return r,
+        },
+    };
+    let pids: HashMap<u64, u32> = st.clients.iter().map(|(k, c)| (*k, c.pid)).collect();
+    let handles = st.next_handle;
+    let dev = &mut st.devices[d];
+    if !dev.adopting {
+        return error(
+            ErrorCode::Invalid,
+            0,
+            format!("{} was opened by this broker: nothing of a previous broker's is left to re-register", dev.name),
+        );
+    }
+    let Some(slot) = (0..MAX_CLIENTS).find(|&k| iova_window(dev.arch, k).start == held.iova_start) else {
+        return error(
+            ErrorCode::Invalid,
+            0,
+            format!("no IOVA window of {} starts at {:#x}", dev.name, held.iova_start),
+        );
+    };
+    if dev.slots.contains(&Some(me)) {
+        return error(ErrorCode::AlreadyLeased, 0, format!("already attached to {}", dev.name));
+    }
+    if let Some(o) = dev.slots[slot] {
+        let owner = pids.get(&o).copied().unwrap_or(0);
+        return error(
+            ErrorCode::CoresUnavailable,
+            owner,
+            format!("IOVA window {slot} of {} is another process's", dev.name),
+        );
+    }
+    let n = dev.leases.len() as u32;
+    let (first, count) = (held.first, held.count);
+    if count == 0 || first.checked_add(count).is_none_or(|e| e > n) {
+        return error(
+            ErrorCode::Invalid,
+            0,
+            format!("{} is not a range of {}'s {n} cores", nc_range(first, count), dev.name),
+        );
+    }
+    let ncs = first as usize..(first + count) as usize;
+    if let Some(o) = dev.leases[ncs.clone()].iter().flatten().next() {
+        let owner = pids.get(o).copied().unwrap_or(0);
+        let available = dev.free_ncs();
+        return error(
+            ErrorCode::CoresUnavailable,
+            owner,
+            format!("NeuronCore(s) not available - Requested:{} Available:{available}", nc_range(first, count)),
+        );
+    }
+    // Every grant or none: a refusal drops those taken so far (freed).
+    let mut bufs = Vec::with_capacity(held.grants.len());
+    for g in &held.grants {
+        match dev.hal.allocator().reserve(g.chan as usize, g.addr, g.len) {
+            Ok(b) => bufs.push(b),
+            Err(e) => {
+                return error(
+                    ErrorCode::Invalid,
+                    0,
+                    format!("device memory {:#x} + {:#x} on HBM channel {}: {e}", g.addr, g.len, g.chan),
+                )
+            }
+        }
+    }
+    let window = iova_window(dev.arch, slot);
+    let path = match &dev.backend {
+        Backend::Vfio(p) => DataPath { shut: None, thread: None, window: Some((p.clone(), window)) },
+        // A simulated device in this process was not found live: it is never adopted.
+        Backend::Sim(_) => return error(ErrorCode::Device, 0, format!("{} has no data path to re-register", dev.name)),
+    };
+    dev.slots[slot] = Some(me);
+    for l in &mut dev.leases[ncs] {
+        *l = Some(me);
+    }
+    let granted = bufs.len() as u64;
+    for (k, b) in bufs.into_iter().enumerate() {
+        dev.hbm.insert(handles + 1 + k as u64, (me, b));
+    }
+    dev.paths.insert(me, path);
+    let index = dev.index;
+    st.next_handle += granted;
+    if let Some(c) = st.clients.get_mut(&me) {
+        c.attached.push(index);
+    }
+    tracing::info!(device = index, client = me, first, count, "a previous broker's client re-registered");
+    Reply::Leased { device: index, first, count, fds: 0, path: held.path }
+}
+
+/// The device `spec` names, if this broker has it open.
+fn find_device(st: &State, spec: &DeviceSpec) -> Option<usize> {
+    st.devices.iter().position(|d| match (&d.spec, spec) {
+        (DeviceSpec::Pci(a), DeviceSpec::Pci(b)) => {
+            a.parse::<vfio::PciAddress>().ok().is_some_and(|a| b.parse::<vfio::PciAddress>().ok() == Some(a))
+        }
+        (a, b) => a == b,
+    })
+}
+
+/// Adopt device `spec` from a client of a previous broker that still uses it: a VFIO device
+/// through the descriptors the client handed over (the kernel lets one process open it; the
+/// clients hold it). The device is not brought up again — its other clients are running on
+/// it — and the previous broker's own IOVAs (the lower half) are unmapped before this broker
+/// maps its own there. New leases wait until [`settle`] ran, after [`BrokerConfig::adopt_grace`].
+fn adopt_device(
+    shared: &Arc<Shared>,
+    st: &mut State,
+    spec: &DeviceSpec,
+    handoff: Handoff,
+    fds: Vec<OwnedFd>,
+) -> Result<usize, Reply> {
+    let (backend, hal, arch, name) = match spec {
+        DeviceSpec::Pci(bdf) => {
+            let addr: vfio::PciAddress =
+                bdf.parse().map_err(|e: vfio::Error| error(ErrorCode::NoSuchDevice, 0, e.to_string()))?;
+            let mut it = fds.into_iter();
+            let (device, iommu) = match (handoff, it.next(), it.next(), it.next(), it.next()) {
+                (Handoff::Iommufd { ioas }, Some(device), Some(iommufd), None, None) => {
+                    (device, vfio::shared::IommuFds::Iommufd { iommufd, ioas })
+                }
+                (Handoff::NoIommu, Some(device), Some(container), Some(group), None) => {
+                    (device, vfio::shared::IommuFds::NoIommu { container, group })
+                }
+                _ => {
+                    return Err(error(
+                        ErrorCode::Invalid,
+                        0,
+                        format!("{addr}: a VFIO device is re-registered with its descriptors ({handoff:?})"),
+                    ))
+                }
+            };
+            let fds = vfio::shared::DeviceFds { address: addr, device, iommu };
+            let (p, hal, arch) =
+                adopt_vfio(fds).map_err(|e| error(ErrorCode::Device, 0, format!("adopting {addr}: {e}")))?;
+            (Backend::Vfio(p), hal, arch, addr.to_string())
+        }
+        DeviceSpec::Sim { arch, index } => {
+            return Err(error(
+                ErrorCode::NoSuchDevice,
+                0,
+                format!("sim:shared:{arch}:{index} ended with the broker that simulated it"),
+            ))
+        }
+    };
+    let index = st.devices.len() as u32;
+    let mut dev = Device::new(index, name, spec.clone(), arch, backend, hal);
+    dev.adopting = true;
+    st.devices.push(dev);
+    tracing::info!(
+        device = index,
+        grace_ms = shared.cfg.adopt_grace.as_millis() as u64,
+        "device adopted from a previous broker's clients"
+    );
+    let (shared, d) = (shared.clone(), index as usize);
+    let spawned = std::thread::Builder::new().name("broker-settle".into()).spawn(move || {
+        let until = Instant::now() + shared.cfg.adopt_grace;
+        while Instant::now() < until && !shared.stop.load(Ordering::Acquire) {
+            std::thread::sleep(Duration::from_millis(20).min(until.saturating_duration_since(Instant::now())));
+        }
+        settle(&shared, d);
+    });
+    if let Err(e) = spawned {
+        // Without its timer the device would refuse leases for ever: not adopted.
+        st.devices.pop();
+        return Err(error(ErrorCode::Device, 0, format!("adopting a device: {e}")));
+    }
+    Ok(d)
+}
+
+/// A VFIO device a previous broker opened, from its descriptors: this broker's handle on it,
+/// its own IOVAs in the lower half (the previous broker's mappings there unmapped first).
+fn adopt_vfio(
+    fds: vfio::shared::DeviceFds,
+) -> Result<(Arc<vfio::VfioPlatform>, hal::Device, &'static Arch), OpenVfioError> {
+    let sysfs = vfio::Sysfs::new(std::env::var_os("NEURON_VFIO_SYSFS").unwrap_or_else(|| "/sys".into()));
+    let f = sysfs.function(fds.address)?;
+    let arch =
+        Arch::by_pci_id(f.vendor, f.device).ok_or(OpenVfioError::NotNeuron { vendor: f.vendor, device: f.device })?;
+    let w = broker_window(arch);
+    let window = vfio::IovaRange::with_len(w.start, w.end - w.start)
+        .ok_or(OpenVfioError::Vfio(vfio::Error::BadHandoff("an empty broker window".into())))?;
+    let p = Arc::new(vfio::VfioPlatform::from_fds(fds, window)?);
+    // The previous broker's dummy ring and bounce buffers: its pages stay pinned until unmapped.
+    if let Err(e) = p.device().dma().unmap_raw(w.start, w.end - w.start) {
+        tracing::debug!(%e, "unmapping the previous broker's IOVAs");
+    }
+    let hal = hal::Device::open(p.clone(), hal::DeviceOptions::default())?;
+    hal.prepare_reclaim()?;
+    Ok((p, hal, arch))
+}
+
+/// The end of an adoption: the cores nobody re-registered are taken back as a dead client's
+/// are (their process went while no broker ran), the IOVA windows nobody re-registered are
+/// unmapped, and the device serves new attachments and leases again.
+fn settle(shared: &Shared, d: usize) {
+    let (ncs, windows, hal) = {
+        let mut st = lock(&shared.st);
+        let dev = &mut st.devices[d];
+        let ncs: Vec<usize> = (0..dev.leases.len()).filter(|&i| dev.leases[i].is_none()).collect();
+        for &nc in &ncs {
+            dev.leases[nc] = Some(SETTLING);
+        }
+        let windows: Vec<_> = match &dev.backend {
+            Backend::Vfio(p) => (0..MAX_CLIENTS)
+                .filter(|&k| dev.slots[k].is_none())
+                .map(|k| (p.clone(), iova_window(dev.arch, k)))
+                .collect(),
+            Backend::Sim(_) => Vec::new(),
+        };
+        (ncs, windows, dev.hal.clone())
+    };
+    for &nc in &ncs {
+        if let Err(e) = hal.reclaim_nc(nc) {
+            tracing::warn!(nc, %e, "taking back a core nobody re-registered failed");
+        }
+    }
+    for (p, w) in windows {
+        if let Err(e) = p.device().dma().unmap_raw(w.start, w.end - w.start) {
+            tracing::debug!(%e, start = w.start, "unmapping a window nobody re-registered");
+        }
+    }
+    let mut st = lock(&shared.st);
+    let dev = &mut st.devices[d];
+    for l in dev.leases.iter_mut().filter(|l| **l == Some(SETTLING)) {
+        *l = None;
+    }
+    dev.adopting = false;
+    tracing::info!(device = d, taken_back = ncs.len(), "adoption settled: new leases are served");
+    st.last_activity = Some(Instant::now());
+}
+
 /// libnrt's core-range notation: `nc1-nc1`.
 fn nc_range(first: u32, count: u32) -> String {
     format!("nc{first}-nc{}", first + count.saturating_sub(1))
 }
 
-fn lease(st: &mut State, me: u64, device: u32, want: Want, adopt: bool) -> (Reply, Vec<OwnedFd>) {
+fn lease(st: &mut State, me: u64, device: u32, want: Want) -> (Reply, Vec<OwnedFd>) {
     let Some(d) = attached(st, me, device) else { return (not_attached(device), Vec::new()) };
     if st.clients.get(&me).is_some_and(|c| c.role == Role::Tool) {
         return (error(ErrorCode::Invalid, 0, "a tool client leases no cores"), Vec::new());
@@ -731,15 +1036,8 @@ fn lease(st: &mut State, me: u64, device: u32, want: Want, adopt: bool) -> (Repl
     if dev.client_ncs(me).is_some() {
         return (error(ErrorCode::AlreadyLeased, 0, format!("already holding cores on {}", dev.name)), Vec::new());
     }
-    if !adopt && dev.adopt_until.is_some_and(|t| Instant::now() < t) {
-        return (
-            error(
-                ErrorCode::Adopting,
-                0,
-                format!("{} waits for the previous broker's clients to re-register", dev.name),
-            ),
-            Vec::new(),
-        );
+    if dev.adopting {
+        return (adopting(dev), Vec::new());
     }
     let n = dev.leases.len() as u32;
     let range = match want {
@@ -797,7 +1095,7 @@ fn lease(st: &mut State, me: u64, device: u32, want: Want, adopt: bool) -> (Repl
     match open_path(dev, window, first as usize..(first + count) as usize) {
         Ok((path, fd)) => {
             dev.paths.insert(me, path);
-            (Reply::Leased { device, first, count, fds: 1 }, vec![fd])
+            (Reply::Leased { device, first, count, fds: 1, path: 0 }, vec![fd])
         }
         Err(e) => {
             for l in &mut dev.leases[first as usize..(first + count) as usize] {
@@ -827,13 +1125,13 @@ fn open_path(
                     tracing::info!(%e, "data path ended");
                 }
             })?;
-            Ok((DataPath { shut, thread: Some(thread), window: None }, OwnedFd::from(theirs)))
+            Ok((DataPath { shut: Some(shut), thread: Some(thread), window: None }, OwnedFd::from(theirs)))
         }
         Backend::Vfio(p) => {
             let fds = p.device().share().map_err(std::io::Error::other)?;
             vfio::shared::send_device(&mine, &fds).map_err(std::io::Error::other)?;
             let window = Some((p.clone(), window));
-            Ok((DataPath { shut, thread: None, window }, OwnedFd::from(theirs)))
+            Ok((DataPath { shut: Some(shut), thread: None, window }, OwnedFd::from(theirs)))
         }
     }
 }

@@ -8,8 +8,8 @@ use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use broker::client::{Connect, Session};
-use broker::protocol::{DeviceInfo, DeviceSpec, ErrorCode, Reply, Request, Role, Want};
+use broker::client::{Connect, Loss, Rejoin, Session};
+use broker::protocol::{DeviceInfo, DeviceSpec, ErrorCode, Handoff, Reply, Request, Role, Want};
 use broker::{Broker, BrokerConfig, ClientError};
 use proptest::prelude::*;
 
@@ -262,6 +262,8 @@ proptest! {
         prop_assert!(other.lease(od, taken).is_err());
         prop_assert!(other.release(od).is_err());
         prop_assert!(other.release(forged as u32 | 1 << 31).is_err());
+        let held = Rejoin { iova_start: forged, first: 0, count: 4, path: forged, grants: vec![] };
+        prop_assert!(other.rejoin(cayman(0), &held, Handoff::None, &[]).is_err());
         drop(other);
         // Let the broker notice the closed connections, then compare.
         let mut tries = 0;
@@ -277,20 +279,89 @@ proptest! {
     }
 }
 
+/// A re-registration is for devices a broker found live; on a device this broker opened
+/// itself, or one it cannot find, or a VFIO device without its descriptors, it is refused and
+/// changes nothing.
 #[test]
-fn adopt_reregisters_a_range_and_refuses_a_held_one() {
-    let r = start("adopt");
+fn a_rejoin_of_what_this_broker_never_lost_is_refused() {
+    let r = start("rejoin");
     let a = session(&r, Role::Runtime);
+    let att = a.attach(cayman(0)).unwrap();
+    a.lease(att.device, Want::Range { first: 0, count: 2 }).unwrap();
+    let before = snapshot(&a);
     let b = session(&r, Role::Runtime);
-    let da = a.attach(cayman(0)).unwrap().device;
-    let db = b.attach(cayman(0)).unwrap().device;
-    let l = a.adopt(da, 2, 2).unwrap();
-    assert_eq!((l.first, l.count), (2, 2));
-    assert!(l.data_path.is_some());
-    let (code, owner, _) = refused(b.adopt(db, 3, 1).unwrap_err());
-    assert_eq!((code, owner), (ErrorCode::CoresUnavailable, std::process::id()));
-    assert_eq!(refused(b.adopt(db, 7, 2).unwrap_err()).0, ErrorCode::Invalid);
-    assert!(!snapshot(&b)[0].adopting, "a simulated device has no previous broker's clients to wait for");
+    let held = Rejoin { iova_start: att.iova.start, first: 2, count: 2, path: 0, grants: vec![] };
+    let (code, _, msg) = refused(b.rejoin(cayman(0), &held, Handoff::None, &[]).unwrap_err());
+    assert_eq!(code, ErrorCode::Invalid, "{msg}");
+    assert!(msg.contains("opened by this broker"), "{msg}");
+    let (code, _, msg) = refused(b.rejoin(cayman(3), &held, Handoff::None, &[]).unwrap_err());
+    assert_eq!(code, ErrorCode::NoSuchDevice, "{msg}");
+    let pci = DeviceSpec::Pci("0000:00:05.0".into());
+    let (code, _, msg) = refused(b.rejoin(pci, &held, Handoff::None, &[]).unwrap_err());
+    assert_eq!(code, ErrorCode::Invalid, "{msg}");
+    assert!(msg.contains("descriptors"), "{msg}");
+    let tool = session(&r, Role::Tool);
+    assert_eq!(refused(tool.rejoin(cayman(0), &held, Handoff::None, &[]).unwrap_err()).0, ErrorCode::Invalid);
+    assert_eq!(snapshot(&a), before);
+    assert!(!before[0].adopting, "a device this broker opened waits for nobody");
+}
+
+/// A broker that stops tells its clients (their leases are revoked: nothing to re-register),
+/// and a client's watch is not fooled by the replies to its own requests.
+#[test]
+fn a_stopping_broker_revokes_and_replies_are_not_losses() {
+    let r = start("revoke");
+    let a = std::sync::Arc::new(session(&r, Role::Runtime));
+    let d = a.attach(cayman(0)).unwrap().device;
+    a.lease(d, Want::Count(1)).unwrap();
+    let (stop, theirs) = UnixStream::pair().unwrap();
+    let w = {
+        let a = a.clone();
+        std::thread::spawn(move || a.wait_for_loss(std::os::fd::AsFd::as_fd(&theirs)))
+    };
+    // Requests and replies while the watch waits: none of them is a loss.
+    for _ in 0..300 {
+        a.query().unwrap();
+    }
+    drop(stop);
+    assert_eq!(w.join().unwrap(), Loss::Stopped);
+    let (_keep, theirs) = UnixStream::pair().unwrap();
+    let w = {
+        let a = a.clone();
+        std::thread::spawn(move || a.wait_for_loss(std::os::fd::AsFd::as_fd(&theirs)))
+    };
+    drop(r);
+    match w.join().unwrap() {
+        Loss::Revoked(m) => assert!(m.contains("revoked"), "{m}"),
+        l => panic!("{l:?}"),
+    }
+}
+
+/// A broker that dies without a word (here: a listener that answers Hello and closes) is a
+/// death, not a revocation: what the client holds is still its own.
+#[test]
+fn a_broker_that_dies_is_a_loss_to_rejoin_from() {
+    let dir = std::env::temp_dir().join(format!("nv-broker-dies-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket = dir.join("broker.sock");
+    let l = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    let fake = std::thread::spawn(move || {
+        let (s, _) = l.accept().unwrap();
+        let _ = broker::wire::recv(&s).unwrap();
+        broker::wire::send(&s, &Reply::Hello { broker_pid: 4242 }.encode(), &[]).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+    });
+    let c = Connect { socket: socket.clone(), ..Connect::new(Role::Runtime) };
+    let s = Session::connect(&c).unwrap();
+    assert_eq!(s.broker_pid(), 4242);
+    let (_keep, theirs) = UnixStream::pair().unwrap();
+    assert_eq!(s.wait_for_loss(std::os::fd::AsFd::as_fd(&theirs)), Loss::Died);
+    fake.join().unwrap();
+    // Nobody listens any more: reconnecting fails and leaves the session as it was.
+    drop(std::fs::remove_file(&socket));
+    assert!(s.reconnect().is_err());
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The device's one firmware mailbox through the broker: a client resets only NCs it leases

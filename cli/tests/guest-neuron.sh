@@ -171,16 +171,18 @@ for k in 1 2 3 4 5; do
 done
 echo "VFIO-BENCH shared-exec {\"mean_ns_through_broker_vs_alone\":[$pairs]}"
 
-# The broker dies while a client holds the device: the client runs on (it executes after the
-# broker is gone, exact); a new broker refuses the device while that client holds it (the
-# kernel lets one opener bind a device cdev), and serves it once the client has exited.
+# The broker dies while a client holds the device: the client runs on; a new broker adopts
+# the device from it (the client re-registers its window, core and memory and hands over the
+# device's descriptors: the kernel lets one opener bind a device cdev, and the client holds
+# it), lists it, refuses its core to others, serves the free one, and takes its core back
+# when it exits.
 export NEURON_VFIO_BROKER_SOCKET=/tmp/nv-broker/broker.sock
 wait_broker() { i=0; while ! $N ls >/dev/null 2>&1 || [ ! -S "$NEURON_VFIO_BROKER_SOCKET" ]; do
     [ $i -lt 300 ] || break; sleep 0.1; i=$((i + 1)); done; }
 $N broker --foreground --persist >/tmp/broker1.log 2>&1 &
 b1=$!
 wait_broker
-rm -rf /tmp/s5 /tmp/s6 /tmp/go5; mkfifo /tmp/go5
+rm -rf /tmp/s5 /tmp/s6 /tmp/s7 /tmp/go5; mkfifo /tmp/go5
 NEURON_RT_VISIBLE_CORES=0 $N $D run $E/allreduce_1nc.neff --input input=$IN --output-dir /tmp/s5 \
     --pause-before-exec </tmp/go5 >/tmp/s5.out 2>/tmp/s5.err &
 pc=$!
@@ -188,20 +190,30 @@ exec 4>/tmp/go5
 i=0
 while ! grep -q "run: loaded" /tmp/s5.err && kill -0 $pc 2>/dev/null && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
 kill -9 $b1; wait $b1 2>/dev/null
+t_kill=$(date +%s%N)
 $N broker --foreground --persist >/tmp/broker2.log 2>&1 &
 b2=$!
-i=0
-while [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); grep -q "broker listening" /tmp/broker2.log && break; [ -S "$NEURON_VFIO_BROKER_SOCKET" ] && [ $i -gt 10 ] && break; done
-out=$(NEURON_RT_VISIBLE_CORES=1 $N $D run $E/allreduce_1nc.neff --input input=$IN 2>&1); held_rc=$?
+i=0 seen=1
+while [ $i -lt 300 ]; do
+    if $N --json ls 2>/dev/null | grep -q "\"pid\": *$pc"; then seen=0; break; fi
+    sleep 0.1; i=$((i + 1))
+done
+adopt_ms=$(( ($(date +%s%N) - t_kill) / 1000000 ))
+check shared.broker_restart_adopted "$seen" "the new broker lists the running client $pc ${adopt_ms} ms after the old one died; $($N ls 2>&1 | oneline)"
+echo "VFIO-BENCH shared-adopt {\"broker_killed_to_client_listed_ms\":$adopt_ms}"
+out=$(NEURON_RT_VISIBLE_CORES=0 $N $D run $E/allreduce_1nc.neff --input input=$IN 2>&1); held_rc=$?
+echo "$out" | grep -q "not available" && echo "$out" | grep -q "pid $pc" && [ "$held_rc" != 0 ] && hrc=0 || hrc=1
+check shared.broker_restart_held "$hrc" "its core asked for under the new broker: rc $held_rc $(echo "$out" | tail -n 1 | oneline)"
+out=$(NEURON_RT_VISIBLE_CORES=1 $N $D run $E/allreduce_1nc.neff --input input=$IN --output-dir /tmp/s7 2>&1); rc=$?
+cmp -s /tmp/s7/output.bin "$IN" || rc=1
+check shared.broker_restart_free_core "$rc" "the free core under the new broker: $(echo "$out" | tail -n 1 | oneline)"
 echo >&4; exec 4>&-
 wait $pc; crc=$?
 cmp -s /tmp/s5/output.bin "$IN" || crc=1
-echo "$out" | grep -q "still held" && [ "$held_rc" != 0 ] && hrc=0 || hrc=1
-rc=$((crc + hrc))
-check shared.broker_restart_held "$rc" "client after the broker died: rc $crc; new broker while it held the device: rc $held_rc $(echo "$out" | tail -n 1 | oneline)"
+check shared.broker_restart_client_exact "$crc" "the client that outlived its broker: $(tail -n 2 /tmp/s5.out | oneline) $(grep -i "broker" /tmp/s5.err | tail -n 2 | oneline)"
 out=$(NEURON_RT_VISIBLE_CORES=0 $N $D run $E/allreduce_1nc.neff --input input=$IN --output-dir /tmp/s6 2>&1); rc=$?
 cmp -s /tmp/s6/output.bin "$IN" || rc=1
-check shared.broker_restart_serves "$rc" "$(echo "$out" | tail -n 2 | oneline)"
+check shared.broker_restart_serves "$rc" "its core after it exited: $(echo "$out" | tail -n 2 | oneline)"
 kill $b2 2>/dev/null; wait $b2 2>/dev/null
 unset NEURON_VFIO_BROKER_SOCKET
 

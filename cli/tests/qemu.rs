@@ -143,7 +143,10 @@ const NEURON_CHECKS: &[&str] = &[
     "neuron.shared.held_core_refused",
     "neuron.shared.killed_core_taken",
     "neuron.shared.syscalls_per_execute",
+    "neuron.shared.broker_restart_adopted",
     "neuron.shared.broker_restart_held",
+    "neuron.shared.broker_restart_free_core",
+    "neuron.shared.broker_restart_client_exact",
     "neuron.shared.broker_restart_serves",
 ];
 

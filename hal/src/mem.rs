@@ -277,6 +277,42 @@ impl Buddy {
         Some(self.base + off)
     }
 
+    /// Take exactly the block `[addr, addr + size)` (`size` a power of two of at least the
+    /// granule, `addr` aligned to it), if all of it is free: split the free block holding it
+    /// down to that size. `None` when any part of it is allocated or outside the channel.
+    fn alloc_at(&mut self, addr: u64, size: u64) -> Option<u64> {
+        if !size.is_power_of_two() || size < 1 << self.min_order {
+            return None;
+        }
+        let off = addr.checked_sub(self.base)?;
+        let order = size.trailing_zeros();
+        if !off.is_multiple_of(size) || off.checked_add(size)? > self.capacity {
+            return None;
+        }
+        // The free block containing it: at most one order holds an ancestor of the block.
+        let (from, start) = (order as usize..self.free.len()).find_map(|o| {
+            let start = off & !((1u64 << o) - 1);
+            self.free[o].contains(&start).then_some((o, start))
+        })?;
+        self.free[from].remove(&start);
+        let (mut o, mut cur) = (from, start);
+        while o > order as usize {
+            o -= 1;
+            // Keep the half holding the block, free the other.
+            let (lo, hi) = (cur, cur + (1 << o));
+            if off >= hi {
+                self.free[o].insert(lo);
+                cur = hi;
+            } else {
+                self.free[o].insert(hi);
+                cur = lo;
+            }
+        }
+        self.live.insert(off, order);
+        self.used += size;
+        Some(self.base + off)
+    }
+
     fn free(&mut self, addr: u64) -> Option<u64> {
         let mut off = addr.checked_sub(self.base)?;
         let mut order = self.live.remove(&off)?;
@@ -403,6 +439,19 @@ impl DevAllocator {
         Ok(DevBuf { alloc: self.clone(), chan, addr, len })
     }
 
+    /// Take exactly `[addr, addr + len)` on channel `chan` (`len` a power of two, `addr`
+    /// aligned to it): memory granted before this allocator existed — a restarted broker
+    /// re-registering what its predecessor granted to processes that still use it. Memory any
+    /// part of which is already taken, or outside the channel, is [`HalError::DeviceRange`].
+    pub fn reserve(self: &Arc<Self>, chan: usize, addr: u64, len: u64) -> Result<DevBuf> {
+        let c = self.chans.get(chan).ok_or(HalError::DeviceRange { addr, len })?;
+        let mut b = c.lock().unwrap_or_else(|e| e.into_inner());
+        let at = b.alloc_at(addr, len).ok_or(HalError::DeviceRange { addr, len })?;
+        drop(b);
+        self.platform.account_device_memory(len as i64);
+        Ok(DevBuf { alloc: self.clone(), chan, addr: at, len })
+    }
+
     /// Number of channels.
     pub fn channels(&self) -> usize {
         self.chans.len()
@@ -460,6 +509,26 @@ mod tests {
     }
 
     #[test]
+    fn a_block_is_reserved_where_it_is_asked_for() {
+        let mut b = Buddy::new(0x100_0000, 1 << 20, 12);
+        assert_eq!(b.alloc_at(0x100_0000 + (3 << 16), 1 << 16), Some(0x100_0000 + (3 << 16)));
+        assert_eq!(b.used, 1 << 16);
+        assert_eq!(b.alloc_at(0x100_0000 + (3 << 16), 1 << 12), None, "inside a taken block");
+        assert_eq!(b.alloc_at(0x100_0000, 1 << 20), None, "overlaps a taken block");
+        assert_eq!(b.alloc_at(0x100_0000 + 4096, 1 << 16), None, "misaligned");
+        assert_eq!(b.alloc_at(0x100_0000, 3 << 12), None, "not a power of two");
+        assert_eq!(b.alloc_at(0x100_0000 + (1 << 20), 1 << 12), None, "outside");
+        assert_eq!(b.alloc_at(0xff_f000, 1 << 12), None, "below the base");
+        // The rest stays allocatable: fifteen 64 KiB blocks.
+        for _ in 0..15 {
+            assert!(b.alloc(1 << 16, 1 << 16).is_some());
+        }
+        assert_eq!(b.alloc(1 << 12, 1), None);
+        b.free(0x100_0000 + (3 << 16)).unwrap();
+        assert_eq!(b.alloc(1 << 16, 1), Some(0x100_0000 + (3 << 16)));
+    }
+
+    #[test]
     fn non_power_of_two_capacity() {
         let b = Buddy::new(0, 24 << 30, 12);
         assert_eq!(b.capacity, 24 << 30);
@@ -481,6 +550,46 @@ mod tests {
                         prop_assert!(a + size <= x || x + l <= a, "overlap");
                     }
                     live.push((a, size));
+                }
+            }
+            for (a, _) in live { b.free(a); }
+            prop_assert_eq!(b.used, 0);
+            prop_assert_eq!(b.largest_free(), 4 << 20);
+        }
+
+        /// A block asked for at an address is given exactly when no live block overlaps it,
+        /// and never overlaps one; what is freed coalesces back to one block.
+        #[test]
+        fn reserved_blocks_never_overlap(ops in proptest::collection::vec((0u64..1024, 12u32..18, 0u8..3), 1..200)) {
+            let base = 0x1000_0000;
+            let mut b = Buddy::new(base, 4 << 20, 12);
+            let mut live: Vec<(u64, u64)> = vec![];
+            for (at, order, op) in ops {
+                let size = 1u64 << order;
+                match op {
+                    0 if !live.is_empty() => {
+                        let (a, _) = live.remove(at as usize % live.len());
+                        prop_assert!(b.free(a).is_some());
+                    }
+                    1 => {
+                        if let Some(a) = b.alloc(size, 1) {
+                            live.push((a, size));
+                        }
+                    }
+                    _ => {
+                        let a = base + (at << 12) / size * size;
+                        let free = a + size <= base + (4 << 20) && live.iter().all(|&(x, l)| a + size <= x || x + l <= a);
+                        let got = b.alloc_at(a, size);
+                        prop_assert_eq!(got.is_some(), free, "at {:#x} size {:#x}", a, size);
+                        if got.is_some() {
+                            live.push((a, size));
+                        }
+                    }
+                }
+                for (i, &(x, l)) in live.iter().enumerate() {
+                    for &(y, m) in &live[i + 1..] {
+                        prop_assert!(x + l <= y || y + m <= x, "overlap");
+                    }
                 }
             }
             for (a, _) in live { b.free(a); }

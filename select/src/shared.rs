@@ -8,11 +8,15 @@
 //! [`crate::Opened`]); dropping it gives everything back.
 
 use std::ops::Range;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
-use broker::client::{Connect, Session};
-use broker::protocol::{DeviceSpec, ErrorCode, Role, Want};
+use broker::client::{Connect, Loss, Rejoin, Session};
+use broker::protocol::{DeviceSpec, ErrorCode, Grant, Handoff, Role, Want};
 use csr_maps::Arch;
 use platform::Platform;
 
@@ -47,14 +51,33 @@ pub struct LeasedDevice {
     pub iova: Range<u64>,
 }
 
+/// What this process holds on one device, as a later broker is told it ([`Session::rejoin`]).
+#[derive(Clone)]
+struct Held {
+    spec: DeviceSpec,
+    rejoin: Rejoin,
+    /// A VFIO device: its descriptors go to a broker that does not have it open.
+    vfio: Option<Arc<vfio::VfioPlatform>>,
+    /// The device's number at the current broker.
+    number: Arc<AtomicU32>,
+}
+
 /// This process's session with the broker and what it leased. Dropped: every lease and grant
 /// is given back (the broker resets the cores) and the devices detached.
+///
+/// While it lives, a thread watches the broker: when the broker dies (the device does not: a
+/// VFIO device is held by this process too, a shared simulated device lives in a host process
+/// of its own), it connects to the next broker — starting one when this lease was allowed to —
+/// and re-registers what it holds ([`Session::rejoin`]); the cores keep running meanwhile. A
+/// broker that stopped and revoked its leases is not rejoined.
 pub struct SharedLease {
     session: Arc<Session>,
     /// The process that leased (a forked child inherits the object but not the lease).
     pid: u32,
     pub arch: &'static Arch,
     pub devices: Vec<LeasedDevice>,
+    held: Arc<Vec<Held>>,
+    watcher: Option<(UnixStream, JoinHandle<()>)>,
 }
 
 impl std::fmt::Debug for SharedLease {
@@ -76,7 +99,30 @@ impl SharedLease {
 
     /// The firmware mailbox of leased device `d`, through the broker.
     pub fn firmware(&self, d: &LeasedDevice) -> Arc<dyn hal::FirmwareGate> {
-        Arc::new(broker::client::BrokerFirmware { session: self.session.clone(), device: d.broker_device })
+        let k = self.devices.iter().position(|x| x.index == d.index);
+        let device = match k.and_then(|k| self.held.get(k)) {
+            Some(h) => h.number.clone(),
+            None => Arc::new(AtomicU32::new(d.broker_device)),
+        };
+        Arc::new(broker::client::BrokerFirmware { session: self.session.clone(), device })
+    }
+
+    /// Start the thread that re-registers this lease with a later broker (see the type).
+    fn watch(&mut self) {
+        let Ok((stop, theirs)) = UnixStream::pair() else {
+            tracing::warn!("no broker watch: a restarted broker will not know this process's cores");
+            return;
+        };
+        let (session, held) = (self.session.clone(), self.held.clone());
+        match std::thread::Builder::new().name("broker-watch".into()).spawn(move || watch(&session, &held, &theirs)) {
+            Ok(t) => self.watcher = Some((stop, t)),
+            Err(e) => tracing::warn!(%e, "no broker watch: a restarted broker will not know this process's cores"),
+        }
+    }
+
+    /// The broker's current numbers of the leased devices, in order.
+    fn numbers(&self) -> Vec<u32> {
+        self.held.iter().map(|h| h.number.load(Ordering::Relaxed)).collect()
     }
 
     /// The leased cores as the runtime numbers them (its devices are the leased ones, in
@@ -93,13 +139,126 @@ impl Drop for SharedLease {
         if std::process::id() != self.pid {
             return;
         }
-        for d in &self.devices {
-            if let Err(e) = self.session.detach(d.broker_device) {
-                tracing::warn!(device = d.broker_device, %e, "detaching a shared device failed");
+        if let Some((stop, t)) = self.watcher.take() {
+            drop(stop);
+            let _ = t.join();
+        }
+        for device in self.numbers() {
+            if let Err(e) = self.session.detach(device) {
+                tracing::warn!(device, %e, "detaching a shared device failed");
             }
         }
     }
 }
+
+/// The watch of [`SharedLease`]: until `stop` is readable (its other end dropped), wait for
+/// the broker to go; when it died, re-register with the next one.
+fn watch(session: &Session, held: &[Held], stop: &UnixStream) {
+    loop {
+        match session.wait_for_loss(stop.as_fd()) {
+            Loss::Stopped => return,
+            Loss::Revoked(why) => {
+                tracing::error!("{why}: this process's shared cores are no longer its own");
+                return;
+            }
+            Loss::Died => {
+                tracing::warn!(pid = session.broker_pid(), "the broker died: re-registering with the next one");
+                if !rejoin_all(session, held, stop) {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Whether `stop` becomes readable within `wait`.
+fn stopped(stop: &UnixStream, wait: Duration) -> bool {
+    use std::io::Read;
+    if stop.set_read_timeout(Some(wait.max(Duration::from_millis(1)))).is_err() {
+        return true;
+    }
+    // Nothing is ever written to it: the end of file (or any byte) is the stop.
+    let mut b = [0u8; 1];
+    let r = (&mut &*stop).read(&mut b);
+    match r {
+        Err(e) => !matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut | std::io::ErrorKind::Interrupted
+        ),
+        Ok(n) => n <= b.len(),
+    }
+}
+
+/// Connect to the next broker (retrying until one answers or `stop`) and re-register every
+/// device held. False when stopped first.
+fn rejoin_all(session: &Session, held: &[Held], stop: &UnixStream) -> bool {
+    let mut wait = Duration::from_millis(20);
+    let mut said = false;
+    loop {
+        match session.reconnect() {
+            Ok(()) => break,
+            Err(e) => {
+                if !said {
+                    tracing::info!(%e, "waiting for a broker");
+                    said = true;
+                }
+                if stopped(stop, wait) {
+                    return false;
+                }
+                wait = (wait * 2).min(Duration::from_millis(200));
+            }
+        }
+    }
+    for h in held {
+        let (handoff, fds) = match &h.vfio {
+            Some(p) => match p.device().share() {
+                Ok(f) => handoff_of(f),
+                Err(e) => {
+                    tracing::warn!(%e, "the device's descriptors cannot be handed over");
+                    (Handoff::None, Vec::new())
+                }
+            },
+            None => (Handoff::None, Vec::new()),
+        };
+        let borrowed: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
+        match session.rejoin(h.spec.clone(), &h.rejoin, handoff, &borrowed) {
+            Ok(n) => {
+                h.number.store(n, Ordering::Relaxed);
+                tracing::info!(device = n, broker = session.broker_pid(), "re-registered with the new broker");
+            }
+            Err(e) => tracing::error!(
+                %e,
+                "the new broker did not take this process's cores back: it may lease them to another process"
+            ),
+        }
+    }
+    true
+}
+
+/// A device's descriptors as a [`broker::protocol::Request::Rejoin`] carries them.
+fn handoff_of(f: vfio::shared::DeviceFds) -> (Handoff, Vec<OwnedFd>) {
+    match f.iommu {
+        vfio::shared::IommuFds::Iommufd { iommufd, ioas } => (Handoff::Iommufd { ioas }, vec![f.device, iommufd]),
+        vfio::shared::IommuFds::NoIommu { container, group } => (Handoff::NoIommu, vec![f.device, container, group]),
+    }
+}
+
+/// `f` again while the broker answers [`ErrorCode::Adopting`] (a broker that just found its
+/// devices live waits for their clients to re-register; bounded).
+fn patient<T>(mut f: impl FnMut() -> Result<T, broker::ClientError>) -> Result<T, broker::ClientError> {
+    let start = Instant::now();
+    loop {
+        match f() {
+            Err(e) if e.code() == Some(ErrorCode::Adopting) && start.elapsed() < ADOPT_WAIT => {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            r => return r,
+        }
+    }
+}
+
+/// Longest [`patient`] waits.
+const ADOPT_WAIT: Duration = Duration::from_secs(30);
 
 /// Device memory granted for `count` leased NCs on one HBM channel of `arch`: their share of
 /// the channel's usable memory, rounded down to a power of two (the broker grants naturally
@@ -175,7 +334,14 @@ fn open_set(
     reserve: &Reserve,
 ) -> Result<(Vec<Arc<dyn Platform>>, SharedLease), SelectError> {
     let n = specs.len();
-    let mut lease = SharedLease { session: Arc::new(session), pid: std::process::id(), arch, devices: Vec::new() };
+    let mut lease = SharedLease {
+        session: Arc::new(session),
+        pid: std::process::id(),
+        arch,
+        devices: Vec::new(),
+        held: Arc::new(Vec::new()),
+        watcher: None,
+    };
     let per = arch.counts.ncs as usize;
     let mut platforms = Vec::new();
     // Which devices to lease on, and what.
@@ -204,9 +370,12 @@ fn open_set(
         let mut last = None;
         for k in candidates {
             match lease_one(&lease.session, arch, k, &specs[k], want) {
-                Ok((p, d)) => {
+                Ok((p, d, h)) => {
                     platforms.push(p);
                     lease.devices.push(d);
+                    let mut held = Vec::clone(&lease.held);
+                    held.push(h);
+                    lease.held = Arc::new(held);
                     last = None;
                     break;
                 }
@@ -217,6 +386,7 @@ fn open_set(
             return Err(e);
         }
     }
+    lease.watch();
     Ok((platforms, lease))
 }
 
@@ -229,13 +399,17 @@ fn set_name(specs: &[DeviceSpec]) -> String {
     }
 }
 
-/// The data path of a leased device: the platform this process drives its NCs through.
+/// A leased device's platform and, for a VFIO device, the same as such.
+type DataPath = (Arc<dyn Platform>, Option<Arc<vfio::VfioPlatform>>);
+
+/// The data path of a leased device: the platform this process drives its NCs through (and,
+/// for a VFIO device, the same as such: its descriptors go to a later broker).
 fn data_path(
     spec: &DeviceSpec,
     fd: std::os::fd::OwnedFd,
     iova: &Range<u64>,
     ncs: &Range<usize>,
-) -> Result<Arc<dyn Platform>, SelectError> {
+) -> Result<DataPath, SelectError> {
     let stream = UnixStream::from(fd);
     match spec {
         DeviceSpec::Sim { arch, index } => {
@@ -248,15 +422,15 @@ fn data_path(
             };
             let p = vfio::user::VfioUserPlatform::from_stream(stream, opts)
                 .map_err(|e| SelectError::SharedCores(format!("data path to sim:shared:{arch}:{index}: {e}")))?;
-            Ok(Arc::new(p))
+            Ok((Arc::new(p), None))
         }
         DeviceSpec::Pci(bdf) => {
             let bad = |e: vfio::Error| SelectError::SharedCores(format!("data path to {bdf}: {e}"));
             let fds = vfio::shared::recv_device(&stream).map_err(bad)?;
             let window = vfio::IovaRange::with_len(iova.start, iova.end.saturating_sub(iova.start))
                 .ok_or_else(|| SelectError::SharedCores(format!("{bdf}: the broker gave an empty IOVA window")))?;
-            let p = vfio::VfioPlatform::from_fds(fds, window).map_err(bad)?;
-            Ok(Arc::new(p))
+            let p = Arc::new(vfio::VfioPlatform::from_fds(fds, window).map_err(bad)?);
+            Ok((p.clone(), Some(p)))
         }
     }
 }
@@ -268,8 +442,8 @@ fn lease_one(
     k: usize,
     spec: &DeviceSpec,
     want: Want,
-) -> Result<(Arc<dyn Platform>, LeasedDevice), SelectError> {
-    let a = s.attach(spec.clone()).map_err(broker_err)?;
+) -> Result<(Arc<dyn Platform>, LeasedDevice, Held), SelectError> {
+    let a = patient(|| s.attach(spec.clone())).map_err(broker_err)?;
     let undo = |e: SelectError| {
         let _ = s.detach(a.device);
         e
@@ -282,7 +456,7 @@ fn lease_one(
             arch.name
         ))));
     }
-    let l = s.lease(a.device, want).map_err(broker_err).map_err(undo)?;
+    let l = patient(|| s.lease(a.device, want)).map_err(broker_err).map_err(undo)?;
     let ncs = l.first as usize..(l.first + l.count) as usize;
     let Some(fd) = l.data_path else {
         return Err(undo(broker_err(broker::ClientError::Refused {
@@ -291,7 +465,8 @@ fn lease_one(
             message: "the broker sent no data path".into(),
         })));
     };
-    let p = data_path(spec, fd, &a.iova, &ncs).map_err(undo)?;
+    let path = l.path;
+    let (p, vfio) = data_path(spec, fd, &a.iova, &ncs).map_err(undo)?;
     let mut chans: Vec<(usize, usize)> = Vec::new();
     for nc in ncs.clone() {
         let ch = chan_of(arch, nc);
@@ -306,8 +481,20 @@ fn lease_one(
         hbm.push((ch, g.addr, g.len));
     }
     let name = p.identity().location;
+    let held = Held {
+        spec: spec.clone(),
+        rejoin: Rejoin {
+            iova_start: a.iova.start,
+            first: ncs.start as u32,
+            count: ncs.len() as u32,
+            path,
+            grants: hbm.iter().map(|&(chan, addr, len)| Grant { chan: chan as u32, addr, len }).collect(),
+        },
+        vfio,
+        number: Arc::new(AtomicU32::new(a.device)),
+    };
     let d = LeasedDevice { name, index: k, broker_device: a.device, ncs, hbm, iova: a.iova };
-    Ok((p, d))
+    Ok((p, d, held))
 }
 
 /// Whether a broker error is "the cores are taken" (libnrt's refusal at `nrt_init`).

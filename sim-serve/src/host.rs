@@ -126,6 +126,8 @@ impl Host {
             Err(e) => return Err(err(e)),
         };
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(err)?;
+        // Polled before each accept: a client gone in between must not block the exit policy.
+        listener.set_nonblocking(true).map_err(err)?;
         let m = std::fs::symlink_metadata(path).map_err(err)?;
         Ok(Host { cfg: cfg.clone(), sim, listener, file_id: (m.dev(), m.ino()) })
     }
@@ -145,9 +147,8 @@ impl Host {
             uid: nix::unistd::geteuid().as_raw(),
             st: Mutex::new(State::default()),
         });
-        let r = self.accept_loop(&shared);
-        self.remove_socket();
-        r
+        // The socket file goes when `self` does (Drop).
+        self.accept_loop(&shared)
     }
 
     fn accept_loop(&self, shared: &Arc<Shared>) -> Result<(), ServeError> {
@@ -178,11 +179,21 @@ impl Host {
             }
             let stream = match self.listener.accept() {
                 Ok((s, _)) => s,
+                // The client went away between poll and accept.
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
                 Err(e) => {
+                    // Out of descriptors, say: not a reason to stop serving the live
+                    // connections, but no reason to spin either.
                     tracing::warn!(%e, "sim host: accept failed");
+                    std::thread::sleep(Duration::from_millis(TICK_MS.into()));
                     continue;
                 }
             };
+            // The listener is non-blocking; its connections are served blocking.
+            if let Err(e) = stream.set_nonblocking(false) {
+                tracing::warn!(%e, "sim host: connection dropped");
+                continue;
+            }
             // Counted here, on the thread that checks the exit policy, so no request is
             // accepted and then abandoned by an exit.
             shared.lock().pending += 1;
@@ -195,14 +206,19 @@ impl Host {
             }
         }
     }
+}
 
-    fn remove_socket(&self) {
+/// A host bound and dropped (after [`Host::run`], or never run) takes its socket file with
+/// it — only if the file is still the one it bound: a successor may have replaced it.
+impl Drop for Host {
+    fn drop(&mut self) {
         let p = &self.cfg.socket;
         match std::fs::symlink_metadata(p) {
             Ok(m) if (m.dev(), m.ino()) == self.file_id => {
                 let _ = std::fs::remove_file(p);
             }
-            _ => tracing::info!("{} is no longer this host's socket: left in place", p.display()),
+            Ok(_) => tracing::info!("{} is no longer this host's socket: left in place", p.display()),
+            Err(_) => {}
         }
     }
 }

@@ -263,6 +263,12 @@ fn a_stale_socket_is_replaced_and_a_live_host_is_refused() {
     assert!(host::stats(&cfg.socket).is_ok());
     drop(host::connect(&cfg.socket, &ConnOptions { iova_window: window(0), ncs: 0..1 }).unwrap());
     exited(h, &cfg.socket);
+    // A host bound and never run takes its socket with it too.
+    let h = Host::bind(&cfg).unwrap();
+    assert!(cfg.socket.exists());
+    drop(h);
+    assert!(!cfg.socket.exists());
+    let _ = std::fs::remove_dir_all(cfg.socket.parent().unwrap());
 }
 
 #[test]

@@ -26,6 +26,8 @@ mod cmd_nq;
 mod cmd_run;
 #[cfg(feature = "sim")]
 mod cmd_serve;
+#[cfg(feature = "sim")]
+mod cmd_sim_host;
 mod device;
 mod follow;
 pub mod procs;
@@ -129,6 +131,11 @@ enum Cmd {
     /// Started on demand by the first client; exits when idle.
     #[cfg(feature = "sim")]
     Broker(cmd_broker::BrokerArgs),
+    /// A shared simulated device in a process of its own (the device host the broker starts,
+    /// so the device outlives the broker); internal.
+    #[cfg(feature = "sim")]
+    #[command(hide = true)]
+    SimHost(cmd_sim_host::SimHostArgs),
 }
 
 #[derive(Subcommand)]
@@ -208,6 +215,8 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Cmd::SimServe(a) => cmd_serve::run(a),
         #[cfg(feature = "sim")]
         Cmd::Broker(a) => cmd_broker::run(a),
+        #[cfg(feature = "sim")]
+        Cmd::SimHost(a) => cmd_sim_host::run(a),
         Cmd::Bench(BenchCmd::NeffLoad(a)) => cmd_neff::bench_neff_load(a, json),
         Cmd::Bench(BenchCmd::LargeVar(a)) => cmd_neff::bench_large_var(a, json),
         Cmd::Bench(BenchCmd::Exec(a)) => cmd_bench::exec_bench(a, json),
@@ -232,6 +241,7 @@ const DEVICELESS: &[&[&str]] = &[
     &["monitor"],
     &["sim-serve"],
     &["broker"],
+    &["sim-host"],
 ];
 
 /// The command line definition, with the device options hidden from the help of the

@@ -26,9 +26,11 @@
 //!
 //! One device can also be served to many clients at once ([`shared`]: each connection
 //! bounded to its IOVA window and its NCs' vectors, cleaned up when it ends) — how the
-//! processes sharing a simulated device reach it.
+//! processes sharing a simulated device reach it — and hosted in a process of its own
+//! ([`host`]: `neuron-vfio sim-host`) so that it outlives the broker that started it.
 
 pub mod config;
+pub mod host;
 pub mod shared;
 
 pub use shared::{serve_connection, ConnOptions, ConnSummary};
@@ -75,6 +77,12 @@ pub enum ServeError {
     Control { path: PathBuf, source: std::io::Error },
     #[error("BAR4 window {0:#x}: must be a power of two of at least 4 KiB")]
     Bar4Window(u64),
+    /// The device host's socket ([`host::Host`]).
+    #[error("sim host socket {path}: {source}")]
+    HostSocket { path: PathBuf, source: std::io::Error },
+    /// A live device host already answers on the socket.
+    #[error("a sim host already listens on {0}")]
+    HostRunning(PathBuf),
 }
 
 /// What to serve.

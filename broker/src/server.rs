@@ -35,6 +35,11 @@ pub struct BrokerConfig {
     pub idle_exit: Option<Duration>,
     /// HBM per stack of the simulated devices (`None`: the arch's).
     pub sim_hbm_bytes: Option<u64>,
+    /// The `neuron-vfio` executable that hosts each simulated device in a process of its own
+    /// (`sim-host`, socket beside the broker's), so that the device — and every client's data
+    /// path to it — outlives the broker, as a real device does. `None`: the devices live in
+    /// this process and die with it (tests, embedding).
+    pub sim_host: Option<PathBuf>,
     /// Longest a client may take to send the rest of a frame it started.
     pub frame_timeout: Duration,
     /// How long a device this broker found live (its previous broker's clients still use it)
@@ -49,6 +54,7 @@ impl BrokerConfig {
             socket: socket.into(),
             idle_exit: Some(Duration::from_secs(2)),
             sim_hbm_bytes: None,
+            sim_host: None,
             frame_timeout: Duration::from_secs(10),
             adopt_grace: Duration::from_secs(2),
         }
@@ -85,6 +91,8 @@ struct DataPath {
     /// The broker's end of the connection (none for a path re-registered after a restart).
     shut: Option<UnixStream>,
     thread: Option<JoinHandle<()>>,
+    /// A hosted simulated device: its host's socket and the connection's id there.
+    host: Option<(PathBuf, u64)>,
     window: Option<(Arc<vfio::VfioPlatform>, std::ops::Range<u64>)>,
 }
 
@@ -97,6 +105,12 @@ impl DataPath {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+        if let Some((socket, id)) = self.host.take() {
+            // Returns once the host has unmapped everything the connection mapped.
+            if let Err(e) = sim_serve::host::end(&socket, id) {
+                tracing::warn!(%e, id, "ending a client's connection to its device host");
+            }
+        }
         if let Some((p, w)) = self.window.take() {
             // One unmap of the whole window takes every mapping inside it; a window with none
             // left (the client unmapped its own) is not an error worth more than a note.
@@ -108,7 +122,11 @@ impl DataPath {
 }
 
 enum Backend {
+    /// A simulated device in this process.
     Sim(sim::SimDevice),
+    /// A simulated device in a host process of its own (`sim-host`, at `socket`): the broker's
+    /// handle and every client reach it through a vfio-user connection of their own.
+    Hosted { socket: PathBuf },
     /// A PCI function the broker opened through VFIO (iommufd, or no-IOMMU mode): clients get
     /// its descriptors and drive their NCs through their own BAR mappings.
     Vfio(Arc<vfio::VfioPlatform>),
@@ -179,6 +197,13 @@ impl Device {
                 let st = s.stats();
                 (st.iommu_mappings, st.collectives)
             }
+            Backend::Hosted { socket } => match sim_serve::host::stats(socket) {
+                Ok(st) => (st.iommu_mappings, st.collectives),
+                Err(e) => {
+                    tracing::debug!(%e, "the device host's statistics");
+                    (0, 0)
+                }
+            },
             // The kernel's IOMMU tables are not listed to userspace (docs/sharing.md).
             Backend::Vfio(_) => (0, 0),
         }
@@ -597,7 +622,7 @@ fn query(st: &State) -> Vec<DeviceInfo> {
 }
 
 /// Open (or find) the device `spec` names.
-fn device_for(shared: &Shared, st: &mut State, spec: &DeviceSpec) -> Result<usize, Reply> {
+fn device_for(shared: &Arc<Shared>, st: &mut State, spec: &DeviceSpec) -> Result<usize, Reply> {
     if let Some(i) = st.devices.iter().position(|d| &d.spec == spec) {
         return Ok(i);
     }
@@ -611,17 +636,16 @@ fn device_for(shared: &Shared, st: &mut State, spec: &DeviceSpec) -> Result<usiz
                     format!("sim:shared:{} has 16 devices at most", arch.name),
                 ));
             }
+            if let Some(exe) = &shared.cfg.sim_host {
+                return open_hosted(shared, st, spec, arch, *index, Some(exe));
+            }
             let mut cfg = sim::SimConfig::new(arch);
             if let Some(b) = shared.cfg.sim_hbm_bytes {
                 cfg = cfg.hbm_bytes(b);
             }
             let s = sim::SimDevice::new(cfg).map_err(|e| error(ErrorCode::Device, 0, e.to_string()))?;
-            let opts = hal::DeviceOptions {
-                poll: hal::PollTiming::fast(),
-                hbm_limit: shared.cfg.sim_hbm_bytes,
-                ..Default::default()
-            };
-            let dev = bring_up(Arc::new(s.clone()), opts).map_err(|e| error(ErrorCode::Device, 0, e.to_string()))?;
+            let dev = bring_up(Arc::new(s.clone()), sim_options(&shared.cfg))
+                .map_err(|e| error(ErrorCode::Device, 0, e.to_string()))?;
             let index = st.devices.len() as u32;
             let name = format!("sim:shared:{}#{index}", arch.name);
             st.devices.push(Device::new(index, name, spec.clone(), arch, Backend::Sim(s), dev));
@@ -656,6 +680,91 @@ fn device_for(shared: &Shared, st: &mut State, spec: &DeviceSpec) -> Result<usiz
             Ok(index as usize)
         }
     }
+}
+
+/// The broker's driver options for a simulated device.
+fn sim_options(cfg: &BrokerConfig) -> hal::DeviceOptions {
+    hal::DeviceOptions { poll: hal::PollTiming::fast(), hbm_limit: cfg.sim_hbm_bytes, ..Default::default() }
+}
+
+/// The socket of the host of simulated device `index` of `arch`: beside the broker's.
+pub fn host_socket(broker_socket: &Path, arch: &Arch, index: u32) -> PathBuf {
+    let dir = broker_socket.parent().unwrap_or_else(|| Path::new("."));
+    dir.join(format!("sim-{}-{index}.sock", arch.name))
+}
+
+/// Open simulated device `index` of `arch` in its host process. A host that answers is a
+/// device a previous broker served, still used by its clients: it is adopted (not brought up
+/// again; leases wait for its clients to re-register). Else, with `spawn` (the `neuron-vfio`
+/// executable), a new host is started and the device brought up; without, there is no such
+/// device.
+fn open_hosted(
+    shared: &Arc<Shared>,
+    st: &mut State,
+    spec: &DeviceSpec,
+    arch: &'static Arch,
+    index: u32,
+    spawn: Option<&PathBuf>,
+) -> Result<usize, Reply> {
+    let socket = host_socket(&shared.cfg.socket, arch, index);
+    let mut live = sim_serve::host::stats(&socket).is_ok();
+    let name = format!("sim:shared:{}:{index}", arch.name);
+    let failed = |what: &str, e: &dyn std::fmt::Display| error(ErrorCode::Device, 0, format!("{name}: {what}: {e}"));
+    if !live {
+        let Some(exe) = spawn else {
+            return Err(error(ErrorCode::NoSuchDevice, 0, format!("{name} ended with the broker that served it")));
+        };
+        let mut cfg = sim_serve::host::HostConfig::new(arch, &socket);
+        cfg.hbm_bytes = shared.cfg.sim_hbm_bytes;
+        sim_serve::host::spawn(exe, &cfg).map_err(|e| failed("starting its host", &e))?;
+    }
+    let w = broker_window(arch);
+    let opts = sim_serve::shared::ConnOptions { iova_window: w.clone(), ncs: 0..arch.counts.ncs as usize };
+    // A host found live may have lingered out since (start another, when allowed), and one
+    // whose previous broker just died may still be cleaning up that broker's connection (its
+    // window is refused until then): both pass; bounded.
+    let start = Instant::now();
+    let stream = loop {
+        match sim_serve::host::connect(&socket, &opts) {
+            Ok((_, s)) => break s,
+            Err(e) if start.elapsed() < Duration::from_secs(3) => {
+                tracing::debug!(%e, "connecting to a device host: retrying");
+                if let (sim_serve::host::HostError::Connect { .. }, Some(exe)) = (&e, spawn) {
+                    let mut cfg = sim_serve::host::HostConfig::new(arch, &socket);
+                    cfg.hbm_bytes = shared.cfg.sim_hbm_bytes;
+                    sim_serve::host::spawn(exe, &cfg).map_err(|e| failed("starting its host", &e))?;
+                    // A new host: a fresh device, brought up below.
+                    live = false;
+                } else {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+            Err(e) => return Err(failed("connecting to its host", &e)),
+        }
+    };
+    let uopts = vfio::user::UserOptions {
+        iova_window: w,
+        irq_vectors: Vec::new(),
+        modeled_writes: true,
+        location: name.clone(),
+    };
+    let p: Arc<dyn platform::Platform> = Arc::new(
+        vfio::user::VfioUserPlatform::from_stream(stream, uopts).map_err(|e| failed("its vfio-user connection", &e))?,
+    );
+    let hal = if live {
+        hal::Device::open(p, sim_options(&shared.cfg)).and_then(|d| d.prepare_reclaim().map(|()| d))
+    } else {
+        bring_up(p, sim_options(&shared.cfg))
+    }
+    .map_err(|e| failed("bringing it up", &e))?;
+    let d = st.devices.len() as u32;
+    let name = format!("sim:shared:{}#{d}", arch.name);
+    st.devices.push(Device::new(d, name, spec.clone(), arch, Backend::Hosted { socket }, hal));
+    tracing::info!(device = d, arch = arch.name, live, "simulated device opened in its host");
+    if live {
+        start_adoption(shared, st, d as usize)?;
+    }
+    Ok(d as usize)
 }
 
 /// Why the broker could not open a VFIO device.
@@ -708,7 +817,7 @@ pub fn broker_window(arch: &Arch) -> std::ops::Range<u64> {
     0..w.start
 }
 
-fn attach(shared: &Shared, st: &mut State, me: u64, spec: DeviceSpec) -> Reply {
+fn attach(shared: &Arc<Shared>, st: &mut State, me: u64, spec: DeviceSpec) -> Reply {
     let d = match device_for(shared, st, &spec) {
         Ok(d) => d,
         Err(r) => return r,
@@ -857,7 +966,10 @@ fn rejoin(
     }
     let window = iova_window(dev.arch, slot);
     let path = match &dev.backend {
-        Backend::Vfio(p) => DataPath { shut: None, thread: None, window: Some((p.clone(), window)) },
+        Backend::Vfio(p) => DataPath { shut: None, thread: None, window: Some((p.clone(), window)), host: None },
+        Backend::Hosted { socket } => {
+            DataPath { shut: None, thread: None, window: None, host: Some((socket.clone(), held.path)) }
+        }
         // A simulated device in this process was not found live: it is never adopted.
         Backend::Sim(_) => return error(ErrorCode::Device, 0, format!("{} has no data path to re-register", dev.name)),
     };
@@ -927,23 +1039,34 @@ fn adopt_device(
             (Backend::Vfio(p), hal, arch, addr.to_string())
         }
         DeviceSpec::Sim { arch, index } => {
-            return Err(error(
-                ErrorCode::NoSuchDevice,
-                0,
-                format!("sim:shared:{arch}:{index} ended with the broker that simulated it"),
-            ))
+            let name = format!("sim:shared:{arch}:{index}");
+            let arch = Arch::by_name(arch).map_err(|e| error(ErrorCode::NoSuchDevice, 0, e.to_string()))?;
+            if shared.cfg.sim_host.is_none() || *index as usize >= MAX_CLIENTS {
+                return Err(error(
+                    ErrorCode::NoSuchDevice,
+                    0,
+                    format!("{name} ended with the broker that simulated it"),
+                ));
+            }
+            return open_hosted(shared, st, spec, arch, *index, None);
         }
     };
     let index = st.devices.len() as u32;
-    let mut dev = Device::new(index, name, spec.clone(), arch, backend, hal);
-    dev.adopting = true;
-    st.devices.push(dev);
+    st.devices.push(Device::new(index, name, spec.clone(), arch, backend, hal));
+    start_adoption(shared, st, index as usize)?;
+    Ok(index as usize)
+}
+
+/// Device `d` (just opened, found live) is adopted: only re-registrations are served on it
+/// until [`BrokerConfig::adopt_grace`] has passed and [`settle`] ran.
+fn start_adoption(shared: &Arc<Shared>, st: &mut State, d: usize) -> Result<(), Reply> {
+    st.devices[d].adopting = true;
     tracing::info!(
-        device = index,
+        device = d,
         grace_ms = shared.cfg.adopt_grace.as_millis() as u64,
         "device adopted from a previous broker's clients"
     );
-    let (shared, d) = (shared.clone(), index as usize);
+    let shared = shared.clone();
     let spawned = std::thread::Builder::new().name("broker-settle".into()).spawn(move || {
         let until = Instant::now() + shared.cfg.adopt_grace;
         while Instant::now() < until && !shared.stop.load(Ordering::Acquire) {
@@ -956,7 +1079,7 @@ fn adopt_device(
         st.devices.pop();
         return Err(error(ErrorCode::Device, 0, format!("adopting a device: {e}")));
     }
-    Ok(d)
+    Ok(())
 }
 
 /// A VFIO device a previous broker opened, from its descriptors: this broker's handle on it,
@@ -997,7 +1120,8 @@ fn settle(shared: &Shared, d: usize) {
                 .filter(|&k| dev.slots[k].is_none())
                 .map(|k| (p.clone(), iova_window(dev.arch, k)))
                 .collect(),
-            Backend::Sim(_) => Vec::new(),
+            // A dead client's connection to a device host was cleaned up by the host.
+            Backend::Sim(_) | Backend::Hosted { .. } => Vec::new(),
         };
         (ncs, windows, dev.hal.clone())
     };
@@ -1093,9 +1217,9 @@ fn lease(st: &mut State, me: u64, device: u32, want: Want) -> (Reply, Vec<OwnedF
     let slot = dev.slots.iter().position(|s| *s == Some(me)).unwrap_or(0);
     let window = iova_window(dev.arch, slot);
     match open_path(dev, window, first as usize..(first + count) as usize) {
-        Ok((path, fd)) => {
+        Ok((path, fd, id)) => {
             dev.paths.insert(me, path);
-            (Reply::Leased { device, first, count, fds: 1, path: 0 }, vec![fd])
+            (Reply::Leased { device, first, count, fds: 1, path: id }, vec![fd])
         }
         Err(e) => {
             for l in &mut dev.leases[first as usize..(first + count) as usize] {
@@ -1113,7 +1237,7 @@ fn open_path(
     dev: &Device,
     window: std::ops::Range<u64>,
     ncs: std::ops::Range<usize>,
-) -> std::io::Result<(DataPath, OwnedFd)> {
+) -> std::io::Result<(DataPath, OwnedFd, u64)> {
     let (mine, theirs) = UnixStream::pair()?;
     let shut = mine.try_clone()?;
     match &dev.backend {
@@ -1125,13 +1249,24 @@ fn open_path(
                     tracing::info!(%e, "data path ended");
                 }
             })?;
-            Ok((DataPath { shut: Some(shut), thread: Some(thread), window: None }, OwnedFd::from(theirs)))
+            Ok((
+                DataPath { shut: Some(shut), thread: Some(thread), window: None, host: None },
+                OwnedFd::from(theirs),
+                0,
+            ))
         }
         Backend::Vfio(p) => {
             let fds = p.device().share().map_err(std::io::Error::other)?;
             vfio::shared::send_device(&mine, &fds).map_err(std::io::Error::other)?;
             let window = Some((p.clone(), window));
-            Ok((DataPath { shut: Some(shut), thread: None, window }, OwnedFd::from(theirs)))
+            Ok((DataPath { shut: Some(shut), thread: None, window, host: None }, OwnedFd::from(theirs), 0))
+        }
+        Backend::Hosted { socket } => {
+            drop((mine, shut, theirs));
+            let opts = sim_serve::shared::ConnOptions { iova_window: window, ncs };
+            let (id, stream) = sim_serve::host::connect(socket, &opts).map_err(std::io::Error::other)?;
+            let path = DataPath { shut: None, thread: None, window: None, host: Some((socket.clone(), id)) };
+            Ok((path, OwnedFd::from(stream), id))
         }
     }
 }

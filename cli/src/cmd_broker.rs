@@ -51,6 +51,9 @@ pub fn run(a: BrokerArgs) -> Result<(), CliError> {
     }
     let mut cfg = broker::BrokerConfig::new(&socket);
     cfg.idle_exit = (!a.persist).then(|| Duration::from_millis(a.idle_ms));
+    // Each simulated device in a host process of its own (`sim-host`): it outlives this
+    // broker, and a later broker adopts it from its clients (docs/sharing.md).
+    cfg.sim_host = Some(std::env::current_exe().map_err(CliError::failure)?);
     let b = match broker::server::activated_listener() {
         Some(l) => broker::Broker::from_listener(cfg, l),
         None => match broker::Broker::bind(cfg) {

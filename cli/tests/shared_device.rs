@@ -197,13 +197,159 @@ fn sigterm_stops_a_persistent_broker_cleanly() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The broker SIGKILLed while a client executes on its shared simulated device: the client's
-/// execution fails promptly with the device unreachable — long before the execution timeout
-/// (libnrt's default, 600 s), which it would otherwise wait out on notification queues no one
-/// writes any more.
+/// The processes of this test's device hosts (`sim-host` with a socket in `dir`).
+fn hosts_in(dir: &std::path::Path) -> Vec<u32> {
+    let want = dir.to_string_lossy().to_string();
+    let mut pids = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else { continue };
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        if cmd.contains("sim-host") && cmd.contains(&want) && !cmd.contains("--spawn") {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// A tool's view of the broker on `socket`, once one answers.
+fn query(socket: &std::path::Path) -> Option<Vec<broker::protocol::DeviceInfo>> {
+    let s = Session::connect(&Connect { socket: socket.to_path_buf(), ..Connect::new(Role::Tool) }).ok()?;
+    s.query().ok()
+}
+
+/// Exact `run --json` output.
+fn exact(out: &std::process::Output, what: &str) {
+    assert!(
+        out.status.success(),
+        "{what}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["status"], "NRT_SUCCESS", "{what}");
+    let got: Vec<f32> =
+        v["outputs"]["output"]["values"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect();
+    assert_eq!(got, input(), "{what}");
+}
+
+/// The broker SIGKILLed while its clients hold cores — two loaded and waiting, one executing
+/// without pause: the simulated device lives in its host process, so they run on; they start
+/// a new broker and re-register with it (their windows, cores, memory), which refuses their
+/// cores to others, serves the free ones once the grace period is over, and takes a core back
+/// from a client killed under it. The loaded clients then execute, exact.
 #[test]
-fn a_client_whose_broker_dies_fails_promptly() {
-    let dir = std::env::temp_dir().join(format!("nv-shared-bdie-{}", std::process::id()));
+fn a_killed_broker_is_replaced_and_its_clients_carry_on() {
+    let dir = std::env::temp_dir().join(format!("nv-shared-bkill-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let socket = dir.join("broker.sock");
+    let mut b = start_broker(&socket);
+    let paused = |nc: u32| {
+        let mut child = cmd(&socket)
+            .env("NEURON_RT_VISIBLE_CORES", nc.to_string())
+            .args(["--json", "--device", "sim:shared:cayman", "run", ONE, "--input", INPUT, "--pause-before-exec"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut err = BufReader::new(child.stderr.take().unwrap());
+        wait_line(&mut err, "loaded");
+        (child, err)
+    };
+    let (mut c0, _e0) = paused(0);
+    let (mut c1, _e1) = paused(1);
+    let mut long = cmd(&socket)
+        .env("NEURON_RT_VISIBLE_CORES", "2")
+        .args(["--device", "sim:shared:cayman", "run", ONE, "--input", INPUT, "--repeat", "100000000"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while !query(&socket).is_some_and(|d| d.iter().any(|d| d.clients.iter().any(|c| c.pid == long.id()))) {
+        assert!(t0.elapsed() < Duration::from_secs(60), "the long client never leased its core");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let hosts = hosts_in(&dir);
+    assert_eq!(hosts.len(), 1, "one device, one host: {hosts:?}");
+    b.kill().unwrap();
+    b.wait().unwrap();
+    let killed = Instant::now();
+    // The clients start a broker and re-register: each with its core.
+    let want = [(c0.id(), 0), (c1.id(), 1), (long.id(), 2)];
+    let adopted = loop {
+        if let Some(d) = query(&socket) {
+            let held: Vec<(u32, u32)> = d.iter().flat_map(|d| d.clients.iter().map(|c| (c.pid, c.first))).collect();
+            if want.iter().all(|w| held.contains(w)) {
+                break killed.elapsed();
+            }
+        }
+        assert!(killed.elapsed() < Duration::from_secs(60), "the clients never re-registered");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    eprintln!("all three clients re-registered with a new broker {} ms after the SIGKILL", adopted.as_millis());
+    assert!(long.try_wait().unwrap().is_none(), "the executing client runs on");
+    assert_eq!(hosts_in(&dir), hosts, "the device's host outlived the broker");
+    // A held core is refused, naming its holder; a free one is served (after the grace).
+    let out = cmd(&socket)
+        .env("NEURON_RT_VISIBLE_CORES", "1")
+        .args(["--json", "--device", "sim:shared:cayman", "run", ONE, "--input", INPUT])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let msg = v["error"].as_str().unwrap_or_default();
+    assert!(msg.contains("not available") && msg.contains(&format!("held by pid {}", c1.id())), "{v}");
+    let out = cmd(&socket)
+        .env("NEURON_RT_VISIBLE_CORES", "3")
+        .args(["--json", "--device", "sim:shared:cayman", "run", ONE, "--input", INPUT])
+        .output()
+        .unwrap();
+    exact(&out, "a free core under the new broker");
+    // The executing client killed under the new broker: its core is taken back and served.
+    long.kill().unwrap();
+    long.wait().unwrap();
+    let t0 = Instant::now();
+    loop {
+        let out = cmd(&socket)
+            .env("NEURON_RT_VISIBLE_CORES", "2")
+            .args(["--json", "--device", "sim:shared:cayman", "run", ONE, "--input", INPUT])
+            .output()
+            .unwrap();
+        if out.status.success() {
+            exact(&out, "the killed client's core");
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "{}", String::from_utf8_lossy(&out.stdout));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The loaded clients execute now, exact.
+    for c in [&mut c0, &mut c1] {
+        c.stdin.as_mut().unwrap().write_all(b"\n").unwrap();
+    }
+    for (k, c) in [c0, c1].into_iter().enumerate() {
+        exact(&c.wait_with_output().unwrap(), &format!("client on nc{k}"));
+    }
+    // Nothing left: the broker's accounting is back to nothing, then it and the host exit.
+    let d = query(&socket).unwrap_or_default();
+    assert!(d.iter().all(|d| d.clients.is_empty() && d.hbm_granted == 0 && d.iova_windows == 0), "{d:?}");
+    let t0 = Instant::now();
+    while socket.exists() || !hosts_in(&dir).is_empty() {
+        assert!(t0.elapsed() < Duration::from_secs(60), "the broker or the device host did not exit when idle");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The simulated device's host process SIGKILLed while a client executes on it (the device
+/// itself gone, as a device that fell off the bus): the client's execution fails promptly with
+/// the device unreachable — long before the execution timeout (libnrt's default, 600 s), which
+/// it would otherwise wait out on notification queues no one writes any more.
+#[test]
+fn a_client_whose_device_dies_fails_promptly() {
+    let dir = std::env::temp_dir().join(format!("nv-shared-hdie-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let socket = dir.join("broker.sock");
     let mut b = start_broker(&socket);
@@ -217,15 +363,17 @@ fn a_client_whose_broker_dies_fails_promptly() {
         .spawn()
         .unwrap();
     // Executing: the broker lists its lease.
-    let probe = Session::connect(&Connect { socket: socket.clone(), ..Connect::new(Role::Tool) }).unwrap();
     let t0 = Instant::now();
-    while !probe.query().unwrap().iter().any(|d| d.clients.iter().any(|c| c.pid == child.id() && c.count == 1)) {
+    while !query(&socket)
+        .is_some_and(|d| d.iter().any(|d| d.clients.iter().any(|c| c.pid == child.id() && c.count == 1)))
+    {
         assert!(t0.elapsed() < Duration::from_secs(60), "the client never leased its core");
         std::thread::sleep(Duration::from_millis(20));
     }
     std::thread::sleep(Duration::from_millis(300));
-    b.kill().unwrap();
-    b.wait().unwrap();
+    let hosts = hosts_in(&dir);
+    assert_eq!(hosts.len(), 1, "{hosts:?}");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(hosts[0] as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
     let t0 = Instant::now();
     let status = loop {
         if let Some(st) = child.try_wait().unwrap() {
@@ -233,7 +381,7 @@ fn a_client_whose_broker_dies_fails_promptly() {
         }
         if t0.elapsed() > Duration::from_secs(120) {
             let _ = child.kill();
-            panic!("the client still waits 120 s after its broker died");
+            panic!("the client still waits 120 s after its device died");
         }
         std::thread::sleep(Duration::from_millis(20));
     };
@@ -241,6 +389,8 @@ fn a_client_whose_broker_dies_fails_promptly() {
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
     assert!(!status.success(), "{status}: {err}");
     assert!(err.contains("unreachable"), "{err}");
-    eprintln!("client failed {:.2} s after its broker was SIGKILLed", t0.elapsed().as_secs_f64());
+    eprintln!("client failed {:.2} s after its device's host was SIGKILLed", t0.elapsed().as_secs_f64());
+    b.kill().unwrap();
+    b.wait().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -968,6 +968,22 @@ fn rejoin(
     let path = match &dev.backend {
         Backend::Vfio(p) => DataPath { shut: None, thread: None, window: Some((p.clone(), window)), host: None },
         Backend::Hosted { socket } => {
+            // The connection it names must be one to this device bounded to exactly its
+            // window and cores: a client re-registers its own data path, not another's.
+            match sim_serve::host::describe(socket, held.path) {
+                Ok((w, n)) if w == window && n == ncs => {}
+                Ok((w, n)) => {
+                    return error(
+                        ErrorCode::Invalid,
+                        0,
+                        format!(
+                            "data path {} is bounded to {w:#x?} and NCs {n:?}, not this window and cores",
+                            held.path
+                        ),
+                    )
+                }
+                Err(e) => return error(ErrorCode::Invalid, 0, format!("data path {}: {e}", held.path)),
+            }
             DataPath { shut: None, thread: None, window: None, host: Some((socket.clone(), held.path)) }
         }
         // A simulated device in this process was not found live: it is never adopted.

@@ -19,7 +19,9 @@
 //!   connection away even while a copy of its descriptor lives on elsewhere;
 //! - `Stats` → the simulator's counters ([`stats`]);
 //! - `Control { line }` → [`crate::control_command`] (fault injection, as `sim-serve
-//!   --control`; [`control`]).
+//!   --control`; [`control`]);
+//! - `Describe { id }` → the IOVA window and NCs live connection `id` is bounded to
+//!   ([`describe`]: how a restarted broker checks a client's claim to a connection).
 //!
 //! Only the host's own user (or root) is served (SO_PEERCRED); the socket is 0600 besides.
 //! The host exits on its own: once it has served a data connection, when none has been live
@@ -253,6 +255,7 @@ struct Live {
     stream: UnixStream,
     done: Arc<Done>,
     iova_window: std::ops::Range<u64>,
+    ncs: std::ops::Range<usize>,
 }
 
 #[derive(Default)]
@@ -321,6 +324,10 @@ fn serve_request(pending: Pending, stream: UnixStream) {
         Request::Connect { iova_window, ncs } => return serve_data(pending, stream, ConnOptions { iova_window, ncs }),
         Request::End { id } => end_connection(&shared, id),
         Request::Stats => Reply::Stats(Box::new(shared.sim.stats())),
+        Request::Describe { id } => match shared.lock().conns.get(&id) {
+            Some(l) => Reply::Described { iova_window: l.iova_window.clone(), ncs: l.ncs.clone() },
+            None => Reply::Error(format!("no live data connection {id}")),
+        },
         Request::Control { line } => {
             let r = crate::control_command(&shared.sim, &line);
             tracing::info!("sim host control: {} -> {r}", line.trim());
@@ -365,7 +372,7 @@ fn serve_data(pending: Pending, stream: UnixStream, opts: ConnOptions) {
         }
         st.next_id += 1;
         let id = st.next_id;
-        st.conns.insert(id, Live { stream: handle, done: done.clone(), iova_window: w.clone() });
+        st.conns.insert(id, Live { stream: handle, done: done.clone(), iova_window: w.clone(), ncs: opts.ncs.clone() });
         st.last_live = Some(Instant::now());
         id
     };
@@ -476,6 +483,15 @@ pub fn connect(socket: &Path, opts: &ConnOptions) -> Result<(u64, UnixStream), H
 pub fn end(socket: &Path, id: u64) -> Result<(), HostError> {
     match exchange(socket, &Request::End { id })? {
         (Reply::Ok, _) => Ok(()),
+        (r, _) => Err(unexpected(socket, r)),
+    }
+}
+
+/// The IOVA window and NCs live data connection `id` is bounded to (refused when there is
+/// no such live connection).
+pub fn describe(socket: &Path, id: u64) -> Result<(std::ops::Range<u64>, std::ops::Range<usize>), HostError> {
+    match exchange(socket, &Request::Describe { id })? {
+        (Reply::Described { iova_window, ncs }, _) => Ok((iova_window, ncs)),
         (r, _) => Err(unexpected(socket, r)),
     }
 }

@@ -120,8 +120,15 @@ fn two_connections_share_one_device_and_end_takes_only_one_away() {
     assert!(in_a > 0 && in_b > 0, "A {in_a}, B {in_b}");
     assert_eq!(before.iommu_mappings, (in_a + in_b) as u64);
 
+    // Each connection is described by its bounds (what a restarted broker checks a client's
+    // claim to its connection against); an unknown one is refused.
+    assert_eq!(host::describe(sock, ida).unwrap(), (window(0), 0..1));
+    assert_eq!(host::describe(sock, idb).unwrap(), (window(1), 2..3));
+    assert!(host::describe(sock, 1 << 40).is_err());
+
     // End A: its mappings are gone when `end` returns; B's are not.
     host::end(sock, ida).unwrap();
+    assert!(host::describe(sock, ida).is_err(), "an ended connection is no longer described");
     let after = host::stats(sock).unwrap();
     assert_eq!(after.iommu_mappings, before.iommu_mappings - in_a as u64, "{after:?}");
     assert_eq!(sim.external_mappings_in(window(0)), 0);
@@ -338,6 +345,7 @@ fn request_strategy() -> impl Strategy<Value = Request> {
         any::<u64>().prop_map(|id| Request::End { id }),
         Just(Request::Stats),
         ".*".prop_map(|line| Request::Control { line }),
+        any::<u64>().prop_map(|id| Request::Describe { id }),
     ]
 }
 
@@ -347,6 +355,10 @@ fn reply_strategy() -> impl Strategy<Value = Reply> {
         Just(Reply::Ok),
         stats_strategy().prop_map(|s| Reply::Stats(Box::new(s))),
         ".*".prop_map(Reply::Control),
+        (any::<u64>(), any::<u64>(), any::<u32>(), any::<u32>()).prop_map(|(a, b, c, d)| Reply::Described {
+            iova_window: a.min(b)..a.max(b),
+            ncs: c.min(d) as usize..c.max(d) as usize
+        }),
         ".*".prop_map(Reply::Error),
     ]
 }

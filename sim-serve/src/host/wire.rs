@@ -30,10 +30,12 @@ pub mod tag {
     pub const END: u16 = 0x0002;
     pub const STATS: u16 = 0x0003;
     pub const CONTROL: u16 = 0x0004;
+    pub const DESCRIBE: u16 = 0x0005;
     pub const CONNECTED: u16 = 0x8001;
     pub const OK: u16 = 0x8002;
     pub const STATS_REPLY: u16 = 0x8003;
     pub const CONTROL_REPLY: u16 = 0x8004;
+    pub const DESCRIBED: u16 = 0x8005;
     pub const ERROR: u16 = 0x80ff;
 }
 
@@ -82,6 +84,8 @@ pub enum Request {
     Stats,
     /// A control line (`sim_serve::control_command`).
     Control { line: String },
+    /// What live data connection `id` is bounded to.
+    Describe { id: u64 },
 }
 
 /// What the host answers.
@@ -95,6 +99,11 @@ pub enum Reply {
     /// Boxed: the counters are far larger than the other replies.
     Stats(Box<SimStats>),
     Control(String),
+    /// A live data connection's bounds.
+    Described {
+        iova_window: Range<u64>,
+        ncs: Range<usize>,
+    },
     /// The request was refused or malformed.
     Error(String),
 }
@@ -117,6 +126,10 @@ impl Request {
                 b.str(line);
                 tag::CONTROL
             }
+            Request::Describe { id } => {
+                b.u64(*id);
+                tag::DESCRIBE
+            }
         };
         frame(t, &b.0)
     }
@@ -137,6 +150,7 @@ impl Request {
             tag::END => Request::End { id: f.u64("id")? },
             tag::STATS => Request::Stats,
             tag::CONTROL => Request::Control { line: f.str("control line")? },
+            tag::DESCRIBE => Request::Describe { id: f.u64("id")? },
             t if t & 0x8000 != 0 => return Err(WireError::NotARequest(t)),
             t => return Err(WireError::Tag(t)),
         };
@@ -163,6 +177,10 @@ impl Reply {
                 b.str(s);
                 tag::CONTROL_REPLY
             }
+            Reply::Described { iova_window, ncs } => {
+                b.u64(iova_window.start).u64(iova_window.end).u64(ncs.start as u64).u64(ncs.end as u64);
+                tag::DESCRIBED
+            }
             Reply::Error(s) => {
                 b.str(s);
                 tag::ERROR
@@ -180,6 +198,14 @@ impl Reply {
             tag::OK => Reply::Ok,
             tag::STATS_REPLY => Reply::Stats(Box::new(stats_decode(&mut f)?)),
             tag::CONTROL_REPLY => Reply::Control(f.str("control reply")?),
+            tag::DESCRIBED => {
+                let iova_window = f.range("iova window")?;
+                let ncs = f.range("ncs")?;
+                let nc = |v: u64| {
+                    usize::try_from(v).map_err(|_| WireError::Range { what: "ncs", start: ncs.start, end: ncs.end })
+                };
+                Reply::Described { iova_window, ncs: nc(ncs.start)?..nc(ncs.end)? }
+            }
             tag::ERROR => Reply::Error(f.str("error message")?),
             t if t & 0x8000 == 0 => return Err(WireError::NotAReply(t)),
             t => return Err(WireError::Tag(t)),

@@ -180,6 +180,14 @@ impl Device {
         }
     }
 
+    /// What acts on the device as a whole ([`DeviceOps`]).
+    fn ops(&self) -> DeviceOps {
+        match &self.backend {
+            Backend::Hosted { socket } => DeviceOps::Host(socket.clone()),
+            _ => DeviceOps::Hal(self.hal.clone()),
+        }
+    }
+
     fn client_ncs(&self, client: u64) -> Option<(u32, u32)> {
         let first = self.leases.iter().position(|l| *l == Some(client))?;
         let count = self.leases.iter().filter(|l| **l == Some(client)).count();
@@ -515,20 +523,20 @@ fn handle(
             (Reply::Ok, Vec::new())
         }
         Request::ResetNcs { device, mask } => {
-            let hal = match mailbox_user(&st, me, device, Some(mask)) {
+            let ops = match mailbox_user(&st, me, device, Some(mask)) {
                 Ok(h) => h,
                 Err(r) => return (r, Vec::new()),
             };
             drop(st);
-            (hal.firmware_reset_ncs(mask).map_or_else(|e| firmware_error(&e), |()| Reply::Ok), Vec::new())
+            (ops.reset_ncs(mask), Vec::new())
         }
         Request::Fwio { device, cmd, payload } => {
-            let hal = match mailbox_user(&st, me, device, None) {
+            let ops = match mailbox_user(&st, me, device, None) {
                 Ok(h) => h,
                 Err(r) => return (r, Vec::new()),
             };
             drop(st);
-            (hal.fwio(cmd, &payload).map_or_else(|e| firmware_error(&e), |data| Reply::Fwio { data }), Vec::new())
+            (ops.fwio(cmd, &payload), Vec::new())
         }
     }
 }
@@ -537,7 +545,7 @@ fn handle(
 /// client must hold a lease there and, for a reset (`mask`), every NC of the mask. The
 /// mailbox is used after the tables' lock is released; the handle serializes it with the
 /// broker's own uses (reclaims) and every other client's.
-fn mailbox_user(st: &State, me: u64, device: u32, mask: Option<u32>) -> Result<hal::Device, Reply> {
+fn mailbox_user(st: &State, me: u64, device: u32, mask: Option<u32>) -> Result<DeviceOps, Reply> {
     let d = attached(st, me, device).ok_or_else(|| not_attached(device))?;
     let dev = &st.devices[d];
     let (first, count) =
@@ -558,7 +566,53 @@ fn mailbox_user(st: &State, me: u64, device: u32, mask: Option<u32>) -> Result<h
             ));
         }
     }
-    Ok(dev.hal.clone())
+    Ok(dev.ops())
+}
+
+/// What acts on a device as a whole — reclaiming an NC, the firmware mailbox: the broker's own
+/// driver handle, or for a hosted simulated device its host (which does it in its process: a
+/// reclaim is about a thousand register accesses, each a message over a connection). Used
+/// after the tables' lock is released; either serializes the mailbox with every other use.
+enum DeviceOps {
+    Hal(hal::Device),
+    Host(PathBuf),
+}
+
+impl DeviceOps {
+    fn reclaim(&self, nc: usize) -> Result<(), String> {
+        match self {
+            DeviceOps::Hal(h) => h.reclaim_nc(nc).map_err(|e| e.to_string()),
+            DeviceOps::Host(s) => sim_serve::host::reclaim(s, nc as u32).map_err(|e| e.to_string()),
+        }
+    }
+
+    fn reset_ncs(&self, mask: u32) -> Reply {
+        match self {
+            DeviceOps::Hal(h) => h.firmware_reset_ncs(mask).map_or_else(|e| firmware_error(&e), |()| Reply::Ok),
+            DeviceOps::Host(s) => sim_serve::host::reset_ncs(s, mask).map_or_else(|e| host_error(&e), |()| Reply::Ok),
+        }
+    }
+
+    fn fwio(&self, cmd: u8, payload: &[u8]) -> Reply {
+        match self {
+            DeviceOps::Hal(h) => h.fwio(cmd, payload).map_or_else(|e| firmware_error(&e), |data| Reply::Fwio { data }),
+            DeviceOps::Host(s) => {
+                sim_serve::host::fwio(s, cmd, payload).map_or_else(|e| host_error(&e), |data| Reply::Fwio { data })
+            }
+        }
+    }
+}
+
+/// A device host's failure as a reply, keeping a firmware failure's kind.
+fn host_error(e: &sim_serve::host::HostError) -> Reply {
+    use sim_serve::host::{wire::Failure, HostError};
+    let code = match e {
+        HostError::Failed { kind: Failure::FirmwareTimeout, .. } => ErrorCode::FirmwareTimeout,
+        HostError::Failed { kind: Failure::Firmware, .. } => ErrorCode::Firmware,
+        HostError::Failed { kind: Failure::Invalid, .. } => ErrorCode::Invalid,
+        _ => ErrorCode::Device,
+    };
+    error(code, 0, e.to_string())
 }
 
 /// A firmware failure as a reply: a timeout and the firmware's own error keep their kind.
@@ -718,7 +772,11 @@ fn open_hosted(
         cfg.hbm_bytes = shared.cfg.sim_hbm_bytes;
         sim_serve::host::spawn(exe, &cfg).map_err(|e| failed("starting its host", &e))?;
     }
-    let w = broker_window(arch);
+    // The broker's handle maps nothing (the host brought the device up and does its reclaims):
+    // a small window at the top of the broker's half, clear of the host's own mappings at the
+    // bottom of the IOVA space.
+    let bw = broker_window(arch);
+    let w = bw.end.saturating_sub(1 << 20).max(bw.start)..bw.end;
     let opts = sim_serve::shared::ConnOptions { iova_window: w.clone(), ncs: 0..arch.counts.ncs as usize };
     // A host found live may have lingered out since (start another, when allowed), and one
     // whose previous broker just died may still be cleaning up that broker's connection (its
@@ -747,16 +805,13 @@ fn open_hosted(
         irq_vectors: Vec::new(),
         modeled_writes: true,
         location: name.clone(),
+        posted_writes: true,
     };
     let p: Arc<dyn platform::Platform> = Arc::new(
         vfio::user::VfioUserPlatform::from_stream(stream, uopts).map_err(|e| failed("its vfio-user connection", &e))?,
     );
-    let hal = if live {
-        hal::Device::open(p, sim_options(&shared.cfg)).and_then(|d| d.prepare_reclaim().map(|()| d))
-    } else {
-        bring_up(p, sim_options(&shared.cfg))
-    }
-    .map_err(|e| failed("bringing it up", &e))?;
+    // Opened only: its allocator grants the device's memory; the host brought it up.
+    let hal = hal::Device::open(p, sim_options(&shared.cfg)).map_err(|e| failed("opening it", &e))?;
     let d = st.devices.len() as u32;
     let name = format!("sim:shared:{}#{d}", arch.name);
     st.devices.push(Device::new(d, name, spec.clone(), arch, Backend::Hosted { socket }, hal));
@@ -1124,7 +1179,7 @@ fn adopt_vfio(
 /// are (their process went while no broker ran), the IOVA windows nobody re-registered are
 /// unmapped, and the device serves new attachments and leases again.
 fn settle(shared: &Shared, d: usize) {
-    let (ncs, windows, hal) = {
+    let (ncs, windows, ops) = {
         let mut st = lock(&shared.st);
         let dev = &mut st.devices[d];
         let ncs: Vec<usize> = (0..dev.leases.len()).filter(|&i| dev.leases[i].is_none()).collect();
@@ -1139,10 +1194,10 @@ fn settle(shared: &Shared, d: usize) {
             // A dead client's connection to a device host was cleaned up by the host.
             Backend::Sim(_) | Backend::Hosted { .. } => Vec::new(),
         };
-        (ncs, windows, dev.hal.clone())
+        (ncs, windows, dev.ops())
     };
     for &nc in &ncs {
-        if let Err(e) = hal.reclaim_nc(nc) {
+        if let Err(e) = ops.reclaim(nc) {
             tracing::warn!(nc, %e, "taking back a core nobody re-registered failed");
         }
     }
@@ -1325,10 +1380,10 @@ fn take_back(shared: &Shared, me: u64, d: usize, detach: bool) {
         let mut st = lock(&shared.st);
         let dev = &mut st.devices[d];
         let ncs: Vec<usize> = (0..dev.leases.len()).filter(|&i| dev.leases[i] == Some(me)).collect();
-        (dev.paths.remove(&me), ncs, dev.hal.clone())
+        (dev.paths.remove(&me), ncs, dev.ops())
     };
     for &nc in &ncs {
-        if let Err(e) = dev.reclaim_nc(nc) {
+        if let Err(e) = dev.reclaim(nc) {
             tracing::warn!(nc, %e, "reclaiming a core failed");
         }
     }

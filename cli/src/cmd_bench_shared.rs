@@ -135,6 +135,8 @@ pub fn run(a: SharedBenchArgs, json_out: bool) -> Result<(), CliError> {
     std::env::set_var(broker::paths::SOCKET_VAR, &socket);
     let mut cfg = broker::BrokerConfig::new(&socket);
     cfg.idle_exit = None;
+    // The device in its host process, as `neuron-vfio broker` runs it.
+    cfg.sim_host = Some(broker::client::broker_exe());
     let b = broker::Broker::bind(cfg).map_err(CliError::failure)?;
     let stopper = b.stopper();
     let broker_thread = std::thread::spawn(move || b.run());

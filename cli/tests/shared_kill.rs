@@ -59,6 +59,8 @@ fn sigkill_mid_execution_twenty_times_neighbours_unaffected() {
     std::env::set_var("NEURON_VFIO_BROKER_SOCKET", &socket);
     let mut cfg = broker::BrokerConfig::new(&socket);
     cfg.idle_exit = None;
+    // The device in its host process, as `neuron-vfio broker` runs it.
+    cfg.sim_host = Some(env!("CARGO_BIN_EXE_neuron-vfio").into());
     let b = broker::Broker::bind(cfg).unwrap();
     let stop_broker = b.stopper();
     let broker_thread = std::thread::spawn(move || b.run().unwrap());

@@ -67,6 +67,7 @@ fn client(socket: &Path, k: u64, ncs: Range<usize>) -> (u64, Arc<VfioUserPlatfor
         irq_vectors: ncs.clone().map(|n| n as u32).collect(),
         modeled_writes: true,
         location: format!("sim:shared:cayman:{k}"),
+        posted_writes: true,
     };
     let p = Arc::new(VfioUserPlatform::from_stream(stream, opts).unwrap());
     let dopts = hal::DeviceOptions {

@@ -419,6 +419,8 @@ fn data_path(
                 // The broker serves its simulator: the modeled registers are the model's.
                 modeled_writes: true,
                 location: format!("sim:shared:{arch}:{index}"),
+                // The device's host serves it with sim_serve::serve_connection.
+                posted_writes: true,
             };
             let p = vfio::user::VfioUserPlatform::from_stream(stream, opts)
                 .map_err(|e| SelectError::SharedCores(format!("data path to sim:shared:{arch}:{index}: {e}")))?;

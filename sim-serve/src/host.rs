@@ -91,6 +91,10 @@ impl HostConfig {
 pub struct Host {
     cfg: HostConfig,
     sim: SimDevice,
+    /// The host's own driver handle: it brought the device up and does what acts on the
+    /// device as a whole for the broker ([`reclaim`], [`reset_ncs`], [`fwio`]), in this
+    /// process — a reclaim is a thousand register accesses, not a thousand messages.
+    hal: hal::Device,
     listener: UnixListener,
     /// Device and inode of the socket file this host made: on exit it removes the file only
     /// if it is still this one (a successor may have replaced it).
@@ -111,6 +115,7 @@ impl Host {
             sc = sc.hbm_bytes(b);
         }
         let sim = SimDevice::new(sc)?;
+        let hal = bring_up(&sim, cfg.hbm_bytes)?;
         let path = &cfg.socket;
         let err = |source| ServeError::HostSocket { path: path.clone(), source };
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
@@ -131,7 +136,7 @@ impl Host {
         // Polled before each accept: a client gone in between must not block the exit policy.
         listener.set_nonblocking(true).map_err(err)?;
         let m = std::fs::symlink_metadata(path).map_err(err)?;
-        Ok(Host { cfg: cfg.clone(), sim, listener, file_id: (m.dev(), m.ino()) })
+        Ok(Host { cfg: cfg.clone(), sim, hal, listener, file_id: (m.dev(), m.ino()) })
     }
 
     /// The simulated device (the same one every connection reaches).
@@ -146,6 +151,7 @@ impl Host {
     pub fn run(self) -> Result<(), ServeError> {
         let shared = Arc::new(Shared {
             sim: self.sim.clone(),
+            hal: self.hal.clone(),
             uid: nix::unistd::geteuid().as_raw(),
             st: Mutex::new(State::default()),
         });
@@ -228,6 +234,7 @@ impl Drop for Host {
 /// What the request threads share.
 struct Shared {
     sim: SimDevice,
+    hal: hal::Device,
     uid: u32,
     st: Mutex<State>,
 }
@@ -324,6 +331,9 @@ fn serve_request(pending: Pending, stream: UnixStream) {
         Request::Connect { iova_window, ncs } => return serve_data(pending, stream, ConnOptions { iova_window, ncs }),
         Request::End { id } => end_connection(&shared, id),
         Request::Stats => Reply::Stats(Box::new(shared.sim.stats())),
+        Request::Reclaim { nc } => device_op(shared.hal.reclaim_nc(nc as usize).map(|()| Reply::Ok)),
+        Request::ResetNcs { mask } => device_op(shared.hal.firmware_reset_ncs(mask).map(|()| Reply::Ok)),
+        Request::Fwio { cmd, payload } => device_op(shared.hal.fwio(cmd, &payload).map(Reply::Fwio)),
         Request::Describe { id } => match shared.lock().conns.get(&id) {
             Some(l) => Reply::Described { iova_window: l.iova_window.clone(), ncs: l.ncs.clone() },
             None => Reply::Error(format!("no live data connection {id}")),
@@ -336,6 +346,38 @@ fn serve_request(pending: Pending, stream: UnixStream) {
     };
     if let Err(e) = send(&stream, &reply) {
         tracing::info!(%e, "sim host: reply not delivered");
+    }
+}
+
+/// The device as the host serves it: driven by its own handle (every engine brought up, every
+/// notification queue halted, the dummy ring reclaims park queues on allocated), as the
+/// broker brought up the simulated devices it kept in its own process. The handle's DMA goes
+/// through the simulator's own IOVA allocator (the bottom of the IOVA space), clear of the
+/// connections' windows.
+fn bring_up(sim: &SimDevice, hbm_bytes: Option<u64>) -> Result<hal::Device, ServeError> {
+    let opts = hal::DeviceOptions { poll: hal::PollTiming::fast(), hbm_limit: hbm_bytes, ..Default::default() };
+    let dev = hal::Device::open(Arc::new(sim.clone()), opts)?;
+    dev.init()?;
+    dev.prepare_reclaim()?;
+    Ok(dev)
+}
+
+/// A device operation's result as a reply: a firmware timeout and the firmware's own error
+/// keep their kind.
+fn device_op(r: hal::Result<Reply>) -> Reply {
+    match r {
+        Ok(r) => r,
+        Err(e) => {
+            let kind = match &e {
+                hal::HalError::FwioTimeout { .. } | hal::HalError::ResetTimeout { .. } => {
+                    wire::Failure::FirmwareTimeout
+                }
+                hal::HalError::Fwio { .. } => wire::Failure::Firmware,
+                hal::HalError::FwioPayload(_) | hal::HalError::NoSuchNc { .. } => wire::Failure::Invalid,
+                _ => wire::Failure::Device,
+            };
+            Reply::Failed { kind, message: e.to_string() }
+        }
     }
 }
 
@@ -435,6 +477,9 @@ pub enum HostError {
     /// [`spawn`]: `EXE sim-host … --spawn` failed.
     #[error("{} sim-host --spawn: {status}", exe.display())]
     SpawnStatus { exe: PathBuf, status: std::process::ExitStatus },
+    /// A device operation ([`reclaim`], [`reset_ncs`], [`fwio`]) failed on the device.
+    #[error("sim host {}: {message}", socket.display())]
+    Failed { socket: PathBuf, kind: wire::Failure, message: String },
     /// [`spawn`]: the started host's socket did not accept connections in time.
     #[error("{} sim-host: its socket {} did not accept connections within {waited:?} ({last})",
         exe.display(), socket.display())]
@@ -450,8 +495,10 @@ fn exchange(socket: &Path, req: &Request) -> Result<(Reply, UnixStream), HostErr
     stream.set_write_timeout(Some(TIMEOUT)).map_err(|e| ex(e.into()))?;
     wire::write_frame(&mut &stream, &req.encode()).map_err(ex)?;
     let reply = wire::read_frame(&mut &stream).and_then(|f| Reply::decode(&f)).map_err(ex)?;
-    if let Reply::Error(message) = reply {
-        return Err(HostError::Refused { socket: socket.into(), message });
+    match reply {
+        Reply::Error(message) => return Err(HostError::Refused { socket: socket.into(), message }),
+        Reply::Failed { kind, message } => return Err(HostError::Failed { socket: socket.into(), kind, message }),
+        _ => {}
     }
     Ok((reply, stream))
 }
@@ -492,6 +539,33 @@ pub fn end(socket: &Path, id: u64) -> Result<(), HostError> {
 pub fn describe(socket: &Path, id: u64) -> Result<(std::ops::Range<u64>, std::ops::Range<usize>), HostError> {
     match exchange(socket, &Request::Describe { id })? {
         (Reply::Described { iova_window, ncs }, _) => Ok((iova_window, ncs)),
+        (r, _) => Err(unexpected(socket, r)),
+    }
+}
+
+/// Take NC `nc` back (the host's driver: engines stopped, queues parked on the dummy ring,
+/// notification slots halted, the NC reset through the firmware): what the broker does for a
+/// process that went. Returns once done.
+pub fn reclaim(socket: &Path, nc: u32) -> Result<(), HostError> {
+    match exchange(socket, &Request::Reclaim { nc })? {
+        (Reply::Ok, _) => Ok(()),
+        (r, _) => Err(unexpected(socket, r)),
+    }
+}
+
+/// Reset NCs `mask` through the device's firmware mailbox (one at a time with every other
+/// use of it: the host's handle holds the mailbox lock).
+pub fn reset_ncs(socket: &Path, mask: u32) -> Result<(), HostError> {
+    match exchange(socket, &Request::ResetNcs { mask })? {
+        (Reply::Ok, _) => Ok(()),
+        (r, _) => Err(unexpected(socket, r)),
+    }
+}
+
+/// One FW-IO request through the device's firmware mailbox: the response payload.
+pub fn fwio(socket: &Path, cmd: u8, payload: &[u8]) -> Result<Vec<u8>, HostError> {
+    match exchange(socket, &Request::Fwio { cmd, payload: payload.to_vec() })? {
+        (Reply::Fwio(d), _) => Ok(d),
         (r, _) => Err(unexpected(socket, r)),
     }
 }

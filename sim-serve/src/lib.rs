@@ -77,6 +77,9 @@ pub enum ServeError {
     Control { path: PathBuf, source: std::io::Error },
     #[error("BAR4 window {0:#x}: must be a power of two of at least 4 KiB")]
     Bar4Window(u64),
+    /// The device host's driver handle (bringing the device up).
+    #[error("driver: {0}")]
+    Hal(#[from] hal::HalError),
     /// The device host's socket ([`host::Host`]).
     #[error("sim host socket {path}: {source}")]
     HostSocket { path: PathBuf, source: std::io::Error },

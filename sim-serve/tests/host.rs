@@ -75,6 +75,7 @@ fn client(socket: &Path, k: u64, ncs: Range<usize>) -> (u64, Arc<VfioUserPlatfor
         irq_vectors: ncs.clone().map(|n| n as u32).collect(),
         modeled_writes: true,
         location: format!("sim:shared:test:{k}"),
+        posted_writes: true,
     };
     let p = Arc::new(VfioUserPlatform::from_stream(stream, opts).unwrap());
     let dopts = hal::DeviceOptions {
@@ -97,6 +98,9 @@ fn two_connections_share_one_device_and_end_takes_only_one_away() {
     let cfg = config(&CAYMAN, "two");
     let (sim, h) = start(&cfg);
     let sock = &cfg.socket;
+    // The host's own driver handle's mappings (its dummy ring), at the bottom of the space.
+    let own = host::stats(sock).unwrap().iommu_mappings;
+    assert!(own > 0, "the host brought the device up and prepared its dummy ring");
     // NC0 and NC2: different HBM channels, so the two clients' allocators do not meet.
     let (ida, pa, da) = client(sock, 0, 0..1);
     let (idb, pb, db) = client(sock, 1, 2..3);
@@ -118,7 +122,7 @@ fn two_connections_share_one_device_and_end_takes_only_one_away() {
     assert!(before.iommu_mappings >= 2, "{before:?}");
     let (in_a, in_b) = (sim.external_mappings_in(window(0)), sim.external_mappings_in(window(1)));
     assert!(in_a > 0 && in_b > 0, "A {in_a}, B {in_b}");
-    assert_eq!(before.iommu_mappings, (in_a + in_b) as u64);
+    assert_eq!(before.iommu_mappings, own + (in_a + in_b) as u64);
 
     // Each connection is described by its bounds (what a restarted broker checks a client's
     // claim to its connection against); an unknown one is refused.
@@ -155,7 +159,7 @@ fn two_connections_share_one_device_and_end_takes_only_one_away() {
 
     // B leaves: its cleanup empties the IOMMU, and the host (linger 1 s) exits.
     drop((db, pb));
-    wait_until("B's mappings go", || sim.stats().iommu_mappings == 0);
+    wait_until("B's mappings go", || sim.stats().iommu_mappings == own);
     exited(h, sock);
 }
 
@@ -218,6 +222,8 @@ fn a_malformed_frame_gets_an_error_and_the_host_serves_on() {
     let cfg = config(&SUNDA, "malformed");
     let (_sim, h) = start(&cfg);
     let sock = &cfg.socket;
+    // The host's own driver handle's mappings (its dummy ring).
+    let own = host::stats(sock).unwrap().iommu_mappings;
     // A data connection lives across the garbage.
     let (_, live) = host::connect(sock, &ConnOptions { iova_window: window(0), ncs: 0..1 }).unwrap();
     let mut version2 = Request::Stats.encode();
@@ -248,7 +254,7 @@ fn a_malformed_frame_gets_an_error_and_the_host_serves_on() {
     b[12..20].copy_from_slice(&5u64.to_le_bytes());
     assert!(matches!(raw(sock, &b), Reply::Error(m) if m.contains("reversed")));
     // Still serving.
-    assert_eq!(host::stats(sock).unwrap().iommu_mappings, 0);
+    assert_eq!(host::stats(sock).unwrap().iommu_mappings, own);
     drop(live);
     exited(h, sock);
 }
@@ -406,4 +412,32 @@ proptest! {
         prop_assert!(Reply::decode(&good[..cut]).is_err());
         prop_assert!(wire::read_frame(&mut &good[..cut]).is_err());
     }
+}
+
+/// What acts on the device as a whole is the host's own driver's: a reclaim of an NC a
+/// connection drove (the broker's cleanup of a process that went), a firmware reset and a
+/// FW-IO request through the mailbox; an NC the device does not have is an invalid request,
+/// with its kind.
+#[test]
+fn the_host_reclaims_and_serves_the_mailbox_in_its_own_process() {
+    let cfg = config(&CAYMAN, "ops");
+    let (sim, h) = start(&cfg);
+    let sock = &cfg.socket;
+    let (id, pa, da) = client(sock, 0, 1..2);
+    let buf = da.alloc_device(0, 4096, 4096).unwrap();
+    da.write_device(1, buf.addr(), &pattern(7)).unwrap();
+    let resets = sim.stats().resets;
+    host::reclaim(sock, 1).unwrap();
+    assert!(sim.stats().resets > resets, "the NC was reset by the firmware");
+    host::reset_ncs(sock, 0b10).unwrap();
+    let fw = sim.stats().fwio_requests;
+    let _ = host::fwio(sock, 1, &[]);
+    assert!(sim.stats().fwio_requests > fw, "the request reached the firmware");
+    match host::reclaim(sock, 99) {
+        Err(HostError::Failed { kind: host::wire::Failure::Invalid, .. }) => {}
+        other => panic!("NC 99: {other:?}"),
+    }
+    drop((buf, da, pa));
+    host::end(sock, id).unwrap();
+    exited(h, sock);
 }

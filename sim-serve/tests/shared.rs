@@ -45,6 +45,7 @@ fn client(stream: UnixStream, window: Range<u64>, ncs: Range<usize>) -> Arc<Vfio
         irq_vectors: ncs.map(|n| n as u32).collect(),
         modeled_writes: true,
         location: "sim:shared:0".into(),
+        posted_writes: false,
     };
     Arc::new(VfioUserPlatform::from_stream(stream, opts).unwrap())
 }

@@ -31,11 +31,16 @@ pub mod tag {
     pub const STATS: u16 = 0x0003;
     pub const CONTROL: u16 = 0x0004;
     pub const DESCRIBE: u16 = 0x0005;
+    pub const RECLAIM: u16 = 0x0006;
+    pub const RESET_NCS: u16 = 0x0007;
+    pub const FWIO: u16 = 0x0008;
     pub const CONNECTED: u16 = 0x8001;
     pub const OK: u16 = 0x8002;
     pub const STATS_REPLY: u16 = 0x8003;
     pub const CONTROL_REPLY: u16 = 0x8004;
     pub const DESCRIBED: u16 = 0x8005;
+    pub const FWIO_REPLY: u16 = 0x8008;
+    pub const FAILED: u16 = 0x80fe;
     pub const ERROR: u16 = 0x80ff;
 }
 
@@ -86,6 +91,27 @@ pub enum Request {
     Control { line: String },
     /// What live data connection `id` is bounded to.
     Describe { id: u64 },
+    /// Take NC `nc` back from a process that went (the host's own driver handle: engines
+    /// stopped, queues parked, notification slots halted, the NC reset).
+    Reclaim { nc: u32 },
+    /// Reset NCs `mask` through the firmware mailbox (the firmware part only).
+    ResetNcs { mask: u32 },
+    /// One FW-IO request through the firmware mailbox.
+    Fwio { cmd: u8, payload: Vec<u8> },
+}
+
+/// Why a device operation failed ([`Reply::Failed`]): kept so that the broker reports a
+/// firmware timeout and the firmware's own error as such.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// Anything else (the device's driver failed).
+    Device = 0,
+    /// The firmware did not answer in time.
+    FirmwareTimeout = 1,
+    /// The firmware answered with an error.
+    Firmware = 2,
+    /// The request was out of range (an NC the device does not have, a payload too long).
+    Invalid = 3,
 }
 
 /// What the host answers.
@@ -103,6 +129,13 @@ pub enum Reply {
     Described {
         iova_window: Range<u64>,
         ncs: Range<usize>,
+    },
+    /// A FW-IO request's response payload.
+    Fwio(Vec<u8>),
+    /// A device operation failed: how, and the driver's message.
+    Failed {
+        kind: Failure,
+        message: String,
     },
     /// The request was refused or malformed.
     Error(String),
@@ -130,6 +163,18 @@ impl Request {
                 b.u64(*id);
                 tag::DESCRIBE
             }
+            Request::Reclaim { nc } => {
+                b.u32(*nc);
+                tag::RECLAIM
+            }
+            Request::ResetNcs { mask } => {
+                b.u32(*mask);
+                tag::RESET_NCS
+            }
+            Request::Fwio { cmd, payload } => {
+                b.u32(u32::from(*cmd)).bytes(payload);
+                tag::FWIO
+            }
         };
         frame(t, &b.0)
     }
@@ -151,6 +196,17 @@ impl Request {
             tag::STATS => Request::Stats,
             tag::CONTROL => Request::Control { line: f.str("control line")? },
             tag::DESCRIBE => Request::Describe { id: f.u64("id")? },
+            tag::RECLAIM => Request::Reclaim { nc: f.u32("nc")? },
+            tag::RESET_NCS => Request::ResetNcs { mask: f.u32("mask")? },
+            tag::FWIO => {
+                let cmd = f.u32("fwio command")?;
+                let cmd = u8::try_from(cmd).map_err(|_| WireError::Range {
+                    what: "fwio command",
+                    start: cmd.into(),
+                    end: 255,
+                })?;
+                Request::Fwio { cmd, payload: f.bytes("fwio payload")? }
+            }
             t if t & 0x8000 != 0 => return Err(WireError::NotARequest(t)),
             t => return Err(WireError::Tag(t)),
         };
@@ -181,6 +237,14 @@ impl Reply {
                 b.u64(iova_window.start).u64(iova_window.end).u64(ncs.start as u64).u64(ncs.end as u64);
                 tag::DESCRIBED
             }
+            Reply::Fwio(data) => {
+                b.bytes(data);
+                tag::FWIO_REPLY
+            }
+            Reply::Failed { kind, message } => {
+                b.u32(*kind as u32).str(message);
+                tag::FAILED
+            }
             Reply::Error(s) => {
                 b.str(s);
                 tag::ERROR
@@ -205,6 +269,17 @@ impl Reply {
                     usize::try_from(v).map_err(|_| WireError::Range { what: "ncs", start: ncs.start, end: ncs.end })
                 };
                 Reply::Described { iova_window, ncs: nc(ncs.start)?..nc(ncs.end)? }
+            }
+            tag::FWIO_REPLY => Reply::Fwio(f.bytes("fwio data")?),
+            tag::FAILED => {
+                let kind = match f.u32("failure kind")? {
+                    0 => Failure::Device,
+                    1 => Failure::FirmwareTimeout,
+                    2 => Failure::Firmware,
+                    3 => Failure::Invalid,
+                    k => return Err(WireError::Range { what: "failure kind", start: k.into(), end: 3 }),
+                };
+                Reply::Failed { kind, message: f.str("failure message")? }
             }
             tag::ERROR => Reply::Error(f.str("error message")?),
             t if t & 0x8000 == 0 => return Err(WireError::NotAReply(t)),
@@ -319,8 +394,11 @@ impl Body {
         self.u32(u32::try_from(n).unwrap_or(u32::MAX))
     }
     fn str(&mut self, s: &str) -> &mut Self {
-        self.count(s.len());
-        self.0.extend_from_slice(s.as_bytes());
+        self.bytes(s.as_bytes())
+    }
+    fn bytes(&mut self, b: &[u8]) -> &mut Self {
+        self.count(b.len());
+        self.0.extend_from_slice(b);
         self
     }
 }
@@ -360,9 +438,11 @@ impl<'a> Fields<'a> {
         }
     }
     fn str(&mut self, what: &'static str) -> Result<String, WireError> {
+        String::from_utf8(self.bytes(what)?).map_err(|_| WireError::Utf8 { what })
+    }
+    fn bytes(&mut self, what: &'static str) -> Result<Vec<u8>, WireError> {
         let n = self.count(1, what)?;
-        let b = self.take(n, what)?;
-        String::from_utf8(b.to_vec()).map_err(|_| WireError::Utf8 { what })
+        Ok(self.take(n, what)?.to_vec())
     }
     /// `start..end` with `start <= end`.
     fn range(&mut self, what: &'static str) -> Result<Range<u64>, WireError> {

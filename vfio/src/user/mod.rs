@@ -54,11 +54,23 @@ pub struct UserOptions {
     pub modeled_writes: bool,
     /// What [`Platform::identity`] reports as the location (e.g. `sim:shared:0`).
     pub location: String,
+    /// Register writes as posted writes, the way PCIe carries a memory write: sent with the
+    /// vfio-user `NO_REPLY` flag, not waited for. The server applies them in order before any
+    /// later message, so a read after a write still sees it; a write the server refuses is
+    /// only logged there. For servers known to honour the flag (this project's
+    /// `sim_serve::serve_connection`); off by default.
+    pub posted_writes: bool,
 }
 
 impl Default for UserOptions {
     fn default() -> Self {
-        Self { iova_window: 0..u64::MAX, irq_vectors: Vec::new(), modeled_writes: false, location: "vfio-user".into() }
+        Self {
+            iova_window: 0..u64::MAX,
+            irq_vectors: Vec::new(),
+            modeled_writes: false,
+            location: "vfio-user".into(),
+            posted_writes: false,
+        }
     }
 }
 
@@ -80,6 +92,8 @@ struct Conn {
     stream: Mutex<(UnixStream, u16)>,
     messages: AtomicU64,
     lost: AtomicBool,
+    /// [`UserOptions::posted_writes`].
+    posted_writes: bool,
 }
 
 impl Conn {
@@ -156,7 +170,29 @@ impl Conn {
 
     fn region_write(&self, region: u32, offset: u64, data: &[u8]) -> Result<(), WireError> {
         let a = wire::RegionAccess { offset, region, count: data.len() as u32 };
+        if self.posted_writes {
+            return self.post(Command::RegionWrite, &a.encode(data));
+        }
         self.request(Command::RegionWrite, &a.encode(data), &[]).map(|_| ())
+    }
+
+    /// Send a command that wants no reply (`NO_REPLY`): ordered with every other message on
+    /// the connection, not waited for.
+    fn post(&self, cmd: Command, body: &[u8]) -> Result<(), WireError> {
+        let mut g = self.stream.lock().unwrap_or_else(|e| e.into_inner());
+        if self.lost.load(Ordering::Relaxed) {
+            return Err(WireError::Closed);
+        }
+        let id = g.1;
+        g.1 = g.1.wrapping_add(1);
+        let h =
+            Header { id, command: cmd as u16, size: 0, flags: wire::flags::COMMAND | wire::flags::NO_REPLY, error: 0 };
+        let r = wire::write_message(&g.0, h, body, &[]);
+        self.messages.fetch_add(1, Ordering::Relaxed);
+        if r.is_err() {
+            self.lost.store(true, Ordering::Relaxed);
+        }
+        r
     }
 }
 
@@ -271,6 +307,7 @@ impl VfioUserPlatform {
             stream: Mutex::new((stream, 0)),
             messages: AtomicU64::new(0),
             lost: AtomicBool::new(false),
+            posted_writes: opts.posted_writes,
         });
         let caps = format!(
             r#"{{"capabilities":{{"max_msg_fds":{},"max_data_xfer_size":{}}}}}"#,
@@ -491,7 +528,12 @@ mod tests {
     #[test]
     fn a_connection_whose_peer_closed_is_not_alive() {
         let (a, b) = UnixStream::pair().unwrap();
-        let conn = Conn { stream: Mutex::new((a, 0)), messages: AtomicU64::new(0), lost: AtomicBool::new(false) };
+        let conn = Conn {
+            stream: Mutex::new((a, 0)),
+            messages: AtomicU64::new(0),
+            lost: AtomicBool::new(false),
+            posted_writes: false,
+        };
         assert!(conn.alive());
         std::io::Write::write_all(&mut &b, b"pending").unwrap();
         assert!(conn.alive());

@@ -352,6 +352,10 @@ fn request_strategy() -> impl Strategy<Value = Request> {
         Just(Request::Stats),
         ".*".prop_map(|line| Request::Control { line }),
         any::<u64>().prop_map(|id| Request::Describe { id }),
+        any::<u32>().prop_map(|nc| Request::Reclaim { nc }),
+        any::<u32>().prop_map(|mask| Request::ResetNcs { mask }),
+        (any::<u8>(), proptest::collection::vec(any::<u8>(), 0..200))
+            .prop_map(|(cmd, payload)| Request::Fwio { cmd, payload }),
     ]
 }
 
@@ -361,6 +365,16 @@ fn reply_strategy() -> impl Strategy<Value = Reply> {
         Just(Reply::Ok),
         stats_strategy().prop_map(|s| Reply::Stats(Box::new(s))),
         ".*".prop_map(Reply::Control),
+        proptest::collection::vec(any::<u8>(), 0..200).prop_map(Reply::Fwio),
+        (0u8..4, ".*").prop_map(|(k, message)| Reply::Failed {
+            kind: [
+                host::wire::Failure::Device,
+                host::wire::Failure::FirmwareTimeout,
+                host::wire::Failure::Firmware,
+                host::wire::Failure::Invalid
+            ][k as usize],
+            message
+        }),
         (any::<u64>(), any::<u64>(), any::<u32>(), any::<u32>()).prop_map(|(a, b, c, d)| Reply::Described {
             iova_window: a.min(b)..a.max(b),
             ncs: c.min(d) as usize..c.max(d) as usize

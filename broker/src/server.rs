@@ -764,13 +764,16 @@ fn open_hosted(
     let mut live = sim_serve::host::stats(&socket).is_ok();
     let name = format!("sim:shared:{}:{index}", arch.name);
     let failed = |what: &str, e: &dyn std::fmt::Display| error(ErrorCode::Device, 0, format!("{name}: {what}: {e}"));
+    let start_host = |exe: &PathBuf| {
+        let mut cfg = sim_serve::host::HostConfig::new(arch, &socket);
+        cfg.hbm_bytes = shared.cfg.sim_hbm_bytes;
+        sim_serve::host::spawn(exe, &cfg).map_err(|e| failed("starting its host", &e))
+    };
     if !live {
         let Some(exe) = spawn else {
             return Err(error(ErrorCode::NoSuchDevice, 0, format!("{name} ended with the broker that served it")));
         };
-        let mut cfg = sim_serve::host::HostConfig::new(arch, &socket);
-        cfg.hbm_bytes = shared.cfg.sim_hbm_bytes;
-        sim_serve::host::spawn(exe, &cfg).map_err(|e| failed("starting its host", &e))?;
+        start_host(exe)?;
     }
     // The broker's handle maps nothing (the host brought the device up and does its reclaims):
     // a small window at the top of the broker's half, clear of the host's own mappings at the
@@ -788,9 +791,7 @@ fn open_hosted(
             Err(e) if start.elapsed() < Duration::from_secs(3) => {
                 tracing::debug!(%e, "connecting to a device host: retrying");
                 if let (sim_serve::host::HostError::Connect { .. }, Some(exe)) = (&e, spawn) {
-                    let mut cfg = sim_serve::host::HostConfig::new(arch, &socket);
-                    cfg.hbm_bytes = shared.cfg.sim_hbm_bytes;
-                    sim_serve::host::spawn(exe, &cfg).map_err(|e| failed("starting its host", &e))?;
+                    start_host(exe)?;
                     // A new host: a fresh device, brought up below.
                     live = false;
                 } else {

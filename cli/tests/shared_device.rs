@@ -155,13 +155,7 @@ fn eight_processes_share_a_cayman_the_ninth_and_the_seventeenth_are_refused() {
     // Let them finish: exact outputs, each on its own core.
     for (k, (mut child, _)) in runs.into_iter().enumerate() {
         child.stdin.as_mut().unwrap().write_all(b"\n").unwrap();
-        let out = child.wait_with_output().unwrap();
-        assert!(out.status.success(), "nc{k}: {}", String::from_utf8_lossy(&out.stdout));
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        assert_eq!(v["status"], "NRT_SUCCESS");
-        let got: Vec<f32> =
-            v["outputs"]["output"]["values"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect();
-        assert_eq!(got, input(), "nc{k}");
+        exact(&child.wait_with_output().unwrap(), &format!("nc{k}"));
     }
     // Idle, the broker exits and removes its socket.
     let t0 = Instant::now();

@@ -178,14 +178,12 @@ fn stopped(stop: &UnixStream, wait: Duration) -> bool {
         return true;
     }
     // Nothing is ever written to it: the end of file (or any byte) is the stop.
-    let mut b = [0u8; 1];
-    let r = (&mut &*stop).read(&mut b);
-    match r {
+    match (&mut &*stop).read_exact(&mut [0u8; 1]) {
         Err(e) => !matches!(
             e.kind(),
             std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut | std::io::ErrorKind::Interrupted
         ),
-        Ok(n) => n <= b.len(),
+        Ok(()) => true,
     }
 }
 

@@ -147,7 +147,7 @@ impl Request {
         let mut b = Body::default();
         let t = match self {
             Request::Connect { iova_window, ncs } => {
-                b.u64(iova_window.start).u64(iova_window.end).u64(ncs.start as u64).u64(ncs.end as u64);
+                b.bounds(iova_window, ncs);
                 tag::CONNECT
             }
             Request::End { id } => {
@@ -185,12 +185,8 @@ impl Request {
         let mut f = Fields(body);
         let r = match t {
             tag::CONNECT => {
-                let iova_window = f.range("iova window")?;
-                let ncs = f.range("ncs")?;
-                let nc = |v: u64| {
-                    usize::try_from(v).map_err(|_| WireError::Range { what: "ncs", start: ncs.start, end: ncs.end })
-                };
-                Request::Connect { iova_window, ncs: nc(ncs.start)?..nc(ncs.end)? }
+                let (iova_window, ncs) = f.bounds()?;
+                Request::Connect { iova_window, ncs }
             }
             tag::END => Request::End { id: f.u64("id")? },
             tag::STATS => Request::Stats,
@@ -234,7 +230,7 @@ impl Reply {
                 tag::CONTROL_REPLY
             }
             Reply::Described { iova_window, ncs } => {
-                b.u64(iova_window.start).u64(iova_window.end).u64(ncs.start as u64).u64(ncs.end as u64);
+                b.bounds(iova_window, ncs);
                 tag::DESCRIBED
             }
             Reply::Fwio(data) => {
@@ -263,12 +259,8 @@ impl Reply {
             tag::STATS_REPLY => Reply::Stats(Box::new(stats_decode(&mut f)?)),
             tag::CONTROL_REPLY => Reply::Control(f.str("control reply")?),
             tag::DESCRIBED => {
-                let iova_window = f.range("iova window")?;
-                let ncs = f.range("ncs")?;
-                let nc = |v: u64| {
-                    usize::try_from(v).map_err(|_| WireError::Range { what: "ncs", start: ncs.start, end: ncs.end })
-                };
-                Reply::Described { iova_window, ncs: nc(ncs.start)?..nc(ncs.end)? }
+                let (iova_window, ncs) = f.bounds()?;
+                Reply::Described { iova_window, ncs }
             }
             tag::FWIO_REPLY => Reply::Fwio(f.bytes("fwio data")?),
             tag::FAILED => {
@@ -401,6 +393,10 @@ impl Body {
         self.0.extend_from_slice(b);
         self
     }
+    /// A data connection's bounds: its IOVA window, its NCs.
+    fn bounds(&mut self, iova_window: &Range<u64>, ncs: &Range<usize>) -> &mut Self {
+        self.u64(iova_window.start).u64(iova_window.end).u64(ncs.start as u64).u64(ncs.end as u64)
+    }
 }
 
 /// The unread rest of a body.
@@ -443,6 +439,14 @@ impl<'a> Fields<'a> {
     fn bytes(&mut self, what: &'static str) -> Result<Vec<u8>, WireError> {
         let n = self.count(1, what)?;
         Ok(self.take(n, what)?.to_vec())
+    }
+    /// A data connection's bounds ([`Body::bounds`]).
+    fn bounds(&mut self) -> Result<(Range<u64>, Range<usize>), WireError> {
+        let iova_window = self.range("iova window")?;
+        let ncs = self.range("ncs")?;
+        let nc =
+            |v: u64| usize::try_from(v).map_err(|_| WireError::Range { what: "ncs", start: ncs.start, end: ncs.end });
+        Ok((iova_window, nc(ncs.start)?..nc(ncs.end)?))
     }
     /// `start..end` with `start <= end`.
     fn range(&mut self, what: &'static str) -> Result<Range<u64>, WireError> {

@@ -323,7 +323,13 @@ impl Session {
 
     /// Lease cores on an attached device.
     pub fn lease(&self, device: u32, want: Want) -> Result<Lease, ClientError> {
-        self.leased(self.call(&Request::Lease { device, want })?)
+        self.lease_logical(device, want, 1)
+    }
+
+    /// Lease `want` counted in logical NeuronCores of `lnc` physical cores each (aligned:
+    /// logical core `l` is physical `l·lnc ..`); the lease names the physical cores.
+    pub fn lease_logical(&self, device: u32, want: Want, lnc: u8) -> Result<Lease, ClientError> {
+        self.leased(self.call(&Request::Lease { device, want, lnc })?)
     }
 
     /// Re-register with a new broker what this client held on device `spec` under the

@@ -74,8 +74,9 @@ pub enum Request {
     /// Use a device (counts toward the 16 processes per device). The reply carries the data
     /// path's descriptors.
     Attach { spec: DeviceSpec },
-    /// Lease cores on an attached device.
-    Lease { device: u32, want: Want },
+    /// Lease cores on an attached device. `want` counts logical NeuronCores of `lnc` physical
+    /// cores each (1: physical cores); the reply names the physical cores.
+    Lease { device: u32, want: Want, lnc: u8 },
     /// After a broker restart, a client of the previous broker re-registers what it holds on
     /// device `spec` (docs/sharing.md): its IOVA window (the one starting at `iova_start`), its cores `first .. first +
     /// count`, its data path's id at the device's host (`path`, [`Reply::Leased`]; 0: none)
@@ -457,7 +458,7 @@ impl Request {
                 spec.put(&mut w);
                 w.finish()
             }
-            Request::Lease { device, want } => {
+            Request::Lease { device, want, lnc } => {
                 let mut w = W::new(3);
                 w.u32(*device);
                 match want {
@@ -465,6 +466,7 @@ impl Request {
                     Want::Count(n) => w.u8(1).u32(*n),
                     Want::Range { first, count } => w.u8(2).u32(*first).u32(*count),
                 };
+                w.u8(*lnc);
                 w.finish()
             }
             Request::Release { device } => {
@@ -538,7 +540,7 @@ impl Request {
                     2 => Want::Range { first: r.u32()?, count: r.u32()? },
                     tag => return Err(ProtoError::Tag { what: "lease", tag }),
                 };
-                Request::Lease { device, want }
+                Request::Lease { device, want, lnc: r.u8()? }
             }
             5 => Request::Release { device: r.u32()? },
             6 => Request::AllocHbm { device: r.u32()?, chan: r.u32()?, len: r.u64()? },
@@ -716,12 +718,15 @@ mod tests {
             (arb_str(), any::<u32>())
                 .prop_map(|(arch, index)| Request::Attach { spec: DeviceSpec::Sim { arch, index } }),
             arb_str().prop_map(|b| Request::Attach { spec: DeviceSpec::Pci(b) }),
-            (any::<u32>(), any::<u32>(), any::<u32>(), 0u8..3).prop_map(|(device, a, b, k)| Request::Lease {
-                device,
-                want: match k {
-                    0 => Want::All,
-                    1 => Want::Count(a),
-                    _ => Want::Range { first: a, count: b },
+            (any::<u32>(), any::<u32>(), any::<u32>(), 0u8..3, any::<u8>()).prop_map(|(device, a, b, k, lnc)| {
+                Request::Lease {
+                    device,
+                    want: match k {
+                        0 => Want::All,
+                        1 => Want::Count(a),
+                        _ => Want::Range { first: a, count: b },
+                    },
+                    lnc,
                 }
             }),
             (

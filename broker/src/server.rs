@@ -491,7 +491,7 @@ fn handle(
         Request::Hello { .. } => (error(ErrorCode::Sequence, 0, "Hello was already sent"), Vec::new()),
         Request::Query => (Reply::Query(query(&st)), Vec::new()),
         Request::Attach { spec } => (attach(shared, &mut st, me, spec), Vec::new()),
-        Request::Lease { device, want } => lease(&mut st, me, device, want),
+        Request::Lease { device, want, lnc } => lease(&mut st, me, device, want, lnc),
         Request::Rejoin { spec, iova_start, first, count, path, grants, handoff } => {
             let held = Held { iova_start, first, count, path, grants };
             (rejoin(shared, &mut st, me, spec, held, handoff, fds), Vec::new())
@@ -1222,7 +1222,7 @@ fn nc_range(first: u32, count: u32) -> String {
     format!("nc{first}-nc{}", first + count.saturating_sub(1))
 }
 
-fn lease(st: &mut State, me: u64, device: u32, want: Want) -> (Reply, Vec<OwnedFd>) {
+fn lease(st: &mut State, me: u64, device: u32, want: Want, lnc: u8) -> (Reply, Vec<OwnedFd>) {
     let Some(d) = attached(st, me, device) else { return (not_attached(device), Vec::new()) };
     if st.clients.get(&me).is_some_and(|c| c.role == Role::Tool) {
         return (error(ErrorCode::Invalid, 0, "a tool client leases no cores"), Vec::new());
@@ -1235,16 +1235,24 @@ fn lease(st: &mut State, me: u64, device: u32, want: Want) -> (Reply, Vec<OwnedF
     if dev.adopting {
         return (adopting(dev), Vec::new());
     }
-    let n = dev.leases.len() as u32;
+    let phys = dev.leases.len() as u32;
+    let k = u32::from(lnc);
+    if k == 0 || phys % k != 0 {
+        return (
+            error(ErrorCode::Invalid, 0, format!("{} has no logical cores of {lnc} physical cores", dev.name)),
+            Vec::new(),
+        );
+    }
+    // Logical cores: `n` of them, logical `l` is physical `l·k .. (l+1)·k`.
+    let n = phys / k;
+    let free = |dev: &Device, l: u32| dev.leases[(l * k) as usize..((l + 1) * k) as usize].iter().all(Option::is_none);
     let range = match want {
         Want::All => Some((0, n)),
         Want::Count(0) | Want::Range { count: 0, .. } => {
             return (error(ErrorCode::Invalid, 0, "a lease of 0 cores"), Vec::new());
         }
         Want::Count(c) if c > n => None,
-        Want::Count(c) => {
-            (0..=n - c).find(|&f| dev.leases[f as usize..(f + c) as usize].iter().all(Option::is_none)).map(|f| (f, c))
-        }
+        Want::Count(c) => (0..=n - c).find(|&f| (f..f + c).all(|l| free(dev, l))).map(|f| (f, c)),
         Want::Range { first, count } => {
             if first.checked_add(count).is_none_or(|e| e > n) {
                 return (
@@ -1265,14 +1273,14 @@ fn lease(st: &mut State, me: u64, device: u32, want: Want) -> (Reply, Vec<OwnedF
         Want::Range { first, count } => nc_range(first, count),
     };
     let conflict = match range {
-        Some((f, c)) => dev.leases[f as usize..(f + c) as usize].iter().flatten().next().copied(),
+        Some((f, c)) => dev.leases[(f * k) as usize..((f + c) * k) as usize].iter().flatten().next().copied(),
         None => dev.leases.iter().flatten().next().copied(),
     };
     let (first, count) = match (range, conflict) {
-        (Some(r), None) => r,
+        (Some((f, c)), None) => (f * k, c * k),
         _ => {
             let owner = conflict.and_then(|o| pids.get(&o).copied()).unwrap_or(0);
-            let available = dev.free_ncs();
+            let available = (0..n).filter(|&l| free(dev, l)).count();
             return (
                 error(
                     ErrorCode::CoresUnavailable,

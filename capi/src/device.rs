@@ -162,16 +162,21 @@ pub fn resolve(spec: Spec) -> Result<Spec, RtError> {
     }
 }
 
-/// NeuronCores behind a spec, without opening anything.
+/// Physical NeuronCores behind a spec, without opening anything.
 pub fn nc_count(spec: &Spec) -> Result<usize, RtError> {
+    arch_and_count(spec).map(|(_, n)| n)
+}
+
+/// The arch and the physical NeuronCores behind a spec, without opening anything.
+pub fn arch_and_count(spec: &Spec) -> Result<(&'static csr_maps::Arch, usize), RtError> {
     match spec {
-        Spec::Default => nc_count(&resolve(Spec::Default)?),
-        Spec::Sim { arch, n } | Spec::SimShared { arch, n } => Ok(arch.counts.ncs as usize * n),
+        Spec::Default => arch_and_count(&resolve(Spec::Default)?),
+        Spec::Sim { arch, n } | Spec::SimShared { arch, n } => Ok((arch, arch.counts.ncs as usize * n)),
         Spec::Pci(addr) => {
             let f = select::function(&select::sysfs(), *addr).map_err(rt)?;
             let arch = select::arch_of(&f)
                 .ok_or_else(|| rt(SelectError::NotNeuron { addr: *addr, vendor: f.vendor, device: f.device }))?;
-            Ok(arch.counts.ncs as usize)
+            Ok((arch, arch.counts.ncs as usize))
         }
     }
 }
@@ -230,9 +235,9 @@ pub fn release() {
 /// the process's global communicator (collectives whose replica group spans processes;
 /// `crate::global`). A shared device's cores held by another process fail as libnrt's
 /// `nrt_init` does: NRT_FAILURE, with libnrt's log line and one naming the owner.
-pub fn platforms(spec: &Spec, reserve: &select::Reserve) -> Result<select::Opened, RtError> {
+pub fn platforms(spec: &Spec, reserve: &select::Reserve, lnc: Option<u32>) -> Result<select::Opened, RtError> {
     let spec = resolve(spec.clone())?;
-    let opened = select::open_reserving(&spec, sim_timing()?, reserve).map_err(|e| {
+    let opened = select::open_reserving(&spec, sim_timing()?, reserve, lnc).map_err(|e| {
         if let Some((owner, line)) = select::shared::cores_unavailable(&e) {
             // libnrt's line, then ours naming the holder.
             crate::base::log_line(line);

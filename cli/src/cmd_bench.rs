@@ -82,7 +82,7 @@ struct Setup {
 
 #[cfg(feature = "sim")]
 fn setup(arch: &'static csr_maps::Arch, timing: Timing, poll: PollPolicy) -> Result<Setup, CliError> {
-    setup_with(arch, timing, RuntimeConfig { poll, ..RuntimeConfig::default() })
+    setup_with(arch, timing, RuntimeConfig { poll, ..RuntimeConfig::physical() })
 }
 
 #[cfg(feature = "sim")]
@@ -272,7 +272,7 @@ const BREAKDOWN_MEASURED: &str = "bind, kick, harvest, completion: p50s of a sec
 /// completion) over `iters` executes on a runtime with the phase clocks on.
 #[cfg(feature = "sim")]
 fn phase_breakdown(arch: &'static csr_maps::Arch, iters: u32, timer: u64) -> Result<[u64; 4], CliError> {
-    let cfg = RuntimeConfig { poll: PollPolicy::Spin, phase_timings: true, ..RuntimeConfig::default() };
+    let cfg = RuntimeConfig { poll: PollPolicy::Spin, phase_timings: true, ..RuntimeConfig::physical() };
     let s = setup_with(arch, Timing::Inline, cfg)?;
     for _ in 0..1000 {
         exec(&s)?;
@@ -523,7 +523,7 @@ pub fn scale_bench(a: ScaleBenchArgs, json_out: bool) -> Result<(), CliError> {
     let rt = Runtime::with_observers(runtime::monitoring());
     let opts = hal::DeviceOptions { hbm_limit: Some(1 << 26), ..Default::default() };
     let plats = select::wrap_traced(plats).map_err(CliError::failure)?;
-    rt.init(plats, RuntimeConfig { poll: PollPolicy::Spin, ..RuntimeConfig::default() }, opts).map_err(e)?;
+    rt.init(plats, RuntimeConfig { poll: PollPolicy::Spin, ..RuntimeConfig::physical() }, opts).map_err(e)?;
     let init_s = t_init.elapsed().as_secs_f64();
     let ncs = rt.nc_count();
     let mut d = neff::builder::single_nc_allreduce();

@@ -43,8 +43,8 @@ fn e(e: runtime::RtError) -> CliError {
 
 /// A runtime on core `nc` of the shared device set `spec` (as `nrt_init` opens it).
 fn open_shared(spec: &select::Spec, nc: usize) -> Result<(Runtime, select::Opened), CliError> {
-    let opened = select::open_reserving(spec, select::SimTiming::Inline, &select::Reserve::Cores(vec![nc]))?;
-    let (devices, cfg) = crate::cmd_run::device_setup(&opened, RuntimeConfig::default(), hal::DeviceOptions::default());
+    let opened = select::open_reserving(spec, select::SimTiming::Inline, &select::Reserve::Cores(vec![nc]), Some(1))?;
+    let (devices, cfg) = crate::cmd_run::device_setup(&opened, RuntimeConfig::physical(), hal::DeviceOptions::default());
     let rt = Runtime::new();
     rt.init_devices(devices, cfg).map_err(e)?;
     Ok((rt, opened))
@@ -160,7 +160,7 @@ fn measure(
     let mut lease_us = Vec::new();
     for _ in 0..a.leases.max(1) {
         let t = Instant::now();
-        let o = select::open_reserving(spec, select::SimTiming::Inline, &select::Reserve::Cores(vec![0]))?;
+        let o = select::open_reserving(spec, select::SimTiming::Inline, &select::Reserve::Cores(vec![0]), Some(1))?;
         lease_us.push(t.elapsed().as_micros() as u64);
         drop(o);
     }
@@ -170,7 +170,11 @@ fn measure(
     let sl = prepare(&srt, bytes)?;
     let sim = sim::SimDevice::new(sim::SimConfig::new(arch).timing(sim::Timing::Inline)).map_err(CliError::failure)?;
     let prt = Runtime::new();
-    prt.init(vec![Arc::new(sim.clone()) as Arc<dyn Platform>], RuntimeConfig::default(), hal::DeviceOptions::default())
+    prt.init(
+        vec![Arc::new(sim.clone()) as Arc<dyn Platform>],
+        RuntimeConfig::physical(),
+        hal::DeviceOptions::default(),
+    )
         .map_err(e)?;
     let pl = prepare(&prt, bytes)?;
     for _ in 0..50 {

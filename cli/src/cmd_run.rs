@@ -98,12 +98,13 @@ pub fn platforms_reserving(
     spec: Option<&str>,
     timing: SimTiming,
     reserve: &select::Reserve,
+    lnc: Option<u32>,
 ) -> Result<Opened, CliError> {
     let spec = match device::parse(spec)? {
         DeviceSpec::Default => device::resolve_default(&device::sysfs())?,
         s => s,
     };
-    Ok(select::open_reserving(&spec, timing.into(), reserve)?)
+    Ok(select::open_reserving(&spec, timing.into(), reserve, lnc)?)
 }
 
 /// The cores a process reserves on shared devices, as libnrt decides at `nrt_init`:
@@ -196,7 +197,7 @@ fn load_with_progress(
 }
 
 fn start(device: Option<&str>, timing: SimTiming, cfg: RuntimeConfig) -> Result<(Runtime, Opened), CliError> {
-    let opened = platforms_reserving(device, timing, &reserve_of(&cfg))?;
+    let opened = platforms_reserving(device, timing, &reserve_of(&cfg), cfg.lnc.map(|l| l.size))?;
     let rt = Runtime::with_observers(runtime::monitoring());
     let (devices, cfg) = device_setup(&opened, cfg, hal::DeviceOptions::default());
     rt.init_devices(devices, cfg).map_err(rt_err)?;

@@ -26,14 +26,18 @@ fn root() -> PathBuf {
 /// A runtime on core `nc` of the shared cayman, as `nrt_init` opens one.
 fn open(nc: usize) -> (Runtime, select::Opened) {
     let spec = select::Spec::SimShared { arch: &csr_maps::CAYMAN, n: 1 };
-    let opened = select::open_reserving(&spec, select::SimTiming::Inline, &select::Reserve::Cores(vec![nc])).unwrap();
+    let opened = select::open_reserving(&spec, select::SimTiming::Inline, &select::Reserve::Cores(vec![nc]), Some(1)).unwrap();
     let own = opened.ownership(0).unwrap();
     let opts = hal::DeviceOptions {
         owned_ncs: Some(own.ncs),
         hbm_ranges: Some(own.hbm.into_iter().map(|(chan, addr, len)| hal::HbmRange { chan, addr, len }).collect()),
         ..Default::default()
     };
-    let cfg = RuntimeConfig { visible_cores: opened.leased_cores(), ..RuntimeConfig::default() };
+    let cfg = RuntimeConfig {
+        visible_cores: opened.leased_cores(),
+        lnc: Some(runtime::env::LncRequest::physical()),
+        ..RuntimeConfig::default()
+    };
     let rt = Runtime::new();
     rt.init_devices(vec![(opened.platforms[0].clone(), opts)], cfg).unwrap();
     (rt, opened)

@@ -537,6 +537,9 @@ fn rt_variant(e: &RtErrorKind) -> usize {
         K::WrongSize { .. } => 24,
         K::Frontend(_) => 25,
         K::Caller { .. } => 26,
+        K::LncUnsupported { .. } => 27,
+        K::LncMismatch { .. } => 28,
+        K::LncGraphs { .. } => 29,
     }
 }
 
@@ -558,6 +561,9 @@ fn runtime_errors() {
         (K::Bindings(stage(StageErrorKind::Unbound { role: IoRole::Input, name: t() })), S::Invalid),
         (K::NotEnoughNc { required: 4, available: 2 }, S::LoadNotEnoughNc),
         (K::NoLogicalNc { nc: 9, visible: 2 }, S::Invalid),
+        (K::LncUnsupported { var: "NEURON_LOGICAL_NC_CONFIG", size: 2, arch: "sunda", max: 1 }, S::Invalid),
+        (K::LncMismatch { neff: 1, runtime: 2, arch: "cayman", default: 2 }, S::Invalid),
+        (K::LncGraphs { graphs: 3, lnc: 2 }, S::Invalid),
         (K::NoDeviceForNc { nc: 9 }, S::Invalid),
         (K::NoXuId { nc: 300 }, S::Invalid),
         (K::Xu(runtime::xu::XuError::ZeroCapacity), S::Failure),
@@ -583,7 +589,7 @@ fn runtime_errors() {
         assert_eq!(e.status, *want, "{e}");
         assert_eq!(e.kind.status(), *want, "{e}");
     }
-    check("RtErrorKind", 27, |e: &RtError| rt_variant(&e.kind), table);
+    check("RtErrorKind", 30, |e: &RtError| rt_variant(&e.kind), table);
 }
 
 /// The CLI's `CliError` takes the status of the error it reports (no mapping of its own),

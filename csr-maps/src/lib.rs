@@ -99,6 +99,19 @@ pub struct Arch {
     pub regions: &'static [RegionDef],
 }
 
+impl Arch {
+    /// The logical NeuronCore size for a requested one (None: `lnc_default`): None when the
+    /// arch has no such size (above `lnc_max`, or not dividing its cores).
+    pub fn lnc(&self, requested: Option<u32>) -> Option<usize> {
+        let max = self.consts.lnc_max.max(1);
+        match requested {
+            None => Some(self.consts.lnc_default.clamp(1, max) as usize),
+            Some(r) if r >= 1 && u64::from(r) <= max && self.counts.ncs % u64::from(r) == 0 => Some(r as usize),
+            Some(_) => None,
+        }
+    }
+}
+
 impl PartialEq for Arch {
     fn eq(&self, other: &Self) -> bool {
         self.name == other.name

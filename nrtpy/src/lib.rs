@@ -152,7 +152,8 @@ fn session() -> Res<(Arc<Runtime>, u64)> {
     let spec = nrt::device::from_env().map_err(Error::nrt(INIT))?;
     // A shared device (`sim:shared`): the cores are leased here, as nrt_init leases them, and
     // held until reset() (docs/sharing.md).
-    let opened = nrt::device::platforms(&spec, &nrt::device::reserve_of(&cfg)).map_err(Error::nrt(INIT))?;
+    let opened = nrt::device::platforms(&spec, &nrt::device::reserve_of(&cfg), cfg.lnc.map(|l| l.size))
+        .map_err(Error::nrt(INIT))?;
     let (devices, cfg) = nrt::device::device_setup(&opened, cfg, hal::DeviceOptions::default());
     rt.init_devices(devices, cfg).map_err(Error::nrt(INIT))?;
     // Simulator faults of NEURON_VFIO_SIM_FAULT: a bad spec undoes the init.
@@ -193,7 +194,7 @@ fn check_inactive(py: Python<'_>) -> PyResult<()> {
 #[pyfunction]
 fn init(py: Python<'_>) -> PyResult<usize> {
     let (rt, _) = py.detach(session).raise(py)?;
-    Ok(rt.visible_ncs().len())
+    Ok(rt.visible_logical().len())
 }
 
 /// `nrtpy.reset()`: close the runtime (unloading every model, releasing the devices); every

@@ -127,6 +127,19 @@ pub enum RtErrorKind {
     /// Too few NeuronCores for the load (libnrt's "Insufficient pncs").
     #[error("Insufficient number of pncs, required: {required}, available: {available}")]
     NotEnoughNc { required: usize, available: usize },
+    /// A logical NeuronCore size the device's arch does not have (libnrt: sunda has no LNC).
+    #[error("{var}={size}: {arch} has no logical NeuronCores of {size} physical cores (sizes 1..={max})")]
+    LncUnsupported { var: &'static str, size: u32, arch: &'static str, max: u32 },
+    /// A NEFF compiled for another logical NeuronCore size than the runtime's.
+    #[error(
+        "the NEFF was compiled for logical NeuronCores of {neff} physical core(s) (vnc_size), the runtime runs \
+         LNC={runtime} (NEURON_LOGICAL_NC_CONFIG / NEURON_RT_VIRTUAL_CORE_SIZE; {arch} default {default}): \
+         recompile with --lnc={runtime} or set NEURON_LOGICAL_NC_CONFIG={neff}"
+    )]
+    LncMismatch { neff: u32, runtime: usize, arch: &'static str, default: u64 },
+    /// A NEFF whose graphs do not fill whole logical NeuronCores.
+    #[error("the NEFF has {graphs} graph(s), not a whole number of logical NeuronCores of {lnc} physical cores")]
+    LncGraphs { graphs: usize, lnc: usize },
     /// A logical NC the runtime does not show.
     #[error("no logical NC {nc} ({visible} visible)")]
     NoLogicalNc { nc: usize, visible: usize },
@@ -206,6 +219,9 @@ impl RtErrorKind {
                 NrtStatus::ExecBadInput
             }
             RtErrorKind::Env(_)
+            | RtErrorKind::LncUnsupported { .. }
+            | RtErrorKind::LncMismatch { .. }
+            | RtErrorKind::LncGraphs { .. }
             | RtErrorKind::NoLogicalNc { .. }
             | RtErrorKind::NoDeviceForNc { .. }
             | RtErrorKind::NoXuId { .. }

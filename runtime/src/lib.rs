@@ -25,6 +25,7 @@
 
 pub mod collectives;
 pub mod completion;
+pub mod cores;
 pub mod counters;
 pub mod debug_endpoint;
 pub mod env;

@@ -29,7 +29,7 @@ fn neff() -> Vec<u8> {
 fn setup(warn: Duration, timeout: Duration) -> (Runtime, SimDevice, [ModelHandle; 2]) {
     let sim = SimDevice::new(SimConfig::new(&SUNDA).timing(Timing::Threaded).hbm_bytes(1 << 28)).unwrap();
     let rt = Runtime::with_observers(runtime::monitoring());
-    let cfg = RuntimeConfig { exec_timeout: timeout, barrier_warn: warn, ..RuntimeConfig::default() };
+    let cfg = RuntimeConfig { exec_timeout: timeout, barrier_warn: warn, ..RuntimeConfig::physical() };
     let opts = hal::DeviceOptions { hbm_limit: Some(1 << 28), ..Default::default() };
     rt.init(vec![Arc::new(sim.clone()) as Arc<dyn Platform>], cfg, opts).unwrap();
     let bytes = neff();

@@ -22,7 +22,7 @@ fn runtime(timing: Timing) -> Arc<Runtime> {
     let rt = Arc::new(Runtime::new());
     let opts = hal::DeviceOptions { hbm_limit: Some(1 << 28), ..Default::default() };
     // A short timeout: a lost completion shows up as a failure, not as a stuck test.
-    let cfg = RuntimeConfig { exec_timeout: EXEC_TIMEOUT, ..RuntimeConfig::default() };
+    let cfg = RuntimeConfig { exec_timeout: EXEC_TIMEOUT, ..RuntimeConfig::physical() };
     rt.init(vec![Arc::new(sim) as Arc<dyn Platform>], cfg, opts).unwrap();
     rt
 }

@@ -18,7 +18,7 @@ use sim::{SimConfig, SimDevice, Timing};
 fn runtime() -> (Runtime, SimDevice) {
     let sim = SimDevice::new(SimConfig::new(&CAYMAN).timing(Timing::Threaded).hbm_bytes(1 << 28)).unwrap();
     let rt = Runtime::new();
-    let cfg = RuntimeConfig { exec_timeout: Duration::from_secs(2), ..RuntimeConfig::default() };
+    let cfg = RuntimeConfig { exec_timeout: Duration::from_secs(2), ..RuntimeConfig::physical() };
     let opts = hal::DeviceOptions { hbm_limit: Some(1 << 28), ..Default::default() };
     rt.init(vec![Arc::new(sim.clone()) as Arc<dyn Platform>], cfg, opts).unwrap();
     (rt, sim)

@@ -22,7 +22,7 @@ fn runtime() -> (SimDevice, Runtime) {
     let sim = SimDevice::new(SimConfig::new(&SUNDA).timing(Timing::Inline).hbm_bytes(1 << 26)).unwrap();
     let rt = Runtime::new();
     let opts = hal::DeviceOptions { hbm_limit: Some(1 << 26), ..Default::default() };
-    rt.init(vec![Arc::new(sim.clone()) as Arc<dyn Platform>], RuntimeConfig::default(), opts).unwrap();
+    rt.init(vec![Arc::new(sim.clone()) as Arc<dyn Platform>], RuntimeConfig::physical(), opts).unwrap();
     (sim, rt)
 }
 
@@ -259,7 +259,7 @@ fn unchecked_runtime() -> (SimDevice, Runtime) {
     let cfg = RuntimeConfig {
         unchecked_loader_for_tests: true,
         exec_timeout: std::time::Duration::from_secs(5),
-        ..RuntimeConfig::default()
+        ..RuntimeConfig::physical()
     };
     let opts = hal::DeviceOptions { hbm_limit: Some(1 << 26), ..Default::default() };
     rt.init(vec![Arc::new(sim.clone()) as Arc<dyn Platform>], cfg, opts).unwrap();

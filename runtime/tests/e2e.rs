@@ -12,7 +12,7 @@ fn rt(arch: &'static Arch, timing: Timing) -> (Runtime, SimDevice) {
     let sim = SimDevice::new(SimConfig::new(arch).timing(timing).hbm_bytes(1 << 28)).unwrap();
     let rt = Runtime::new();
     let opts = hal::DeviceOptions { hbm_limit: Some(1 << 28), ..Default::default() };
-    rt.init(vec![Arc::new(sim.clone()) as Arc<dyn Platform>], RuntimeConfig::default(), opts).unwrap();
+    rt.init(vec![Arc::new(sim.clone()) as Arc<dyn Platform>], RuntimeConfig::physical(), opts).unwrap();
     (rt, sim)
 }
 
@@ -128,7 +128,7 @@ fn interrupt_poll_policy() {
     let cfg = RuntimeConfig {
         poll: PollPolicy::Interrupt,
         exec_timeout: std::time::Duration::from_millis(1000),
-        ..RuntimeConfig::default()
+        ..RuntimeConfig::physical()
     };
     let opts = hal::DeviceOptions { hbm_limit: Some(1 << 28), ..Default::default() };
     rt.init(vec![Arc::new(sim.clone()) as Arc<dyn Platform>], cfg, opts).unwrap();

@@ -135,7 +135,12 @@ fn engine_selector_and_sync_point() {
 fn inspect_knobs_parse_with_libnrts_defaults() {
     use runtime::env::{InspectEnv, DEFAULT_INSPECT_MAX_EVENTS_PER_NC, INSPECT_FILTER_NC_VAR};
     let none = InspectEnv::from_lookup(|_| None).unwrap();
-    assert!(!none.enable && none.system_profile && none.device_profile && !none.on_fail);
+    // NEURON_RT_INSPECT_DEVICE_PROFILE is off by default (the SDK's profiler variables page).
+    assert!(!none.enable && none.system_profile && !none.device_profile && !none.on_fail);
+    for (raw, on) in [("1", true), ("model", true), ("session", true), ("0", false), ("", false)] {
+        let e = InspectEnv::from_lookup(|k| (k == "NEURON_RT_INSPECT_DEVICE_PROFILE").then(|| raw.to_string())).unwrap();
+        assert_eq!(e.device_profile, on, "NEURON_RT_INSPECT_DEVICE_PROFILE={raw:?}");
+    }
     assert_eq!(none.output_dir, std::path::PathBuf::from("./output"));
     assert_eq!((none.filter_type, none.filter_nc), (None, None));
     assert_eq!(none.max_events_per_nc, DEFAULT_INSPECT_MAX_EVENTS_PER_NC);

@@ -340,7 +340,7 @@ impl Bench {
     fn new() -> Self {
         let sim = SimDevice::new(SimConfig::new(&CAYMAN).timing(Timing::Inline).hbm_bytes(1 << 30)).unwrap();
         let rt = Runtime::new();
-        let cfg = RuntimeConfig { exec_timeout: EXEC_TIMEOUT, ..RuntimeConfig::default() };
+        let cfg = RuntimeConfig { exec_timeout: EXEC_TIMEOUT, ..RuntimeConfig::physical() };
         let opts =
             hal::DeviceOptions { hbm_limit: Some(1 << 30), poll: hal::fwio::PollTiming::fast(), ..Default::default() };
         rt.init(vec![Arc::new(sim.clone()) as Arc<dyn Platform>], cfg, opts).unwrap();

@@ -90,7 +90,7 @@ impl Bench {
     fn new(arch: &'static Arch, ncs: usize) -> Self {
         let sim = SimDevice::new(SimConfig::new(arch).timing(Timing::Inline).hbm_bytes(1 << 28)).unwrap();
         let rt = Runtime::new();
-        let cfg = RuntimeConfig { exec_timeout: TIMEOUT, ..RuntimeConfig::default() };
+        let cfg = RuntimeConfig { exec_timeout: TIMEOUT, ..RuntimeConfig::physical() };
         let opts = hal::DeviceOptions { hbm_limit: Some(1 << 28), ..Default::default() };
         rt.init(vec![Arc::new(sim.clone()) as Arc<dyn Platform>], cfg, opts).unwrap();
         Self { arch, ncs, sim, rt, bytes: model_bytes(arch, ncs) }

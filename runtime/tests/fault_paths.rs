@@ -24,7 +24,7 @@ fn setup(arch: &'static Arch, ncs: usize) -> (Runtime, SimDevice, ModelHandle, V
     thread_log::init();
     let sim = SimDevice::new(SimConfig::new(arch).timing(Timing::Threaded).hbm_bytes(1 << 28)).unwrap();
     let rt = Runtime::new();
-    let cfg = RuntimeConfig { exec_timeout: Duration::from_millis(1000), ..RuntimeConfig::default() };
+    let cfg = RuntimeConfig { exec_timeout: Duration::from_millis(1000), ..RuntimeConfig::physical() };
     let opts = hal::DeviceOptions { hbm_limit: Some(1 << 28), ..Default::default() };
     rt.init(vec![Arc::new(sim.clone()) as Arc<dyn Platform>], cfg, opts).unwrap();
     let mut d = builder::allreduce_model(ncs);

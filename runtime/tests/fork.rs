@@ -14,7 +14,7 @@ fn forked_child_cannot_drive_devices() {
     let sim = SimDevice::new(SimConfig::new(&SUNDA).timing(Timing::Inline).hbm_bytes(1 << 28)).unwrap();
     let rt = Runtime::new();
     let opts = hal::DeviceOptions { hbm_limit: Some(1 << 28), ..Default::default() };
-    rt.init(vec![Arc::new(sim.clone()) as Arc<dyn Platform>], RuntimeConfig::default(), opts).unwrap();
+    rt.init(vec![Arc::new(sim.clone()) as Arc<dyn Platform>], RuntimeConfig::physical(), opts).unwrap();
     let bytes = builder::single_nc_allreduce().build().unwrap();
     let m = rt.load(&bytes, None, None).unwrap();
     // SAFETY: the child only calls into this runtime (no other thread uses it) and leaves

@@ -87,7 +87,7 @@ proptest! {
     fn hostile_models_never_panic_or_leak(muts in proptest::collection::vec(mutation(), 1..4)) {
         let sim = SimDevice::new(SimConfig::new(&SUNDA).timing(Timing::Inline).hbm_bytes(1 << 26)).unwrap();
         let rt = Runtime::new();
-        let cfg = RuntimeConfig { exec_timeout: Duration::from_millis(20), ..RuntimeConfig::default() };
+        let cfg = RuntimeConfig { exec_timeout: Duration::from_millis(20), ..RuntimeConfig::physical() };
         let opts = hal::DeviceOptions { hbm_limit: Some(1 << 26), ..Default::default() };
         rt.init(vec![Arc::new(sim.clone()) as Arc<dyn Platform>], cfg, opts).unwrap();
         for m in &muts {

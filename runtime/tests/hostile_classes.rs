@@ -54,7 +54,7 @@ proptest! {
     fn hostile_classes_never_escape(ops in proptest::collection::vec(op(), 1..5)) {
         let sim = SimDevice::new(SimConfig::new(&SUNDA).timing(Timing::Inline).hbm_bytes(1 << 26)).unwrap();
         let rt = Runtime::new();
-        let cfg = RuntimeConfig { exec_timeout: Duration::from_millis(50), ..RuntimeConfig::default() };
+        let cfg = RuntimeConfig { exec_timeout: Duration::from_millis(50), ..RuntimeConfig::physical() };
         let opts = hal::DeviceOptions { hbm_limit: Some(1 << 26), ..Default::default() };
         rt.init(vec![Arc::new(sim.clone()) as Arc<dyn Platform>], cfg, opts).unwrap();
         let victim = rt.load(&builder::single_nc_allreduce().build().unwrap(), Some(0), None).unwrap();

@@ -16,7 +16,7 @@ fn load_reports_weight_bytes_written() {
     let sim = SimDevice::new(SimConfig::new(&CAYMAN).timing(Timing::Inline).hbm_bytes(1 << 28)).unwrap();
     let rt = Runtime::new();
     let opts = hal::DeviceOptions { hbm_limit: Some(1 << 28), ..Default::default() };
-    rt.init(vec![Arc::new(sim) as Arc<dyn Platform>], RuntimeConfig::default(), opts).unwrap();
+    rt.init(vec![Arc::new(sim) as Arc<dyn Platform>], RuntimeConfig::physical(), opts).unwrap();
     let weights = 40 << 20;
     let mut d = builder::weights_model((0..weights).map(|i| (i % 251) as u8).collect(), WeightFormat::Raw);
     d.target = CAYMAN.name.to_string();

@@ -23,7 +23,7 @@ fn rt() -> (Runtime, SimDevice) {
     let sim = SimDevice::new(SimConfig::new(&csr_maps::SUNDA).timing(Timing::Inline).hbm_bytes(HBM)).unwrap();
     let rt = Runtime::new();
     let opts = hal::DeviceOptions { hbm_limit: Some(HBM), ..Default::default() };
-    rt.init(vec![Arc::new(sim.clone()) as Arc<dyn Platform>], RuntimeConfig::default(), opts).unwrap();
+    rt.init(vec![Arc::new(sim.clone()) as Arc<dyn Platform>], RuntimeConfig::physical(), opts).unwrap();
     (rt, sim)
 }
 

@@ -76,7 +76,7 @@ fn an_installed_observer_sees_every_session_event_in_order() {
     };
     let rt = Runtime::with_observers(vec![Arc::new(attach) as Arc<dyn Attach>]);
     assert_eq!(rt.observer_path("test"), None, "no session before init");
-    rt.init(sim(), RuntimeConfig::default(), opts()).unwrap();
+    rt.init(sim(), RuntimeConfig::physical(), opts()).unwrap();
     assert_eq!(rt.observer_path("test"), Some(PathBuf::from("/test")));
     assert_eq!(rt.counters_path(), None, "only what was installed observes");
     let ncs = rt.nc_count();
@@ -110,7 +110,7 @@ fn an_installed_observer_sees_every_session_event_in_order() {
     assert_eq!(rt.observer_path("test"), None, "the session ended");
 
     // A new session gets a new observer.
-    rt.init(sim(), RuntimeConfig::default(), opts()).unwrap();
+    rt.init(sim(), RuntimeConfig::physical(), opts()).unwrap();
     assert_eq!(rec.take(), [format!("attach {ncs} ncs")]);
     rt.close().unwrap();
     assert_eq!(rec.take(), ["close"]);
@@ -135,14 +135,14 @@ fn monitoring_publishes_only_when_installed() {
     };
 
     let bare = Runtime::new();
-    bare.init(sim(), RuntimeConfig::default(), opts()).unwrap();
+    bare.init(sim(), RuntimeConfig::physical(), opts()).unwrap();
     assert_eq!(bare.counters_path(), None);
     assert_eq!(bare.observer_path(DEBUG_ENDPOINT), None);
     assert!(mine(&dir).is_empty(), "the core publishes nothing: {:?}", mine(&dir));
     bare.close().unwrap();
 
     let rt = Runtime::with_observers(runtime::monitoring());
-    rt.init(sim(), RuntimeConfig::default(), opts()).unwrap();
+    rt.init(sim(), RuntimeConfig::physical(), opts()).unwrap();
     let counters = rt.counters_path().expect("the counters observer publishes");
     let sock = rt.observer_path(DEBUG_ENDPOINT).expect("the debug endpoint serves");
     assert_eq!(rt.observer_path(COUNTERS), Some(counters.clone()));

@@ -53,7 +53,7 @@ fn eight_runtimes_one_nc_each_on_one_device() {
                     hbm_ranges: Some(vec![hal::HbmRange { chan: g.0, addr: g.1, len: g.2 }]),
                     ..Default::default()
                 };
-                let cfg = RuntimeConfig { visible_cores: Some(vec![nc]), ..RuntimeConfig::default() };
+                let cfg = RuntimeConfig { visible_cores: Some(vec![nc]), ..RuntimeConfig::physical() };
                 // All open together: one runtime's init must not disturb another's NCs.
                 barrier.wait();
                 rt.init_devices(vec![(Arc::new(sim) as Arc<dyn Platform>, opts)], cfg).unwrap();

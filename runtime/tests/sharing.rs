@@ -56,7 +56,7 @@ fn run(rt: &Runtime, m: &ModelHandle, io: &Io, v: u32) {
 
 #[test]
 fn nine_one_nc_models_on_eight_ncs() {
-    let (rt, _sim) = runtime(&CAYMAN, Timing::Inline, RuntimeConfig::default());
+    let (rt, _sim) = runtime(&CAYMAN, Timing::Inline, RuntimeConfig::physical());
     let ncs = rt.nc_count();
     let b = bytes(&CAYMAN);
     let models: Vec<ModelHandle> = (0..ncs + 1).map(|_| rt.load(&b, None, None).unwrap()).collect();
@@ -88,7 +88,7 @@ fn nine_one_nc_models_on_eight_ncs() {
 #[test]
 fn two_models_on_one_nc_interleaved_from_two_threads() {
     for timing in [Timing::Inline, Timing::Threaded] {
-        let (rt, _sim) = runtime(&SUNDA, timing, RuntimeConfig::default());
+        let (rt, _sim) = runtime(&SUNDA, timing, RuntimeConfig::physical());
         let b = bytes(&SUNDA);
         let a = rt.load(&b, Some(1), None).unwrap();
         let c = rt.load(&b, Some(1), None).unwrap();
@@ -120,7 +120,7 @@ fn two_models_on_one_nc_interleaved_from_two_threads() {
 
 #[test]
 fn visible_cores_are_numbered_from_zero() {
-    let cfg = RuntimeConfig { visible_cores: Some(vec![1]), ..RuntimeConfig::default() };
+    let cfg = RuntimeConfig { visible_cores: Some(vec![1]), ..RuntimeConfig::physical() };
     let (rt, _sim) = runtime(&SUNDA, Timing::Inline, cfg);
     let b = bytes(&SUNDA);
     let m = rt.load(&b, Some(0), None).unwrap();
@@ -139,7 +139,7 @@ fn visible_cores_are_numbered_from_zero() {
 
 #[test]
 fn async_request_with_a_bad_input_fails_alone() {
-    let (rt, _sim) = runtime(&CAYMAN, Timing::Threaded, RuntimeConfig::default());
+    let (rt, _sim) = runtime(&CAYMAN, Timing::Threaded, RuntimeConfig::physical());
     let m = rt.load(&bytes(&CAYMAN), Some(0), None).unwrap();
     let good = make_io(&rt, &m, true);
     let mut bad = TensorSet::new();
@@ -168,7 +168,7 @@ fn signalled_faults_are_reported_within_10ms() {
         ("seq-fatal@nc0:pool", NrtStatus::ExecCompletedWithErr),
     ];
     for (spec, want) in cases {
-        let cfg = RuntimeConfig { exec_timeout: Duration::from_secs(600), ..RuntimeConfig::default() };
+        let cfg = RuntimeConfig { exec_timeout: Duration::from_secs(600), ..RuntimeConfig::physical() };
         let (rt, sim) = runtime(&SUNDA, Timing::Threaded, cfg);
         let b = bytes(&SUNDA);
         let mut best = Duration::MAX;

@@ -56,7 +56,7 @@ fn a_4gib_variable_costs_the_host_what_is_written() {
     let sim = SimDevice::new(SimConfig::new(&SUNDA).timing(Timing::Inline).hbm_bytes(HBM)).unwrap();
     let rt = Runtime::new();
     let opts = hal::DeviceOptions { hbm_limit: Some(HBM), ..Default::default() };
-    rt.init(vec![Arc::new(sim.clone()) as Arc<dyn Platform>], RuntimeConfig::default(), opts).unwrap();
+    rt.init(vec![Arc::new(sim.clone()) as Arc<dyn Platform>], RuntimeConfig::physical(), opts).unwrap();
 
     // In memory: the collective reads the far end of the var, which only the loader's zero
     // fill wrote. The fill reached the device (4 GiB of zeros DMA'd) and cost no host pages.

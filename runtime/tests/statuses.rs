@@ -17,7 +17,7 @@ fn model(n: usize, arch: &Arch) -> Vec<u8> {
 }
 
 fn cfg() -> RuntimeConfig {
-    RuntimeConfig { exec_timeout: Duration::from_millis(1000), ..RuntimeConfig::default() }
+    RuntimeConfig { exec_timeout: Duration::from_millis(1000), ..RuntimeConfig::physical() }
 }
 
 fn rt_with(sim: SimConfig, cfg: RuntimeConfig) -> (Runtime, SimDevice) {

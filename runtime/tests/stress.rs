@@ -14,7 +14,7 @@ fn eight_threads_thousand_executes_each() {
     let sim = SimDevice::new(SimConfig::new(&CAYMAN).timing(Timing::Threaded).hbm_bytes(1 << 28)).unwrap();
     let rt = Arc::new(Runtime::new());
     let opts = hal::DeviceOptions { hbm_limit: Some(1 << 28), ..Default::default() };
-    rt.init(vec![Arc::new(sim.clone()) as Arc<dyn Platform>], RuntimeConfig::default(), opts).unwrap();
+    rt.init(vec![Arc::new(sim.clone()) as Arc<dyn Platform>], RuntimeConfig::physical(), opts).unwrap();
     let mut d = builder::single_nc_allreduce();
     d.target = "cayman".into();
     let bytes = d.build().unwrap();

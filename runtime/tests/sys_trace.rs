@@ -27,7 +27,7 @@ fn records_of_real_executions_time_the_device_as_the_runtime_does() {
     let sim = SimDevice::new(SimConfig::new(&SUNDA).timing(Timing::Threaded).hbm_bytes(1 << 28)).unwrap();
     let rt = Runtime::new();
     let opts = hal::DeviceOptions { hbm_limit: Some(1 << 28), ..Default::default() };
-    let cfg = RuntimeConfig { exec_timeout: Duration::from_millis(2000), ..RuntimeConfig::default() };
+    let cfg = RuntimeConfig { exec_timeout: Duration::from_millis(2000), ..RuntimeConfig::physical() };
     rt.init(vec![Arc::new(sim.clone()) as Arc<dyn Platform>], cfg, opts).unwrap();
     let mut d = builder::allreduce_model(1);
     d.target = SUNDA.name.to_string();

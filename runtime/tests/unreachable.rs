@@ -49,7 +49,7 @@ fn setup() -> (Runtime, SimDevice, Arc<AtomicBool>, runtime::ModelHandle, Tensor
     let sim = SimDevice::new(SimConfig::new(&SUNDA).timing(Timing::Threaded).hbm_bytes(1 << 28)).unwrap();
     let up = Arc::new(AtomicBool::new(true));
     let rt = Runtime::new();
-    let cfg = RuntimeConfig { exec_timeout: Duration::from_secs(600), ..RuntimeConfig::default() };
+    let cfg = RuntimeConfig { exec_timeout: Duration::from_secs(600), ..RuntimeConfig::physical() };
     let opts = hal::DeviceOptions { hbm_limit: Some(1 << 28), ..Default::default() };
     let p = Arc::new(Flaky { sim: sim.clone(), up: up.clone() }) as Arc<dyn Platform>;
     rt.init(vec![p], cfg, opts).unwrap();

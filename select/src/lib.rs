@@ -404,17 +404,17 @@ impl Opened {
 /// the simulators among them. `Spec::Default` is resolved first (its notice is logged). On a
 /// shared device (`sim:shared…`, or a VFIO device while a broker runs) every core is leased.
 pub fn open_platforms(spec: &Spec, timing: SimTiming) -> Result<Opened, SelectError> {
-    open_reserving(spec, timing, &Reserve::All)
+    open_reserving(spec, timing, &Reserve::All, None)
 }
 
 /// A VFIO device: through the broker when one runs (it owns the device; docs/sharing.md),
 /// else opened by this process alone.
-fn open_pci(addr: PciAddress, reserve: &Reserve) -> Result<Opened, SelectError> {
+fn open_pci(addr: PciAddress, reserve: &Reserve, lnc: Option<u32>) -> Result<Opened, SelectError> {
     let sys = sysfs();
     let (f, arch) = check_usable(&sys, addr)?;
     if let Some(session) = shared::running_broker()? {
         tracing::info!(bdf = %f.address, broker = session.broker_pid(), "opening through the broker");
-        let (platforms, lease) = shared::open_pci(session, arch, f.address, reserve)?;
+        let (platforms, lease) = shared::open_pci(session, arch, f.address, reserve, lnc)?;
         return traced(Opened {
             platforms,
             #[cfg(feature = "sim")]
@@ -456,25 +456,32 @@ fn open_sim(arch: &'static Arch, n: usize, timing: SimTiming) -> Result<Opened, 
 pub use shared::Reserve;
 
 /// [`open_platforms`], reserving `reserve` when the spec names shared devices (`nrt_init`:
-/// `NEURON_RT_VISIBLE_CORES`, else `NEURON_RT_NUM_CORES`, else all).
-pub fn open_reserving(spec: &Spec, timing: SimTiming, reserve: &Reserve) -> Result<Opened, SelectError> {
+/// `NEURON_RT_VISIBLE_CORES`, else `NEURON_RT_NUM_CORES`, else all). `reserve` counts logical
+/// NeuronCores of the size `lnc` asks for (None: the arch's default; a size the arch does not
+/// have leases physical cores, and the runtime's init refuses the size).
+pub fn open_reserving(
+    spec: &Spec,
+    timing: SimTiming,
+    reserve: &Reserve,
+    lnc: Option<u32>,
+) -> Result<Opened, SelectError> {
     match spec {
         Spec::Default => {
             let (s, notice) = resolve_default(&sysfs())?;
             if let Some(n) = notice {
                 tracing::info!("{n}");
             }
-            open_reserving(&s, timing, reserve)
+            open_reserving(&s, timing, reserve, lnc)
         }
         Spec::Sim { arch, n } => open_sim(arch, *n, timing).and_then(traced),
         #[cfg(feature = "sim")]
         Spec::SimShared { arch, n } => {
-            let (platforms, lease) = shared::open(arch, *n, reserve)?;
+            let (platforms, lease) = shared::open(arch, *n, reserve, lnc)?;
             traced(Opened { platforms, sims: Vec::new(), shared: Some(lease) })
         }
         #[cfg(not(feature = "sim"))]
         Spec::SimShared { arch, n } => Err(SelectError::NoSimulator(format!("device `sim:shared:{}:{n}`", arch.name))),
-        Spec::Pci(addr) => open_pci(*addr, reserve),
+        Spec::Pci(addr) => open_pci(*addr, reserve, lnc),
     }
 }
 

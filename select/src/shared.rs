@@ -22,8 +22,8 @@ use platform::Platform;
 
 use crate::SelectError;
 
-/// Which cores to reserve, as libnrt decides at `nrt_init` (global NC indices over the
-/// devices of the set, in order).
+/// Which cores to reserve, as libnrt decides at `nrt_init` (global logical NeuronCore indices
+/// over the devices of the set, in order).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reserve {
     /// Every core of every device (libnrt's default).
@@ -75,6 +75,8 @@ pub struct SharedLease {
     /// The process that leased (a forked child inherits the object but not the lease).
     pid: u32,
     pub arch: &'static Arch,
+    /// Physical cores per logical core of the lease.
+    lnc: usize,
     pub devices: Vec<LeasedDevice>,
     held: Arc<Vec<Held>>,
     watcher: Option<(UnixStream, JoinHandle<()>)>,
@@ -125,11 +127,21 @@ impl SharedLease {
         self.held.iter().map(|h| h.number.load(Ordering::Relaxed)).collect()
     }
 
-    /// The leased cores as the runtime numbers them (its devices are the leased ones, in
-    /// order): the runtime's visible cores.
+    /// The leased logical cores as the runtime numbers them (its devices are the leased ones,
+    /// in order): the runtime's visible cores.
     pub fn visible_cores(&self) -> Vec<usize> {
         let per = self.arch.counts.ncs as usize;
-        self.devices.iter().enumerate().flat_map(|(k, d)| d.ncs.clone().map(move |nc| k * per + nc)).collect()
+        let physical: Vec<usize> =
+            self.devices.iter().enumerate().flat_map(|(k, d)| d.ncs.clone().map(move |nc| k * per + nc)).collect();
+        let lnc = self.lnc.max(1);
+        let mut out: Vec<usize> = physical.iter().map(|p| p / lnc).collect();
+        out.dedup();
+        out
+    }
+
+    /// The logical NeuronCore size the cores were leased in.
+    pub fn lnc(&self) -> usize {
+        self.lnc
     }
 }
 
@@ -289,11 +301,12 @@ pub fn open(
     arch: &'static Arch,
     n: usize,
     reserve: &Reserve,
+    lnc: Option<u32>,
 ) -> Result<(Vec<Arc<dyn Platform>>, SharedLease), SelectError> {
     let c = Connect { spawn: true, ..Connect::new(Role::Runtime) };
     let session = Session::connect(&c).map_err(broker_err)?;
     let specs = (0..n).map(|k| DeviceSpec::Sim { arch: arch.name.to_string(), index: k as u32 }).collect();
-    open_set(session, arch, specs, reserve)
+    open_set(session, arch, specs, reserve, lnc)
 }
 
 /// The broker, when one runs (at the documented socket): a VFIO device is reached through it
@@ -319,8 +332,9 @@ pub fn open_pci(
     arch: &'static Arch,
     addr: vfio::PciAddress,
     reserve: &Reserve,
+    lnc: Option<u32>,
 ) -> Result<(Vec<Arc<dyn Platform>>, SharedLease), SelectError> {
-    open_set(session, arch, vec![DeviceSpec::Pci(addr.to_string())], reserve)
+    open_set(session, arch, vec![DeviceSpec::Pci(addr.to_string())], reserve, lnc)
 }
 
 /// Lease `reserve` on the devices `specs` (a set of one arch, global NC numbers over them in
@@ -330,17 +344,21 @@ fn open_set(
     arch: &'static Arch,
     specs: Vec<DeviceSpec>,
     reserve: &Reserve,
+    lnc: Option<u32>,
 ) -> Result<(Vec<Arc<dyn Platform>>, SharedLease), SelectError> {
     let n = specs.len();
+    let lnc = arch.lnc(lnc).unwrap_or(1);
     let mut lease = SharedLease {
         session: Arc::new(session),
         pid: std::process::id(),
         arch,
+        lnc,
         devices: Vec::new(),
         held: Arc::new(Vec::new()),
         watcher: None,
     };
-    let per = arch.counts.ncs as usize;
+    // Logical cores per device.
+    let per = arch.counts.ncs as usize / lnc;
     let mut platforms = Vec::new();
     // Which devices to lease on, and what.
     let plan: Vec<(usize, Want)> = match reserve {
@@ -367,7 +385,7 @@ fn open_set(
         let candidates: Vec<usize> = if k == usize::MAX { (0..n).collect() } else { vec![k] };
         let mut last = None;
         for k in candidates {
-            match lease_one(&lease.session, arch, k, &specs[k], want) {
+            match lease_one(&lease.session, arch, k, &specs[k], want, lnc) {
                 Ok((p, d, h)) => {
                     platforms.push(p);
                     lease.devices.push(d);
@@ -442,6 +460,7 @@ fn lease_one(
     k: usize,
     spec: &DeviceSpec,
     want: Want,
+    lnc: usize,
 ) -> Result<(Arc<dyn Platform>, LeasedDevice, Held), SelectError> {
     let a = patient(|| s.attach(spec.clone())).map_err(broker_err)?;
     let undo = |e: SelectError| {
@@ -456,7 +475,7 @@ fn lease_one(
             arch.name
         ))));
     }
-    let l = patient(|| s.lease(a.device, want)).map_err(broker_err).map_err(undo)?;
+    let l = patient(|| s.lease_logical(a.device, want, lnc as u8)).map_err(broker_err).map_err(undo)?;
     let ncs = l.first as usize..(l.first + l.count) as usize;
     let Some(fd) = l.data_path else {
         return Err(undo(broker_err(broker::ClientError::Refused {

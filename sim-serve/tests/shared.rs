@@ -53,7 +53,7 @@ fn client(stream: UnixStream, window: Range<u64>, ncs: Range<usize>) -> Arc<Vfio
 fn runtime(p: Arc<VfioUserPlatform>) -> Runtime {
     let rt = Runtime::new();
     let opts = hal::DeviceOptions { hbm_limit: Some(HBM), ..Default::default() };
-    rt.init(vec![p as Arc<dyn Platform>], RuntimeConfig::default(), opts).unwrap();
+    rt.init(vec![p as Arc<dyn Platform>], RuntimeConfig::physical(), opts).unwrap();
     rt
 }
 
@@ -268,7 +268,7 @@ fn execute_cost_over_vfio_user_against_in_process() {
     let local = sim(&CAYMAN);
     let rt_local = Runtime::new();
     let opts = hal::DeviceOptions { hbm_limit: Some(HBM), ..Default::default() };
-    rt_local.init(vec![Arc::new(local.clone()) as Arc<dyn Platform>], RuntimeConfig::default(), opts).unwrap();
+    rt_local.init(vec![Arc::new(local.clone()) as Arc<dyn Platform>], RuntimeConfig::physical(), opts).unwrap();
     let served_sim = sim(&CAYMAN);
     let (s, served) = serve(&served_sim, window(0), 0..8);
     let p = client(s, window(0), 0..8);

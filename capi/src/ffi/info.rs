@@ -38,12 +38,22 @@ pub unsafe extern "C" fn nrt_get_version(ver: *mut nrt_version_t, size: usize) -
     })
 }
 
-/// NCs of the device `nrt_init` opens (or has opened).
-fn total_ncs() -> Result<usize, RtError> {
+/// Logical NCs of the devices `nrt_init` opens (or has opened), and the logical NCs a
+/// process would see (NEURON_RT_VISIBLE_CORES, else the first NEURON_RT_NUM_CORES).
+fn vnc_counts() -> Result<(usize, usize), RtError> {
     if guard().is_ok() {
-        return Ok(rt().nc_count());
+        return Ok((rt().logical_count(), rt().visible_logical().len()));
     }
-    crate::device::nc_count(&crate::device::from_env()?)
+    let cfg = RuntimeConfig::from_env()?;
+    let (arch, physical) = crate::device::arch_and_count(&crate::device::from_env()?)?;
+    let lnc = runtime::cores::resolve_lnc(arch, cfg.lnc)?;
+    let total = physical / lnc;
+    let visible = match (&cfg.visible_cores, cfg.num_cores) {
+        (Some(v), _) => v.iter().filter(|&&c| c < total).count(),
+        (None, Some(n)) => n.min(total),
+        (None, None) => total,
+    };
+    Ok((total, visible))
 }
 
 /// # Safety
@@ -51,15 +61,8 @@ fn total_ncs() -> Result<usize, RtError> {
 unsafe fn nc_count_out(func: &str, out: *mut u32, visible: bool) -> NRT_STATUS {
     entry(func, || {
         need(out, "vnc_count")?;
-        let total = total_ncs()?;
-        let n = if visible {
-            match RuntimeConfig::from_env()?.visible_cores {
-                Some(v) => v.iter().filter(|&&c| c < total).count(),
-                None => total,
-            }
-        } else {
-            total
-        };
+        let (total, shown) = vnc_counts()?;
+        let n = if visible { shown } else { total };
         let n = u32::try_from(n).map_err(|_| err(NrtStatus::Failure, "NC count overflows uint32_t"))?;
         // SAFETY: checked non-null; nrt.h: points to a writable uint32_t.
         unsafe { put(out, n) };

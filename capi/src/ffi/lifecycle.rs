@@ -29,7 +29,11 @@ pub unsafe extern "C" fn nrt_init(
         let cfg = RuntimeConfig::from_env()?;
         let faults = crate::device::sim_faults()?;
         // A shared device: the cores are reserved here (libnrt's nrt_init), held until close.
-        let opened = crate::device::platforms(&crate::device::from_env()?, &crate::device::reserve_of(&cfg))?;
+        let opened = crate::device::platforms(
+            &crate::device::from_env()?,
+            &crate::device::reserve_of(&cfg),
+            cfg.lnc.map(|l| l.size),
+        )?;
         let (devices, cfg) = crate::device::device_setup(&opened, cfg, hal::DeviceOptions::default());
         rt().init_devices(devices, cfg)?;
         // Simulator faults of NEURON_VFIO_SIM_FAULT: a bad NC undoes the init.

@@ -147,7 +147,8 @@ unsafe fn model_ncs(func: &str, model: *const nrt_model_t, out: *mut u32) -> NRT
         guard()?;
         let m = model_of(model)?;
         need(out, "vnc_count")?;
-        let n = u32::try_from(m.ncs.len()).map_err(|_| err(NrtStatus::Failure, "NC count overflows uint32_t"))?;
+        // Logical NeuronCores (one vNC per LNC physical cores).
+        let n = u32::try_from(m.vncs.len()).map_err(|_| err(NrtStatus::Failure, "NC count overflows uint32_t"))?;
         // SAFETY: checked non-null; nrt.h: points to a writable uint32_t.
         unsafe { put(out, n) };
         Ok(())

@@ -1,7 +1,8 @@
 //! vNC admission: which NeuronCores a load gets.
 //!
-//! Callers number cores logically: logical NC `i` is the `i`-th core of
-//! NEURON_RT_VISIBLE_CORES (all cores when unset), as in libnrt. Several models may share an
+//! Callers number cores logically: vNC `i` is the `i`-th logical core of
+//! NEURON_RT_VISIBLE_CORES (all cores when unset), as in libnrt; each is LNC physical cores
+//! ([`crate::cores`]). `required` counts vNCs. Several models may share an
 //! NC (their executions serialize on the NC's lane, see [`crate::lanes`]), so admission only
 //! fails when the cores truly run out: a load asking for `start_nc` takes logical
 //! `start_nc..start_nc + required`; without a start it takes the `required` consecutive
@@ -13,19 +14,20 @@ use super::{lock, RtError, RtErrorKind, Runtime};
 
 /// The NCs picked for a load.
 pub(super) struct Placement {
-    /// Global indices.
+    /// Global physical indices (LNC per vNC).
     pub global: Vec<usize>,
-    /// Logical indices.
+    /// vNC indices (one per logical core).
     pub logical: Vec<usize>,
 }
 
 impl Runtime {
-    /// Pick `required` visible NCs (logical `start_nc`, or the least loaded); nothing is
-    /// reserved yet.
+    /// Pick `required` visible vNCs (logical cores: `start_nc`, or the least loaded); nothing
+    /// is reserved yet. The placement's global NCs are their physical cores, in order.
     pub(super) fn admit(&self, start_nc: Option<usize>, required: usize) -> Result<Placement, RtError> {
-        let visible = self.visible_ncs();
+        let lnc = self.lnc();
+        let visible = self.visible_logical();
         let placed = lock(&self.placed).clone();
-        let load = |l: usize| placed.get(visible[l]).copied().unwrap_or(0);
+        let load = |v: usize| placed.get(crate::cores::physical(visible[v], lnc).start).copied().unwrap_or(0);
         let not_enough = |available: usize| RtError::from(RtErrorKind::NotEnoughNc { required, available });
         let first = match start_nc {
             Some(s) => {
@@ -38,7 +40,7 @@ impl Runtime {
                 if required > visible.len() {
                     return Err(not_enough(visible.len()));
                 }
-                // The window whose busiest NC holds the fewest models, then the fewest in all.
+                // The window whose busiest vNC holds the fewest models, then the fewest in all.
                 (0..=visible.len() - required)
                     .min_by_key(|&w| {
                         let loads = (w..w + required).map(load);
@@ -48,20 +50,22 @@ impl Runtime {
             }
         };
         let logical: Vec<usize> = (first..first + required).collect();
-        Ok(Placement { global: logical.iter().map(|&l| visible[l]).collect(), logical })
+        let cores: Vec<usize> = logical.iter().map(|&v| visible[v]).collect();
+        Ok(Placement { global: crate::cores::expand(&cores, lnc), logical })
     }
 
     /// Where a streaming load writes its weights before it is admitted (after the parse): the
-    /// global NC of logical `start_nc`, or the visible NC holding the fewest models. Only a
-    /// hint — no check, nothing reserved; a var admission places elsewhere is copied.
+    /// first physical NC of vNC `start_nc`, or of the visible vNC holding the fewest models.
+    /// Only a hint — no check, nothing reserved; a var admission places elsewhere is copied.
     pub(super) fn first_nc_hint(&self, start_nc: Option<usize>) -> usize {
-        let visible = self.visible_ncs();
+        let lnc = self.lnc();
+        let visible = self.visible_logical();
         let placed = lock(&self.placed);
-        let load = |g: &usize| placed.get(*g).copied().unwrap_or(0);
+        let load = |l: &usize| placed.get(crate::cores::physical(*l, lnc).start).copied().unwrap_or(0);
         match start_nc {
             Some(s) => visible.get(s).copied(),
-            None => visible.iter().min_by_key(|g| load(g)).copied(),
+            None => visible.iter().min_by_key(|l| load(l)).copied(),
         }
-        .unwrap_or(0)
+        .map_or(0, |l| crate::cores::physical(l, lnc).start)
     }
 }

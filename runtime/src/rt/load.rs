@@ -111,8 +111,9 @@ fn unchecked_loader(cfg: &RuntimeConfig) -> bool {
 }
 
 impl Runtime {
-    /// `nrt_load`: parse and stage `neff` on `nc_count` NCs starting at logical NC
-    /// `start_nc` (None = the least-loaded visible NCs). `nc_count` None = one NC per graph.
+    /// `nrt_load`: parse and stage `neff` on `nc_count` vNCs starting at vNC `start_nc`
+    /// (None = the least-loaded visible vNCs). `nc_count` None = what one instance needs (its
+    /// graphs / LNC: one graph per physical core).
     /// The NCs may already hold other models: staging waits for the NCs' lanes (running
     /// executions finish first) and parks the model armed there.
     pub fn load(&self, bytes: &[u8], start_nc: Option<usize>, nc_count: Option<usize>) -> Result<ModelHandle, RtError> {
@@ -136,10 +137,13 @@ impl Runtime {
     /// devices' arch.
     fn read_options(&self) -> Result<ReadOptions, RtError> {
         self.guard()?;
-        let verify = lock(&self.cfg).verify;
+        let (verify, allow_legacy) = {
+            let cfg = lock(&self.cfg);
+            (cfg.verify, cfg.allow_legacy)
+        };
         let devices = lock(&self.devices).clone();
         let first = devices.first().ok_or_else(|| RtError::from(RtErrorKind::NoDevices))?;
-        Ok(ReadOptions { verify, arch: Some(first.arch()), ..ReadOptions::default() })
+        Ok(ReadOptions { verify, arch: Some(first.arch()), allow_legacy, ..ReadOptions::default() })
     }
 
     fn load_placed(
@@ -235,7 +239,23 @@ impl Runtime {
             None => crate::collectives::LoadRanks::local(n.graphs.len()),
         };
         crate::collectives::check(n, ranks)?;
-        let required = nc_count.unwrap_or(n.graphs.len()).max(n.graphs.len());
+        // A NEFF runs on logical NeuronCores of the size it was compiled for (its header's
+        // vnc_size, one graph per physical core of each): another size is refused.
+        let lnc = self.lnc();
+        let vnc_size = n.header.vnc_size.max(1);
+        if vnc_size as usize != lnc {
+            return Err(RtError::from(RtErrorKind::LncMismatch {
+                neff: vnc_size,
+                runtime: lnc,
+                arch: arch.name,
+                default: arch.consts.lnc_default,
+            }));
+        }
+        if n.graphs.len() % lnc != 0 {
+            return Err(RtError::from(RtErrorKind::LncGraphs { graphs: n.graphs.len(), lnc }));
+        }
+        let per_instance = n.graphs.len() / lnc;
+        let required = nc_count.unwrap_or(per_instance).max(per_instance);
         let place = self.admit(start_nc, required)?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (rank_base, comm_id) = match global {

@@ -109,15 +109,23 @@ pub enum PollPolicy {
 pub struct RuntimeConfig {
     /// Model execution timeout (NEURON_RT_EXEC_TIMEOUT, seconds).
     pub exec_timeout: Duration,
-    /// Global NC indices the runtime may use (NEURON_RT_VISIBLE_CORES); None = all.
+    /// Logical NeuronCores the runtime may use (NEURON_RT_VISIBLE_CORES, global logical ids:
+    /// [`crate::cores`]); None = all.
     pub visible_cores: Option<Vec<usize>>,
-    /// NEURON_RT_NUM_CORES: how many cores to reserve on a shared device when
-    /// `visible_cores` names none (None: all).
+    /// NEURON_RT_NUM_CORES: how many logical cores the process takes when `visible_cores`
+    /// names none — the first ones of a private device, any free ones of a shared device
+    /// (None: all).
     pub num_cores: Option<usize>,
+    /// The logical NeuronCore size asked for (NEURON_LOGICAL_NC_CONFIG /
+    /// NEURON_RT_VIRTUAL_CORE_SIZE); None: the arch's default ([`crate::cores::resolve_lnc`]).
+    pub lnc: Option<crate::env::LncRequest>,
+    /// NEURON_RT_ALLOW_LEGACY_NEFF: load NEFFs compiled for an older arch.
+    pub allow_legacy: bool,
     pub poll: PollPolicy,
     /// XU queue capacity for async executes.
     pub async_capacity: usize,
-    /// Verify the NEFF digest at load.
+    /// Verify the NEFF digest at load (NEURON_RT_VALIDATE_HASH; off by default, as libnrt:
+    /// a corrupted payload is still caught by the loader's structural checks).
     pub verify: bool,
     /// First warning threshold of the collectives barrier wait (libnrt: 120 s, doubled after
     /// every warning, never fatal); `NEURON_VFIO_BARRIER_WARN_MS`. Tests shorten it.
@@ -142,9 +150,11 @@ impl Default for RuntimeConfig {
             exec_timeout: crate::env::core_timeout(600) / 1000,
             visible_cores: None,
             num_cores: None,
+            lnc: None,
+            allow_legacy: false,
             poll: PollPolicy::Spin,
-            async_capacity: 64,
-            verify: true,
+            async_capacity: DEFAULT_ASYNC_CAPACITY,
+            verify: false,
             barrier_warn: crate::completion::BARRIER_WARN_INITIAL,
             phase_timings: false,
             #[cfg(feature = "unchecked-loader")]
@@ -153,8 +163,17 @@ impl Default for RuntimeConfig {
     }
 }
 
+/// The XU queue's depth per NC when NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS is unset or 0.
+pub const DEFAULT_ASYNC_CAPACITY: usize = 64;
+
 impl RuntimeConfig {
-    /// Defaults overridden by NEURON_RT_EXEC_TIMEOUT and NEURON_RT_VISIBLE_CORES.
+    /// The defaults at LNC=1, as if `NEURON_LOGICAL_NC_CONFIG=1`: each logical NeuronCore is
+    /// one physical core (sunda's only size; on cayman and mariana, the size LNC=1 NEFFs need).
+    pub fn physical() -> Self {
+        Self { lnc: Some(crate::env::LncRequest::physical()), ..Self::default() }
+    }
+
+    /// Defaults overridden by the environment ([`crate::env::RtEnv`]).
     pub fn from_env() -> Result<Self, RtError> {
         let env = crate::env::RtEnv::from_env()?;
         let barrier_warn = crate::env::barrier_warn_from_env()?.unwrap_or(crate::completion::BARRIER_WARN_INITIAL);
@@ -163,6 +182,10 @@ impl RuntimeConfig {
             exec_timeout: Duration::from_secs(env.exec_timeout_secs as u64),
             visible_cores: env.visible_cores.map(|v| v.into_iter().map(|c| c as usize).collect()),
             num_cores: env.num_cores.map(|n| n as usize),
+            lnc: env.lnc,
+            verify: env.validate_hash,
+            allow_legacy: env.allow_legacy,
+            async_capacity: env.async_inflight.map_or(DEFAULT_ASYNC_CAPACITY, |n| n as usize),
             ..Self::default()
         })
     }
@@ -281,7 +304,8 @@ pub struct Model {
     pub outputs: Vec<TensorInfo>,
     /// Global NC indices.
     pub ncs: Vec<usize>,
-    /// The same NCs as the caller numbers them (logical: index into NEURON_RT_VISIBLE_CORES).
+    /// The vNCs it occupies as the caller numbers them (index into the visible logical cores:
+    /// NEURON_RT_VISIBLE_CORES), one per logical core — `ncs` holds LNC physical cores each.
     pub vncs: Vec<usize>,
     lifecycle: Lifecycle,
     exec: Mutex<Option<ExecState>>,
@@ -401,6 +425,8 @@ struct NcXu {
 struct Session {
     devices: Vec<Device>,
     cfg: RuntimeConfig,
+    /// The logical NeuronCore size ([`crate::cores::resolve_lnc`]).
+    lnc: usize,
     /// Models placed on each global NC (none yet).
     placed: Vec<usize>,
     lanes: Arc<NcLanes>,
@@ -418,9 +444,11 @@ impl Session {
             d.init()?;
             devices.push(d);
         }
+        let arch = devices.first().map(|d| d.arch()).ok_or_else(|| RtError::from(RtErrorKind::NoDevices))?;
+        let lnc = crate::cores::resolve_lnc(arch, cfg.lnc)?;
         let ncs: usize = devices.iter().map(|d| d.nc_count()).sum();
         let observers = Observers::attach(attachers, &devices);
-        Ok(Self { placed: vec![0; ncs], lanes: Arc::new(NcLanes::new(ncs)), observers, devices, cfg })
+        Ok(Self { placed: vec![0; ncs], lanes: Arc::new(NcLanes::new(ncs)), observers, devices, cfg, lnc })
     }
 }
 
@@ -435,6 +463,8 @@ pub struct Runtime {
     models: Mutex<HashMap<u64, Arc<Model>>>,
     xus: Mutex<HashMap<usize, Arc<NcXu>>>,
     next_id: AtomicU64,
+    /// The session's logical NeuronCore size (1 before init).
+    lnc: std::sync::atomic::AtomicUsize,
     pid: AtomicU64,
     /// [`platform::fork::forks`] at init (u64::MAX: not known, ask for the pid).
     forks_at_init: AtomicU64,
@@ -477,6 +507,7 @@ impl Runtime {
             models: Mutex::new(HashMap::new()),
             xus: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
+            lnc: std::sync::atomic::AtomicUsize::new(1),
             pid: AtomicU64::new(std::process::id() as u64),
             forks_at_init: AtomicU64::new(u64::MAX),
             live: AtomicBool::new(false),
@@ -543,7 +574,8 @@ impl Runtime {
 
     /// Make `s` the runtime's state (init, under the state lock).
     fn install(&self, s: Session) {
-        let Session { devices, cfg, placed, lanes, observers } = s;
+        let Session { devices, cfg, lnc, placed, lanes, observers } = s;
+        self.lnc.store(lnc, Ordering::Relaxed);
         *lock(&self.placed) = placed;
         *lock(&self.lanes) = lanes;
         *lock(&self.observers) = observers;
@@ -597,43 +629,67 @@ impl Runtime {
         Ok(lock(&self.state).close(std::process::id())?)
     }
 
-    /// Global NCs of the runtime's devices.
+    /// Global physical NCs of the runtime's devices.
     pub fn nc_count(&self) -> usize {
         lock(&self.placed).len()
     }
 
-    /// The global NCs a caller may name, in logical order: logical NC `i` is
-    /// `visible_ncs()[i]` (NEURON_RT_VISIBLE_CORES=3,4 → logical 0, 1 are global 3, 4).
-    pub fn visible_ncs(&self) -> Vec<usize> {
-        let n = self.nc_count();
-        match &lock(&self.cfg).visible_cores {
+    /// The logical NeuronCore size of the session ([`crate::cores`]; 1 before init).
+    pub fn lnc(&self) -> usize {
+        self.lnc.load(Ordering::Relaxed).max(1)
+    }
+
+    /// Logical NeuronCores of the runtime's devices (`nrt_get_total_vnc_count` once
+    /// initialised).
+    pub fn logical_count(&self) -> usize {
+        self.nc_count() / self.lnc()
+    }
+
+    /// The logical cores a caller may name, in order: NEURON_RT_VISIBLE_CORES (or every core),
+    /// the first NEURON_RT_NUM_CORES of them when that is set instead.
+    pub fn visible_logical(&self) -> Vec<usize> {
+        let n = self.logical_count();
+        let cfg = lock(&self.cfg);
+        match &cfg.visible_cores {
             Some(v) => v.iter().copied().filter(|&c| c < n).collect(),
-            None => (0..n).collect(),
+            None => (0..n).take(cfg.num_cores.unwrap_or(usize::MAX)).collect(),
         }
     }
 
-    /// The global NC behind logical NC `vnc`.
+    /// The global physical NCs a caller may use, in logical order: vNC `i` is physical cores
+    /// `visible_ncs()[i·LNC .. (i+1)·LNC]` (NEURON_RT_VISIBLE_CORES=3,4 at LNC=1 → vNC 0, 1
+    /// are global 3, 4; NEURON_RT_VISIBLE_CORES=1 at LNC=2 → vNC 0 is global 2, 3).
+    pub fn visible_ncs(&self) -> Vec<usize> {
+        crate::cores::expand(&self.visible_logical(), self.lnc())
+    }
+
+    /// The first global physical NC behind vNC `vnc` (the one tensors of that vNC live near).
     pub fn global_nc(&self, vnc: usize) -> Result<usize, RtError> {
-        let v = self.visible_ncs();
-        v.get(vnc).copied().ok_or_else(|| RtError::from(RtErrorKind::NoLogicalNc { nc: vnc, visible: v.len() }))
+        let v = self.visible_logical();
+        v.get(vnc)
+            .map(|&l| crate::cores::physical(l, self.lnc()).start)
+            .ok_or_else(|| RtError::from(RtErrorKind::NoLogicalNc { nc: vnc, visible: v.len() }))
     }
 
-    /// The logical NC of global NC `global_nc`, if it is visible.
+    /// The vNC (index into the visible logical cores) of global physical NC `global_nc`, if
+    /// it is visible.
     pub fn logical_nc(&self, global_nc: usize) -> Option<usize> {
-        self.visible_ncs().iter().position(|&g| g == global_nc)
+        let l = crate::cores::logical(global_nc, self.lnc());
+        self.visible_logical().iter().position(|&g| g == l)
     }
 
-    /// The device serving logical NC `vnc` and the NC's index on it.
+    /// The device serving vNC `vnc` and its first physical NC's index on it.
     pub fn device_of_vnc(&self, vnc: usize) -> Result<(Device, usize), RtError> {
         let g = self.global_nc(vnc)?;
         self.device_of(g).ok_or_else(|| RtError::from(RtErrorKind::NoDeviceForNc { nc: g }))
     }
 
-    /// Models placed on each logical NC.
+    /// Models placed on each vNC.
     pub fn models_per_nc(&self) -> Vec<usize> {
-        let vis = self.visible_ncs();
+        let lnc = self.lnc();
+        let vis = self.visible_logical();
         let placed = lock(&self.placed);
-        vis.into_iter().map(|g| placed.get(g).copied().unwrap_or(0)).collect()
+        vis.into_iter().map(|l| placed.get(crate::cores::physical(l, lnc).start).copied().unwrap_or(0)).collect()
     }
 
     /// The device of global NC `global_nc` and the NC's index on it.

@@ -24,7 +24,18 @@
 //!   libnrt documents it): libnrt's system-trace capture for the whole run ([`InspectEnv`],
 //!   docs/profiling.md).
 //!
-//! Every environment read of the runtime is here.
+//! * `NEURON_LOGICAL_NC_CONFIG` / `NEURON_RT_VIRTUAL_CORE_SIZE`: the logical NeuronCore size
+//!   (`1` or `2`; [`parse_lnc`], [`crate::cores`]). Both set to different sizes is refused.
+//! * `NEURON_RT_VALIDATE_HASH` (default off, as libnrt), `NEURON_RT_ALLOW_LEGACY_NEFF`
+//!   (default off), `NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS` (default 0: this runtime's
+//!   64), `NEURON_RT_LOG_LOCATION`, the per-component `NEURON_RT_LOG_LEVEL_<comp>`
+//!   ([`log::LogConfig`]).
+//!
+//! Every environment read of the runtime is here; [`documented`] lists every `NEURON_RT_*`
+//! variable the SDK documents with what the runtime does with it.
+
+pub mod documented;
+pub mod log;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -65,6 +76,16 @@ pub const INSPECT_SYSTEM_PROFILE_VAR: &str = "NEURON_RT_INSPECT_SYSTEM_PROFILE";
 pub const INSPECT_DEVICE_PROFILE_VAR: &str = "NEURON_RT_INSPECT_DEVICE_PROFILE";
 /// `NEURON_RT_INSPECT_ON_FAIL`.
 pub const INSPECT_ON_FAIL_VAR: &str = "NEURON_RT_INSPECT_ON_FAIL";
+/// `NEURON_LOGICAL_NC_CONFIG`: physical NeuronCores per logical one (the LNC page's name).
+pub const LNC_VAR: &str = "NEURON_LOGICAL_NC_CONFIG";
+/// `NEURON_RT_VIRTUAL_CORE_SIZE`: the same, as the NxD tutorials set it.
+pub const VIRTUAL_CORE_SIZE_VAR: &str = "NEURON_RT_VIRTUAL_CORE_SIZE";
+/// `NEURON_RT_VALIDATE_HASH`.
+pub const VALIDATE_HASH_VAR: &str = "NEURON_RT_VALIDATE_HASH";
+/// `NEURON_RT_ALLOW_LEGACY_NEFF`.
+pub const ALLOW_LEGACY_VAR: &str = "NEURON_RT_ALLOW_LEGACY_NEFF";
+/// `NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS`.
+pub const ASYNC_INFLIGHT_VAR: &str = "NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS";
 /// Default execution timeout, seconds.
 pub const DEFAULT_EXEC_TIMEOUT_SECS: u32 = 600;
 /// Default log level.
@@ -77,7 +98,7 @@ pub enum EnvError {
     BadTimeout { var: &'static str, value: String },
     #[error("{var}: invalid core list {value:?}: {reason}")]
     BadCores { var: &'static str, value: String, reason: &'static str },
-    #[error("{var}: invalid log level {value:?} (expected ERROR, WARNING, INFO, DEBUG or TRACE)")]
+    #[error("{var}: invalid log level {value:?} (expected QUIET, ERROR, WARNING, INFO, DEBUG or TRACE)")]
     BadLogLevel { var: &'static str, value: String },
     #[error("{var}: invalid threshold {value:?} (expected whole milliseconds, at least 1)")]
     BadThreshold { var: &'static str, value: String },
@@ -85,6 +106,65 @@ pub enum EnvError {
     BadCount { var: &'static str, value: String },
     #[error("{var}: value is not valid unicode")]
     NotUnicode { var: &'static str },
+    #[error("{var}: invalid logical NeuronCore size {value:?} (expected 1 or 2)")]
+    BadLnc { var: &'static str, value: String },
+    #[error("{LNC_VAR}={lnc} and {VIRTUAL_CORE_SIZE_VAR}={vcs} disagree: set one, or both to the same size")]
+    LncConflict { lnc: u32, vcs: u32 },
+    #[error("{var}: invalid boolean {value:?} (expected TRUE, FALSE, 1 or 0)")]
+    BadBool { var: &'static str, value: String },
+    #[error("{var}: {message}")]
+    BadLog { var: String, message: String },
+}
+
+/// A requested logical NeuronCore size and the variable that named it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LncRequest {
+    pub size: u32,
+    pub var: &'static str,
+}
+
+impl LncRequest {
+    /// LNC=1 (each physical core its own logical one), as if `NEURON_LOGICAL_NC_CONFIG=1`.
+    pub const fn physical() -> Self {
+        Self { size: 1, var: LNC_VAR }
+    }
+}
+
+/// Parse a logical NeuronCore size of `var`: `1` or `2` (the SDK's only sizes).
+pub fn parse_lnc(var: &'static str, raw: &str) -> Result<u32, EnvError> {
+    match raw.trim() {
+        "1" => Ok(1),
+        "2" => Ok(2),
+        _ => Err(EnvError::BadLnc { var, value: raw.to_string() }),
+    }
+}
+
+/// The logical NeuronCore size the environment asks for: `NEURON_LOGICAL_NC_CONFIG`, else
+/// `NEURON_RT_VIRTUAL_CORE_SIZE`; both set must agree (None: the arch's default).
+pub fn lnc_request<F: Fn(&str) -> Option<String>>(lookup: &F) -> Result<Option<LncRequest>, EnvError> {
+    let get = |var: &'static str| -> Result<Option<u32>, EnvError> {
+        match lookup(var) {
+            Some(v) if !v.trim().is_empty() => parse_lnc(var, &v).map(Some),
+            _ => Ok(None),
+        }
+    };
+    match (get(LNC_VAR)?, get(VIRTUAL_CORE_SIZE_VAR)?) {
+        (Some(lnc), Some(vcs)) if lnc != vcs => Err(EnvError::LncConflict { lnc, vcs }),
+        (Some(size), _) => Ok(Some(LncRequest { size, var: LNC_VAR })),
+        (None, Some(size)) => Ok(Some(LncRequest { size, var: VIRTUAL_CORE_SIZE_VAR })),
+        (None, None) => Ok(None),
+    }
+}
+
+/// A libnrt boolean (`TRUE`/`FALSE` in any case, `1`/`0`; empty: the default).
+pub fn parse_bool(var: &'static str, raw: Option<String>, default: bool) -> Result<bool, EnvError> {
+    let Some(raw) = raw else { return Ok(default) };
+    match raw.trim().to_ascii_lowercase().as_str() {
+        "" => Ok(default),
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" => Ok(false),
+        _ => Err(EnvError::BadBool { var, value: raw }),
+    }
 }
 
 /// Parse `NEURON_RT_EXEC_TIMEOUT` (seconds).
@@ -209,6 +289,14 @@ pub struct RtEnv {
     pub num_cores: Option<u32>,
     /// Log level.
     pub log_level: tracing::Level,
+    /// The logical NeuronCore size asked for (None: the arch's default, [`crate::cores`]).
+    pub lnc: Option<LncRequest>,
+    /// `NEURON_RT_VALIDATE_HASH` (default off, as libnrt).
+    pub validate_hash: bool,
+    /// `NEURON_RT_ALLOW_LEGACY_NEFF` (default off).
+    pub allow_legacy: bool,
+    /// `NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS` (None: unset or 0).
+    pub async_inflight: Option<u32>,
 }
 
 impl Default for RtEnv {
@@ -218,6 +306,10 @@ impl Default for RtEnv {
             visible_cores: None,
             num_cores: None,
             log_level: DEFAULT_LOG_LEVEL,
+            lnc: None,
+            validate_hash: false,
+            allow_legacy: false,
+            async_inflight: None,
         }
     }
 }
@@ -243,14 +335,40 @@ impl RtEnv {
             env.num_cores = (n > 0).then_some(n);
         }
         if let Some(v) = lookup(LOG_LEVEL_VAR) {
-            env.log_level = parse_log_level(&v)?;
+            // QUIET: nothing on the console (log::LogConfig); the level of what is kept is moot.
+            env.log_level = match log::parse_level(LOG_LEVEL_VAR, &v)? {
+                Some(l) => l,
+                None => tracing::Level::ERROR,
+            };
+        }
+        env.lnc = lnc_request(&lookup)?;
+        env.validate_hash = parse_bool(VALIDATE_HASH_VAR, lookup(VALIDATE_HASH_VAR), false)?;
+        env.allow_legacy = parse_bool(ALLOW_LEGACY_VAR, lookup(ALLOW_LEGACY_VAR), false)?;
+        if let Some(v) = lookup(ASYNC_INFLIGHT_VAR) {
+            let t = v.trim();
+            let n = t
+                .parse::<u32>()
+                .ok()
+                .filter(|n| t.bytes().all(|b| b.is_ascii_digit()) && *n <= i32::MAX as u32)
+                .ok_or_else(|| EnvError::BadCount { var: ASYNC_INFLIGHT_VAR, value: v.clone() })?;
+            env.async_inflight = (n > 0).then_some(n);
         }
         Ok(env)
     }
 
     /// Read the process environment.
     pub fn from_env() -> Result<Self, EnvError> {
-        for var in [EXEC_TIMEOUT_VAR, VISIBLE_CORES_VAR, NUM_CORES_VAR, LOG_LEVEL_VAR] {
+        for var in [
+            EXEC_TIMEOUT_VAR,
+            VISIBLE_CORES_VAR,
+            NUM_CORES_VAR,
+            LOG_LEVEL_VAR,
+            LNC_VAR,
+            VIRTUAL_CORE_SIZE_VAR,
+            VALIDATE_HASH_VAR,
+            ALLOW_LEGACY_VAR,
+            ASYNC_INFLIGHT_VAR,
+        ] {
             if let Err(std::env::VarError::NotUnicode(_)) = std::env::var(var) {
                 return Err(EnvError::NotUnicode { var });
             }
@@ -279,7 +397,7 @@ pub struct InspectEnv {
     pub max_events_per_nc: u64,
     /// `NEURON_RT_INSPECT_SYSTEM_PROFILE` (default on).
     pub system_profile: bool,
-    /// `NEURON_RT_INSPECT_DEVICE_PROFILE` (default on).
+    /// `NEURON_RT_INSPECT_DEVICE_PROFILE` (default off; `1`, `model` or `session` on).
     pub device_profile: bool,
     /// `NEURON_RT_INSPECT_ON_FAIL` (default off).
     pub on_fail: bool,
@@ -315,7 +433,11 @@ impl InspectEnv {
                 None => DEFAULT_INSPECT_MAX_EVENTS_PER_NC,
             },
             system_profile: flag(lookup(INSPECT_SYSTEM_PROFILE_VAR), true),
-            device_profile: flag(lookup(INSPECT_DEVICE_PROFILE_VAR), true),
+            // `0` (default), `1`/`model`, `session` (the profiler's variables page).
+            device_profile: matches!(
+                lookup(INSPECT_DEVICE_PROFILE_VAR).as_deref().map(|v| v.trim().to_ascii_lowercase()).as_deref(),
+                Some("1" | "true" | "model" | "session")
+            ),
             on_fail: flag(lookup(INSPECT_ON_FAIL_VAR), false),
         })
     }

@@ -191,17 +191,29 @@ pub fn h2t(arch: &Arch, nc: usize) -> (u64, u64) {
     (arch.consts.h2t_engine_base + nc as u64 / per, nc as u64 % per)
 }
 
-/// Pause the M2S half of queue `queue` of engine `e`: clear its prefetch and scheduling
-/// enables.
-fn pause_m2s(regs: &Regs<'_>, e: u64, queue: u64) -> Result<()> {
-    regs.udma(e)?.m2s().q(queue)?.cfg().modify(|v| v.with_en_pref(0).with_en_scheduling(0))?;
+/// Set the M2S half of queue `queue` of engine `e` paused (`on` false) or running: its
+/// prefetch and scheduling enables over the kmod's queue value [`udc::Q_CFG_RESET`] (written
+/// whole, as `udma_q_enable` does, never read back).
+fn enable_m2s(regs: &Regs<'_>, e: u64, queue: u64, on: bool) -> Result<()> {
+    let v = mq::Cfg(udc::Q_CFG_RESET).with_en_pref(on as u32).with_en_scheduling(on as u32);
+    regs.udma(e)?.m2s().q(queue)?.cfg().write(v)?;
     Ok(())
 }
 
-/// Pause the S2M half of queue `queue` of engine `e`: clear its prefetch and stream enables.
-fn pause_s2m(regs: &Regs<'_>, e: u64, queue: u64) -> Result<()> {
-    regs.udma(e)?.s2m().q(queue)?.cfg().modify(|v| v.with_en_pref(0).with_en_stream(0))?;
+/// Set the S2M half of queue `queue` of engine `e` paused or running: its prefetch and stream
+/// enables over [`udc::Q_CFG_RESET`].
+fn enable_s2m(regs: &Regs<'_>, e: u64, queue: u64, on: bool) -> Result<()> {
+    let v = sq::Cfg(udc::Q_CFG_RESET).with_en_pref(on as u32).with_en_stream(on as u32);
+    regs.udma(e)?.s2m().q(queue)?.cfg().write(v)?;
     Ok(())
+}
+
+fn pause_m2s(regs: &Regs<'_>, e: u64, queue: u64) -> Result<()> {
+    enable_m2s(regs, e, queue, false)
+}
+
+fn pause_s2m(regs: &Regs<'_>, e: u64, queue: u64) -> Result<()> {
+    enable_s2m(regs, e, queue, false)
 }
 
 /// Pause both halves of queue `queue` of engine `e` (M2S first): clear the enable bits. The
@@ -229,14 +241,14 @@ pub fn program_queue(regs: &Regs<'_>, e: u64, queue: u64, m2s_base: u64, s2m_bas
     m.ring_base_hi().write(mq::RingBaseHi((m2s_base >> 32) as u32))?;
     m.ring_len().write_with(|v| v.with_count(ndesc))?;
     m.comp_cfg().write(mq::CompCfg(0))?;
-    m.cfg().modify(|v| v.with_en_pref(1).with_en_scheduling(1))?;
+    enable_m2s(regs, e, queue, true)?;
     pause_s2m(regs, e, queue)?;
     s.sw_ctrl().write_with(|v| v.with_rst_q(1))?;
     s.ring_base_lo().write(sq::RingBaseLo(s2m_base as u32))?;
     s.ring_base_hi().write(sq::RingBaseHi((s2m_base >> 32) as u32))?;
     s.ring_len().write_with(|v| v.with_count(ndesc))?;
     s.comp_cfg().write(sq::CompCfg(0))?;
-    s.cfg().modify(|v| v.with_en_pref(1).with_en_stream(1))?;
+    enable_s2m(regs, e, queue, true)?;
     Ok(())
 }
 

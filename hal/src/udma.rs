@@ -55,15 +55,20 @@ pub fn init_engine(arch: &'static Arch, regs: &Regs<'_>, e: u64) -> Result<()> {
     m.comp_app_ack_cfg().write(m2s::CompAppAckCfg(0))?;
     m.cfg_len().write(m2s::CfgLen(udc::M2S_CFG_LEN))?;
     m.stream_cfg().write(m2s::StreamCfg(udc::M2S_STREAM_CFG))?;
+    // The kmod's order (`udma_set_defaults`): the M2S half's VMPR selects, its AXI data-read config
+    // and the S2M completion-ack config, then the S2M half's selects
+    // (hal/tests/kmod_oracle.rs compares this with the kmod's trace).
     let gx = u.gen_ex();
     for q in 0..udc::QUEUES {
         gx.tx_sel(q)?.write(csr_maps::blocks::udma_gen_ex::TxSel(udc::VMPR_SEL))?;
+    }
+    m.axi_data_rd_cfg().write(m2s::AxiDataRdCfg(udc::AXI_RD_CFG))?;
+    s.comp_app_ack_cfg().write(s2m::CompAppAckCfg(0))?;
+    for q in 0..udc::QUEUES {
         gx.rx_sel0(q)?.write(csr_maps::blocks::udma_gen_ex::RxSel0(udc::VMPR_SEL))?;
         gx.rx_sel1(q)?.write(csr_maps::blocks::udma_gen_ex::RxSel1(udc::VMPR_SEL))?;
         gx.rx_sel2(q)?.write(csr_maps::blocks::udma_gen_ex::RxSel2(udc::VMPR_SEL))?;
     }
-    m.axi_data_rd_cfg().write(m2s::AxiDataRdCfg(udc::AXI_RD_CFG))?;
-    s.comp_app_ack_cfg().write(s2m::CompAppAckCfg(0))?;
     s.axi_ostand_rd().write(s2m::AxiOstandRd(c.s2m_ostand_rd as u32))?;
     s.axi_ostand_wr().write(s2m::AxiOstandWr(c.s2m_ostand_wr as u32))?;
     if c.s2m_max_data_wr != 0 {
@@ -77,11 +82,12 @@ pub fn init_engine(arch: &'static Arch, regs: &Regs<'_>, e: u64) -> Result<()> {
     s.desc_pref_cfg3().write(s2m::DescPrefCfg3(udc::PREF_CFG3))?;
     m.axi_desc_rd_cfg3().write(m2s::AxiDescRdCfg3(udc::AXI_RD_CFG))?;
     s.axi_desc_rd_cfg3().write(s2m::AxiDescRdCfg3(udc::AXI_RD_CFG))?;
-    // SDMA wrapper.
+    // SDMA wrapper, in the kmod's order (`sdma_init_engine`): reorder and write-out buffers,
+    // then event acceleration, then TXDF.
     let w = regs.sdma(e)?;
-    w.event_accel().write_with(|v| v.with_en(1))?;
     w.rob_cfg().write_with(|v| v.with_en(1))?;
     w.wob_cfg().write_with(|v| v.with_en(1))?;
+    w.event_accel().write_with(|v| v.with_en(1))?;
     if c.sdma_txdf != 0 {
         w.txdf().write_with(|v| v.with_overhead_beats(c.sdma_txdf as u32))?;
     }

@@ -301,7 +301,7 @@ fn a_replaced_socket_file_is_left_to_its_new_owner() {
 
 fn stats_strategy() -> impl Strategy<Value = SimStats> {
     (
-        prop::collection::vec(any::<u64>(), 25),
+        prop::collection::vec(any::<u64>(), 26),
         any::<i64>(),
         any::<u32>(),
         prop::collection::vec(any::<u64>(), 0..8),
@@ -326,6 +326,7 @@ fn stats_strategy() -> impl Strategy<Value = SimStats> {
             fwio_legacy_misuse: u[13],
             dangling_unmaps: u[14],
             dangling_fetches: u[15],
+            queue_cfg_misuse: u[25],
             enabled_engines: u[16],
             enabled_dma_queues: u[17],
             programmed_nq_slots: u[18],

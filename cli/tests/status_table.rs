@@ -420,6 +420,7 @@ fn stage_variant(e: &StageErrorKind) -> usize {
         K::GroupTooLarge { .. } => 49,
         K::UnsupportedDgeOp { .. } => 50,
         K::UnsupportedOpcode { .. } => 51,
+        K::ForgedNotification { .. } => 52,
     }
 }
 
@@ -478,6 +479,7 @@ fn stage_table() -> Vec<(StageErrorKind, S)> {
         (K::BeforeVar { what: w(), side: "source".into(), bytes: 60, var_id: 1 }, S::Invalid),
         (K::SpanOverflow { what: w(), side: "destination".into() }, S::Invalid),
         (K::ForbiddenWrite { what: w(), addr: 0x2000 }, S::Invalid),
+        (K::ForgedNotification { what: w(), opcode: 0xA6, sub_id: 0 }, S::Invalid),
         (K::UnknownQueue { what: w(), queue: q() }, S::Invalid),
         (K::TriggerOrder { what: w() }, S::Invalid),
         (K::CollectiveDtype { what: w(), dtype: 0x7f }, S::Invalid),
@@ -504,7 +506,7 @@ fn stage_errors() {
         let r = RtError::from(RtErrorKind::Stage { graph: "g".into(), source: Box::new(e) });
         assert_eq!(r.status, want, "{r}");
     }
-    check("StageErrorKind", 52, stage_variant, table);
+    check("StageErrorKind", 53, stage_variant, table);
 }
 
 fn rt_variant(e: &RtErrorKind) -> usize {

@@ -17,6 +17,11 @@ pub mod udma {
     pub const INITIAL_RING_ID: u8 = 1;
     /// Queue cfg bits enabled at init: en_pref | en_scheduling (`m:udma/udma_main.c`).
     pub const Q_CFG_ENABLE: u32 = (1 << 16) | (1 << 17);
+    /// Queue `cfg` value the kmod keeps for a queue it programs: the register's hardware
+    /// reset value, bits 24-25 set (`M2S_CFG_RESET_VALUE` / `S2M_CFG_RESET_VALUE` = 3 << 24,
+    /// `udma_cache_defaults` in m:udma/udma_main.c). Pause and enable write it with the enable
+    /// bits cleared or set, never a value read back (`udma_q_enable`).
+    pub const Q_CFG_RESET: u32 = 3 << 24;
     /// Rate-limit mask written at queue init: DMB honoured (`m:udma/udma_main.c`).
     pub const RLIMIT_MASK_INIT: u32 = 0b011;
     /// cfg_len: max packet 0xFFFFF, length 0 = 64 KiB (`m:udma/udma_main.c`).

@@ -55,15 +55,20 @@ pub fn init_engine(arch: &'static Arch, regs: &Regs<'_>, e: u64) -> Result<()> {
     m.comp_app_ack_cfg().write(m2s::CompAppAckCfg(0))?;
     m.cfg_len().write(m2s::CfgLen(udc::M2S_CFG_LEN))?;
     m.stream_cfg().write(m2s::StreamCfg(udc::M2S_STREAM_CFG))?;
+    // The kmod's order (`udma_set_defaults`): the M2S half's VMPR selects, its AXI data-read config
+    // and the S2M completion-ack config, then the S2M half's selects
+    // (hal/tests/kmod_oracle.rs compares this with the kmod's trace).
     let gx = u.gen_ex();
     for q in 0..udc::QUEUES {
         gx.tx_sel(q)?.write(csr_maps::blocks::udma_gen_ex::TxSel(udc::VMPR_SEL))?;
+    }
+    m.axi_data_rd_cfg().write(m2s::AxiDataRdCfg(udc::AXI_RD_CFG))?;
+    s.comp_app_ack_cfg().write(s2m::CompAppAckCfg(0))?;
+    for q in 0..udc::QUEUES {
         gx.rx_sel0(q)?.write(csr_maps::blocks::udma_gen_ex::RxSel0(udc::VMPR_SEL))?;
         gx.rx_sel1(q)?.write(csr_maps::blocks::udma_gen_ex::RxSel1(udc::VMPR_SEL))?;
         gx.rx_sel2(q)?.write(csr_maps::blocks::udma_gen_ex::RxSel2(udc::VMPR_SEL))?;
     }
-    m.axi_data_rd_cfg().write(m2s::AxiDataRdCfg(udc::AXI_RD_CFG))?;
-    s.comp_app_ack_cfg().write(s2m::CompAppAckCfg(0))?;
     s.axi_ostand_rd().write(s2m::AxiOstandRd(c.s2m_ostand_rd as u32))?;
     s.axi_ostand_wr().write(s2m::AxiOstandWr(c.s2m_ostand_wr as u32))?;
     if c.s2m_max_data_wr != 0 {
@@ -77,11 +82,12 @@ pub fn init_engine(arch: &'static Arch, regs: &Regs<'_>, e: u64) -> Result<()> {
     s.desc_pref_cfg3().write(s2m::DescPrefCfg3(udc::PREF_CFG3))?;
     m.axi_desc_rd_cfg3().write(m2s::AxiDescRdCfg3(udc::AXI_RD_CFG))?;
     s.axi_desc_rd_cfg3().write(s2m::AxiDescRdCfg3(udc::AXI_RD_CFG))?;
-    // SDMA wrapper.
+    // SDMA wrapper, in the kmod's order (`sdma_init_engine`): reorder and write-out buffers,
+    // then event acceleration, then TXDF.
     let w = regs.sdma(e)?;
-    w.event_accel().write_with(|v| v.with_en(1))?;
     w.rob_cfg().write_with(|v| v.with_en(1))?;
     w.wob_cfg().write_with(|v| v.with_en(1))?;
+    w.event_accel().write_with(|v| v.with_en(1))?;
     if c.sdma_txdf != 0 {
         w.txdf().write_with(|v| v.with_overhead_beats(c.sdma_txdf as u32))?;
     }
@@ -191,17 +197,29 @@ pub fn h2t(arch: &Arch, nc: usize) -> (u64, u64) {
     (arch.consts.h2t_engine_base + nc as u64 / per, nc as u64 % per)
 }
 
-/// Pause the M2S half of queue `queue` of engine `e`: clear its prefetch and scheduling
-/// enables.
-fn pause_m2s(regs: &Regs<'_>, e: u64, queue: u64) -> Result<()> {
-    regs.udma(e)?.m2s().q(queue)?.cfg().modify(|v| v.with_en_pref(0).with_en_scheduling(0))?;
+/// Set the M2S half of queue `queue` of engine `e` paused (`on` false) or running: its
+/// prefetch and scheduling enables over the kmod's queue value [`udc::Q_CFG_RESET`] (written
+/// whole, as `udma_q_enable` does, never read back).
+fn enable_m2s(regs: &Regs<'_>, e: u64, queue: u64, on: bool) -> Result<()> {
+    let v = mq::Cfg(udc::Q_CFG_RESET).with_en_pref(on as u32).with_en_scheduling(on as u32);
+    regs.udma(e)?.m2s().q(queue)?.cfg().write(v)?;
     Ok(())
 }
 
-/// Pause the S2M half of queue `queue` of engine `e`: clear its prefetch and stream enables.
-fn pause_s2m(regs: &Regs<'_>, e: u64, queue: u64) -> Result<()> {
-    regs.udma(e)?.s2m().q(queue)?.cfg().modify(|v| v.with_en_pref(0).with_en_stream(0))?;
+/// Set the S2M half of queue `queue` of engine `e` paused or running: its prefetch and stream
+/// enables over [`udc::Q_CFG_RESET`].
+fn enable_s2m(regs: &Regs<'_>, e: u64, queue: u64, on: bool) -> Result<()> {
+    let v = sq::Cfg(udc::Q_CFG_RESET).with_en_pref(on as u32).with_en_stream(on as u32);
+    regs.udma(e)?.s2m().q(queue)?.cfg().write(v)?;
     Ok(())
+}
+
+fn pause_m2s(regs: &Regs<'_>, e: u64, queue: u64) -> Result<()> {
+    enable_m2s(regs, e, queue, false)
+}
+
+fn pause_s2m(regs: &Regs<'_>, e: u64, queue: u64) -> Result<()> {
+    enable_s2m(regs, e, queue, false)
 }
 
 /// Pause both halves of queue `queue` of engine `e` (M2S first): clear the enable bits. The
@@ -229,14 +247,14 @@ pub fn program_queue(regs: &Regs<'_>, e: u64, queue: u64, m2s_base: u64, s2m_bas
     m.ring_base_hi().write(mq::RingBaseHi((m2s_base >> 32) as u32))?;
     m.ring_len().write_with(|v| v.with_count(ndesc))?;
     m.comp_cfg().write(mq::CompCfg(0))?;
-    m.cfg().modify(|v| v.with_en_pref(1).with_en_scheduling(1))?;
+    enable_m2s(regs, e, queue, true)?;
     pause_s2m(regs, e, queue)?;
     s.sw_ctrl().write_with(|v| v.with_rst_q(1))?;
     s.ring_base_lo().write(sq::RingBaseLo(s2m_base as u32))?;
     s.ring_base_hi().write(sq::RingBaseHi((s2m_base >> 32) as u32))?;
     s.ring_len().write_with(|v| v.with_count(ndesc))?;
     s.comp_cfg().write(sq::CompCfg(0))?;
-    s.cfg().modify(|v| v.with_en_pref(1).with_en_stream(1))?;
+    enable_s2m(regs, e, queue, true)?;
     Ok(())
 }
 

@@ -27,6 +27,7 @@ fn open(arch: &'static Arch, timing: Timing) -> (SimDevice, Device) {
 fn assert_clean(sim: &SimDevice) {
     let s = sim.stats();
     assert_eq!((s.iommu_mappings, s.iommu_bytes, s.device_bytes), (0, 0, 0), "leak: {s:?}");
+    assert_eq!(s.queue_cfg_misuse, 0, "a doorbell on a queue enabled with cfg bits 24-25 cleared");
 }
 
 fn pattern(n: usize, seed: u32) -> Vec<u8> {

@@ -841,14 +841,7 @@ impl ExecTracker {
         let line = u32::from(rec.line) | (u32::from(rec.line_hi) << 16);
         let event = TensorEvent { nc, engine, var_id: line, timestamp: rec.timestamp, tag };
         match rec.sub_id {
-            custom::OOB_EMBEDDING_TEXT
-            | custom::OOB_EMBEDDING_LINE
-            | custom::OOB_INDIRECT_SCATTER
-            | custom::OOB_INDIRECT_GATHER
-            | custom::OOB_DGE_SCALAR
-            | custom::OOB_DGE_VECTOR
-            | custom::OOB_XPOSE_SCALAR
-            | custom::OOB_XPOSE_VECTOR => {
+            s if custom::is_out_of_bounds(s) => {
                 tracing::error!(nc, engine, sub_id = rec.sub_id, isa_line = line, tag, "out-of-bounds access");
                 let n = &mut self.ncs[nc];
                 n.fatal.set(ExecFatalStatus::Oob);

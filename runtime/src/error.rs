@@ -452,6 +452,16 @@ pub enum StageErrorKind {
     /// A WRITE to a register outside the NC's permitted set.
     #[error("{what}: WRITE to {addr:#x} is outside the registers this NC's model may write")]
     ForbiddenWrite { what: String, addr: u64 },
+    /// A NOTIFY (0x6A / 0xA6) whose custom-notification sub-id is one a model's program may
+    /// not post: an out-of-bounds report (the device's own finding, NRT_EXEC_OOB) or a sub-id
+    /// libnrt does not know (NRT_HW_ERROR). Either would make the execution fail with a
+    /// status the device did not report.
+    #[error(
+        "{what}: {} field sub_id (+0x0C) is {sub_id}, {}; a model's NOTIFY may post only debug (6), tensor completion (7) and debug-tensor read (8) notifications",
+        isa::slot::Opcode::from_code(*opcode).mnemonic(),
+        forged_notification(*sub_id)
+    )]
+    ForgedNotification { what: String, opcode: u8, sub_id: u16 },
     // --- Instructions that cannot be lowered (NRT_INVALID) ---
     /// A DMA trigger naming a queue the graph does not have.
     #[error("{what}: unknown DMA queue {queue}")]
@@ -489,6 +499,15 @@ pub enum StageErrorKind {
     /// An opcode the loader does not lower.
     #[error("{what}: Unsupported hardware operator code {opcode:#04x}")]
     UnsupportedOpcode { what: String, opcode: u8 },
+}
+
+/// What a refused NOTIFY sub-id would have made the execution report.
+fn forged_notification(sub_id: u16) -> &'static str {
+    if csr_maps::formats::notify::custom::is_out_of_bounds(sub_id) {
+        "an out-of-bounds report (NRT_EXEC_OOB), which only the device's own checks make"
+    } else {
+        "a custom notification libnrt does not know (NRT_HW_ERROR)"
+    }
 }
 
 impl StageErrorKind {
@@ -536,6 +555,7 @@ impl StageErrorKind {
             | K::BeforeVar { .. }
             | K::SpanOverflow { .. }
             | K::ForbiddenWrite { .. }
+            | K::ForgedNotification { .. }
             | K::UnknownQueue { .. }
             | K::TriggerOrder { .. }
             | K::CollectiveDtype { .. }

@@ -8,8 +8,9 @@
 use std::sync::Arc;
 
 use csr_maps::consts::addr8;
+use csr_maps::formats::notify::custom;
 use csr_maps::SUNDA;
-use isa::device_ops::WriteOp;
+use isa::device_ops::{NotifyOp, WriteOp};
 use isa::slot::{Dma2d, Dma2dLeg, Events, Instruction, Opcode, SlotHeader};
 use neff::builder::{self, ModelDesc, VarDesc};
 use neff::{Engine, VarKind};
@@ -168,6 +169,31 @@ fn each_hostile_class_is_refused_at_load_with_a_named_reason() {
         }
         pe.code[at..at + 64].copy_from_slice(&slot);
         refused_with(&rt, &m, NrtStatus::Invalid, reason);
+    }
+
+    // NOTIFY posting a custom notification a program may not post, with either opcode: an
+    // out-of-bounds report (the device's own finding: the execution would end 1006 with
+    // nothing out of bounds) or a sub-id libnrt does not know (it would end NRT_HW_ERROR).
+    for op in [Opcode::Notify, Opcode::SeqNotify] {
+        for sub in [0u16, 1, 2, 3, 4, 5, 9, 10, 11, 0x100, u16::MAX] {
+            let mut n = NotifyOp::new(Events::NONE, sub, 0);
+            n.header = SlotHeader::new(op);
+            let m = with_act(Instruction::decode(&n.encode()));
+            refused(
+                &rt,
+                &m,
+                NrtStatus::Invalid,
+                |k| matches!(k, K::ForgedNotification { sub_id, opcode, .. } if *sub_id == sub && *opcode == op.code()),
+            );
+        }
+    }
+    // ... while debug, tensor completion and debug-tensor read notifications load and run.
+    for sub in [custom::DEBUG, custom::TENSOR_COMPLETION, custom::DEBUG_TENSOR_READ] {
+        let m = with_act(Instruction::decode(&NotifyOp::new(Events::NONE, sub, 1).encode()));
+        let model = rt.load(&m.build().unwrap(), Some(0), None).unwrap_or_else(|e| panic!("sub-id {sub}: {e}"));
+        let (st, input, out) = exec_on(&rt, &model, 0, 4);
+        assert_eq!((st, &out), (NrtStatus::Success, &input), "sub-id {sub}");
+        rt.unload(&model).unwrap();
     }
 
     // A virtual var backed by itself (its address would be device address 0, the carve-out).
@@ -374,6 +400,17 @@ fn with_the_loader_check_off_the_device_stops_each_hostile_class_with_1006() {
         let (st, input, out) = exec_on(&rt, &victim, 1, 2);
         assert_eq!((st, &out), (NrtStatus::Success, &input), "{name}: the victim's next run");
     }
+
+    // A forged report is the one class the device cannot stop: a NOTIFY posting an
+    // out-of-bounds sub-id touches nothing the table checks, yet the execution ends 1006.
+    // Only the loader's refusal (ForgedNotification) keeps it out.
+    let before = sim.stats().oob_refused;
+    let forged = with_act(Instruction::decode(&NotifyOp::new(Events::NONE, custom::OOB_EMBEDDING_TEXT, 0).encode()));
+    let hostile = rt.load(&forged.build().unwrap(), Some(0), None).unwrap();
+    let (st, _, _) = exec_on(&rt, &hostile, 0, 5);
+    assert_eq!(st, NrtStatus::ExecOob);
+    assert_eq!(sim.stats().oob_refused, before, "the region table refused an access of the forged report");
+    rt.unload(&hostile).unwrap();
 
     // A var of u64::MAX bytes cannot reach the device even with the loader's checks off: the
     // checked allocator refuses it at load.

@@ -11,7 +11,8 @@
 //! - device memory and IOMMU mappings are back to the baseline;
 //! - no sequencer engine is enabled, and no DMA queue or notification slot is left
 //!   programmed beyond the baseline (the simulator counts them), and nothing was freed under
-//!   an enabled queue, slot or engine (`dangling_unmaps`, `dangling_fetches`);
+//!   an enabled queue, slot or engine (`dangling_unmaps`, `dangling_fetches`), and no queue
+//!   was rung with its `cfg` bits 24-25 cleared (`queue_cfg_misuse`);
 //! - no placement count is held;
 //! - the next load + execute returns exactly the clean run's output.
 //!
@@ -62,6 +63,7 @@ struct Baseline {
     programmed_nq_slots: u64,
     dangling_unmaps: u64,
     dangling_fetches: u64,
+    queue_cfg_misuse: u64,
 }
 
 struct Bench {
@@ -128,11 +130,16 @@ impl Bench {
                 programmed_nq_slots: 0,
                 dangling_unmaps: 0,
                 dangling_fetches: 0,
+                queue_cfg_misuse: 0,
             },
         };
         b.base = b.now();
         assert_eq!(b.base.enabled_engines, 0, "{arch} {ncs}-NC: an engine enabled after unload");
-        assert_eq!((b.base.dangling_unmaps, b.base.dangling_fetches), (0, 0), "{arch} {ncs}-NC");
+        assert_eq!(
+            (b.base.dangling_unmaps, b.base.dangling_fetches, b.base.queue_cfg_misuse),
+            (0, 0, 0),
+            "{arch} {ncs}-NC"
+        );
         b
     }
 
@@ -153,6 +160,7 @@ impl Bench {
             programmed_nq_slots: s.programmed_nq_slots,
             dangling_unmaps: s.dangling_unmaps,
             dangling_fetches: s.dangling_fetches,
+            queue_cfg_misuse: s.queue_cfg_misuse,
         }
     }
 
@@ -293,7 +301,7 @@ impl Bench {
         self.rt.close().expect("close");
         let st = self.sim.stats();
         assert_eq!((st.iommu_mappings, st.device_bytes), (0, 0), "{} {}-NC: {st:?}", self.arch, self.ncs);
-        assert_eq!((st.dangling_unmaps, st.dangling_fetches, st.enabled_engines), (0, 0, 0));
+        assert_eq!((st.dangling_unmaps, st.dangling_fetches, st.queue_cfg_misuse, st.enabled_engines), (0, 0, 0, 0));
     }
 }
 

@@ -226,15 +226,16 @@ fn a_malformed_frame_gets_an_error_and_the_host_serves_on() {
     let own = host::stats(sock).unwrap().iommu_mappings;
     // A data connection lives across the garbage.
     let (_, live) = host::connect(sock, &ConnOptions { iova_window: window(0), ncs: 0..1 }).unwrap();
-    let mut version2 = Request::Stats.encode();
-    version2[4] = 2;
+    // A version this build does not speak (one past its own).
+    let mut other_version = Request::Stats.encode();
+    other_version[4..6].copy_from_slice(&(wire::VERSION + 1).to_le_bytes());
     let mut long = Request::Stats.encode();
     long[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
     let mut reversed = Request::End { id: 0 }.encode();
     reversed[6] = 1; // CONNECT with an END's body: too short
     let cases: Vec<(&str, Vec<u8>)> = vec![
         ("magic", b"GET / HTTP/1.0\r\n\r\n".to_vec()),
-        ("version", version2),
+        ("version", other_version),
         ("bytes", long),
         ("ends early", reversed),
         ("is a reply", Reply::Ok.encode()),
@@ -301,7 +302,7 @@ fn a_replaced_socket_file_is_left_to_its_new_owner() {
 
 fn stats_strategy() -> impl Strategy<Value = SimStats> {
     (
-        prop::collection::vec(any::<u64>(), 25),
+        prop::collection::vec(any::<u64>(), 26),
         any::<i64>(),
         any::<u32>(),
         prop::collection::vec(any::<u64>(), 0..8),
@@ -326,6 +327,7 @@ fn stats_strategy() -> impl Strategy<Value = SimStats> {
             fwio_legacy_misuse: u[13],
             dangling_unmaps: u[14],
             dangling_fetches: u[15],
+            queue_cfg_misuse: u[25],
             enabled_engines: u[16],
             enabled_dma_queues: u[17],
             programmed_nq_slots: u[18],

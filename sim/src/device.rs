@@ -127,6 +127,13 @@ pub struct SimStats {
     /// allocator) while an enabled sequencer engine's instruction-fetch queue pointed into it
     /// (one per engine): a driver that frees a program without resetting its engine first.
     pub dangling_fetches: u64,
+    /// Doorbells rung on a UDMA queue half whose `cfg` enables it with bits 24-25 cleared
+    /// (one per doorbell): a driver that enables a queue from a value other than the
+    /// register's hardware reset value 0x03000000, which the kmod always programs it from
+    /// (`udma_cache_defaults`, `udma_q_enable` in `udma_main.c`; docs/hardware-safety.md, "The
+    /// kmod as an oracle"). Such a queue does not run: what the hardware does with those bits
+    /// cleared is not documented, so the simulator refuses the work rather than guess.
+    pub queue_cfg_misuse: u64,
     /// Sequencer engines enabled now (running, or waiting on a semaphore), over every NC.
     pub enabled_engines: u64,
     /// UDMA queue halves enabled now (a queue parked on the driver's dummy ring counts).
@@ -171,6 +178,7 @@ pub(crate) struct Counters {
     pub fwio_legacy_misuse: AtomicU64,
     pub dangling_unmaps: AtomicU64,
     pub dangling_fetches: AtomicU64,
+    pub queue_cfg_misuse: AtomicU64,
     pub last_reset_map: std::sync::atomic::AtomicU32,
     pub threads: AtomicU64,
     /// Time spent running device work inline (inside MMIO writes), ns.
@@ -591,6 +599,7 @@ impl SimDevice {
             fwio_legacy_misuse: d.n.fwio_legacy_misuse.load(Ordering::Relaxed),
             dangling_unmaps: d.n.dangling_unmaps.load(Ordering::Relaxed),
             dangling_fetches: d.n.dangling_fetches.load(Ordering::Relaxed),
+            queue_cfg_misuse: d.n.queue_cfg_misuse.load(Ordering::Relaxed),
             enabled_engines: crate::seq::enabled_engines(&st),
             enabled_dma_queues: crate::udma::enabled_queues(d, &st),
             programmed_nq_slots: crate::nq::programmed_slots(d, &st),

@@ -158,6 +158,7 @@ pub(crate) fn reg_write(dev: &Dev, st: &mut State, hit: &Hit, e: u32, r: udma::R
             let n = mq::TailInc(val).count();
             let len = ring_len(dev, st, e, half, q);
             let enabled = queue_enabled(dev, st, e, half, q);
+            let reset_bits = cfg_reset_bits(dev, st, e, half, q);
             let eng = &mut st.udma[e];
             let qs = if half == Half::M2s { &mut eng.m2s[q] } else { &mut eng.s2m[q] };
             if n == 0 || len == 0 || n > len || qs.pending + n > len {
@@ -173,6 +174,16 @@ pub(crate) fn reg_write(dev: &Dev, st: &mut State, hit: &Hit, e: u32, r: udma::R
                     "sim: UDMA doorbell ignored (count 0, ring unprogrammed, or more than the ring holds)"
                 );
                 return;
+            }
+            if enabled && !reset_bits {
+                // The old, wrong queue-config sequence (a read-modify-write over engine init's
+                // 0x00030000): counted as the driver bug it is; the queue never runs.
+                dev.n.queue_cfg_misuse.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(
+                    reg = hit.def.name,
+                    id = ?hit.id,
+                    "sim: UDMA doorbell on a queue enabled with cfg bits 24-25 cleared: the queue does not run"
+                );
             }
             if !enabled || qs.aborted {
                 tracing::debug!(
@@ -294,6 +305,14 @@ pub(crate) fn enabled_queues(dev: &Dev, st: &State) -> u64 {
         }
     }
     n
+}
+
+/// Whether the queue's `cfg` keeps bits 24-25 of its hardware reset value
+/// ([`udc::Q_CFG_RESET`]), as the kmod's queue programming always does.
+fn cfg_reset_bits(dev: &Dev, st: &State, e: usize, half: Half, q: usize) -> bool {
+    qregs(dev, e, half, q)
+        .map(|r| dev.stored(st, r.cfg, mq::Cfg::reset_value().0 as u64) & udc::Q_CFG_RESET == udc::Q_CFG_RESET)
+        .unwrap_or(false)
 }
 
 /// Whether the queue's `cfg` enables it.
@@ -445,6 +464,9 @@ fn collect(
     let cfg = dev.stored(st, r.cfg, mq::Cfg::reset_value().0 as u64);
     if len == 0 || cfg & udc::Q_CFG_ENABLE != udc::Q_CFG_ENABLE {
         return Ok(None); // paused or unconfigured
+    }
+    if cfg & udc::Q_CFG_RESET != udc::Q_CFG_RESET {
+        return Ok(None); // enabled with bits 24-25 cleared: refused (`queue_cfg_misuse`)
     }
     let qs = if half == Half::M2s { st.udma[e].m2s[q] } else { st.udma[e].s2m[q] };
     if let Some(nc) = checked_nc(dev, e) {

@@ -278,3 +278,51 @@ fn hbm_costs_host_memory_only_for_what_is_written() {
     assert_eq!(b4.read32(hbm0 + base + 3 * G + 8).unwrap(), 0);
     assert_eq!(t.dev.stats().dma_faults, 0);
 }
+
+/// The old, wrong queue-config sequence (fixed in hal after the kmod comparison,
+/// docs/hardware-safety.md "The kmod as an oracle"): engine init leaves every queue's `cfg` at
+/// the enables alone (0x00030000, as the kmod's `udma_set_defaults` writes it), and the queue
+/// is then enabled by a read-modify-write of that value, so it runs with bits 24-25 of the
+/// register's reset value cleared. The simulator refuses the work and counts each doorbell;
+/// the kmod's sequence (the enables over the reset value 0x03000000) copies and counts nothing.
+#[test]
+fn queue_enabled_with_cfg_bits_24_25_cleared_is_refused_and_counted() {
+    use csr_maps::blocks::{udma_m2s_q as mq, udma_s2m_q as sq};
+    for arch in [&SUNDA, &CAYMAN, &MARIANA] {
+        for old in [true, false] {
+            let t = T::new(arch);
+            let (e, q, n) = (arch.consts.h2t_engine_base, 1u64, 32u32);
+            let u = t.regs().udma(e).unwrap();
+            // Engine init's queue defaults.
+            u.m2s().q(q).unwrap().cfg().write(mq::Cfg(udc::Q_CFG_ENABLE)).unwrap();
+            u.s2m().q(q).unwrap().cfg().write(sq::Cfg(udc::Q_CFG_ENABLE)).unwrap();
+            let (mr, sr) = (t.map(n as usize * 16), t.map(n as usize * 16));
+            // `setup_queue` enables both halves by read-modify-write: over engine init's value,
+            // that is the old sequence.
+            t.setup_queue(e, q, t.host(&mr, 0), t.host(&sr, 0), n);
+            if !old {
+                // The kmod's: the enables written over the reset value.
+                let on = udc::Q_CFG_RESET | udc::Q_CFG_ENABLE;
+                u.m2s().q(q).unwrap().cfg().write(mq::Cfg(on)).unwrap();
+                u.s2m().q(q).unwrap().cfg().write(sq::Cfg(on)).unwrap();
+            }
+            let buf = t.map(4096);
+            buf.mem().write_u32(0, 0x5eed_f00d).unwrap();
+            let rid = udc::INITIAL_RING_ID;
+            write_descs(&mr, 0, &[UdmaDesc::tx(t.host(&buf, 0), 4, rid, true, true)]);
+            write_descs(&sr, 0, &[UdmaDesc::rx(t.host(&buf, 64), 4, rid, true, true)]);
+            t.doorbell(e, q, 1, 1);
+            let st = t.dev.stats();
+            let what = format!("{arch} {}", if old { "old sequence" } else { "kmod sequence" });
+            if old {
+                assert_eq!(st.queue_cfg_misuse, 2, "{what}: one per half's doorbell");
+                assert_eq!((st.dma_packets, t.head(e, q)), (0, (0, rid as u32)), "{what}: the queue ran");
+                assert_eq!(buf.mem().read_u32(64).unwrap(), 0, "{what}");
+            } else {
+                assert_eq!(st.queue_cfg_misuse, 0, "{what}");
+                assert_eq!(t.head(e, q), (1, rid as u32), "{what}");
+                assert_eq!(buf.mem().read_u32(64).unwrap(), 0x5eed_f00d, "{what}");
+            }
+        }
+    }
+}

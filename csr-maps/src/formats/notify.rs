@@ -171,6 +171,29 @@ pub mod custom {
     pub const OOB_XPOSE_SCALAR: u16 = 9;
     /// Transpose scatter/gather via vector DGE OOB.
     pub const OOB_XPOSE_VECTOR: u16 = 10;
+
+    /// Whether `sub_id` is an out-of-bounds report (0..=5, 9, 10): libnrt ends the execution
+    /// with NRT_EXEC_OOB (1006) on any of them.
+    pub const fn is_out_of_bounds(sub_id: u16) -> bool {
+        matches!(
+            sub_id,
+            OOB_EMBEDDING_TEXT
+                | OOB_EMBEDDING_LINE
+                | OOB_INDIRECT_SCATTER
+                | OOB_INDIRECT_GATHER
+                | OOB_DGE_SCALAR
+                | OOB_DGE_VECTOR
+                | OOB_XPOSE_SCALAR
+                | OOB_XPOSE_VECTOR
+        )
+    }
+
+    /// Whether `sub_id` is one libnrt takes without failing the execution: a debug value, a
+    /// tensor completion or a debug-tensor read (6, 7, 8). Every other sub-id fails it (an
+    /// out-of-bounds report, or an unknown custom notification).
+    pub const fn is_informational(sub_id: u16) -> bool {
+        matches!(sub_id, DEBUG | TENSOR_COMPLETION | DEBUG_TENSOR_READ)
+    }
 }
 
 /// A notification record in the generic ISA view.
@@ -301,6 +324,16 @@ mod tests {
         assert_eq!(ntype::describe(ntype::TPB_ERROR), (None, "tpb_error"));
         let names: Vec<String> = [2, 3, 6, 7, 8, 5].map(|v| Subtype::from_u16(v).to_string()).into();
         assert_eq!(names, ["START", "END", "CUSTOM", "CC_START", "CC_END", "UNEXPECTED(5)"]);
+    }
+
+    #[test]
+    fn custom_sub_ids_split_as_libnrt_decodes_them() {
+        // libnrt.md §5.4: 0..=5, 9, 10 are out-of-bounds faults; 6, 7, 8 do not fail; any
+        // other is an unknown custom notification.
+        let oob: Vec<u16> = (0..=u16::MAX).filter(|&s| custom::is_out_of_bounds(s)).collect();
+        let info: Vec<u16> = (0..=u16::MAX).filter(|&s| custom::is_informational(s)).collect();
+        assert_eq!(oob, [0, 1, 2, 3, 4, 5, 9, 10]);
+        assert_eq!(info, [6, 7, 8]);
     }
 
     #[test]

@@ -90,3 +90,83 @@ pub fn queue_regs(dev: &Device, e: u64, q: u64) -> [(u64, u32, bool); 2] {
         ),
     ]
 }
+
+/// One BAR access, in order: a 32-bit read (offset, value returned) or write (offset, value).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    R(u64, u32),
+    W(u64, u32),
+}
+
+/// Every BAR0 read and write recorded in order.
+pub type AccessLog = Arc<Mutex<Vec<Access>>>;
+
+/// A BAR that records every read and write into an [`AccessLog`].
+pub struct AccessMmio(pub Arc<dyn platform::Mmio>, pub AccessLog);
+
+impl AccessMmio {
+    fn push(&self, a: Access) {
+        self.1.lock().unwrap().push(a);
+    }
+}
+
+impl platform::Mmio for AccessMmio {
+    fn size(&self) -> u64 {
+        self.0.size()
+    }
+    fn read32(&self, o: u64) -> Result<u32, MmioError> {
+        let v = self.0.read32(o)?;
+        self.push(Access::R(o, v));
+        Ok(v)
+    }
+    fn write32(&self, o: u64, v: u32) -> Result<(), MmioError> {
+        self.push(Access::W(o, v));
+        self.0.write32(o, v)
+    }
+    fn read64(&self, o: u64) -> Result<u64, MmioError> {
+        let v = self.0.read64(o)?;
+        self.push(Access::R(o, v as u32));
+        self.push(Access::R(o + 4, (v >> 32) as u32));
+        Ok(v)
+    }
+    fn write64(&self, o: u64, v: u64) -> Result<(), MmioError> {
+        self.push(Access::W(o, v as u32));
+        self.push(Access::W(o + 4, (v >> 32) as u32));
+        self.0.write64(o, v)
+    }
+}
+
+/// The simulator with every BAR0 access recorded (modeled writes allowed).
+pub struct AccessRecording(pub SimDevice, pub AccessLog);
+
+impl Platform for AccessRecording {
+    fn identity(&self) -> platform::DeviceIdentity {
+        self.0.identity()
+    }
+    fn bar(&self, i: u8) -> Result<Arc<dyn platform::Mmio>, platform::PlatformError> {
+        let b = self.0.bar(i)?;
+        Ok(if i == self.0.arch().bars.apb { Arc::new(AccessMmio(b, self.1.clone())) } else { b })
+    }
+    fn dma_map(
+        &self,
+        m: platform::HostMem,
+        d: platform::DmaDir,
+    ) -> Result<platform::DmaMapping, platform::PlatformError> {
+        self.0.dma_map(m, d)
+    }
+    fn irq_eventfd(&self, v: u32) -> Result<Option<std::os::fd::OwnedFd>, platform::PlatformError> {
+        self.0.irq_eventfd(v)
+    }
+    fn reset(&self) -> Result<(), platform::PlatformError> {
+        self.0.reset()
+    }
+    fn modeled_writes_allowed(&self) -> bool {
+        true
+    }
+    fn account_device_memory(&self, delta: i64) {
+        self.0.account_device_memory(delta)
+    }
+    fn device_memory_freed(&self, addr: u64, len: u64) {
+        self.0.device_memory_freed(addr, len)
+    }
+}

@@ -6,8 +6,9 @@
 //! |---|---|
 //! | PSEUDO_DMA_TRIGGER `q block` | two WRITEs: the queue's S2M tail-increment register, then its M2S one, each by the block's descriptor-pair count (the first keeps the slot's wait, the second its update). The block's descriptors are staged in the ring, in trigger order, before every execution. |
 //! | PSEUDO_TRIGGER_COLLECTIVE | SB2SB_COLLECTIVE with var ids relocated to device addresses (+ element offsets), the replica group's size and this graph's rank, and the load's communicator id |
-//! | PSEUDO_DMA_DIRECT2D (dge_op DIRECT2D) | DMAMEMCPY (0xB8) with PSEUDO_ADDR8 addresses (marker bit 0x10: var id in bits 32..48, byte offset in bits 0..32) relocated and bounds-checked |
-//! | EVENT_SEMAPHORE, NOP, NOTIFY, WRITE, semaphore ops, EXTENDED_INST, DMAMEMCPY with immediate addresses | unchanged (trace bits cleared) |
+//! | PSEUDO_DMA_DIRECT2D (dge_op DIRECT2D), DMAMEMCPY | DMAMEMCPY (0xB8) with PSEUDO_ADDR8 addresses (marker bit 0x10: var id in bits 32..48, byte offset in bits 0..32) relocated and bounds-checked |
+//! | EVENT_SEMAPHORE, NOP, WRITE (allow-listed destination), semaphore ops, EXTENDED_INST | unchanged (trace bits cleared) |
+//! | NOTIFY (0x6A / 0xA6) with sub-id debug (6), tensor completion (7) or debug-tensor read (8) | unchanged (trace bits cleared); any other sub-id — an out-of-bounds report or one libnrt does not know — is refused (NRT_INVALID) |
 //! | anything else | load error NRT_INVALID ("Unsupported hardware operator code") |
 //!
 //! Every engine program is wrapped so that one MMIO write starts an execution and the
@@ -26,8 +27,9 @@
 use std::collections::BTreeSet;
 
 use csr_maps::consts::addr8;
+use csr_maps::formats::notify::custom;
 use hal::Device;
-use isa::device_ops::{self, CollectiveOp, WriteOp, UPDATE_DEC_COMPLETE};
+use isa::device_ops::{self, CollectiveOp, NotifyOp, WriteOp, UPDATE_DEC_COMPLETE};
 use isa::slot::{Dma2d, Dma2dLeg, Events, Instruction, Opcode, TraceMode, UpdateMode, WaitMode, SLOT_BYTES};
 use neff::{Engine, Graph, Program};
 
@@ -311,9 +313,23 @@ pub fn lower(cx: &mut LowerCtx<'_>, i: &Instruction, pc: usize, out: &mut Slots)
             }
             clear(i.encode())
         }
+        Instruction::Notify(_) => {
+            // A NOTIFY posts a custom INFER_STATUS record on the engine's ring, which the
+            // completion engine decodes like the device's own: a model may post only the
+            // sub-ids that do not fail the execution, never an out-of-bounds report (that is
+            // the device's finding) or one libnrt does not know.
+            let n = NotifyOp::decode(&i.encode());
+            if !p.unchecked && !custom::is_informational(n.sub_id) {
+                return Err(StageError::from(StageErrorKind::ForgedNotification {
+                    what: what.clone(),
+                    opcode: n.header.opcode,
+                    sub_id: n.sub_id,
+                }));
+            }
+            clear(i.encode())
+        }
         Instruction::EventSemaphore(_)
         | Instruction::Nop(_)
-        | Instruction::Notify(_)
         | Instruction::Semaphore(_)
         | Instruction::ExtendedInst(_) => clear(i.encode()),
         Instruction::Raw { header, .. } => {

@@ -16,8 +16,8 @@ use sim::SimStats;
 
 /// First bytes of every frame.
 pub const MAGIC: [u8; 4] = *b"NVSH";
-/// The protocol version this build speaks.
-pub const VERSION: u16 = 1;
+/// The protocol version this build speaks (2: `SimStats::queue_cfg_misuse` in the stats body).
+pub const VERSION: u16 = 2;
 /// Bytes of a frame header.
 pub const HEADER_SIZE: usize = 12;
 /// Largest body accepted: far above any real frame (a control line, the stats of the largest
@@ -487,6 +487,7 @@ fn stats_encode(b: &mut Body, s: &SimStats) {
         fwio_legacy_misuse,
         dangling_unmaps,
         dangling_fetches,
+        queue_cfg_misuse,
         enabled_engines,
         enabled_dma_queues,
         programmed_nq_slots,
@@ -511,6 +512,7 @@ fn stats_encode(b: &mut Body, s: &SimStats) {
         fwio_legacy_misuse,
         dangling_unmaps,
         dangling_fetches,
+        queue_cfg_misuse,
         enabled_engines,
         enabled_dma_queues,
         programmed_nq_slots,
@@ -553,6 +555,7 @@ fn stats_decode(f: &mut Fields<'_>) -> Result<SimStats, WireError> {
         fwio_legacy_misuse: f.u64("stats")?,
         dangling_unmaps: f.u64("stats")?,
         dangling_fetches: f.u64("stats")?,
+        queue_cfg_misuse: f.u64("stats")?,
         enabled_engines: f.u64("stats")?,
         enabled_dma_queues: f.u64("stats")?,
         programmed_nq_slots: f.u64("stats")?,

@@ -141,6 +141,11 @@ fn hal_run(arch: &'static Arch, op: &str, t: &Trace) -> Option<Vec<Access>> {
                 udma::program_queue(&regs, e, q, QUEUE_M2S, QUEUE_S2M, QUEUE_DESCS).unwrap();
                 record(&|| udma::pause_queue(&regs, e, q).unwrap())
             }
+            "queue_reset" => {
+                udma::init_engine(arch, &regs, e).unwrap();
+                udma::program_queue(&regs, e, q, QUEUE_M2S, QUEUE_S2M, QUEUE_DESCS).unwrap();
+                record(&|| udma::reset_queue(&regs, e, q).unwrap())
+            }
             "engine_normal" => record(&|| udma::set_normal(&regs, e).unwrap()),
             "park" => {
                 // The real path: a process's ring dropped, its queue parked on the dummy ring.
@@ -514,6 +519,7 @@ fn traced_operations_are_the_acceptance_list() {
         "park",
         "queue_init",
         "queue_pause",
+        "queue_reset",
         "sem_dec",
         "sem_inc",
         "sem_reset",

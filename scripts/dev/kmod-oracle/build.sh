@@ -58,6 +58,10 @@ for arch in v2 v3; do
 		"$CC" "${cflags[@]}" -I"$KMOD_DIR/$dir" -c "$KMOD_DIR/$f" -o "$o"
 		objs+=("$o")
 	done
+	# The kmod's queue reset (udma_q_reset) is static, reached only inside udma_q_init: its
+	# symbol is made global in the compiled object so that oracle.c can trace it on its own.
+	# The machine code is the unmodified file's; only the symbol's binding changes.
+	objcopy --globalize-symbol=udma_q_reset "$obj/udma_udma_main.c.o"
 	"$CC" -std=gnu11 -O0 -g -Wall -Wextra -Werror -c "$here/shim/kshim.c" -o "$obj/kshim.o"
 	"$CC" "${cflags[@]}" -DORACLE_ARCH_$arch -I"$KMOD_DIR/$arch" -c "$here/oracle.c" -o "$obj/oracle.o"
 	# Functions of kmod files outside this list that the compiled files reference: each

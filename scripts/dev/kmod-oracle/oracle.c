@@ -113,6 +113,9 @@ void nmetric_increment_reset_failure_count(struct neuron_device *ndev, bool devi
 	exit(3);
 }
 
+/* The kmod's queue reset: static in udma/udma_main.c, made global by build.sh (objcopy). */
+int udma_q_reset(struct udma_q *udma_q);
+
 /* ---- the fake firmware ---- */
 
 static u64 misc_ram(void)
@@ -198,6 +201,13 @@ static void queues(void)
 	begin("queue_pause", "engine=%d queue=%d", QUEUE_ENGINE, QUEUE_ID);
 	check(udma_q_pause(&u->udma_q_m2s[QUEUE_ID]), "udma_q_pause m2s");
 	check(udma_q_pause(&u->udma_q_s2m[QUEUE_ID]), "udma_q_pause s2m");
+	kshim_trace_end();
+
+	/* Reset: both halves, M2S first, on the queue enabled above. udma_q_reset is static in
+	 * udma_main.c (udma_q_init's first step); build.sh makes its symbol global. */
+	begin("queue_reset", "engine=%d queue=%d", QUEUE_ENGINE, QUEUE_ID);
+	check(udma_q_reset(&u->udma_q_m2s[QUEUE_ID]), "udma_q_reset m2s");
+	check(udma_q_reset(&u->udma_q_s2m[QUEUE_ID]), "udma_q_reset s2m");
 	kshim_trace_end();
 
 	begin("engine_normal", "engine=%d", QUEUE_ENGINE);

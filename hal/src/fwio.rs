@@ -122,14 +122,15 @@ pub fn request(
         m.resp_lo().write(mr::RespLo(0))?;
         m.ack().write(mr::Ack(1))?;
         m.trigger().write(mr::Trigger(1))?;
+        // Poll until the firmware clears the trigger or the budget runs out, and decide on the
+        // value polled last (as `fw_io_execute_request_new` does; no read after the loop).
         let start = Instant::now();
-        while m.trigger().read()?.0 != 0 {
-            if start.elapsed() > timeout {
-                break;
-            }
+        let mut trigger = m.trigger().read()?.0;
+        while trigger != 0 && start.elapsed() <= timeout {
             std::thread::sleep(poll.fwio);
+            trigger = m.trigger().read()?.0;
         }
-        if m.trigger().read()?.0 != 0 {
+        if trigger != 0 {
             last = Some(HalError::FwioTimeout { cmd, attempts });
             continue;
         }

@@ -230,6 +230,31 @@ pub fn pause_queue(regs: &Regs<'_>, e: u64, queue: u64) -> Result<()> {
     pause_s2m(regs, e, queue)
 }
 
+/// Pause the M2S half of queue `queue` of engine `e` and assert its reset (`sw_ctrl.rst_q`):
+/// the kmod's `udma_q_reset` on a transmit queue.
+fn reset_m2s(regs: &Regs<'_>, e: u64, queue: u64) -> Result<()> {
+    pause_m2s(regs, e, queue)?;
+    regs.udma(e)?.m2s().q(queue)?.sw_ctrl().write_with(|v| v.with_rst_q(1))?;
+    Ok(())
+}
+
+/// Pause the S2M half of queue `queue` of engine `e` and assert its reset: the kmod's
+/// `udma_q_reset` on a receive queue.
+fn reset_s2m(regs: &Regs<'_>, e: u64, queue: u64) -> Result<()> {
+    pause_s2m(regs, e, queue)?;
+    regs.udma(e)?.s2m().q(queue)?.sw_ctrl().write_with(|v| v.with_rst_q(1))?;
+    Ok(())
+}
+
+/// Reset both halves of queue `queue` of engine `e` (M2S first): pause, then assert the
+/// queue reset (`sw_ctrl.rst_q`, the kmod's `udma_q_reset`, which it uses to "clear all queue
+/// ptrs"; §3.7). The queue stays paused until [`program_queue`], which starts with this
+/// reset, gives it a ring.
+pub fn reset_queue(regs: &Regs<'_>, e: u64, queue: u64) -> Result<()> {
+    reset_m2s(regs, e, queue)?;
+    reset_s2m(regs, e, queue)
+}
+
 /// How long in-flight work of a paused queue takes to settle (§3.7).
 pub const QUIESCE_WAIT: Duration = Duration::from_micros(udc::QUIESCE_WAIT_US);
 
@@ -241,15 +266,13 @@ pub fn program_queue(regs: &Regs<'_>, e: u64, queue: u64, m2s_base: u64, s2m_bas
     let u = regs.udma(e)?;
     let (m, s) = (u.m2s().q(queue)?, u.s2m().q(queue)?);
     m.rlimit_mask().write(mq::RlimitMask(udc::RLIMIT_MASK_INIT))?;
-    pause_m2s(regs, e, queue)?;
-    m.sw_ctrl().write_with(|v| v.with_rst_q(1))?;
+    reset_m2s(regs, e, queue)?;
     m.ring_base_lo().write(mq::RingBaseLo(m2s_base as u32))?;
     m.ring_base_hi().write(mq::RingBaseHi((m2s_base >> 32) as u32))?;
     m.ring_len().write_with(|v| v.with_count(ndesc))?;
     m.comp_cfg().write(mq::CompCfg(0))?;
     enable_m2s(regs, e, queue, true)?;
-    pause_s2m(regs, e, queue)?;
-    s.sw_ctrl().write_with(|v| v.with_rst_q(1))?;
+    reset_s2m(regs, e, queue)?;
     s.ring_base_lo().write(sq::RingBaseLo(s2m_base as u32))?;
     s.ring_base_hi().write(sq::RingBaseHi((s2m_base >> 32) as u32))?;
     s.ring_len().write_with(|v| v.with_count(ndesc))?;

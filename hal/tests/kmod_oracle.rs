@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use csr_maps::consts::{fwio as fwc, udma as udc};
-use csr_maps::{Arch, CAYMAN, SUNDA};
+use csr_maps::{Arch, CAYMAN, MARIANA, SUNDA};
 use hal::fwio::{self, PollTiming, ResetKind};
 use hal::{nq, udma, Device, DeviceOptions, NqOwner};
 use sim::{SimConfig, SimDevice, Timing};
@@ -32,7 +32,7 @@ const SEM_NC: usize = 1;
 const SEM: u64 = 5;
 const EVENT: u64 = 7;
 
-const ARCHES: [&Arch; 2] = [&SUNDA, &CAYMAN];
+const ARCHES: [&Arch; 3] = [&SUNDA, &CAYMAN, &MARIANA];
 
 fn fixtures(arch: &Arch) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kmod-oracle").join(arch.name)
@@ -141,6 +141,11 @@ fn hal_run(arch: &'static Arch, op: &str, t: &Trace) -> Option<Vec<Access>> {
                 udma::program_queue(&regs, e, q, QUEUE_M2S, QUEUE_S2M, QUEUE_DESCS).unwrap();
                 record(&|| udma::pause_queue(&regs, e, q).unwrap())
             }
+            "queue_reset" => {
+                udma::init_engine(arch, &regs, e).unwrap();
+                udma::program_queue(&regs, e, q, QUEUE_M2S, QUEUE_S2M, QUEUE_DESCS).unwrap();
+                record(&|| udma::reset_queue(&regs, e, q).unwrap())
+            }
             "engine_normal" => record(&|| udma::set_normal(&regs, e).unwrap()),
             "park" => {
                 // The real path: a process's ring dropped, its queue parked on the dummy ring.
@@ -167,6 +172,16 @@ fn hal_run(arch: &'static Arch, op: &str, t: &Trace) -> Option<Vec<Access>> {
                 // takes 8 bytes too.
                 record(&|| {
                     let mut seq = 0u8;
+                    let cmd = fwc::CMD_SET_POWER_PROFILE;
+                    fwio::request(arch, &regs, &mut seq, cmd, &[0; 8], &PollTiming::fast()).unwrap();
+                })
+            }
+            "fwio_power_profile" => {
+                // The new protocol (the 2.25.4.0 tree's `fw_io_set_power_profile`): the same
+                // command and 8 zero bytes, from the kmod context's sequence number.
+                let before = t.params.get("seq_before").and_then(|s| s.parse::<u8>().ok()).unwrap();
+                record(&|| {
+                    let mut seq = before;
                     let cmd = fwc::CMD_SET_POWER_PROFILE;
                     fwio::request(arch, &regs, &mut seq, cmd, &[0; 8], &PollTiming::fast()).unwrap();
                 })
@@ -480,19 +495,22 @@ fn changing_any_value_hal_writes_is_a_difference() {
 
 #[test]
 fn traces_name_their_kmod_commit() {
-    let pin =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/dev/kmod-oracle/KMOD_COMMIT"))
-            .unwrap();
-    let pin = pin.trim();
+    let pin = |file: &str| {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/dev/kmod-oracle").join(file);
+        std::fs::read_to_string(p).unwrap().trim().to_string()
+    };
+    // sunda and cayman from the aws-neuron tree; mariana from the only public tree with v4/,
+    // the aws-neuronx-dkms 2.25.4.0 release (scripts/dev/kmod-oracle/README.md).
+    let (v2v3, v4) = (pin("KMOD_COMMIT"), pin("KMOD_V4_COMMIT"));
     for arch in ARCHES {
+        let stamp = match arch.name {
+            "mariana" => format!("# kmod: wombelix/aws-neuron-driver@{v4} src/ = aws-neuronx-dkms 2.25.4.0 (v4), "),
+            _ => format!("# kmod: aws-neuron/aws-neuron-driver@{v2v3} ("),
+        };
         for e in std::fs::read_dir(fixtures(arch)).unwrap() {
             let p = e.unwrap().path();
             let text = std::fs::read_to_string(&p).unwrap();
-            assert!(
-                text.starts_with(&format!("# kmod: aws-neuron/aws-neuron-driver@{pin} ")),
-                "{}: not stamped with the pinned kmod commit {pin}",
-                p.display()
-            );
+            assert!(text.starts_with(&stamp), "{}: not stamped `{stamp}…`", p.display());
         }
     }
 }
@@ -514,6 +532,7 @@ fn traced_operations_are_the_acceptance_list() {
         "park",
         "queue_init",
         "queue_pause",
+        "queue_reset",
         "sem_dec",
         "sem_inc",
         "sem_reset",
@@ -522,6 +541,10 @@ fn traced_operations_are_the_acceptance_list() {
         let have = traces(arch);
         for w in want {
             assert!(have.contains_key(w), "{}: no trace for {w}", arch.name);
+        }
+        // The new FW-IO protocol hal speaks is in the v4 (2.25.4.0) tree only.
+        if arch.name == "mariana" {
+            assert!(have.contains_key("fwio_power_profile"), "mariana: no trace of the new FW-IO protocol");
         }
         let engines: Vec<_> = have.keys().filter(|k| k.starts_with("engine_init-e")).collect();
         let h2t = format!("engine_init-e{}", udma::h2t(arch, 0).0);

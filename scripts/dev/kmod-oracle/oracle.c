@@ -5,12 +5,14 @@
  * (hal/tests/kmod_oracle.rs), and writes one trace per operation into <out>/<op>.trace.
  *
  *   oracle-v2 <out-dir>    (sunda)      oracle-v3 <out-dir>    (cayman)
+ *   oracle-v4 <out-dir>    (mariana: built from the aws-neuronx-dkms 2.25.4.0 tree, README.md)
  *
  * Built by build.sh with the kmod's include paths: this file uses the kmod's types and
  * entry points, never its register offsets (those appear only in the traces the kmod makes).
  * The one device behaviour it supplies is a fake firmware (fake_device below) that answers
  * what the kmod waits for: a reset request is taken at once and the device is ready, a FW-IO
- * request is answered with success.
+ * request is answered with success (in host memory for the legacy protocol, in misc RAM for
+ * the new one).
  */
 #include <sys/mman.h>
 
@@ -32,8 +34,16 @@
 #elif defined(ORACLE_ARCH_v3)
 #define ARCH NEURON_ARCH_V3
 #define PCI_ID TRN2_DEVICE_ID0
+#elif defined(ORACLE_ARCH_v4)
+/* v4 is built from the aws-neuronx-dkms 2.25.4.0 tree (build.sh): a few declarations
+ * differ from the pinned aws-neuron tree's, and its FW-IO has the new protocol too. The
+ * shim's DMI product name is none of the v4 PDS or 3xlarge instance names, so the kmod
+ * takes the standard platform. */
+#define ARCH NEURON_ARCH_V4
+#define PCI_ID TRN3_DEVICE_ID0
+#define ORACLE_KMOD_2_25 1
 #else
-#error "build with -DORACLE_ARCH_v2 or -DORACLE_ARCH_v3"
+#error "build with -DORACLE_ARCH_v2, -DORACLE_ARCH_v3 or -DORACLE_ARCH_v4"
 #endif
 
 /* The parameters hal's test uses for the same operations (hal/tests/kmod_oracle.rs). */
@@ -52,11 +62,14 @@
 #define SEM_INDEX 5
 #define EVENT_INDEX 7
 #define RESET_NC_MAP 0x1
+/* The FW API version the fake firmware reports: the first with the new FW-IO protocol. */
+#define FW_API_VERSION 7
 
 static struct neuron_device nd;
 static struct pci_dev pdev;
 static const char *out_dir;
 static struct fw_io_ctx *fwio;
+static bool fwio_new_protocol;
 
 /* ---- kmod services from files the oracle does not compile, written for the oracle ---- */
 
@@ -97,8 +110,14 @@ void mc_free(struct mem_chunk **mcp)
 	}
 }
 
-/* Reset metrics (neuron_metrics.c): bookkeeping in nd->metrics, no device access. */
-void nmetric_set_reset_time_metrics(struct neuron_device *ndev, uint64_t ms, bool device_reset)
+/* Reset metrics (neuron_metrics.c): bookkeeping in nd->metrics, no device access. The
+ * 2.25.4.0 tree (v4) declares the time signed. */
+#ifdef ORACLE_KMOD_2_25
+typedef s64 reset_ms_t;
+#else
+typedef uint64_t reset_ms_t;
+#endif
+void nmetric_set_reset_time_metrics(struct neuron_device *ndev, reset_ms_t ms, bool device_reset)
 {
 	(void)ndev;
 	(void)ms;
@@ -113,7 +132,20 @@ void nmetric_increment_reset_failure_count(struct neuron_device *ndev, bool devi
 	exit(3);
 }
 
+/* The kmod's queue reset: static in udma/udma_main.c, made global by build.sh (objcopy). */
+int udma_q_reset(struct udma_q *udma_q);
+
 /* ---- the fake firmware ---- */
+
+/* The legacy FW-IO request and response headers: their own fields in the pinned tree, a
+ * header union in the 2.25.4.0 tree. */
+#ifdef ORACLE_KMOD_2_25
+#define FWIO_REQ_HDR(rq) ((rq)->request_hdr.hdr)
+#define FWIO_RESP_HDR(rs) ((rs)->response_hdr.hdr)
+#else
+#define FWIO_REQ_HDR(rq) (*(rq))
+#define FWIO_RESP_HDR(rs) (*(rs))
+#endif
 
 static u64 misc_ram(void)
 {
@@ -130,15 +162,31 @@ static void fake_device(int bar, u64 off, u32 value)
 		*reset = 0;
 		return;
 	}
+#ifdef ORACLE_KMOD_2_25
+	if (fwio_new_protocol) {
+		/* A new-protocol request (header in misc RAM): answer success with no payload in
+		 * the response header (same register as the request's first word) and clear the
+		 * trigger the kmod polls. */
+		u32 *hdr = kshim_reg(0, misc_ram() + FW_IO_REG_REQUEST_BASE_ADDR_HIG_OFFSET);
+		union fw_io_request_hdr rq = { .reg = { .dw0 = *hdr } };
+		union fw_io_response_hdr rs = { .hdr = { .sequence_number = rq.hdr.sequence_number,
+							 .error_code = FW_IO_SUCCESS,
+							 .size = sizeof(rs) } };
+		*hdr = rs.reg.dw0;
+		*kshim_reg(0, misc_ram() + FW_IO_REG_TRIGGER_INT_NOSEC_OFFSET) = 0;
+		return;
+	}
+#endif
 	if (fwio) {
 		/* A FW-IO request: answer it with success and an empty-but-sized payload. */
 		struct fw_io_request *rq = fwio->request;
 		struct fw_io_response *rs = fwio->response;
-		u32 payload = rq->size - sizeof(*rq);
-		rs->error_code = FW_IO_SUCCESS;
-		rs->size = sizeof(*rs) + payload / 2; /* a u32 answer per u64 address read */
+		u32 payload = FWIO_REQ_HDR(rq).size - sizeof(*rq);
+		FWIO_RESP_HDR(rs).error_code = FW_IO_SUCCESS;
+		/* a u32 answer per u64 address read */
+		FWIO_RESP_HDR(rs).size = sizeof(*rs) + payload / 2;
 		memset(rs->data, 0, payload / 2);
-		rs->sequence_number = rq->sequence_number;
+		FWIO_RESP_HDR(rs).sequence_number = FWIO_REQ_HDR(rq).sequence_number;
 	}
 }
 
@@ -198,6 +246,13 @@ static void queues(void)
 	begin("queue_pause", "engine=%d queue=%d", QUEUE_ENGINE, QUEUE_ID);
 	check(udma_q_pause(&u->udma_q_m2s[QUEUE_ID]), "udma_q_pause m2s");
 	check(udma_q_pause(&u->udma_q_s2m[QUEUE_ID]), "udma_q_pause s2m");
+	kshim_trace_end();
+
+	/* Reset: both halves, M2S first, on the queue enabled above. udma_q_reset is static in
+	 * udma_main.c (udma_q_init's first step); build.sh makes its symbol global. */
+	begin("queue_reset", "engine=%d queue=%d", QUEUE_ENGINE, QUEUE_ID);
+	check(udma_q_reset(&u->udma_q_m2s[QUEUE_ID]), "udma_q_reset m2s");
+	check(udma_q_reset(&u->udma_q_s2m[QUEUE_ID]), "udma_q_reset s2m");
 	kshim_trace_end();
 
 	begin("engine_normal", "engine=%d", QUEUE_ENGINE);
@@ -260,6 +315,16 @@ static void fw_io(void)
 		fprintf(stderr, "kmod-oracle: fw_io_setup failed\n");
 		exit(3);
 	}
+#ifdef ORACLE_KMOD_2_25
+	/* One request in the new protocol (payload and header in misc RAM), on the fresh
+	 * context: the power profile, 8 bytes of zeros. */
+	fwio_new_protocol = true;
+	begin("fwio_power_profile", "cmd=set_power_profile profile=0 api_version=%d seq_before=%u",
+	      FW_API_VERSION, fwio->next_seq_num);
+	check(fw_io_set_power_profile(fwio, 0), "fw_io_set_power_profile");
+	kshim_trace_end();
+	fwio_new_protocol = false;
+#endif
 	/* One register read through the mailbox (FW_IO_CMD_READ). */
 	u64 addr = 0;
 	u32 value = 0;
@@ -318,6 +383,10 @@ int main(int argc, char **argv)
 	kshim_bar(2, nd.npdev.bar2, nd.npdev.bar2_size);
 	kshim_bar(4, nd.npdev.bar4, nd.npdev.bar4_size);
 	kshim_set_device(fake_device);
+#ifdef ORACLE_KMOD_2_25
+	/* The firmware's API version, in misc RAM from the start (not a traced access). */
+	*kshim_reg(0, misc_ram() + FW_IO_REG_API_VERSION_OFFSET) = FW_API_VERSION;
+#endif
 	ndmar_preinit(&nd);
 
 	/* Engines: the first two of NC 0 and NC 0's host-facing engine. */

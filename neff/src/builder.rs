@@ -171,6 +171,10 @@ pub struct ModelDesc {
     pub feature_bits: u64,
     pub kelf_version: String,
     pub target: String,
+    /// Physical NeuronCores per logical NeuronCore the model was compiled for (the header's
+    /// `vnc_size`; the compiler's `--lnc`): its graphs are one per physical core, so a model
+    /// for one logical core of size 2 has two.
+    pub vnc_size: u32,
     pub inputs: Vec<TensorDesc>,
     pub outputs: Vec<TensorDesc>,
     pub graphs: Vec<GraphDesc>,
@@ -246,6 +250,7 @@ impl ModelDesc {
             feature_bits: 0,
             kelf_version: "0.6-".into(),
             target: "sunda".into(),
+            vnc_size: 1,
             inputs: Vec::new(),
             outputs: Vec::new(),
             graphs: Vec::new(),
@@ -501,6 +506,7 @@ impl ModelDesc {
             feature_bits: self.feature_bits,
             uuid: self.uuid,
             requested_tpb_count: self.graphs.len() as u32,
+            vnc_size: self.vnc_size,
             ..NeffHeader::default()
         };
         h.set_name(&self.name);
@@ -803,6 +809,22 @@ pub fn allreduce_model(num_nc: usize) -> ModelDesc {
     m.outputs = vec![TensorDesc { name: "output".into(), dtype: "float32".into(), shape: vec![1, 32] }];
     let group: Vec<u32> = if num_nc == 1 { Vec::new() } else { (0..num_nc as u32).collect() };
     m.graphs = (0..num_nc.max(1)).map(|i| allreduce_graph(&format!("sg{i:02}"), group.clone())).collect();
+    m
+}
+
+/// [`allreduce_model`] compiled for logical NeuronCores of `lnc` physical cores (`--lnc`,
+/// the header's `vnc_size`): `num_vnc` logical cores, so `num_vnc × lnc` graphs, one per
+/// physical core, all in one replica group (the all-reduce spans the physical cores; the
+/// output is the input times `num_vnc × lnc`). `target` names the arch (LNC=2 exists on
+/// cayman and mariana only).
+pub fn allreduce_model_lnc(num_vnc: usize, lnc: u32, target: &str) -> ModelDesc {
+    let graphs = num_vnc.max(1) * (lnc.max(1) as usize);
+    let mut m = allreduce_model(graphs);
+    if graphs > 1 {
+        m.name = format!("allreduce_{}vnc_lnc{lnc}", num_vnc.max(1));
+    }
+    m.vnc_size = lnc.max(1);
+    m.target = target.to_string();
     m
 }
 

@@ -11,8 +11,9 @@
 //! The client's pid and uid are never part of a message: the broker takes them from the
 //! socket (SO_PEERCRED).
 
-/// Protocol version: a frame of another version is refused ([`ErrorCode::Version`]).
-pub const VERSION: u16 = 1;
+/// Protocol version: a frame of another version is refused ([`ErrorCode::Version`]). 2: a
+/// lease counts logical NeuronCores (`Request::Lease::lnc`).
+pub const VERSION: u16 = 2;
 /// Largest frame body, bytes.
 pub const MAX_FRAME: usize = 64 * 1024;
 /// Longest string field, bytes.

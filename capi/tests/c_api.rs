@@ -114,6 +114,11 @@ fn run_env(prog: &Path, args: &[PathBuf], device: &str, envs: &[(&str, &Path)]) 
         .env("NEURON_VFIO_DEVICE", device)
         .env("NEURON_VFIO_NRT_QUIET", "1")
         .env_remove("NEURON_RT_VISIBLE_CORES")
+        .env_remove("NEURON_RT_NUM_CORES")
+        .env_remove("NEURON_RT_VIRTUAL_CORE_SIZE")
+        // The example NEFFs these programs load are compiled for LNC=1; Trn2 and Trn3 default
+        // to LNC=2 (`logical_neuroncores_at_the_trn2_default` runs the LNC=2 example there).
+        .env("NEURON_LOGICAL_NC_CONFIG", if device.contains("cayman") || device.contains("mariana") { "1" } else { "" })
         .envs(envs.iter().copied())
         .output()
         .expect("run the program");
@@ -192,6 +197,42 @@ fn logical_cores_and_init_close_cycles() {
     }
 }
 
+/// Logical NeuronCores at Trn2's default (LNC=2) and as the SDK's tutorials set them: counts,
+/// the deprecated `_nc_` twins, placement of an LNC=2 NEFF on the first and last visible
+/// logical cores, an LNC=1 NEFF refused.
+#[test]
+fn logical_neuroncores_at_the_trn2_default() {
+    let Some(p) = build("c/lnc.c") else { return };
+    let ex = examples();
+    let args = |total: &str, visible: &str| -> Vec<PathBuf> {
+        vec![
+            ex.join("allreduce_lnc2.neff"),
+            ex.join("allreduce_1nc.neff"),
+            ex.join("input_32xf32.bin"),
+            PathBuf::from(total),
+            PathBuf::from(visible),
+        ]
+    };
+    let none = Path::new("");
+    let two = Path::new("2");
+    // No LNC variable: 4 logical cores of 2.
+    run_env(&p, &args("4", "4"), "sim:cayman", &[("NEURON_LOGICAL_NC_CONFIG", none)]);
+    // The tutorials' variable, NEURON_RT_NUM_CORES = NUM_CORES / LNC.
+    run_env(
+        &p,
+        &args("4", "2"),
+        "sim:cayman",
+        &[("NEURON_LOGICAL_NC_CONFIG", none), ("NEURON_RT_VIRTUAL_CORE_SIZE", two), ("NEURON_RT_NUM_CORES", two)],
+    );
+    // One visible logical core that is physical cores 2-3.
+    run_env(
+        &p,
+        &args("4", "1"),
+        "sim:cayman",
+        &[("NEURON_LOGICAL_NC_CONFIG", two), ("NEURON_RT_VISIBLE_CORES", Path::new("1"))],
+    );
+}
+
 #[test]
 fn tensor_operations() {
     let Some(p) = build("c/tensor_ops.c") else { return };
@@ -218,7 +259,12 @@ fn profiling_and_system_trace() {
             &p,
             &[examples().join("allreduce_1nc.neff"), examples().join("input_32xf32.bin"), dir.clone()],
             dev,
-            &[("NEURON_RT_INSPECT_ENABLE", Path::new("1")), ("NEURON_RT_INSPECT_OUTPUT_DIR", &env_dir)],
+            // Device traces are off by default (the profiler's variables page): `session` asks.
+            &[
+                ("NEURON_RT_INSPECT_ENABLE", Path::new("1")),
+                ("NEURON_RT_INSPECT_DEVICE_PROFILE", Path::new("session")),
+                ("NEURON_RT_INSPECT_OUTPUT_DIR", &env_dir),
+            ],
         );
         // Every trace is valid JSON in the trace-event format with engine lanes.
         let files: Vec<&str> = out.lines().filter_map(|l| l.strip_prefix("file ")).collect();

@@ -44,7 +44,8 @@ fn e(e: runtime::RtError) -> CliError {
 /// A runtime on core `nc` of the shared device set `spec` (as `nrt_init` opens it).
 fn open_shared(spec: &select::Spec, nc: usize) -> Result<(Runtime, select::Opened), CliError> {
     let opened = select::open_reserving(spec, select::SimTiming::Inline, &select::Reserve::Cores(vec![nc]), Some(1))?;
-    let (devices, cfg) = crate::cmd_run::device_setup(&opened, RuntimeConfig::physical(), hal::DeviceOptions::default());
+    let (devices, cfg) =
+        crate::cmd_run::device_setup(&opened, RuntimeConfig::physical(), hal::DeviceOptions::default());
     let rt = Runtime::new();
     rt.init_devices(devices, cfg).map_err(e)?;
     Ok((rt, opened))
@@ -175,7 +176,7 @@ fn measure(
         RuntimeConfig::physical(),
         hal::DeviceOptions::default(),
     )
-        .map_err(e)?;
+    .map_err(e)?;
     let pl = prepare(&prt, bytes)?;
     for _ in 0..50 {
         exec(&srt, &sl)?;

@@ -49,10 +49,20 @@ pub struct LsOpts {
 /// A row as `neuron-ls -j` has it (`index`: the device's position in the list), with this
 /// tool's fields beside neuron-ls's.
 fn row_json(index: usize, r: &Row, opts: LsOpts) -> Value {
-    let ncs = r.arch.counts.ncs;
+    // NeuronCores as the SDK's tools count them: logical ones, at the LNC this environment
+    // asks for (NEURON_LOGICAL_NC_CONFIG / NEURON_RT_VIRTUAL_CORE_SIZE), else the arch's default.
+    let lnc = shown_lnc(r.arch);
+    let ncs = r.arch.counts.ncs / lnc as u64;
     let all = crate::procs::device_processes(r.user, r.broker_name.as_deref());
-    // This tool's own list: every process with its cores (device-local NC indices).
-    let ours: Vec<Value> = all.iter().map(|p| json!({"pid": p.pid, "command": p.command, "cores": p.cores})).collect();
+    // This tool's own list: every process with its cores (device-local physical NC indices)
+    // and the logical cores they make up.
+    let ours: Vec<Value> = all
+        .iter()
+        .map(|p| {
+            json!({"pid": p.pid, "command": p.command, "cores": p.cores,
+                   "logical_cores": runtime::cores::group(&p.cores, lnc)})
+        })
+        .collect();
     let procs: Vec<Value> = all
         .into_iter()
         .filter(|p| opts.show_all_procs || p.runtime_version.is_some())
@@ -81,12 +91,22 @@ fn row_json(index: usize, r: &Row, opts: LsOpts) -> Value {
         "iommu_group": r.iommu_group,
         "processes": ours,
     });
-    // Logical NeuronCores exist from NeuronCore-v3 on; this runtime uses each physical NC
-    // as one (LNC=1).
+    // Logical NeuronCores exist from NeuronCore-v3 on (Trn2, Trn3).
     if r.arch.nc_version >= 3 {
-        o["logical_neuroncore_config"] = json!(1);
+        o["logical_neuroncore_config"] = json!(lnc);
     }
+    o["physical_nc_count"] = json!(r.arch.counts.ncs);
     o
+}
+
+/// The logical NeuronCore size the tools show for `arch`: the environment's request where the
+/// arch has that size, else its default (`runtime::cores`; a bad request is the runtime's to
+/// refuse, the tools still list).
+pub(crate) fn shown_lnc(arch: &Arch) -> usize {
+    let requested = runtime::env::lnc_request(&|k: &str| std::env::var(k).ok()).ok().flatten();
+    runtime::cores::resolve_lnc(arch, requested)
+        .or_else(|_| runtime::cores::resolve_lnc(arch, None))
+        .unwrap_or(1)
 }
 
 fn online_cpus(sys: &Sysfs) -> String {

@@ -46,7 +46,8 @@ use report::CliError;
     name = "neuron-vfio",
     version,
     about = "Userspace driver and runtime for AWS Neuron devices (VFIO or the built-in simulator)",
-    after_help = "Logging: NEURON_RT_LOG_LEVEL=error|warn|info|debug|trace (default warn), to stderr.\n\
+    after_help = "Logging: NEURON_RT_LOG_LEVEL=QUIET|ERROR|WARNING|INFO|DEBUG|TRACE (default warning), \
+NEURON_RT_LOG_LEVEL_<TDRV|NRT|NMGR|KMGR>, NEURON_RT_LOG_LOCATION=console|syslog (docs/environment.md).\n\
                   Environment: NEURON_VFIO_SYSFS (sysfs root), NEURON_VFIO_DEVDIR (/dev root), \
                   NEURON_VFIO_STATE_DIR (where bind records the replaced driver), \
                   NEURON_VFIO_BACKEND=auto|container|iommufd|noiommu (the VFIO interface; auto: \
@@ -166,27 +167,83 @@ pub fn use_colour(is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool
     is_terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
-/// Logs to stderr at NEURON_RT_LOG_LEVEL (default warn); coloured only on a terminal.
+/// Logs as libnrt's logging knobs say (runtime::env::log): `NEURON_RT_LOG_LEVEL` (default
+/// warn here; QUIET: nothing), the per-component `NEURON_RT_LOG_LEVEL_<comp>`, and
+/// `NEURON_RT_LOG_LOCATION` (console = stderr, coloured only on a terminal; syslog). Then one
+/// line for each `NEURON_RT_*` variable that is set but not applied.
 fn init_logging() {
     init_logging_at(None)
 }
 
-/// Logs to stderr at `level` if given, else as [`init_logging`].
+/// A `tracing` writer onto a [`runtime::env::log::LogSink`]: each event is one line.
+struct SinkWriter(std::sync::Arc<runtime::env::log::LogSink>, tracing::Level, Vec<u8>);
+
+impl std::io::Write for SinkWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.2.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for SinkWriter {
+    fn drop(&mut self) {
+        if !self.2.is_empty() {
+            self.0.write_line(self.1, &String::from_utf8_lossy(&self.2));
+        }
+    }
+}
+
+struct SinkMaker(std::sync::Arc<runtime::env::log::LogSink>);
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for SinkMaker {
+    type Writer = SinkWriter;
+    fn make_writer(&'a self) -> SinkWriter {
+        SinkWriter(self.0.clone(), tracing::Level::INFO, Vec::new())
+    }
+    fn make_writer_for(&'a self, meta: &tracing::Metadata<'_>) -> SinkWriter {
+        SinkWriter(self.0.clone(), *meta.level(), Vec::new())
+    }
+}
+
+/// Logs at `level` if given (a `-v` count), else as [`init_logging`].
 fn init_logging_at(level: Option<&'static str>) {
+    use runtime::env::log::{LogConfig, LogLocation, LogSink};
     use std::io::IsTerminal;
-    let raw = std::env::var("NEURON_RT_LOG_LEVEL").unwrap_or_default();
-    let lower = raw.trim().to_ascii_lowercase();
-    let known = ["error", "warn", "info", "debug", "trace"];
-    let level = level.unwrap_or_else(|| known.iter().copied().find(|l| *l == lower).unwrap_or("warn"));
-    let ansi = use_colour(std::io::stderr().is_terminal(), std::env::var_os("NO_COLOR").as_deref());
-    let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(ansi)
-        .with_env_filter(tracing_subscriber::EnvFilter::new(level))
-        .with_target(false)
-        .try_init();
-    if !lower.is_empty() && !known.contains(&lower.as_str()) {
-        tracing::warn!("NEURON_RT_LOG_LEVEL={raw} is not error|warn|info|debug|trace; using warn");
+    let (cfg, bad) = match LogConfig::from_env(tracing::Level::WARN) {
+        Ok(c) => (c, None),
+        Err(e) => (
+            LogConfig { level: Some(tracing::Level::WARN), level_set: false, components: Vec::new(), location: LogLocation::Console },
+            Some(e),
+        ),
+    };
+    let filter = match level {
+        Some(l) => l.to_string(),
+        None => cfg.filter(),
+    };
+    let env_filter = tracing_subscriber::EnvFilter::new(filter);
+    let _ = match cfg.location {
+        LogLocation::Syslog => tracing_subscriber::fmt()
+            .with_writer(SinkMaker(std::sync::Arc::new(LogSink::new(LogLocation::Syslog, "neuron-vfio"))))
+            .with_ansi(false)
+            .without_time()
+            .with_env_filter(env_filter)
+            .with_target(false)
+            .try_init(),
+        LogLocation::Console => tracing_subscriber::fmt()
+            .with_writer(std::io::stderr)
+            .with_ansi(use_colour(std::io::stderr().is_terminal(), std::env::var_os("NO_COLOR").as_deref()))
+            .with_env_filter(env_filter)
+            .with_target(false)
+            .try_init(),
+    };
+    if let Some(e) = bad {
+        tracing::warn!("{e}; logging at warn");
+    }
+    for line in runtime::env::documented::notices_from_env() {
+        tracing::warn!("{line}");
     }
 }
 

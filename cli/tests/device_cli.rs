@@ -18,9 +18,15 @@ fn ls_lists_simulated_devices() {
     assert_eq!(a[0]["driver"], "sim");
     assert!(a[0]["iommu_group"].is_null());
 
+    // NeuronCores as the SDK's tools count them: logical ones (Trn2's default LNC=2).
     let v = json_ok(&["--json", "--device", "sim:cayman", "ls"]);
     assert_eq!(v[0]["arch"], "cayman");
-    assert_eq!(v[0]["nc_count"], CAYMAN.counts.ncs);
+    assert_eq!(v[0]["nc_count"], CAYMAN.counts.ncs / 2);
+    assert_eq!(v[0]["physical_nc_count"], CAYMAN.counts.ncs);
+    assert_eq!(v[0]["logical_neuroncore_config"], 2);
+    let out = cli().env("NEURON_LOGICAL_NC_CONFIG", "1").args(["--json", "--device", "sim:cayman", "ls"]).output().expect("run");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!((v[0]["nc_count"].as_u64(), v[0]["logical_neuroncore_config"].as_u64()), (Some(CAYMAN.counts.ncs), Some(1)));
 
     let v = json_ok(&["--json", "--device", "sim:mariana:2", "ls"]);
     let a = v.as_array().expect("array");

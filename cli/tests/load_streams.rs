@@ -41,6 +41,8 @@ fn run_streams_the_model_file() {
     std::fs::write(&input, vec![0u8; 128]).expect("write input");
     let mut cmd = StdCommand::cargo_bin("neuron-vfio").expect("binary");
     cmd.env_remove("NEURON_RT_LOG_LEVEL")
+        // A one-graph model: LNC=1 (cayman's default is 2).
+        .env("NEURON_LOGICAL_NC_CONFIG", "1")
         .env("NEURON_VFIO_SHM_DIR", &dir)
         .args(["--device", "sim:cayman", "run"])
         .arg(&neff)

@@ -216,6 +216,8 @@ fn a_shared_device_is_one_device_listing_every_processs_cores() {
                     .env("NEURON_VFIO_BROKER_SOCKET", &socket)
                     .env("NEURON_VFIO_BROKER_EXE", env!("CARGO_BIN_EXE_neuron-vfio"))
                     .env("NEURON_RT_VISIBLE_CORES", k.to_string())
+                    // The LNC=1 example (cayman's default is 2).
+                    .env("NEURON_LOGICAL_NC_CONFIG", "1")
                     .env_remove("NEURON_RT_NUM_CORES")
                     .args(["--device", "sim:shared:cayman", "run", "examples/allreduce_1nc.neff", "--input", INPUT])
                     .args(["--repeat", "2000000"])

@@ -26,6 +26,8 @@ fn no_progress_output_when_stderr_is_not_a_terminal() {
     std::fs::write(&neff, d.build().expect("build")).expect("write neff");
     let o = cli()
         .env("NEURON_VFIO_SHM_DIR", &dir)
+        // A one-graph model: LNC=1 (cayman's default is 2).
+        .env("NEURON_LOGICAL_NC_CONFIG", "1")
         .args(["--device", "sim:cayman", "load"])
         .arg(&neff)
         .output()

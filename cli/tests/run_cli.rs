@@ -10,6 +10,7 @@ fn cli() -> Command {
 
 const ONE: &str = "examples/allreduce_1nc.neff";
 const TWO: &str = "examples/allreduce_2nc.neff";
+const LNC2: &str = "examples/allreduce_lnc2.neff";
 const INPUT: &str = "input=examples/input_32xf32.bin";
 
 fn input() -> Vec<f32> {
@@ -35,9 +36,17 @@ fn load_prints_tensor_info() {
 
 #[test]
 fn run_on_every_arch_with_exact_outputs() {
-    for (dev, model, factor) in [("sim", ONE, 1.0f32), ("sim:cayman", TWO, 2.0), ("sim:mariana", ONE, 1.0)] {
-        let tmp = std::env::temp_dir().join(format!("nv-run-{}-{}", std::process::id(), dev.replace(':', "_")));
+    // Trn2 and Trn3 at their default LNC=2 run the LNC=2 example; at LNC=1 the LNC=1 ones.
+    for (dev, model, factor, lnc) in [
+        ("sim", ONE, 1.0f32, ""),
+        ("sim:cayman", LNC2, 2.0, ""),
+        ("sim:cayman", TWO, 2.0, "1"),
+        ("sim:mariana", LNC2, 2.0, ""),
+        ("sim:mariana", ONE, 1.0, "1"),
+    ] {
+        let tmp = std::env::temp_dir().join(format!("nv-run-{}-{}{lnc}", std::process::id(), dev.replace(':', "_")));
         let out = cli()
+            .env("NEURON_LOGICAL_NC_CONFIG", lnc)
             .args(["--json", "--device", dev, "run", model, "--input", INPUT, "--repeat", "3", "--output-dir"])
             .arg(&tmp)
             .output()
@@ -88,20 +97,25 @@ fn run_with_a_fault_reports_the_status_and_exits_nonzero() {
 #[test]
 fn sim_faults_name_logical_cores() {
     // One visible core, physical core 3 of a cayman device: `--nc 0` and `@nc0` both name it.
-    let run = |fault: &str| {
+    let run = |lnc: &str, model: &str, fault: &str| {
         let out = cli()
             .env("NEURON_RT_VISIBLE_CORES", "3")
-            .args(["--json", "--device", "sim:cayman", "run", ONE, "--nc", "0", "--input", INPUT, "--sim-fault", fault])
+            .env("NEURON_LOGICAL_NC_CONFIG", lnc)
+            .args(["--json", "--device", "sim:cayman", "run", model, "--nc", "0", "--input", INPUT, "--sim-fault", fault])
             .output()
             .unwrap();
         serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
     };
-    let v = run("fp-nan@nc0:act");
+    let v = run("1", ONE, "fp-nan@nc0:act");
     assert_eq!(v["code"], 1003, "{v}");
     assert_eq!(v["ncs"], serde_json::json!([3]), "{v}");
     // A core that is not visible is refused, not injected into some other core.
-    let v = run("fp-nan@nc1:act");
+    let v = run("1", ONE, "fp-nan@nc1:act");
     assert_eq!(v["status"], "NRT_INVALID", "{v}");
+    // At LNC=2, logical core 3 is physical cores 6-7: `@nc0` names its first.
+    let v = run("", LNC2, "fp-nan@nc0:act");
+    assert_eq!(v["code"], 1003, "{v}");
+    assert_eq!(v["ncs"], serde_json::json!([6, 7]), "{v}");
 }
 
 #[test]
@@ -193,4 +207,30 @@ fn readme_main_job_command_runs() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{cmd}: {}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("NRT_SUCCESS (0)"), "{stdout}");
+}
+
+/// `NEURON_RT_LOG_LEVEL=QUIET` (the configuration guide's way to silence the console) runs
+/// silently; a variable set but not applied draws one line naming it (at the default level),
+/// never silence; a bad level is refused naming the variable.
+#[test]
+fn log_level_quiet_runs_silently_and_ignored_variables_are_named() {
+    let run = |envs: &[(&str, &str)]| {
+        let mut c = cli();
+        c.env_remove("NEURON_RT_LOG_LEVEL").env_remove("RUST_LOG");
+        for (k, v) in envs {
+            c.env(k, v);
+        }
+        c.args(["--device", "sim", "run", ONE, "--input", INPUT]).output().unwrap()
+    };
+    let out = run(&[("NEURON_RT_LOG_LEVEL", "QUIET"), ("NEURON_RT_STOCHASTIC_ROUNDING_EN", "1")]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.stderr.is_empty(), "QUIET: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(!out.stdout.is_empty());
+    let out = run(&[("NEURON_RT_STOCHASTIC_ROUNDING_EN", "1")]);
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.matches("NEURON_RT_STOCHASTIC_ROUNDING_EN").count(), 1, "{err}");
+    let out = run(&[("NEURON_RT_LOG_LEVEL", "LOUD")]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("NEURON_RT_LOG_LEVEL"));
 }

@@ -30,6 +30,10 @@ fn cmd(socket: &std::path::Path) -> Command {
     c.current_dir(root())
         .env("NEURON_VFIO_BROKER_SOCKET", socket)
         .env("NEURON_VFIO_BROKER_EXE", BIN)
+        // The example these processes run is compiled for LNC=1 (cayman's default is 2:
+        // `two_processes_each_hold_one_logical_core_at_trn2s_default` runs the LNC=2 one).
+        .env("NEURON_LOGICAL_NC_CONFIG", "1")
+        .env_remove("NEURON_RT_VIRTUAL_CORE_SIZE")
         .env_remove("NEURON_RT_NUM_CORES")
         .env_remove("NEURON_RT_VISIBLE_CORES");
     c
@@ -214,6 +218,11 @@ fn query(socket: &std::path::Path) -> Option<Vec<broker::protocol::DeviceInfo>> 
 
 /// Exact `run --json` output.
 fn exact(out: &std::process::Output, what: &str) {
+    exact_times(out, what, 1.0)
+}
+
+/// `run --json` output equal to the input times `factor`.
+fn exact_times(out: &std::process::Output, what: &str, factor: f32) {
     assert!(
         out.status.success(),
         "{what}: {}{}",
@@ -224,7 +233,91 @@ fn exact(out: &std::process::Output, what: &str) {
     assert_eq!(v["status"], "NRT_SUCCESS", "{what}");
     let got: Vec<f32> =
         v["outputs"]["output"]["values"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect();
-    assert_eq!(got, input(), "{what}");
+    assert_eq!(got, input().iter().map(|x| x * factor).collect::<Vec<_>>(), "{what}");
+}
+
+/// Issue 40's acceptance: on a shared cayman at its default LNC=2, two processes each lease one
+/// logical NeuronCore (two physical cores) from the broker and run the LNC=2 example exact; a
+/// third asking for a held logical core is refused with libnrt's line naming it and its holder;
+/// `ls` shows each process's physical cores and logical core.
+#[test]
+fn two_processes_each_hold_one_logical_core_at_trn2s_default() {
+    let dir = std::env::temp_dir().join(format!("nv-shared-lnc-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let socket = dir.join("broker.sock");
+    let lnc2 = "examples/allreduce_lnc2.neff";
+    let spawn = |vnc: u32| {
+        let mut child = cmd(&socket)
+            .env_remove("NEURON_LOGICAL_NC_CONFIG")
+            .env("NEURON_RT_VISIBLE_CORES", vnc.to_string())
+            .args(["--json", "--device", "sim:shared:cayman", "run", lnc2, "--input", INPUT, "--repeat", "3"])
+            .arg("--pause-after-exec")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let err = BufReader::new(child.stderr.take().unwrap());
+        (child, err)
+    };
+    let mut runs = vec![spawn(0)];
+    wait_line(&mut runs[0].1, "executed");
+    runs.push(spawn(1));
+    wait_line(&mut runs[1].1, "executed");
+    // Logical core 1 (physical 2-3) is held: refused as libnrt refuses it, naming the holder.
+    let third = cmd(&socket)
+        .env_remove("NEURON_LOGICAL_NC_CONFIG")
+        .env("NEURON_RT_VISIBLE_CORES", "1")
+        .args(["--json", "--device", "sim:shared:cayman", "run", lnc2, "--input", INPUT])
+        .output()
+        .unwrap();
+    assert!(!third.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&third.stdout).unwrap();
+    assert_eq!(v["status"], "NRT_FAILURE", "{v}");
+    let msg = v["error"].as_str().unwrap();
+    assert!(msg.contains("NeuronCore(s) not available - Requested:nc1-nc1 Available:2"), "{msg}");
+    assert!(msg.contains(&format!("held by pid {}", runs[1].0.id())), "{msg}");
+    // A free logical core (2) is served.
+    let fourth = cmd(&socket)
+        .env_remove("NEURON_LOGICAL_NC_CONFIG")
+        .env("NEURON_RT_VISIBLE_CORES", "2")
+        .args(["--json", "--device", "sim:shared:cayman", "run", lnc2, "--input", INPUT])
+        .output()
+        .unwrap();
+    exact_times(&fourth, "logical core 2", 2.0);
+    // `ls`: 4 logical cores of 2; each process with its physical and logical cores.
+    let ls = cmd(&socket)
+        .env_remove("NEURON_LOGICAL_NC_CONFIG")
+        .args(["--json", "--device", "sim:shared:cayman", "ls"])
+        .output()
+        .unwrap();
+    assert!(ls.status.success(), "{}", String::from_utf8_lossy(&ls.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&ls.stdout).unwrap();
+    assert_eq!(v[0]["logical_neuroncore_config"], 2, "{v}");
+    assert_eq!(v[0]["nc_count"], 4, "{v}");
+    let mut seen: Vec<(u64, serde_json::Value, serde_json::Value)> = v[0]["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| !p["cores"].as_array().unwrap().is_empty())
+        .map(|p| (p["pid"].as_u64().unwrap(), p["cores"].clone(), p["logical_cores"].clone()))
+        .collect();
+    seen.sort_by_key(|(_, c, _)| c.to_string());
+    let want = vec![
+        (runs[0].0.id() as u64, serde_json::json!([0, 1]), serde_json::json!([0])),
+        (runs[1].0.id() as u64, serde_json::json!([2, 3]), serde_json::json!([1])),
+    ];
+    assert_eq!(seen, want);
+    for (k, (mut child, _)) in runs.into_iter().enumerate() {
+        child.stdin.as_mut().unwrap().write_all(b"\n").unwrap();
+        exact_times(&child.wait_with_output().unwrap(), &format!("logical core {k}"), 2.0);
+    }
+    let t0 = Instant::now();
+    while socket.exists() {
+        assert!(t0.elapsed() < Duration::from_secs(60), "the broker did not exit when idle");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The broker SIGKILLed while its clients hold cores — two loaded and waiting, one executing

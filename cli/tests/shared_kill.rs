@@ -26,7 +26,8 @@ fn root() -> PathBuf {
 /// A runtime on core `nc` of the shared cayman, as `nrt_init` opens one.
 fn open(nc: usize) -> (Runtime, select::Opened) {
     let spec = select::Spec::SimShared { arch: &csr_maps::CAYMAN, n: 1 };
-    let opened = select::open_reserving(&spec, select::SimTiming::Inline, &select::Reserve::Cores(vec![nc]), Some(1)).unwrap();
+    let opened =
+        select::open_reserving(&spec, select::SimTiming::Inline, &select::Reserve::Cores(vec![nc]), Some(1)).unwrap();
     let own = opened.ownership(0).unwrap();
     let opts = hal::DeviceOptions {
         owned_ncs: Some(own.ncs),
@@ -119,6 +120,8 @@ fn sigkill_mid_execution_twenty_times_neighbours_unaffected() {
             .current_dir(root())
             .env("NEURON_VFIO_BROKER_SOCKET", &socket)
             .env("NEURON_RT_VISIBLE_CORES", "7")
+            // The LNC=1 example (cayman's default is 2), as the neighbours run it.
+            .env("NEURON_LOGICAL_NC_CONFIG", "1")
             .args(["--device", "sim:shared:cayman", "run", "examples/allreduce_1nc.neff"])
             .args(["--input", "input=examples/input_32xf32.bin", "--repeat", "100000000", "--pause-before-exec"])
             .stdin(Stdio::piped())

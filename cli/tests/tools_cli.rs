@@ -107,6 +107,8 @@ fn bin(name: &str, shm: &Path) -> Command {
 fn tagged_runner(shm: &Path, tag: &str) -> Runner {
     let child = cli_in(shm)
         .env("NEURON_PROCESS_TAG", tag)
+        // The LNC=1 example (cayman's default is 2).
+        .env("NEURON_LOGICAL_NC_CONFIG", "1")
         .args(["--device", "sim:cayman", "run", "examples/allreduce_2nc.neff", "--input"])
         .args(["input=examples/input_32xf32.bin", "--repeat", "2000000"])
         .stdout(Stdio::null())
@@ -132,8 +134,9 @@ fn ls_json_carries_neuron_ls_fields() {
     let v: Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_schema(&v, "neuron-ls.schema.json");
     assert_eq!(v[1]["neuron_device"], 1);
-    assert_eq!(v[1]["neuroncore_ids"], serde_json::json!([8, 9, 10, 11, 12, 13, 14, 15]));
-    assert_eq!((v[0]["logical_neuroncore_config"].as_u64(), v[0]["arch"].as_str()), (Some(1), Some("cayman")));
+    // Logical NeuronCores at Trn2's default LNC=2: 4 per device, numbered across devices.
+    assert_eq!(v[1]["neuroncore_ids"], serde_json::json!([4, 5, 6, 7]));
+    assert_eq!((v[0]["logical_neuroncore_config"].as_u64(), v[0]["arch"].as_str()), (Some(2), Some("cayman")));
     // The simulated devices live in the listing process: it is their only user.
     let procs = v[0]["neuron_processes"].as_array().expect("processes");
     assert_eq!(procs.len(), 1, "{v}");
@@ -368,6 +371,7 @@ fn monitor_report_and_scrape_while_a_model_runs() {
 /// A runner that executes once with `fault` armed, pausing before and after (stdin lines).
 fn paused_runner(shm: &Path, fault: &str) -> (Child, BufReader<ChildStderr>) {
     let mut child = cli_in(shm)
+        .env("NEURON_LOGICAL_NC_CONFIG", "1")
         .args(["--device", "sim:cayman", "run", "examples/allreduce_2nc.neff", "--input"])
         .args(["input=examples/input_32xf32.bin", "--sim-fault", fault, "--pause-before-exec", "--pause-after-exec"])
         .stdin(Stdio::piped())

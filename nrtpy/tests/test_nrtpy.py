@@ -314,6 +314,8 @@ def test_models_unload_when_collected(examples):
 
 def test_a_two_core_allreduce_with_tensors_on_each_core(examples, monkeypatch):
     monkeypatch.setenv("NEURON_VFIO_DEVICE", "sim:cayman")
+    # An LNC=1 NEFF: Trn2's default is LNC=2.
+    monkeypatch.setenv("NEURON_LOGICAL_NC_CONFIG", "1")
     nrtpy.configure(visible_cores=[0, 1])
     model = NrtpyModel.load_from_neff(examples / "allreduce_2nc.neff", cc_enabled=True)
     assert model._ref.ncs == [0, 1]
@@ -331,6 +333,21 @@ def test_a_two_core_allreduce_with_tensors_on_each_core(examples, monkeypatch):
     assert e.value.status_name == "NRT_INVALID"
     with pytest.raises(ValueError):
         NrtpyModel.load_from_neff(examples / "allreduce_2nc.neff", rank_id=2, world_size=2)
+
+
+def test_an_lnc2_neff_on_one_logical_core_at_trn2s_default(examples, monkeypatch):
+    monkeypatch.setenv("NEURON_VFIO_DEVICE", "sim:cayman")
+    monkeypatch.delenv("NEURON_LOGICAL_NC_CONFIG", raising=False)
+    monkeypatch.delenv("NEURON_RT_VIRTUAL_CORE_SIZE", raising=False)
+    nrtpy.configure(visible_cores=[1])
+    model = NrtpyModel.load_from_neff(examples / "allreduce_lnc2.neff")
+    assert model._ref.ncs == [2, 3], "logical core 1 is physical cores 2-3"
+    x = input_array(examples)
+    out = model(inputs={"input": NrtpyTensor.from_numpy(x, name="input")})["output"].numpy()
+    np.testing.assert_array_equal(out, 2 * x)
+    with pytest.raises(NrtError) as e:
+        NrtpyModel.load_from_neff(examples / "allreduce_1nc.neff")
+    assert e.value.status_name == "NRT_INVALID"
 
 
 # ------------------------------------------------------------------ docs/python.md

@@ -79,6 +79,9 @@ pub mod hdr {
     /// per device ([`DEVICES`]); 0: no table (segments of writers before it, whose header
     /// reserved this word).
     pub const DEVICE_WORDS: usize = 12;
+    /// The process's logical NeuronCore size (physical NCs per logical one); 0: not published
+    /// (writers before it reserved this word: read as 1).
+    pub const LNC: usize = 13;
     /// First per-process error counter; [`super::ErrorKind`] order (7 words, 16..=22).
     pub const ERRORS: usize = 16;
     /// Where the device table starts (right after the fixed header).
@@ -609,6 +612,12 @@ impl Observer for Counters {
         crate::observe::COUNTERS
     }
 
+    fn logical_nc_config(&self, lnc: usize) {
+        if let Some(w) = self.words().get(hdr::LNC) {
+            w.store(lnc as u64, Ordering::Relaxed);
+        }
+    }
+
     fn path(&self) -> Option<PathBuf> {
         Some(self.shm.path().to_path_buf())
     }
@@ -681,6 +690,8 @@ pub struct Snapshot {
     pub executions: u64,
     pub failed: u64,
     pub errors: [u64; 7],
+    /// The process's logical NeuronCore size (1 for writers that did not publish it).
+    pub lnc: u64,
     pub ncs: Vec<NcCounters>,
 }
 
@@ -830,6 +841,7 @@ impl Reader {
             executions: if self.header > hdr::FAILED { h(hdr::EXECUTIONS) } else { 0 },
             failed: if self.header > hdr::FAILED { h(hdr::FAILED) } else { 0 },
             errors: std::array::from_fn(|k| if self.header > hdr::ERRORS + k { h(hdr::ERRORS + k) } else { 0 }),
+            lnc: if self.header > hdr::LNC { h(hdr::LNC).max(1) } else { 1 },
             ncs,
         }
     }

@@ -85,6 +85,10 @@ pub trait Observer: Send + Sync {
     /// else host DMA memory) or, with `freed`, released.
     fn tensor(&self, _nc: usize, _bytes: u64, _on_device: bool, _freed: bool) {}
 
+    /// The session's logical NeuronCore size (physical NCs per logical one, `crate::cores`),
+    /// once at init after the observer attached: listings group NCs by it.
+    fn logical_nc_config(&self, _lnc: usize) {}
+
     /// The runtime is closing: stop using the devices (they are closed next). Models and
     /// tensors that outlive `close` may still report their release afterwards.
     fn close(&self) {}
@@ -130,6 +134,13 @@ impl Observers {
     /// Ask every attacher for its observer of a session over `devs`.
     pub fn attach(attachers: &[Arc<dyn Attach>], devs: &[Device]) -> Self {
         Self::new(attachers.iter().filter_map(|a| a.attach(devs)).collect())
+    }
+
+    /// [`Observer::logical_nc_config`] to each.
+    pub fn logical_nc_config(&self, lnc: usize) {
+        for o in self.all.iter() {
+            o.logical_nc_config(lnc);
+        }
     }
 
     /// No observer.

@@ -94,6 +94,8 @@ fn committed_examples_are_current_and_run_on_every_arch() {
     d2.target = "*".into();
     assert!(one == d1.build().unwrap(), "examples/allreduce_1nc.neff is stale: run the make_examples example");
     assert!(two == d2.build().unwrap(), "examples/allreduce_2nc.neff is stale");
+    let lnc2 = std::fs::read(examples().join("allreduce_lnc2.neff")).unwrap();
+    assert!(lnc2 == builder::allreduce_model_lnc(1, 2, "*").build().unwrap(), "examples/allreduce_lnc2.neff is stale");
     let input = std::fs::read(examples().join("input_32xf32.bin")).unwrap();
     let want: Vec<f32> = input.chunks(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
     for arch in [&SUNDA, &CAYMAN, &MARIANA] {
@@ -117,6 +119,28 @@ fn committed_examples_are_current_and_run_on_every_arch() {
         rt.close().unwrap();
         let st = sim.stats();
         assert_eq!((st.iommu_mappings, st.device_bytes), (0, 0));
+    }
+    // The LNC=2 example at the Trn2/Trn3 default: one logical core, twice the input.
+    for arch in [&CAYMAN, &MARIANA] {
+        let sim = SimDevice::new(SimConfig::new(arch).timing(Timing::Threaded).hbm_bytes(1 << 28)).unwrap();
+        let rt = Runtime::new();
+        let opts = hal::DeviceOptions { hbm_limit: Some(1 << 28), ..Default::default() };
+        rt.init(vec![Arc::new(sim.clone()) as Arc<dyn Platform>], RuntimeConfig::default(), opts).unwrap();
+        let m = rt.load(&lnc2, None, None).unwrap();
+        assert_eq!((m.vncs.len(), m.ncs.len()), (1, 2), "{arch}");
+        let ti = rt.alloc_tensor("input", 128, false, m.vncs[0]).unwrap();
+        ti.write(0, &input).unwrap();
+        let to = rt.alloc_tensor("output", 128, false, m.vncs[0]).unwrap();
+        let mut ins = TensorSet::new();
+        ins.add("input", ti);
+        let mut outs = TensorSet::new();
+        outs.add("output", to.clone());
+        assert_eq!(rt.execute(&m, &ins, &outs).unwrap().0, NrtStatus::Success);
+        let out: Vec<f32> =
+            to.to_vec().unwrap().chunks(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+        assert_eq!(out, want.iter().map(|x| x * 2.0).collect::<Vec<_>>(), "{arch} LNC=2");
+        rt.unload(&m).unwrap();
+        rt.close().unwrap();
     }
 }
 

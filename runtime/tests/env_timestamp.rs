@@ -138,7 +138,8 @@ fn inspect_knobs_parse_with_libnrts_defaults() {
     // NEURON_RT_INSPECT_DEVICE_PROFILE is off by default (the SDK's profiler variables page).
     assert!(!none.enable && none.system_profile && !none.device_profile && !none.on_fail);
     for (raw, on) in [("1", true), ("model", true), ("session", true), ("0", false), ("", false)] {
-        let e = InspectEnv::from_lookup(|k| (k == "NEURON_RT_INSPECT_DEVICE_PROFILE").then(|| raw.to_string())).unwrap();
+        let e =
+            InspectEnv::from_lookup(|k| (k == "NEURON_RT_INSPECT_DEVICE_PROFILE").then(|| raw.to_string())).unwrap();
         assert_eq!(e.device_profile, on, "NEURON_RT_INSPECT_DEVICE_PROFILE={raw:?}");
     }
     assert_eq!(none.output_dir, std::path::PathBuf::from("./output"));

@@ -1,7 +1,6 @@
 //! The runtime handle and what runs around every entry point: the NRT_INIT_STATE guard,
 //! error logging, the API-call profile event and panic containment.
 
-use std::io::Write;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
@@ -45,21 +44,51 @@ pub(crate) fn status_of(s: NrtStatus, what: &str) -> Result<(), RtError> {
     }
 }
 
-/// One line of the library's log on stderr (silenced as [`log_error`]'s).
-pub(crate) fn log_line(line: &str) {
+/// libnrt's logging knobs as this process set them (read once, at the first line: libnrt
+/// reads them at load) and where lines go. A bad value falls back to the defaults here;
+/// `nrt_init` refuses it with NRT_INVALID ([`runtime::RuntimeConfig::from_env`]).
+fn logging() -> &'static (runtime::env::log::LogConfig, runtime::env::log::LogSink) {
+    use runtime::env::log::{LogConfig, LogLocation, LogSink};
+    static LOG: OnceLock<(LogConfig, LogSink)> = OnceLock::new();
+    LOG.get_or_init(|| {
+        let cfg = LogConfig::from_env(tracing::Level::ERROR).unwrap_or(LogConfig {
+            level: Some(tracing::Level::ERROR),
+            level_set: false,
+            components: Vec::new(),
+            location: LogLocation::Console,
+        });
+        let sink = LogSink::new(cfg.location, "nrt");
+        (cfg, sink)
+    })
+}
+
+/// Whether the library logs a line of `level` (NEURON_RT_LOG_LEVEL and its NRT component;
+/// QUIET: never). `NEURON_VFIO_NRT_QUIET=1` (this project's, for tests) silences it too.
+fn logs(level: tracing::Level) -> bool {
     if std::env::var("NEURON_VFIO_NRT_QUIET").is_ok_and(|v| v == "1") {
-        return;
+        return false;
     }
-    let _ = writeln!(std::io::stderr(), "nrt: {line}");
+    logging().0.enabled("capi", level)
+}
+
+/// One error line of the library's log (console: stderr; or syslog).
+pub(crate) fn log_line(line: &str) {
+    if logs(tracing::Level::ERROR) {
+        logging().1.write_line(tracing::Level::ERROR, &format!("nrt: {line}"));
+    }
+}
+
+/// One warning line of the library's log (e.g. a variable set but not applied).
+pub(crate) fn log_warning(line: &str) {
+    if logs(tracing::Level::WARN) {
+        logging().1.write_line(tracing::Level::WARN, &format!("nrt: {line}"));
+    }
 }
 
 pub(crate) fn log_error(func: &str, e: &RtError) {
-    // NEURON_RT_LOG_LEVEL has no "off" (the runtime rejects unknown levels), so silencing
-    // the library's error lines is a knob of its own.
-    if std::env::var("NEURON_VFIO_NRT_QUIET").is_ok_and(|v| v == "1") {
-        return;
+    if logs(tracing::Level::ERROR) {
+        logging().1.write_line(tracing::Level::ERROR, &format!("nrt: {func}: {}: {}", e.status.name(), e.kind));
     }
-    let _ = writeln!(std::io::stderr(), "nrt: {func}: {}: {}", e.status.name(), e.kind);
 }
 
 /// The profile's API-call event of entry point `func` (while a profile is active).

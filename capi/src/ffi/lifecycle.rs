@@ -27,6 +27,10 @@ pub unsafe extern "C" fn nrt_init(
         // Refuse (already initialised, forked child) before any device is opened.
         rt().check_init()?;
         let cfg = RuntimeConfig::from_env()?;
+        // Every NEURON_RT_* variable set but not applied: one line each, never silently.
+        for line in runtime::env::documented::notices_from_env() {
+            crate::base::log_warning(&line);
+        }
         let faults = crate::device::sim_faults()?;
         // A shared device: the cores are reserved here (libnrt's nrt_init), held until close.
         let opened = crate::device::platforms(

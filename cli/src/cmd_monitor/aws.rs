@@ -64,27 +64,39 @@ fn arch_of(nc_version: u64) -> Option<&'static csr_maps::Arch> {
     csr_maps::ARCHES.iter().copied().find(|a| a.nc_version as u64 == nc_version)
 }
 
-/// The instance-wide index of an NC: the device's index on the host ([`host_index`]) × NCs
-/// per device + the NC on the device.
-pub fn global_nc(device: u64, nc: u64, nc_version: u64) -> u64 {
-    let per = arch_of(nc_version).map(|a| a.counts.ncs).unwrap_or(0);
-    device.saturating_mul(per).saturating_add(nc)
+/// The instance-wide index of the logical NeuronCore of physical NC `nc` at size `lnc`: the
+/// device's index on the host ([`host_index`]) × logical cores per device + `nc / lnc`.
+pub fn global_nc(device: u64, nc: u64, nc_version: u64, lnc: u64) -> u64 {
+    let lnc = lnc.max(1);
+    let per = arch_of(nc_version).map(|a| a.counts.ncs / lnc).unwrap_or(0);
+    device.saturating_mul(per).saturating_add(nc / lnc)
 }
 
-/// `neuroncore_counters` of application `pid`: every NC it owns and has a model on or
-/// executed on.
+/// `neuroncore_counters` of application `pid`: every logical NeuronCore it owns and has a
+/// model on or executed on, keyed by its instance-wide logical index (at the application's LNC;
+/// the logical core's physical NCs merged: utilization averaged, an execution counted once).
 pub fn neuroncore_counters(r: &Report, pid: u64, secs: f64) -> Value {
-    let mut in_use = Map::new();
+    let mut merged: std::collections::BTreeMap<u64, (f64, u64, u64, u64, String, u64)> = Default::default();
     for n in r.ncs.iter().filter(|n| n.pid == pid && (n.models > 0 || n.executions > 0)) {
+        let lnc = n.lnc.max(1);
+        let per = arch_of(n.nc_version).map(|a| a.counts.ncs / lnc).unwrap_or(0);
+        let idx = n.neuron_device.saturating_mul(per).saturating_add(n.nc / lnc);
+        let e = merged.entry(idx).or_insert((0.0, 0, 0, n.neuron_device, n.device_id.clone(), 0));
+        e.0 += n.utilization * 100.0;
+        e.1 += 1;
+        e.2 = e.2.max(n.executions);
+    }
+    let mut in_use = Map::new();
+    for (idx, (util, count, executions, dev_index, dev_id, _)) in merged {
         in_use.insert(
-            global_nc(n.neuron_device, n.nc, n.nc_version).to_string(),
+            idx.to_string(),
             json!({
-                "neuroncore_utilization": n.utilization * 100.0,
+                "neuroncore_utilization": util / count.max(1) as f64,
                 "flops": 0,
                 // Ours, beside neuron-monitor's fields:
-                "neuron_device_index": n.neuron_device,
-                "neuron_device": n.device_id,
-                "executions": n.executions,
+                "neuron_device_index": dev_index,
+                "neuron_device": dev_id,
+                "executions": executions,
             }),
         );
     }
@@ -169,7 +181,7 @@ pub fn loaded_models(models: &[runtime::counters::ListedModel], snap: &Snapshot)
                                 "neuron_device": {"constants": 0, "model_code": bytes, "runtime_memory": 0, "tensors": 0},
                             },
                         },
-                        "neuroncore_index": global_nc(device, nc, ver),
+                        "neuroncore_index": global_nc(device, nc, ver, snap.lnc),
                         "neuron_device_index": device,
                     }),
                 );
@@ -185,17 +197,24 @@ pub fn loaded_models(models: &[runtime::counters::ListedModel], snap: &Snapshot)
 pub fn memory_used(r: &Report, pid: u64, secs: f64, rss: Option<u64>, models: Value) -> Value {
     let host_tensors = r.runtimes.iter().find(|p| p.pid == pid).map(|p| p.host_tensor_bytes).unwrap_or(0);
     let host = rss.unwrap_or(0).max(host_tensors);
-    let mut per_nc = Map::new();
+    // Per logical NeuronCore (its physical NCs' memory summed).
+    let mut per: std::collections::BTreeMap<u64, (u64, u64)> = Default::default();
     let mut device = 0u64;
     for n in r.ncs.iter().filter(|n| n.pid == pid) {
         device += n.mem_model + n.mem_tensors;
         if n.mem_model + n.mem_tensors > 0 || n.models > 0 {
-            per_nc.insert(
-                global_nc(n.neuron_device, n.nc, n.nc_version).to_string(),
-                json!({"constants": 0, "model_code": n.mem_model, "model_shared_scratchpad": 0,
-                       "runtime_memory": 0, "tensors": n.mem_tensors}),
-            );
+            let e = per.entry(global_nc(n.neuron_device, n.nc, n.nc_version, n.lnc)).or_default();
+            e.0 += n.mem_model;
+            e.1 += n.mem_tensors;
         }
+    }
+    let mut per_nc = Map::new();
+    for (idx, (model, tensors)) in per {
+        per_nc.insert(
+            idx.to_string(),
+            json!({"constants": 0, "model_code": model, "model_shared_scratchpad": 0,
+                   "runtime_memory": 0, "tensors": tensors}),
+        );
     }
     json!({
         "period": secs,
@@ -292,15 +311,24 @@ pub fn hardware_info(sysfs: &Path, latest: &BTreeMap<PathBuf, Snapshot>) -> Valu
             (a, named.len() as u64 + unnamed)
         }
     };
+    // Logical NeuronCores: the publishing runtimes' size, else what the environment asks.
+    let lnc = |a: &csr_maps::Arch| -> u64 {
+        latest
+            .values()
+            .find(|s| s.ncs.first().is_some_and(|n| n.nc_version == a.nc_version as u64))
+            .map(|s| s.lnc.max(1))
+            .unwrap_or_else(|| crate::cmd_dev::shown_lnc(a) as u64)
+    };
     match arch {
         Some(a) => {
             let (ty, dv, nv) = arch_names(a);
+            let lnc = lnc(a);
             json!({
                 "neuron_device_type": ty, "neuron_device_version": dv, "neuroncore_version": nv,
                 "neuron_device_count": count,
                 "neuron_device_memory_size": a.consts.hbm_active_size.saturating_mul(a.counts.hbm_stacks),
-                "neuroncore_per_device_count": a.counts.ncs,
-                "logical_neuroncore_config": 1,
+                "neuroncore_per_device_count": a.counts.ncs / lnc,
+                "logical_neuroncore_config": lnc,
                 "error": if pci.is_empty() { "no Neuron device in sysfs: the simulated devices of the running applications" } else { "" },
             })
         }

@@ -25,6 +25,9 @@ pub struct NcReport {
     /// The NC's index on its device (device-local).
     pub nc: u64,
     pub nc_version: u64,
+    /// The owning process's logical NeuronCore size (physical NCs per logical one; 0 read
+    /// as 1): listings name its logical core `nc / lnc`.
+    pub lnc: u64,
     pub utilization: f64,
     pub executions: u64,
     pub executions_total: u64,
@@ -258,7 +261,9 @@ pub fn report(before: &BTreeMap<PathBuf, Snapshot>, now: &BTreeMap<PathBuf, Snap
                 continue;
             }
             let id = entry.map(|e| e.identity.clone()).unwrap_or_else(|| legacy_label(s.pid, nc.device));
-            r.ncs.push(delta_nc(nc, prev.and_then(|p| p.ncs.get(i)), s.pid, &id, period_ns));
+            let mut n = delta_nc(nc, prev.and_then(|p| p.ncs.get(i)), s.pid, &id, period_ns);
+            n.lnc = s.lnc.max(1);
+            r.ncs.push(n);
         }
     }
     r.ncs.sort_by(|a, b| (&a.device_id, a.nc, a.pid).cmp(&(&b.device_id, b.nc, b.pid)));

@@ -174,7 +174,9 @@ pub struct Runner(pub std::process::Child);
 impl Runner {
     pub fn start(shm: &Path, what: &str, ready: impl Fn(&Path) -> bool, settle: std::time::Duration) -> Self {
         use std::time::{Duration, Instant};
+        // The example is compiled for LNC=1 (cayman's default is 2).
         let child = cli_in(shm)
+            .env("NEURON_LOGICAL_NC_CONFIG", "1")
             .args([
                 "--device",
                 "sim:cayman",

@@ -248,7 +248,9 @@ mod tests {
         let c = cfg(&[("NEURON_RT_LOG_LEVEL", "warning"), ("NEURON_RT_LOG_LEVEL_NRT", "QUIET")]).unwrap();
         assert_eq!(c.level, Some(Level::WARN));
         assert!(!c.enabled("runtime", Level::ERROR) && c.enabled("hal", Level::WARN));
-        for bad in [("NEURON_RT_LOG_LEVEL", "LOUD"), ("NEURON_RT_LOG_LEVEL_XYZ", "INFO"), ("NEURON_RT_LOG_LEVEL_NRT", "3")] {
+        for bad in
+            [("NEURON_RT_LOG_LEVEL", "LOUD"), ("NEURON_RT_LOG_LEVEL_XYZ", "INFO"), ("NEURON_RT_LOG_LEVEL_NRT", "3")]
+        {
             assert!(cfg(&[bad]).is_err(), "{bad:?} accepted");
         }
         assert_eq!(cfg(&[("NEURON_RT_LOG_LOCATION", "SYSLOG")]).unwrap().location, LogLocation::Syslog);

@@ -86,6 +86,45 @@ pub const VALIDATE_HASH_VAR: &str = "NEURON_RT_VALIDATE_HASH";
 pub const ALLOW_LEGACY_VAR: &str = "NEURON_RT_ALLOW_LEGACY_NEFF";
 /// `NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS`.
 pub const ASYNC_INFLIGHT_VAR: &str = "NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS";
+/// `NEURON_RT_NUMERICAL_ERRORS_VERBOSITY`.
+pub const NUMERICAL_ERRORS_VAR: &str = "NEURON_RT_NUMERICAL_ERRORS_VERBOSITY";
+
+/// `NEURON_RT_NUMERICAL_ERRORS_VERBOSITY` (configuration guide: `none` (default), `critical`,
+/// `debug`, `verbose`, any case; another value fails `nrt_init` with NRT_INVALID).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NumericalErrors {
+    #[default]
+    None,
+    Critical,
+    Debug,
+    Verbose,
+}
+
+/// Parse `NEURON_RT_NUMERICAL_ERRORS_VERBOSITY` (unset or empty: `none`).
+pub fn parse_numerical_errors(raw: Option<&str>) -> Result<NumericalErrors, EnvError> {
+    let Some(raw) = raw else { return Ok(NumericalErrors::None) };
+    match raw.trim().to_ascii_lowercase().as_str() {
+        "" | "none" => Ok(NumericalErrors::None),
+        "critical" => Ok(NumericalErrors::Critical),
+        "debug" => Ok(NumericalErrors::Debug),
+        "verbose" => Ok(NumericalErrors::Verbose),
+        _ => Err(EnvError::BadChoice {
+            var: NUMERICAL_ERRORS_VAR,
+            value: raw.to_string(),
+            allowed: "none, critical, debug or verbose",
+        }),
+    }
+}
+
+/// [`parse_numerical_errors`] of the process environment.
+pub fn numerical_errors_from_env() -> Result<NumericalErrors, EnvError> {
+    match std::env::var(NUMERICAL_ERRORS_VAR) {
+        Ok(v) => parse_numerical_errors(Some(&v)),
+        Err(std::env::VarError::NotPresent) => Ok(NumericalErrors::None),
+        Err(std::env::VarError::NotUnicode(_)) => Err(EnvError::NotUnicode { var: NUMERICAL_ERRORS_VAR }),
+    }
+}
+
 /// Default execution timeout, seconds.
 pub const DEFAULT_EXEC_TIMEOUT_SECS: u32 = 600;
 /// Default log level.
@@ -114,6 +153,8 @@ pub enum EnvError {
     BadBool { var: &'static str, value: String },
     #[error("{var}: {message}")]
     BadLog { var: String, message: String },
+    #[error("{var}: invalid value {value:?} (expected {allowed})")]
+    BadChoice { var: &'static str, value: String, allowed: &'static str },
 }
 
 /// A requested logical NeuronCore size and the variable that named it.

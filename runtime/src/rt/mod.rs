@@ -176,6 +176,10 @@ impl RuntimeConfig {
     /// Defaults overridden by the environment ([`crate::env::RtEnv`]).
     pub fn from_env() -> Result<Self, RtError> {
         let env = crate::env::RtEnv::from_env()?;
+        // Validated here (nrt_init fails with NRT_INVALID on a bad value, as libnrt); the
+        // front ends apply them.
+        crate::env::log::LogConfig::from_env(crate::env::DEFAULT_LOG_LEVEL)?;
+        crate::env::numerical_errors_from_env()?;
         let barrier_warn = crate::env::barrier_warn_from_env()?.unwrap_or(crate::completion::BARRIER_WARN_INITIAL);
         Ok(Self {
             barrier_warn,
@@ -576,6 +580,7 @@ impl Runtime {
     fn install(&self, s: Session) {
         let Session { devices, cfg, lnc, placed, lanes, observers } = s;
         self.lnc.store(lnc, Ordering::Relaxed);
+        observers.logical_nc_config(lnc);
         *lock(&self.placed) = placed;
         *lock(&self.lanes) = lanes;
         *lock(&self.observers) = observers;

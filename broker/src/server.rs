@@ -1237,7 +1237,7 @@ fn lease(st: &mut State, me: u64, device: u32, want: Want, lnc: u8) -> (Reply, V
     }
     let phys = dev.leases.len() as u32;
     let k = u32::from(lnc);
-    if k == 0 || phys % k != 0 {
+    if k == 0 || !phys.is_multiple_of(k) {
         return (
             error(ErrorCode::Invalid, 0, format!("{} has no logical cores of {lnc} physical cores", dev.name)),
             Vec::new(),

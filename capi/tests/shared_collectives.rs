@@ -213,7 +213,7 @@ fn main() -> ExitCode {
                 .arg(RANKS.to_string())
                 .env("LD_LIBRARY_PATH", &lib)
                 .env("NEURON_VFIO_DEVICE", "sim:shared:cayman")
-            .env("NEURON_LOGICAL_NC_CONFIG", "1")
+                .env("NEURON_LOGICAL_NC_CONFIG", "1")
                 .env("NEURON_VFIO_BROKER_SOCKET", &socket)
                 .env("NEURON_RT_ROOT_COMM_ID", format!("127.0.0.1:{}", free_port()))
                 .env("NEURON_RT_EXEC_TIMEOUT", "60")
@@ -235,11 +235,13 @@ fn main() -> ExitCode {
         }
     }
 
-    // A process asking for a core another holds: nrt_init fails as libnrt's does (NRT_FAILURE,
+    // A process asking for a core another holds (part of it): nrt_init fails as libnrt's does (NRT_FAILURE,
     // its log line), and our line names the holder.
     let holder = Session::connect(&Connect { socket: socket.clone(), ..Connect::new(Role::Runtime) }).expect("holder");
     let d = holder.attach(DeviceSpec::Sim { arch: "cayman".into(), index: 0 }).expect("attach").device;
-    holder.lease(d, broker::protocol::Want::Range { first: 2, count: 1 }).expect("lease");
+    // The holder leases physical core 4 (LNC=1); the process at Trn2's default LNC=2 asking for
+    // logical core 2 (physical 4-5) is refused: a logical core is free only whole.
+    holder.lease(d, broker::protocol::Want::Range { first: 4, count: 1 }).expect("lease");
     let o = Command::new(&exe)
         .env(CHILD, "init")
         .env("NEURON_VFIO_DEVICE", "sim:shared:cayman")

@@ -60,7 +60,7 @@ fn row_json(index: usize, r: &Row, opts: LsOpts) -> Value {
         .iter()
         .map(|p| {
             json!({"pid": p.pid, "command": p.command, "cores": p.cores,
-                   "logical_cores": runtime::cores::group(&p.cores, lnc)})
+                   "logical_cores": runtime::cores::group(&p.cores.iter().map(|&c| c as usize).collect::<Vec<_>>(), lnc)})
         })
         .collect();
     let procs: Vec<Value> = all
@@ -104,9 +104,7 @@ fn row_json(index: usize, r: &Row, opts: LsOpts) -> Value {
 /// refuse, the tools still list).
 pub(crate) fn shown_lnc(arch: &Arch) -> usize {
     let requested = runtime::env::lnc_request(&|k: &str| std::env::var(k).ok()).ok().flatten();
-    runtime::cores::resolve_lnc(arch, requested)
-        .or_else(|_| runtime::cores::resolve_lnc(arch, None))
-        .unwrap_or(1)
+    runtime::cores::resolve_lnc(arch, requested).or_else(|_| runtime::cores::resolve_lnc(arch, None)).unwrap_or(1)
 }
 
 fn online_cpus(sys: &Sysfs) -> String {

@@ -215,7 +215,12 @@ fn init_logging_at(level: Option<&'static str>) {
     let (cfg, bad) = match LogConfig::from_env(tracing::Level::WARN) {
         Ok(c) => (c, None),
         Err(e) => (
-            LogConfig { level: Some(tracing::Level::WARN), level_set: false, components: Vec::new(), location: LogLocation::Console },
+            LogConfig {
+                level: Some(tracing::Level::WARN),
+                level_set: false,
+                components: Vec::new(),
+                location: LogLocation::Console,
+            },
             Some(e),
         ),
     };

@@ -101,7 +101,19 @@ fn sim_faults_name_logical_cores() {
         let out = cli()
             .env("NEURON_RT_VISIBLE_CORES", "3")
             .env("NEURON_LOGICAL_NC_CONFIG", lnc)
-            .args(["--json", "--device", "sim:cayman", "run", model, "--nc", "0", "--input", INPUT, "--sim-fault", fault])
+            .args([
+                "--json",
+                "--device",
+                "sim:cayman",
+                "run",
+                model,
+                "--nc",
+                "0",
+                "--input",
+                INPUT,
+                "--sim-fault",
+                fault,
+            ])
             .output()
             .unwrap();
         serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()

@@ -210,6 +210,7 @@ pub(super) fn delta_nc(
         neuron_device: host_index(device_id, now.device),
         nc: now.nc,
         nc_version: now.nc_version,
+        lnc: 1,
         utilization: if period_ns == 0 { 0.0 } else { (d(now.busy_ns, b.busy_ns) as f64 / period_ns as f64).min(1.0) },
         executions,
         executions_total: now.executions,

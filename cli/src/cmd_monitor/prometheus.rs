@@ -354,7 +354,6 @@ pub fn exporter_text(report: &serde_json::Value) -> String {
         &[
             ("neuron_device_count", hi["neuron_device_count"].to_string()),
             ("neuroncore_per_device_count", hi["neuroncore_per_device_count"].to_string()),
-            ("logical_neuroncore_config", hi["logical_neuroncore_config"].to_string()),
         ],
     );
     fam.add(

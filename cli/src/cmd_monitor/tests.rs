@@ -316,6 +316,32 @@ fn neuron_monitor_groups_from_a_report() {
     assert_eq!(nc["period"], 1.0);
     assert_eq!(nc["error"], "");
 
+    // The same process at LNC=2: NCs 0 and 1 of device 1 are its logical core 4 (4 per
+    // device), one entry, utilization averaged, the execution counted once.
+    let at_lnc2 = |mut n: NcReport, util: f64| {
+        n.lnc = 2;
+        n.utilization = util;
+        n
+    };
+    let r2 = Report {
+        ncs: vec![at_lnc2(r.ncs[0].clone(), 0.5), at_lnc2(r.ncs[1].clone(), 0.3), at_lnc2(r.ncs[2].clone(), 0.0)],
+        runtimes: r.runtimes.clone(),
+        ..Report::default()
+    };
+    let nc2 = neuroncore_counters(&r2, 9, 1.0);
+    let in_use2 = nc2["neuroncores_in_use"].as_object().expect("in use");
+    assert_eq!(in_use2.keys().collect::<Vec<_>>(), ["4"], "{nc2}");
+    assert!((in_use2["4"]["neuroncore_utilization"].as_f64().unwrap_or(0.0) - 40.0).abs() < 1e-9, "{nc2}");
+    assert_eq!(in_use2["4"]["executions"], 10);
+    let mem2 = memory_used(&r2, 9, 1.0, None, serde_json::json!([]));
+    let per_nc = &mem2["neuron_runtime_used_bytes"]["usage_breakdown"]["neuroncore_memory_usage"];
+    assert_eq!(
+        per_nc.as_object().map(|o| o.keys().cloned().collect::<Vec<_>>()),
+        Some(vec!["4".to_string()]),
+        "{mem2}"
+    );
+    assert_eq!(per_nc["4"]["model_code"], 2 * 4096, "the logical core's two physical NCs summed");
+
     let ex = execution_stats(&r, 9, 1.0);
     assert_eq!(ex["execution_summary"]["completed"], 8);
     assert_eq!(ex["execution_summary"]["completed_with_num_err"], 1);

@@ -251,7 +251,7 @@ impl Runtime {
                 default: arch.consts.lnc_default,
             }));
         }
-        if n.graphs.len() % lnc != 0 {
+        if !n.graphs.len().is_multiple_of(lnc) {
             return Err(RtError::from(RtErrorKind::LncGraphs { graphs: n.graphs.len(), lnc }));
         }
         let per_instance = n.graphs.len() / lnc;

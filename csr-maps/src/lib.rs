@@ -106,7 +106,9 @@ impl Arch {
         let max = self.consts.lnc_max.max(1);
         match requested {
             None => Some(self.consts.lnc_default.clamp(1, max) as usize),
-            Some(r) if r >= 1 && u64::from(r) <= max && self.counts.ncs.is_multiple_of(u64::from(r)) => Some(r as usize),
+            Some(r) if r >= 1 && u64::from(r) <= max && self.counts.ncs.is_multiple_of(u64::from(r)) => {
+                Some(r as usize)
+            }
             Some(_) => None,
         }
     }

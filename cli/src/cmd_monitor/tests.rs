@@ -96,6 +96,7 @@ fn live_top_renders_8_cayman_rows_into_a_test_backend() {
         device_id: "sim:shared:cayman:0".into(),
         nc: 1,
         nc_version: 3,
+        lnc: 1,
         utilization: 0.5,
         executions: 1234,
         models: 1,
@@ -152,7 +153,9 @@ fn top_has_a_row_per_nc() {
     let f = top_frame(&t, &r);
     let rows: Vec<&str> =
         f.lines().filter(|l| l.trim_start().split(' ').next().is_some_and(|w| w.parse::<u32>().is_ok())).collect();
-    assert_eq!(rows.len(), 16, "{f}");
+    // A row per logical NeuronCore at the LNC the environment asks for (Trn2's default: 2).
+    let per = (csr_maps::CAYMAN.counts.ncs as usize) / crate::cmd_dev::shown_lnc(&csr_maps::CAYMAN);
+    assert_eq!(rows.len(), 2 * per, "{f}");
     assert!(rows.iter().all(|l| l.split_whitespace().nth(1) == Some("-")), "{f}");
     // Private simulated devices exist only in their processes: none running, none shown.
     let t = TopTarget { arch: &csr_maps::CAYMAN, label: "sim:cayman".into(), devices: TopDevices::PrivateSims };
@@ -467,4 +470,41 @@ fn neuron_monitor_groups_from_a_report() {
         .collect();
     assert_eq!(ecc.len(), 1, "{t}");
     assert!(ecc[0].ends_with(" 8"), "{t}");
+}
+
+#[test]
+fn top_rows_are_logical_neuroncores_at_the_owners_lnc() {
+    // A process at LNC=2 on physical NCs 2-3 of a cayman: its logical core 1, one row.
+    let r = Report {
+        period_ns: 1_000_000_000,
+        ncs: [(2, 0.2, 10u64, 100u64), (3, 0.6, 10, 50)]
+            .into_iter()
+            .map(|(nc, utilization, executions, mem_model)| NcReport {
+                pid: 9,
+                device_id: "sim:shared:cayman:0".into(),
+                nc,
+                nc_version: 3,
+                lnc: 2,
+                utilization,
+                executions,
+                models: 1,
+                mem_model,
+                ..Default::default()
+            })
+            .collect(),
+        ..Report::default()
+    };
+    let t = TopTarget {
+        arch: &csr_maps::CAYMAN,
+        label: "sim:shared:cayman".into(),
+        devices: TopDevices::Named(vec!["sim:shared:cayman:0".into()]),
+    };
+    let (devices, procs, _) = top_rows(&t, &r);
+    assert_eq!(procs, 1);
+    let rows = &devices[0].rows;
+    assert_eq!(rows.iter().map(|r| r.nc).collect::<Vec<_>>(), [0, 1, 2, 3], "{rows:?}");
+    assert_eq!(rows[1].pid, Some(9));
+    assert!((rows[1].utilization - 0.4).abs() < 1e-9, "{:?}", rows[1]);
+    assert_eq!((rows[1].exec_per_s, rows[1].memory), (10.0, 150));
+    assert!(rows.iter().filter(|r| r.nc != 1).all(|r| r.pid.is_none()));
 }

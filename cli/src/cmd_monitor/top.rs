@@ -111,23 +111,33 @@ pub fn top_rows(t: &TopTarget, r: &Report) -> (Vec<TopDevice>, usize, u64) {
                 .find(|d| d.id == id && d.nc_version == t.arch.nc_version as u64)
                 .map(|d| d.ncs.clone())
                 .unwrap_or_default();
+            // Rows per logical NeuronCore, at the owning processes' LNC (else the environment's):
+            // each process's share of a logical core's physical NCs merged into one row.
+            let lnc = owned.first().map(|n| n.lnc.max(1) as usize).unwrap_or_else(|| crate::cmd_dev::shown_lnc(t.arch));
             let mut rows = Vec::new();
-            for nc in 0..ncs {
-                let mine: Vec<&&NcReport> = owned.iter().filter(|n| n.nc as usize == nc).collect();
+            for l in 0..ncs / lnc {
+                let phys = l * lnc..(l + 1) * lnc;
+                let mine: Vec<&&NcReport> = owned.iter().filter(|n| phys.contains(&(n.nc as usize))).collect();
                 if mine.is_empty() {
-                    rows.push(TopRow { nc, ..TopRow::default() });
+                    rows.push(TopRow { nc: l, ..TopRow::default() });
                 }
-                rows.extend(mine.iter().map(|n| TopRow {
-                    nc,
-                    pid: Some(n.pid),
-                    utilization: n.utilization.min(1.0),
-                    exec_per_s: n.executions as f64 / secs,
-                    p50_us: n.p50_us,
-                    p99_us: n.p99_us,
-                    models: n.models,
-                    memory: n.mem_model + n.mem_tensors,
-                    errors: n.errors.iter().sum(),
-                }));
+                let mut pids: Vec<u64> = mine.iter().map(|n| n.pid).collect();
+                pids.dedup();
+                for pid in pids {
+                    let of: Vec<&&&NcReport> = mine.iter().filter(|n| n.pid == pid).collect();
+                    let k = of.len().max(1) as f64;
+                    rows.push(TopRow {
+                        nc: l,
+                        pid: Some(pid),
+                        utilization: (of.iter().map(|n| n.utilization.min(1.0)).sum::<f64>() / k).min(1.0),
+                        exec_per_s: of.iter().map(|n| n.executions).max().unwrap_or(0) as f64 / secs,
+                        p50_us: of.iter().filter_map(|n| n.p50_us).max(),
+                        p99_us: of.iter().filter_map(|n| n.p99_us).max(),
+                        models: of.iter().map(|n| n.models).max().unwrap_or(0),
+                        memory: of.iter().map(|n| n.mem_model + n.mem_tensors).sum(),
+                        errors: of.iter().map(|n| n.errors.iter().sum::<u64>()).sum(),
+                    });
+                }
             }
             let pids: std::collections::BTreeSet<u64> = owned.iter().map(|n| n.pid).collect();
             TopDevice { id, rows, pids: pids.into_iter().collect() }

@@ -51,11 +51,7 @@ use Handling::{Differently, Honoured, Ignored};
 /// lists the SDK's names independently and fails on one missing here).
 pub const DOCUMENTED: &[Documented] = &[
     Documented { name: "NEURON_LOGICAL_NC_CONFIG", handling: Honoured, source: LNC },
-    Documented {
-        name: "NEURON_RT_ALLOW_LEGACY_NEFF",
-        handling: Honoured,
-        source: CFG,
-    },
+    Documented { name: "NEURON_RT_ALLOW_LEGACY_NEFF", handling: Honoured, source: CFG },
     Documented {
         name: "NEURON_RT_ASYNC_EXEC_MAX_INFLIGHT_REQUESTS",
         handling: Differently(

@@ -6,6 +6,7 @@
 //! everything it holds.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -35,6 +36,11 @@ pub enum ClientError {
     Connect { path: PathBuf, source: std::io::Error },
     #[error("cannot start the broker ({exe}): {source}")]
     Spawn { exe: String, source: std::io::Error },
+    #[error(
+        "cannot start the broker: no {BROKER_EXE_NAME} executable found (looked at: {looked}); set {EXE_VAR} \
+         or install neuron-vfio beside libnrt.so or on PATH"
+    )]
+    NoBrokerExe { looked: String },
     #[error("the broker started ({exe}) but does not listen on {path} after {waited_ms} ms")]
     SpawnTimeout { exe: String, path: PathBuf, waited_ms: u64 },
     #[error("broker connection: {0}")]
@@ -186,7 +192,7 @@ impl Session {
         let sock = match connect_once(&c.socket) {
             Ok(s) => s,
             Err(e) if c.spawn && nobody_listens(&e) => {
-                let exe = broker_exe();
+                let exe = broker_exe()?;
                 spawn_broker(&exe, &c.socket)?;
                 let start = Instant::now();
                 let mut wait = Duration::from_millis(5);
@@ -464,29 +470,92 @@ fn unexpected(r: Reply) -> ClientError {
     ClientError::Unexpected(format!("{r:?}"))
 }
 
-/// The `neuron-vfio` executable that starts a broker ([`EXE_VAR`]).
-pub fn broker_exe() -> PathBuf {
-    if let Some(p) = std::env::var_os(EXE_VAR).filter(|p| !p.is_empty()) {
-        return PathBuf::from(p);
+/// The name of the executable that runs a broker.
+pub const BROKER_EXE_NAME: &str = "neuron-vfio";
+
+/// The file this code was loaded from, as the loader names it and with its links resolved
+/// (`libnrt.so.1` in a directory of links → the real `libnrt.so`): `libnrt.so` when a libnrt
+/// program runs it, the executable otherwise (`dladdr` on one of this crate's functions).
+fn loaded_from() -> Vec<PathBuf> {
+    let Some(raw) = loaded_from_raw() else { return Vec::new() };
+    match std::fs::canonicalize(&raw) {
+        Ok(real) if real != raw => vec![raw, real],
+        _ => vec![raw],
     }
-    let me = std::env::current_exe().ok();
-    if let Some(me) = &me {
-        if me.file_name().is_some_and(|n| n == "neuron-vfio") {
-            return me.clone();
-        }
-        if let Some(beside) = me.parent().map(|d| d.join("neuron-vfio")).filter(|p| p.is_file()) {
-            return beside;
-        }
+}
+
+fn loaded_from_raw() -> Option<PathBuf> {
+    let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
+    let here = loaded_from_raw as *const () as *const libc::c_void;
+    // SAFETY: dladdr reads the loader's tables for an address of this process's own code and
+    // writes `info`, which is valid for writes; a zero return means it wrote nothing usable.
+    let found = unsafe { libc::dladdr(here, info.as_mut_ptr()) };
+    if found == 0 {
+        return None;
     }
-    if let Some(path) = std::env::var_os("PATH") {
-        for d in std::env::split_paths(&path) {
-            let p = d.join("neuron-vfio");
-            if p.is_file() {
-                return p;
+    // SAFETY: dladdr returned non-zero, so it initialised `info`.
+    let info = unsafe { info.assume_init() };
+    if info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: dli_fname is a NUL-terminated path owned by the loader, valid while the object
+    // stays loaded (this code is in it); it is copied at once.
+    let name = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) };
+    Some(PathBuf::from(std::ffi::OsStr::from_bytes(name.to_bytes())))
+}
+
+/// Where a broker executable is looked for, in order (docs/sharing.md): `NEURON_VFIO_BROKER_EXE`;
+/// beside the object this code was loaded from (`libnrt.so`, or the program); the install's
+/// `../bin/` from there; beside the running program; each directory of `PATH`.
+pub fn broker_exe_candidates(
+    var: Option<&std::ffi::OsStr>,
+    loaded: &[PathBuf],
+    program: Option<&Path>,
+    path: Option<&std::ffi::OsStr>,
+) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    let mut push = |p: PathBuf| {
+        if !out.contains(&p) {
+            out.push(p);
+        }
+    };
+    if let Some(v) = var.filter(|v| !v.is_empty()) {
+        push(PathBuf::from(v));
+    }
+    for obj in loaded.iter().map(PathBuf::as_path).chain(program) {
+        if obj.file_name().is_some_and(|n| n == BROKER_EXE_NAME) {
+            push(obj.to_path_buf());
+        }
+        if let Some(dir) = obj.parent() {
+            push(dir.join(BROKER_EXE_NAME));
+            if let Some(prefix) = dir.parent() {
+                push(prefix.join("bin").join(BROKER_EXE_NAME));
             }
         }
     }
-    PathBuf::from("neuron-vfio")
+    if let Some(path) = path {
+        for d in std::env::split_paths(path).filter(|d| !d.as_os_str().is_empty()) {
+            push(d.join(BROKER_EXE_NAME));
+        }
+    }
+    out
+}
+
+/// The `neuron-vfio` executable that starts a broker: the first of
+/// [`broker_exe_candidates`] that is a file (`NEURON_VFIO_BROKER_EXE` is taken as given). The
+/// error names every place looked.
+pub fn broker_exe() -> Result<PathBuf, ClientError> {
+    let var = std::env::var_os(EXE_VAR);
+    let program = std::env::current_exe().ok();
+    let loaded = loaded_from();
+    let path = std::env::var_os("PATH");
+    let candidates = broker_exe_candidates(var.as_deref(), &loaded, program.as_deref(), path.as_deref());
+    if let Some(v) = var.filter(|v| !v.is_empty()) {
+        return Ok(PathBuf::from(v));
+    }
+    candidates.iter().find(|p| p.is_file()).cloned().ok_or_else(|| ClientError::NoBrokerExe {
+        looked: candidates.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "),
+    })
 }
 
 /// Start a broker on `socket` with `exe broker --socket SOCKET --spawn`: that process starts
@@ -543,4 +612,47 @@ pub fn processes(device: &str) -> Vec<ProcessInfo> {
             runtime_version: c.runtime_version,
         })
         .collect()
+}
+
+#[cfg(test)]
+mod exe_tests {
+    use super::*;
+    use std::ffi::OsStr;
+
+    #[test]
+    fn the_broker_is_looked_for_beside_libnrt_then_the_install_then_the_program_then_path() {
+        let c = broker_exe_candidates(
+            None,
+            &[PathBuf::from("/opt/nv/lib/libnrt.so.1")],
+            Some(Path::new("/home/u/app/main")),
+            Some(OsStr::new("/usr/local/bin:/usr/bin")),
+        );
+        let want: Vec<PathBuf> = [
+            "/opt/nv/lib/neuron-vfio",
+            "/opt/nv/bin/neuron-vfio",
+            "/home/u/app/neuron-vfio",
+            "/home/u/bin/neuron-vfio",
+            "/usr/local/bin/neuron-vfio",
+            "/usr/bin/neuron-vfio",
+        ]
+        .iter()
+        .map(PathBuf::from)
+        .collect();
+        assert_eq!(c, want);
+        // The variable first; the program itself when it is neuron-vfio; no duplicates.
+        let c = broker_exe_candidates(
+            Some(OsStr::new("/x/nv")),
+            &[PathBuf::from("/p/bin/neuron-vfio")],
+            Some(Path::new("/p/bin/neuron-vfio")),
+            Some(OsStr::new("/p/bin")),
+        );
+        assert_eq!(c, ["/x/nv", "/p/bin/neuron-vfio"].iter().map(PathBuf::from).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn this_code_knows_the_file_it_was_loaded_from() {
+        let me = loaded_from();
+        let exe = std::fs::canonicalize(std::env::current_exe().expect("exe")).expect("exe");
+        assert_eq!(me.last().and_then(|p| std::fs::canonicalize(p).ok()), Some(exe));
+    }
 }

@@ -233,6 +233,57 @@ fn logical_neuroncores_at_the_trn2_default() {
     );
 }
 
+/// A libnrt program given nothing but `LD_LIBRARY_PATH` (no `NEURON_VFIO_BROKER_EXE`, `PATH`
+/// without the project) on a shared device starts its broker from where `libnrt.so` is
+/// installed: an install's layout, `PREFIX/lib/libnrt.so.1` and `PREFIX/bin/neuron-vfio`
+/// (issue 43; docs/sharing.md "Which broker"; the order of the places is unit-tested in the
+/// broker crate).
+#[test]
+fn libnrt_starts_its_broker_from_where_it_is_installed() {
+    let Some(p) = build("c/lnc.c") else { return };
+    let built_lib = std::fs::canonicalize(lib_dir().join("libnrt.so.1")).expect("libnrt.so");
+    let target = built_lib.parent().and_then(Path::parent).expect("target dir");
+    let exe = [target.join("neuron-vfio"), built_lib.with_file_name("neuron-vfio")]
+        .into_iter()
+        .find(|p| p.is_file())
+        .expect("neuron-vfio built (cargo test --workspace builds it)");
+    let dir = tmpdir("capi-broker-install");
+    let (lib, bin) = (dir.join("lib"), dir.join("bin"));
+    std::fs::create_dir_all(&lib).expect("lib");
+    std::fs::create_dir_all(&bin).expect("bin");
+    std::fs::copy(&built_lib, lib.join("libnrt.so.1")).expect("install libnrt");
+    std::os::unix::fs::symlink("libnrt.so.1", lib.join("libnrt.so")).expect("install libnrt");
+    std::os::unix::fs::symlink(&exe, bin.join("neuron-vfio")).expect("install neuron-vfio");
+    let socket = dir.join("broker.sock");
+    let ex = examples();
+    let args = [
+        ex.join("allreduce_lnc2.neff"),
+        ex.join("allreduce_1nc.neff"),
+        ex.join("input_32xf32.bin"),
+        PathBuf::from("4"),
+        PathBuf::from("4"),
+    ];
+    let out = Command::new(&p)
+        .args(&args)
+        .env_clear()
+        .env("LD_LIBRARY_PATH", &lib)
+        .env("PATH", "/usr/bin:/bin")
+        .env("NEURON_VFIO_DEVICE", "sim:shared:cayman")
+        .env("NEURON_VFIO_BROKER_SOCKET", &socket)
+        .env("NEURON_VFIO_NRT_QUIET", "1")
+        .output()
+        .expect("run the program");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.trim_end().ends_with("ALL OK"), "{stdout}");
+    // The broker it started exits once idle, removing its socket.
+    let t0 = std::time::Instant::now();
+    while socket.exists() {
+        assert!(t0.elapsed() < std::time::Duration::from_secs(60), "the broker did not exit when idle");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 #[test]
 fn tensor_operations() {
     let Some(p) = build("c/tensor_ops.c") else { return };

@@ -137,7 +137,7 @@ pub fn run(a: SharedBenchArgs, json_out: bool) -> Result<(), CliError> {
     let mut cfg = broker::BrokerConfig::new(&socket);
     cfg.idle_exit = None;
     // The device in its host process, as `neuron-vfio broker` runs it.
-    cfg.sim_host = Some(broker::client::broker_exe());
+    cfg.sim_host = Some(broker::client::broker_exe().map_err(|e| CliError::failure(e.to_string()))?);
     let b = broker::Broker::bind(cfg).map_err(CliError::failure)?;
     let stopper = b.stopper();
     let broker_thread = std::thread::spawn(move || b.run());

@@ -2,19 +2,20 @@
 //! (docs/environment.md carries the same table for users).
 //!
 //! Each entry is one of:
-//! - [`Handling::Honoured`]: read in this module's parent ([`super`]) and applied as libnrt
-//!   documents it;
+//! - [`Handling::Honoured`]: read in this module's parent ([`super`]) or by the C API and
+//!   applied as the SDK documents it;
 //! - [`Handling::Differently`]: read and applied, with a documented difference (the reason is
 //!   in the entry);
 //! - [`Handling::Ignored`]: not applied; when it is set, [`notices`] says so in one line naming
 //!   it (the front ends print that line at `nrt_init` / before a command runs), never silently.
 //!
-//! The sources are the SDK's pages: the runtime configuration guide
-//! (`neuron-runtime/guides/configuration-guide.rst`), the developer guide
-//! (`neuron-runtime/guides/nrt-developer-guide.rst`), the profiler's variables
-//! (`tools/neuron-explorer/environment-variables.rst`), the LNC page
-//! (`about-neuron/arch/neuron-features/logical-neuroncore-config.rst`), the device-memory,
-//! collectives and core-dump pages and the NxD tutorials that set them.
+//! The list was gathered from the SDK's pages (each entry names the page it was read on): the
+//! runtime reference of variables (`neuron-runtime/api/nrt-env-var-reference.rst`, of which
+//! only the introduction could be read), the configuration and developer guides, the profiler's
+//! variables page, the LNC page, the device-memory, compute/communication-overlap, core-dump and
+//! troubleshooting pages, the runtime release notes, and the tutorials and tool pages that set
+//! the rest. Variables named only in since-removed pages or unmerged branches of the SDK are
+//! not listed; they draw the "unknown" notice like any other name.
 
 /// What the runtime does with a documented variable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,16 +40,30 @@ pub struct Documented {
 const CFG: &str = "neuron-runtime/guides/configuration-guide.rst";
 const DEVGUIDE: &str = "neuron-runtime/guides/nrt-developer-guide.rst";
 const PROFILER: &str = "tools/neuron-explorer/environment-variables.rst";
+const PROFILE_HOWTO: &str = "tools/neuron-explorer/how-to-profile-workload.rst";
+const PROFILE_H: &str = "src/libnrt/include/nrt/nrt_profile.h (nrt_inspect_begin)";
 const LNC: &str = "about-neuron/arch/neuron-features/logical-neuroncore-config.rst";
 const DEVMEM: &str = "neuron-runtime/explore/device-memory.rst";
-const COREDUMP: &str = "neuron-runtime/about/core-dump.rst";
-const COLL: &str = "neuron-runtime/about/collectives.rst";
-const SIMULATED: &str = "the simulator has no such hardware setting and a real device's is not public";
+const OVERLAP: &str = "neuron-runtime/explore/compute-comm-overlap.rst";
+const COREDUMP: &str = "neuron-runtime/explore/core-dump-deep-dive.rst";
+const TROUBLE: &str = "neuron-runtime/nrt-troubleshoot.rst";
+const PERF: &str = "neuron-runtime/explore/runtime-performance-tips.rst";
+const RELNOTES: &str = "release-notes/components/runtime.rst";
+const DEBUG_STREAM: &str = "neuron-runtime/api/debug-stream-api.rst";
+const DISAGG: &str = "libraries/nxd-inference/tutorials/disaggregated-inference-tutorial-1p1d.rst";
+const ULTRASERVER: &str = "deploy/eks/ultraserver.rst";
+const ROUNDING: &str = "about-neuron/arch/neuron-features/rounding-modes.rst";
+const PROFILE_BUF: &str = "profile buffers are host memory sized by the capture";
+const ULTRA: &str = "UltraServer topologies are not modelled";
+const DMA_PACKETS: &str = "DMA packet sizes are not tuned by this runtime";
+const CORE_DUMPS: &str = "core dumps are not written; the debug endpoint reads a live process";
+const CAPTURE_WINDOW: &str =
+    "libnrt removed it (runtime release notes); captures run from nrt_inspect_begin to nrt_inspect_stop";
 
 use Handling::{Differently, Honoured, Ignored};
 
-/// The table (sorted by name; `documented_names_are_handled` in runtime/tests/env_documented.rs
-/// lists the SDK's names independently and fails on one missing here).
+/// The table (sorted by name; runtime/tests/env_documented.rs lists the SDK's names
+/// independently and fails on one missing here).
 pub const DOCUMENTED: &[Documented] = &[
     Documented { name: "NEURON_LOGICAL_NC_CONFIG", handling: Honoured, source: LNC },
     Documented { name: "NEURON_RT_ALLOW_LEGACY_NEFF", handling: Honoured, source: CFG },
@@ -60,62 +75,64 @@ pub const DOCUMENTED: &[Documented] = &[
         ),
         source: CFG,
     },
-    Documented {
-        name: "NEURON_RT_ASYNC_SENDRECV_BOOTSTRAP_PORT",
-        handling: Honoured,
-        source: "neuron-runtime/api/nrt_async_sendrecv.rst",
-    },
+    Documented { name: "NEURON_RT_ASYNC_SENDRECV_BOOTSTRAP_PORT", handling: Honoured, source: DISAGG },
     Documented {
         name: "NEURON_RT_ASYNC_SENDRECV_EXPERIMENTAL_ENABLED",
         handling: Differently("the nrt_async_sendrecv.h API is always available"),
-        source: "neuron-runtime/api/nrt_async_sendrecv.rst",
+        source: DISAGG,
     },
     Documented {
         name: "NEURON_RT_CONTIGUOUS_SCRATCHPAD",
         handling: Ignored("the scratchpad is one allocation per model in device memory already"),
         source: DEVMEM,
     },
-    Documented {
-        name: "NEURON_RT_DBG_CC_DMA_PACKET_SIZE",
-        handling: Ignored(SIMULATED),
-        source: "neuron-runtime/explore/intranode-collective-comm.rst",
-    },
-    Documented {
-        name: "NEURON_RT_DBG_DMA_PACKETIZATION_SIZE",
-        handling: Ignored(SIMULATED),
-        source: "neuron-runtime/explore/intranode-collective-comm.rst",
-    },
+    Documented { name: "NEURON_RT_DBG_CC_DMA_PACKET_SIZE", handling: Ignored(DMA_PACKETS), source: OVERLAP },
+    Documented { name: "NEURON_RT_DBG_DMA_PACKETIZATION_SIZE", handling: Ignored(DMA_PACKETS), source: OVERLAP },
     Documented {
         name: "NEURON_RT_DBG_DUMP_INPUTS_ON_ERR",
         handling: Ignored("inputs of a failed execution are not dumped; the debug endpoint reads them live"),
-        source: "neuron-runtime/nrtpy/tutorial-debug-neff-nrtpy.rst",
+        source: TROUBLE,
+    },
+    Documented {
+        name: "NEURON_RT_DBG_INTRA_RDH_CHANNEL_BUFFER_SIZE",
+        handling: Ignored("collectives here do not use libnrt's RDH channel buffers"),
+        source: "libraries/nxd-inference/tutorials/qwen3-vl-tutorial.ipynb",
     },
     Documented {
         name: "NEURON_RT_DEBUG_MEMLOG_MAX_SIZE",
-        handling: Ignored("libnrt's in-memory log is not kept"),
-        source: "neuron-runtime/api/debug-stream-api.rst",
+        handling: Ignored("libnrt's in-memory allocation log is not kept"),
+        source: DEVGUIDE,
+    },
+    Documented {
+        name: "NEURON_RT_DEBUG_OUTPUT_DIR",
+        handling: Ignored("device-printed tensors (the debug stream) are not produced"),
+        source: "nki/api/nki/language/__init__.py (device_print)",
     },
     Documented {
         name: "NEURON_RT_DEBUG_STREAM_BUFFER_SIZE",
         handling: Ignored("the debug stream API is not built"),
-        source: "neuron-runtime/api/debug-stream-api.rst",
+        source: DEBUG_STREAM,
     },
     Documented {
         name: "NEURON_RT_ENABLE_DEVICE_MEMORY_OOM_LOG",
         handling: Ignored("a device-memory allocation failure is always reported with its error"),
-        source: DEVMEM,
+        source: RELNOTES,
     },
-    Documented { name: "NEURON_RT_ENABLE_DGE_NOTIFICATIONS", handling: Ignored(SIMULATED), source: PROFILER },
+    Documented {
+        name: "NEURON_RT_ENABLE_DGE_NOTIFICATIONS",
+        handling: Ignored("DGE notifications are not enabled, so profiles carry no DMA variable names from them"),
+        source: PROFILER,
+    },
     Documented { name: "NEURON_RT_EXEC_TIMEOUT", handling: Honoured, source: DEVGUIDE },
     Documented {
         name: "NEURON_RT_GPSIMD_STDOUT_QUEUE_SIZE_BYTES",
-        handling: Ignored("GPSIMD custom operators are not run"),
-        source: "neuron-runtime/guides/nrt-developer-guide.rst",
+        handling: Ignored("printf output of GPSIMD custom operators is not collected"),
+        source: "neuron-customops/api-reference-guide/custom-ops-ref-guide.rst",
     },
     Documented {
         name: "NEURON_RT_INSPECT_CPU_UTIL",
         handling: Ignored("CPU utilisation is not sampled into profiles"),
-        source: PROFILER,
+        source: PROFILE_HOWTO,
     },
     Documented {
         name: "NEURON_RT_INSPECT_DEVICE_PROFILE",
@@ -123,38 +140,38 @@ pub const DOCUMENTED: &[Documented] = &[
         source: PROFILER,
     },
     Documented {
-        name: "NEURON_RT_INSPECT_DURATION_NSEC",
-        handling: Ignored("captures run from nrt_inspect_begin to nrt_inspect_stop"),
+        name: "NEURON_RT_INSPECT_DEVICE_PROFILE_NUM_WARMUP",
+        handling: Ignored("device profiles capture every execution; none are skipped as warm-up"),
         source: PROFILER,
     },
+    Documented { name: "NEURON_RT_INSPECT_DURATION_NSEC", handling: Ignored(CAPTURE_WINDOW), source: RELNOTES },
     Documented { name: "NEURON_RT_INSPECT_ENABLE", handling: Honoured, source: PROFILER },
     Documented { name: "NEURON_RT_INSPECT_EVENT_FILTER_NC", handling: Honoured, source: PROFILER },
     Documented { name: "NEURON_RT_INSPECT_EVENT_FILTER_TYPE", handling: Honoured, source: PROFILER },
     Documented {
         name: "NEURON_RT_INSPECT_HOST_MEMORY",
         handling: Ignored("host memory is not sampled into profiles"),
-        source: PROFILER,
+        source: PROFILE_HOWTO,
     },
-    Documented { name: "NEURON_RT_INSPECT_ON_FAIL", handling: Honoured, source: PROFILER },
+    Documented { name: "NEURON_RT_INSPECT_ON_FAIL", handling: Honoured, source: PROFILE_H },
     Documented { name: "NEURON_RT_INSPECT_OUTPUT_DIR", handling: Honoured, source: PROFILER },
     Documented {
         name: "NEURON_RT_INSPECT_PRECACHE_ENABLE",
         handling: Ignored("there is no framework graph cache in this runtime"),
         source: PROFILER,
     },
-    Documented {
-        name: "NEURON_RT_INSPECT_START_OFFSET_NSEC",
-        handling: Ignored("captures run from nrt_inspect_begin to nrt_inspect_stop"),
-        source: PROFILER,
-    },
+    Documented { name: "NEURON_RT_INSPECT_START_OFFSET_NSEC", handling: Ignored(CAPTURE_WINDOW), source: RELNOTES },
     Documented { name: "NEURON_RT_INSPECT_SYSTEM_PROFILE", handling: Honoured, source: PROFILER },
     Documented { name: "NEURON_RT_INSPECT_SYS_TRACE_MAX_EVENTS_PER_NC", handling: Honoured, source: PROFILER },
+    Documented { name: "NEURON_RT_LOCAL_CORE_DUMP_DIRECTORY", handling: Ignored(CORE_DUMPS), source: COREDUMP },
     Documented {
-        name: "NEURON_RT_LOCAL_CORE_DUMP_DIRECTORY",
-        handling: Ignored("core dumps are not written; the debug endpoint reads a live process"),
-        source: COREDUMP,
+        name: "NEURON_RT_LOG_LEVEL",
+        handling: Differently(
+            "the documented levels and QUIET are honoured; unset, libnrt logs at ERROR (the configuration \
+             guide's default; the reference page now says WARN) and the CLI at WARN",
+        ),
+        source: CFG,
     },
-    Documented { name: "NEURON_RT_LOG_LEVEL", handling: Honoured, source: CFG },
     Documented {
         name: "NEURON_RT_LOG_LEVEL_*",
         handling: Differently(
@@ -165,7 +182,9 @@ pub const DOCUMENTED: &[Documented] = &[
     },
     Documented {
         name: "NEURON_RT_LOG_LOCATION",
-        handling: Differently("`console` (default) and `syslog` (the local syslog socket, /dev/log)"),
+        handling: Differently(
+            "`console` (the default: the console only, not also syslog) and `syslog` (the local syslog socket, /dev/log)",
+        ),
         source: CFG,
     },
     Documented {
@@ -176,75 +195,66 @@ pub const DOCUMENTED: &[Documented] = &[
     Documented {
         name: "NEURON_RT_LOW_LATENCY_TASKS_CPU_AFFINITY",
         handling: Ignored("the runtime starts no low-latency helper threads to pin"),
-        source: "neuron-runtime/explore/runtime-performance-tips.rst",
+        source: PERF,
     },
     Documented {
         name: "NEURON_RT_MULTI_INSTANCE_SHARED_WEIGHTS",
         handling: Ignored("every load stages its own copy of the weights"),
         source: CFG,
     },
-    Documented { name: "NEURON_RT_NUM_CORES", handling: Honoured, source: CFG },
     Documented {
         name: "NEURON_RT_NUMERICAL_ERRORS_VERBOSITY",
-        handling: Ignored("numerical-error notifications are reported by their status only"),
-        source: "neuron-runtime/nrt-troubleshoot.rst",
+        handling: Differently("values validated as libnrt does; numerical errors are reported by their status only"),
+        source: RELNOTES,
     },
+    Documented { name: "NEURON_RT_NUM_CORES", handling: Honoured, source: CFG },
     Documented {
         name: "NEURON_RT_ONE_THREAD_PER_CORE",
-        handling: Ignored("execution threads are per NeuronCore already (one execution unit each)"),
-        source: "neuron-runtime/explore/runtime-performance-tips.rst",
+        handling: Ignored("network proxy threads are not pinned to dedicated CPU cores"),
+        source: RELNOTES,
     },
+    Documented { name: "NEURON_RT_PROFILE_BUF_CC_CORE_EVENT_MB", handling: Ignored(PROFILE_BUF), source: DEVMEM },
     Documented {
-        name: "NEURON_RT_PROFILE_BUF_DMA_MB",
-        handling: Ignored("profile buffers are host memory sized by the capture"),
-        source: PROFILER,
+        name: "NEURON_RT_PROFILE_BUF_CC_CORE_INSTRUCTION_MB",
+        handling: Ignored(PROFILE_BUF),
+        source: DEVMEM,
     },
+    Documented { name: "NEURON_RT_PROFILE_BUF_DMA_MB", handling: Ignored(PROFILE_BUF), source: DEVMEM },
+    Documented { name: "NEURON_RT_PROFILE_BUF_EVENT_MB", handling: Ignored(PROFILE_BUF), source: DEVMEM },
+    Documented { name: "NEURON_RT_PROFILE_BUF_THROTTLE_MB", handling: Ignored(PROFILE_BUF), source: DEVMEM },
     Documented {
         name: "NEURON_RT_RANKS_PER_NETWORK_PROXY",
         handling: Ignored("each rank drives its own network proxy"),
-        source: COLL,
+        source: RELNOTES,
     },
     Documented {
         name: "NEURON_RT_RESET_CORES",
         handling: Differently("cores are always reset when a process takes them (`0` cannot skip it)"),
-        source: "libraries/nxd-inference (NEURON_RT_RESET_CORES=1 in its scripts)",
+        source: TROUBLE,
     },
-    Documented { name: "NEURON_RT_ROOT_COMM_ID", handling: Honoured, source: COLL },
-    Documented {
-        name: "NEURON_RT_S3_CORE_DUMP_PREFIX",
-        handling: Ignored("core dumps are not written or uploaded"),
-        source: COREDUMP,
-    },
+    Documented { name: "NEURON_RT_ROOT_COMM_ID", handling: Honoured, source: DEVGUIDE },
+    Documented { name: "NEURON_RT_S3_CORE_DUMP_PREFIX", handling: Ignored(CORE_DUMPS), source: COREDUMP },
     Documented {
         name: "NEURON_RT_STOCHASTIC_ROUNDING_EN",
         handling: Ignored("the simulator's engines round to nearest even; stochastic rounding is not modelled"),
-        source: DEVGUIDE,
+        source: ROUNDING,
     },
     Documented {
         name: "NEURON_RT_STOCHASTIC_ROUNDING_SEED",
         handling: Ignored("stochastic rounding is not modelled"),
-        source: "frameworks (torch-neuronx) training guides",
+        source: DEVGUIDE,
     },
-    Documented {
-        name: "NEURON_RT_ULTRASERVER_MODE",
-        handling: Ignored("UltraServer topologies are not modelled"),
-        source: COLL,
-    },
-    Documented {
-        name: "NEURON_RT_ULTRASERVER_NODE_ID",
-        handling: Ignored("UltraServer topologies are not modelled"),
-        source: COLL,
-    },
-    Documented {
-        name: "NEURON_RT_ULTRASERVER_SERVER_ID",
-        handling: Ignored("UltraServer topologies are not modelled"),
-        source: COLL,
-    },
+    Documented { name: "NEURON_RT_ULTRASERVER_MODE", handling: Ignored(ULTRA), source: ULTRASERVER },
+    Documented { name: "NEURON_RT_ULTRASERVER_NODE_ID", handling: Ignored(ULTRA), source: ULTRASERVER },
+    Documented { name: "NEURON_RT_ULTRASERVER_SERVER_ID", handling: Ignored(ULTRA), source: ULTRASERVER },
     Documented { name: "NEURON_RT_VALIDATE_HASH", handling: Honoured, source: CFG },
     Documented {
         name: "NEURON_RT_VIRTUAL_CORE_SIZE",
-        handling: Honoured,
-        source: "libraries/nxd-inference/tutorials/trn2-llama3.1-405b-speculative-tutorial.rst",
+        handling: Differently(
+            "read as NEURON_LOGICAL_NC_CONFIG (1 or 2, the arch's default when unset); both set to different \
+             sizes is refused, as the SDK does not say which wins",
+        ),
+        source: "libraries/nxd-inference/tutorials/trn2-llama3.3-70b-tutorial.rst; tools/neuron-explorer/glossary.rst",
     },
     Documented { name: "NEURON_RT_VISIBLE_CORES", handling: Honoured, source: CFG },
 ];

@@ -341,7 +341,8 @@ def test_an_lnc2_neff_on_one_logical_core_at_trn2s_default(examples, monkeypatch
     monkeypatch.delenv("NEURON_RT_VIRTUAL_CORE_SIZE", raising=False)
     nrtpy.configure(visible_cores=[1])
     model = NrtpyModel.load_from_neff(examples / "allreduce_lnc2.neff")
-    assert model._ref.ncs == [2, 3], "logical core 1 is physical cores 2-3"
+    assert model._ref.ncs == [0], "one logical core: the process's first visible one"
+    assert model._ref.global_ncs == [2, 3], "logical core 1 is physical cores 2-3"
     x = input_array(examples)
     out = model(inputs={"input": NrtpyTensor.from_numpy(x, name="input")})["output"].numpy()
     np.testing.assert_array_equal(out, 2 * x)

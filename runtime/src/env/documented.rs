@@ -204,8 +204,11 @@ pub const DOCUMENTED: &[Documented] = &[
     },
     Documented {
         name: "NEURON_RT_NUMERICAL_ERRORS_VERBOSITY",
-        handling: Differently("values validated as libnrt does; numerical errors are reported by their status only"),
-        source: RELNOTES,
+        handling: Differently(
+            "values validated as libnrt does (another value fails nrt_init with NRT_INVALID); a numerical \
+             error is reported at every setting, as NRT_EXEC_COMPLETED_WITH_NUM_ERR (1003) only",
+        ),
+        source: CFG,
     },
     Documented { name: "NEURON_RT_NUM_CORES", handling: Honoured, source: CFG },
     Documented {

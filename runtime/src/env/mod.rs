@@ -197,7 +197,9 @@ pub fn lnc_request<F: Fn(&str) -> Option<String>>(lookup: &F) -> Result<Option<L
     }
 }
 
-/// A libnrt boolean (`TRUE`/`FALSE` in any case, `1`/`0`; empty: the default).
+/// A libnrt boolean (the reference page: `0`, `1`, `false`, `true`, any case; also `yes`/`no`/
+/// `on`/`off`; empty or unset: the default). Anything else is refused naming the variable, never
+/// read as the default.
 pub fn parse_bool(var: &'static str, raw: Option<String>, default: bool) -> Result<bool, EnvError> {
     let Some(raw) = raw else { return Ok(default) };
     match raw.trim().to_ascii_lowercase().as_str() {
@@ -444,15 +446,6 @@ pub struct InspectEnv {
     pub on_fail: bool,
 }
 
-/// A libnrt boolean knob: `1`/`true` on, `0`/`false` off, anything else (or unset) the default.
-fn flag(raw: Option<String>, default: bool) -> bool {
-    match raw.as_deref() {
-        Some("1") | Some("true") => true,
-        Some("0") | Some("false") => false,
-        _ => default,
-    }
-}
-
 impl InspectEnv {
     /// Build from a lookup function (`name → raw value`).
     pub fn from_lookup<F: Fn(&str) -> Option<String>>(lookup: F) -> Result<Self, EnvError> {
@@ -462,7 +455,7 @@ impl InspectEnv {
             None => None,
         };
         Ok(Self {
-            enable: flag(lookup(INSPECT_ENABLE_VAR), false),
+            enable: parse_bool(INSPECT_ENABLE_VAR, lookup(INSPECT_ENABLE_VAR), false)?,
             output_dir: PathBuf::from(output_dir),
             filter_type: lookup(INSPECT_FILTER_TYPE_VAR).filter(|v| !v.trim().is_empty()),
             filter_nc,
@@ -473,13 +466,13 @@ impl InspectEnv {
                     .map_err(|_| EnvError::BadCount { var: INSPECT_MAX_EVENTS_VAR, value: v.clone() })?,
                 None => DEFAULT_INSPECT_MAX_EVENTS_PER_NC,
             },
-            system_profile: flag(lookup(INSPECT_SYSTEM_PROFILE_VAR), true),
+            system_profile: parse_bool(INSPECT_SYSTEM_PROFILE_VAR, lookup(INSPECT_SYSTEM_PROFILE_VAR), true)?,
             // `0` (default), `1`/`model`, `session` (the profiler's variables page).
             device_profile: matches!(
                 lookup(INSPECT_DEVICE_PROFILE_VAR).as_deref().map(|v| v.trim().to_ascii_lowercase()).as_deref(),
                 Some("1" | "true" | "model" | "session")
             ),
-            on_fail: flag(lookup(INSPECT_ON_FAIL_VAR), false),
+            on_fail: parse_bool(INSPECT_ON_FAIL_VAR, lookup(INSPECT_ON_FAIL_VAR), false)?,
         })
     }
 

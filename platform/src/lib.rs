@@ -21,6 +21,7 @@ pub mod fork;
 pub mod irq;
 pub mod mmio;
 pub mod shm;
+pub mod sync;
 
 pub use dma::{DmaDir, DmaMapping, DmaPerm, DmaUnmap, HostMem, HostMemError, PageSize};
 pub use irq::Irq;

@@ -5,3 +5,4 @@
 pub mod api;
 pub mod inventory;
 pub mod prefer;
+pub mod plugin;

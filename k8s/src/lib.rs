@@ -4,5 +4,5 @@
 
 pub mod api;
 pub mod inventory;
-pub mod prefer;
 pub mod plugin;
+pub mod prefer;

@@ -7,11 +7,11 @@ use crate::api::device_plugin::device_plugin_server::{DevicePlugin, DevicePlugin
 use crate::api::registration::registration_client::RegistrationClient;
 use crate::api::*;
 use crate::inventory::Snapshot;
+use platform::sync::lock;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use platform::sync::lock;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
@@ -64,9 +64,10 @@ pub struct PluginConfig {
 pub struct Shared {
     cfg: PluginConfig,
     snapshot: watch::Receiver<Arc<Snapshot>>,
-    /// Global logical cores handed out by Allocate (the kubelet never says when a pod's
-    /// devices come back; a core stays recorded until allocated again).
-    allocated: Mutex<BTreeSet<u32>>,
+    /// Global logical cores handed out by Allocate, each with the first process seen leasing
+    /// it since. The kubelet never says when a pod's devices come back: an allocation of a core
+    /// ends when that process no longer leases it (the container's process exited).
+    allocated: Mutex<BTreeMap<u32, Option<u32>>>,
     /// (pid, core) pairs already reported as held outside any allocation, and how many.
     foreign: Mutex<(BTreeSet<(u32, u32)>, u64)>,
     /// Bumped when an allocation changes what ListAndWatch reports.
@@ -78,7 +79,7 @@ impl Shared {
         Arc::new(Self {
             cfg,
             snapshot,
-            allocated: Mutex::new(BTreeSet::new()),
+            allocated: Mutex::new(BTreeMap::new()),
             foreign: Mutex::new((BTreeSet::new(), 0)),
             alloc_tick: watch::Sender::new(0),
         })
@@ -87,7 +88,27 @@ impl Shared {
     /// Cores leased by a process although no allocation includes them. Each new (pid, core)
     /// is logged once and counted.
     pub fn foreign_holders(&self, snap: &Snapshot) -> BTreeMap<u32, u32> {
-        let allocated = lock(&self.allocated).clone();
+        let allocated: BTreeSet<u32> = {
+            let mut a = lock(&self.allocated);
+            a.retain(|&core, first| {
+                let holder = snap.holder_of(core).map(|h| h.pid);
+                match (*first, holder) {
+                    // Not leased yet: the container has not started its runtime.
+                    (None, None) => true,
+                    (None, Some(pid)) => {
+                        *first = Some(pid);
+                        true
+                    }
+                    (Some(p), Some(pid)) if p == pid => true,
+                    // Its process is gone (possibly replaced by another one already).
+                    (Some(_), _) => {
+                        tracing::info!("NeuronCore {core}: its allocation's process is gone, the core is free");
+                        false
+                    }
+                }
+            });
+            a.keys().copied().collect()
+        };
         let mut out = BTreeMap::new();
         let mut f = lock(&self.foreign);
         for h in &snap.holders {
@@ -128,7 +149,11 @@ impl Shared {
                 .iter()
                 .map(|d| {
                     let held = d.logical_range().any(|c| foreign.contains_key(&c));
-                    Device { id: format!("nd{}", d.index), health: health(snap.device_healthy(d.index) && !held), topology: None }
+                    Device {
+                        id: format!("nd{}", d.index),
+                        health: health(snap.device_healthy(d.index) && !held),
+                        topology: None,
+                    }
                 })
                 .collect(),
         }
@@ -168,7 +193,7 @@ impl Shared {
                 "NeuronCore {c} is leased by pid {pid} outside any allocation; it is not handed out twice"
             )));
         }
-        lock(&self.allocated).extend(cores.iter().copied());
+        lock(&self.allocated).extend(cores.iter().map(|&c| (c, None)));
         self.alloc_tick.send_modify(|t| *t += 1);
         let cores: Vec<u32> = cores.into_iter().collect();
         let mut envs = HashMap::new();
@@ -200,10 +225,12 @@ impl Shared {
         s.push_str("# TYPE neuron_vfio_core_holder_pid gauge\n");
         for c in snap.cores() {
             let pid = snap.holder_of(c).map_or(0, |h| h.pid);
-            let alloc = lock(&self.allocated).contains(&c);
+            let alloc = lock(&self.allocated).contains_key(&c);
             s.push_str(&format!("neuron_vfio_core_holder_pid{{core=\"{c}\",allocated=\"{alloc}\"}} {pid}\n"));
         }
-        s.push_str("# HELP neuron_vfio_cores_held_outside_allocation Logical NeuronCores leased outside any allocation now.\n");
+        s.push_str(
+            "# HELP neuron_vfio_cores_held_outside_allocation Logical NeuronCores leased outside any allocation now.\n",
+        );
         s.push_str("# TYPE neuron_vfio_cores_held_outside_allocation gauge\n");
         s.push_str(&format!("neuron_vfio_cores_held_outside_allocation {}\n", foreign.len()));
         s.push_str("# HELP neuron_vfio_foreign_leases_total Leases seen on cores outside any allocation.\n");
@@ -304,8 +331,9 @@ impl DevicePlugin for Service {
             let must = parse(&r.must_include_device_ids)?;
             let size = usize::try_from(r.allocation_size).unwrap_or(0);
             let ids = crate::prefer::prefer(&avail, &must, size, &group, busy);
-            container_responses
-                .push(ContainerPreferredAllocationResponse { device_ids: ids.iter().map(|i| format!("{prefix}{i}")).collect() });
+            container_responses.push(ContainerPreferredAllocationResponse {
+                device_ids: ids.iter().map(|i| format!("{prefix}{i}")).collect(),
+            });
         }
         Ok(Response::new(PreferredAllocationResponse { container_responses }))
     }
@@ -370,18 +398,17 @@ pub async fn serve_resource(
     let sock = dir.join(&endpoint);
     loop {
         let _ = std::fs::remove_file(&sock);
-        let listener =
-            tokio::net::UnixListener::bind(&sock).map_err(|source| PluginError::Socket { path: sock.clone(), source })?;
+        let listener = tokio::net::UnixListener::bind(&sock)
+            .map_err(|source| PluginError::Socket { path: sock.clone(), source })?;
         let mine = identity(&sock);
         let (down_tx, mut down_rx) = watch::channel(false);
         let svc = DevicePluginServer::new(Service { shared: shared.clone(), kind: res.kind });
-        let server = tokio::spawn(
-            tonic::transport::Server::builder()
-                .add_service(svc)
-                .serve_with_incoming_shutdown(tokio_stream::wrappers::UnixListenerStream::new(listener), async move {
-                    let _ = down_rx.wait_for(|d| *d).await;
-                }),
-        );
+        let server = tokio::spawn(tonic::transport::Server::builder().add_service(svc).serve_with_incoming_shutdown(
+            tokio_stream::wrappers::UnixListenerStream::new(listener),
+            async move {
+                let _ = down_rx.wait_for(|d| *d).await;
+            },
+        ));
         // Register (the kubelet dials the endpoint back: the server is up first).
         let registered_with = loop {
             if *stop.borrow() {
@@ -418,8 +445,13 @@ pub async fn serve_resource(
                 }
             }
         }
+        // A graceful stop waits for open streams (a ListAndWatch the old kubelet may not have
+        // closed): give it a moment, then end the server.
         let _ = down_tx.send(true);
-        let _ = server.await;
+        let abort = server.abort_handle();
+        if tokio::time::timeout(Duration::from_millis(500), server).await.is_err() {
+            abort.abort();
+        }
         if *stop.borrow() {
             let _ = std::fs::remove_file(&sock);
             return Ok(());
@@ -427,7 +459,11 @@ pub async fn serve_resource(
     }
 }
 
-async fn register(kubelet: &Path, res: &Resource, endpoint: &str) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+async fn register(
+    kubelet: &Path,
+    res: &Resource,
+    endpoint: &str,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let ch = unix_channel(kubelet.to_path_buf()).await?;
     let mut c = RegistrationClient::new(ch);
     c.register(RegisterRequest {

@@ -32,6 +32,7 @@ pub mod env;
 pub mod error;
 pub mod error_decode;
 pub mod lanes;
+pub(crate) mod locks;
 pub mod observe;
 pub mod profile;
 pub mod records;

@@ -243,19 +243,19 @@ mod tests {
             Some(PathBuf::from("/log"))
         }
         fn execution(&self, ncs: &[usize], status: NrtStatus, lat: u64, busy: u64, warn: u32, _end: Instant) {
-            self.0.lock().unwrap().push(format!("exec {ncs:?} {} {lat} {busy} {warn}", status.code()));
+            platform::sync::lock(&self.0).push(format!("exec {ncs:?} {} {lat} {busy} {warn}", status.code()));
         }
         fn model_loaded(&self, ncs: &[usize], b: &[u64]) {
-            self.0.lock().unwrap().push(format!("load {ncs:?} {b:?}"));
+            platform::sync::lock(&self.0).push(format!("load {ncs:?} {b:?}"));
         }
         fn model_unloaded(&self, ncs: &[usize], b: &[u64]) {
-            self.0.lock().unwrap().push(format!("unload {ncs:?} {b:?}"));
+            platform::sync::lock(&self.0).push(format!("unload {ncs:?} {b:?}"));
         }
         fn tensor(&self, nc: usize, bytes: u64, dev: bool, freed: bool) {
-            self.0.lock().unwrap().push(format!("tensor {nc} {bytes} {dev} {freed}"));
+            platform::sync::lock(&self.0).push(format!("tensor {nc} {bytes} {dev} {freed}"));
         }
         fn close(&self) {
-            self.0.lock().unwrap().push("close".into());
+            platform::sync::lock(&self.0).push("close".into());
         }
     }
 
@@ -284,8 +284,8 @@ mod tests {
         let obs = Observers::new(vec![a.clone() as Arc<dyn Observer>, q.clone() as Arc<dyn Observer>]);
         obs.model_loaded(&[0], &[1]);
         obs.execution(&[0], NrtStatus::Success, 1, 1, 0, Instant::now());
-        assert_eq!(a.0.lock().unwrap().len(), 2);
-        assert_eq!(*q.0 .0.lock().unwrap(), vec!["load [0] [1]".to_string()]);
+        assert_eq!(platform::sync::lock(&a.0).len(), 2);
+        assert_eq!(*platform::sync::lock(&q.0 .0), vec!["load [0] [1]".to_string()]);
     }
 
     #[test]
@@ -307,8 +307,8 @@ mod tests {
             "unload [0, 1] [10, 20]".into(),
             "close".into(),
         ];
-        assert_eq!(*a.0.lock().unwrap(), want);
-        assert_eq!(*b.0.lock().unwrap(), want);
+        assert_eq!(*platform::sync::lock(&a.0), want);
+        assert_eq!(*platform::sync::lock(&b.0), want);
         assert_eq!(obs.path_of("log"), Some(PathBuf::from("/log")));
         assert_eq!(obs.path_of(COUNTERS), None);
     }

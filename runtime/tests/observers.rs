@@ -22,10 +22,10 @@ struct Rec {
 
 impl Rec {
     fn push(&self, e: String) {
-        self.events.lock().unwrap().push(e);
+        platform::sync::lock(&self.events).push(e);
     }
     fn take(&self) -> Vec<String> {
-        std::mem::take(&mut *self.events.lock().unwrap())
+        std::mem::take(&mut *platform::sync::lock(&self.events))
     }
 }
 

@@ -23,21 +23,22 @@ pub enum Rank {
     /// `Runtime::state`, NRT_INIT_STATE: `init` holds it while it opens and installs the
     /// session.
     State,
-    /// `Runtime::xus`, the execution units by NC: `execute_async` holds it while it reads the
-    /// session to start a unit.
+    /// `Runtime::xus`, the execution units by NC.
     Xus,
     /// `Runtime::models`, the loaded models by id.
     Models,
-    /// `Runtime::session`, the current session: held only to clone or swap its `Arc`.
-    Session,
-    /// `Session::placed`, the models placed on each NC.
-    Placed,
     /// `Runtime::load_progress`, the load progress callback.
     LoadProgress,
     /// `Model::exec`, a model's device state (its executions one at a time).
     Exec,
     /// A model's lifecycle (state, references, poison).
     Lifecycle,
+    /// `Session::placed`, the models placed on each NC.
+    Placed,
+    /// `Runtime::session`, the current session: held only to clone or swap its `Arc`, so
+    /// nothing is taken under it, and it may be taken under any other (a profile sink called
+    /// on the execute path, under the model's `exec`, asks the runtime for a logical NC).
+    Session,
 }
 
 /// Times a ranked lock was found held by another thread, process-wide.
@@ -216,11 +217,11 @@ mod tests {
     #[test]
     fn locks_in_rank_order_nest() {
         let a = Ranked::new(Rank::State, 1);
-        let b = RankedRw::new(Rank::Session, 2);
         let c = Ranked::new(Rank::Exec, 3);
+        let b = RankedRw::new(Rank::Session, 2);
         let ga = a.lock();
-        let gb = b.read();
         let gc = c.lock();
+        let gb = b.read();
         assert_eq!(*ga + *gb + *gc, 6);
         // Guards may drop in any order; the lock is then free to take again.
         drop(gb);

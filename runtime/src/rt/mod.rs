@@ -513,8 +513,8 @@ impl Session {
 /// The runtime (libnrt's global state, as an object).
 ///
 /// Its locks, in the order they are taken ([`crate::locks::Rank`], docs/architecture.md
-/// "Locks"): `state`, `xus`, `models`, `session` (held only to clone or swap the `Arc`), the
-/// session's `placed`, `load_progress`, then a model's `exec` and its lifecycle.
+/// "Locks"): `state`, `xus`, `models`, `load_progress`, a model's `exec` and its lifecycle,
+/// the session's `placed`, and last `session` (held only to clone or swap the `Arc`).
 pub struct Runtime {
     state: Ranked<RuntimeState>,
     /// The current session: None before init and after close.

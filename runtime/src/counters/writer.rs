@@ -140,74 +140,7 @@ impl Counters {
     /// device busy time (from the START/END records; 0 when it failed before them). The
     /// caller must hold the lanes of `ncs` (executions on an NC are counted one at a time).
     pub fn execution(&self, ncs: &[usize], status: NrtStatus, latency_ns: u64, busy_ns: u64) {
-        self.execution_at(ncs, status, latency_ns, busy_ns, 0, std::time::Instant::now());
-    }
-
-    /// [`Counters::execution`] for an execution that ended at host instant `end` (its unix
-    /// time is derived from the pair of clocks read when the segment was created) after
-    /// `barrier_warnings` collectives-barrier warnings.
-    pub fn execution_at(
-        &self,
-        ncs: &[usize],
-        status: NrtStatus,
-        latency_ns: u64,
-        busy_ns: u64,
-        barrier_warnings: u32,
-        end: std::time::Instant,
-    ) {
-        let (at, unix) = self.unix_at;
-        let end = unix.saturating_add(end.saturating_duration_since(at).as_nanos() as u64);
-        let bucket = latency_bucket(latency_ns);
-        let device_bucket = latency_bucket(busy_ns);
-        let failed = ErrorKind::of(status);
-        let words = self.words();
-        let mut counted = false;
-        for &nc in ncs {
-            // The NC's slot, found once (an NC beyond the segment is ignored).
-            let base = self.header + nc * SLOT_WORDS;
-            let Some(own) = (nc < self.ncs).then(|| words.get(base..base + SLOT_WORDS)).flatten() else { continue };
-            let bump = |w: usize, v: u64| {
-                // Only the execution holding the NC's lane writes these words (module docs).
-                if let Some(a) = own.get(w) {
-                    a.store(a.load(Ordering::Relaxed).wrapping_add(v), Ordering::Relaxed);
-                }
-            };
-            counted = true;
-            bump(slot::EXECUTIONS, 1);
-            bump(slot::BUSY_NS, busy_ns);
-            bump(slot::LATENCY_SUM_NS, latency_ns);
-            bump(slot::LATENCY + bucket, 1);
-            if busy_ns > 0 {
-                bump(slot::DEVICE_LATENCY + device_bucket, 1);
-            }
-            if let Some(k) = failed {
-                bump(slot::FAILED, 1);
-                bump(k.word(), 1);
-            }
-            if barrier_warnings > 0 {
-                bump(slot::BARRIER_WARNINGS, u64::from(barrier_warnings));
-            }
-            if let Some(a) = own.get(slot::LAST_END_NS) {
-                a.store(end, Ordering::Relaxed);
-            }
-        }
-        if counted {
-            // Per process: executions on different NCs end concurrently, so these are
-            // atomic adds (on the header's line, as UPDATES).
-            let add = |w: usize| {
-                if let Some(a) = words.get(w) {
-                    a.fetch_add(1, Ordering::Relaxed);
-                }
-            };
-            add(hdr::EXECUTIONS);
-            if let Some(k) = failed {
-                add(hdr::FAILED);
-                add(hdr::ERRORS + k as usize);
-            }
-        }
-        if let Some(u) = words.get(hdr::UPDATES) {
-            u.fetch_add(1, Ordering::Release);
-        }
+        Observer::execution(self, ncs, status, latency_ns, busy_ns, 0, std::time::Instant::now());
     }
 
     /// A model was loaded on `ncs` (`bytes_per_nc`: device memory its staging took on each).
@@ -291,6 +224,9 @@ impl Observer for Counters {
         Some(self.shm.path().to_path_buf())
     }
 
+    /// An execution that ended at host instant `end` (its unix
+    /// time is derived from the pair of clocks read when the segment was created) after
+    /// `barrier_warnings` collectives-barrier warnings.
     fn execution(
         &self,
         ncs: &[usize],
@@ -300,7 +236,59 @@ impl Observer for Counters {
         barrier_warnings: u32,
         end: std::time::Instant,
     ) {
-        self.execution_at(ncs, status, latency_ns, busy_ns, barrier_warnings, end);
+        let (at, unix) = self.unix_at;
+        let end = unix.saturating_add(end.saturating_duration_since(at).as_nanos() as u64);
+        let bucket = latency_bucket(latency_ns);
+        let device_bucket = latency_bucket(busy_ns);
+        let failed = ErrorKind::of(status);
+        let words = self.words();
+        let mut counted = false;
+        for &nc in ncs {
+            // The NC's slot, found once (an NC beyond the segment is ignored).
+            let base = self.header + nc * SLOT_WORDS;
+            let Some(own) = (nc < self.ncs).then(|| words.get(base..base + SLOT_WORDS)).flatten() else { continue };
+            let bump = |w: usize, v: u64| {
+                // Only the execution holding the NC's lane writes these words (module docs).
+                if let Some(a) = own.get(w) {
+                    a.store(a.load(Ordering::Relaxed).wrapping_add(v), Ordering::Relaxed);
+                }
+            };
+            counted = true;
+            bump(slot::EXECUTIONS, 1);
+            bump(slot::BUSY_NS, busy_ns);
+            bump(slot::LATENCY_SUM_NS, latency_ns);
+            bump(slot::LATENCY + bucket, 1);
+            if busy_ns > 0 {
+                bump(slot::DEVICE_LATENCY + device_bucket, 1);
+            }
+            if let Some(k) = failed {
+                bump(slot::FAILED, 1);
+                bump(k.word(), 1);
+            }
+            if barrier_warnings > 0 {
+                bump(slot::BARRIER_WARNINGS, u64::from(barrier_warnings));
+            }
+            if let Some(a) = own.get(slot::LAST_END_NS) {
+                a.store(end, Ordering::Relaxed);
+            }
+        }
+        if counted {
+            // Per process: executions on different NCs end concurrently, so these are
+            // atomic adds (on the header's line, as UPDATES).
+            let add = |w: usize| {
+                if let Some(a) = words.get(w) {
+                    a.fetch_add(1, Ordering::Relaxed);
+                }
+            };
+            add(hdr::EXECUTIONS);
+            if let Some(k) = failed {
+                add(hdr::FAILED);
+                add(hdr::ERRORS + k as usize);
+            }
+        }
+        if let Some(u) = words.get(hdr::UPDATES) {
+            u.fetch_add(1, Ordering::Release);
+        }
     }
 
     fn model_loaded(&self, ncs: &[usize], bytes_per_nc: &[u64]) {

@@ -29,10 +29,11 @@ impl Runtime {
                 x.clone()
             } else {
                 // The XU is named by the caller's (logical) core, as nrta_get_sequence names it.
-                let lnc = self.logical_nc(nc).unwrap_or(nc);
+                let session = self.session();
+                let lnc = session.as_ref().and_then(|s| s.logical_nc(nc)).unwrap_or(nc);
                 let lnc = u8::try_from(lnc).map_err(|_| RtError::from(RtErrorKind::NoXuId { nc: lnc }))?;
                 let id = XuId::compute(0, lnc).map_err(|e| RtError::from(RtErrorKind::Xu(e)))?;
-                let cap = self.session().map_or(super::DEFAULT_ASYNC_CAPACITY, |s| s.cfg.async_capacity);
+                let cap = session.map_or(super::DEFAULT_ASYNC_CAPACITY, |s| s.cfg.async_capacity);
                 let xu = Xu::spawn(id, cap, XuExec).map_err(|e| RtError::from(RtErrorKind::Xu(e)))?;
                 let x = Arc::new(NcXu { xu });
                 xus.insert(nc, x.clone());

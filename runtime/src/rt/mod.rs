@@ -477,6 +477,12 @@ impl Session {
             .ok_or_else(|| RtError::from(RtErrorKind::NoLogicalNc { nc: vnc, visible: v.len() }))
     }
 
+    /// [`Runtime::logical_nc`] of this session.
+    fn logical_nc(&self, global_nc: usize) -> Option<usize> {
+        let l = crate::cores::logical(global_nc, self.lnc);
+        self.visible_logical().iter().position(|&g| g == l)
+    }
+
     /// [`Runtime::device_of`] of this session.
     fn device_of(&self, global_nc: usize) -> Option<(Device, usize)> {
         let mut base = 0;
@@ -725,9 +731,7 @@ impl Runtime {
     /// The vNC (index into the visible logical cores) of global physical NC `global_nc`, if
     /// it is visible.
     pub fn logical_nc(&self, global_nc: usize) -> Option<usize> {
-        let s = self.session()?;
-        let l = crate::cores::logical(global_nc, s.lnc);
-        s.visible_logical().iter().position(|&g| g == l)
+        self.session()?.logical_nc(global_nc)
     }
 
     /// The device serving vNC `vnc` and its first physical NC's index on it.

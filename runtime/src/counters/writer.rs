@@ -10,7 +10,7 @@ use platform::ShmWords;
 
 use super::models::{models_path, ModelList};
 use super::*;
-use crate::observe::Observer;
+use crate::observe::{ExecutionEnd, Observer};
 
 fn now_ns() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
@@ -140,7 +140,8 @@ impl Counters {
     /// device busy time (from the START/END records; 0 when it failed before them). The
     /// caller must hold the lanes of `ncs` (executions on an NC are counted one at a time).
     pub fn execution(&self, ncs: &[usize], status: NrtStatus, latency_ns: u64, busy_ns: u64) {
-        Observer::execution(self, ncs, status, latency_ns, busy_ns, 0, std::time::Instant::now());
+        let e = ExecutionEnd { status, latency_ns, busy_ns, barrier_warnings: 0, end: std::time::Instant::now() };
+        Observer::execution(self, ncs, &e);
     }
 
     /// A model was loaded on `ncs` (`bytes_per_nc`: device memory its staging took on each).
@@ -227,15 +228,8 @@ impl Observer for Counters {
     /// An execution that ended at host instant `end` (its unix
     /// time is derived from the pair of clocks read when the segment was created) after
     /// `barrier_warnings` collectives-barrier warnings.
-    fn execution(
-        &self,
-        ncs: &[usize],
-        status: NrtStatus,
-        latency_ns: u64,
-        busy_ns: u64,
-        barrier_warnings: u32,
-        end: std::time::Instant,
-    ) {
+    fn execution(&self, ncs: &[usize], e: &ExecutionEnd) {
+        let ExecutionEnd { status, latency_ns, busy_ns, barrier_warnings, end } = *e;
         let (at, unix) = self.unix_at;
         let end = unix.saturating_add(end.saturating_duration_since(at).as_nanos() as u64);
         let bucket = latency_bucket(latency_ns);

@@ -339,7 +339,8 @@ impl Model {
         barrier_warnings: u32,
         end: Instant,
     ) {
-        self.observers.execution(&self.ncs, status, latency_ns, busy_ns, barrier_warnings, end);
+        let e = crate::observe::ExecutionEnd { status, latency_ns, busy_ns, barrier_warnings, end };
+        self.observers.execution(&self.ncs, &e);
     }
 
     /// The model as listings name it.

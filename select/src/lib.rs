@@ -26,6 +26,7 @@ use nrt_status::{NrtStatus, Status};
 use platform::Platform;
 use vfio::{Backend, Filter, PciAddress, PciFunction, Sysfs, VfioSupport};
 
+pub mod env;
 pub mod shared;
 pub mod trace;
 pub use trace::{mmio_trace_path, set_mmio_trace, wrap as wrap_traced};

@@ -26,8 +26,8 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
 use neff::{NrtStatus, TensorInfo};
-use runtime::profile::{self, Collector};
 use platform::sync::lock;
+use runtime::profile::{self, Collector};
 use runtime::{ModelHandle, RtError, Runtime, RuntimeConfig, Tensor, TensorSet};
 use select::env::{self as device, DeviceEnvError};
 

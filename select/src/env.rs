@@ -207,7 +207,11 @@ pub fn open(spec: &Spec, reserve: &Reserve, lnc: Option<u32>, log: impl Fn(&str)
 /// a spec's `ncN` is a logical NC, which `global_nc` maps to the global NC (an error: the NC is
 /// not visible).
 #[cfg(feature = "sim")]
-pub fn arm<E>(opened: &Opened, faults: Vec<Fault>, global_nc: impl Fn(usize) -> Result<usize, E>) -> Result<(), DeviceEnvError>
+pub fn arm<E>(
+    opened: &Opened,
+    faults: Vec<Fault>,
+    global_nc: impl Fn(usize) -> Result<usize, E>,
+) -> Result<(), DeviceEnvError>
 where
     E: std::error::Error + Send + Sync + 'static,
 {

@@ -3,7 +3,10 @@ use super::*;
 #[test]
 fn sim_nc_count_without_opening() {
     let s = Spec::Sim { arch: &csr_maps::SUNDA, n: 2 };
-    assert_eq!(arch_and_count(&s).ok().map(|(a, n)| (a.name, n)), Some(("sunda", csr_maps::SUNDA.counts.ncs as usize * 2)));
+    assert_eq!(
+        arch_and_count(&s).ok().map(|(a, n)| (a.name, n)),
+        Some(("sunda", csr_maps::SUNDA.counts.ncs as usize * 2))
+    );
 }
 
 #[test]

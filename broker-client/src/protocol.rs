@@ -4,12 +4,17 @@
 //! LE` ([`VERSION`]), `tag: u8` and the message's fields: integers little-endian, strings as
 //! `u16` length + UTF-8 bytes (at most [`MAX_STR`]), lists as `u16` count + items (at most
 //! [`MAX_LIST`]). Every read is bounds-checked; an unknown version or tag, a short or long
-//! frame, bad UTF-8 or a field out of range is a [`ProtoError`], never a panic. File
-//! descriptors travel beside a frame as SCM_RIGHTS ancillary data ([`crate::fdpass`]); the
-//! frame says how many to expect.
+//! frame, bad UTF-8 or a field out of range is a [`ProtoError`], never a panic: the frame is
+//! the [`wire`] codec's ([`FORMAT`]). File descriptors travel beside a frame ([`send`],
+//! [`recv`]: [`wire::fdpass`]); the frame says how many to expect.
 //!
 //! The client's pid and uid are never part of a message: the broker takes them from the
 //! socket (SO_PEERCRED).
+
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+
+use wire::{Dec, Enc};
 
 /// Protocol version: a frame of another version is refused ([`ErrorCode::Version`]). 2: a
 /// lease counts logical NeuronCores (`Request::Lease::lnc`).
@@ -21,23 +26,34 @@ pub const MAX_STR: usize = 4096;
 /// Most items in a list field.
 pub const MAX_LIST: usize = 256;
 
+/// Most descriptors one frame carries.
+pub const MAX_FDS: usize = 4;
+
+/// The frame layout: `len: u32` first (counting what follows), `version: u16`, `tag: u8`;
+/// strings, byte strings and lists counted by a `u16`.
+pub static FORMAT: wire::Format = wire::Format {
+    name: "broker",
+    magic: b"",
+    version: VERSION,
+    tag: wire::Width::U8,
+    length: wire::Length::Front,
+    count: wire::Width::U16,
+    max_len: MAX_FRAME,
+};
+
 /// Why bytes are not a message.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ProtoError {
-    #[error("frame of {0} bytes exceeds the limit of {MAX_FRAME}")]
-    FrameTooLong(usize),
-    #[error("truncated message: {need} more bytes needed at offset {at}")]
-    Truncated { at: usize, need: usize },
-    #[error("{0} trailing bytes after the message")]
-    Trailing(usize),
-    #[error("protocol version {0} (this broker speaks {VERSION})")]
-    Version(u16),
-    #[error("unknown {what} tag {tag}")]
-    Tag { what: &'static str, tag: u8 },
-    #[error("string field is not UTF-8")]
-    Utf8,
-    #[error("{what} of {len} exceeds the limit of {max}")]
-    TooLong { what: &'static str, len: usize, max: usize },
+pub use wire::DecodeError as ProtoError;
+/// Why a frame could not be sent or received.
+pub use wire::FrameError as WireError;
+
+/// Send one encoded frame with `fds`.
+pub fn send(sock: &UnixStream, frame: &[u8], fds: &[BorrowedFd<'_>]) -> Result<(), WireError> {
+    wire::send_frame(sock, frame, fds)
+}
+
+/// Receive one whole frame and the descriptors sent with it (at most [`MAX_FDS`]).
+pub fn recv(sock: &UnixStream) -> Result<(Vec<u8>, Vec<OwnedFd>), WireError> {
+    FORMAT.recv_frame(sock, MAX_FDS)
 }
 
 /// A device as a client names it.
@@ -286,152 +302,28 @@ pub enum Reply {
     },
 }
 
-struct W(Vec<u8>);
-
-impl W {
-    fn new(tag: u8) -> Self {
-        let mut v = Vec::with_capacity(64);
-        v.extend_from_slice(&[0; 4]);
-        v.extend_from_slice(&VERSION.to_le_bytes());
-        v.push(tag);
-        W(v)
-    }
-    fn u8(&mut self, v: u8) -> &mut Self {
-        self.0.push(v);
-        self
-    }
-    fn u16(&mut self, v: u16) -> &mut Self {
-        self.0.extend_from_slice(&v.to_le_bytes());
-        self
-    }
-    fn u32(&mut self, v: u32) -> &mut Self {
-        self.0.extend_from_slice(&v.to_le_bytes());
-        self
-    }
-    fn u64(&mut self, v: u64) -> &mut Self {
-        self.0.extend_from_slice(&v.to_le_bytes());
-        self
-    }
-    /// Strings longer than [`MAX_STR`] are cut at a character boundary (they are names).
-    fn str(&mut self, s: &str) -> &mut Self {
-        let mut end = s.len().min(MAX_STR);
-        while !s.is_char_boundary(end) {
-            end -= 1;
-        }
-        self.u16(end as u16);
-        self.0.extend_from_slice(&s.as_bytes()[..end]);
-        self
-    }
-    /// At most [`MAX_FWIO`] bytes (longer is a caller's bug: cut).
-    fn bytes(&mut self, b: &[u8]) -> &mut Self {
-        let b = &b[..b.len().min(MAX_FWIO)];
-        self.u16(b.len() as u16);
-        self.0.extend_from_slice(b);
-        self
-    }
-    fn finish(mut self) -> Vec<u8> {
-        let len = (self.0.len() - 4) as u32;
-        self.0[..4].copy_from_slice(&len.to_le_bytes());
-        self.0
-    }
+/// A frame of request or reply `tag` to write.
+fn enc(tag: u8) -> Enc {
+    FORMAT.encoder(tag.into())
 }
 
-struct R<'a> {
-    b: &'a [u8],
-    at: usize,
-}
-
-impl<'a> R<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], ProtoError> {
-        let end = self.at.checked_add(n).filter(|&e| e <= self.b.len());
-        let remaining = self.b.len().saturating_sub(self.at);
-        let end = end.ok_or_else(|| ProtoError::Truncated { at: self.at, need: n.saturating_sub(remaining) })?;
-        let s = &self.b[self.at..end];
-        self.at = end;
-        Ok(s)
-    }
-    fn u8(&mut self) -> Result<u8, ProtoError> {
-        Ok(self.take(1)?[0])
-    }
-    fn u16(&mut self) -> Result<u16, ProtoError> {
-        let s = self.take(2)?;
-        Ok(u16::from_le_bytes([s[0], s[1]]))
-    }
-    fn u32(&mut self) -> Result<u32, ProtoError> {
-        let s = self.take(4)?;
-        Ok(u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
-    }
-    fn u64(&mut self) -> Result<u64, ProtoError> {
-        let s = self.take(8)?;
-        let mut a = [0u8; 8];
-        a.copy_from_slice(s);
-        Ok(u64::from_le_bytes(a))
-    }
-    fn str(&mut self) -> Result<String, ProtoError> {
-        let n = self.u16()? as usize;
-        if n > MAX_STR {
-            return Err(ProtoError::TooLong { what: "string", len: n, max: MAX_STR });
-        }
-        let s = self.take(n)?;
-        String::from_utf8(s.to_vec()).map_err(|_| ProtoError::Utf8)
-    }
-    fn bytes(&mut self) -> Result<Vec<u8>, ProtoError> {
-        let n = self.u16()? as usize;
-        if n > MAX_FWIO {
-            return Err(ProtoError::TooLong { what: "FW-IO payload", len: n, max: MAX_FWIO });
-        }
-        Ok(self.take(n)?.to_vec())
-    }
-    fn count(&mut self) -> Result<usize, ProtoError> {
-        let n = self.u16()? as usize;
-        if n > MAX_LIST {
-            return Err(ProtoError::TooLong { what: "list", len: n, max: MAX_LIST });
-        }
-        Ok(n)
-    }
-    fn end(&self) -> Result<(), ProtoError> {
-        match self.b.len() - self.at {
-            0 => Ok(()),
-            n => Err(ProtoError::Trailing(n)),
-        }
-    }
-}
-
-/// The body of a frame (after its length): checks the version, returns the tag and a reader.
-fn open(body: &[u8]) -> Result<(u8, R<'_>), ProtoError> {
-    if body.len() > MAX_FRAME {
-        return Err(ProtoError::FrameTooLong(body.len()));
-    }
-    let mut r = R { b: body, at: 0 };
-    let v = r.u16()?;
-    if v != VERSION {
-        return Err(ProtoError::Version(v));
-    }
-    let tag = r.u8()?;
-    Ok((tag, r))
-}
-
-/// The frame length a 4-byte prefix announces, checked against [`MAX_FRAME`].
-pub fn frame_len(prefix: [u8; 4]) -> Result<usize, ProtoError> {
-    let n = u32::from_le_bytes(prefix) as usize;
-    if n > MAX_FRAME {
-        return Err(ProtoError::FrameTooLong(n));
-    }
-    Ok(n)
-}
+/// Minimal bytes of a list's elements (a grant, a device, a client), for [`Dec::count`].
+const GRANT_BYTES: usize = 20;
+const DEVICE_BYTES: usize = 43;
+const CLIENT_BYTES: usize = 24;
 
 impl DeviceSpec {
-    fn put(&self, w: &mut W) {
+    fn put(&self, w: &mut Enc) {
         match self {
-            DeviceSpec::Sim { arch, index } => w.u8(0).str(arch).u32(*index),
-            DeviceSpec::Pci(bdf) => w.u8(1).str(bdf),
+            DeviceSpec::Sim { arch, index } => w.u8(0).str(arch, MAX_STR).u32(*index),
+            DeviceSpec::Pci(bdf) => w.u8(1).str(bdf, MAX_STR),
         };
     }
-    fn get(r: &mut R<'_>) -> Result<Self, ProtoError> {
-        Ok(match r.u8()? {
-            0 => DeviceSpec::Sim { arch: r.str()?, index: r.u32()? },
-            1 => DeviceSpec::Pci(r.str()?),
-            tag => return Err(ProtoError::Tag { what: "device spec", tag }),
+    fn get(r: &mut Dec<'_>) -> Result<Self, ProtoError> {
+        Ok(match r.u8("message")? {
+            0 => DeviceSpec::Sim { arch: r.str("string", MAX_STR)?, index: r.u32("message")? },
+            1 => DeviceSpec::Pci(r.str("string", MAX_STR)?),
+            tag => return Err(ProtoError::Tag { what: "device spec", tag: tag.into() }),
         })
     }
 }
@@ -450,17 +342,17 @@ impl Request {
     pub fn encode(&self) -> Vec<u8> {
         match self {
             Request::Hello { role, command, runtime_version } => {
-                let mut w = W::new(1);
-                w.u8(matches!(role, Role::Tool) as u8).str(command).str(runtime_version);
+                let mut w = enc(1);
+                w.u8(matches!(role, Role::Tool) as u8).str(command, MAX_STR).str(runtime_version, MAX_STR);
                 w.finish()
             }
             Request::Attach { spec } => {
-                let mut w = W::new(2);
+                let mut w = enc(2);
                 spec.put(&mut w);
                 w.finish()
             }
             Request::Lease { device, want, lnc } => {
-                let mut w = W::new(3);
+                let mut w = enc(3);
                 w.u32(*device);
                 match want {
                     Want::All => w.u8(0),
@@ -471,42 +363,42 @@ impl Request {
                 w.finish()
             }
             Request::Release { device } => {
-                let mut w = W::new(5);
+                let mut w = enc(5);
                 w.u32(*device);
                 w.finish()
             }
             Request::AllocHbm { device, chan, len } => {
-                let mut w = W::new(6);
+                let mut w = enc(6);
                 w.u32(*device).u32(*chan).u64(*len);
                 w.finish()
             }
             Request::FreeHbm { device, handle } => {
-                let mut w = W::new(7);
+                let mut w = enc(7);
                 w.u32(*device).u64(*handle);
                 w.finish()
             }
             Request::Detach { device } => {
-                let mut w = W::new(8);
+                let mut w = enc(8);
                 w.u32(*device);
                 w.finish()
             }
-            Request::Query => W::new(9).finish(),
+            Request::Query => enc(9).finish(),
             Request::ResetNcs { device, mask } => {
-                let mut w = W::new(10);
+                let mut w = enc(10);
                 w.u32(*device).u32(*mask);
                 w.finish()
             }
             Request::Fwio { device, cmd, payload } => {
-                let mut w = W::new(11);
-                w.u32(*device).u8(*cmd).bytes(payload);
+                let mut w = enc(11);
+                w.u32(*device).u8(*cmd).bytes(payload, MAX_FWIO);
                 w.finish()
             }
             Request::Rejoin { spec, iova_start, first, count, path, grants, handoff } => {
-                let mut w = W::new(12);
+                let mut w = enc(12);
                 spec.put(&mut w);
                 w.u64(*iova_start).u32(*first).u32(*count).u64(*path);
                 let grants = &grants[..grants.len().min(MAX_LIST)];
-                w.u16(grants.len() as u16);
+                w.count(grants.len());
                 for g in grants {
                     w.u32(g.chan).u64(g.addr).u64(g.len);
                 }
@@ -520,54 +412,59 @@ impl Request {
         }
     }
 
-    /// Decode a frame body (the bytes after the length prefix).
-    pub fn decode(body: &[u8]) -> Result<Self, ProtoError> {
-        let (tag, mut r) = open(body)?;
+    /// Decode a whole frame.
+    pub fn decode(frame: &[u8]) -> Result<Self, ProtoError> {
+        let (tag, mut r) = FORMAT.open(frame)?;
         let m = match tag {
             1 => {
-                let role = match r.u8()? {
+                let role = match r.u8("message")? {
                     0 => Role::Runtime,
                     1 => Role::Tool,
-                    tag => return Err(ProtoError::Tag { what: "role", tag }),
+                    tag => return Err(ProtoError::Tag { what: "role", tag: tag.into() }),
                 };
-                Request::Hello { role, command: r.str()?, runtime_version: r.str()? }
+                Request::Hello { role, command: r.str("string", MAX_STR)?, runtime_version: r.str("string", MAX_STR)? }
             }
             2 => Request::Attach { spec: DeviceSpec::get(&mut r)? },
             3 => {
-                let device = r.u32()?;
-                let want = match r.u8()? {
+                let device = r.u32("message")?;
+                let want = match r.u8("message")? {
                     0 => Want::All,
-                    1 => Want::Count(r.u32()?),
-                    2 => Want::Range { first: r.u32()?, count: r.u32()? },
-                    tag => return Err(ProtoError::Tag { what: "lease", tag }),
+                    1 => Want::Count(r.u32("message")?),
+                    2 => Want::Range { first: r.u32("message")?, count: r.u32("message")? },
+                    tag => return Err(ProtoError::Tag { what: "lease", tag: tag.into() }),
                 };
-                Request::Lease { device, want, lnc: r.u8()? }
+                Request::Lease { device, want, lnc: r.u8("message")? }
             }
-            5 => Request::Release { device: r.u32()? },
-            6 => Request::AllocHbm { device: r.u32()?, chan: r.u32()?, len: r.u64()? },
-            7 => Request::FreeHbm { device: r.u32()?, handle: r.u64()? },
-            8 => Request::Detach { device: r.u32()? },
+            5 => Request::Release { device: r.u32("message")? },
+            6 => Request::AllocHbm { device: r.u32("message")?, chan: r.u32("message")?, len: r.u64("message")? },
+            7 => Request::FreeHbm { device: r.u32("message")?, handle: r.u64("message")? },
+            8 => Request::Detach { device: r.u32("message")? },
             9 => Request::Query,
-            10 => Request::ResetNcs { device: r.u32()?, mask: r.u32()? },
-            11 => Request::Fwio { device: r.u32()?, cmd: r.u8()?, payload: r.bytes()? },
+            10 => Request::ResetNcs { device: r.u32("message")?, mask: r.u32("message")? },
+            11 => Request::Fwio {
+                device: r.u32("message")?,
+                cmd: r.u8("message")?,
+                payload: r.bytes("FW-IO payload", MAX_FWIO)?,
+            },
             // 4 was an early re-registration of cores alone, never sent: retired.
             12 => {
                 let spec = DeviceSpec::get(&mut r)?;
-                let (iova_start, first, count, path) = (r.u64()?, r.u32()?, r.u32()?, r.u64()?);
-                let n = r.count()?;
+                let (iova_start, first, count, path) =
+                    (r.u64("message")?, r.u32("message")?, r.u32("message")?, r.u64("message")?);
+                let n = r.count("grants", GRANT_BYTES, MAX_LIST)?;
                 let mut grants = Vec::with_capacity(n);
                 for _ in 0..n {
-                    grants.push(Grant { chan: r.u32()?, addr: r.u64()?, len: r.u64()? });
+                    grants.push(Grant { chan: r.u32("message")?, addr: r.u64("message")?, len: r.u64("message")? });
                 }
-                let handoff = match r.u8()? {
+                let handoff = match r.u8("message")? {
                     0 => Handoff::None,
-                    1 => Handoff::Iommufd { ioas: r.u32()? },
+                    1 => Handoff::Iommufd { ioas: r.u32("message")? },
                     2 => Handoff::NoIommu,
-                    tag => return Err(ProtoError::Tag { what: "handoff", tag }),
+                    tag => return Err(ProtoError::Tag { what: "handoff", tag: tag.into() }),
                 };
                 Request::Rejoin { spec, iova_start, first, count, path, grants, handoff }
             }
-            tag => return Err(ProtoError::Tag { what: "request", tag }),
+            tag => return Err(ProtoError::Tag { what: "request", tag: tag.into() }),
         };
         r.end()?;
         Ok(m)
@@ -579,91 +476,111 @@ impl Reply {
     pub fn encode(&self) -> Vec<u8> {
         match self {
             Reply::Hello { broker_pid } => {
-                let mut w = W::new(101);
+                let mut w = enc(101);
                 w.u32(*broker_pid);
                 w.finish()
             }
             Reply::Attached { device, arch, ncs, iova_start, iova_len } => {
-                let mut w = W::new(102);
-                w.u32(*device).str(arch).u32(*ncs).u64(*iova_start).u64(*iova_len);
+                let mut w = enc(102);
+                w.u32(*device).str(arch, MAX_STR).u32(*ncs).u64(*iova_start).u64(*iova_len);
                 w.finish()
             }
             Reply::Leased { device, first, count, fds, path } => {
-                let mut w = W::new(103);
+                let mut w = enc(103);
                 w.u32(*device).u32(*first).u32(*count).u8(*fds).u64(*path);
                 w.finish()
             }
             Reply::Hbm { handle, addr, len } => {
-                let mut w = W::new(104);
+                let mut w = enc(104);
                 w.u64(*handle).u64(*addr).u64(*len);
                 w.finish()
             }
-            Reply::Ok => W::new(105).finish(),
+            Reply::Ok => enc(105).finish(),
             Reply::Query(devs) => {
-                let mut w = W::new(106);
+                let mut w = enc(106);
                 let devs = &devs[..devs.len().min(MAX_LIST)];
-                w.u16(devs.len() as u16);
+                w.count(devs.len());
                 for d in devs {
-                    w.u32(d.device).str(&d.name).str(&d.arch).u32(d.ncs).u64(d.hbm_granted).u32(d.iova_windows);
+                    w.u32(d.device)
+                        .str(&d.name, MAX_STR)
+                        .str(&d.arch, MAX_STR)
+                        .u32(d.ncs)
+                        .u64(d.hbm_granted)
+                        .u32(d.iova_windows);
                     w.u64(d.iommu_mappings).u64(d.collectives);
                     w.u8(d.adopting as u8);
                     let cs = &d.clients[..d.clients.len().min(MAX_LIST)];
-                    w.u16(cs.len() as u16);
+                    w.count(cs.len());
                     for c in cs {
-                        w.u32(c.pid).str(&c.command).str(&c.runtime_version).u32(c.first).u32(c.count).u64(c.hbm_bytes);
+                        w.u32(c.pid)
+                            .str(&c.command, MAX_STR)
+                            .str(&c.runtime_version, MAX_STR)
+                            .u32(c.first)
+                            .u32(c.count)
+                            .u64(c.hbm_bytes);
                     }
                 }
                 w.finish()
             }
             Reply::Fwio { data } => {
-                let mut w = W::new(108);
-                w.bytes(data);
+                let mut w = enc(108);
+                w.bytes(data, MAX_FWIO);
                 w.finish()
             }
             Reply::Error { code, owner_pid, message } => {
-                let mut w = W::new(107);
-                w.u16(*code as u16).u32(*owner_pid).str(message);
+                let mut w = enc(107);
+                w.u16(*code as u16).u32(*owner_pid).str(message, MAX_STR);
                 w.finish()
             }
         }
     }
 
-    /// Decode a frame body (the bytes after the length prefix).
-    pub fn decode(body: &[u8]) -> Result<Self, ProtoError> {
-        let (tag, mut r) = open(body)?;
+    /// Decode a whole frame.
+    pub fn decode(frame: &[u8]) -> Result<Self, ProtoError> {
+        let (tag, mut r) = FORMAT.open(frame)?;
         let m = match tag {
-            101 => Reply::Hello { broker_pid: r.u32()? },
+            101 => Reply::Hello { broker_pid: r.u32("message")? },
             102 => Reply::Attached {
-                device: r.u32()?,
-                arch: r.str()?,
-                ncs: r.u32()?,
-                iova_start: r.u64()?,
-                iova_len: r.u64()?,
+                device: r.u32("message")?,
+                arch: r.str("string", MAX_STR)?,
+                ncs: r.u32("message")?,
+                iova_start: r.u64("message")?,
+                iova_len: r.u64("message")?,
             },
-            103 => Reply::Leased { device: r.u32()?, first: r.u32()?, count: r.u32()?, fds: r.u8()?, path: r.u64()? },
-            104 => Reply::Hbm { handle: r.u64()?, addr: r.u64()?, len: r.u64()? },
+            103 => Reply::Leased {
+                device: r.u32("message")?,
+                first: r.u32("message")?,
+                count: r.u32("message")?,
+                fds: r.u8("message")?,
+                path: r.u64("message")?,
+            },
+            104 => Reply::Hbm { handle: r.u64("message")?, addr: r.u64("message")?, len: r.u64("message")? },
             105 => Reply::Ok,
             106 => {
-                let n = r.count()?;
+                let n = r.count("devices", DEVICE_BYTES, MAX_LIST)?;
                 let mut devs = Vec::with_capacity(n);
                 for _ in 0..n {
-                    let (device, name, arch, ncs, hbm_granted, iova_windows, iommu_mappings, collectives) =
-                        (r.u32()?, r.str()?, r.str()?, r.u32()?, r.u64()?, r.u32()?, r.u64()?, r.u64()?);
-                    let adopting = match r.u8()? {
-                        0 => false,
-                        1 => true,
-                        tag => return Err(ProtoError::Tag { what: "bool", tag }),
-                    };
-                    let m = r.count()?;
+                    let (device, name, arch, ncs, hbm_granted, iova_windows, iommu_mappings, collectives) = (
+                        r.u32("message")?,
+                        r.str("string", MAX_STR)?,
+                        r.str("string", MAX_STR)?,
+                        r.u32("message")?,
+                        r.u64("message")?,
+                        r.u32("message")?,
+                        r.u64("message")?,
+                        r.u64("message")?,
+                    );
+                    let adopting = r.bool("adopting")?;
+                    let m = r.count("clients", CLIENT_BYTES, MAX_LIST)?;
                     let mut clients = Vec::with_capacity(m);
                     for _ in 0..m {
                         clients.push(ClientInfo {
-                            pid: r.u32()?,
-                            command: r.str()?,
-                            runtime_version: r.str()?,
-                            first: r.u32()?,
-                            count: r.u32()?,
-                            hbm_bytes: r.u64()?,
+                            pid: r.u32("message")?,
+                            command: r.str("string", MAX_STR)?,
+                            runtime_version: r.str("string", MAX_STR)?,
+                            first: r.u32("message")?,
+                            count: r.u32("message")?,
+                            hbm_bytes: r.u64("message")?,
                         });
                     }
                     devs.push(DeviceInfo {
@@ -682,12 +599,12 @@ impl Reply {
                 Reply::Query(devs)
             }
             107 => {
-                let c = r.u16()?;
-                let code = ErrorCode::from_u16(c).ok_or(ProtoError::Tag { what: "error code", tag: c as u8 })?;
-                Reply::Error { code, owner_pid: r.u32()?, message: r.str()? }
+                let c = r.u16("message")?;
+                let code = ErrorCode::from_u16(c).ok_or(ProtoError::Tag { what: "error code", tag: c.into() })?;
+                Reply::Error { code, owner_pid: r.u32("message")?, message: r.str("string", MAX_STR)? }
             }
-            108 => Reply::Fwio { data: r.bytes()? },
-            tag => return Err(ProtoError::Tag { what: "reply", tag }),
+            108 => Reply::Fwio { data: r.bytes("FW-IO payload", MAX_FWIO)? },
+            tag => return Err(ProtoError::Tag { what: "reply", tag: tag.into() }),
         };
         r.end()?;
         Ok(m)
@@ -699,10 +616,11 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn body(frame: &[u8]) -> &[u8] {
-        let n = frame_len([frame[0], frame[1], frame[2], frame[3]]).unwrap();
-        assert_eq!(n, frame.len() - 4);
-        &frame[4..]
+    /// `body` as a frame: its length in front.
+    fn framed(body: &[u8]) -> Vec<u8> {
+        let mut f = (body.len() as u32).to_le_bytes().to_vec();
+        f.extend_from_slice(body);
+        f
     }
 
     fn arb_str() -> impl Strategy<Value = String> {
@@ -820,13 +738,13 @@ mod tests {
         #[test]
         fn requests_round_trip(m in arb_request()) {
             let f = m.encode();
-            prop_assert_eq!(Request::decode(body(&f)).unwrap(), m);
+            prop_assert_eq!(Request::decode(&f).unwrap(), m);
         }
 
         #[test]
         fn replies_round_trip(m in arb_reply()) {
             let f = m.encode();
-            prop_assert_eq!(Reply::decode(body(&f)).unwrap(), m);
+            prop_assert_eq!(Reply::decode(&f).unwrap(), m);
         }
 
         /// Arbitrary bytes never panic the decoders.
@@ -834,23 +752,25 @@ mod tests {
         fn arbitrary_bytes_never_panic(b in proptest::collection::vec(any::<u8>(), 0..256)) {
             let _ = Request::decode(&b);
             let _ = Reply::decode(&b);
+            let _ = FORMAT.read_frame(&mut b.as_slice());
             let mut with_version = VERSION.to_le_bytes().to_vec();
             with_version.extend_from_slice(&b);
-            let _ = Request::decode(&with_version);
-            let _ = Reply::decode(&with_version);
+            let _ = Request::decode(&framed(&with_version));
+            let _ = Reply::decode(&framed(&with_version));
         }
 
         /// Every truncation of a valid message is an error, never a panic or another message.
         #[test]
         fn truncations_are_errors(m in arb_request(), cut in 0usize..64) {
             let f = m.encode();
-            let b = body(&f);
+            let b = &f[4..];
             if cut < b.len() {
-                prop_assert!(Request::decode(&b[..cut]).is_err());
+                prop_assert!(Request::decode(&framed(&b[..cut])).is_err());
+                prop_assert!(Request::decode(&f[..cut]).is_err());
             }
             let mut longer = b.to_vec();
             longer.push(0);
-            prop_assert_eq!(Request::decode(&longer), Err(ProtoError::Trailing(1)));
+            prop_assert_eq!(Request::decode(&framed(&longer)), Err(ProtoError::Trailing(1)));
         }
     }
 
@@ -858,24 +778,30 @@ mod tests {
     fn versions_tags_and_sizes_are_checked() {
         let mut f = Request::Query.encode();
         f[4] = 9;
-        assert_eq!(Request::decode(&f[4..]), Err(ProtoError::Version(9)));
+        assert_eq!(Request::decode(&f), Err(ProtoError::Version { got: 9, want: VERSION }));
         let mut f = Request::Query.encode();
         f[6] = 200;
-        assert_eq!(Request::decode(&f[4..]), Err(ProtoError::Tag { what: "request", tag: 200 }));
-        assert_eq!(frame_len(((MAX_FRAME + 1) as u32).to_le_bytes()), Err(ProtoError::FrameTooLong(MAX_FRAME + 1)));
+        assert_eq!(Request::decode(&f), Err(ProtoError::Tag { what: "request", tag: 200 }));
+        assert_eq!(
+            FORMAT.frame_len(&((MAX_FRAME + 1) as u32).to_le_bytes()),
+            Err(ProtoError::FrameTooLong { len: MAX_FRAME + 1, max: MAX_FRAME })
+        );
+        // The layout: length, version, tag, fields.
+        let f = Request::Release { device: 5 }.encode();
+        assert_eq!(f, [7, 0, 0, 0, VERSION as u8, 0, 5, 5, 0, 0, 0]);
         // A string announcing more bytes than the frame holds.
         let mut f = Request::Attach { spec: DeviceSpec::Pci("0000:00:1e.0".into()) }.encode();
         f[8] = 0xff;
-        assert!(matches!(Request::decode(&f[4..]), Err(ProtoError::Truncated { .. })));
+        assert!(matches!(Request::decode(&f), Err(ProtoError::Truncated { .. })));
         // Non-UTF-8 in a string.
         let mut f = Request::Attach { spec: DeviceSpec::Pci("ab".into()) }.encode();
         let n = f.len();
         f[n - 1] = 0xff;
-        assert_eq!(Request::decode(&f[4..]), Err(ProtoError::Utf8));
+        assert_eq!(Request::decode(&f), Err(ProtoError::Utf8 { what: "string" }));
         // A long name is cut at a character boundary, not refused.
         let long = "é".repeat(MAX_STR);
         let f = Request::Hello { role: Role::Tool, command: long, runtime_version: String::new() }.encode();
-        match Request::decode(&f[4..]).unwrap() {
+        match Request::decode(&f).unwrap() {
             Request::Hello { command, .. } => assert!(command.len() <= MAX_STR && command.chars().all(|c| c == 'é')),
             m => panic!("{m:?}"),
         }

@@ -85,9 +85,9 @@ pub enum DecodeError {
     Version { got: u16, want: u16 },
     #[error("unknown {what} tag {tag:#x}")]
     Tag { what: &'static str, tag: u32 },
-    #[error("tag {tag:#x} is not a {want}")]
-    Kind { tag: u32, want: &'static str },
-    #[error("{what}: truncated, {need} more bytes needed at offset {at}")]
+    #[error("tag {tag:#06x} is a {is}, a {want} was expected")]
+    Kind { tag: u32, is: &'static str, want: &'static str },
+    #[error("{what}: the frame ends early ({need} more bytes needed at offset {at})")]
     Truncated { what: &'static str, at: usize, need: usize },
     #[error("{0} trailing bytes after the message")]
     Trailing(usize),
@@ -134,12 +134,12 @@ impl Format {
             at: prefix.len(),
             need: (len_at + 4).saturating_sub(prefix.len()),
         })?;
+        if self.length == Length::Back {
+            self.check_header(prefix)?;
+        }
         let len = Width::get(b);
         if len > self.max_len {
             return Err(DecodeError::FrameTooLong { len, max: self.max_len });
-        }
-        if self.length == Length::Back {
-            self.check_header(prefix)?;
         }
         Ok(fixed + len)
     }
@@ -189,6 +189,16 @@ impl Format {
     }
 }
 
+/// `fn NAME(&mut self, v: NAME) -> &mut Self` for each integer type: `v` little-endian.
+macro_rules! le_writers {
+    ($($t:ident),*) => {$(
+        pub fn $t(&mut self, v: $t) -> &mut Self {
+            self.buf.extend_from_slice(&v.to_le_bytes());
+            self
+        }
+    )*};
+}
+
 /// A frame being written ([`Format::encoder`]): fields in order, then [`Enc::finish`].
 #[derive(Debug)]
 pub struct Enc {
@@ -197,26 +207,7 @@ pub struct Enc {
 }
 
 impl Enc {
-    pub fn u8(&mut self, v: u8) -> &mut Self {
-        self.buf.push(v);
-        self
-    }
-    pub fn u16(&mut self, v: u16) -> &mut Self {
-        self.buf.extend_from_slice(&v.to_le_bytes());
-        self
-    }
-    pub fn u32(&mut self, v: u32) -> &mut Self {
-        self.buf.extend_from_slice(&v.to_le_bytes());
-        self
-    }
-    pub fn u64(&mut self, v: u64) -> &mut Self {
-        self.buf.extend_from_slice(&v.to_le_bytes());
-        self
-    }
-    pub fn i64(&mut self, v: i64) -> &mut Self {
-        self.buf.extend_from_slice(&v.to_le_bytes());
-        self
-    }
+    le_writers!(u8, u16, u32, u64, i64);
     /// A list's count (the elements follow).
     pub fn count(&mut self, n: usize) -> &mut Self {
         self.fmt.count.put(&mut self.buf, n);
@@ -251,6 +242,16 @@ impl Enc {
     }
 }
 
+/// `fn NAME(&mut self, what) -> Result<NAME, DecodeError>` for each integer type: the next
+/// bytes little-endian (`what`: the field, for the error).
+macro_rules! le_readers {
+    ($($t:ident),*) => {$(
+        pub fn $t(&mut self, what: &'static str) -> Result<$t, DecodeError> {
+            Ok($t::from_le_bytes(self.array(what)?))
+        }
+    )*};
+}
+
 /// The unread rest of a frame's body ([`Format::open`]).
 #[derive(Debug)]
 pub struct Dec<'a> {
@@ -274,21 +275,7 @@ impl<'a> Dec<'a> {
         a.copy_from_slice(self.take(N, what)?);
         Ok(a)
     }
-    pub fn u8(&mut self, what: &'static str) -> Result<u8, DecodeError> {
-        Ok(self.take(1, what)?[0])
-    }
-    pub fn u16(&mut self, what: &'static str) -> Result<u16, DecodeError> {
-        Ok(u16::from_le_bytes(self.array(what)?))
-    }
-    pub fn u32(&mut self, what: &'static str) -> Result<u32, DecodeError> {
-        Ok(u32::from_le_bytes(self.array(what)?))
-    }
-    pub fn u64(&mut self, what: &'static str) -> Result<u64, DecodeError> {
-        Ok(u64::from_le_bytes(self.array(what)?))
-    }
-    pub fn i64(&mut self, what: &'static str) -> Result<i64, DecodeError> {
-        Ok(i64::from_le_bytes(self.array(what)?))
-    }
+    le_readers!(u8, u16, u32, u64, i64);
     /// A `u8` that is 0 or 1.
     pub fn bool(&mut self, what: &'static str) -> Result<bool, DecodeError> {
         match self.u8(what)? {

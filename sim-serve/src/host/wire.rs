@@ -185,7 +185,7 @@ impl Request {
                 })?;
                 Request::Fwio { cmd, payload: f.bytes("fwio payload", ANY)? }
             }
-            t if t & 0x8000 != 0 => return Err(DecodeError::Kind { tag: t.into(), want: "request" }),
+            t if t & 0x8000 != 0 => return Err(DecodeError::Kind { tag: t.into(), is: "reply", want: "request" }),
             t => return Err(DecodeError::Tag { what: "request", tag: t.into() }),
         };
         f.end()?;
@@ -254,7 +254,7 @@ impl Reply {
                 Reply::Failed { kind, message: f.str("failure message", ANY)? }
             }
             tag::ERROR => Reply::Error(f.str("error message", ANY)?),
-            t if t & 0x8000 == 0 => return Err(DecodeError::Kind { tag: t.into(), want: "reply" }),
+            t if t & 0x8000 == 0 => return Err(DecodeError::Kind { tag: t.into(), is: "request", want: "reply" }),
             t => return Err(DecodeError::Tag { what: "reply", tag: t.into() }),
         };
         f.end()?;

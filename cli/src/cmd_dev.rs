@@ -135,7 +135,7 @@ fn pci_row(sys: &Sysfs, f: &PciFunction, arch: &'static Arch) -> Row {
 /// has opened, with their processes.
 #[cfg(feature = "sim")]
 fn shared_rows(sys: &Sysfs, arch: &'static Arch) -> Vec<Row> {
-    broker::client::devices()
+    broker_client::client::devices()
         .into_iter()
         .filter(|d| d.arch == arch.name)
         .map(|d| Row {

@@ -71,7 +71,7 @@ pub fn device_processes(dev: DeviceUse, broker_name: Option<&str>) -> Vec<Proces
 
 /// The broker's clients on device `name` (none when no broker runs).
 fn broker_clients(name: &str) -> Vec<ProcessInfo> {
-    broker::client::processes(name)
+    broker_client::client::processes(name)
         .into_iter()
         .map(|p| ProcessInfo {
             pid: p.pid,

@@ -77,7 +77,7 @@ pub enum SelectError {
     Simulator(#[source] sim::SimError),
     /// The broker refused or failed a request for a shared device (docs/sharing.md).
     #[error("{0}")]
-    Broker(#[source] Box<broker::ClientError>),
+    Broker(#[source] Box<broker_client::ClientError>),
     /// A shared device's cores or data path cannot be set up as asked.
     #[error("shared device: {0}")]
     SharedCores(String),

@@ -9,7 +9,7 @@
 //! - [`noiommu`]: VFIO no-IOMMU mode, only with [`OpenOptions::allow_noiommu`] (physical
 //!   addresses from /proc/self/pagemap, no isolation);
 //! - [`VfioPlatform`]: the [`platform::Platform`] implementation;
-//! - [`fdpass`]: descriptors over a unix socket (SCM_RIGHTS); [`shared`]: a device's
+//! - [`fdpass`]: descriptors over a unix socket (the `wire` crate's); [`shared`]: a device's
 //!   descriptors handed to another process, which rebuilds it ([`Device::from_fds`],
 //!   [`VfioPlatform::from_fds`]) with its own IOVA window;
 //! - [`user`]: [`user::VfioUserPlatform`], the Platform over a vfio-user connection (a device
@@ -27,7 +27,7 @@ pub mod bind;
 pub mod device;
 pub mod dma;
 pub mod error;
-pub mod fdpass;
+pub use wire::fdpass;
 pub mod iommu;
 pub mod iova;
 pub mod noiommu;

@@ -29,8 +29,8 @@ fn reserves_as_libnrt() {
 #[test]
 fn a_refused_lease_gives_libnrts_line_and_the_holder() {
     let refused = |owner_pid| {
-        SelectError::Broker(Box::new(broker::ClientError::Refused {
-            code: broker::protocol::ErrorCode::CoresUnavailable,
+        SelectError::Broker(Box::new(broker_client::ClientError::Refused {
+            code: broker_client::protocol::ErrorCode::CoresUnavailable,
             owner_pid,
             message: "NeuronCore(s) not available - Requested:nc1-nc1 Available:0".into(),
         }))

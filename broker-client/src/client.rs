@@ -18,8 +18,9 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
 use nrt_status::{NrtStatus, Status};
 
+use crate::protocol::{self as wire, WireError};
 use crate::protocol::{DeviceInfo, DeviceSpec, ErrorCode, Grant, Handoff, Reply, Request, Role, Want};
-use crate::wire::{self, WireError};
+use platform::sync::lock;
 
 /// The environment variable naming the `neuron-vfio` executable a client starts the broker
 /// with (else: the current executable when it is `neuron-vfio`, else `neuron-vfio` beside it,
@@ -186,59 +187,72 @@ fn nobody_listens(e: &std::io::Error) -> bool {
     matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused)
 }
 
+/// A connection to the broker `c` names (started if asked and none listens), Hello said: the
+/// socket and the broker's pid.
+fn open(c: &Connect) -> Result<(UnixStream, u32), ClientError> {
+    let sock = match connect_once(&c.socket) {
+        Ok(s) => s,
+        Err(e) if c.spawn && nobody_listens(&e) => {
+            let exe = broker_exe()?;
+            spawn_broker(&exe, &c.socket)?;
+            let start = Instant::now();
+            let mut wait = Duration::from_millis(5);
+            loop {
+                match connect_once(&c.socket) {
+                    Ok(s) => break s,
+                    Err(e) if nobody_listens(&e) && start.elapsed() < SPAWN_WAIT => {
+                        std::thread::sleep(wait);
+                        wait = (wait * 2).min(Duration::from_millis(100));
+                    }
+                    Err(e) if nobody_listens(&e) => {
+                        return Err(ClientError::SpawnTimeout {
+                            exe: exe.display().to_string(),
+                            path: c.socket.clone(),
+                            waited_ms: start.elapsed().as_millis() as u64,
+                        })
+                    }
+                    Err(source) => return Err(ClientError::Connect { path: c.socket.clone(), source }),
+                }
+            }
+        }
+        Err(source) => return Err(ClientError::Connect { path: c.socket.clone(), source }),
+    };
+    let hello = Request::Hello { role: c.role, command: c.command.clone(), runtime_version: c.runtime_version.clone() };
+    match exchange(&sock, &hello, &[])? {
+        (Reply::Hello { broker_pid }, _) => Ok((sock, broker_pid)),
+        (r, _) => Err(unexpected(r)),
+    }
+}
+
+/// Send a request on `sock`, read its reply (a refusal is [`ClientError::Refused`]).
+fn exchange(sock: &UnixStream, req: &Request, fds: &[BorrowedFd<'_>]) -> Result<(Reply, Vec<OwnedFd>), ClientError> {
+    wire::send(sock, &req.encode(), fds)?;
+    let (frame, fds) = wire::recv(sock)?;
+    match Reply::decode(&frame).map_err(WireError::from)? {
+        Reply::Error { code, owner_pid, message } => Err(ClientError::Refused { code, owner_pid, message }),
+        r => Ok((r, fds)),
+    }
+}
+
 impl Session {
     /// Connect (starting a broker if asked and none listens) and say Hello.
     pub fn connect(c: &Connect) -> Result<Self, ClientError> {
-        let sock = match connect_once(&c.socket) {
-            Ok(s) => s,
-            Err(e) if c.spawn && nobody_listens(&e) => {
-                let exe = broker_exe()?;
-                spawn_broker(&exe, &c.socket)?;
-                let start = Instant::now();
-                let mut wait = Duration::from_millis(5);
-                loop {
-                    match connect_once(&c.socket) {
-                        Ok(s) => break s,
-                        Err(e) if nobody_listens(&e) && start.elapsed() < SPAWN_WAIT => {
-                            std::thread::sleep(wait);
-                            wait = (wait * 2).min(Duration::from_millis(100));
-                        }
-                        Err(e) if nobody_listens(&e) => {
-                            return Err(ClientError::SpawnTimeout {
-                                exe: exe.display().to_string(),
-                                path: c.socket.clone(),
-                                waited_ms: start.elapsed().as_millis() as u64,
-                            })
-                        }
-                        Err(source) => return Err(ClientError::Connect { path: c.socket.clone(), source }),
-                    }
-                }
-            }
-            Err(source) => return Err(ClientError::Connect { path: c.socket.clone(), source }),
-        };
-        let s =
-            Self { sock: Mutex::new(sock), broker_pid: AtomicU32::new(0), path: c.socket.clone(), connect: c.clone() };
-        match s.call(&Request::Hello {
-            role: c.role,
-            command: c.command.clone(),
-            runtime_version: c.runtime_version.clone(),
-        })? {
-            (Reply::Hello { broker_pid }, _) => {
-                s.broker_pid.store(broker_pid, Ordering::Relaxed);
-                Ok(s)
-            }
-            (r, _) => Err(unexpected(r)),
-        }
+        let (sock, broker_pid) = open(c)?;
+        Ok(Self {
+            sock: Mutex::new(sock),
+            broker_pid: AtomicU32::new(broker_pid),
+            path: c.socket.clone(),
+            connect: c.clone(),
+        })
     }
 
     /// Connect again as [`Session::connect`] did (starting a broker if it was allowed to),
     /// and continue on the new connection. Nothing this client held under the previous broker
     /// is known to the new one until re-registered ([`Session::rejoin`]).
     pub fn reconnect(&self) -> Result<(), ClientError> {
-        let fresh = Session::connect(&self.connect)?;
-        let sock = fresh.sock.into_inner().unwrap_or_else(|e| e.into_inner());
-        *self.sock.lock().unwrap_or_else(|e| e.into_inner()) = sock;
-        self.broker_pid.store(fresh.broker_pid.load(Ordering::Relaxed), Ordering::Relaxed);
+        let (sock, broker_pid) = open(&self.connect)?;
+        *lock(&self.sock) = sock;
+        self.broker_pid.store(broker_pid, Ordering::Relaxed);
         Ok(())
     }
 
@@ -247,7 +261,7 @@ impl Session {
     /// request in flight is left to its caller.
     pub fn wait_for_loss(&self, stop: BorrowedFd<'_>) -> Loss {
         loop {
-            let Ok(s) = self.sock.lock().unwrap_or_else(|e| e.into_inner()).try_clone() else { return Loss::Died };
+            let Ok(s) = lock(&self.sock).try_clone() else { return Loss::Died };
             let flags = PollFlags::POLLIN;
             let mut fds = [PollFd::new(s.as_fd(), flags), PollFd::new(stop, PollFlags::POLLIN)];
             match poll(&mut fds, PollTimeout::NONE) {
@@ -262,7 +276,7 @@ impl Session {
             }
             // Readable: a reply a caller is about to read, or the end. Holding the lock, the
             // caller (if any) has read its reply; look again without waiting.
-            let g = self.sock.lock().unwrap_or_else(|e| e.into_inner());
+            let g = lock(&self.sock);
             let mut again = [PollFd::new(g.as_fd(), flags)];
             if !matches!(poll(&mut again, PollTimeout::ZERO), Ok(n) if n > 0) {
                 continue;
@@ -305,13 +319,7 @@ impl Session {
 
     /// [`Session::call`] with descriptors sent beside the request.
     fn call_with(&self, req: &Request, fds: &[BorrowedFd<'_>]) -> Result<(Reply, Vec<OwnedFd>), ClientError> {
-        let sock = self.sock.lock().unwrap_or_else(|e| e.into_inner());
-        wire::send(&sock, &req.encode(), fds)?;
-        let (body, fds) = wire::recv(&sock)?;
-        match Reply::decode(&body).map_err(WireError::from)? {
-            Reply::Error { code, owner_pid, message } => Err(ClientError::Refused { code, owner_pid, message }),
-            r => Ok((r, fds)),
-        }
+        exchange(&lock(&self.sock), req, fds)
     }
 
     /// Attach a device (counts toward its 16 processes).

@@ -412,7 +412,7 @@ impl Dev {
                 }
             }
         }
-        self.st.lock().unwrap_or_else(|e| e.into_inner())
+        platform::sync::lock(&self.st)
     }
 }
 
@@ -438,7 +438,7 @@ impl Drop for Handle {
             cv.notify_all();
         }
         let hs: Vec<_> = {
-            let mut t = d.threads.lock().unwrap_or_else(|e| e.into_inner());
+            let mut t = platform::sync::lock(&d.threads);
             t.iter_mut().filter_map(|h| h.take()).collect()
         };
         for h in hs {

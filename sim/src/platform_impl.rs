@@ -77,7 +77,7 @@ impl Platform for SimDevice {
         let ours = EventFd::from_value_and_flags(0, EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)
             .map_err(|e| PlatformError::Io(e.into()))?;
         let theirs = ours.as_fd().try_clone_to_owned()?;
-        self.dev.irq.lock().unwrap_or_else(|e| e.into_inner()).insert(vector, OwnedFd::from(ours).into());
+        platform::sync::lock(&self.dev.irq).insert(vector, OwnedFd::from(ours).into());
         Ok(Some(theirs))
     }
 

@@ -23,6 +23,7 @@
 //! getrlimit through `nix`. Kernel flag words are `bitflags` types ([`device::RegionFlags`],
 //! [`device::IrqInfoFlags`], [`device::DeviceFlags`], [`uapi::IoasMapFlags`]).
 
+pub mod backend;
 pub mod bind;
 pub mod device;
 pub mod dma;
@@ -31,6 +32,8 @@ pub mod fdpass;
 pub mod iommu;
 pub mod iova;
 pub mod noiommu;
+pub mod options;
+pub mod pci;
 pub mod shared;
 pub mod sysfs;
 pub mod uapi;

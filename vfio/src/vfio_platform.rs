@@ -128,7 +128,7 @@ impl Platform for VfioPlatform {
     }
 
     fn bar(&self, index: u8) -> Result<Arc<dyn Mmio>, PlatformError> {
-        let mut bars = self.bars.lock().unwrap_or_else(|e| e.into_inner());
+        let mut bars = platform::sync::lock(&self.bars);
         let slot = bars.get_mut(index as usize).ok_or(PlatformError::NoSuchBar(index))?;
         if let Some(b) = slot {
             return Ok(b.clone());
@@ -151,7 +151,7 @@ impl Platform for VfioPlatform {
         if vector >= count {
             return Ok(None);
         }
-        let mut irqs = self.irqs.lock().unwrap_or_else(|e| e.into_inner());
+        let mut irqs = platform::sync::lock(&self.irqs);
         if irqs.index != Some(index) || irqs.fds.len() <= vector as usize {
             while irqs.fds.len() <= vector as usize {
                 irqs.fds.push(EventFd::new().map_err(irq_err)?);

@@ -73,11 +73,8 @@ fn no_source_file_is_over_800_lines() {
         assert!(files.iter().any(|(f, _)| f == must), "{must} was not checked");
     }
     assert!(!files.iter().any(|(f, _)| f.contains("/tests/") || f.ends_with("/tests.rs")), "a test file was checked");
-    let over: Vec<String> = files
-        .iter()
-        .filter(|(_, n)| *n > MAX_LINES)
-        .map(|(f, n)| format!("{f}: {n} lines"))
-        .collect();
+    let over: Vec<String> =
+        files.iter().filter(|(_, n)| *n > MAX_LINES).map(|(f, n)| format!("{f}: {n} lines")).collect();
     assert!(
         over.is_empty(),
         "{} source files over {MAX_LINES} lines (split each along its concerns; tests go to a tests.rs or tests/):\n{}",
@@ -95,7 +92,16 @@ fn the_walk_skips_tests_and_only_tests() {
     for d in ["src/a/tests", "src/b", "tests", "benches", "examples"] {
         std::fs::create_dir_all(dir.join(d)).expect("mkdir");
     }
-    for f in ["src/lib.rs", "src/a/mod.rs", "src/a/tests.rs", "src/a/tests/x.rs", "src/b/c.rs", "tests/t.rs", "benches/b.rs", "examples/e.rs"] {
+    for f in [
+        "src/lib.rs",
+        "src/a/mod.rs",
+        "src/a/tests.rs",
+        "src/a/tests/x.rs",
+        "src/b/c.rs",
+        "tests/t.rs",
+        "benches/b.rs",
+        "examples/e.rs",
+    ] {
         std::fs::write(dir.join(f), "fn f() {}\n").expect("write");
     }
     let mut got = Vec::new();

@@ -58,7 +58,7 @@ pub enum Error {
     HostMem(#[from] platform::HostMemError),
     #[error("I/O: {0}")]
     Io(#[from] std::io::Error),
-    #[error("a device opened through the {0} backend cannot be handed to another process: open it through iommufd (NEURON_VFIO_BACKEND=iommufd)")]
+    #[error("a device opened through the {0} backend cannot be handed to another process: open it through the iommufd backend")]
     Unshareable(Backend),
     #[error("descriptors from another process: {0}")]
     BadHandoff(String),

@@ -47,4 +47,4 @@ pub use error::{Error, Result};
 pub use iommu::{Backend, IommuInfo};
 pub use iova::{IovaAllocator, IovaRange};
 pub use sysfs::{BarInfo, Filter, PciAddress, PciFunction, Sysfs};
-pub use vfio_platform::{allow_modeled_from_env, VfioPlatform, ALLOW_MODELED_ENV};
+pub use vfio_platform::VfioPlatform;

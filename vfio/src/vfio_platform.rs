@@ -32,15 +32,6 @@ pub struct VfioPlatform {
     binding: Option<Binding>,
 }
 
-/// The operator's opt-in for writes to modeled registers on real hardware: set to `1` for
-/// bring-up of the modeled blocks on real hardware. Read when a [`VfioPlatform`] is created.
-pub const ALLOW_MODELED_ENV: &str = "NEURON_VFIO_ALLOW_MODELED";
-
-/// Whether [`ALLOW_MODELED_ENV`] is set to `1`.
-pub fn allow_modeled_from_env() -> bool {
-    std::env::var(ALLOW_MODELED_ENV).is_ok_and(|v| v.trim() == "1")
-}
-
 fn perr(e: Error) -> PlatformError {
     match e {
         Error::HostMem(h) => PlatformError::HostMem(h),
@@ -62,7 +53,7 @@ impl VfioPlatform {
             bars: Mutex::new(vec![None; 6]),
             irqs: Mutex::new(Irqs { index: None, fds: Vec::new() }),
             device,
-            allow_modeled: allow_modeled_from_env(),
+            allow_modeled: platform::allow_modeled_from_env(),
             shared: false,
             binding: None,
         })
@@ -82,7 +73,7 @@ impl VfioPlatform {
     }
 
     /// Allow or refuse writes to registers whose placement is modeled, overriding
-    /// [`ALLOW_MODELED_ENV`].
+    /// [`platform::ALLOW_MODELED_ENV`].
     pub fn set_modeled_writes_allowed(&mut self, allow: bool) {
         self.allow_modeled = allow;
     }

@@ -481,7 +481,7 @@ impl Platform for VfioUserPlatform {
     }
 
     fn modeled_writes_allowed(&self) -> bool {
-        self.opts.modeled_writes || crate::allow_modeled_from_env()
+        self.opts.modeled_writes || platform::allow_modeled_from_env()
     }
 }
 

@@ -6,7 +6,7 @@
 
 use std::os::fd::OwnedFd;
 
-use crate::device::SimDevice;
+use crate::handle::SimDevice;
 use crate::iommu::Mapping;
 
 /// Memory the client maps for device access (e.g. a guest RAM region mmapped from the

@@ -8,7 +8,8 @@ use std::sync::{Arc, Weak};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use platform::{DeviceIdentity, DmaDir, DmaMapping, DmaUnmap, HostMem, Mmio, Platform, PlatformError};
 
-use crate::device::{Dev, SimDevice};
+use crate::device::Dev;
+use crate::handle::SimDevice;
 use crate::iommu::Mapping;
 use crate::space::{Bar0, Bar4};
 

@@ -73,7 +73,7 @@ impl NcBarriers {
         if let Some(s) = self.status.get(nc) {
             s.store(0, Ordering::Release);
         }
-        self.seq.lock().unwrap_or_else(|e| e.into_inner()).retain(|k, _| k.0 != nc);
+        platform::sync::lock(&self.seq).retain(|k, _| k.0 != nc);
     }
 }
 
@@ -101,7 +101,7 @@ pub(crate) struct Meets {
 impl Meets {
     /// Drop the half-met barriers of a device that was reset.
     pub fn forget(&self, dev: &Weak<Dev>) {
-        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let mut p = platform::sync::lock(&self.pending);
         p.retain(|_, m| !m.members.iter().flatten().any(|x| x.dev.ptr_eq(dev)));
     }
 }
@@ -171,7 +171,7 @@ fn arrive(dev: &Dev, nc: usize, comm: u32, rank: usize, size: usize, failed: boo
     let generation = prev.generation().wrapping_add(1) & bc::GENERATION_MASK;
     slot.store(nc_barrier::Status(0).with_generation(generation).with_state(bc::OUTSTANDING).0, Ordering::Release);
     let seq = {
-        let mut s = dev.barriers.seq.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = platform::sync::lock(&dev.barriers.seq);
         let n = s.entry((nc, comm)).or_insert(0);
         let my = *n;
         *n = n.wrapping_add(1);
@@ -186,7 +186,7 @@ fn arrive(dev: &Dev, nc: usize, comm: u32, rank: usize, size: usize, failed: boo
     let local = inter.as_ref().and_then(|t| t.local_ranks(comm));
     let meets = &dev.hub.barriers;
     let done = {
-        let mut p = meets.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let mut p = platform::sync::lock(&meets.pending);
         let key = (comm, seq);
         let m = p.entry(key).or_insert_with(|| Meet {
             size,

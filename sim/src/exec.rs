@@ -102,7 +102,7 @@ impl Dev {
     }
 
     fn ensure_thread(&self, nc: usize) {
-        let mut t = self.threads.lock().unwrap_or_else(|e| e.into_inner());
+        let mut t = platform::sync::lock(&self.threads);
         if t[nc].is_some() || self.shutdown.load(Ordering::Acquire) {
             return;
         }
@@ -116,7 +116,7 @@ impl Dev {
 
     /// Post to the interrupt eventfd of `vector` (an NC), if one was requested.
     pub fn raise_irq(&self, vector: u32) {
-        let m = self.irq.lock().unwrap_or_else(|e| e.into_inner());
+        let m = platform::sync::lock(&self.irq);
         if let Some(fd) = m.get(&vector) {
             // An eventfd counter increment. A full counter (EAGAIN) already signals the
             // waiter; a descriptor that is not an eventfd is the client's mistake.
@@ -132,7 +132,7 @@ fn nc_thread(dev: Arc<Dev>, nc: usize) {
             break;
         }
         if !st.pending[nc] {
-            st = dev.cvs[nc].wait(st).unwrap_or_else(|e| e.into_inner());
+            st = platform::sync::wait(&dev.cvs[nc], st);
             continue;
         }
         let mut out = dev.hub.take_deliveries();

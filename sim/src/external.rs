@@ -6,7 +6,7 @@
 
 use std::os::fd::OwnedFd;
 
-use crate::device::SimDevice;
+use crate::handle::SimDevice;
 use crate::iommu::Mapping;
 
 /// Memory the client maps for device access (e.g. a guest RAM region mmapped from the
@@ -49,7 +49,7 @@ impl SimDevice {
             return Err(ExternalError::BadRange { iova, len });
         }
         let replaced = self.unmap_external(iova, len);
-        let mut ext = self.dev.ext.lock().unwrap_or_else(|e| e.into_inner());
+        let mut ext = platform::sync::lock(&self.dev.ext);
         self.dev.iommu.map(iova, Mapping { len, host: mem.as_ptr() as usize, readable, writable });
         ext.insert(iova, mem);
         Ok(replaced)
@@ -60,7 +60,7 @@ impl SimDevice {
     /// after. Returns how many mappings were removed.
     pub fn unmap_external(&self, iova: u64, len: u64) -> usize {
         let end = iova.saturating_add(len);
-        let mut ext = self.dev.ext.lock().unwrap_or_else(|e| e.into_inner());
+        let mut ext = platform::sync::lock(&self.dev.ext);
         let hit: Vec<u64> =
             ext.iter().filter(|(&s, m)| s < end && s.saturating_add(m.len() as u64) > iova).map(|(&s, _)| s).collect();
         let mut dropped = Vec::with_capacity(hit.len());
@@ -79,7 +79,7 @@ impl SimDevice {
     /// How many external mappings overlap `range` (e.g. a client's IOVA window: what its
     /// connection still has mapped).
     pub fn external_mappings_in(&self, range: std::ops::Range<u64>) -> usize {
-        let ext = self.dev.ext.lock().unwrap_or_else(|e| e.into_inner());
+        let ext = platform::sync::lock(&self.dev.ext);
         ext.iter().filter(|(&s, m)| s < range.end && s.saturating_add(m.len() as u64) > range.start).count()
     }
 
@@ -100,7 +100,7 @@ impl SimDevice {
         if vector >= count {
             return Err(ExternalError::NoSuchVector { vector, count });
         }
-        let mut m = self.dev.irq.lock().unwrap_or_else(|e| e.into_inner());
+        let mut m = platform::sync::lock(&self.dev.irq);
         match fd {
             Some(fd) => {
                 m.insert(vector, fd.into());
@@ -114,6 +114,6 @@ impl SimDevice {
 
     /// Forget every interrupt eventfd.
     pub fn clear_irq_eventfds(&self) {
-        self.dev.irq.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        platform::sync::lock(&self.dev.irq).clear();
     }
 }

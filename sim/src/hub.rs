@@ -98,7 +98,7 @@ const POOL_MAX_BYTES: usize = 16 << 20;
 
 impl Hub {
     fn pool(&self) -> std::sync::MutexGuard<'_, Pool> {
-        self.pool.lock().unwrap_or_else(|e| e.into_inner())
+        platform::sync::lock(&self.pool)
     }
 
     /// A zeroed data buffer of `len` bytes (pooled).
@@ -137,11 +137,11 @@ impl Hub {
 
     /// Install (or remove) the transport to other processes.
     pub fn set_inter_host(&self, t: Option<Arc<dyn InterHost>>) {
-        *self.inter.write().unwrap_or_else(|e| e.into_inner()) = t;
+        *platform::sync::write(&self.inter) = t;
     }
 
     pub(crate) fn inter(&self) -> Option<Arc<dyn InterHost>> {
-        self.inter.read().unwrap_or_else(|e| e.into_inner()).clone()
+        platform::sync::read(&self.inter).clone()
     }
 
     /// Register an arrival; when the group is complete, push every participant's output to
@@ -167,7 +167,7 @@ impl Hub {
                 return Err(CollError::BadGroup);
             }
         }
-        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let mut p = platform::sync::lock(&self.pending);
         let key = (a.comm, a.seq);
         let r = match p.entry(key) {
             std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
@@ -263,7 +263,7 @@ impl Hub {
 
     /// Drop any half-formed rendezvous of a device that was reset.
     pub fn forget(&self, dev: &Weak<Dev>) {
-        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let mut p = platform::sync::lock(&self.pending);
         p.retain(|_, r| !r.parts.iter().flatten().any(|x| x.dev.ptr_eq(dev)));
         drop(p);
         self.barriers.forget(dev);

@@ -8,7 +8,8 @@ use std::sync::{Arc, Weak};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use platform::{DeviceIdentity, DmaDir, DmaMapping, DmaUnmap, HostMem, Mmio, Platform, PlatformError};
 
-use crate::device::{Dev, SimDevice};
+use crate::device::Dev;
+use crate::handle::SimDevice;
 use crate::iommu::Mapping;
 use crate::space::{Bar0, Bar4};
 
@@ -77,7 +78,7 @@ impl Platform for SimDevice {
         let ours = EventFd::from_value_and_flags(0, EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)
             .map_err(|e| PlatformError::Io(e.into()))?;
         let theirs = ours.as_fd().try_clone_to_owned()?;
-        self.dev.irq.lock().unwrap_or_else(|e| e.into_inner()).insert(vector, OwnedFd::from(ours).into());
+        platform::sync::lock(&self.dev.irq).insert(vector, OwnedFd::from(ours).into());
         Ok(Some(theirs))
     }
 

@@ -557,7 +557,7 @@ fn arrive(dev: &Dev, st: &mut State, nc: usize, e: usize, c: &CollectiveOp, out:
 }
 
 fn leg_elems(l: &Dma2dLeg) -> impl Iterator<Item = u64> + '_ {
-    let es = if l.elem_size == 0 { 65536 } else { l.elem_size as u64 };
+    let es = l.elem_bytes();
     (0..l.num_elem[0] as i64).flat_map(move |i| {
         (0..l.num_elem[1] as i64).map(move |j| {
             let idx = i * l.step_elem[0] as i64 + j * l.step_elem[1] as i64;
@@ -620,8 +620,7 @@ fn dma2d_refused(dev: &Dev, st: &mut State, nc: usize, d: &Dma2d) -> Option<(Acc
         return None;
     }
     for (l, a) in [(&d.src, Access::Read), (&d.dst, Access::Write)] {
-        let es = if l.elem_size == 0 { 65536 } else { l.elem_size as u64 };
-        let (lo, hi) = leg_span_bytes(l, es);
+        let (lo, hi) = l.span();
         let first = l.start_addr.wrapping_add(lo as u64);
         let whole = u64::try_from(hi - lo).ok();
         if whole.is_some_and(|n| {
@@ -630,7 +629,7 @@ fn dma2d_refused(dev: &Dev, st: &mut State, nc: usize, d: &Dma2d) -> Option<(Acc
             continue;
         }
         for at in leg_elems(l) {
-            if !mpu::allowed(dev, st, nc, a, at, es) {
+            if !mpu::allowed(dev, st, nc, a, at, l.elem_bytes()) {
                 return Some((a, at));
             }
         }
@@ -638,31 +637,17 @@ fn dma2d_refused(dev: &Dev, st: &mut State, nc: usize, d: &Dma2d) -> Option<(Acc
     None
 }
 
-/// `[lo, hi)` in bytes relative to a leg's start: every element, steps of either sign.
-fn leg_span_bytes(l: &Dma2dLeg, es: u64) -> (i128, i128) {
-    if l.num_elem[0] == 0 || l.num_elem[1] == 0 {
-        return (0, 0);
-    }
-    let ext = |n: u16, s: i32| {
-        let far = (n as i128 - 1) * s as i128;
-        (far.min(0), far.max(0))
-    };
-    let (a0, b0) = ext(l.num_elem[0], l.step_elem[0]);
-    let (a1, b1) = ext(l.num_elem[1], l.step_elem[1]);
-    ((a0 + a1) * es as i128, (b0 + b1 + 1) * es as i128)
-}
-
 /// The copy of a DMAMEMCPY: every source element, then every destination element.
 fn copy2d(dev: &Dev, st: &mut State, d: &Dma2d, total: u64) -> Result<(), u8> {
     let mut buf = vec![0u8; total as usize];
-    let ses = if d.src.elem_size == 0 { 65536 } else { d.src.elem_size as usize };
+    let ses = d.src.elem_bytes() as usize;
     for (k, a) in leg_elems(&d.src).enumerate() {
         dev.dev_read(st, a, &mut buf[k * ses..(k + 1) * ses]).map_err(|_| code::MEMORY)?;
     }
     if crate::fault::hbm_ue_on_read(dev, st, leg_elems(&d.src).map(|a| (a, ses as u64))) {
         crate::fault::damage(&mut buf);
     }
-    let des = if d.dst.elem_size == 0 { 65536 } else { d.dst.elem_size as usize };
+    let des = d.dst.elem_bytes() as usize;
     for (k, a) in leg_elems(&d.dst).enumerate() {
         dev.dev_write(st, a, &buf[k * des..(k + 1) * des]).map_err(|_| code::MEMORY)?;
     }

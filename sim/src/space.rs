@@ -127,7 +127,7 @@ impl Dev {
         write: bool,
         f: impl FnOnce(&mut State, &[Seg]) -> R,
     ) -> Result<R, DmaFault> {
-        let maps = self.iommu.maps.read().unwrap_or_else(|e| e.into_inner());
+        let maps = platform::sync::read(&self.iommu.maps);
         let mut segs = st.seg_pool.take();
         let r = self.resolve(&maps, addr, len, write, &mut segs).map(|()| f(st, &segs));
         st.seg_pool.give(segs);

@@ -2,7 +2,8 @@
 
 use std::sync::Arc;
 
-use crate::device::{SimConfig, SimDevice};
+use crate::device::SimConfig;
+use crate::handle::SimDevice;
 use crate::hub::Hub;
 use crate::SimError;
 

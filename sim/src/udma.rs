@@ -679,7 +679,7 @@ fn copy_with(
     src: &mut Vec<Seg>,
     dst: &mut Vec<Seg>,
 ) -> Result<(), (Abort, DmaFault)> {
-    let maps = dev.iommu.maps.read().unwrap_or_else(|e| e.into_inner());
+    let maps = platform::sync::read(&dev.iommu.maps);
     for d in md {
         dev.resolve(&maps, d.addr, d.ctrl.len as u64, false, src).map_err(|f| (Abort::M2sData, f))?;
     }

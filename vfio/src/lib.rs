@@ -23,6 +23,7 @@
 //! getrlimit through `nix`. Kernel flag words are `bitflags` types ([`device::RegionFlags`],
 //! [`device::IrqInfoFlags`], [`device::DeviceFlags`], [`uapi::IoasMapFlags`]).
 
+pub mod backend;
 pub mod bind;
 pub mod device;
 pub mod dma;
@@ -31,6 +32,8 @@ pub use wire::fdpass;
 pub mod iommu;
 pub mod iova;
 pub mod noiommu;
+pub mod options;
+pub mod pci;
 pub mod shared;
 pub mod sysfs;
 pub mod uapi;
@@ -44,4 +47,4 @@ pub use error::{Error, Result};
 pub use iommu::{Backend, IommuInfo};
 pub use iova::{IovaAllocator, IovaRange};
 pub use sysfs::{BarInfo, Filter, PciAddress, PciFunction, Sysfs};
-pub use vfio_platform::{allow_modeled_from_env, VfioPlatform, ALLOW_MODELED_ENV};
+pub use vfio_platform::VfioPlatform;

@@ -1,6 +1,7 @@
-//! Runs inside the QEMU guest of `tests/qemu.rs` (or on any machine with QEMU's `edu`
+//! Runs inside the QEMU guest of `cli/tests/qemu.rs` (or on any machine with QEMU's `edu`
 //! device): end-to-end checks of the vfio crate against a real kernel, and the DMA
-//! map/unmap benchmark.
+//! map/unmap benchmark. An example of the vfio crate (`cargo build -p vfio --example
+//! vfio-guest`), which the QEMU test builds and packs into the guest.
 //!
 //!   vfio-guest check   # discover edu → bind → open (container, iommufd) → MMIO → DMA → MSI → fault → reset → unbind,
 //!                      # then a second edu without an IOMMU: refused without the opt-in, no-IOMMU mode with it;

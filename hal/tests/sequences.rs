@@ -19,12 +19,12 @@ fn open(arch: &'static Arch) -> (SimDevice, Device, WriteLog) {
     let opts = DeviceOptions { hbm_limit: Some(1 << 26), poll: PollTiming::fast(), ..Default::default() };
     let dev = Device::open(Arc::new(Recording(sim.clone(), log.clone())), opts).unwrap();
     dev.init().unwrap();
-    log.lock().unwrap().clear();
+    platform::sync::lock(&log).clear();
     (sim, dev, log)
 }
 
 fn take(log: &WriteLog) -> Vec<(u64, u32)> {
-    std::mem::take(&mut *log.lock().unwrap())
+    std::mem::take(&mut *platform::sync::lock(log))
 }
 
 /// The writes `f` makes on a scratch device of the same arch (a reference run of one

@@ -30,6 +30,7 @@ mod cmd_serve;
 mod cmd_sim_host;
 mod device;
 mod follow;
+mod host;
 pub mod procs;
 pub mod report;
 

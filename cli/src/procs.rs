@@ -40,7 +40,7 @@ fn info(pid: u32, segments: &[runtime::counters::Reader]) -> ProcessInfo {
     let seg = segments.iter().find(|r| r.pid() == pid as u64);
     ProcessInfo {
         pid,
-        command: crate::cmd_monitor::host::proc_cmdline(pid as u64),
+        command: crate::host::proc_cmdline(pid as u64),
         cores: seg.map(|r| (0..r.snapshot().ncs.len() as u32).collect()).unwrap_or_default(),
         runtime_version: seg.map(|_| runtime_version()),
     }
@@ -120,4 +120,12 @@ mod tests {
         assert!(device_processes(DeviceUse::Pci { iommu_group: None }, None).is_empty());
         let _ = std::fs::remove_dir_all(&d);
     }
+}
+
+/// The logical NeuronCore size the tools show for `arch`: the environment's request where the
+/// arch has that size, else its default (`runtime::cores`; a bad request is the runtime's to
+/// refuse, the tools still list).
+pub(crate) fn shown_lnc(arch: &csr_maps::Arch) -> usize {
+    let requested = runtime::env::lnc_request(&|k: &str| std::env::var(k).ok()).ok().flatten();
+    runtime::cores::resolve_lnc(arch, requested).or_else(|_| runtime::cores::resolve_lnc(arch, None)).unwrap_or(1)
 }

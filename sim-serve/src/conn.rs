@@ -19,6 +19,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
+use std::ops::Range;
 use std::os::unix::net::UnixStream;
 
 use vfio::user::wire::{self, Command, Message, WireError};
@@ -28,8 +29,16 @@ use vfio_bindings::bindings::vfio::{
     VFIO_PCI_MSIX_IRQ_INDEX, VFIO_PCI_NUM_IRQS, VFIO_PCI_NUM_REGIONS,
 };
 
-use crate::shared::ConnOptions;
 use crate::{ServeError, SimBackend};
+
+/// What one connection may use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnOptions {
+    /// The IOVAs the client may map.
+    pub iova_window: Range<u64>,
+    /// Its NCs: the MSI-X vectors it may take.
+    pub ncs: Range<usize>,
+}
 
 /// What a connection may act on (module docs).
 #[derive(Debug, Clone, PartialEq, Eq)]

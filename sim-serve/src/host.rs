@@ -43,7 +43,8 @@ use nix::sys::socket::{getsockopt, sockopt};
 use platform::sync::{lock, wait_timeout_while};
 use sim::{SimConfig, SimDevice, SimStats};
 
-use crate::shared::{serve_connection, ConnOptions};
+use crate::conn::ConnOptions;
+use crate::shared::serve_connection;
 use crate::ServeError;
 pub use wire::{Reply, Request, WireError};
 

@@ -40,8 +40,8 @@ pub mod host;
 pub mod shared;
 
 pub use backend::SimBackend;
-pub use conn::ConnSummary;
-pub use shared::{serve_connection, ConnOptions};
+pub use conn::{ConnOptions, ConnSummary};
+pub use shared::serve_connection;
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};

@@ -21,22 +21,12 @@
 //! The server is the crate's one vfio-user stack (`crate::conn`), the same that serves a VM's
 //! QEMU the whole function; here it serves a bounded connection (`conn::Scope::Bounded`).
 
-use std::ops::Range;
 use std::os::unix::net::UnixStream;
 
 use sim::SimDevice;
 
-use crate::conn::{self, ConnSummary, Scope};
+use crate::conn::{self, ConnOptions, ConnSummary, Scope};
 use crate::{ServeError, SimBackend, DEFAULT_BAR4_WINDOW};
-
-/// What one connection may use.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConnOptions {
-    /// The IOVAs the client may map.
-    pub iova_window: Range<u64>,
-    /// Its NCs: the MSI-X vectors it may take.
-    pub ncs: Range<usize>,
-}
 
 /// Serve `device` to the client at the other end of `stream` until it disconnects, within
 /// `opts`. Blocks; returns once everything the connection mapped is unmapped and its

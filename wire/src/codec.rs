@@ -324,6 +324,3 @@ impl<'a> Dec<'a> {
         }
     }
 }
-
-#[cfg(test)]
-mod tests;

@@ -162,7 +162,7 @@ pub(super) fn open_path(
         }
         Backend::Hosted { socket } => {
             drop((mine, shut, theirs));
-            let opts = sim_serve::shared::ConnOptions { iova_window: window, ncs };
+            let opts = sim_serve::ConnOptions { iova_window: window, ncs };
             let (id, stream) = sim_serve::host::connect(socket, &opts).map_err(std::io::Error::other)?;
             let path = DataPath { shut: None, thread: None, window: None, host: Some((socket.clone(), id)) };
             Ok((path, OwnedFd::from(stream), id))

@@ -109,7 +109,7 @@ pub(super) fn open_hosted(
     // bottom of the IOVA space.
     let bw = broker_window(arch);
     let w = bw.end.saturating_sub(1 << 20).max(bw.start)..bw.end;
-    let opts = sim_serve::shared::ConnOptions { iova_window: w.clone(), ncs: 0..arch.counts.ncs as usize };
+    let opts = sim_serve::ConnOptions { iova_window: w.clone(), ncs: 0..arch.counts.ncs as usize };
     // A host found live may have lingered out since (start another, when allowed), and one
     // whose previous broker just died may still be cleaning up that broker's connection (its
     // window is refused until then): both pass; bounded.

@@ -14,7 +14,6 @@
 
 pub mod aws;
 pub mod config;
-pub mod host;
 mod http;
 mod json;
 mod model;

@@ -1,9 +1,10 @@
-use super::*;
-use crate::frame::{send_frame, FrameError};
+//! The codec and whole frames through the crate's public API: layouts, checks, descriptors.
+
 use proptest::prelude::*;
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
+use wire::{send_frame, DecodeError, Format, FrameError, Length, Width};
 
 /// The length first, no magic, u8 tags and u16 counts (the broker's layout).
 static FRONT: Format = Format {

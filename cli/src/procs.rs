@@ -97,6 +97,14 @@ pub fn holders(proc: &Path, node: &Path) -> Vec<u32> {
     pids
 }
 
+/// The logical NeuronCore size the tools show for `arch`: the environment's request where the
+/// arch has that size, else its default (`runtime::cores`; a bad request is the runtime's to
+/// refuse, the tools still list).
+pub(crate) fn shown_lnc(arch: &csr_maps::Arch) -> usize {
+    let requested = runtime::env::lnc_request(&|k: &str| std::env::var(k).ok()).ok().flatten();
+    runtime::cores::resolve_lnc(arch, requested).or_else(|_| runtime::cores::resolve_lnc(arch, None)).unwrap_or(1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,12 +128,4 @@ mod tests {
         assert!(device_processes(DeviceUse::Pci { iommu_group: None }, None).is_empty());
         let _ = std::fs::remove_dir_all(&d);
     }
-}
-
-/// The logical NeuronCore size the tools show for `arch`: the environment's request where the
-/// arch has that size, else its default (`runtime::cores`; a bad request is the runtime's to
-/// refuse, the tools still list).
-pub(crate) fn shown_lnc(arch: &csr_maps::Arch) -> usize {
-    let requested = runtime::env::lnc_request(&|k: &str| std::env::var(k).ok()).ok().flatten();
-    runtime::cores::resolve_lnc(arch, requested).or_else(|_| runtime::cores::resolve_lnc(arch, None)).unwrap_or(1)
 }

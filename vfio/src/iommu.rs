@@ -272,7 +272,7 @@ impl Iommu {
         };
         // SAFETY: forwarded from the caller.
         let phys = unsafe { crate::noiommu::pin_and_translate(vaddr, len) }?;
-        platform::sync::lock(&pins).insert(phys, (vaddr, len));
+        platform::sync::lock(pins).insert(phys, (vaddr, len));
         Ok(phys)
     }
 
@@ -281,7 +281,7 @@ impl Iommu {
         match &self.inner {
             Inner::NoIommu { pins, .. } => {
                 // Nothing is mapped anywhere: only the pin is undone.
-                if let Some((vaddr, plen)) = platform::sync::lock(&pins).remove(&iova) {
+                if let Some((vaddr, plen)) = platform::sync::lock(pins).remove(&iova) {
                     crate::noiommu::unpin(vaddr, plen);
                 }
             }

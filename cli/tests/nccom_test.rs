@@ -1,0 +1,1 @@
+//! `nccom-test` on a shared simulated cayman (docs/collectives.md).

@@ -7,6 +7,7 @@ use std::ffi::OsString;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -135,21 +136,31 @@ pub fn run(plan: &Plan, exe: &std::path::Path, prefix: &[OsString], args: &[OsSt
     let mut rows = Vec::new();
     let mut errors = Vec::new();
     let mut open = plan.ranks;
+    // After a failure the others get a moment to report the row they were running (a
+    // damaged contribution shows in their checks), then they are stopped.
+    let mut deadline: Option<Instant> = None;
     while open > 0 {
-        let Ok((rank, line)) = rx.recv() else { break };
+        let msg = match deadline {
+            None => rx.recv().ok(),
+            Some(d) => rx.recv_timeout(d.saturating_duration_since(Instant::now())).ok(),
+        };
+        let Some((rank, line)) = msg else {
+            stop(&mut children);
+            break;
+        };
         let Some(line) = line else {
             open -= 1;
             let done = got.iter().all(|g| g.contains_key(&rank));
-            if !done && !errors.iter().any(|e: &String| e.starts_with(&format!("rank {rank}:"))) {
+            if !done && deadline.is_none() {
                 errors.push(format!("rank {rank}: worker ended before reporting every size"));
-                stop(&mut children);
+                deadline = Some(Instant::now() + GRACE);
             }
             continue;
         };
         let Ok(v) = serde_json::from_str::<Value>(&line) else { continue };
         if let Some(e) = v.get("error").and_then(Value::as_str) {
             errors.push(format!("rank {rank}: {e}"));
-            stop(&mut children);
+            deadline.get_or_insert(Instant::now() + GRACE);
             continue;
         }
         let size = v.get("size").and_then(Value::as_u64);
@@ -159,23 +170,21 @@ pub fn run(plan: &Plan, exe: &std::path::Path, prefix: &[OsString], args: &[OsSt
         while next < shapes.len() && got[next].len() == plan.ranks {
             let row = merge(plan, shapes[next].size, &got[next]);
             println!("{}", report::line(plan, &row, &algorithm));
-            for (r, m) in &row.failures {
-                let e =
-                    format!("rank {r}: size {}: check {} failed: {m}", row.size, plan.check.map_or("", |c| c.name()));
-                println!("    {e}");
-                errors.push(e);
-            }
+            check_failures(plan, &row, &mut errors);
             rows.push(row);
             next += 1;
         }
     }
+    // A row some ranks did not finish: the checks of those that did.
+    if let Some(k) = (next < shapes.len()).then_some(next) {
+        let row = merge(plan, shapes[k].size, &got[k]);
+        check_failures(plan, &row, &mut errors);
+    }
     for (rank, c) in children.iter_mut() {
         match c.wait() {
-            Ok(st) if !st.success() && !errors.iter().any(|e| e.starts_with(&format!("rank {rank}:"))) => {
-                // A worker stopped because another failed is not an error of its own.
-                if errors.is_empty() {
-                    errors.push(format!("rank {rank}: worker exited with {st}"));
-                }
+            // A worker stopped because another failed is not an error of its own.
+            Ok(st) if !st.success() && errors.is_empty() => {
+                errors.push(format!("rank {rank}: worker exited with {st}"))
             }
             Err(e) => errors.push(format!("rank {rank}: {e}")),
             _ => {}
@@ -185,6 +194,18 @@ pub fn run(plan: &Plan, exe: &std::path::Path, prefix: &[OsString], args: &[OsSt
         println!("{}", report::avg_line(plan, &rows));
     }
     Ok(Outcome { rows, errors, device, algorithm })
+}
+
+/// How long the other workers may still report after a failure.
+const GRACE: Duration = Duration::from_secs(2);
+
+/// Each failed check of `row`, printed under it and kept, naming its rank.
+fn check_failures(plan: &Plan, row: &Row, errors: &mut Vec<String>) {
+    for (r, m) in &row.failures {
+        let e = format!("rank {r}: size {}: check {} failed: {m}", row.size, plan.check.map_or("", |c| c.name()));
+        println!("    {e}");
+        errors.push(e);
+    }
 }
 
 /// One row from every rank's report of it.

@@ -124,7 +124,7 @@ fn work(plan: &Plan, rank: usize, job: u64) -> Result<(), WorkerError> {
             let (st, _) = rt_.execute(&m, &ins, &outs).map_err(rt)?;
             let ns = t0.elapsed().as_nanos() as u64;
             if st != NrtStatus::Success {
-                return Err(WorkerError::Execute(format!("size {}: {} ({})", s.size, st.name(), st as i32)));
+                return Err(WorkerError::Execute(format!("size {}: {} ({})", s.size, st.name(), st.code())));
             }
             if k >= plan.warmup {
                 times.push(ns);

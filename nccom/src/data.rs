@@ -77,33 +77,41 @@ fn sum_of_ones(dt: DType, n: usize) -> Vec<u8> {
     }
 }
 
-/// The bytes rank `rank` must receive (reduce-scatter: its segment only).
-pub fn expected(op: Op, check: Check, d: Dtype, s: &Shape, ranks: usize, rank: usize, seed: u64) -> Vec<u8> {
+/// The bytes rank `rank` must receive (reduce-scatter: its segment only); `Err` when the host
+/// reference cannot be computed.
+pub fn expected(
+    op: Op,
+    check: Check,
+    d: Dtype,
+    s: &Shape,
+    ranks: usize,
+    rank: usize,
+    seed: u64,
+) -> Result<Vec<u8>, reduce::ReduceError> {
     let es = s.wire.dtype.size();
     let count = s.in_bytes as usize / es;
     let seg = segment(count, ranks, rank);
     let full = match (op, check) {
-        (Op::AllGather, Check::AllOnes) => return one(d).repeat(s.out_bytes as usize / d.size()),
+        (Op::AllGather, Check::AllOnes) => return Ok(one(d).repeat(s.out_bytes as usize / d.size())),
         (Op::AllGather, Check::Random) => {
             let parts: Vec<Vec<u8>> =
                 (0..ranks).map(|r| reduce::pattern(r, s.in_bytes as usize, s.wire.dtype, seed)).collect();
             let refs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
-            return reduce::reference_all_gather(&refs);
+            return Ok(reduce::reference_all_gather(&refs));
         }
         (_, Check::AllOnes) => sum_of_ones(s.wire.dtype, ranks).repeat(count),
         (_, Check::Random) => {
             let parts: Vec<Vec<u8>> =
                 (0..ranks).map(|r| reduce::pattern(r, s.in_bytes as usize, s.wire.dtype, seed)).collect();
             let refs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
-            match reduce::reference_all_reduce(&refs, s.wire.dtype, ReduceOp::Add) {
-                Ok(v) => v,
-                Err(_) => Vec::new(),
-            }
+            reduce::reference_all_reduce(&refs, s.wire.dtype, ReduceOp::Add)?
         }
     };
     match op {
-        Op::ReduceScatter => full.get(seg.start * es..seg.end * es).map(<[u8]>::to_vec).unwrap_or_default(),
-        _ => full,
+        Op::ReduceScatter => {
+            full.get(seg.start * es..seg.end * es).map(<[u8]>::to_vec).ok_or(reduce::ReduceError::Inputs)
+        }
+        _ => Ok(full),
     }
 }
 
@@ -148,10 +156,10 @@ mod tests {
     #[test]
     fn all_ones_sums_to_the_rank_count() {
         let s = shape(Op::AllReduce, Dtype::Bf16, 8, 16).unwrap().unwrap();
-        let want = expected(Op::AllReduce, Check::AllOnes, Dtype::Bf16, &s, 8, 0, 0);
+        let want = expected(Op::AllReduce, Check::AllOnes, Dtype::Bf16, &s, 8, 0, 0).unwrap();
         assert_eq!(want, half::bf16::from_f32(8.0).to_le_bytes().repeat(8));
         let s = shape(Op::ReduceScatter, Dtype::I32, 3, 40).unwrap().unwrap();
-        let want = expected(Op::ReduceScatter, Check::AllOnes, Dtype::I32, &s, 3, 2, 0);
+        let want = expected(Op::ReduceScatter, Check::AllOnes, Dtype::I32, &s, 3, 2, 0).unwrap();
         assert_eq!(want, 3i32.to_le_bytes().repeat(4));
     }
 

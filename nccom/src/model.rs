@@ -79,7 +79,7 @@ impl CollModel<'_> {
 
     fn graph(&self, index: usize) -> Result<GraphDesc, ModelError> {
         let es = self.wire.dtype.size() as u64;
-        if self.in_bytes % es != 0 || self.out_bytes % es != 0 {
+        if !self.in_bytes.is_multiple_of(es) || !self.out_bytes.is_multiple_of(es) {
             return Err(ModelError::Elements(self.in_bytes));
         }
         let staged = self.in_bytes.max(self.out_bytes);

@@ -180,8 +180,8 @@ pub fn wire(op: Op, d: Dtype, share_bytes: u64) -> Result<Wire, Unsupported> {
     };
     let code = match native {
         Some(c) => c,
-        None if !op.reduces() && share_bytes % 4 == 0 => coll_dtype::INT32,
-        None if !op.reduces() && share_bytes % 2 == 0 => coll_dtype::FP16,
+        None if !op.reduces() && share_bytes.is_multiple_of(4) => coll_dtype::INT32,
+        None if !op.reduces() && share_bytes.is_multiple_of(2) => coll_dtype::FP16,
         None => return Err(Unsupported::Dtype { op: op.name(), dtype: d.name() }),
     };
     let dtype = dtype::of(code).ok_or(Unsupported::Dtype { op: op.name(), dtype: d.name() })?;

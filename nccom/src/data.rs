@@ -16,21 +16,19 @@ pub struct Shape {
     pub wire: Wire,
 }
 
-/// The row for a requested `size`, rounded down to what the operation can split evenly
-/// (whole elements; all-gather: a per-rank share of whole engine elements). `Ok(None)`: the
-/// size rounds to nothing.
+/// The row for a requested `size`, rounded down to what the operation can split evenly (whole
+/// elements; all-gather: a per-rank share of whole elements). `Ok(None)`: the size rounds to
+/// nothing.
 pub fn shape(op: Op, d: Dtype, ranks: usize, size: u64) -> Result<Option<Shape>, Unsupported> {
     let n = ranks.max(1) as u64;
     let es = d.size() as u64;
     match op {
         Op::AllGather => {
-            let raw = size / n / es * es;
-            let share = if raw >= 4 { raw / 4 * 4 } else { raw / 2 * 2 };
+            let share = size / n / es * es;
             if share == 0 {
                 return Ok(None);
             }
             let w = wire(op, d, share)?;
-            let share = share / w.dtype.size() as u64 * w.dtype.size() as u64;
             Ok(Some(Shape { size: share * n, in_bytes: share, out_bytes: share * n, wire: w }))
         }
         _ => {
@@ -68,12 +66,12 @@ pub fn input(check: Option<Check>, d: Dtype, s: &Shape, rank: usize, seed: u64) 
     }
 }
 
-/// The element `n` ones add up to in the engine's type (exact for the group sizes the
-/// engine takes: at most 255 ranks).
+/// The element `n` ones add up to in the engine's type: floats exact for the group sizes the
+/// engine takes (at most 255 ranks); integers wrap (n modulo 2^bits, two's complement).
 fn sum_of_ones(dt: DType, n: usize) -> Vec<u8> {
     match dt {
-        DType::I32 => (n as i32).to_le_bytes().to_vec(),
-        _ => reduce::from_f32(dt, n as f32),
+        DType::F32 | DType::Bf16 | DType::F16 => reduce::from_f32(dt, n as f32),
+        _ => (n as u64).to_le_bytes()[..dt.size()].to_vec(),
     }
 }
 
@@ -145,12 +143,13 @@ mod tests {
     fn shapes_round_to_what_splits_evenly() {
         let s = shape(Op::AllReduce, Dtype::Fp32, 8, 10).unwrap().unwrap();
         assert_eq!((s.size, s.in_bytes, s.out_bytes), (8, 8, 8));
-        let s = shape(Op::AllGather, Dtype::Fp32, 8, 64).unwrap().unwrap();
+        let s = shape(Op::AllGather, Dtype::Fp32, 8, 70).unwrap().unwrap();
         assert_eq!((s.size, s.in_bytes, s.out_bytes), (64, 8, 64));
         assert_eq!(shape(Op::AllGather, Dtype::Fp32, 8, 16).unwrap(), None);
-        let s = shape(Op::AllGather, Dtype::U8, 4, 8).unwrap().unwrap();
-        assert_eq!((s.in_bytes, s.wire.dtype), (2, DType::F16));
-        assert!(shape(Op::AllReduce, Dtype::U8, 4, 8).is_err());
+        let s = shape(Op::AllGather, Dtype::Fp8E4m3, 4, 8).unwrap().unwrap();
+        assert_eq!((s.in_bytes, s.wire.dtype), (2, DType::I16));
+        assert_eq!(shape(Op::AllReduce, Dtype::U8, 4, 8).unwrap().map(|s| s.wire.dtype), Some(DType::U8));
+        assert!(shape(Op::AllReduce, Dtype::Fp8E5m2, 4, 8).is_err());
     }
 
     #[test]
@@ -161,6 +160,10 @@ mod tests {
         let s = shape(Op::ReduceScatter, Dtype::I32, 3, 40).unwrap().unwrap();
         let want = expected(Op::ReduceScatter, Check::AllOnes, Dtype::I32, &s, 3, 2, 0).unwrap();
         assert_eq!(want, 3i32.to_le_bytes().repeat(4));
+        // 200 int8 ones wrap to -56.
+        let s = shape(Op::AllReduce, Dtype::I8, 200, 4).unwrap().unwrap();
+        let want = expected(Op::AllReduce, Check::AllOnes, Dtype::I8, &s, 200, 0, 0).unwrap();
+        assert_eq!(want, vec![(-56i8) as u8; 4]);
     }
 
     #[test]

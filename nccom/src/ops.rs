@@ -157,15 +157,15 @@ pub enum Unsupported {
     )]
     Op(&'static str),
     #[error(
-        "{op} of {dtype}: the simulator's collective engine reduces fp32, bf16, fp16 and int32 (uint32 \
-         as int32: wrapping addition is the same bits); it has no {dtype} arithmetic"
+        "{op} of {dtype}: the simulator's collective engine reduces fp32, bf16, fp16 and the 8-, 16- and \
+         32-bit integers; it has no {dtype} arithmetic"
     )]
     Dtype { op: &'static str, dtype: &'static str },
 }
 
 /// The engine's element type for `op` on `d` (module docs of [`Wire`]). All-gather moves bytes
-/// without arithmetic, so any type whose per-rank share is whole engine elements is carried as
-/// int32 (4-byte multiples) or fp16 (2-byte multiples); `share_bytes` is that share.
+/// without arithmetic, so a type the engine lacks (fp8) is carried as int32 (a per-rank share of
+/// 4-byte multiples), int16 or uint8 elements; `share_bytes` is that share.
 pub fn wire(op: Op, d: Dtype, share_bytes: u64) -> Result<Wire, Unsupported> {
     if op.ctype().is_none() {
         return Err(Unsupported::Op(op.name()));
@@ -174,14 +174,19 @@ pub fn wire(op: Op, d: Dtype, share_bytes: u64) -> Result<Wire, Unsupported> {
         Dtype::Fp32 => Some(coll_dtype::FP32),
         Dtype::Bf16 => Some(coll_dtype::BF16),
         Dtype::Fp16 => Some(coll_dtype::FP16),
-        // Two's-complement wrapping addition: uint32 sums are int32 sums bit for bit.
-        Dtype::I32 | Dtype::U32 => Some(coll_dtype::INT32),
-        _ => None,
+        Dtype::I32 => Some(coll_dtype::INT32),
+        Dtype::U32 => Some(dtype::UINT32),
+        Dtype::U16 => Some(dtype::UINT16),
+        Dtype::I16 => Some(dtype::INT16),
+        Dtype::U8 => Some(dtype::UINT8),
+        Dtype::I8 => Some(dtype::INT8),
+        Dtype::Fp8E4m3 | Dtype::Fp8E5m2 => None,
     };
     let code = match native {
         Some(c) => c,
         None if !op.reduces() && share_bytes.is_multiple_of(4) => coll_dtype::INT32,
-        None if !op.reduces() && share_bytes.is_multiple_of(2) => coll_dtype::FP16,
+        None if !op.reduces() && share_bytes.is_multiple_of(2) => dtype::INT16,
+        None if !op.reduces() => dtype::UINT8,
         None => return Err(Unsupported::Dtype { op: op.name(), dtype: d.name() }),
     };
     let dtype = dtype::of(code).ok_or(Unsupported::Dtype { op: op.name(), dtype: d.name() })?;
@@ -216,13 +221,14 @@ mod tests {
     }
 
     #[test]
-    fn the_engine_reduces_four_types_and_gathers_any() {
-        assert_eq!(wire(Op::AllReduce, Dtype::U32, 8).map(|w| w.code), Ok(coll_dtype::INT32));
-        assert!(matches!(wire(Op::AllReduce, Dtype::U8, 8), Err(Unsupported::Dtype { .. })));
-        assert!(matches!(wire(Op::ReduceScatter, Dtype::I16, 8), Err(Unsupported::Dtype { .. })));
-        assert_eq!(wire(Op::AllGather, Dtype::U8, 8).map(|w| w.code), Ok(coll_dtype::INT32));
-        assert_eq!(wire(Op::AllGather, Dtype::U8, 6).map(|w| w.code), Ok(coll_dtype::FP16));
-        assert!(matches!(wire(Op::AllGather, Dtype::U8, 3), Err(Unsupported::Dtype { .. })));
+    fn the_engine_reduces_every_type_but_fp8_and_gathers_any() {
+        assert_eq!(wire(Op::AllReduce, Dtype::U32, 8).map(|w| w.dtype), Ok(reduce::DType::U32));
+        assert_eq!(wire(Op::AllReduce, Dtype::U8, 8).map(|w| w.dtype), Ok(reduce::DType::U8));
+        assert_eq!(wire(Op::ReduceScatter, Dtype::I16, 8).map(|w| w.dtype), Ok(reduce::DType::I16));
+        assert!(matches!(wire(Op::AllReduce, Dtype::Fp8E4m3, 8), Err(Unsupported::Dtype { .. })));
+        assert_eq!(wire(Op::AllGather, Dtype::Fp8E5m2, 8).map(|w| w.code), Ok(coll_dtype::INT32));
+        assert_eq!(wire(Op::AllGather, Dtype::Fp8E5m2, 6).map(|w| w.code), Ok(dtype::INT16));
+        assert_eq!(wire(Op::AllGather, Dtype::Fp8E5m2, 3).map(|w| w.code), Ok(dtype::UINT8));
         assert_eq!(wire(Op::SendRecv, Dtype::Fp32, 8), Err(Unsupported::Op("sendrecv")));
     }
 }

@@ -65,6 +65,18 @@ pub mod dtype {
     pub use crate::slot::coll_dtype::{BF16, FP16, FP32, INT32};
     use reduce::DType;
 
+    /// Modeled: the integer types' codes follow `nrt_dtype_t` (docs/facts/libnrt.md §1.5),
+    /// whose numbers the four documented DTYPE codes share (fp32 10, bf16 6, fp16 7, int32 8).
+    pub const INT8: u8 = 0x02;
+    /// Modeled (as [`INT8`]).
+    pub const UINT8: u8 = 0x03;
+    /// Modeled (as [`INT8`]).
+    pub const INT16: u8 = 0x04;
+    /// Modeled (as [`INT8`]).
+    pub const UINT16: u8 = 0x05;
+    /// Modeled (as [`INT8`]).
+    pub const UINT32: u8 = 0x09;
+
     /// The element type of DTYPE code `d`, or `None` for a type a collective cannot use.
     pub fn of(d: u8) -> Option<DType> {
         match d {
@@ -72,6 +84,11 @@ pub mod dtype {
             BF16 => Some(DType::Bf16),
             FP16 => Some(DType::F16),
             INT32 => Some(DType::I32),
+            UINT8 => Some(DType::U8),
+            INT8 => Some(DType::I8),
+            UINT16 => Some(DType::U16),
+            INT16 => Some(DType::I16),
+            UINT32 => Some(DType::U32),
             _ => None,
         }
     }
@@ -83,6 +100,11 @@ pub mod dtype {
             DType::Bf16 => BF16,
             DType::F16 => FP16,
             DType::I32 => INT32,
+            DType::U8 => UINT8,
+            DType::I8 => INT8,
+            DType::U16 => UINT16,
+            DType::I16 => INT16,
+            DType::U32 => UINT32,
         }
     }
 

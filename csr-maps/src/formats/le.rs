@@ -46,6 +46,6 @@ mod tests {
         assert_eq!(u16_at(&b, 1), 0xBEEF);
         assert_eq!(u32_at(&b, 3), 0x0102_0304);
         assert_eq!(u64_at(&b, 7), 0x1122_3344_5566_7788);
-        assert_eq!(array_at::<2>(&b, 15), [0x11, 0]);
+        assert_eq!(array_at::<2>(&b, 14), [0x11, 0]);
     }
 }

@@ -77,7 +77,7 @@ impl Dev {
             let mut st = dev.lock();
             if let Err(f) = dev.dev_write(&mut st, d.dst, &d.data) {
                 dev.n.dma_faults.fetch_add(1, Ordering::Relaxed);
-                crate::seq::fault_engine(&dev, &mut st, d.nc, d.engine, crate::seq::code::MEMORY, Some(f));
+                crate::records::fault_engine(&dev, &mut st, d.nc, d.engine, crate::records::code::MEMORY, Some(f));
             }
             self.hub.put_bytes(d.data);
             if let Some(e) = st.seq.get_mut(d.nc).and_then(|s| s.get_mut(d.engine)) {

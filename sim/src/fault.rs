@@ -204,7 +204,7 @@ pub(crate) fn nc_ue(dev: &Dev, st: &mut State, nc: usize, e: usize, pc: u32) {
     let m = dev.misc_ram();
     let v = csr_maps::blocks::misc_ram::SramEcc(dev.reg_value(st, m.sram_ecc().offset()));
     st.regs.insert(m.sram_ecc().offset(), v.with_uncorrected(v.uncorrected().saturating_add(1)).0);
-    crate::seq::post_ecc_uncorrectable(dev, st, nc, e, pc);
+    crate::records::post_ecc_uncorrectable(dev, st, nc, e, pc);
     dev.intc(st, nc, Line::NcUe);
 }
 

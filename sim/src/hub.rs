@@ -361,7 +361,14 @@ fn spawn_inter_host(t: Arc<dyn InterHost>, comm: u32, seq: u32, r: Rendezvous) -
                             InterHostError::Network(_) => d.intc(&mut st, *nc, crate::intc::Line::NetProxyFail),
                             InterHostError::Collective(_) => {
                                 d.intc(&mut st, *nc, crate::intc::Line::CcError);
-                                crate::seq::fault_engine(&d, &mut st, *nc, *engine, crate::seq::code::COLLECTIVE, None);
+                                crate::records::fault_engine(
+                                    &d,
+                                    &mut st,
+                                    *nc,
+                                    *engine,
+                                    crate::records::code::COLLECTIVE,
+                                    None,
+                                );
                             }
                         }
                         st.pending[*nc] = true;

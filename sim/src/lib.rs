@@ -29,6 +29,7 @@ mod iommu;
 mod mpu;
 mod nq;
 mod platform_impl;
+mod records;
 mod regs;
 mod reset;
 mod sem;

@@ -172,5 +172,5 @@ pub(crate) fn refuse(dev: &Dev, st: &mut State, nc: usize, src: Source, a: Acces
         Source::Dma(_) => (csr_maps::Engine::Sp.index(), custom::OOB_DGE_VECTOR),
     };
     let line = st.seq.get(nc).and_then(|s| s.get(engine)).map(|s| s.pc).unwrap_or(0);
-    crate::seq::post_infer(dev, st, nc, engine, (ntype::EXPLICIT, Subtype::Custom, sub_id, line));
+    crate::records::post_infer(dev, st, nc, engine, (ntype::EXPLICIT, Subtype::Custom, sub_id, line));
 }

@@ -13,12 +13,12 @@ use platform::{HostMem, MemMmio};
 use rustc_hash::FxHashMap;
 
 use crate::decode::Decoder;
+use crate::device::fault::FaultSpec;
+use crate::device::hub::Hub;
+use crate::device::udma::Engine;
 use crate::device::{Counters, Dev, Layout, ListPool, SimConfig, SimStats, State};
 use crate::external::{ExternalDma, ExternalError};
-use crate::fault::FaultSpec;
-use crate::hub::Hub;
 use crate::iommu::{Iommu, Mapping};
-use crate::udma::Engine;
 use crate::SimError;
 
 /// One simulated Neuron device. Cloning shares the device; device threads stop when
@@ -85,7 +85,7 @@ impl SimDevice {
             udma: (0..arch.counts.dma_engines).map(|_| Engine::default()).collect(),
             nq: FxHashMap::default(),
             seq: (0..ncs).map(|_| Default::default()).collect(),
-            regions: vec![crate::mpu::Table::default(); ncs],
+            regions: vec![crate::device::mpu::Table::default(); ncs],
             pending: vec![false; ncs],
             sem_gen: vec![vec![0; sems]; ncs],
             faults: Vec::new(),
@@ -117,7 +117,7 @@ impl SimDevice {
             irq: Mutex::new(HashMap::new()),
             ext: Mutex::new(std::collections::BTreeMap::new()),
             me: me.clone(),
-            barriers: crate::barrier::NcBarriers::new(ncs),
+            barriers: crate::device::barrier::NcBarriers::new(ncs),
             null: MemMmio::new(0),
             cfg,
         });
@@ -153,7 +153,7 @@ impl SimDevice {
     /// Arm a fault (see [`FaultSpec`]).
     pub fn inject(&self, f: FaultSpec) {
         let mut st = self.dev.lock();
-        crate::fault::arm(&self.dev, &mut st, f);
+        crate::device::fault::arm(&self.dev, &mut st, f);
         self.dev.after(st);
     }
 
@@ -203,9 +203,9 @@ impl SimDevice {
             dangling_unmaps: d.n.dangling_unmaps.load(Ordering::Relaxed),
             dangling_fetches: d.n.dangling_fetches.load(Ordering::Relaxed),
             queue_cfg_misuse: d.n.queue_cfg_misuse.load(Ordering::Relaxed),
-            enabled_engines: crate::seq::enabled_engines(&st),
-            enabled_dma_queues: crate::udma::enabled_queues(d, &st),
-            programmed_nq_slots: crate::nq::programmed_slots(d, &st),
+            enabled_engines: crate::device::seq::enabled_engines(&st),
+            enabled_dma_queues: crate::device::udma::enabled_queues(d, &st),
+            programmed_nq_slots: crate::device::nq::programmed_slots(d, &st),
             dge_channel_bytes: st.dge_bytes.clone(),
             engine_states: st.seq.iter().map(|e| std::array::from_fn(|i| e[i].state)).collect(),
             threads: d.n.threads.load(Ordering::Relaxed),

@@ -8,8 +8,8 @@ use csr_maps::consts::{seq as seqc, seq::error_mask};
 use csr_maps::formats::error::{ErrorId, TpbErrorRecord};
 use csr_maps::formats::notify::{custom, ntype, InferStatus, Subtype};
 
-use crate::device::{Dev, State};
-use crate::intc::Line;
+use super::intc::Line;
+use super::{Dev, State};
 use crate::iommu::DmaFault;
 
 pub(crate) use csr_maps::consts::seq::fault as code;
@@ -39,8 +39,8 @@ pub(crate) fn post_infer(dev: &Dev, st: &mut State, nc: usize, e: usize, (kind, 
         timestamp: timestamp(dev, st, nc),
         ..Default::default()
     };
-    match crate::nq::nc_slot(dev, nc, slot) {
-        Some(off) => crate::nq::post(dev, st, nc, off, rec.encode()),
+    match super::nq::nc_slot(dev, nc, slot) {
+        Some(off) => super::nq::post(dev, st, nc, off, rec.encode()),
         None => false,
     }
 }
@@ -50,12 +50,12 @@ pub(crate) fn post_infer(dev: &Dev, st: &mut State, nc: usize, e: usize, (kind, 
 /// full and a record is dropped. The host writes its consumer head back only every quarter
 /// ring and cannot while the device runs, so the ring fills from where the device last saw
 /// the head; the drop sets the overflow status, the next record's overflow bit and NC INTC
-/// line 61 (g1 bit 29) through the ring's ordinary full check ([`crate::nq::post`]). The
+/// line 61 (g1 bit 29) through the ring's ordinary full check ([`super::nq::post`]). The
 /// slot's own START / END then find the ring full as well.
 pub(crate) fn flood(dev: &Dev, st: &mut State, nc: usize, e: usize, pc: u32) {
     let Some(r) = eng_regs(dev, nc, e) else { return };
     let slot = dev.stored(st, r.nq_infer_slot().offset(), 0) as u64;
-    let Some(off) = crate::nq::nc_slot(dev, nc, slot) else { return };
+    let Some(off) = super::nq::nc_slot(dev, nc, slot) else { return };
     let records = dev.stored(st, off + csr_maps::blocks::notific_slot::SIZE_OFFSET, 0) as u64
         / csr_maps::formats::notify::RECORD_BYTES as u64;
     for _ in 0..=records {
@@ -92,8 +92,8 @@ fn post_error_record(dev: &Dev, st: &mut State, nc: usize, e: usize, kind: (u8, 
         metadata_hi: TpbErrorRecord::seq_metadata(e as u8, (pc & 0xFFF) as u16, info),
         timestamp: timestamp(dev, st, nc),
     };
-    if let Some(off) = crate::nq::nc_slot(dev, nc, slot) {
-        crate::nq::post(dev, st, nc, off, rec.encode());
+    if let Some(off) = super::nq::nc_slot(dev, nc, slot) {
+        super::nq::post(dev, st, nc, off, rec.encode());
     }
 }
 

@@ -22,16 +22,16 @@ use csr_maps::RegId;
 
 use crate::decode::Hit;
 
+use super::fault::FaultKind;
+use super::hub::{Arrival, Delivery};
+use super::mpu::{self, Access, Source};
+use super::records::code;
+use super::records::{eng_regs, fault_engine, flood, post_error, post_infer, timestamp};
+use super::{Dev, State};
+
 /// NX engine cores per NC and the POOL engine's index (`al_hal_tpb_eng_type`).
 const NX_CORES: u64 = 5;
 const NX_POOL: u64 = 2;
-use crate::device::{Dev, State};
-use crate::fault::FaultKind;
-use crate::hub::{Arrival, Delivery};
-use crate::mpu::{self, Access, Source};
-
-use crate::records::code;
-use crate::records::{eng_regs, fault_engine, flood, post_error, post_infer, timestamp};
 
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct SeqEng {
@@ -161,7 +161,7 @@ pub(crate) fn q7_write(dev: &Dev, st: &mut State, hit: &Hit, val: u32) {
 /// Run the engines of `nc` until none can make progress. Returns whether any did.
 pub(crate) fn run(dev: &Dev, st: &mut State, nc: usize, out: &mut Vec<Delivery>) -> bool {
     if dev.barriers.gated(nc) {
-        // Held back until the NC's collectives barrier clears ([`crate::barrier`]).
+        // Held back until the NC's collectives barrier clears ([`super::barrier`]).
         return false;
     }
     let mut any = false;
@@ -302,7 +302,7 @@ fn step(dev: &Dev, st: &mut State, nc: usize, e: usize, out: &mut Vec<Delivery>)
                 post_infer(dev, st, nc, e, (ntype::EXPLICIT, Subtype::Custom, custom::OOB_INDIRECT_SCATTER, s.pc));
             }
             FaultKind::NqOverflow => flood(dev, st, nc, e, s.pc),
-            FaultKind::NcUe => crate::fault::nc_ue(dev, st, nc, e, s.pc),
+            FaultKind::NcUe => super::fault::nc_ue(dev, st, nc, e, s.pc),
             _ => {}
         }
     }
@@ -343,7 +343,7 @@ fn step(dev: &Dev, st: &mut State, nc: usize, e: usize, out: &mut Vec<Delivery>)
             let eng = st.seq[nc][e];
             if !eng.coll_wait {
                 let c = CollectiveOp::decode(&b);
-                if crate::fault::collective_fault(dev, st, nc).is_some() {
+                if super::fault::collective_fault(dev, st, nc).is_some() {
                     // The transfer failed (or its proxy went silent): it never completes and
                     // the engine keeps waiting on it. Its sequence number is used up, so the
                     // NC's next collective does not pair with this one's peers.
@@ -435,8 +435,8 @@ fn arrive(dev: &Dev, st: &mut State, nc: usize, e: usize, c: &CollectiveOp, out:
         dev.hub.put_bytes(data);
         return Err(code::MEMORY);
     }
-    if crate::fault::hbm_ue_on_read(dev, st, [(c.src, bytes as u64)].into_iter()) {
-        crate::fault::damage(&mut data);
+    if super::fault::hbm_ue_on_read(dev, st, [(c.src, bytes as u64)].into_iter()) {
+        super::fault::damage(&mut data);
     }
     let seq = st.coll_seq.entry((nc as u32, c.comm_id)).or_insert(0);
     let my = *seq;
@@ -550,8 +550,8 @@ fn copy2d(dev: &Dev, st: &mut State, d: &Dma2d, total: u64) -> Result<(), u8> {
     for (k, a) in leg_elems(&d.src).enumerate() {
         dev.dev_read(st, a, &mut buf[k * ses..(k + 1) * ses]).map_err(|_| code::MEMORY)?;
     }
-    if crate::fault::hbm_ue_on_read(dev, st, leg_elems(&d.src).map(|a| (a, ses as u64))) {
-        crate::fault::damage(&mut buf);
+    if super::fault::hbm_ue_on_read(dev, st, leg_elems(&d.src).map(|a| (a, ses as u64))) {
+        super::fault::damage(&mut buf);
     }
     let des = d.dst.elem_bytes() as usize;
     for (k, a) in leg_elems(&d.dst).enumerate() {

@@ -1,7 +1,30 @@
 //! The simulated device: configuration, state, the names resolved once at creation, and the
-//! public handle. The blocks' behaviour lives in the other modules: address space
-//! (`space`), register dispatch (`regs`, `sem`, `intc`, `udma`, `nq`, `seq`, `fwio`),
-//! execution (`exec`), reset (`reset`), the Platform impl (`platform`).
+//! public handle. The blocks' behaviour lives in its submodules: address space (`space`),
+//! the register blocks (`sem`, `intc`, `udma`, `nq`, `seq`, `mpu`, `barrier`), the collective
+//! fabric (`hub`), fault injection (`fault`) and record posting (`records`). Register
+//! dispatch (`regs`, `fwio`), execution (`exec`), reset (`reset`) and the Platform impl
+//! (`platform_impl`) are the crate's other modules, above the device.
+//!
+//! Why the blocks are submodules: the device keeps one state struct at the top (QEMU
+//! `edu.c` style), [`State`] under one lock and the shared [`Dev`], and they hold the
+//! blocks' own types (UDMA `Engine`, `NqSlot`, `SeqEng`, `FaultSpec`, `NcBarriers`, `Hub`, …),
+//! while every block's functions take `(&Dev, &mut State)`. The blocks and the state struct
+//! are one unit that imports itself both ways; as submodules they are the device's parts, and
+//! the crate's top-level modules keep no import cycle (issue 41). Inside, `records` (posting
+//! INFER_STATUS and error-ring records, stopping an engine) is a leaf below `seq`, so fault,
+//! mpu and hub post records without naming the sequencer.
+
+pub(crate) mod barrier;
+pub(crate) mod fault;
+pub(crate) mod hub;
+pub(crate) mod intc;
+pub(crate) mod mpu;
+pub(crate) mod nq;
+pub(crate) mod records;
+pub(crate) mod sem;
+pub(crate) mod seq;
+pub(crate) mod space;
+pub(crate) mod udma;
 
 use std::collections::HashMap;
 
@@ -18,14 +41,14 @@ use csr_maps::meta::RegionDef;
 use csr_maps::{blocks, Arch, InstanceId};
 use platform::{HostMem, MemMmio};
 
+use self::fault::FaultSpec;
+use self::hub::Hub;
+use self::nq::NqSlot;
+use self::seq::SeqEng;
+use self::space::Seg;
+use self::udma::Engine;
 use crate::decode::Decoder;
-use crate::fault::FaultSpec;
-use crate::hub::Hub;
 use crate::iommu::Iommu;
-use crate::nq::NqSlot;
-use crate::seq::SeqEng;
-use crate::space::Seg;
-use crate::udma::Engine;
 use crate::SimError;
 
 /// When device work runs relative to the host.
@@ -211,7 +234,7 @@ pub(crate) struct State {
     /// Reusable descriptor lists (UDMA packets are gathered into them without allocating).
     pub desc_pool: ListPool<csr_maps::formats::udma::UdmaDesc>,
     /// Per NC: the checker's copy of its ownership region table.
-    pub regions: Vec<crate::mpu::Table>,
+    pub regions: Vec<self::mpu::Table>,
     /// Recently decoded BAR0 offsets (register reads and writes).
     pub decoded: crate::decode::DecodeCache,
     /// Which HBM granules may hold data ([`crate::hbm`]): every HBM write goes through it.
@@ -335,8 +358,8 @@ pub(crate) struct Dev {
     /// Memory behind external DMA mappings (`SimDevice::map_external`), by IOVA.
     pub ext: Mutex<std::collections::BTreeMap<u64, Box<dyn crate::external::ExternalDma>>>,
     pub me: Weak<Dev>,
-    /// The NCs' collectives barrier tasks ([`crate::barrier`]).
-    pub barriers: crate::barrier::NcBarriers,
+    /// The NCs' collectives barrier tasks ([`self::barrier`]).
+    pub barriers: self::barrier::NcBarriers,
     /// A zero-sized MMIO: block handles on it only compute typed register offsets.
     pub null: MemMmio,
 }

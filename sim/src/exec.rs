@@ -6,8 +6,8 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard};
 use std::time::Instant;
 
+use crate::device::hub::Delivery;
 use crate::device::{Dev, State, Timing};
-use crate::hub::Delivery;
 
 impl Dev {
     /// Run everything pending on `nc` until no progress; collect deliveries.
@@ -15,8 +15,8 @@ impl Dev {
         let mut rounds = 0u32;
         loop {
             st.pending[nc] = false;
-            let mut progress = crate::udma::run(self, st, nc);
-            progress |= crate::seq::run(self, st, nc, out);
+            let mut progress = crate::device::udma::run(self, st, nc);
+            progress |= crate::device::seq::run(self, st, nc, out);
             rounds += 1;
             if !progress && !st.pending[nc] {
                 break;
@@ -77,7 +77,14 @@ impl Dev {
             let mut st = dev.lock();
             if let Err(f) = dev.dev_write(&mut st, d.dst, &d.data) {
                 dev.n.dma_faults.fetch_add(1, Ordering::Relaxed);
-                crate::seq::fault_engine(&dev, &mut st, d.nc, d.engine, crate::seq::code::MEMORY, Some(f));
+                crate::device::records::fault_engine(
+                    &dev,
+                    &mut st,
+                    d.nc,
+                    d.engine,
+                    crate::device::records::code::MEMORY,
+                    Some(f),
+                );
             }
             self.hub.put_bytes(d.data);
             if let Some(e) = st.seq.get_mut(d.nc).and_then(|s| s.get_mut(d.engine)) {

@@ -3,6 +3,7 @@
 //! operations a test or a host process calls (fault injection, step mode, statistics).
 
 use std::collections::HashMap;
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
@@ -12,11 +13,12 @@ use platform::{HostMem, MemMmio};
 use rustc_hash::FxHashMap;
 
 use crate::decode::Decoder;
+use crate::device::fault::FaultSpec;
+use crate::device::hub::Hub;
+use crate::device::udma::Engine;
 use crate::device::{Counters, Dev, Layout, ListPool, SimConfig, SimStats, State};
-use crate::fault::FaultSpec;
-use crate::hub::Hub;
-use crate::iommu::Iommu;
-use crate::udma::Engine;
+use crate::external::{ExternalDma, ExternalError};
+use crate::iommu::{Iommu, Mapping};
 use crate::SimError;
 
 /// One simulated Neuron device. Cloning shares the device; device threads stop when
@@ -83,7 +85,7 @@ impl SimDevice {
             udma: (0..arch.counts.dma_engines).map(|_| Engine::default()).collect(),
             nq: FxHashMap::default(),
             seq: (0..ncs).map(|_| Default::default()).collect(),
-            regions: vec![crate::mpu::Table::default(); ncs],
+            regions: vec![crate::device::mpu::Table::default(); ncs],
             pending: vec![false; ncs],
             sem_gen: vec![vec![0; sems]; ncs],
             faults: Vec::new(),
@@ -115,7 +117,7 @@ impl SimDevice {
             irq: Mutex::new(HashMap::new()),
             ext: Mutex::new(std::collections::BTreeMap::new()),
             me: me.clone(),
-            barriers: crate::barrier::NcBarriers::new(ncs),
+            barriers: crate::device::barrier::NcBarriers::new(ncs),
             null: MemMmio::new(0),
             cfg,
         });
@@ -151,7 +153,7 @@ impl SimDevice {
     /// Arm a fault (see [`FaultSpec`]).
     pub fn inject(&self, f: FaultSpec) {
         let mut st = self.dev.lock();
-        crate::fault::arm(&self.dev, &mut st, f);
+        crate::device::fault::arm(&self.dev, &mut st, f);
         self.dev.after(st);
     }
 
@@ -201,9 +203,9 @@ impl SimDevice {
             dangling_unmaps: d.n.dangling_unmaps.load(Ordering::Relaxed),
             dangling_fetches: d.n.dangling_fetches.load(Ordering::Relaxed),
             queue_cfg_misuse: d.n.queue_cfg_misuse.load(Ordering::Relaxed),
-            enabled_engines: crate::seq::enabled_engines(&st),
-            enabled_dma_queues: crate::udma::enabled_queues(d, &st),
-            programmed_nq_slots: crate::nq::programmed_slots(d, &st),
+            enabled_engines: crate::device::seq::enabled_engines(&st),
+            enabled_dma_queues: crate::device::udma::enabled_queues(d, &st),
+            programmed_nq_slots: crate::device::nq::programmed_slots(d, &st),
             dge_channel_bytes: st.dge_bytes.clone(),
             engine_states: st.seq.iter().map(|e| std::array::from_fn(|i| e[i].state)).collect(),
             threads: d.n.threads.load(Ordering::Relaxed),
@@ -213,5 +215,92 @@ impl SimDevice {
             hbm_dropped_bytes: st.hbm_written.dropped,
             hbm_zero_skipped_bytes: st.hbm_written.skipped,
         }
+    }
+}
+
+/// External DMA memory and interrupt lines ([`crate::external`]): what a client outside the
+/// process (vfio-user, `sim-serve`) maps for the device.
+impl SimDevice {
+    /// Map `[iova, iova + mem.len())` to `mem` for device accesses (readable/writable by
+    /// the device as given). Mappings the range overlaps are removed first (a client remaps
+    /// by replacing). Returns how many were replaced.
+    pub fn map_external(
+        &self,
+        iova: u64,
+        mem: Box<dyn ExternalDma>,
+        readable: bool,
+        writable: bool,
+    ) -> Result<usize, ExternalError> {
+        let len = mem.len() as u64;
+        if len == 0 || iova.checked_add(len).is_none() {
+            return Err(ExternalError::BadRange { iova, len });
+        }
+        let replaced = self.unmap_external(iova, len);
+        let mut ext = platform::sync::lock(&self.dev.ext);
+        self.dev.iommu.map(iova, Mapping { len, host: mem.as_ptr() as usize, readable, writable });
+        ext.insert(iova, mem);
+        Ok(replaced)
+    }
+
+    /// Remove every external mapping overlapping `[iova, iova + len)`. Device accesses in
+    /// flight finish first (they hold the IOMMU's read lock); the memory objects are dropped
+    /// after. Returns how many mappings were removed.
+    pub fn unmap_external(&self, iova: u64, len: u64) -> usize {
+        let end = iova.saturating_add(len);
+        let mut ext = platform::sync::lock(&self.dev.ext);
+        let hit: Vec<u64> =
+            ext.iter().filter(|(&s, m)| s < end && s.saturating_add(m.len() as u64) > iova).map(|(&s, _)| s).collect();
+        let mut dropped = Vec::with_capacity(hit.len());
+        for s in &hit {
+            // The write lock waits for every access holding a translation into this memory.
+            self.dev.iommu.unmap(*s);
+            if let Some(m) = ext.remove(s) {
+                dropped.push(m);
+            }
+        }
+        drop(ext);
+        drop(dropped);
+        hit.len()
+    }
+
+    /// How many external mappings overlap `range` (e.g. a client's IOVA window: what its
+    /// connection still has mapped).
+    pub fn external_mappings_in(&self, range: std::ops::Range<u64>) -> usize {
+        let ext = platform::sync::lock(&self.dev.ext);
+        ext.iter().filter(|(&s, m)| s < range.end && s.saturating_add(m.len() as u64) > range.start).count()
+    }
+
+    /// Remove every external mapping.
+    pub fn unmap_all_external(&self) -> usize {
+        self.unmap_external(0, u64::MAX)
+    }
+
+    /// Number of interrupt vectors the device raises (one per NC).
+    pub fn irq_vectors(&self) -> u32 {
+        self.dev.ncs() as u32
+    }
+
+    /// Post interrupt `vector` to `fd` (an eventfd the client owns) from now on, or to
+    /// nothing with `None`.
+    pub fn set_irq_eventfd(&self, vector: u32, fd: Option<OwnedFd>) -> Result<(), ExternalError> {
+        let count = self.irq_vectors();
+        if vector >= count {
+            return Err(ExternalError::NoSuchVector { vector, count });
+        }
+        let mut m = platform::sync::lock(&self.dev.irq);
+        match fd {
+            Some(fd) => {
+                m.insert(vector, fd.into());
+            }
+            None => {
+                m.remove(&vector);
+            }
+        }
+        Ok(())
+    }
+
+    /// Forget every interrupt eventfd.
+    pub fn clear_irq_eventfds(&self) {
+        platform::sync::lock(&self.dev.irq).clear();
     }
 }

@@ -8,10 +8,10 @@ use std::sync::{Arc, Weak};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use platform::{DeviceIdentity, DmaDir, DmaMapping, DmaUnmap, HostMem, Mmio, Platform, PlatformError};
 
+use crate::device::space::{Bar0, Bar4};
 use crate::device::Dev;
 use crate::handle::SimDevice;
 use crate::iommu::Mapping;
-use crate::space::{Bar0, Bar4};
 
 struct Unmapper(Weak<Dev>);
 
@@ -21,11 +21,12 @@ impl DmaUnmap for Unmapper {
             {
                 // Hardware still pointing at the memory is a driver bug: count it.
                 let st = d.lock();
-                let n = crate::udma::dangling_rings(&d, &st, iova, len) + crate::nq::dangling_slots(&d, &st, iova, len);
+                let n = crate::device::udma::dangling_rings(&d, &st, iova, len)
+                    + crate::device::nq::dangling_slots(&d, &st, iova, len);
                 if n > 0 {
                     d.n.dangling_unmaps.fetch_add(n, Ordering::Relaxed);
                 }
-                let f = crate::seq::dangling_fetches(&d, &st, d.arch.host_dev_addr(iova), len);
+                let f = crate::device::seq::dangling_fetches(&d, &st, d.arch.host_dev_addr(iova), len);
                 if f > 0 {
                     d.n.dangling_fetches.fetch_add(f, Ordering::Relaxed);
                 }
@@ -99,7 +100,7 @@ impl Platform for SimDevice {
 
     fn device_memory_freed(&self, addr: u64, len: u64) {
         let d = &self.dev;
-        let f = crate::seq::dangling_fetches(d, &d.lock(), addr, len);
+        let f = crate::device::seq::dangling_fetches(d, &d.lock(), addr, len);
         if f > 0 {
             d.n.dangling_fetches.fetch_add(f, Ordering::Relaxed);
         }

@@ -30,8 +30,8 @@ use std::sync::{Arc, Mutex, Weak};
 use csr_maps::blocks::nc_barrier;
 use csr_maps::consts::barrier as bc;
 
+use super::{Dev, State};
 use crate::decode::Hit;
-use crate::device::{Dev, State};
 use crate::interhost::{InterHost, InterHostError};
 
 /// Per-device barrier state: one status word per NC and the arrival counts.
@@ -116,7 +116,7 @@ pub(crate) fn reg_write(dev: &Dev, st: &mut State, hit: &Hit, nc: u32, r: nc_bar
     let b = nc_barrier::Block::at(&dev.null, base);
     let comm = dev.stored(st, b.comm().offset(), 0);
     let member = nc_barrier::Member(dev.stored(st, b.member().offset(), 0));
-    let failed = crate::fault::barrier_fault(st, nc);
+    let failed = super::fault::barrier_fault(st, nc);
     if let Some(m) = arrive(dev, nc, comm, member.rank() as usize, member.size() as usize, failed) {
         // Settled here: wake its participants (this device's now, through the caller's
         // `after`; other devices' from a thread, never under this device's lock).
@@ -265,7 +265,7 @@ fn spawn_inter_host(t: Arc<dyn InterHost>, comm: u32, seq: u32, m: Meet) {
                     for x in m.members.iter().flatten() {
                         if let Some(d) = x.dev.upgrade() {
                             let mut st = d.lock();
-                            d.intc(&mut st, x.nc, crate::intc::Line::NetProxyFail);
+                            d.intc(&mut st, x.nc, super::intc::Line::NetProxyFail);
                         }
                     }
                 }

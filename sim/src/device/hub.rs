@@ -11,7 +11,7 @@
 //!
 //! A group that spans processes (an [`InterHost`] installed and naming the communicator) is
 //! met here by its local participants only; their parts go across the seam from a worker
-//! thread and the results come back through [`crate::device::Dev::deliver`].
+//! thread and the results come back through [`super::Dev::deliver`].
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock, Weak};
@@ -21,7 +21,7 @@ use crate::interhost::{CollKind, InterHost, InterHostError, InterHostRequest};
 use isa::device_ops::{alu, ctype, dtype};
 use reduce::{segment, DType, ReduceOp};
 
-use crate::device::Dev;
+use super::Dev;
 
 /// Output for one participant, written by `Dev::deliver`.
 pub(crate) struct Delivery {
@@ -80,8 +80,8 @@ pub(crate) struct Hub {
     inter: RwLock<Option<Arc<dyn InterHost>>>,
     /// Buffers kept between collectives, so a collective in steady state allocates nothing.
     pool: Mutex<Pool>,
-    /// The collectives barriers being met ([`crate::barrier`]).
-    pub barriers: crate::barrier::Meets,
+    /// The collectives barriers being met ([`super::barrier`]).
+    pub barriers: super::barrier::Meets,
 }
 
 /// Reusable buffers: collective data, rendezvous part lists and delivery lists.
@@ -319,7 +319,7 @@ fn spawn_inter_host(t: Arc<dyn InterHost>, comm: u32, seq: u32, r: Rendezvous) -
             let down = sinks.iter().find(|(dev, nc, _, _)| {
                 dev.upgrade().is_some_and(|d| {
                     let mut st = d.lock();
-                    d.intc_latched(&mut st, *nc, crate::intc::Line::NetProxyFail)
+                    d.intc_latched(&mut st, *nc, super::intc::Line::NetProxyFail)
                 })
             });
             let res = match down {
@@ -358,10 +358,17 @@ fn spawn_inter_host(t: Arc<dyn InterHost>, comm: u32, seq: u32, r: Rendezvous) -
                         match e {
                             // The network proxy's failure line, as the `net-proxy` fault kind
                             // raises it: the runtime ends the execution with 1206.
-                            InterHostError::Network(_) => d.intc(&mut st, *nc, crate::intc::Line::NetProxyFail),
+                            InterHostError::Network(_) => d.intc(&mut st, *nc, super::intc::Line::NetProxyFail),
                             InterHostError::Collective(_) => {
-                                d.intc(&mut st, *nc, crate::intc::Line::CcError);
-                                crate::seq::fault_engine(&d, &mut st, *nc, *engine, crate::seq::code::COLLECTIVE, None);
+                                d.intc(&mut st, *nc, super::intc::Line::CcError);
+                                super::records::fault_engine(
+                                    &d,
+                                    &mut st,
+                                    *nc,
+                                    *engine,
+                                    super::records::code::COLLECTIVE,
+                                    None,
+                                );
                             }
                         }
                         st.pending[*nc] = true;
@@ -510,7 +517,7 @@ mod tests {
         // The NC's network-proxy line is latched (an earlier failure not yet cleared).
         {
             let mut st = down.dev.lock();
-            down.dev.intc(&mut st, 0, crate::intc::Line::NetProxyFail);
+            down.dev.intc(&mut st, 0, crate::device::intc::Line::NetProxyFail);
         }
         // A group spanning processes: the only local participant completes the local part at
         // once and nothing is delivered synchronously.

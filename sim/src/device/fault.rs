@@ -24,8 +24,8 @@ use std::sync::atomic::Ordering;
 
 use csr_maps::Engine;
 
-use crate::device::{Dev, State};
-use crate::intc::Line;
+use super::intc::Line;
+use super::{Dev, State};
 
 /// A fault kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -204,7 +204,7 @@ pub(crate) fn nc_ue(dev: &Dev, st: &mut State, nc: usize, e: usize, pc: u32) {
     let m = dev.misc_ram();
     let v = csr_maps::blocks::misc_ram::SramEcc(dev.reg_value(st, m.sram_ecc().offset()));
     st.regs.insert(m.sram_ecc().offset(), v.with_uncorrected(v.uncorrected().saturating_add(1)).0);
-    crate::seq::post_ecc_uncorrectable(dev, st, nc, e, pc);
+    super::records::post_ecc_uncorrectable(dev, st, nc, e, pc);
     dev.intc(st, nc, Line::NcUe);
 }
 

@@ -14,8 +14,8 @@ use csr_maps::blocks::{nc_region, nc_regions};
 use csr_maps::consts::regions as rc;
 use csr_maps::formats::notify::{custom, ntype, Subtype};
 
+use super::{Dev, State};
 use crate::decode::Hit;
-use crate::device::{Dev, State};
 
 /// Permission bits of an entry (`nc_region.perm`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -172,5 +172,5 @@ pub(crate) fn refuse(dev: &Dev, st: &mut State, nc: usize, src: Source, a: Acces
         Source::Dma(_) => (csr_maps::Engine::Sp.index(), custom::OOB_DGE_VECTOR),
     };
     let line = st.seq.get(nc).and_then(|s| s.get(engine)).map(|s| s.pc).unwrap_or(0);
-    crate::seq::post_infer(dev, st, nc, engine, (ntype::EXPLICIT, Subtype::Custom, sub_id, line));
+    super::records::post_infer(dev, st, nc, engine, (ntype::EXPLICIT, Subtype::Custom, sub_id, line));
 }

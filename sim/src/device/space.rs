@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use platform::{Mmio, MmioError};
 
-use crate::device::{Dev, State};
+use super::{Dev, State};
 use crate::iommu::{translate, DmaFault, Mapping};
 
 /// One piece of a device access.

@@ -4,8 +4,8 @@
 
 use csr_maps::blocks::tpb_sem::RegId as S;
 
+use super::State;
 use crate::decode::Hit;
-use crate::device::State;
 
 /// Which window.
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -10,8 +10,8 @@ use csr_maps::blocks::{
 };
 use csr_maps::LeafReg;
 
+use super::{Dev, State};
 use crate::decode::Hit;
-use crate::device::{Dev, State};
 
 /// What a register of an IOFIC group does.
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -16,12 +16,12 @@ use csr_maps::blocks::{
     iofic_m2s_err, iofic_s2m_err, iofic_summary, udma, udma_m2s, udma_m2s_q as mq, udma_s2m, udma_s2m_q as sq,
 };
 
+use super::intc::Line;
+use super::mpu::{self, Access, Source};
+use super::space::Seg;
+use super::{Dev, State};
 use crate::decode::Hit;
-use crate::device::{Dev, State};
-use crate::intc::Line;
 use crate::iommu::DmaFault;
-use crate::mpu::{self, Access, Source};
-use crate::space::Seg;
 
 /// One half-queue's hardware pointers.
 #[derive(Debug, Clone, Copy)]
@@ -644,7 +644,7 @@ fn max_packet_bytes(dev: &Dev, st: &State, e: usize) -> u64 {
 
 /// Copy `total` bytes from the M2S descriptors' buffers into the S2M descriptors' buffers.
 fn copy(dev: &Dev, st: &mut State, md: &[UdmaDesc], sd: &[UdmaDesc], total: u64) -> Result<(), (Abort, DmaFault)> {
-    let ue = crate::fault::hbm_ue_on_read(dev, st, md.iter().map(|d| (d.addr, d.ctrl.len as u64)));
+    let ue = super::fault::hbm_ue_on_read(dev, st, md.iter().map(|d| (d.addr, d.ctrl.len as u64)));
     let mut src = st.seg_pool.take();
     let mut dst = st.seg_pool.take();
     let r = copy_with(dev, st, md, sd, total, &mut src, &mut dst);
@@ -660,7 +660,7 @@ fn copy(dev: &Dev, st: &mut State, md: &[UdmaDesc], sd: &[UdmaDesc], total: u64)
             let n = left.min(d.ctrl.len as u64);
             let mut buf = vec![0u8; n as usize];
             if dev.dev_read(st, d.addr, &mut buf).is_ok() {
-                crate::fault::damage(&mut buf);
+                super::fault::damage(&mut buf);
                 let _ = dev.dev_write(st, d.addr, &buf);
             }
             left -= n;

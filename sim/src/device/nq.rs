@@ -8,9 +8,9 @@ use std::sync::atomic::Ordering;
 use csr_maps::blocks::notific_slot as ns;
 use csr_maps::formats::notify::{NotifRecord, RECORD_BYTES};
 
+use super::intc::Line;
+use super::{Dev, State};
 use crate::decode::Hit;
-use crate::device::{Dev, State};
-use crate::intc::Line;
 
 /// Device-side state of one NQ slot (keyed by the slot's BAR0 base).
 #[derive(Debug, Clone, Copy)]

@@ -9,8 +9,8 @@ use std::sync::atomic::Ordering;
 
 use csr_maps::consts::{q7 as q7c, seq as seqc, seq::error_mask};
 use csr_maps::formats::dge::{allowed_channels, DgeMailbox, MAILBOXES};
-use csr_maps::formats::error::{ErrorId, TpbErrorRecord};
-use csr_maps::formats::notify::{custom, ntype, InferStatus, Subtype};
+use csr_maps::formats::error::ErrorId;
+use csr_maps::formats::notify::{custom, ntype, Subtype};
 use csr_maps::formats::ucpl::{UcplHeader, HEADER_BYTES, MAX_IMAGE_BYTES};
 use isa::device_ops::{CollectiveOp, NotifyOp, WriteOp, UPDATE_DEC_COMPLETE};
 use isa::slot::{
@@ -21,18 +21,17 @@ use csr_maps::blocks::{q7, seq, seq_engine as se};
 use csr_maps::RegId;
 
 use crate::decode::Hit;
-use crate::intc::Line;
+
+use super::fault::FaultKind;
+use super::hub::{Arrival, Delivery};
+use super::mpu::{self, Access, Source};
+use super::records::code;
+use super::records::{eng_regs, fault_engine, flood, post_error, post_infer, timestamp};
+use super::{Dev, State};
 
 /// NX engine cores per NC and the POOL engine's index (`al_hal_tpb_eng_type`).
 const NX_CORES: u64 = 5;
 const NX_POOL: u64 = 2;
-use crate::device::{Dev, State};
-use crate::fault::FaultKind;
-use crate::hub::{Arrival, Delivery};
-use crate::iommu::DmaFault;
-use crate::mpu::{self, Access, Source};
-
-pub(crate) use csr_maps::consts::seq::fault as code;
 
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct SeqEng {
@@ -47,10 +46,6 @@ pub(crate) struct SeqEng {
     /// The semaphore it waits on and its generation when the wait was last unsatisfied.
     pub wait_sem: u8,
     pub wait_gen: u32,
-}
-
-fn eng_regs(dev: &Dev, nc: usize, e: usize) -> Option<csr_maps::blocks::seq_engine::Block<'_>> {
-    dev.seq(nc)?.eng(e as u64).ok()
 }
 
 /// Whether an engine fetches instructions (enabled: running, or waiting on a semaphore).
@@ -163,99 +158,10 @@ pub(crate) fn q7_write(dev: &Dev, st: &mut State, hit: &Hit, val: u32) {
     st.regs.insert(q.ll_status().offset(), status);
 }
 
-fn timestamp(dev: &Dev, st: &State, nc: usize) -> u64 {
-    let per = dev.seq(nc).map(|s| dev.reg_value(st, s.ts_per_ns().offset())).unwrap_or(1);
-    dev.now_ns().wrapping_mul(per as u64)
-}
-
-/// (notific kind, subtype, custom sub-id, line) of an INFER_STATUS record.
-type Rec = (u8, Subtype, u16, u32);
-
-pub(crate) fn post_infer(dev: &Dev, st: &mut State, nc: usize, e: usize, (kind, subtype, sub_id, line): Rec) -> bool {
-    let Some(r) = eng_regs(dev, nc, e) else { return false };
-    let slot = dev.stored(st, r.nq_infer_slot().offset(), 0) as u64;
-    let rec = InferStatus {
-        line: line as u16,
-        line_hi: ((line >> 16) & 0xF) as u8,
-        tag: ntype::engine(e as u8, kind),
-        sub_id,
-        subtype: subtype.to_u16(),
-        timestamp: timestamp(dev, st, nc),
-        ..Default::default()
-    };
-    match crate::nq::nc_slot(dev, nc, slot) {
-        Some(off) => crate::nq::post(dev, st, nc, off, rec.encode()),
-        None => false,
-    }
-}
-
-/// Injected `nq-overflow`: engine `e` posts debug notifications (CUSTOM sub-id 6, non-fatal)
-/// into its INFER_STATUS ring faster than the host consumes them, until the ring is really
-/// full and a record is dropped. The host writes its consumer head back only every quarter
-/// ring and cannot while the device runs, so the ring fills from where the device last saw
-/// the head; the drop sets the overflow status, the next record's overflow bit and NC INTC
-/// line 61 (g1 bit 29) through the ring's ordinary full check ([`crate::nq::post`]). The
-/// slot's own START / END then find the ring full as well.
-fn flood(dev: &Dev, st: &mut State, nc: usize, e: usize, pc: u32) {
-    let Some(r) = eng_regs(dev, nc, e) else { return };
-    let slot = dev.stored(st, r.nq_infer_slot().offset(), 0) as u64;
-    let Some(off) = crate::nq::nc_slot(dev, nc, slot) else { return };
-    let records = dev.stored(st, off + csr_maps::blocks::notific_slot::SIZE_OFFSET, 0) as u64
-        / csr_maps::formats::notify::RECORD_BYTES as u64;
-    for _ in 0..=records {
-        if !post_infer(dev, st, nc, e, (ntype::EXPLICIT, Subtype::Custom, custom::DEBUG, pc)) {
-            break;
-        }
-    }
-}
-
-/// Post a TPB error record on the NC's error ring (layout: docs/records.md). `mask` is the
-/// record's error mask (bits 23:8, `metadata_lo`: the NaN mask of FP_NAN, the memory mask of
-/// MEMORY_ERROR, [`error_mask::NONE`] otherwise); the sequencer metadata carries the engine as
-/// its block id (modeled), the slot's program counter and `info`.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn post_error(dev: &Dev, st: &mut State, nc: usize, e: usize, id: ErrorId, mask: u16, pc: u32, info: u8) {
-    post_error_record(dev, st, nc, e, (ntype::ERROR, id.to_u8(), mask), pc, info);
-}
-
-/// Post an uncorrectable NC memory ECC record (`ntype::ECC`, modeled; docs/records.md §1)
-/// for engine `e` at `pc` on the NC's error ring.
-pub(crate) fn post_ecc_uncorrectable(dev: &Dev, st: &mut State, nc: usize, e: usize, pc: u32) {
-    post_error_record(dev, st, nc, e, (ntype::ECC, 0, error_mask::ECC_UNCORRECTABLE), pc, code::INJECTED);
-}
-
-/// Post an error-ring record of notific type `kind.0`, error id `kind.1` and mask `kind.2`.
-fn post_error_record(dev: &Dev, st: &mut State, nc: usize, e: usize, kind: (u8, u8, u16), pc: u32, info: u8) {
-    let Some(s) = dev.seq(nc) else { return };
-    let slot = dev.reg_value(st, s.err_nq_slot().offset()) as u64;
-    let (ty, error_id, mask) = kind;
-    let rec = TpbErrorRecord {
-        error_id,
-        metadata_lo: mask,
-        header: ty,
-        metadata_hi: TpbErrorRecord::seq_metadata(e as u8, (pc & 0xFFF) as u16, info),
-        timestamp: timestamp(dev, st, nc),
-    };
-    if let Some(off) = crate::nq::nc_slot(dev, nc, slot) {
-        crate::nq::post(dev, st, nc, off, rec.encode());
-    }
-}
-
-/// Stop engine `e` of `nc` with a SEQUENCER_FATAL record.
-pub(crate) fn fault_engine(dev: &Dev, st: &mut State, nc: usize, e: usize, code: u8, _f: Option<DmaFault>) {
-    let pc = st.seq.get(nc).map(|s| s[e].pc).unwrap_or(0);
-    post_error(dev, st, nc, e, ErrorId::SequencerFatal, error_mask::NONE, pc, code);
-    if let Some(s) = st.seq.get_mut(nc).and_then(|s| s.get_mut(e)) {
-        s.state = seqc::STATE_FAULT;
-        s.fault_code = code;
-    }
-    dev.intc(st, nc, Line::SeqFatal);
-}
-
 /// Run the engines of `nc` until none can make progress. Returns whether any did.
 pub(crate) fn run(dev: &Dev, st: &mut State, nc: usize, out: &mut Vec<Delivery>) -> bool {
     if dev.barriers.gated(nc) {
-        // Held back until the NC's collectives barrier clears ([`crate::barrier`]).
+        // Held back until the NC's collectives barrier clears ([`super::barrier`]).
         return false;
     }
     let mut any = false;
@@ -396,7 +302,7 @@ fn step(dev: &Dev, st: &mut State, nc: usize, e: usize, out: &mut Vec<Delivery>)
                 post_infer(dev, st, nc, e, (ntype::EXPLICIT, Subtype::Custom, custom::OOB_INDIRECT_SCATTER, s.pc));
             }
             FaultKind::NqOverflow => flood(dev, st, nc, e, s.pc),
-            FaultKind::NcUe => crate::fault::nc_ue(dev, st, nc, e, s.pc),
+            FaultKind::NcUe => super::fault::nc_ue(dev, st, nc, e, s.pc),
             _ => {}
         }
     }
@@ -437,7 +343,7 @@ fn step(dev: &Dev, st: &mut State, nc: usize, e: usize, out: &mut Vec<Delivery>)
             let eng = st.seq[nc][e];
             if !eng.coll_wait {
                 let c = CollectiveOp::decode(&b);
-                if crate::fault::collective_fault(dev, st, nc).is_some() {
+                if super::fault::collective_fault(dev, st, nc).is_some() {
                     // The transfer failed (or its proxy went silent): it never completes and
                     // the engine keeps waiting on it. Its sequence number is used up, so the
                     // NC's next collective does not pair with this one's peers.
@@ -529,8 +435,8 @@ fn arrive(dev: &Dev, st: &mut State, nc: usize, e: usize, c: &CollectiveOp, out:
         dev.hub.put_bytes(data);
         return Err(code::MEMORY);
     }
-    if crate::fault::hbm_ue_on_read(dev, st, [(c.src, bytes as u64)].into_iter()) {
-        crate::fault::damage(&mut data);
+    if super::fault::hbm_ue_on_read(dev, st, [(c.src, bytes as u64)].into_iter()) {
+        super::fault::damage(&mut data);
     }
     let seq = st.coll_seq.entry((nc as u32, c.comm_id)).or_insert(0);
     let my = *seq;
@@ -644,8 +550,8 @@ fn copy2d(dev: &Dev, st: &mut State, d: &Dma2d, total: u64) -> Result<(), u8> {
     for (k, a) in leg_elems(&d.src).enumerate() {
         dev.dev_read(st, a, &mut buf[k * ses..(k + 1) * ses]).map_err(|_| code::MEMORY)?;
     }
-    if crate::fault::hbm_ue_on_read(dev, st, leg_elems(&d.src).map(|a| (a, ses as u64))) {
-        crate::fault::damage(&mut buf);
+    if super::fault::hbm_ue_on_read(dev, st, leg_elems(&d.src).map(|a| (a, ses as u64))) {
+        super::fault::damage(&mut buf);
     }
     let des = d.dst.elem_bytes() as usize;
     for (k, a) in leg_elems(&d.dst).enumerate() {

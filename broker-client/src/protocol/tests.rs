@@ -190,3 +190,15 @@ fn versions_tags_and_sizes_are_checked() {
         m => panic!("{m:?}"),
     }
 }
+
+/// Every code decodes to itself and only the codes decode: the wire numbers are the enum's
+/// discriminants, 1..=16 without a gap.
+#[test]
+fn error_codes_are_their_discriminants() {
+    for (i, c) in ErrorCode::ALL.into_iter().enumerate() {
+        assert_eq!(c as u16, i as u16 + 1);
+        assert_eq!(ErrorCode::from_u16(c as u16), Some(c));
+    }
+    assert_eq!(ErrorCode::from_u16(0), None);
+    assert_eq!(ErrorCode::from_u16(17), None);
+}

@@ -322,13 +322,6 @@ fn workspace_members() -> Vec<String> {
     members
 }
 
-/// Import cycles known and not yet undone, each pinned to its exact module set so it cannot
-/// grow: (crate, the modules of the one cycle, where its undoing is tracked). An entry whose
-/// cycle is gone fails the test too, so the list only shrinks. Empty: the last one, sim's
-/// device state and its blocks, was undone by making the blocks submodules of `device`
-/// (issue 41).
-const KNOWN_KNOTS: &[(&str, &str, &str)] = &[];
-
 /// Every crate of the workspace: the top-level modules of its `src/` (where it has one) import
 /// each other without a cycle. All crates are checked before the test fails, so the failure
 /// lists every cycle of every crate.
@@ -343,18 +336,6 @@ fn no_crate_has_an_import_cycle() {
         }
         checked.push(krate.clone());
         let r = cycle_report(&src);
-        if let Some((_, knot, why)) = KNOWN_KNOTS.iter().find(|k| k.0 == krate) {
-            // A known knot, not yet undone: it must still be there (else drop it from the
-            // list) and exactly it (a module joining it, or a second cycle, fails).
-            let cycles: Vec<&str> = r.lines().filter(|l| l.starts_with("cycle among")).collect();
-            let want = format!("cycle among {{{knot}}}:");
-            if cycles != [want.as_str()] {
-                report.push_str(&format!("{krate} (known knot {{{knot}}}: {why}) now has:\n{r}\n"));
-            } else {
-                eprintln!("{krate}: the known knot {{{knot}}} remains ({why})");
-            }
-            continue;
-        }
         if !r.is_empty() {
             report.push_str(&format!("{krate}:\n{r}"));
         }

@@ -6,18 +6,12 @@
 //! cleanup of a process that dies. Each client then drives its own cores directly: the broker
 //! is on the control path only (attach, lease, memory at load), never per execute.
 //!
-//! - [`protocol`]: the versioned binary messages; [`wire`]: frames and descriptors on a socket;
-//! - [`server`]: the broker; [`client`]: what the runtime, libnrt.so and the tools use;
-//! - [`paths`]: where the socket is.
+//! - [`server`]: the broker, given its settings by `select` ([`BrokerConfig`]);
+//! - the client side — the protocol, the session, where the socket is — is the
+//!   `broker-client` crate (what libnrt.so and the tools link: no simulator), re-exported
+//!   here as [`client`], [`protocol`] and [`paths`].
 
-pub mod client;
-pub mod paths;
-pub mod protocol;
-#[cfg(feature = "server")]
 pub mod server;
-pub mod wire;
 
-pub use client::{ClientError, Session};
-pub use protocol::{DeviceSpec, Role, Want};
-#[cfg(feature = "server")]
+pub use broker_client::{client, paths, protocol, ClientError, DeviceSpec, Role, Session, Want};
 pub use server::{Broker, BrokerConfig, BrokerError};

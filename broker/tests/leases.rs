@@ -207,10 +207,10 @@ fn raw(r: &Running, frames: &[Vec<u8>]) -> Vec<Reply> {
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let mut out = Vec::new();
     for f in frames {
-        if broker::wire::send(&s, f, &[]).is_err() {
+        if broker::protocol::send(&s, f, &[]).is_err() {
             break;
         }
-        match broker::wire::recv(&s) {
+        match broker::protocol::recv(&s) {
             Ok((body, _)) => out.push(Reply::decode(&body).unwrap()),
             Err(_) => break,
         }
@@ -249,8 +249,8 @@ proptest! {
         {
             let mut s = UnixStream::connect(&r.socket).unwrap();
             let hello = Request::Hello { role: Role::Runtime, command: "fuzz".into(), runtime_version: "0".into() }.encode();
-            broker::wire::send(&s, &hello, &[]).unwrap();
-            let _ = broker::wire::recv(&s).unwrap();
+            broker::protocol::send(&s, &hello, &[]).unwrap();
+            let _ = broker::protocol::recv(&s).unwrap();
             let _ = s.write_all(&junk);
         }
         // Forged requests from another client: someone else's handle, cores, device.
@@ -348,8 +348,8 @@ fn a_broker_that_dies_is_a_loss_to_rejoin_from() {
     let l = std::os::unix::net::UnixListener::bind(&socket).unwrap();
     let fake = std::thread::spawn(move || {
         let (s, _) = l.accept().unwrap();
-        let _ = broker::wire::recv(&s).unwrap();
-        broker::wire::send(&s, &Reply::Hello { broker_pid: 4242 }.encode(), &[]).unwrap();
+        let _ = broker::protocol::recv(&s).unwrap();
+        broker::protocol::send(&s, &Reply::Hello { broker_pid: 4242 }.encode(), &[]).unwrap();
         std::thread::sleep(Duration::from_millis(50));
     });
     let c = Connect { socket: socket.clone(), ..Connect::new(Role::Runtime) };

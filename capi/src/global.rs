@@ -232,7 +232,7 @@ impl Global {
         };
         match (res, outcome, failed) {
             (Ok(m), Ok(_), None) => {
-                self.spans.write().unwrap_or_else(|e| e.into_inner()).extend(spans);
+                platform::sync::write(&self.spans).extend(spans);
                 Ok(m)
             }
             (Ok(m), outcome, failed) => {
@@ -317,14 +317,11 @@ fn seam(e: FabricError) -> InterHostError {
 
 impl InterHost for Global {
     fn local_ranks(&self, comm: u32) -> Option<Vec<usize>> {
-        self.spans.read().unwrap_or_else(|e| e.into_inner()).get(&comm).map(|s| s.local.clone())
+        platform::sync::read(&self.spans).get(&comm).map(|s| s.local.clone())
     }
 
     fn collective(&self, req: InterHostRequest) -> Result<Vec<Vec<u8>>, InterHostError> {
-        let span = self
-            .spans
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
+        let span = platform::sync::read(&self.spans)
             .get(&req.comm)
             .cloned()
             .ok_or_else(|| InterHostError::Collective(format!("communicator {:#x} is not registered", req.comm)))?;
@@ -384,10 +381,7 @@ impl InterHost for Global {
     /// all of them), which returns once every process's rank arrived (a late process keeps it
     /// waiting; a dead one fails it when the transport's timeout expires: network proxy).
     fn barrier(&self, comm: u32, seq: u32, size: usize, local: &[usize]) -> Result<(), InterHostError> {
-        let span = self
-            .spans
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
+        let span = platform::sync::read(&self.spans)
             .get(&comm)
             .cloned()
             .ok_or_else(|| InterHostError::Collective(format!("communicator {comm:#x} is not registered")))?;

@@ -115,14 +115,14 @@ pub fn run(cmd: CsrCmd, spec: &DeviceSpec, timing: SimTiming, json: bool) -> Res
         CsrCmd::List { arch, filter } => list(Arch::by_name(&arch)?, filter.as_deref(), json),
         CsrCmd::Decode { arch, reg, value } => {
             let arch = Arch::by_name(&arch)?;
-            let r = resolve(arch, &reg)?;
+            let r = arch.register(&reg)?;
             let v = csr_maps::parse_u64(&value).ok_or_else(|| CliError::invalid(format!("bad value `{value}`")))?;
             print_value(&r, v, json);
             Ok(())
         }
         CsrCmd::Read { regs } => {
             let o = device::open(spec, timing)?;
-            let rs = regs.iter().map(|n| resolve(o.dev.arch(), n)).collect::<Result<Vec<_>, _>>()?;
+            let rs = regs.iter().map(|n| o.dev.arch().register(n)).collect::<Result<Vec<_>, _>>()?;
             let mut vals = Vec::new();
             for r in &rs {
                 if !r.def.access.readable() {
@@ -213,7 +213,7 @@ pub fn snapshot(t: &mut Target, blocks: &[String]) -> Result<serde_json::Value, 
     let mut seen = std::collections::HashSet::new();
     let mut regs = Vec::new();
     for b in blocks {
-        for r in under(arch, b)? {
+        for r in arch.registers_under(b)? {
             if seen.insert(r.name.clone()) {
                 regs.push(r);
             }
@@ -447,10 +447,10 @@ fn write_cmd(
     };
     let o = device::open(spec, timing)?;
     let arch = arch.unwrap_or(o.dev.arch());
-    let r = resolve(arch, reg)?;
+    let r = arch.register(reg)?;
     let reads = match &then_read {
         Some(names) if names.is_empty() => vec![r.clone()],
-        Some(names) => names.iter().map(|n| resolve(arch, n)).collect::<Result<Vec<_>, _>>()?,
+        Some(names) => names.iter().map(|n| arch.register(n)).collect::<Result<Vec<_>, _>>()?,
         None => Vec::new(),
     };
     if r.def.width < 64 && v >> r.def.width != 0 {
@@ -505,53 +505,9 @@ fn write_cmd(
     Ok(())
 }
 
-/// `name[idx]` components of a register path (indices decimal or hex).
-fn components(path: &str) -> Option<Vec<(&str, Option<u64>)>> {
-    path.split('.')
-        .map(|part| match part.split_once('[') {
-            Some((n, rest)) => Some((n, Some(csr_maps::parse_u64(rest.strip_suffix(']')?)?))),
-            None => Some((part, None)),
-        })
-        .collect()
-}
-
-/// Whether register path `name` lies under `prefix`: components match in order; an index
-/// left out of the prefix matches every instance, `[0]` matches a single element.
-fn is_under(prefix: &[(&str, Option<u64>)], name: &str) -> bool {
-    let Some(rc) = components(name) else { return false };
-    rc.len() >= prefix.len()
-        && prefix
-            .iter()
-            .zip(&rc)
-            .all(|((pn, pi), (rn, ri))| pn == rn && (pi.is_none() || pi == ri || (*pi == Some(0) && ri.is_none())))
-}
-
-/// Registers whose path is `prefix` or lies under it (an absolute offset: that register).
-pub fn under(arch: &'static Arch, prefix: &str) -> Result<Vec<RegInstance>, CliError> {
-    let p = prefix.trim().trim_end_matches('.');
-    if p.is_empty() {
-        return Err(CliError::invalid("empty register prefix"));
-    }
-    if p.starts_with(|c: char| c.is_ascii_digit()) {
-        return Ok(vec![resolve(arch, p)?]);
-    }
-    let pc = components(p).ok_or_else(|| CliError::invalid(format!("bad register prefix `{p}`")))?;
-    let regs: Vec<RegInstance> = arch.registers().into_iter().filter(|r| is_under(&pc, &r.name)).collect();
-    if !regs.is_empty() {
-        return Ok(regs);
-    }
-    // Nothing under it: the resolver says why (unknown name, index out of range, …).
-    match arch.resolve(p) {
-        Ok(r) => Ok(vec![r]),
-        Err(e @ csr_maps::CsrError::BadPath { .. }) if !e.to_string().contains("block") => Err(e.into()),
-        Err(csr_maps::CsrError::BadPath { .. }) => Err(CliError::invalid(format!("no registers under `{p}`"))),
-        Err(e) => Err(e.into()),
-    }
-}
-
 fn dump(spec: &DeviceSpec, timing: SimTiming, prefix: &str, json: bool) -> Result<(), CliError> {
     let o = device::open(spec, timing)?;
-    let regs = under(o.dev.arch(), prefix)?;
+    let regs = o.dev.arch().registers_under(prefix)?;
     let mut vals = Vec::with_capacity(regs.len());
     for r in &regs {
         vals.push(if r.def.access.readable() { Some(read(&o.dev, r)?) } else { None });
@@ -572,7 +528,7 @@ fn dump(spec: &DeviceSpec, timing: SimTiming, prefix: &str, json: bool) -> Resul
 }
 
 fn watch(t: &mut Target, names: &[String], interval_ms: u64, count: Option<u64>, json: bool) -> Result<(), CliError> {
-    let rs = names.iter().map(|n| resolve(t.arch(), n)).collect::<Result<Vec<_>, _>>()?;
+    let rs = names.iter().map(|n| t.arch().register(n)).collect::<Result<Vec<_>, _>>()?;
     if let Some(r) = rs.iter().find(|r| !r.def.access.readable()) {
         return Err(CliError::invalid(format!("`{}` is write-only and cannot be watched", r.name)));
     }
@@ -613,15 +569,6 @@ fn watch(t: &mut Target, names: &[String], interval_ms: u64, count: Option<u64>,
         }
         std::thread::sleep(Duration::from_millis(interval_ms.max(1)));
     }
-}
-
-/// A register by path, or by absolute BAR0 offset (`0x…` / decimal).
-pub fn resolve(arch: &'static Arch, reg: &str) -> Result<RegInstance, CliError> {
-    if reg.starts_with(|c: char| c.is_ascii_digit()) {
-        let off = csr_maps::parse_u64(reg).ok_or_else(|| CliError::invalid(format!("bad offset `{reg}`")))?;
-        return Ok(arch.lookup(arch.bars.apb, off)?);
-    }
-    Ok(arch.resolve(reg)?)
 }
 
 /// A field of `csr list --json`; `guard` only on a guarded field.
@@ -774,7 +721,7 @@ mod tests {
         assert!(cor.iter().all(|r| r["name"].as_str().is_some_and(|n| n.contains("axi_q_err_status"))));
         assert_eq!(a["arch"], "cayman");
         assert!(a["timestamp"].as_f64().is_some_and(|t| t > 0.0));
-        let r = resolve(&csr_maps::CAYMAN, "udma[5].m2s.q[3].rlimit_mask").expect("reg");
+        let r = csr_maps::CAYMAN.register("udma[5].m2s.q[3].rlimit_mask").expect("reg");
         let Target::Local(o) = &t else { panic!("local target") };
         let before = read(&o.dev, &r).expect("read");
         r.write(o.dev.bar0(), before ^ 0b10).expect("write");
@@ -793,21 +740,5 @@ mod tests {
         let mut other = a.clone();
         other["arch"] = json!("sunda");
         assert!(diff(&a, &other).is_err());
-    }
-
-    #[test]
-    fn prefixes_match_by_component() {
-        let p = components("udma[33].m2s.q[0]").unwrap_or_default();
-        assert!(is_under(&p, "udma[33].m2s.q[0].head"));
-        assert!(!is_under(&p, "udma[33].m2s.q[1].head"));
-        assert!(!is_under(&p, "udma[3].m2s.q[0].head"));
-        assert!(!is_under(&p, "udma[33].m2s"));
-        let all = components("udma[0x21].m2s.q").unwrap_or_default();
-        assert!(is_under(&all, "udma[33].m2s.q[15].tail"));
-        let single = components("misc_ram[0]").unwrap_or_default();
-        assert!(is_under(&single, "misc_ram.device_id"));
-        assert!(components("udma[x]").is_none());
-        assert!(under(&csr_maps::SUNDA, "").is_err());
-        assert_eq!(under(&csr_maps::SUNDA, "misc_ram.device_id").map(|v| v.len()).ok(), Some(1));
     }
 }

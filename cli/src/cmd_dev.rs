@@ -51,7 +51,7 @@ pub struct LsOpts {
 fn row_json(index: usize, r: &Row, opts: LsOpts) -> Value {
     // NeuronCores as the SDK's tools count them: logical ones, at the LNC this environment
     // asks for (NEURON_LOGICAL_NC_CONFIG / NEURON_RT_VIRTUAL_CORE_SIZE), else the arch's default.
-    let lnc = shown_lnc(r.arch);
+    let lnc = crate::procs::shown_lnc(r.arch);
     let ncs = r.arch.counts.ncs / lnc as u64;
     let all = crate::procs::device_processes(r.user, r.broker_name.as_deref());
     // This tool's own list: every process with its cores (device-local physical NC indices)
@@ -99,18 +99,10 @@ fn row_json(index: usize, r: &Row, opts: LsOpts) -> Value {
     o
 }
 
-/// The logical NeuronCore size the tools show for `arch`: the environment's request where the
-/// arch has that size, else its default (`runtime::cores`; a bad request is the runtime's to
-/// refuse, the tools still list).
-pub(crate) fn shown_lnc(arch: &Arch) -> usize {
-    let requested = runtime::env::lnc_request(&|k: &str| std::env::var(k).ok()).ok().flatten();
-    runtime::cores::resolve_lnc(arch, requested).or_else(|_| runtime::cores::resolve_lnc(arch, None)).unwrap_or(1)
-}
-
 fn online_cpus(sys: &Sysfs) -> String {
     std::fs::read_to_string(sys.root().join("devices/system/cpu/online"))
         .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| format!("0-{}", crate::cmd_monitor::host::vcpus().saturating_sub(1)))
+        .unwrap_or_else(|_| format!("0-{}", crate::host::vcpus().saturating_sub(1)))
 }
 
 fn pci_row(sys: &Sysfs, f: &PciFunction, arch: &'static Arch) -> Row {
@@ -135,7 +127,7 @@ fn pci_row(sys: &Sysfs, f: &PciFunction, arch: &'static Arch) -> Row {
 /// has opened, with their processes.
 #[cfg(feature = "sim")]
 fn shared_rows(sys: &Sysfs, arch: &'static Arch) -> Vec<Row> {
-    broker::client::devices()
+    broker_client::client::devices()
         .into_iter()
         .filter(|d| d.arch == arch.name)
         .map(|d| Row {

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use clap::{Args, Subcommand};
 use csr_maps::consts::{nq as nqc, seq as seqc};
 use csr_maps::formats::notify::{custom, ntype, InferStatus, RECORD_BYTES};
+use hal::nq::SlotState;
 use hal::{Device, NqOwner, NqRing, Stream};
 use isa::device_ops::{events_only, NotifyOp};
 use isa::slot::{Events, Opcode, TraceMode};
@@ -65,42 +66,14 @@ pub fn run(cmd: NqCmd, spec: &DeviceSpec, timing: SimTiming, json: bool) -> Resu
     }
 }
 
-/// The pointers of one NOTIFIC slot.
-#[derive(Debug, Clone, Copy)]
-struct SlotState {
-    slot: u64,
-    base: u64,
-    size: u64,
-    head: u64,
-    tail: u64,
-    overflow: bool,
-    dropped: u32,
-}
-
+/// Slot `slot` of NC `nc` ([`hal::nq::slot_state`]).
 fn read_slot(dev: &Device, nc: usize, slot: u64) -> Result<SlotState, CliError> {
-    let regs = dev.regs();
-    let s = regs.notific(nc as u64)?.nq(slot)?;
-    let st = s.status().read()?;
-    Ok(SlotState {
-        slot,
-        base: ((s.base_hi().read()?.0 as u64) << 32) | s.base_lo().read()?.0 as u64,
-        size: s.size().read()?.0 as u64,
-        head: s.head().read()?.0 as u64,
-        tail: s.tail().read()?.0 as u64,
-        overflow: st.overflow() != 0,
-        dropped: st.dropped(),
-    })
+    Ok(hal::nq::slot_state(&dev.regs(), NqOwner::Nc(nc), slot)?)
 }
 
+/// NC `nc`'s programmed slots.
 fn programmed(dev: &Device, nc: usize) -> Result<Vec<SlotState>, CliError> {
-    let mut out = Vec::new();
-    for slot in 0..dev.arch().counts.nq_slots {
-        let s = read_slot(dev, nc, slot)?;
-        if s.size != 0 || s.base != 0 {
-            out.push(s);
-        }
-    }
-    Ok(out)
+    Ok(hal::nq::programmed_slots(&dev.regs(), NqOwner::Nc(nc), dev.arch().counts.nq_slots)?)
 }
 
 fn record_json(slot: u64, pos: u64, b: &[u8; RECORD_BYTES]) -> Value {

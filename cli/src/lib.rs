@@ -30,6 +30,7 @@ mod cmd_serve;
 mod cmd_sim_host;
 mod device;
 mod follow;
+mod host;
 pub mod procs;
 pub mod report;
 
@@ -137,6 +138,13 @@ enum Cmd {
     #[cfg(feature = "sim")]
     #[command(hide = true)]
     SimHost(cmd_sim_host::SimHostArgs),
+    /// The Neuron SDK's collectives benchmark, as the `nccom-test` binary (docs/collectives.md).
+    #[cfg(feature = "sim")]
+    #[command(name = "nccom-test", disable_help_flag = true)]
+    NccomTest {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+        args: Vec<OsString>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -279,6 +287,14 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Cmd::Broker(a) => cmd_broker::run(a),
         #[cfg(feature = "sim")]
         Cmd::SimHost(a) => cmd_sim_host::run(a),
+        #[cfg(feature = "sim")]
+        Cmd::NccomTest { args } => {
+            // `--device` names the device the workers share, as NEURON_VFIO_DEVICE would.
+            if let Some(d) = &cli.device {
+                std::env::set_var(nccom::worker::DEVICE_VAR, d);
+            }
+            std::process::exit(nccom::main(args, &[OsString::from("nccom-test")]))
+        }
         Cmd::Bench(BenchCmd::NeffLoad(a)) => cmd_neff::bench_neff_load(a, json),
         Cmd::Bench(BenchCmd::LargeVar(a)) => cmd_neff::bench_large_var(a, json),
         Cmd::Bench(BenchCmd::Exec(a)) => cmd_bench::exec_bench(a, json),

@@ -40,7 +40,7 @@ fn info(pid: u32, segments: &[runtime::counters::Reader]) -> ProcessInfo {
     let seg = segments.iter().find(|r| r.pid() == pid as u64);
     ProcessInfo {
         pid,
-        command: crate::cmd_monitor::host::proc_cmdline(pid as u64),
+        command: crate::host::proc_cmdline(pid as u64),
         cores: seg.map(|r| (0..r.snapshot().ncs.len() as u32).collect()).unwrap_or_default(),
         runtime_version: seg.map(|_| runtime_version()),
     }
@@ -71,7 +71,7 @@ pub fn device_processes(dev: DeviceUse, broker_name: Option<&str>) -> Vec<Proces
 
 /// The broker's clients on device `name` (none when no broker runs).
 fn broker_clients(name: &str) -> Vec<ProcessInfo> {
-    broker::client::processes(name)
+    broker_client::client::processes(name)
         .into_iter()
         .map(|p| ProcessInfo {
             pid: p.pid,
@@ -95,6 +95,14 @@ pub fn holders(proc: &Path, node: &Path) -> Vec<u32> {
         .collect();
     pids.sort_unstable();
     pids
+}
+
+/// The logical NeuronCore size the tools show for `arch`: the environment's request where the
+/// arch has that size, else its default (`runtime::cores`; a bad request is the runtime's to
+/// refuse, the tools still list).
+pub(crate) fn shown_lnc(arch: &csr_maps::Arch) -> usize {
+    let requested = runtime::env::lnc_request(&|k: &str| std::env::var(k).ok()).ok().flatten();
+    runtime::cores::resolve_lnc(arch, requested).or_else(|_| runtime::cores::resolve_lnc(arch, None)).unwrap_or(1)
 }
 
 #[cfg(test)]

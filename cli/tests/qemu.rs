@@ -1,5 +1,6 @@
 //! Boots a Linux guest under QEMU whose `edu` PCI device sits behind an emulated Intel IOMMU,
-//! and runs `vfio-guest all` in it: the vfio crate against a real kernel. One boot covers
+//! and runs `vfio-guest all` in it (the vfio crate's example `vfio/examples/vfio-guest.rs`,
+//! built by this test): the vfio crate against a real kernel. One boot covers
 //! every check (both VFIO paths the kernel offers) and the DMA benchmark.
 //!
 //! Needs `scripts/qemu/setup.sh` to have run (busybox-static, the guest kernel it builds from
@@ -54,6 +55,25 @@ const TIMEOUT: Duration = Duration::from_secs(180);
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Builds the guest's check harness, the vfio crate's example `vfio-guest` (same profile as
+/// this test, same target dir), and returns the path of its executable.
+fn build_vfio_guest() -> PathBuf {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(repo()).args(["build", "-p", "vfio", "--example", "vfio-guest", "--message-format=json"]);
+    if !cfg!(debug_assertions) {
+        cmd.arg("--release");
+    }
+    let out = cmd.stderr(Stdio::inherit()).output().expect("run cargo build -p vfio --example vfio-guest");
+    assert!(out.status.success(), "cargo build -p vfio --example vfio-guest failed");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "vfio-guest")
+        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+        .expect("cargo reported no vfio-guest executable")
 }
 
 fn env_is_1(name: &str) -> bool {
@@ -234,6 +254,7 @@ fn vfio_and_the_virtual_neuron_device_in_qemu() {
     );
     let _ = std::io::Write::write_all(&mut std::io::stderr(), head.as_bytes());
 
+    let vfio_guest = build_vfio_guest();
     let started = Instant::now();
     let work = Path::new(env!("CARGO_TARGET_TMPDIR")).join("qemu-vfio");
     std::fs::create_dir_all(&work).unwrap();
@@ -312,7 +333,7 @@ fn vfio_and_the_virtual_neuron_device_in_qemu() {
             .arg(repo().join("scripts/image/mkinitramfs.sh"))
             .args(["-k", kdir.to_str().unwrap(), "-o", initrd.to_str().unwrap()])
             .args(["-m", "irqbypass", "-m", "vfio", "-m", "vfio_iommu_type1", "-m", "vfio-pci", "-m", "iommufd"])
-            .args(["-b", env!("CARGO_BIN_EXE_vfio-guest"), "-s", boot.to_str().unwrap()])
+            .args(["-b", vfio_guest.to_str().unwrap(), "-s", boot.to_str().unwrap()])
             .args(["-b", neuron_bin.to_str().unwrap(), "-s", neuron_boot.to_str().unwrap()])
             // Syscalls per execute of a process sharing the device (guest-neuron.sh).
             .args(["-b", &strace.display().to_string()])

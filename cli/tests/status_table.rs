@@ -48,6 +48,10 @@ fn csr(e: &CsrError) -> usize {
         CsrError::NoRegisterAt { .. } => 4,
         CsrError::UnknownArch(_) => 5,
         CsrError::Mmio(_) => 6,
+        CsrError::BadOffset(_) => 7,
+        CsrError::EmptyPrefix => 8,
+        CsrError::BadPrefix(_) => 9,
+        CsrError::NothingUnder(_) => 10,
     }
 }
 
@@ -60,12 +64,16 @@ fn csr_table() -> Vec<(CsrError, S)> {
         (CsrError::NoRegisterAt { bar: 0, offset: 8 }, S::Invalid),
         (CsrError::UnknownArch("inf1".into()), S::Invalid),
         (CsrError::Mmio(platform::MmioError::Misaligned { offset: 1, width: 4 }), S::Failure),
+        (CsrError::BadOffset("0xzz".into()), S::Invalid),
+        (CsrError::EmptyPrefix, S::Invalid),
+        (CsrError::BadPrefix("udma[x]".into()), S::Invalid),
+        (CsrError::NothingUnder("misc_ram.nope".into()), S::Invalid),
     ]
 }
 
 #[test]
 fn csr_errors() {
-    check("CsrError", 7, csr, csr_table());
+    check("CsrError", 11, csr, csr_table());
 }
 
 #[test]

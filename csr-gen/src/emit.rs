@@ -34,7 +34,7 @@ fn emit_all(blocks: &BTreeMap<String, BlockFile>, arches: &[ArchFile]) -> String
             if b.modeled { "; modeled" } else { "" }
         );
         let _ = writeln!(out, "pub mod {} {{", b.name);
-        out.push_str("#![allow(clippy::identity_op, clippy::unusual_byte_groupings)]\n#[allow(unused_imports)]\nuse crate::regs::{Reg, RegArray, RegValue};\nuse platform::Mmio;\n\n");
+        out.push_str("#![allow(clippy::identity_op, clippy::unusual_byte_groupings)]\n#[allow(unused_imports)]\nuse crate::regs::{Reg, RegArray, RegValue, ReadWrite, ReadOnly, WriteOnly, W1c, W0c, W1s};\nuse platform::Mmio;\n\n");
         let _ = writeln!(out, "/// Size of the block in bytes.\npub const SIZE: u64 = {:#x};", b.size);
         for r in &b.reg {
             let ty = camel(&r.name);
@@ -86,10 +86,11 @@ fn emit_all(blocks: &BTreeMap<String, BlockFile>, arches: &[ArchFile]) -> String
         for r in &b.reg {
             let ty = camel(&r.name);
             let fid = ident(&r.name);
+            let acc = access_marker(&r.access);
             if r.count > 1 {
-                let _ = writeln!(out, "    /// Register array `{}[{}]`.\n    pub fn {fid}(&self, i: u64) -> Result<Reg<'a, {ty}>, CsrError> {{ RegArray::new(self.mmio, self.base + {:#x}, {}, {:#x}, \"{}\").get(i) }}", r.name, r.count, r.offset, r.count, r.stride, r.name);
+                let _ = writeln!(out, "    /// Register array `{}[{}]` ({}).\n    pub fn {fid}(&self, i: u64) -> Result<Reg<'a, {ty}, {acc}>, CsrError> {{ RegArray::new(self.mmio, self.base + {:#x}, {}, {:#x}, \"{}\").get(i) }}", r.name, r.count, r.access, r.offset, r.count, r.stride, r.name);
             } else {
-                let _ = writeln!(out, "    /// Register `{}`.\n    pub fn {fid}(&self) -> Reg<'a, {ty}> {{ Reg::new(self.mmio, self.base + {:#x}) }}", r.name, r.offset);
+                let _ = writeln!(out, "    /// Register `{}` ({}).\n    pub fn {fid}(&self) -> Reg<'a, {ty}, {acc}> {{ Reg::new(self.mmio, self.base + {:#x}) }}", r.name, r.access, r.offset);
             }
         }
         for s in &b.sub {
@@ -213,6 +214,31 @@ fn guard_variant(g: Option<Guard>) -> String {
     }
 }
 
+/// The `crate::meta::Access` variant of an `access` attribute (checked by `validate`).
+fn access_variant(access: &str) -> &'static str {
+    match access {
+        "rw" => "ReadWrite",
+        "ro" => "ReadOnly",
+        "wo" => "WriteOnly",
+        "w1c" => "WriteOneToClear",
+        "w0c" => "WriteZeroToClear",
+        _ => "WriteOneToSet",
+    }
+}
+
+/// The `crate::regs` access marker type of an `access` attribute (checked by `validate`):
+/// what a register's `Reg` allows.
+fn access_marker(access: &str) -> &'static str {
+    match access {
+        "rw" => "ReadWrite",
+        "ro" => "ReadOnly",
+        "wo" => "WriteOnly",
+        "w1c" => "W1c",
+        "w0c" => "W0c",
+        _ => "W1s",
+    }
+}
+
 fn camel(s: &str) -> String {
     s.split('_')
         .filter(|p| !p.is_empty())
@@ -246,14 +272,7 @@ fn emit_reg_defs(out: &mut String, b: &BlockFile) {
     let _ = writeln!(out, "/// Metadata of the registers of this block, in description order.\npub static REGS: [crate::meta::RegDef; {}] = [", b.reg.len());
     {
         for r in &b.reg {
-            let access = match r.access.as_str() {
-                "rw" => "ReadWrite",
-                "ro" => "ReadOnly",
-                "wo" => "WriteOnly",
-                "w1c" => "WriteOneToClear",
-                "w0c" => "WriteZeroToClear",
-                _ => "WriteOneToSet",
-            };
+            let access = access_variant(&r.access);
             let _ = write!(out, "crate::meta::RegDef {{ name: {:?}, offset: {:#x}, width: {}, access: crate::meta::Access::{access}, reset: {:#x}, count: {}, stride: {:#x}, blocked: {}, guard: {}, modeled: {}, source: {:?}, desc: {:?}, arches: &{:?}, fields: &[", r.name, r.offset, r.width, r.reset, r.count, r.stride, r.blocked, guard_variant(r.guard), r.modeled || b.modeled, r.source.clone().unwrap_or_else(|| b.source.clone()), r.desc, r.arches);
             for f in &r.fields {
                 let _ = write!(

@@ -114,8 +114,8 @@ fn a_fixture_block_generates_the_expected_code() {
         "            0x4 => return Some(Self::Ctrl),",
         "        if let Some(d) = rel.checked_sub(0x10) { if d < 0x20 && d % 0x8 == 0 { return Some(Self::Slot((d / 0x8) as u32)); } }",
         "            Self::Slot(i) => 0x10 + i as u64 * 0x8,",
-        "    pub fn slot(&self, i: u64) -> Result<Reg<'a, Slot>, crate::CsrError> { RegArray::new(self.mmio, self.base + 0x10, 4, 0x8, \"slot\").get(i) }",
-        "    pub fn ctrl(&self) -> Reg<'a, Ctrl> { Reg::new(self.mmio, self.base + 0x4) }",
+        "    /// Register array `slot[4]` (ro).\n    pub fn slot(&self, i: u64) -> Result<Reg<'a, Slot, ReadOnly>, crate::CsrError> { RegArray::new(self.mmio, self.base + 0x10, 4, 0x8, \"slot\").get(i) }",
+        "    /// Register `ctrl` (rw).\n    pub fn ctrl(&self) -> Reg<'a, Ctrl, ReadWrite> { Reg::new(self.mmio, self.base + 0x4) }",
         "pub enum InstanceId {\n    /// `demo_i[i]` (block `demo`).\n    DemoI,\n}",
         "    /// A register of block `demo`.\n    Demo(blocks::demo::RegId),",
         "pub struct Counts {\n    pub ncs: u64,\n}",
@@ -127,6 +127,18 @@ fn a_fixture_block_generates_the_expected_code() {
         assert!(out.contains(want), "generated code lacks:\n{want}\n--- generated:\n{out}");
     }
     assert!(!out.contains(", CsrError>"), "every CsrError is crate-qualified");
+}
+
+#[test]
+fn each_access_gives_its_marker_type() {
+    for (access, marker) in
+        [("rw", "ReadWrite"), ("ro", "ReadOnly"), ("wo", "WriteOnly"), ("w1c", "W1c"), ("w0c", "W0c"), ("w1s", "W1s")]
+    {
+        let block = BLOCK.replacen("access = \"rw\"", &format!("access = \"{access}\""), 1);
+        let d = descs(&[("demo.toml", &block)], &[ARCH]).unwrap_or_else(|e| panic!("{access}: {e}"));
+        let want = format!("pub fn ctrl(&self) -> Reg<'a, Ctrl, {marker}> {{");
+        assert!(generate(&d).contains(&want), "{access}: lacks {want}");
+    }
 }
 
 #[test]

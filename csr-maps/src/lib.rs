@@ -22,7 +22,10 @@ pub mod formats;
 
 pub use consts::seq::Engine;
 pub mod meta;
+pub mod names;
 pub mod regs;
+
+pub use names::{parse_u64, RegInstance};
 
 use platform::{Mmio, MmioError};
 
@@ -32,7 +35,7 @@ mod generated {
 }
 pub use generated::{blocks, Bars, Consts, Counts, InstanceId, LeafReg, RegId, ARCHES, BLOCKS, CAYMAN, MARIANA, SUNDA};
 
-use meta::{Access, BlockDef, ConstDef, FieldDef, InstanceDef, RegDef, RegionDef};
+use meta::{BlockDef, ConstDef, InstanceDef, RegionDef};
 
 /// Errors of register addressing and access.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -49,6 +52,14 @@ pub enum CsrError {
     NoRegisterAt { bar: u8, offset: u64 },
     #[error("unknown arch `{0}` (expected sunda, cayman or mariana)")]
     UnknownArch(String),
+    #[error("bad offset `{0}`")]
+    BadOffset(String),
+    #[error("empty register prefix")]
+    EmptyPrefix,
+    #[error("bad register prefix `{0}`")]
+    BadPrefix(String),
+    #[error("no registers under `{0}`")]
+    NothingUnder(String),
     #[error(transparent)]
     Mmio(#[from] MmioError),
 }
@@ -66,7 +77,11 @@ impl CsrError {
             | CsrError::UnknownName(_)
             | CsrError::BadPath { .. }
             | CsrError::NoRegisterAt { .. }
-            | CsrError::UnknownArch(_) => NrtStatus::Invalid,
+            | CsrError::UnknownArch(_)
+            | CsrError::BadOffset(_)
+            | CsrError::EmptyPrefix
+            | CsrError::BadPrefix(_)
+            | CsrError::NothingUnder(_) => NrtStatus::Invalid,
         }
     }
 }
@@ -127,52 +142,6 @@ impl std::fmt::Display for Arch {
     }
 }
 
-/// One register instance, fully placed: what `csr list` prints.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RegInstance {
-    /// Path such as `udma[33].m2s.q[0].tail_inc`.
-    pub name: String,
-    pub bar: u8,
-    /// Absolute byte offset in the BAR.
-    pub offset: u64,
-    pub def: &'static RegDef,
-    /// Whether the register's placement or layout is modeled (a project choice where the
-    /// public sources are silent): the register, its block or the instance placing it.
-    pub modeled: bool,
-}
-
-impl RegInstance {
-    /// Width in bits.
-    pub fn width(&self) -> u8 {
-        self.def.width
-    }
-    /// Access type.
-    pub fn access(&self) -> Access {
-        self.def.access
-    }
-    /// Fields.
-    pub fn fields(&self) -> &'static [FieldDef] {
-        self.def.fields
-    }
-    /// Read through `mmio`.
-    pub fn read(&self, mmio: &dyn Mmio) -> Result<u64, CsrError> {
-        Ok(if self.def.width == 64 { mmio.read64(self.offset)? } else { mmio.read32(self.offset)? as u64 })
-    }
-    /// Write through `mmio`.
-    pub fn write(&self, mmio: &dyn Mmio, value: u64) -> Result<(), CsrError> {
-        if self.def.width == 64 {
-            mmio.write64(self.offset, value)?
-        } else {
-            mmio.write32(self.offset, value as u32)?
-        }
-        Ok(())
-    }
-    /// Decode `value` into (field name, field value) pairs.
-    pub fn decode(&self, value: u64) -> Vec<(&'static str, u64)> {
-        self.def.fields.iter().map(|f| (f.name, f.get(value))).collect()
-    }
-}
-
 impl Arch {
     /// Look up an arch by codename, kmod name (`v2`) or alias (`trn1`), case-insensitive.
     pub fn by_name(name: &str) -> Result<&'static Arch, CsrError> {
@@ -204,41 +173,6 @@ impl Arch {
         self.instance(name)
             .and_then(|d| d.base(i))
             .ok_or_else(|| CsrError::NoInstance { name: name.to_string(), index: i })
-    }
-
-    /// Every register instance on this arch, in description order.
-    pub fn registers(&self) -> Vec<RegInstance> {
-        let mut out = Vec::new();
-        for inst in self.instances {
-            let Some(b) = meta::block(inst.block) else { continue };
-            let single = inst.count() == 1;
-            for i in inst.indices() {
-                let Some(base) = inst.base(i) else { continue };
-                let prefix = if single && i == 0 { inst.name.to_string() } else { format!("{}[{i}]", inst.name) };
-                self.walk(b, base, inst.bar, &prefix, inst.modeled, &mut out);
-            }
-        }
-        out
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn walk(&self, b: &'static BlockDef, base: u64, bar: u8, prefix: &str, modeled: bool, out: &mut Vec<RegInstance>) {
-        let modeled = modeled || b.modeled;
-        for r in b.regs.iter().filter(|r| r.on_arch(self.name)) {
-            for k in 0..r.count {
-                let name =
-                    if r.count > 1 { format!("{prefix}.{}[{k}]", r.name) } else { format!("{prefix}.{}", r.name) };
-                let offset = base + r.offset + k * r.stride;
-                out.push(RegInstance { name, bar, offset, def: r, modeled: modeled || r.modeled });
-            }
-        }
-        for s in b.subs {
-            let Some(sb) = meta::block(s.block) else { continue };
-            for k in 0..s.count {
-                let p = if s.count > 1 { format!("{prefix}.{}[{k}]", s.name) } else { format!("{prefix}.{}", s.name) };
-                self.walk(sb, base + s.offset + k * s.stride, bar, &p, modeled, out);
-            }
-        }
     }
 
     /// BAR0 byte ranges `[start, end)` (sorted, merged) a driver must not write on real
@@ -300,115 +234,6 @@ impl Arch {
         spans.get(i).is_some_and(|&(s, _)| s < end)
     }
 
-    /// Resolve a register path (`udma[33].m2s.q[0].tail_inc`, `tpb_sem[1].sem_inc[5]`;
-    /// the index of a single-instance element may be omitted).
-    pub fn resolve(&self, path: &str) -> Result<RegInstance, CsrError> {
-        let parts = parse_path(path)?;
-        let bad = |reason: String| CsrError::BadPath { path: path.to_string(), reason };
-        let (first, idx0) = &parts[0];
-        let inst = self.instance(first).ok_or_else(|| CsrError::UnknownName(path.to_string()))?;
-        let i = match idx0 {
-            Some(i) => *i,
-            None if inst.count() == 1 => inst.indices()[0],
-            None => return Err(bad(format!("`{first}` has {} instances: give an index", inst.count()))),
-        };
-        let mut base = inst.base(i).ok_or_else(|| CsrError::NoInstance { name: first.clone(), index: i })?;
-        let mut block = meta::block(inst.block).ok_or_else(|| CsrError::UnknownName(path.to_string()))?;
-        let mut canon = if inst.count() == 1 && i == 0 { first.clone() } else { format!("{first}[{i}]") };
-        let mut modeled = inst.modeled || block.modeled;
-        for (n, (name, idx)) in parts.iter().enumerate().skip(1) {
-            let last = n == parts.len() - 1;
-            if let Some(s) = block.subs.iter().find(|s| s.name == name.as_str()) {
-                let k = elem_index(name, *idx, s.count).map_err(bad)?;
-                base += s.offset + k * s.stride;
-                canon = if s.count > 1 { format!("{canon}.{name}[{k}]") } else { format!("{canon}.{name}") };
-                block = meta::block(s.block).ok_or_else(|| CsrError::UnknownName(path.to_string()))?;
-                modeled |= block.modeled;
-                if last {
-                    return Err(bad(format!("`{name}` is a block, not a register")));
-                }
-                continue;
-            }
-            if let Some(r) = block.regs.iter().find(|r| r.name == name.as_str() && r.on_arch(self.name)) {
-                if !last {
-                    return Err(bad(format!("`{name}` is a register and has no members")));
-                }
-                let k = elem_index(name, *idx, r.count).map_err(bad)?;
-                let name = if r.count > 1 { format!("{canon}.{name}[{k}]") } else { format!("{canon}.{name}") };
-                let offset = base + r.offset + k * r.stride;
-                return Ok(RegInstance { name, bar: inst.bar, offset, def: r, modeled: modeled || r.modeled });
-            }
-            let known: Vec<&str> = block.regs.iter().map(|r| r.name).chain(block.subs.iter().map(|s| s.name)).collect();
-            return Err(bad(format!("`{name}` is not in block `{}` (has: {})", block.name, known.join(", "))));
-        }
-        Err(bad("names a block, not a register".to_string()))
-    }
-
-    /// The register at BAR `bar` offset `offset` (exact start of a register).
-    pub fn lookup(&self, bar: u8, offset: u64) -> Result<RegInstance, CsrError> {
-        for inst in self.instances.iter().filter(|i| i.bar == bar) {
-            let Some(b) = meta::block(inst.block) else { continue };
-            for i in inst.indices() {
-                let Some(base) = inst.base(i) else { continue };
-                if offset < base || offset >= base + b.size {
-                    continue;
-                }
-                let single = inst.count() == 1;
-                let prefix = if single && i == 0 { inst.name.to_string() } else { format!("{}[{i}]", inst.name) };
-                if let Some(r) = self.find_in(b, base, inst.bar, offset, &prefix, inst.modeled) {
-                    return Ok(r);
-                }
-            }
-        }
-        Err(CsrError::NoRegisterAt { bar, offset })
-    }
-
-    fn find_in(
-        &self,
-        b: &'static BlockDef,
-        base: u64,
-        bar: u8,
-        off: u64,
-        prefix: &str,
-        modeled: bool,
-    ) -> Option<RegInstance> {
-        let modeled = modeled || b.modeled;
-        let rel = off - base;
-        for r in b.regs.iter().filter(|r| r.on_arch(self.name)) {
-            if rel < r.offset {
-                continue;
-            }
-            let d = rel - r.offset;
-            let k = if r.count > 1 { d / r.stride } else { 0 };
-            if k < r.count && d == k * r.stride {
-                let name =
-                    if r.count > 1 { format!("{prefix}.{}[{k}]", r.name) } else { format!("{prefix}.{}", r.name) };
-                return Some(RegInstance { name, bar, offset: off, def: r, modeled: modeled || r.modeled });
-            }
-        }
-        for s in b.subs {
-            let sb = meta::block(s.block)?;
-            if rel < s.offset {
-                continue;
-            }
-            let d = rel - s.offset;
-            let k = if s.count > 1 { d / s.stride } else { 0 };
-            if k < s.count && d - k * s.stride < sb.size {
-                let p = if s.count > 1 { format!("{prefix}.{}[{k}]", s.name) } else { format!("{prefix}.{}", s.name) };
-                if let Some(r) = self.find_in(sb, base + s.offset + k * s.stride, bar, off, &p, modeled) {
-                    return Some(r);
-                }
-            }
-        }
-        None
-    }
-
-    /// Whether a user write to BAR offset `offset` must be refused (unless forced):
-    /// registers the kmod blocks from userspace writes.
-    pub fn write_blocked(&self, bar: u8, offset: u64) -> bool {
-        self.lookup(bar, offset).map(|r| r.def.blocked).unwrap_or(false)
-    }
-
     /// BAR0 offset of a device (chip) address that falls in a BAR0 window (TPB, TOP_SP, APB),
     /// or `None` (HBM, host, or unmapped). Used by device-side register writes (DMA to a CSR).
     pub fn dev_to_bar0(&self, addr: u64) -> Option<u64> {
@@ -452,49 +277,6 @@ impl Arch {
     /// Device (chip) address of a host IOVA as DMA engines see it: the PCIe host window bit is ORed in.
     pub fn host_dev_addr(&self, iova: u64) -> u64 {
         iova | self.consts.host_base
-    }
-}
-
-fn elem_index(name: &str, idx: Option<u64>, count: u64) -> Result<u64, String> {
-    match idx {
-        Some(k) if k < count => Ok(k),
-        Some(k) => Err(format!("index {k} of `{name}` out of range (count {count})")),
-        None if count == 1 => Ok(0),
-        None => Err(format!("`{name}` is an array of {count}: give an index")),
-    }
-}
-
-fn parse_path(path: &str) -> Result<Vec<(String, Option<u64>)>, CsrError> {
-    let bad = |reason: &str| CsrError::BadPath { path: path.to_string(), reason: reason.to_string() };
-    let mut out = Vec::new();
-    for part in path.trim().split('.') {
-        if part.is_empty() {
-            return Err(bad("empty component"));
-        }
-        match part.find('[') {
-            Some(p) => {
-                let name = &part[..p];
-                let rest = &part[p + 1..];
-                let Some(num) = rest.strip_suffix(']') else { return Err(bad("missing `]`")) };
-                let idx = parse_u64(num).ok_or_else(|| bad("index is not a number"))?;
-                if name.is_empty() {
-                    return Err(bad("index without a name"));
-                }
-                out.push((name.to_string(), Some(idx)));
-            }
-            None => out.push((part.to_string(), None)),
-        }
-    }
-    Ok(out)
-}
-
-/// Parse a decimal or `0x` hexadecimal number.
-pub fn parse_u64(s: &str) -> Option<u64> {
-    let s = s.trim().replace('_', "");
-    if let Some(h) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
-        u64::from_str_radix(h, 16).ok()
-    } else {
-        s.parse().ok()
     }
 }
 

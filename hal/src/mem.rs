@@ -106,7 +106,7 @@ impl Drop for HostBuf {
         if self.chunk.dedicated {
             return; // the chunk (and its mapping) goes with the last Arc
         }
-        let mut free = self.chunk.free.lock().unwrap_or_else(|e| e.into_inner());
+        let mut free = platform::sync::lock(&self.chunk.free);
         insert_free(&mut free, self.off, self.len.div_ceil(HOST_GRANULE) * HOST_GRANULE);
     }
 }
@@ -160,7 +160,7 @@ impl HostPool {
             let chunk = Arc::new(Chunk { map, free: Mutex::new(BTreeMap::new()), dedicated: true });
             return Ok(HostBuf { chunk, off: 0, len });
         }
-        let mut chunks = self.chunks.lock().unwrap_or_else(|e| e.into_inner());
+        let mut chunks = platform::sync::lock(&self.chunks);
         for c in chunks.iter() {
             if let Some(off) = take(&c.free, need, align) {
                 // A recycled range: zero it so no earlier owner's bytes reach the new one.
@@ -181,7 +181,7 @@ impl HostPool {
 
     /// Unmap chunks with no live buffers.
     pub fn trim(&self) {
-        let mut chunks = self.chunks.lock().unwrap_or_else(|e| e.into_inner());
+        let mut chunks = platform::sync::lock(&self.chunks);
         chunks.retain(|c| Arc::strong_count(c) > 1);
     }
 
@@ -189,7 +189,7 @@ impl HostPool {
     /// chunks (small buffers: notification rings, completion markers); `false` when they do
     /// not (dedicated mappings are not searched). Nothing is written.
     pub fn read_iova(&self, iova: u64, out: &mut [u8]) -> Result<bool> {
-        let chunks = self.chunks.lock().unwrap_or_else(|e| e.into_inner());
+        let chunks = platform::sync::lock(&self.chunks);
         for c in chunks.iter() {
             let base = c.map.iova();
             let Some(off) = iova.checked_sub(base) else { continue };
@@ -204,13 +204,13 @@ impl HostPool {
 
     /// (chunks mapped, bytes mapped).
     pub fn usage(&self) -> (usize, usize) {
-        let chunks = self.chunks.lock().unwrap_or_else(|e| e.into_inner());
+        let chunks = platform::sync::lock(&self.chunks);
         (chunks.len(), chunks.iter().map(|c| c.map.len()).sum())
     }
 }
 
 fn take(free: &Mutex<BTreeMap<usize, usize>>, need: usize, align: usize) -> Option<usize> {
-    let mut f = free.lock().unwrap_or_else(|e| e.into_inner());
+    let mut f = platform::sync::lock(free);
     let (start, size, at) = f.iter().find_map(|(&s, &l)| {
         let at = s.checked_next_multiple_of(align)?;
         (at.checked_add(need)? <= s + l).then_some((s, l, at))
@@ -371,7 +371,7 @@ impl DevBuf {
 impl Drop for DevBuf {
     fn drop(&mut self) {
         self.alloc.platform.device_memory_freed(self.addr, self.len);
-        let mut b = self.alloc.chans[self.chan].lock().unwrap_or_else(|e| e.into_inner());
+        let mut b = platform::sync::lock(&self.alloc.chans[self.chan]);
         if let Some(bytes) = b.free(self.addr) {
             self.alloc.platform.account_device_memory(-(bytes as i64));
         }
@@ -430,7 +430,7 @@ impl DevAllocator {
             return Err(HalError::BadAlignment(align));
         }
         let c = self.chans.get(chan).ok_or(HalError::OutOfDeviceMemory { chan, size: len, free: 0 })?;
-        let mut b = c.lock().unwrap_or_else(|e| e.into_inner());
+        let mut b = platform::sync::lock(c);
         let addr =
             b.alloc(len, align).ok_or(HalError::OutOfDeviceMemory { chan, size: len, free: b.capacity - b.used })?;
         let bytes = 1u64 << b.live.get(&(addr - b.base)).copied().unwrap_or(0);
@@ -445,7 +445,7 @@ impl DevAllocator {
     /// part of which is already taken, or outside the channel, is [`HalError::DeviceRange`].
     pub fn reserve(self: &Arc<Self>, chan: usize, addr: u64, len: u64) -> Result<DevBuf> {
         let c = self.chans.get(chan).ok_or(HalError::DeviceRange { addr, len })?;
-        let mut b = c.lock().unwrap_or_else(|e| e.into_inner());
+        let mut b = platform::sync::lock(c);
         let at = b.alloc_at(addr, len).ok_or(HalError::DeviceRange { addr, len })?;
         drop(b);
         self.platform.account_device_memory(len as i64);
@@ -459,7 +459,7 @@ impl DevAllocator {
 
     /// Usage of channel `chan`.
     pub fn usage(&self, chan: usize) -> Option<ChanUsage> {
-        let b = self.chans.get(chan)?.lock().unwrap_or_else(|e| e.into_inner());
+        let b = platform::sync::lock(self.chans.get(chan)?);
         Some(ChanUsage {
             capacity: b.capacity,
             used: b.used,

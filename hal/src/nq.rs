@@ -55,6 +55,57 @@ pub fn halt_slot(regs: &Regs<'_>, owner: NqOwner, slot: u64) -> Result<()> {
     Ok(())
 }
 
+/// The pointers and status of one NOTIFIC slot, as the device shows them (the CLI's `nq` and
+/// the runtime's debug endpoint list them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlotState {
+    pub slot: u64,
+    /// The ring's device address (base high and low).
+    pub base: u64,
+    /// The ring's size in bytes (0: the slot is halted).
+    pub size: u64,
+    /// The consumer head and the producer tail, byte offsets.
+    pub head: u64,
+    pub tail: u64,
+    /// The slot's overflow flag and dropped-record count.
+    pub overflow: bool,
+    pub dropped: u32,
+}
+
+impl SlotState {
+    /// Whether the slot is programmed onto a ring (a base or a size is set).
+    pub fn programmed(&self) -> bool {
+        self.size != 0 || self.base != 0
+    }
+}
+
+/// Read slot `slot` of `owner` (register reads only: nothing changes on the device).
+pub fn slot_state(regs: &Regs<'_>, owner: NqOwner, slot: u64) -> Result<SlotState> {
+    let s = slot_regs(regs, owner, slot)?;
+    let st = s.status().read()?;
+    Ok(SlotState {
+        slot,
+        base: ((s.base_hi().read()?.0 as u64) << 32) | s.base_lo().read()?.0 as u64,
+        size: s.size().read()?.0 as u64,
+        head: s.head().read()?.0 as u64,
+        tail: s.tail().read()?.0 as u64,
+        overflow: st.overflow() != 0,
+        dropped: st.dropped(),
+    })
+}
+
+/// The programmed slots among the first `slots` of `owner` ([`SlotState::programmed`]).
+pub fn programmed_slots(regs: &Regs<'_>, owner: NqOwner, slots: u64) -> Result<Vec<SlotState>> {
+    let mut out = Vec::new();
+    for slot in 0..slots {
+        let s = slot_state(regs, owner, slot)?;
+        if s.programmed() {
+            out.push(s);
+        }
+    }
+    Ok(out)
+}
+
 /// How long records in flight take to land after a halt (`nnq_destroy_nc`: halt, 1 ms, free).
 pub const DRAIN: Duration = Duration::from_millis(nqc::DRAIN_MS);
 

@@ -130,7 +130,7 @@ impl NqRing {
         self.head = 0;
         self.phase = true;
         self.head_written = 0;
-        *self.halted.get_mut().unwrap_or_else(|e| e.into_inner()) = None;
+        *platform::sync::lock(&self.halted) = None;
         self.park.claim_nq(self.owner, self.slot, self.id);
         Ok(())
     }
@@ -146,7 +146,7 @@ impl NqRing {
     /// Halt the slot ([`nq::halt_slot`]); the ring keeps its memory until dropped.
     pub fn halt(&self, regs: &Regs<'_>) -> Result<()> {
         nq::halt_slot(regs, self.owner, self.slot)?;
-        self.halted.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(Instant::now);
+        platform::sync::lock(&self.halted).get_or_insert_with(Instant::now);
         Ok(())
     }
 }
@@ -156,7 +156,7 @@ impl Drop for NqRing {
     /// the ring memory is freed (`nnq_destroy_nc`: halt, 1 ms, free) — if this ring still
     /// owns the slot: a slot since programmed onto another ring is left alone.
     fn drop(&mut self) {
-        let halted = *self.halted.get_mut().unwrap_or_else(|e| e.into_inner());
+        let halted = *platform::sync::lock(&self.halted);
         if let Err(err) = self.park.release_nq(self.owner, self.slot, self.id, halted) {
             tracing::warn!(slot = self.slot, %err, "could not halt a notification queue");
         }

@@ -60,12 +60,12 @@ pub(crate) struct EngineOwners(Mutex<HashMap<(usize, usize), u64>>);
 
 impl EngineOwners {
     pub(crate) fn claim(&self, nc: usize, engine: usize, id: u64) {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).insert((nc, engine), id);
+        platform::sync::lock(&self.0).insert((nc, engine), id);
     }
 
     /// Stream `id` goes away: whether it still owned the engine (ownership is dropped).
     pub(crate) fn release(&self, nc: usize, engine: usize, id: u64) -> bool {
-        let mut o = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut o = platform::sync::lock(&self.0);
         if o.get(&(nc, engine)) != Some(&id) {
             return false;
         }
@@ -102,7 +102,7 @@ impl Parking {
     /// Allocate the dummy ring if it does not exist yet (done when a ring is created, so
     /// that dropping one never allocates).
     pub fn ensure_dummy(&self, pool: &HostPool) -> Result<()> {
-        let mut d = self.dummy.lock().unwrap_or_else(|e| e.into_inner());
+        let mut d = platform::sync::lock(&self.dummy);
         if d.is_none() {
             let bytes = udc::DUMMY_RING_DESCS as usize * DESC_BYTES;
             let b = pool.alloc(bytes, udc::RING_ALIGN as usize)?;
@@ -114,7 +114,7 @@ impl Parking {
 
     /// Device address of the dummy ring, if allocated.
     pub fn dummy_dev_addr(&self) -> Option<u64> {
-        let d = self.dummy.lock().unwrap_or_else(|e| e.into_inner());
+        let d = platform::sync::lock(&self.dummy);
         d.as_ref().map(|b| self.arch.host_dev_addr(b.iova()))
     }
 
@@ -127,7 +127,7 @@ impl Parking {
             return udma::pause_queue(&regs, engine, queue);
         };
         udma::program_queue(&regs, engine, queue, base, base, udc::DUMMY_RING_DESCS)?;
-        let mut p = self.parked.lock().unwrap_or_else(|e| e.into_inner());
+        let mut p = platform::sync::lock(&self.parked);
         if !p.contains(&(engine, queue)) {
             p.push((engine, queue));
         }
@@ -142,15 +142,15 @@ impl Parking {
     /// Ring `id` programmed queue (`engine`, `queue`): it owns the queue now (off the dummy
     /// ring).
     pub(crate) fn claim_udma(&self, engine: u64, queue: u64, id: u64) {
-        self.parked.lock().unwrap_or_else(|e| e.into_inner()).retain(|&k| k != (engine, queue));
-        self.udma_owner.lock().unwrap_or_else(|e| e.into_inner()).insert((engine, queue), id);
+        platform::sync::lock(&self.parked).retain(|&k| k != (engine, queue));
+        platform::sync::lock(&self.udma_owner).insert((engine, queue), id);
     }
 
     /// Ring `id` goes away: if it still owns the queue, park the queue on the dummy ring.
     /// Returns whether it did.
     pub(crate) fn release_udma(&self, engine: u64, queue: u64, id: u64) -> Result<bool> {
         {
-            let mut o = self.udma_owner.lock().unwrap_or_else(|e| e.into_inner());
+            let mut o = platform::sync::lock(&self.udma_owner);
             if o.get(&(engine, queue)) != Some(&id) {
                 return Ok(false);
             }
@@ -162,7 +162,7 @@ impl Parking {
 
     /// NQ ring `id` programmed slot `slot` of `owner`.
     pub(crate) fn claim_nq(&self, owner: NqOwner, slot: u64, id: u64) {
-        self.nq_owner.lock().unwrap_or_else(|e| e.into_inner()).insert((owner, slot), id);
+        platform::sync::lock(&self.nq_owner).insert((owner, slot), id);
     }
 
     /// NQ ring `id` goes away. If it still owns slot `slot` of `owner`: halt the slot
@@ -173,7 +173,7 @@ impl Parking {
     /// returned after the drain (the slot is released either way).
     pub(crate) fn release_nq(&self, owner: NqOwner, slot: u64, id: u64, halted: Option<Instant>) -> Result<bool> {
         {
-            let mut o = self.nq_owner.lock().unwrap_or_else(|e| e.into_inner());
+            let mut o = platform::sync::lock(&self.nq_owner);
             if o.get(&(owner, slot)) != Some(&id) {
                 return Ok(false);
             }
@@ -198,13 +198,13 @@ impl Parking {
     /// Pause the queues parked on the dummy ring, then free it (they no longer point at it).
     fn free_dummy(&self) {
         let regs = self.regs();
-        let parked = std::mem::take(&mut *self.parked.lock().unwrap_or_else(|e| e.into_inner()));
+        let parked = std::mem::take(&mut *platform::sync::lock(&self.parked));
         for (e, q) in parked {
             if let Err(err) = udma::pause_queue(&regs, e, q) {
                 tracing::warn!(engine = e, queue = q, %err, "could not pause a parked DMA queue");
             }
         }
-        drop(self.dummy.lock().unwrap_or_else(|e| e.into_inner()).take());
+        drop(platform::sync::lock(&self.dummy).take());
     }
 
     /// Device close: with no ring left (`this` is the only handle), pause the parked queues

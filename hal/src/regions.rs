@@ -162,7 +162,7 @@ pub(crate) fn fault(regs: &Regs<'_>, nc: usize) -> Result<Option<RegionFault>> {
 /// Clear the latched report of NC `nc`.
 pub(crate) fn clear_fault(regs: &Regs<'_>, nc: usize) -> Result<()> {
     let t = regs.nc_regions(nc as u64)?;
-    t.oob_status().write(nc_regions::OobStatus(0).with_latched(1))?;
+    t.oob_status().clear(nc_regions::OobStatus(0).with_latched(1))?;
     Ok(())
 }
 

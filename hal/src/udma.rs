@@ -312,9 +312,9 @@ pub fn error_causes(regs: &Regs<'_>, e: u64) -> Result<(u32, u32)> {
 /// causes are write-0-to-clear.
 pub fn clear_error_causes(regs: &Regs<'_>, e: u64) -> Result<()> {
     let g = regs.udma(e)?.gen();
-    g.sec_a().cause().write(iofic_m2s_err::Cause(0))?;
-    g.sec_b().cause().write(iofic_s2m_err::Cause(0))?;
-    g.pri_d().cause().write(iofic_summary::Cause(0))?;
+    g.sec_a().cause().clear_all()?;
+    g.sec_b().cause().clear_all()?;
+    g.pri_d().cause().clear_all()?;
     Ok(())
 }
 

@@ -293,9 +293,9 @@ fn iofic_setup_in_the_kmod_order() {
             (d.mask_clear().offset(), !0x600),
         ];
         let iofic: Vec<u64> = expect.iter().map(|e| e.0).collect();
-        let first = log.lock().unwrap().iter().position(|w| *w == expect[0]).unwrap();
+        let first = platform::sync::lock(&log).iter().position(|w| *w == expect[0]).unwrap();
         let got: Vec<(u64, u32)> =
-            log.lock().unwrap()[first..].iter().filter(|w| iofic.contains(&w.0)).take(14).copied().collect();
+            platform::sync::lock(&log)[first..].iter().filter(|w| iofic.contains(&w.0)).take(14).copied().collect();
         assert_eq!(got, expect, "{}", arch.name);
         // The resulting state: both secondary groups and D in edge / no-MSI-X mode; group C
         // unmasked for all 12 parity causes, abort-enabled for the S2M ones.

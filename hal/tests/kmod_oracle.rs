@@ -115,9 +115,9 @@ fn hal_run(arch: &'static Arch, op: &str, t: &Trace) -> Option<Vec<Access>> {
     let (dev, log) = open(arch);
     let regs = dev.regs();
     let record = |f: &dyn Fn()| {
-        log.lock().unwrap().clear();
+        platform::sync::lock(&log).clear();
         f();
-        std::mem::take(&mut *log.lock().unwrap())
+        std::mem::take(&mut *platform::sync::lock(&log))
     };
     let (e, q) = QUEUE;
     let got = if let Some(n) = op.strip_prefix("engine_init-e") {

@@ -19,12 +19,12 @@ fn open(arch: &'static Arch) -> (SimDevice, Device, WriteLog) {
     let opts = DeviceOptions { hbm_limit: Some(1 << 26), poll: PollTiming::fast(), ..Default::default() };
     let dev = Device::open(Arc::new(Recording(sim.clone(), log.clone())), opts).unwrap();
     dev.init().unwrap();
-    log.lock().unwrap().clear();
+    platform::sync::lock(&log).clear();
     (sim, dev, log)
 }
 
 fn take(log: &WriteLog) -> Vec<(u64, u32)> {
-    std::mem::take(&mut *log.lock().unwrap())
+    std::mem::take(&mut *platform::sync::lock(log))
 }
 
 /// The writes `f` makes on a scratch device of the same arch (a reference run of one
@@ -176,5 +176,29 @@ fn nq_ring_program_rearm_halt_and_drop_are_the_slot_sequences() {
         assert_eq!(take(&log), Vec::<(u64, u32)>::new(), "{}: drop after halt", arch.name);
         drop(dev);
         assert_eq!(sim.stats().dangling_unmaps, 0, "{}", arch.name);
+    }
+}
+
+#[test]
+fn slot_state_reads_what_program_slot_wrote_and_writes_nothing() {
+    for arch in [&SUNDA, &CAYMAN, &MARIANA] {
+        let (_sim, dev, log) = open(arch);
+        let owner = NqOwner::Nc(1);
+        let slots = arch.counts.nq_slots;
+        let before = nq::programmed_slots(&dev.regs(), owner, slots).unwrap();
+        let slot = (0..slots).find(|s| before.iter().all(|b| b.slot != *s)).expect("a free slot");
+        let addr = 0x0001_2345_6000u64;
+        nq::program_slot(&dev.regs(), owner, slot, addr, 4096).unwrap();
+        take(&log);
+        let s = nq::slot_state(&dev.regs(), owner, slot).unwrap();
+        assert_eq!((s.slot, s.base, s.size, s.head), (slot, addr, 4096, 0), "{}", arch.name);
+        assert!(s.programmed() && !s.overflow && s.dropped == 0, "{}: {s:?}", arch.name);
+        let listed = nq::programmed_slots(&dev.regs(), owner, slots).unwrap();
+        assert_eq!(listed.len(), before.len() + 1, "{}", arch.name);
+        assert!(listed.contains(&s), "{}", arch.name);
+        assert!(take(&log).is_empty(), "{}: reading a slot wrote a register", arch.name);
+        nq::halt_slot(&dev.regs(), owner, slot).unwrap();
+        assert!(!nq::slot_state(&dev.regs(), owner, slot).unwrap().programmed(), "{}", arch.name);
+        assert_eq!(nq::programmed_slots(&dev.regs(), owner, slots).unwrap(), before, "{}", arch.name);
     }
 }

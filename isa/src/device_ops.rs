@@ -16,6 +16,7 @@
 //! by 1 on completion", from DHN's WAIT_GE_AND_DEC sub-op 0x14 (docs/facts/libnrt.md §2.4).
 
 use super::slot::{Events, Opcode, SlotHeader, SLOT_BYTES};
+use csr_maps::formats::le::{u16_at, u32_at, u64_at};
 
 /// Update mode 0x14: decrement on completion (modeled).
 pub const UPDATE_DEC_COMPLETE: u8 = 0x14;
@@ -64,6 +65,18 @@ pub mod dtype {
     pub use crate::slot::coll_dtype::{BF16, FP16, FP32, INT32};
     use reduce::DType;
 
+    /// Modeled: the integer types' codes follow `nrt_dtype_t` (docs/facts/libnrt.md §1.5),
+    /// whose numbers the four documented DTYPE codes share (fp32 10, bf16 6, fp16 7, int32 8).
+    pub const INT8: u8 = 0x02;
+    /// Modeled (as [`INT8`]).
+    pub const UINT8: u8 = 0x03;
+    /// Modeled (as [`INT8`]).
+    pub const INT16: u8 = 0x04;
+    /// Modeled (as [`INT8`]).
+    pub const UINT16: u8 = 0x05;
+    /// Modeled (as [`INT8`]).
+    pub const UINT32: u8 = 0x09;
+
     /// The element type of DTYPE code `d`, or `None` for a type a collective cannot use.
     pub fn of(d: u8) -> Option<DType> {
         match d {
@@ -71,6 +84,11 @@ pub mod dtype {
             BF16 => Some(DType::Bf16),
             FP16 => Some(DType::F16),
             INT32 => Some(DType::I32),
+            UINT8 => Some(DType::U8),
+            INT8 => Some(DType::I8),
+            UINT16 => Some(DType::U16),
+            INT16 => Some(DType::I16),
+            UINT32 => Some(DType::U32),
             _ => None,
         }
     }
@@ -82,6 +100,11 @@ pub mod dtype {
             DType::Bf16 => BF16,
             DType::F16 => FP16,
             DType::I32 => INT32,
+            DType::U8 => UINT8,
+            DType::I8 => INT8,
+            DType::U16 => UINT16,
+            DType::I16 => INT16,
+            DType::U32 => UINT32,
         }
     }
 
@@ -91,17 +114,6 @@ pub mod dtype {
     }
 }
 
-fn rd_u16(b: &[u8; SLOT_BYTES], o: usize) -> u16 {
-    u16::from_le_bytes([b[o], b[o + 1]])
-}
-fn rd_u32(b: &[u8; SLOT_BYTES], o: usize) -> u32 {
-    u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
-}
-fn rd_u64(b: &[u8; SLOT_BYTES], o: usize) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[o..o + 8]);
-    u64::from_le_bytes(a)
-}
 fn base(op: Opcode, hdr: Option<SlotHeader>, ev: &Events) -> [u8; SLOT_BYTES] {
     let mut b = [0u8; SLOT_BYTES];
     b[0..4].copy_from_slice(&hdr.unwrap_or_else(|| SlotHeader::new(op)).to_bytes());
@@ -125,7 +137,7 @@ impl WriteOp {
     }
     /// Decode (total).
     pub fn decode(b: &[u8; SLOT_BYTES]) -> Self {
-        Self { header: SlotHeader::decode(b), events: Events::decode(b), addr: rd_u64(b, 0x10), value: rd_u32(b, 0x18) }
+        Self { header: SlotHeader::decode(b), events: Events::decode(b), addr: u64_at(b, 0x10), value: u32_at(b, 0x18) }
     }
     /// Encode.
     pub fn encode(&self) -> [u8; SLOT_BYTES] {
@@ -156,8 +168,8 @@ impl NotifyOp {
         Self {
             header: SlotHeader::decode(b),
             events: Events::decode(b),
-            sub_id: rd_u16(b, 0x0C),
-            value: rd_u32(b, 0x10),
+            sub_id: u16_at(b, 0x0C),
+            value: u32_at(b, 0x10),
         }
     }
     /// Encode.
@@ -204,10 +216,10 @@ impl CollectiveOp {
             ctype: b[0x0E],
             rank: b[0x0F],
             group_size: b[0x10],
-            comm_id: rd_u32(b, 0x14),
-            src: rd_u64(b, 0x18),
-            dst: rd_u64(b, 0x20),
-            num_elements: rd_u64(b, 0x28),
+            comm_id: u32_at(b, 0x14),
+            src: u64_at(b, 0x18),
+            dst: u64_at(b, 0x20),
+            num_elements: u64_at(b, 0x28),
         }
     }
     /// Encode.

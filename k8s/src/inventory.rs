@@ -2,9 +2,9 @@
 //! serves, their logical NeuronCores, whether each device is reachable, and which process leases
 //! which cores (`Query`). A thread keeps a [`Snapshot`] fresh; the plugin reads it.
 
-use broker::client::{Connect, Session};
-use broker::protocol::DeviceInfo;
-use broker::{DeviceSpec, Role};
+use broker_client::client::{Connect, Session};
+use broker_client::protocol::DeviceInfo;
+use broker_client::{DeviceSpec, Role};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,7 +19,7 @@ pub enum InventoryError {
     #[error("logical NeuronCore size {lnc} does not divide {arch}'s cores or exceeds its maximum")]
     BadLnc { arch: String, lnc: u32 },
     #[error("broker: {0}")]
-    Broker(#[from] broker::ClientError),
+    Broker(#[from] broker_client::ClientError),
 }
 
 /// The devices a plugin serves: one selection, as `NEURON_VFIO_DEVICE` names it.
@@ -319,7 +319,7 @@ mod tests {
                 first_logical: 4 * i,
             })
             .collect();
-        let client = |pid, first, count| broker::protocol::ClientInfo {
+        let client = |pid, first, count| broker_client::protocol::ClientInfo {
             pid,
             command: format!("p{pid}"),
             runtime_version: String::new(),

@@ -75,7 +75,7 @@ fn main() -> std::process::ExitCode {
         eprintln!("neuron-vfio-k8s-device-plugin: no resource to register");
         return std::process::ExitCode::from(2);
     }
-    let broker_socket = a.broker_socket.clone().unwrap_or_else(broker::paths::socket_path);
+    let broker_socket = a.broker_socket.clone().unwrap_or_else(broker_client::paths::socket_path);
     let access = BrokerAccess { socket: broker_socket.clone(), spawn: sel.text.starts_with("sim:shared"), lnc: a.lnc };
     let (tx, rx) = tokio::sync::watch::channel(Arc::new(inventory::Snapshot::default()));
     let stop_broker = Arc::new(AtomicBool::new(false));

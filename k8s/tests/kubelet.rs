@@ -11,8 +11,8 @@
 #[path = "support/kubelet.rs"]
 mod kubelet;
 
-use broker::client::{Connect, Session};
-use broker::Role;
+use broker_client::client::{Connect, Session};
+use broker_client::Role;
 use k8s::api::{ContainerAllocateResponse, HEALTHY, UNHEALTHY};
 use kubelet::{lock, Kubelet};
 use std::io::{BufRead, BufReader, Write};

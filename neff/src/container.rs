@@ -291,15 +291,6 @@ impl<R: Read> Read for Counting<R> {
     }
 }
 
-/// Reads a NEFF from `r`, whose total length is `file_size`, through the container stages
-/// (gates, digest, inflate, tar walk), every member held in memory. The walk is the streaming
-/// reader's ([`crate::stream::read_container_streaming`] with a sink that takes no member), so
-/// the in-memory and the streaming load accept and refuse the same bytes with the same error:
-/// there is one tar walk.
-pub fn read_container<R: Read + Send>(r: R, file_size: u64, opts: &ReadOptions) -> Result<Container, NeffError> {
-    crate::stream::read_container_streaming(r, file_size, opts, &mut crate::stream::HoldAll)
-}
-
 /// Reads the 1024-byte header from `r` and runs the gates; returns the header and the data
 /// window that follows it.
 pub(crate) fn check_header_stream<R: Read>(mut r: R, file_size: u64) -> Result<(NeffHeader, io::Take<R>), NeffError> {

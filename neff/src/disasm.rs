@@ -184,8 +184,8 @@ mod tests {
 
     #[test]
     fn collective_names_come_from_the_one_dtype_and_op() {
-        let dt: Vec<_> = [0x0A, 0x06, 0x07, 0x08, 0x09].map(coll_dtype_name).to_vec();
-        assert_eq!(dt, ["fp32", "bf16", "fp16", "int32", "0x09"]);
+        let dt: Vec<_> = [0x0A, 0x06, 0x07, 0x08, 0x09, 0x0B].map(coll_dtype_name).to_vec();
+        assert_eq!(dt, ["fp32", "bf16", "fp16", "int32", "uint32", "0x0b"]);
         // MIN's code is the simulator's modeled one, not a documented encoding: shown raw.
         let ops: Vec<_> = [0x04, 0x08, 0x0C].map(coll_op_name).to_vec();
         assert_eq!(ops, ["add", "max", "0x0c"]);

@@ -4,6 +4,8 @@
 //! only type discriminator is `pkg_version`. Decoding is total for any buffer of at least
 //! 1024 bytes (no field is validated here; the loader applies the gates in libnrt's order).
 
+use csr_maps::formats::le::{array_at as arr, u32_at, u64_at};
+
 /// Size of `neff_header_t` (0x400); the payload is read from this offset regardless of
 /// `header_size` (LC).
 pub const NEFF_HEADER_SIZE: usize = 0x400;
@@ -100,24 +102,6 @@ impl Default for NeffHeader {
             reserved: [0; 468],
         }
     }
-}
-
-fn u64_at(b: &[u8], off: usize) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[off..off + 8]);
-    u64::from_le_bytes(a)
-}
-
-fn u32_at(b: &[u8], off: usize) -> u32 {
-    let mut a = [0u8; 4];
-    a.copy_from_slice(&b[off..off + 4]);
-    u32::from_le_bytes(a)
-}
-
-fn arr<const N: usize>(b: &[u8], off: usize) -> [u8; N] {
-    let mut a = [0u8; N];
-    a.copy_from_slice(&b[off..off + N]);
-    a
 }
 
 fn c_str(b: &[u8]) -> String {

@@ -19,8 +19,8 @@
 //! allocated. [`Neff::parse_reader`] streams the compressed bytes in 1 MiB chunks; with
 //! `verify` a second thread hashes them while the caller's thread inflates.
 //!
-//! Test models: [`builder::single_nc_allreduce`], [`builder::two_nc_allreduce`],
-//! [`builder::weights_model`].
+//! Test models (feature `test-models`): `builder::single_nc_allreduce`,
+//! `builder::two_nc_allreduce`, `builder::weights_model`.
 #![forbid(unsafe_code)]
 
 pub mod arch;
@@ -55,7 +55,7 @@ impl Neff {
     /// Parses a NEFF streamed from `r`, whose total length is `file_size` (e.g. a `File` and
     /// its metadata length). The compressed bytes are never held in memory at once.
     pub fn parse_reader<R: Read + Send>(r: R, file_size: u64, opts: &ReadOptions) -> Result<Neff, NeffError> {
-        let c = container::read_container(r, file_size, opts)?;
+        let c = stream::read_container(r, file_size, opts)?;
         manifest::build(&c, opts)
     }
 

@@ -3,7 +3,7 @@
 //! the DMA path) in chunks of at most 1 MiB instead of into the payload buffer, so host
 //! memory stays bounded whatever the size of the weights.
 //!
-//! The in-memory reader ([`crate::container::read_container`]) is this one with a sink that
+//! The in-memory reader ([`read_container`]) is this one with a sink that
 //! takes no member ([`HoldAll`]): one tar walk, so both accept and refuse the same bytes with
 //! the same status. The order of precedence: the header gates first; the digest of the compressed window (hashed
 //! by a helper thread as it is read, so on the same pass) takes precedence over inflate and
@@ -22,6 +22,15 @@ use crate::container::{
 use crate::error::NeffError;
 use crate::header::PKG_VERSION_GZIP_MD5;
 use crate::status::NrtStatus;
+
+/// Reads a NEFF from `r`, whose total length is `file_size`, through the container stages
+/// (gates, digest, inflate, tar walk), every member held in memory. The walk is the streaming
+/// reader's ([`read_container_streaming`] with a sink that takes no member), so
+/// the in-memory and the streaming load accept and refuse the same bytes with the same error:
+/// there is one tar walk.
+pub fn read_container<R: Read + Send>(r: R, file_size: u64, opts: &ReadOptions) -> Result<Container, NeffError> {
+    read_container_streaming(r, file_size, opts, &mut HoldAll)
+}
 
 /// Why a sink refused a member (mapped to [`NeffError::Sink`]).
 #[derive(Debug, Clone, PartialEq)]

@@ -1,7 +1,7 @@
 //! `nrtpy._nrtpy`: the native half of the `nrtpy` Python package (docs/python.md).
 //!
 //! It binds the runtime's Rust API — the [`runtime::Runtime`] libnrt.so's `nrt_*` calls drive,
-//! opened on the device `nrt_init` would open (`nrt::device`: `NEURON_VFIO_DEVICE`, the
+//! opened on the device `nrt_init` would open (`select::env`: `NEURON_VFIO_DEVICE`, the
 //! simulator by default, `NEURON_VFIO_SIM_FAULT`) — not libnrt's C ABI: errors arrive typed
 //! with their `NRT_STATUS` and message, tensors are Rust objects whose bytes move straight
 //! between a NumPy array's buffer and device memory, and no raw handle crosses a boundary.
@@ -18,7 +18,7 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use pyo3::buffer::PyBuffer;
@@ -26,8 +26,10 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
 use neff::{NrtStatus, TensorInfo};
+use platform::sync::lock;
 use runtime::profile::{self, Collector};
 use runtime::{ModelHandle, RtError, Runtime, RuntimeConfig, Tensor, TensorSet};
+use select::env::{self as device, DeviceEnvError};
 
 /// What can go wrong below Python; each becomes `nrtpy.NrtError` (an `NRT_STATUS`),
 /// `nrtpy.NrtpyError` (misuse of nrtpy's objects) or `ValueError` (a bad argument).
@@ -122,10 +124,12 @@ impl<T> Raise<T> for Res<T> {
 
 // ------------------------------------------------------------------ the runtime singleton
 
-/// The open runtime and the session it belongs to.
+/// The open runtime, the session it belongs to and the devices it was opened on (on a shared
+/// device, this process's leases: given back when the session is dropped).
 struct Session {
     rt: Arc<Runtime>,
     generation: u64,
+    opened: select::Opened,
 }
 
 /// The process's runtime, opened on first use (nrtpy's singleton).
@@ -133,38 +137,52 @@ static SESSION: Mutex<Option<Session>> = Mutex::new(None);
 /// Sessions opened so far: an object made in session `g` is usable while `g` is open.
 static GENERATION: AtomicU64 = AtomicU64::new(0);
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// The runtime and its generation, opening it as `nrt_init` does if none is open: the
 /// `NEURON_RT_*` knobs ([`RuntimeConfig::from_env`]), the device of `NEURON_VFIO_DEVICE`
-/// and the simulator faults of `NEURON_VFIO_SIM_FAULT` (`nrt::device`).
+/// and the simulator faults of `NEURON_VFIO_SIM_FAULT` (`select::env`, as `nrt_init`).
 fn session() -> Res<(Arc<Runtime>, u64)> {
     let mut g = lock(&SESSION);
     if let Some(s) = &*g {
         return Ok((s.rt.clone(), s.generation));
     }
     const INIT: &str = "Failed to initialize the runtime";
+    let env = |e: DeviceEnvError| Error::Nrt { what: INIT, source: RtError::frontend(e) };
     let rt = Arc::new(Runtime::with_observers(runtime::monitoring()));
     let cfg = RuntimeConfig::from_env().map_err(Error::nrt(INIT))?;
-    let faults = nrt::device::sim_faults().map_err(Error::nrt(INIT))?;
-    let spec = nrt::device::from_env().map_err(Error::nrt(INIT))?;
+    let faults = device::sim_faults().map_err(env)?;
+    let spec = device::spec().map_err(env)?;
     // A shared device (`sim:shared`): the cores are leased here, as nrt_init leases them, and
     // held until reset() (docs/sharing.md).
-    let opened = nrt::device::platforms(&spec, &nrt::device::reserve_of(&cfg), cfg.lnc.map(|l| l.size))
-        .map_err(Error::nrt(INIT))?;
-    let (devices, cfg) = nrt::device::device_setup(&opened, cfg, hal::DeviceOptions::default());
+    let reserve = device::reserve(cfg.visible_cores.as_deref(), cfg.num_cores);
+    let opened = device::open(&spec, &reserve, cfg.lnc.map(|l| l.size), log_line).map_err(env)?;
+    let owned = |i| opened.ownership(i).map(|o| (o.ncs, o.hbm, o.firmware));
+    let (devices, cfg) =
+        runtime::device_setup(&opened.platforms, owned, opened.leased_cores(), cfg, hal::DeviceOptions::default());
     rt.init_devices(devices, cfg).map_err(Error::nrt(INIT))?;
     // Simulator faults of NEURON_VFIO_SIM_FAULT: a bad spec undoes the init.
-    if let Err(e) = nrt::device::arm(&rt, &opened, faults) {
+    if let Err(e) = device::arm(&opened, faults, |nc| rt.global_nc(nc)) {
         let _ = rt.close();
-        return Err(Error::Nrt { what: INIT, source: e });
+        return Err(env(e));
     }
-    nrt::device::hold(opened);
     let generation = GENERATION.fetch_add(1, Ordering::Relaxed) + 1;
-    *g = Some(Session { rt: rt.clone(), generation });
+    *g = Some(Session { rt: rt.clone(), generation, opened });
     Ok((rt, generation))
+}
+
+/// One error line of libnrt's log, as `libnrt.so` writes it (`NEURON_RT_LOG_LEVEL`,
+/// `NEURON_RT_LOG_LOCATION`; `NEURON_VFIO_NRT_QUIET=1` silences it): the device selection's
+/// lines when a shared device's cores are refused.
+fn log_line(line: &str) {
+    use runtime::env::log::{LogConfig, LogSink};
+    if std::env::var("NEURON_VFIO_NRT_QUIET").is_ok_and(|v| v == "1") {
+        return;
+    }
+    // A bad logging variable already failed the init (RuntimeConfig::from_env) before any
+    // line is written.
+    let Ok(cfg) = LogConfig::from_env(tracing::Level::ERROR) else { return };
+    if cfg.enabled("capi", tracing::Level::ERROR) {
+        LogSink::new(cfg.location, "nrt").write_line(tracing::Level::ERROR, &format!("nrt: {line}"));
+    }
 }
 
 /// The runtime if session `generation` is still open.
@@ -204,7 +222,7 @@ fn reset(py: Python<'_>) -> PyResult<()> {
     let Some(s) = lock(&SESSION).take() else { return Ok(()) };
     let closed = py.detach(|| s.rt.close());
     // The devices are closed: give a shared device's cores back.
-    nrt::device::release();
+    drop(s.opened);
     closed.map_err(Error::nrt("Failed to close the runtime")).raise(py)
 }
 

@@ -124,3 +124,13 @@ pub trait Platform: Send + Sync {
         true
     }
 }
+
+/// The operator's opt-in for writes to modeled registers on real hardware
+/// ([`Platform::modeled_writes_allowed`]): set to `1` for bring-up of the modeled blocks. A
+/// hardware platform reads it when it is created ([`allow_modeled_from_env`]).
+pub const ALLOW_MODELED_ENV: &str = "NEURON_VFIO_ALLOW_MODELED";
+
+/// Whether [`ALLOW_MODELED_ENV`] is set to `1`.
+pub fn allow_modeled_from_env() -> bool {
+    std::env::var(ALLOW_MODELED_ENV).is_ok_and(|v| v.trim() == "1")
+}

@@ -15,7 +15,8 @@
 //! Numerics (docs/fabric.md): float ADD rounds after every step in the element type (bf16 and
 //! fp16 are computed in fp32 and rounded to nearest-even by the `half` crate's conversions — the
 //! one f16/bf16 implementation of the workspace); MAX/MIN keep the earlier operand on ties
-//! (+0 vs −0) and unordered comparisons (NaN); int32 ADD wraps.
+//! (+0 vs −0) and unordered comparisons (NaN); integer ADD wraps (int32, and the modeled
+//! 8-, 16- and 32-bit integer types: uint8, int8, uint16, int16, uint32).
 
 use std::fmt;
 use std::ops::Range;
@@ -29,38 +30,58 @@ pub enum DType {
     Bf16,
     F16,
     I32,
+    /// Modeled (libnrt's instruction documents fp32, bf16, fp16 and int32; nccom-test
+    /// benchmarks these too): the integer types below.
+    U8,
+    I8,
+    U16,
+    I16,
+    U32,
 }
 
 impl DType {
     /// Every element type.
-    pub const ALL: [DType; 4] = [DType::F32, DType::Bf16, DType::F16, DType::I32];
+    pub const ALL: [DType; 9] =
+        [DType::F32, DType::Bf16, DType::F16, DType::I32, DType::U8, DType::I8, DType::U16, DType::I16, DType::U32];
 
     /// Bytes per element.
     pub fn size(self) -> usize {
         match self {
-            DType::F32 | DType::I32 => 4,
-            DType::Bf16 | DType::F16 => 2,
+            DType::F32 | DType::I32 | DType::U32 => 4,
+            DType::Bf16 | DType::F16 | DType::U16 | DType::I16 => 2,
+            DType::U8 | DType::I8 => 1,
         }
     }
 
-    /// Parses `fp32|f32|float32`, `bf16|bfloat16`, `fp16|f16|float16`, `int32|i32`.
+    /// Parses `fp32|f32|float32`, `bf16|bfloat16`, `fp16|f16|float16`, `int32|i32`, and
+    /// `uint8|u8`, `int8|i8`, `uint16|u16`, `int16|i16`, `uint32|u32`.
     pub fn parse(s: &str) -> Option<DType> {
         match s.to_ascii_lowercase().as_str() {
             "fp32" | "f32" | "float32" => Some(DType::F32),
             "bf16" | "bfloat16" => Some(DType::Bf16),
             "fp16" | "f16" | "float16" => Some(DType::F16),
             "int32" | "i32" => Some(DType::I32),
+            "uint8" | "u8" => Some(DType::U8),
+            "int8" | "i8" => Some(DType::I8),
+            "uint16" | "u16" => Some(DType::U16),
+            "int16" | "i16" => Some(DType::I16),
+            "uint32" | "u32" => Some(DType::U32),
             _ => None,
         }
     }
 
-    /// The canonical name (`fp32`, `bf16`, `fp16`, `int32`).
+    /// The canonical name (`fp32`, `bf16`, `fp16`, `int32`, `uint8`, …).
     pub fn name(self) -> &'static str {
         match self {
             DType::F32 => "fp32",
             DType::Bf16 => "bf16",
             DType::F16 => "fp16",
             DType::I32 => "int32",
+            DType::U8 => "uint8",
+            DType::I8 => "int8",
+            DType::U16 => "uint16",
+            DType::I16 => "int16",
+            DType::U32 => "uint32",
         }
     }
 }
@@ -177,6 +198,28 @@ pub fn reduce_pair(out: &mut [u8], earlier: &[u8], later: &[u8], dt: DType, op: 
     fold(out, Some(earlier), later, false, dt, op)
 }
 
+/// The element-wise fold of an integer type `$t` of `$n` bytes: wrapping ADD, MAX, MIN
+/// (commutative, so the operand order does not matter).
+macro_rules! fold_int {
+    ($t:ty, $n:literal, $out:expr, $left:expr, $right:expr, $op:expr) => {{
+        let f = |x: [u8; $n], y: [u8; $n]| (<$t>::from_le_bytes(x), <$t>::from_le_bytes(y));
+        match $op {
+            ReduceOp::Add => elementwise::<$n>($out, $left, $right, |x, y| {
+                let (a, b) = f(x, y);
+                a.wrapping_add(b).to_le_bytes()
+            }),
+            ReduceOp::Max => elementwise::<$n>($out, $left, $right, |x, y| {
+                let (a, b) = f(x, y);
+                a.max(b).to_le_bytes()
+            }),
+            ReduceOp::Min => elementwise::<$n>($out, $left, $right, |x, y| {
+                let (a, b) = f(x, y);
+                a.min(b).to_le_bytes()
+            }),
+        }
+    }};
+}
+
 /// `out[i] = x[i] ⊕ y[i]` with `x = left` (`out` itself when `None`) and `y = right`, or
 /// `out[i] = y[i] ⊕ x[i]` when `swap`.
 fn fold(
@@ -242,6 +285,11 @@ fn fold(
                 }),
             }
         }
+        DType::U8 => fold_int!(u8, 1, out, left, right, op),
+        DType::I8 => fold_int!(i8, 1, out, left, right, op),
+        DType::U16 => fold_int!(u16, 2, out, left, right, op),
+        DType::I16 => fold_int!(i16, 2, out, left, right, op),
+        DType::U32 => fold_int!(u32, 4, out, left, right, op),
         DType::Bf16 => elementwise::<2>(out, left, right, |x, y| {
             let (x, y) = (bf16::from_le_bytes(x).to_f32(), bf16::from_le_bytes(y).to_f32());
             let (a, b) = if swap { (y, x) } else { (x, y) };
@@ -359,12 +407,15 @@ pub fn pattern(rank: usize, len: usize, dt: DType, salt: u64) -> Vec<u8> {
             DType::I32 => out.extend_from_slice(&((x >> 16) as i32).wrapping_mul(7919).to_le_bytes()),
             DType::Bf16 => out.extend_from_slice(&bf16::from_f32(v).to_le_bytes()),
             DType::F16 => out.extend_from_slice(&f16::from_f32(v / 100.0).to_le_bytes()),
+            DType::U8 | DType::I8 => out.push((x >> 24) as u8),
+            DType::U16 | DType::I16 => out.extend_from_slice(&((x >> 24) as u16).to_le_bytes()),
+            DType::U32 => out.extend_from_slice(&((x >> 16) as u32).wrapping_mul(7919).to_le_bytes()),
         }
     }
     out
 }
 
-/// One element of `dt` (the first `dt.size()` bytes of `b`) as f32 (int32 converted), or
+/// One element of `dt` (the first `dt.size()` bytes of `b`) as f32 (integers converted), or
 /// `None` when `b` is shorter than an element.
 pub fn to_f32(dt: DType, b: &[u8]) -> Option<f32> {
     Some(match dt {
@@ -372,16 +423,26 @@ pub fn to_f32(dt: DType, b: &[u8]) -> Option<f32> {
         DType::I32 => i32::from_le_bytes(b.get(..4)?.try_into().ok()?) as f32,
         DType::Bf16 => bf16::from_le_bytes(b.get(..2)?.try_into().ok()?).to_f32(),
         DType::F16 => f16::from_le_bytes(b.get(..2)?.try_into().ok()?).to_f32(),
+        DType::U8 => f32::from(*b.first()?),
+        DType::I8 => f32::from(*b.first()? as i8),
+        DType::U16 => f32::from(u16::from_le_bytes(b.get(..2)?.try_into().ok()?)),
+        DType::I16 => f32::from(i16::from_le_bytes(b.get(..2)?.try_into().ok()?)),
+        DType::U32 => u32::from_le_bytes(b.get(..4)?.try_into().ok()?) as f32,
     })
 }
 
-/// `v` as one little-endian element of `dt` (rounded to nearest-even; int32 saturating).
+/// `v` as one little-endian element of `dt` (rounded to nearest-even; integers saturating).
 pub fn from_f32(dt: DType, v: f32) -> Vec<u8> {
     match dt {
         DType::F32 => v.to_le_bytes().to_vec(),
         DType::I32 => (v as i32).to_le_bytes().to_vec(),
         DType::Bf16 => bf16::from_f32(v).to_le_bytes().to_vec(),
         DType::F16 => f16::from_f32(v).to_le_bytes().to_vec(),
+        DType::U8 => vec![v as u8],
+        DType::I8 => vec![v as i8 as u8],
+        DType::U16 => (v as u16).to_le_bytes().to_vec(),
+        DType::I16 => (v as i16).to_le_bytes().to_vec(),
+        DType::U32 => (v as u32).to_le_bytes().to_vec(),
     }
 }
 

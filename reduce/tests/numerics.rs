@@ -120,6 +120,20 @@ fn reference(dt: DType, op: ReduceOp, x: &[u8], y: &[u8], f16t: &[f64], bf16t: &
             };
             Some(r.to_le_bytes().to_vec())
         }
+        DType::U8 => Some(vec![int_op(op, i128::from(x[0]), i128::from(y[0]), 8, false) as u8]),
+        DType::I8 => Some(vec![int_op(op, i128::from(x[0] as i8), i128::from(y[0] as i8), 8, true) as u8]),
+        DType::U16 => {
+            let r = int_op(op, i128::from(h(x)), i128::from(h(y)), 16, false) as u16;
+            Some(r.to_le_bytes().to_vec())
+        }
+        DType::I16 => {
+            let r = int_op(op, i128::from(h(x) as i16), i128::from(h(y) as i16), 16, true) as u16;
+            Some(r.to_le_bytes().to_vec())
+        }
+        DType::U32 => {
+            let r = int_op(op, i128::from(u32::from_le_bytes(w(x))), i128::from(u32::from_le_bytes(w(y))), 32, false);
+            Some((r as u32).to_le_bytes().to_vec())
+        }
         DType::F32 => {
             let r = op_f32(op, f32::from_le_bytes(w(x)), f32::from_le_bytes(w(y)));
             (!r.is_nan()).then(|| r.to_le_bytes().to_vec())
@@ -141,12 +155,24 @@ fn reference(dt: DType, op: ReduceOp, x: &[u8], y: &[u8], f16t: &[f64], bf16t: &
     }
 }
 
+/// `a ⊕ b` of `bits`-bit integers computed exactly, ADD reduced modulo 2^bits (its low bits;
+/// the caller truncates), MAX/MIN as the integers compare; `signed` only documents the range
+/// the operands were read in.
+fn int_op(op: ReduceOp, a: i128, b: i128, bits: u32, signed: bool) -> i128 {
+    debug_assert!(bits < 64 && (signed || (a >= 0 && b >= 0)));
+    match op {
+        ReduceOp::Add => (a + b).rem_euclid(1i128 << bits),
+        ReduceOp::Max => a.max(b),
+        ReduceOp::Min => a.min(b),
+    }
+}
+
 fn is_nan(dt: DType, b: &[u8]) -> bool {
     match dt {
         DType::F32 => f32::from_le_bytes([b[0], b[1], b[2], b[3]]).is_nan(),
         DType::F16 => F16.is_nan(u16::from_le_bytes([b[0], b[1]])),
         DType::Bf16 => BF16.is_nan(u16::from_le_bytes([b[0], b[1]])),
-        DType::I32 => false,
+        DType::I32 | DType::U8 | DType::I8 | DType::U16 | DType::I16 | DType::U32 => false,
     }
 }
 

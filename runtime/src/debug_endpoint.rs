@@ -23,6 +23,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use csr_maps::formats::notify::RECORD_BYTES;
+use hal::nq::SlotState;
 use hal::Device;
 use serde_json::{json, Value};
 
@@ -154,7 +155,7 @@ impl Drop for Endpoint {
                 tracing::warn!("debug endpoint {}: cannot wake its thread ({e}); leaving it", self.sock.display())
             }
         }
-        let conns: Vec<_> = self.conns.lock().unwrap_or_else(|e| e.into_inner()).drain(..).collect();
+        let conns: Vec<_> = platform::sync::lock(&self.conns).drain(..).collect();
         for (s, t) in conns {
             let _ = s.shutdown(std::net::Shutdown::Both);
             let _ = t.join();
@@ -198,12 +199,12 @@ impl Observer for Serving {
     }
 
     fn path(&self) -> Option<PathBuf> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(|e| e.path().to_path_buf())
+        platform::sync::lock(&self.0).as_ref().map(|e| e.path().to_path_buf())
     }
 
     fn close(&self) {
         // Taken out under the lock, dropped (threads joined) after it.
-        let e = self.0.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let e = platform::sync::lock(&self.0).take();
         drop(e);
     }
 }
@@ -229,7 +230,7 @@ fn accept_loop(listener: UnixListener, devs: Arc<Vec<Device>>, stop: Arc<AtomicB
             serve_conn(s, &d);
             a.fetch_sub(1, Ordering::SeqCst);
         });
-        let mut list = conns.lock().unwrap_or_else(|e| e.into_inner());
+        let mut list = platform::sync::lock(&conns);
         // Reap finished connections so the list stays short.
         let (done, live): (Vec<_>, Vec<_>) = list.drain(..).partition(|(_, t)| t.is_finished());
         *list = live;
@@ -371,33 +372,12 @@ fn read(req: &Value, devs: &[Device]) -> Result<Value, String> {
     Ok(json!({"values": values}))
 }
 
-struct Slot {
-    slot: u64,
-    base: u64,
-    size: u64,
-    head: u64,
-    tail: u64,
-    overflow: bool,
-    dropped: u32,
+/// NC `nc`'s slot `slot` ([`hal::nq::slot_state`]).
+fn slot_state(dev: &Device, nc: u64, slot: u64) -> Result<SlotState, String> {
+    hal::nq::slot_state(&dev.regs(), hal::NqOwner::Nc(nc as usize), slot).map_err(|e| e.to_string())
 }
 
-fn slot_state(dev: &Device, nc: u64, slot: u64) -> Result<Slot, String> {
-    let regs = dev.regs();
-    let e = |e: csr_maps::CsrError| e.to_string();
-    let s = regs.notific(nc).map_err(e)?.nq(slot).map_err(e)?;
-    let st = s.status().read().map_err(e)?;
-    Ok(Slot {
-        slot,
-        base: ((s.base_hi().read().map_err(e)?.0 as u64) << 32) | s.base_lo().read().map_err(e)?.0 as u64,
-        size: s.size().read().map_err(e)?.0 as u64,
-        head: s.head().read().map_err(e)?.0 as u64,
-        tail: s.tail().read().map_err(e)?.0 as u64,
-        overflow: st.overflow() != 0,
-        dropped: st.dropped(),
-    })
-}
-
-fn slot_json(s: &Slot) -> Value {
+fn slot_json(s: &SlotState) -> Value {
     json!({"slot": s.slot, "base": s.base, "size": s.size, "head": s.head, "tail": s.tail,
            "overflow": s.overflow, "dropped": s.dropped})
 }
@@ -413,14 +393,9 @@ fn nc_of(req: &Value, dev: &Device) -> Result<u64, String> {
 fn nq_slots(req: &Value, devs: &[Device]) -> Result<Value, String> {
     let dev = device(req, devs)?;
     let nc = nc_of(req, dev)?;
-    let mut out = Vec::new();
-    for slot in 0..dev.arch().counts.nq_slots {
-        let s = slot_state(dev, nc, slot)?;
-        if s.size != 0 || s.base != 0 {
-            out.push(slot_json(&s));
-        }
-    }
-    Ok(json!({"slots": out}))
+    let slots = hal::nq::programmed_slots(&dev.regs(), hal::NqOwner::Nc(nc as usize), dev.arch().counts.nq_slots)
+        .map_err(|e| e.to_string())?;
+    Ok(json!({"slots": slots.iter().map(slot_json).collect::<Vec<_>>()}))
 }
 
 fn nq(req: &Value, devs: &[Device]) -> Result<Value, String> {

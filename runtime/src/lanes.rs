@@ -19,7 +19,7 @@
 //! `docs/lifecycle.md`). The type is generic over that record so the queue can be model-checked
 //! on its own (`runtime/tests/loom_lanes.rs`).
 
-use super::sync::{AtomicU64, AtomicUsize, Condvar, Mutex, MutexGuard, Ordering};
+use super::sync::{lock, wait, AtomicU64, AtomicUsize, Condvar, Mutex, MutexGuard, Ordering};
 
 /// A lane's queue and armed model (under the lane's lock).
 struct Queue<A> {
@@ -123,7 +123,7 @@ impl<A> Lane<A> {
             return g;
         }
         CONTENDED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.q.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.q)
     }
     fn served(&self, tk: u64) -> bool {
         self.serving.load(Ordering::Acquire) == tk
@@ -255,7 +255,7 @@ impl<A: Clone> Lanes<A> {
             let mut g = l.lock();
             while g.serving != tk {
                 l.waiters.fetch_add(1, Ordering::Relaxed);
-                g = l.cv.wait(g).unwrap_or_else(|e| e.into_inner());
+                g = wait(&l.cv, g);
                 l.waiters.fetch_sub(1, Ordering::Relaxed);
             }
         }

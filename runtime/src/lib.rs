@@ -33,6 +33,7 @@ pub mod error;
 pub mod error_decode;
 pub mod hw_err;
 pub mod lanes;
+pub(crate) mod locks;
 pub mod observe;
 pub mod profile;
 pub mod records;

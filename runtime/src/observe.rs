@@ -37,6 +37,20 @@ pub struct ModelDesc<'a> {
     pub bytes_per_nc: &'a [u64],
 }
 
+/// How an execution ended, as [`Observer::execution`] is told.
+#[derive(Debug, Clone, Copy)]
+pub struct ExecutionEnd {
+    pub status: NrtStatus,
+    /// Host time, ns.
+    pub latency_ns: u64,
+    /// Device time, ns (0 when it failed before its START/END records).
+    pub busy_ns: u64,
+    /// Collectives-barrier warnings it emitted.
+    pub barrier_warnings: u32,
+    /// The host instant it ended.
+    pub end: Instant,
+}
+
 /// What one init…close session of a runtime reports. Every method has a no-op default.
 pub trait Observer: Send + Sync {
     /// What this observer is (for [`crate::Runtime::observer_path`]).
@@ -53,22 +67,11 @@ pub trait Observer: Send + Sync {
         true
     }
 
-    /// An execution on global NCs `ncs` ended with `status` after `latency_ns` host time
-    /// and `busy_ns` device time (0 when it failed before its START/END records), at host
-    /// instant `end`, after `barrier_warnings` collectives-barrier warnings.
+    /// An execution on global NCs `ncs` ended ([`ExecutionEnd`]).
     ///
     /// Called on the execute path with the lanes of `ncs` held (executions on an NC are
     /// reported one at a time): it must not block, allocate or make a syscall.
-    fn execution(
-        &self,
-        _ncs: &[usize],
-        _status: NrtStatus,
-        _latency_ns: u64,
-        _busy_ns: u64,
-        _barrier_warnings: u32,
-        _end: Instant,
-    ) {
-    }
+    fn execution(&self, _ncs: &[usize], _e: &ExecutionEnd) {}
 
     /// A model was loaded on global NCs `ncs`; its staging took `bytes_per_nc` of device
     /// memory on each.
@@ -155,17 +158,9 @@ impl Observers {
 
     /// [`Observer::execution`] to each (the execute path: a loop over a slice, no
     /// allocation).
-    pub fn execution(
-        &self,
-        ncs: &[usize],
-        status: NrtStatus,
-        latency_ns: u64,
-        busy_ns: u64,
-        barrier_warnings: u32,
-        end: Instant,
-    ) {
+    pub fn execution(&self, ncs: &[usize], e: &ExecutionEnd) {
         for o in self.exec.iter() {
-            o.execution(ncs, status, latency_ns, busy_ns, barrier_warnings, end);
+            o.execution(ncs, e);
         }
     }
 
@@ -242,20 +237,21 @@ mod tests {
         fn path(&self) -> Option<PathBuf> {
             Some(PathBuf::from("/log"))
         }
-        fn execution(&self, ncs: &[usize], status: NrtStatus, lat: u64, busy: u64, warn: u32, _end: Instant) {
-            self.0.lock().unwrap().push(format!("exec {ncs:?} {} {lat} {busy} {warn}", status.code()));
+        fn execution(&self, ncs: &[usize], e: &ExecutionEnd) {
+            let (status, lat, busy, warn) = (e.status.code(), e.latency_ns, e.busy_ns, e.barrier_warnings);
+            platform::sync::lock(&self.0).push(format!("exec {ncs:?} {status} {lat} {busy} {warn}"));
         }
         fn model_loaded(&self, ncs: &[usize], b: &[u64]) {
-            self.0.lock().unwrap().push(format!("load {ncs:?} {b:?}"));
+            platform::sync::lock(&self.0).push(format!("load {ncs:?} {b:?}"));
         }
         fn model_unloaded(&self, ncs: &[usize], b: &[u64]) {
-            self.0.lock().unwrap().push(format!("unload {ncs:?} {b:?}"));
+            platform::sync::lock(&self.0).push(format!("unload {ncs:?} {b:?}"));
         }
         fn tensor(&self, nc: usize, bytes: u64, dev: bool, freed: bool) {
-            self.0.lock().unwrap().push(format!("tensor {nc} {bytes} {dev} {freed}"));
+            platform::sync::lock(&self.0).push(format!("tensor {nc} {bytes} {dev} {freed}"));
         }
         fn close(&self) {
-            self.0.lock().unwrap().push("close".into());
+            platform::sync::lock(&self.0).push("close".into());
         }
     }
 
@@ -270,12 +266,16 @@ mod tests {
         fn observes_executions(&self) -> bool {
             false
         }
-        fn execution(&self, ncs: &[usize], status: NrtStatus, lat: u64, busy: u64, warn: u32, end: Instant) {
-            self.0.execution(ncs, status, lat, busy, warn, end);
+        fn execution(&self, ncs: &[usize], e: &ExecutionEnd) {
+            self.0.execution(ncs, e);
         }
         fn model_loaded(&self, ncs: &[usize], b: &[u64]) {
             self.0.model_loaded(ncs, b);
         }
+    }
+
+    fn end(status: NrtStatus, latency_ns: u64, busy_ns: u64, barrier_warnings: u32) -> ExecutionEnd {
+        ExecutionEnd { status, latency_ns, busy_ns, barrier_warnings, end: Instant::now() }
     }
 
     #[test]
@@ -283,9 +283,9 @@ mod tests {
         let (a, q) = (Arc::new(Log::default()), Arc::new(NoExec::default()));
         let obs = Observers::new(vec![a.clone() as Arc<dyn Observer>, q.clone() as Arc<dyn Observer>]);
         obs.model_loaded(&[0], &[1]);
-        obs.execution(&[0], NrtStatus::Success, 1, 1, 0, Instant::now());
-        assert_eq!(a.0.lock().unwrap().len(), 2);
-        assert_eq!(*q.0 .0.lock().unwrap(), vec!["load [0] [1]".to_string()]);
+        obs.execution(&[0], &end(NrtStatus::Success, 1, 1, 0));
+        assert_eq!(platform::sync::lock(&a.0).len(), 2);
+        assert_eq!(*platform::sync::lock(&q.0 .0), vec!["load [0] [1]".to_string()]);
     }
 
     #[test]
@@ -293,7 +293,7 @@ mod tests {
         let (a, b) = (Arc::new(Log::default()), Arc::new(Log::default()));
         let obs = Observers::new(vec![a.clone() as Arc<dyn Observer>, b.clone() as Arc<dyn Observer>]);
         obs.model_loaded(&[0, 1], &[10, 20]);
-        obs.execution(&[0, 1], NrtStatus::Timeout, 5, 3, 1, Instant::now());
+        obs.execution(&[0, 1], &end(NrtStatus::Timeout, 5, 3, 1));
         let t = obs.tensor(1, 64, true);
         assert!(t.is_some());
         drop(t);
@@ -307,8 +307,8 @@ mod tests {
             "unload [0, 1] [10, 20]".into(),
             "close".into(),
         ];
-        assert_eq!(*a.0.lock().unwrap(), want);
-        assert_eq!(*b.0.lock().unwrap(), want);
+        assert_eq!(*platform::sync::lock(&a.0), want);
+        assert_eq!(*platform::sync::lock(&b.0), want);
         assert_eq!(obs.path_of("log"), Some(PathBuf::from("/log")));
         assert_eq!(obs.path_of(COUNTERS), None);
     }

@@ -178,7 +178,7 @@ pub fn active() -> bool {
 pub fn subscribe(s: Arc<dyn Sink>) -> u64 {
     let _ = epoch();
     let id = NEXT.fetch_add(1, Ordering::Relaxed);
-    let mut g = SINKS.write().unwrap_or_else(|e| e.into_inner());
+    let mut g = platform::sync::write(&SINKS);
     g.push((id, s));
     ACTIVE.store(true, Ordering::Release);
     id
@@ -186,7 +186,7 @@ pub fn subscribe(s: Arc<dyn Sink>) -> u64 {
 
 /// Unregister sink `id` (unknown ids are ignored).
 pub fn unsubscribe(id: u64) {
-    let mut g = SINKS.write().unwrap_or_else(|e| e.into_inner());
+    let mut g = platform::sync::write(&SINKS);
     g.retain(|(i, _)| *i != id);
     ACTIVE.store(!g.is_empty(), Ordering::Release);
 }
@@ -196,8 +196,7 @@ pub fn emit(e: Event) {
     if !active() {
         return;
     }
-    let sinks: Vec<Arc<dyn Sink>> =
-        SINKS.read().unwrap_or_else(|e| e.into_inner()).iter().map(|(_, s)| s.clone()).collect();
+    let sinks: Vec<Arc<dyn Sink>> = platform::sync::read(&SINKS).iter().map(|(_, s)| s.clone()).collect();
     for s in sinks {
         s.record(&e);
     }
@@ -395,7 +394,7 @@ impl Collector {
     }
     /// Take what was collected.
     pub fn take(&self) -> Vec<Event> {
-        std::mem::take(&mut *self.events.lock().unwrap_or_else(|e| e.into_inner()))
+        std::mem::take(&mut *platform::sync::lock(&self.events))
     }
 }
 
@@ -406,7 +405,7 @@ impl Sink for Collector {
                 return;
             }
         }
-        self.events.lock().unwrap_or_else(|e| e.into_inner()).push(e.clone());
+        platform::sync::lock(&self.events).push(e.clone());
     }
 }
 

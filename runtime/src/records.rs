@@ -6,22 +6,11 @@
 //! carried in the plain `csr_maps::formats` structs the completion engine consumes.
 
 use csr_maps::formats::error::TpbErrorRecord;
+use csr_maps::formats::le::{u16_at, u32_at, u64_at};
 use csr_maps::formats::notify::InferStatus;
 
 /// Record size in bytes (one NQ entry).
 pub const RECORD_BYTES: usize = 16;
-
-fn u16_at(b: &[u8; RECORD_BYTES], at: usize) -> u16 {
-    u16::from(b[at]) | (u16::from(b[at + 1]) << 8)
-}
-
-fn u32_at(b: &[u8; RECORD_BYTES], at: usize) -> u32 {
-    u32::from(u16_at(b, at)) | (u32::from(u16_at(b, at + 2)) << 16)
-}
-
-fn u64_at(b: &[u8; RECORD_BYTES], at: usize) -> u64 {
-    u64::from(u32_at(b, at)) | (u64::from(u32_at(b, at + 4)) << 32)
-}
 
 /// The header byte (+3): notific_type bits 4:0, software overflow bit 5, hardware overflow
 /// bit 6, phase bit 7.

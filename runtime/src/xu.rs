@@ -21,8 +21,9 @@
 
 use crate::completion::Step;
 use crate::status::NrtStatus;
+use platform::sync::{lock, wait};
 use std::collections::VecDeque;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use thiserror::Error;
 
@@ -261,10 +262,6 @@ struct CompletionCell {
     cv: Condvar,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 impl CompletionCell {
     fn signal(&self, s: NrtStatus) {
         *lock(&self.status) = Some(s);
@@ -295,7 +292,7 @@ impl Ticket {
             if let Some(s) = *g {
                 return s;
             }
-            g = self.cell.cv.wait(g).unwrap_or_else(|e| e.into_inner());
+            g = wait(&self.cell.cv, g);
         }
     }
 }
@@ -421,7 +418,7 @@ fn worker_loop<E: Executor>(shared: Arc<Shared<E::Request>>, mut exec: E, capaci
                         break false;
                     }
                 }
-                g = shared.work.wait(g).unwrap_or_else(|e| e.into_inner());
+                g = wait(&shared.work, g);
             }
         };
         if fatal {

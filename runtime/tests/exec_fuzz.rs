@@ -732,7 +732,7 @@ impl Bench {
             Ok(_) => {
                 tally.ran_ok.fetch_add(1, Ordering::Relaxed);
             }
-            Err(s) => *tally.statuses.lock().unwrap().entry(format!("{s:?}")).or_insert(0) += 1,
+            Err(s) => *platform::sync::lock(&tally.statuses).entry(format!("{s:?}")).or_insert(0) += 1,
         }
         if totals(&self.sims).0 != refused {
             return Err("the region table refused an access of an accepted model".into());
@@ -840,25 +840,25 @@ fn load_execute_unload_never_hangs_panics_or_escapes() {
                 let mut bench = Bench::new(arch);
                 let mut mine = 0u64;
                 for k in (w..cases).step_by(threads as usize) {
-                    if failure.lock().unwrap().is_some() {
+                    if platform::sync::lock(&failure).is_some() {
                         break;
                     }
                     let seed = seed0.wrapping_mul(1_000_003).wrapping_add(k);
                     let t = Instant::now();
                     // Not in flight while it is made; a panic of the mutator itself fails the
                     // run (it would otherwise end the worker and look like a hang).
-                    *flights[w as usize].lock().unwrap() = None;
+                    *platform::sync::lock(&flights[w as usize]) = None;
                     let made = std::panic::catch_unwind(|| case_bytes(seed, arch));
                     tally.ns_make.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
                     let made = match made {
                         Ok(m) => m,
                         Err(_) => {
-                            *failure.lock().unwrap() = Some(format!("case {seed:#x}: the mutator panicked"));
+                            *platform::sync::lock(&failure) = Some(format!("case {seed:#x}: the mutator panicked"));
                             break;
                         }
                     };
                     let Some(bytes) = made else { continue };
-                    *flights[w as usize].lock().unwrap() =
+                    *platform::sync::lock(&flights[w as usize]) =
                         Some(InFlight { seed, bytes: bytes.clone(), since: Instant::now() });
                     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| bench.case(&bytes, &tally)));
                     let why = match r {
@@ -875,7 +875,7 @@ fn load_execute_unload_never_hangs_panics_or_escapes() {
                     if let Some(why) = why {
                         let p = save(&bytes, seed, &why);
                         let done = tally.cases.load(Ordering::Relaxed);
-                        *failure.lock().unwrap() = Some(format!(
+                        *platform::sync::lock(&failure) = Some(format!(
                             "case {seed:#x} (case {k} of the run, after {done} cases; {}): {why}",
                             p.display()
                         ));
@@ -892,18 +892,16 @@ fn load_execute_unload_never_hangs_panics_or_escapes() {
                         bench = Bench::new(arch);
                     }
                 }
-                *flights[w as usize].lock().unwrap() = None;
+                *platform::sync::lock(&flights[w as usize]) = None;
                 running.fetch_sub(1, Ordering::AcqRel);
             })
         })
         .collect();
     // The watchdog.
-    while running.load(Ordering::Acquire) > 0 && failure.lock().unwrap().is_none() {
+    while running.load(Ordering::Acquire) > 0 && platform::sync::lock(&failure).is_none() {
         std::thread::sleep(Duration::from_millis(50));
         for f in flights.iter() {
-            let over = f
-                .lock()
-                .unwrap()
+            let over = platform::sync::lock(f)
                 .as_ref()
                 .filter(|f| f.since.elapsed() > CASE_LIMIT)
                 .map(|f| (f.seed, f.bytes.clone()));
@@ -913,7 +911,7 @@ fn load_execute_unload_never_hangs_panics_or_escapes() {
             }
         }
     }
-    if let Some(f) = failure.lock().unwrap().take() {
+    if let Some(f) = platform::sync::lock(&failure).take() {
         panic!("{arch}: {f}");
     }
     for w in workers {
@@ -928,7 +926,7 @@ fn load_execute_unload_never_hangs_panics_or_escapes() {
         tally.loaded.load(Ordering::Relaxed),
         tally.ran_ok.load(Ordering::Relaxed)
     );
-    eprintln!("exec_fuzz: other execution statuses: {:?}", tally.statuses.lock().unwrap());
+    eprintln!("exec_fuzz: other execution statuses: {:?}", platform::sync::lock(&tally.statuses));
     let ms = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64 / 1e6 / n.max(1) as f64;
     eprintln!(
         "exec_fuzz: per case {:.2} ms making, {:.2} ms loading, {:.2} ms executing, {:.2} ms unload and checks",

@@ -24,9 +24,9 @@ fn load_reports_weight_bytes_written() {
 
     let seen: Arc<Mutex<Vec<LoadProgress>>> = Arc::default();
     let s = seen.clone();
-    rt.set_load_progress(Some(Arc::new(move |p| s.lock().unwrap().push(p))));
+    rt.set_load_progress(Some(Arc::new(move |p| platform::sync::lock(&s).push(p))));
     let m = rt.load(&bytes, None, None).unwrap();
-    let calls = seen.lock().unwrap().clone();
+    let calls = platform::sync::lock(&seen).clone();
     assert!(calls.len() >= 4, "{calls:?}");
     assert_eq!(calls[0], LoadProgress { done: 0, total: weights as u64 });
     assert_eq!(calls.last().map(|p| p.done), Some(weights as u64));
@@ -35,9 +35,9 @@ fn load_reports_weight_bytes_written() {
 
     // Off again: the next load reports nothing.
     rt.set_load_progress(None);
-    let before = seen.lock().unwrap().len();
+    let before = platform::sync::lock(&seen).len();
     let m = rt.load(&bytes, None, None).unwrap();
-    assert_eq!(seen.lock().unwrap().len(), before);
+    assert_eq!(platform::sync::lock(&seen).len(), before);
     rt.unload(&m).unwrap();
     rt.close().unwrap();
 }

@@ -19,6 +19,16 @@ use loom::thread;
 mod sync {
     pub use loom::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
     pub use loom::sync::{Condvar, Mutex, MutexGuard};
+
+    /// `platform::sync::lock` for loom's mutex.
+    pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+        m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// `platform::sync::wait` for loom's condition variable.
+    pub fn wait<'a, T>(cv: &Condvar, g: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
+        cv.wait(g).unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 #[allow(dead_code)]

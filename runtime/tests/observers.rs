@@ -5,13 +5,12 @@
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 use csr_maps::SUNDA;
 use hal::Device;
 use neff::builder;
 use platform::Platform;
-use runtime::observe::{Attach, Observer, COUNTERS, DEBUG_ENDPOINT};
+use runtime::observe::{Attach, ExecutionEnd, Observer, COUNTERS, DEBUG_ENDPOINT};
 use runtime::{NrtStatus, Runtime, RuntimeConfig, TensorSet};
 use sim::{SimConfig, SimDevice};
 
@@ -22,10 +21,10 @@ struct Rec {
 
 impl Rec {
     fn push(&self, e: String) {
-        self.events.lock().unwrap().push(e);
+        platform::sync::lock(&self.events).push(e);
     }
     fn take(&self) -> Vec<String> {
-        std::mem::take(&mut *self.events.lock().unwrap())
+        std::mem::take(&mut *platform::sync::lock(&self.events))
     }
 }
 
@@ -39,8 +38,8 @@ impl Observer for Session {
     fn path(&self) -> Option<PathBuf> {
         Some(PathBuf::from("/test"))
     }
-    fn execution(&self, ncs: &[usize], status: NrtStatus, _lat: u64, _busy: u64, _warn: u32, _end: Instant) {
-        self.0.push(format!("exec {ncs:?} {}", status.name()));
+    fn execution(&self, ncs: &[usize], e: &ExecutionEnd) {
+        self.0.push(format!("exec {ncs:?} {}", e.status.name()));
     }
     fn model_loaded(&self, ncs: &[usize], bytes: &[u64]) {
         assert!(bytes.iter().all(|&b| b > 0), "staging took device memory: {bytes:?}");

@@ -103,11 +103,11 @@ struct RecordingGate {
 
 impl hal::FirmwareGate for RecordingGate {
     fn reset_ncs(&self, mask: u32) -> hal::Result<()> {
-        self.resets.lock().unwrap().push(mask);
+        platform::sync::lock(&self.resets).push(mask);
         Ok(())
     }
     fn request(&self, cmd: u8, payload: &[u8]) -> hal::Result<Vec<u8>> {
-        self.requests.lock().unwrap().push((cmd, payload.to_vec()));
+        platform::sync::lock(&self.requests).push((cmd, payload.to_vec()));
         Err(hal::HalError::Owner { status: NrtStatus::Timeout, message: "mailbox busy".into() })
     }
 }
@@ -133,14 +133,14 @@ fn a_shared_devices_mailbox_is_reached_through_its_owner() {
     one.init().unwrap();
     let before = sim.stats().resets;
     one.reset_nc(3).unwrap();
-    assert_eq!(*gate.resets.lock().unwrap(), vec![1 << 3]);
+    assert_eq!(*platform::sync::lock(&gate.resets), vec![1 << 3]);
     assert_eq!(sim.stats().resets, before, "the process rang the mailbox itself");
     // Not its NC: refused before anything is asked.
     assert!(matches!(one.reset_nc(1), Err(hal::HalError::NotOwned { .. })));
-    assert_eq!(gate.resets.lock().unwrap().len(), 1);
+    assert_eq!(platform::sync::lock(&gate.resets).len(), 1);
     let e = one.fwio(csr_maps::consts::fwio::CMD_GET_DATA, &[2]).unwrap_err();
     assert_eq!(e.status(), NrtStatus::Timeout, "{e}");
-    assert_eq!(*gate.requests.lock().unwrap(), vec![(csr_maps::consts::fwio::CMD_GET_DATA, vec![2])]);
+    assert_eq!(*platform::sync::lock(&gate.requests), vec![(csr_maps::consts::fwio::CMD_GET_DATA, vec![2])]);
     // The owner's own handle still uses the mailbox (serialized by its lock).
     owner.reset_nc(0).unwrap();
     assert_eq!(sim.stats().resets, before + 1);

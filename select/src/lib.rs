@@ -15,6 +15,10 @@
 //! without a virtual IOMMU): vfio's no-IOMMU mode (loaded with enable_unsafe_noiommu_mode=1),
 //! DMA at physical addresses, no isolation; a device behind a real IOMMU still uses it.
 //! `NEURON_VFIO_MMIO_TRACE=FILE` traces every BAR access by name ([`trace`]).
+//!
+//! The libnrt front ends (`libnrt.so`'s `nrt_init`, nrtpy) take their device from the
+//! environment alone: [`env`] (`NEURON_VFIO_DEVICE`, `NEURON_VFIO_SIM_TIMING`,
+//! `NEURON_VFIO_SIM_FAULT`), one implementation for both.
 
 #![forbid(unsafe_code)]
 
@@ -26,6 +30,7 @@ use nrt_status::{NrtStatus, Status};
 use platform::Platform;
 use vfio::{Backend, Filter, PciAddress, PciFunction, Sysfs, VfioSupport};
 
+pub mod env;
 pub mod shared;
 pub mod trace;
 pub use trace::{mmio_trace_path, set_mmio_trace, wrap as wrap_traced};
@@ -72,7 +77,7 @@ pub enum SelectError {
     Simulator(#[source] sim::SimError),
     /// The broker refused or failed a request for a shared device (docs/sharing.md).
     #[error("{0}")]
-    Broker(#[source] Box<broker::ClientError>),
+    Broker(#[source] Box<broker_client::ClientError>),
     /// A shared device's cores or data path cannot be set up as asked.
     #[error("shared device: {0}")]
     SharedCores(String),

@@ -10,17 +10,39 @@
 use std::ops::Range;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use broker::client::{Connect, Loss, Rejoin, Session};
-use broker::protocol::{DeviceSpec, ErrorCode, Grant, Handoff, Role, Want};
+use broker_client::client::{Connect, Loss, Rejoin, Session};
+use broker_client::protocol::{DeviceSpec, ErrorCode, Grant, Handoff, Role, Want};
 use csr_maps::Arch;
 use platform::Platform;
 
 use crate::SelectError;
+
+/// How a broker opens the VFIO devices it shares, from the environment select reads
+/// (`NEURON_VFIO_SYSFS` and `NEURON_VFIO_DEVDIR`: [`crate::sysfs`], [`crate::dev_dir`];
+/// `NEURON_VFIO_BACKEND`): always through iommufd (the interface whose address space can be
+/// handed to other processes), and in no-IOMMU mode only when the operator chose it
+/// (`NEURON_VFIO_BACKEND=noiommu`) for a device no IOMMU translates.
+#[derive(Debug, Clone)]
+pub struct BrokerVfio {
+    pub sysfs: vfio::Sysfs,
+    /// The device-node root.
+    pub dev: PathBuf,
+    pub allow_noiommu: bool,
+}
+
+impl BrokerVfio {
+    /// The settings of this process's environment.
+    pub fn from_env() -> Self {
+        let allow_noiommu = std::env::var("NEURON_VFIO_BACKEND").is_ok_and(|b| b.trim() == "noiommu");
+        Self { sysfs: crate::sysfs(), dev: crate::dev_dir(), allow_noiommu }
+    }
+}
 
 /// Which cores to reserve, as libnrt decides at `nrt_init` (global logical NeuronCore indices
 /// over the devices of the set, in order).
@@ -106,7 +128,7 @@ impl SharedLease {
             Some(h) => h.number.clone(),
             None => Arc::new(AtomicU32::new(d.broker_device)),
         };
-        Arc::new(broker::client::BrokerFirmware { session: self.session.clone(), device })
+        Arc::new(broker_client::client::BrokerFirmware { session: self.session.clone(), device })
     }
 
     /// Start the thread that re-registers this lease with a later broker (see the type).
@@ -245,7 +267,7 @@ fn rejoin_all(session: &Session, held: &[Held], stop: &UnixStream) -> bool {
     true
 }
 
-/// A device's descriptors as a [`broker::protocol::Request::Rejoin`] carries them.
+/// A device's descriptors as a [`broker_client::protocol::Request::Rejoin`] carries them.
 fn handoff_of(f: vfio::shared::DeviceFds) -> (Handoff, Vec<OwnedFd>) {
     match f.iommu {
         vfio::shared::IommuFds::Iommufd { iommufd, ioas } => (Handoff::Iommufd { ioas }, vec![f.device, iommufd]),
@@ -255,7 +277,7 @@ fn handoff_of(f: vfio::shared::DeviceFds) -> (Handoff, Vec<OwnedFd>) {
 
 /// `f` again while the broker answers [`ErrorCode::Adopting`] (a broker that just found its
 /// devices live waits for their clients to re-register; bounded).
-fn patient<T>(mut f: impl FnMut() -> Result<T, broker::ClientError>) -> Result<T, broker::ClientError> {
+fn patient<T>(mut f: impl FnMut() -> Result<T, broker_client::ClientError>) -> Result<T, broker_client::ClientError> {
     let start = Instant::now();
     loop {
         match f() {
@@ -290,7 +312,7 @@ fn chan_of(arch: &Arch, nc: usize) -> usize {
     ((nc as u64 * c.hbm_stacks) / c.ncs.max(1)).min(c.hbm_stacks.saturating_sub(1)) as usize
 }
 
-fn broker_err(e: broker::ClientError) -> SelectError {
+fn broker_err(e: broker_client::ClientError) -> SelectError {
     SelectError::Broker(Box::new(e))
 }
 
@@ -315,7 +337,7 @@ pub fn open(
 pub fn running_broker() -> Result<Option<Session>, SelectError> {
     match Session::connect(&Connect::new(Role::Runtime)) {
         Ok(s) => Ok(Some(s)),
-        Err(broker::ClientError::Connect { source, .. }) if nobody_listens(&source) => Ok(None),
+        Err(broker_client::ClientError::Connect { source, .. }) if nobody_listens(&source) => Ok(None),
         Err(e) => Err(broker_err(e)),
     }
 }
@@ -478,7 +500,7 @@ fn lease_one(
     let l = patient(|| s.lease_logical(a.device, want, lnc as u8)).map_err(broker_err).map_err(undo)?;
     let ncs = l.first as usize..(l.first + l.count) as usize;
     let Some(fd) = l.data_path else {
-        return Err(undo(broker_err(broker::ClientError::Refused {
+        return Err(undo(broker_err(broker_client::ClientError::Refused {
             code: ErrorCode::Device,
             owner_pid: 0,
             message: "the broker sent no data path".into(),
@@ -520,7 +542,7 @@ fn lease_one(
 pub fn cores_unavailable(e: &SelectError) -> Option<(u32, &str)> {
     match e {
         SelectError::Broker(b) => match b.as_ref() {
-            broker::ClientError::Refused { code: ErrorCode::CoresUnavailable, owner_pid, message } => {
+            broker_client::ClientError::Refused { code: ErrorCode::CoresUnavailable, owner_pid, message } => {
                 Some((*owner_pid, message.as_str()))
             }
             _ => None,

@@ -68,7 +68,7 @@ impl TraceSink {
             _ => "?".to_string(),
         };
         let digits = if access.ends_with("64") { 16 } else { 8 };
-        let mut o = self.out.lock().unwrap_or_else(|e| e.into_inner());
+        let mut o = platform::sync::lock(&self.out);
         // A trace that cannot be written is not worth failing the access for.
         let _ = writeln!(o, "{t:.6} dev{dev} {access} BAR{bar}+{off:#010x} = {value:#0w$x} {name}", w = digits + 2);
     }
@@ -165,7 +165,7 @@ impl Platform for TracedPlatform {
 pub fn wrap(platforms: Vec<Arc<dyn Platform>>) -> Result<Vec<Arc<dyn Platform>>, crate::SelectError> {
     let Some(path) = mmio_trace_path() else { return Ok(platforms) };
     let sink = {
-        let mut shared = SINK.lock().unwrap_or_else(|e| e.into_inner());
+        let mut shared = platform::sync::lock(&SINK);
         match shared.as_ref() {
             Some((p, s)) if *p == path => s.clone(),
             _ => {

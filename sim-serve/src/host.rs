@@ -35,14 +35,16 @@ use std::os::fd::AsFd;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{getsockopt, sockopt};
+use platform::sync::{lock, wait_timeout_while};
 use sim::{SimConfig, SimDevice, SimStats};
 
-use crate::shared::{serve_connection, ConnOptions};
+use crate::conn::ConnOptions;
+use crate::shared::serve_connection;
 use crate::ServeError;
 pub use wire::{Reply, Request, WireError};
 
@@ -164,7 +166,7 @@ impl Host {
         let err = |source| ServeError::HostSocket { path: self.cfg.socket.clone(), source };
         loop {
             {
-                let st = shared.lock();
+                let st = lock(&shared.st);
                 if st.pending == 0 && st.conns.is_empty() {
                     match st.last_live {
                         None if started.elapsed() >= self.cfg.first_connect => {
@@ -204,7 +206,7 @@ impl Host {
             }
             // Counted here, on the thread that checks the exit policy, so no request is
             // accepted and then abandoned by an exit.
-            shared.lock().pending += 1;
+            lock(&shared.st).pending += 1;
             let pending = Pending(shared.clone());
             let spawned =
                 std::thread::Builder::new().name("sim-host-conn".into()).spawn(move || serve_request(pending, stream));
@@ -239,12 +241,6 @@ struct Shared {
     st: Mutex<State>,
 }
 
-impl Shared {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.st.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
 #[derive(Default)]
 struct State {
     /// Live data connections by id.
@@ -273,14 +269,13 @@ struct Done {
 
 impl Done {
     fn finish(&self) {
-        *self.finished.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        *lock(&self.finished) = true;
         self.cv.notify_all();
     }
 
     /// Whether it finished within `limit`.
     fn wait(&self, limit: Duration) -> bool {
-        let g = self.finished.lock().unwrap_or_else(|e| e.into_inner());
-        let (g, _) = self.cv.wait_timeout_while(g, limit, |f| !*f).unwrap_or_else(|e| e.into_inner());
+        let (g, _) = wait_timeout_while(&self.cv, lock(&self.finished), limit, |f| !*f);
         *g
     }
 }
@@ -291,13 +286,13 @@ struct Pending(Arc<Shared>);
 
 impl Drop for Pending {
     fn drop(&mut self) {
-        let mut st = self.0.lock();
+        let mut st = lock(&self.0.st);
         st.pending = st.pending.saturating_sub(1);
     }
 }
 
 fn send(stream: &UnixStream, r: &Reply) -> Result<(), WireError> {
-    wire::write_frame(&mut &*stream, &r.encode())
+    wire::write_frame(stream, &r.encode())
 }
 
 /// Answer the one request on `stream`; a `Connect` goes on to serve the data path here.
@@ -317,7 +312,7 @@ fn serve_request(pending: Pending, stream: UnixStream) {
     }
     let _ = stream.set_read_timeout(Some(TIMEOUT));
     let _ = stream.set_write_timeout(Some(TIMEOUT));
-    let req = match wire::read_frame(&mut &stream).and_then(|f| Request::decode(&f)) {
+    let req = match wire::read_frame(&mut &stream).and_then(|f| Ok(Request::decode(&f)?)) {
         Ok(r) => r,
         // A readiness probe ([`spawn`]): connected and closed.
         Err(WireError::Closed) => return,
@@ -334,7 +329,7 @@ fn serve_request(pending: Pending, stream: UnixStream) {
         Request::Reclaim { nc } => device_op(shared.hal.reclaim_nc(nc as usize).map(|()| Reply::Ok)),
         Request::ResetNcs { mask } => device_op(shared.hal.firmware_reset_ncs(mask).map(|()| Reply::Ok)),
         Request::Fwio { cmd, payload } => device_op(shared.hal.fwio(cmd, &payload).map(Reply::Fwio)),
-        Request::Describe { id } => match shared.lock().conns.get(&id) {
+        Request::Describe { id } => match lock(&shared.st).conns.get(&id) {
             Some(l) => Reply::Described { iova_window: l.iova_window.clone(), ncs: l.ncs.clone() },
             None => Reply::Error(format!("no live data connection {id}")),
         },
@@ -393,7 +388,7 @@ fn serve_data(pending: Pending, stream: UnixStream, opts: ConnOptions) {
     };
     let done = Arc::new(Done::default());
     let id = {
-        let mut st = shared.lock();
+        let mut st = lock(&shared.st);
         // serve_connection bounds each connection to its window on the premise that the
         // windows of live connections do not overlap (a DMA_MAP replaces what it overlaps):
         // enforced here, where every connection of the device is known. A broker that lost
@@ -431,7 +426,7 @@ fn serve_data(pending: Pending, stream: UnixStream, opts: ConnOptions) {
         Err(e) => tracing::info!(id, %e, "sim host: data connection failed (cleaned up)"),
     }
     {
-        let mut st = shared.lock();
+        let mut st = lock(&shared.st);
         st.conns.remove(&id);
         st.last_live = Some(Instant::now());
     }
@@ -441,7 +436,7 @@ fn serve_data(pending: Pending, stream: UnixStream, opts: ConnOptions) {
 /// `End { id }`: shut the connection down and wait for its serving thread's cleanup.
 fn end_connection(shared: &Shared, id: u64) -> Reply {
     let done = {
-        let st = shared.lock();
+        let st = lock(&shared.st);
         let Some(live) = st.conns.get(&id) else {
             // Unknown or already ended: nothing left of it, which is what End asks for.
             return Reply::Ok;
@@ -493,8 +488,8 @@ fn exchange(socket: &Path, req: &Request) -> Result<(Reply, UnixStream), HostErr
     let ex = |source| HostError::Exchange { socket: socket.into(), source };
     stream.set_read_timeout(Some(TIMEOUT)).map_err(|e| ex(e.into()))?;
     stream.set_write_timeout(Some(TIMEOUT)).map_err(|e| ex(e.into()))?;
-    wire::write_frame(&mut &stream, &req.encode()).map_err(ex)?;
-    let reply = wire::read_frame(&mut &stream).and_then(|f| Reply::decode(&f)).map_err(ex)?;
+    wire::write_frame(&stream, &req.encode()).map_err(ex)?;
+    let reply = wire::read_frame(&mut &stream).and_then(|f| Ok(Reply::decode(&f)?)).map_err(ex)?;
     match reply {
         Reply::Error(message) => return Err(HostError::Refused { socket: socket.into(), message }),
         Reply::Failed { kind, message } => return Err(HostError::Failed { socket: socket.into(), kind, message }),

@@ -1,4 +1,5 @@
-//! The vfio-user device model driven directly (as QEMU's messages would) and over its socket.
+//! The vfio-user device model driven directly (as QEMU's messages would) and over its socket,
+//! by rust-vmm's vfio-user client (one this project did not write).
 
 use std::fs::File;
 use std::os::fd::FromRawFd;
@@ -6,11 +7,11 @@ use std::os::fd::FromRawFd;
 use platform::Platform;
 use sim::{SimConfig, SimDevice, Timing};
 use sim_serve::{config, ServeConfig, SimBackend, SimServer};
+use vfio::user::wire::{DMA_READ, DMA_UNMAP_ALL, DMA_WRITE};
 use vfio_bindings::bindings::vfio::{
     VFIO_IRQ_SET_ACTION_TRIGGER, VFIO_IRQ_SET_DATA_EVENTFD, VFIO_IRQ_SET_DATA_NONE, VFIO_PCI_CONFIG_REGION_INDEX,
     VFIO_PCI_MSIX_IRQ_INDEX,
 };
-use vfio_user::{DmaMapFlags, DmaUnmapFlags, ServerBackend};
 
 fn backend(arch: &'static csr_maps::Arch) -> SimBackend {
     let sim = SimDevice::new(SimConfig::new(arch).timing(Timing::Inline)).unwrap();
@@ -97,19 +98,19 @@ fn bar_accesses_reach_the_simulator() {
 fn dma_maps_of_client_memory_enter_the_iommu_and_leave_it() {
     let mut b = backend(&csr_maps::SUNDA);
     let f = memfd(4 << 20);
-    b.dma_map(DmaMapFlags::READ_WRITE, 0, 0x10_0000, 2 << 20, Some(f.try_clone().unwrap())).unwrap();
-    b.dma_map(DmaMapFlags::READ, 2 << 20, 0x40_0000, 1 << 20, Some(f.try_clone().unwrap())).unwrap();
+    b.dma_map(DMA_READ | DMA_WRITE, 0, 0x10_0000, 2 << 20, Some(f.try_clone().unwrap())).unwrap();
+    b.dma_map(DMA_READ, 2 << 20, 0x40_0000, 1 << 20, Some(f.try_clone().unwrap())).unwrap();
     let s = b.device().stats();
     assert_eq!((s.iommu_mappings, s.iommu_bytes), (2, 3 << 20));
     // A remap of an overlapping range replaces the old mapping.
-    b.dma_map(DmaMapFlags::READ_WRITE, 0, 0x10_0000, 1 << 20, Some(f.try_clone().unwrap())).unwrap();
+    b.dma_map(DMA_READ | DMA_WRITE, 0, 0x10_0000, 1 << 20, Some(f.try_clone().unwrap())).unwrap();
     assert_eq!(b.device().stats().iommu_bytes, 2 << 20);
-    b.dma_unmap(DmaUnmapFlags::empty(), 0x10_0000, 1 << 20).unwrap();
+    b.dma_unmap(0, 0x10_0000, 1 << 20).unwrap();
     assert_eq!(b.device().stats().iommu_mappings, 1);
-    b.dma_unmap(DmaUnmapFlags::UNMAP_ALL, 0, 0).unwrap();
+    b.dma_unmap(DMA_UNMAP_ALL, 0, 0).unwrap();
     assert_eq!(b.device().stats().iommu_mappings, 0);
     // Without a descriptor there is no memory to reach: accepted, not mapped.
-    b.dma_map(DmaMapFlags::READ_WRITE, 0, 0x10_0000, 4096, None).unwrap();
+    b.dma_map(DMA_READ | DMA_WRITE, 0, 0x10_0000, 4096, None).unwrap();
     assert_eq!(b.device().stats().iommu_mappings, 0);
 }
 
@@ -156,5 +157,37 @@ fn served_over_the_socket_with_a_control_channel() {
     c.shutdown().unwrap();
     drop(c);
     t.join().unwrap().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The handshake as QEMU 11's client makes it: it proposes minor 0 and refuses a server that
+/// answers a greater one or more than 16 descriptors per message; the function is resettable.
+#[test]
+fn a_vms_client_gets_its_minor_and_capabilities_qemu_takes() {
+    use std::os::unix::net::UnixStream;
+    use vfio::user::wire::{self, Command, Header};
+    let dir = std::env::temp_dir().join(format!("sim-serve-version-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let sock = dir.join("dev.sock");
+    let _ = std::fs::remove_file(&sock);
+    let server = SimServer::new(&ServeConfig::new(&csr_maps::SUNDA, &sock)).unwrap();
+    let t = std::thread::spawn(move || server.run());
+    let s = UnixStream::connect(&sock).unwrap();
+    let ask = |id: u16, cmd: Command, body: &[u8]| {
+        wire::write_message(&s, Header { id, command: cmd as u16, ..Default::default() }, body, &[]).unwrap();
+        wire::read_message(&s).unwrap().unwrap()
+    };
+    let v = ask(1, Command::Version, &wire::version_body(0, 0, r#"{"capabilities":{"max_msg_fds":8}}"#));
+    let mut f = wire::Fields::new("VERSION reply", &v.body);
+    assert_eq!((f.u16().unwrap(), f.u16().unwrap()), (0, 0));
+    let caps = String::from_utf8(f.rest().to_vec()).unwrap();
+    let fds: u32 = caps.split("\"max_msg_fds\":").nth(1).unwrap().split([',', '}']).next().unwrap().parse().unwrap();
+    assert!((1..=16).contains(&fds), "{caps}");
+    assert!(caps.ends_with('\0'), "NUL-terminated: {caps:?}");
+    let info = wire::DeviceInfo::decode(&ask(2, Command::DeviceGetInfo, &[0; 16]).body).unwrap();
+    assert_ne!(info.flags & vfio_bindings::bindings::vfio::VFIO_DEVICE_FLAGS_RESET, 0);
+    drop(s);
+    t.join().unwrap().unwrap();
+    assert!(!sock.exists(), "the socket is removed with the server");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,7 +1,30 @@
 //! The simulated device: configuration, state, the names resolved once at creation, and the
-//! public handle. The blocks' behaviour lives in the other modules: address space
-//! (`space`), register dispatch (`regs`, `sem`, `intc`, `udma`, `nq`, `seq`, `fwio`),
-//! execution (`exec`), reset (`reset`), the Platform impl (`platform`).
+//! public handle. The blocks' behaviour lives in its submodules: address space (`space`),
+//! the register blocks (`sem`, `intc`, `udma`, `nq`, `seq`, `mpu`, `barrier`), the collective
+//! fabric (`hub`), fault injection (`fault`) and record posting (`records`). Register
+//! dispatch (`regs`, `fwio`), execution (`exec`), reset (`reset`) and the Platform impl
+//! (`platform_impl`) are the crate's other modules, above the device.
+//!
+//! Why the blocks are submodules: the device keeps one state struct at the top (QEMU
+//! `edu.c` style), [`State`] under one lock and the shared [`Dev`], and they hold the
+//! blocks' own types (UDMA `Engine`, `NqSlot`, `SeqEng`, `FaultSpec`, `NcBarriers`, `Hub`, …),
+//! while every block's functions take `(&Dev, &mut State)`. The blocks and the state struct
+//! are one unit that imports itself both ways; as submodules they are the device's parts, and
+//! the crate's top-level modules keep no import cycle (issue 41). Inside, `records` (posting
+//! INFER_STATUS and error-ring records, stopping an engine) is a leaf below `seq`, so fault,
+//! mpu and hub post records without naming the sequencer.
+
+pub(crate) mod barrier;
+pub(crate) mod fault;
+pub(crate) mod hub;
+pub(crate) mod intc;
+pub(crate) mod mpu;
+pub(crate) mod nq;
+pub(crate) mod records;
+pub(crate) mod sem;
+pub(crate) mod seq;
+pub(crate) mod space;
+pub(crate) mod udma;
 
 use std::collections::HashMap;
 
@@ -9,7 +32,7 @@ use std::collections::HashMap;
 // (the keys are the device's own offsets, not attacker-sized input: the decoder rejects
 // offsets outside the register map before anything is stored).
 use rustc_hash::FxHashMap;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -18,14 +41,14 @@ use csr_maps::meta::RegionDef;
 use csr_maps::{blocks, Arch, InstanceId};
 use platform::{HostMem, MemMmio};
 
+use self::fault::FaultSpec;
+use self::hub::Hub;
+use self::nq::NqSlot;
+use self::seq::SeqEng;
+use self::space::Seg;
+use self::udma::Engine;
 use crate::decode::Decoder;
-use crate::fault::FaultSpec;
-use crate::hub::Hub;
 use crate::iommu::Iommu;
-use crate::nq::NqSlot;
-use crate::seq::SeqEng;
-use crate::space::Seg;
-use crate::udma::Engine;
 use crate::SimError;
 
 /// When device work runs relative to the host.
@@ -211,7 +234,7 @@ pub(crate) struct State {
     /// Reusable descriptor lists (UDMA packets are gathered into them without allocating).
     pub desc_pool: ListPool<csr_maps::formats::udma::UdmaDesc>,
     /// Per NC: the checker's copy of its ownership region table.
-    pub regions: Vec<crate::mpu::Table>,
+    pub regions: Vec<self::mpu::Table>,
     /// Recently decoded BAR0 offsets (register reads and writes).
     pub decoded: crate::decode::DecodeCache,
     /// Which HBM granules may hold data ([`crate::hbm`]): every HBM write goes through it.
@@ -267,7 +290,7 @@ pub(crate) struct Layout {
 }
 
 impl Layout {
-    fn new(arch: &'static Arch) -> Result<Self, SimError> {
+    pub(crate) fn new(arch: &'static Arch) -> Result<Self, SimError> {
         let region = |name: &'static str| arch.region(name).ok_or(SimError::MissingRegion { arch: arch.name, name });
         let sbuf = region("sbuf")?;
         let hbm = region("hbm")?;
@@ -335,8 +358,8 @@ pub(crate) struct Dev {
     /// Memory behind external DMA mappings (`SimDevice::map_external`), by IOVA.
     pub ext: Mutex<std::collections::BTreeMap<u64, Box<dyn crate::external::ExternalDma>>>,
     pub me: Weak<Dev>,
-    /// The NCs' collectives barrier tasks ([`crate::barrier`]).
-    pub barriers: crate::barrier::NcBarriers,
+    /// The NCs' collectives barrier tasks ([`self::barrier`]).
+    pub barriers: self::barrier::NcBarriers,
     /// A zero-sized MMIO: block handles on it only compute typed register offsets.
     pub null: MemMmio,
 }
@@ -412,205 +435,8 @@ impl Dev {
                 }
             }
         }
-        self.st.lock().unwrap_or_else(|e| e.into_inner())
+        platform::sync::lock(&self.st)
     }
 }
 
 // ==================================================================== public handles
-
-/// One simulated Neuron device. Cloning shares the device; device threads stop when
-/// the last handle is dropped.
-#[derive(Clone)]
-pub struct SimDevice {
-    pub(crate) dev: Arc<Dev>,
-    _handle: Arc<Handle>,
-}
-
-struct Handle(Arc<Dev>);
-
-impl Drop for Handle {
-    fn drop(&mut self) {
-        let d = &self.0;
-        d.shutdown.store(true, Ordering::Release);
-        for cv in &d.cvs {
-            // Take the lock so a thread between its pending check and its wait cannot miss this.
-            drop(d.lock());
-            cv.notify_all();
-        }
-        let hs: Vec<_> = {
-            let mut t = d.threads.lock().unwrap_or_else(|e| e.into_inner());
-            t.iter_mut().filter_map(|h| h.take()).collect()
-        };
-        for h in hs {
-            let _ = h.join();
-        }
-    }
-}
-
-impl SimDevice {
-    /// A device of `cfg.arch`, with its own collective hub.
-    pub fn new(cfg: SimConfig) -> Result<Self, SimError> {
-        Self::with_hub(cfg, Arc::new(Hub::default()))
-    }
-
-    pub(crate) fn with_hub(cfg: SimConfig, hub: Arc<Hub>) -> Result<Self, SimError> {
-        let arch = cfg.arch;
-        let ncs = arch.counts.ncs as usize;
-        let hbm_bytes = cfg.hbm_bytes.unwrap_or(arch.consts.hbm_active_size).min(arch.consts.hbm_active_size);
-        let mut hbm = Vec::new();
-        for _ in 0..arch.counts.hbm_stacks {
-            hbm.push(crate::hbm::Stack::new(hbm_bytes)?);
-        }
-        let hbm_written = crate::hbm::Written::new(&hbm);
-        let layout = Layout::new(arch)?;
-        let sbuf_size = layout.sbuf.size;
-        let mut sbuf = Vec::new();
-        for _ in 0..ncs {
-            sbuf.push(HostMem::alloc_with(sbuf_size as usize, platform::PageSize::Base4K)?);
-        }
-        // IOVAs below the PCIe route bits (the host window ORs them in).
-        let route_lo = arch.consts.host_route_mask.trailing_zeros().min(47);
-        let iommu = Iommu::new(1 << 20, 1u64 << route_lo);
-        let sems = arch.counts.semaphores as usize;
-        let evs = arch.counts.events as usize;
-        let st = State {
-            regs: FxHashMap::default(),
-            sems: vec![vec![0; sems]; ncs],
-            events: vec![vec![0; evs]; ncs],
-            topsp_sems: vec![vec![0; sems]; arch.counts.top_sps as usize],
-            topsp_events: vec![vec![0; evs]; arch.counts.top_sps as usize],
-            udma: (0..arch.counts.dma_engines).map(|_| Engine::default()).collect(),
-            nq: FxHashMap::default(),
-            seq: (0..ncs).map(|_| Default::default()).collect(),
-            regions: vec![crate::mpu::Table::default(); ncs],
-            pending: vec![false; ncs],
-            sem_gen: vec![vec![0; sems]; ncs],
-            faults: Vec::new(),
-            coll_seq: FxHashMap::default(),
-            fw_busy_until: None,
-            dge_bytes: vec![0; arch.counts.dma_engines_per_nc as usize],
-            scratch: Vec::new(),
-            seg_pool: ListPool::default(),
-            desc_pool: ListPool::default(),
-            decoded: Default::default(),
-            hbm_written,
-        };
-        let dev = Arc::new_cyclic(|me| Dev {
-            arch,
-            dec: Decoder::new(arch),
-            layout,
-            hbm,
-            hbm_bytes,
-            sbuf,
-            iommu,
-            st: Mutex::new(st),
-            cvs: (0..ncs).map(|_| Condvar::new()).collect(),
-            threads: Mutex::new((0..ncs).map(|_| None).collect()),
-            hub,
-            n: Counters::default(),
-            dev_mem: AtomicI64::new(0),
-            epoch: Instant::now(),
-            shutdown: AtomicBool::new(false),
-            irq: Mutex::new(HashMap::new()),
-            ext: Mutex::new(std::collections::BTreeMap::new()),
-            me: me.clone(),
-            barriers: crate::barrier::NcBarriers::new(ncs),
-            null: MemMmio::new(0),
-            cfg,
-        });
-        {
-            let mut st = dev.lock();
-            dev.init_regs(&mut st);
-        }
-        Ok(Self { _handle: Arc::new(Handle(dev.clone())), dev })
-    }
-
-    /// Nanoseconds of device work run inline so far (cheap: one atomic load).
-    pub fn device_ns(&self) -> u64 {
-        self.dev.n.device_ns.load(Ordering::Relaxed)
-    }
-
-    /// The instant device timestamps count from (timestamp = ns since then × ts_per_ns).
-    pub fn epoch(&self) -> Instant {
-        self.dev.epoch
-    }
-
-    /// The simulated arch.
-    pub fn arch(&self) -> &'static Arch {
-        self.dev.arch
-    }
-
-    /// Install (or remove, `None`) the transport for collectives whose replica group spans
-    /// processes, on this device's collective hub (shared by every device of a
-    /// [`crate::SimTopology`]); see [`crate::InterHost`].
-    pub fn set_inter_host(&self, t: Option<std::sync::Arc<dyn crate::InterHost>>) {
-        self.dev.hub.set_inter_host(t);
-    }
-
-    /// Arm a fault (see [`FaultSpec`]).
-    pub fn inject(&self, f: FaultSpec) {
-        let mut st = self.dev.lock();
-        crate::fault::arm(&self.dev, &mut st, f);
-        self.dev.after(st);
-    }
-
-    /// Step mode: run every pending NC once to quiescence. Returns whether anything ran.
-    pub fn step(&self) -> bool {
-        let mut st = self.dev.lock();
-        let mut out = Vec::new();
-        let mut any = false;
-        for nc in 0..self.dev.ncs() {
-            if st.pending[nc] {
-                any = true;
-                self.dev.run_nc(&mut st, nc, &mut out);
-            }
-        }
-        drop(st);
-        self.dev.deliver(out);
-        any
-    }
-
-    /// Step mode: step until nothing is pending.
-    pub fn run_until_idle(&self) {
-        while self.step() {}
-    }
-
-    /// Counters, engine states and accounting.
-    pub fn stats(&self) -> SimStats {
-        let d = &self.dev;
-        let (maps, bytes) = d.iommu.usage();
-        let st = d.lock();
-        SimStats {
-            iommu_mappings: maps,
-            iommu_bytes: bytes,
-            device_bytes: d.dev_mem.load(Ordering::Relaxed),
-            dma_faults: d.n.dma_faults.load(Ordering::Relaxed),
-            dma_aborts: d.n.dma_aborts.load(Ordering::Relaxed),
-            dma_bytes: d.n.dma_bytes.load(Ordering::Relaxed),
-            dma_packets: d.n.dma_packets.load(Ordering::Relaxed),
-            nq_records: d.n.nq_records.load(Ordering::Relaxed),
-            dropped_records: d.n.dropped_records.load(Ordering::Relaxed),
-            slots_executed: d.n.slots.load(Ordering::Relaxed),
-            collectives: d.n.collectives.load(Ordering::Relaxed),
-            unclaimed_accesses: d.n.unclaimed.load(Ordering::Relaxed),
-            resets: d.n.resets.load(Ordering::Relaxed),
-            fwio_requests: d.n.fwio.load(Ordering::Relaxed),
-            last_reset_map: d.n.last_reset_map.load(Ordering::Relaxed),
-            fwio_legacy_misuse: d.n.fwio_legacy_misuse.load(Ordering::Relaxed),
-            dangling_unmaps: d.n.dangling_unmaps.load(Ordering::Relaxed),
-            dangling_fetches: d.n.dangling_fetches.load(Ordering::Relaxed),
-            queue_cfg_misuse: d.n.queue_cfg_misuse.load(Ordering::Relaxed),
-            enabled_engines: crate::seq::enabled_engines(&st),
-            enabled_dma_queues: crate::udma::enabled_queues(d, &st),
-            programmed_nq_slots: crate::nq::programmed_slots(d, &st),
-            dge_channel_bytes: st.dge_bytes.clone(),
-            engine_states: st.seq.iter().map(|e| std::array::from_fn(|i| e[i].state)).collect(),
-            threads: d.n.threads.load(Ordering::Relaxed),
-            device_ns: d.n.device_ns.load(Ordering::Relaxed),
-            oob_refused: d.n.oob_refused.load(Ordering::Relaxed),
-            hbm_written_bytes: st.hbm_written.bytes(),
-            hbm_dropped_bytes: st.hbm_written.dropped,
-            hbm_zero_skipped_bytes: st.hbm_written.skipped,
-        }
-    }
-}

@@ -6,8 +6,8 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard};
 use std::time::Instant;
 
+use crate::device::hub::Delivery;
 use crate::device::{Dev, State, Timing};
-use crate::hub::Delivery;
 
 impl Dev {
     /// Run everything pending on `nc` until no progress; collect deliveries.
@@ -15,8 +15,8 @@ impl Dev {
         let mut rounds = 0u32;
         loop {
             st.pending[nc] = false;
-            let mut progress = crate::udma::run(self, st, nc);
-            progress |= crate::seq::run(self, st, nc, out);
+            let mut progress = crate::device::udma::run(self, st, nc);
+            progress |= crate::device::seq::run(self, st, nc, out);
             rounds += 1;
             if !progress && !st.pending[nc] {
                 break;
@@ -77,7 +77,14 @@ impl Dev {
             let mut st = dev.lock();
             if let Err(f) = dev.dev_write(&mut st, d.dst, &d.data) {
                 dev.n.dma_faults.fetch_add(1, Ordering::Relaxed);
-                crate::seq::fault_engine(&dev, &mut st, d.nc, d.engine, crate::seq::code::MEMORY, Some(f));
+                crate::device::records::fault_engine(
+                    &dev,
+                    &mut st,
+                    d.nc,
+                    d.engine,
+                    crate::device::records::code::MEMORY,
+                    Some(f),
+                );
             }
             self.hub.put_bytes(d.data);
             if let Some(e) = st.seq.get_mut(d.nc).and_then(|s| s.get_mut(d.engine)) {
@@ -102,7 +109,7 @@ impl Dev {
     }
 
     fn ensure_thread(&self, nc: usize) {
-        let mut t = self.threads.lock().unwrap_or_else(|e| e.into_inner());
+        let mut t = platform::sync::lock(&self.threads);
         if t[nc].is_some() || self.shutdown.load(Ordering::Acquire) {
             return;
         }
@@ -116,7 +123,7 @@ impl Dev {
 
     /// Post to the interrupt eventfd of `vector` (an NC), if one was requested.
     pub fn raise_irq(&self, vector: u32) {
-        let m = self.irq.lock().unwrap_or_else(|e| e.into_inner());
+        let m = platform::sync::lock(&self.irq);
         if let Some(fd) = m.get(&vector) {
             // An eventfd counter increment. A full counter (EAGAIN) already signals the
             // waiter; a descriptor that is not an eventfd is the client's mistake.
@@ -132,7 +139,7 @@ fn nc_thread(dev: Arc<Dev>, nc: usize) {
             break;
         }
         if !st.pending[nc] {
-            st = dev.cvs[nc].wait(st).unwrap_or_else(|e| e.into_inner());
+            st = platform::sync::wait(&dev.cvs[nc], st);
             continue;
         }
         let mut out = dev.hub.take_deliveries();

@@ -43,7 +43,7 @@ impl Iommu {
     /// Allocate `len` bytes (4 KiB aligned) of IOVA space.
     pub fn alloc_iova(&self, len: u64) -> Option<u64> {
         let len = len.div_ceil(4096) * 4096;
-        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        let mut free = platform::sync::lock(&self.free);
         let (&start, &size) = free.iter().find(|(_, &s)| s >= len)?;
         free.remove(&start);
         if size > len {
@@ -55,7 +55,7 @@ impl Iommu {
     /// Return IOVA space (coalescing with neighbours).
     pub fn free_iova(&self, start: u64, len: u64) {
         let len = len.div_ceil(4096) * 4096;
-        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        let mut free = platform::sync::lock(&self.free);
         let mut s = start;
         let mut l = len;
         if let Some((&ps, &pl)) = free.range(..start).next_back() {
@@ -73,16 +73,16 @@ impl Iommu {
     }
 
     pub fn map(&self, iova: u64, m: Mapping) {
-        self.maps.write().unwrap_or_else(|e| e.into_inner()).insert(iova, m);
+        platform::sync::write(&self.maps).insert(iova, m);
     }
 
     pub fn unmap(&self, iova: u64) -> Option<Mapping> {
-        self.maps.write().unwrap_or_else(|e| e.into_inner()).remove(&iova)
+        platform::sync::write(&self.maps).remove(&iova)
     }
 
     /// Number of live mappings and their total bytes.
     pub fn usage(&self) -> (u64, u64) {
-        let m = self.maps.read().unwrap_or_else(|e| e.into_inner());
+        let m = platform::sync::read(&self.maps);
         (m.len() as u64, m.values().map(|x| x.len).sum())
     }
 }

@@ -13,32 +13,24 @@
 //! devices ([`SimTopology`]), Q7 control blocks with the DGE mailbox gate, the FW-IO
 //! mailbox (CRC-32C) and reset, and fault injection ([`FaultSpec`]).
 
-mod barrier;
 mod decode;
 mod device;
 mod exec;
 mod external;
-mod fault;
 mod fwio;
+mod handle;
 mod hbm;
-mod hub;
-mod intc;
 mod interhost;
 mod iommu;
-mod mpu;
-mod nq;
 mod platform_impl;
 mod regs;
 mod reset;
-mod sem;
-mod seq;
-mod space;
 mod topology;
-mod udma;
 
-pub use device::{SimConfig, SimDevice, SimStats, Timing};
+pub use device::fault::{FaultKind, FaultSpec, FaultSpecError};
+pub use device::{SimConfig, SimStats, Timing};
 pub use external::{ExternalDma, ExternalError};
-pub use fault::{FaultKind, FaultSpec, FaultSpecError};
+pub use handle::SimDevice;
 pub use interhost::{CollKind, InterHost, InterHostError, InterHostRequest};
 pub use iommu::DmaFault;
 pub use topology::SimTopology;

@@ -8,9 +8,10 @@ use std::sync::{Arc, Weak};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use platform::{DeviceIdentity, DmaDir, DmaMapping, DmaUnmap, HostMem, Mmio, Platform, PlatformError};
 
-use crate::device::{Dev, SimDevice};
+use crate::device::space::{Bar0, Bar4};
+use crate::device::Dev;
+use crate::handle::SimDevice;
 use crate::iommu::Mapping;
-use crate::space::{Bar0, Bar4};
 
 struct Unmapper(Weak<Dev>);
 
@@ -20,11 +21,12 @@ impl DmaUnmap for Unmapper {
             {
                 // Hardware still pointing at the memory is a driver bug: count it.
                 let st = d.lock();
-                let n = crate::udma::dangling_rings(&d, &st, iova, len) + crate::nq::dangling_slots(&d, &st, iova, len);
+                let n = crate::device::udma::dangling_rings(&d, &st, iova, len)
+                    + crate::device::nq::dangling_slots(&d, &st, iova, len);
                 if n > 0 {
                     d.n.dangling_unmaps.fetch_add(n, Ordering::Relaxed);
                 }
-                let f = crate::seq::dangling_fetches(&d, &st, d.arch.host_dev_addr(iova), len);
+                let f = crate::device::seq::dangling_fetches(&d, &st, d.arch.host_dev_addr(iova), len);
                 if f > 0 {
                     d.n.dangling_fetches.fetch_add(f, Ordering::Relaxed);
                 }
@@ -77,7 +79,7 @@ impl Platform for SimDevice {
         let ours = EventFd::from_value_and_flags(0, EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)
             .map_err(|e| PlatformError::Io(e.into()))?;
         let theirs = ours.as_fd().try_clone_to_owned()?;
-        self.dev.irq.lock().unwrap_or_else(|e| e.into_inner()).insert(vector, OwnedFd::from(ours).into());
+        platform::sync::lock(&self.dev.irq).insert(vector, OwnedFd::from(ours).into());
         Ok(Some(theirs))
     }
 
@@ -98,7 +100,7 @@ impl Platform for SimDevice {
 
     fn device_memory_freed(&self, addr: u64, len: u64) {
         let d = &self.dev;
-        let f = crate::seq::dangling_fetches(d, &d.lock(), addr, len);
+        let f = crate::device::seq::dangling_fetches(d, &d.lock(), addr, len);
         if f > 0 {
             d.n.dangling_fetches.fetch_add(f, Ordering::Relaxed);
         }

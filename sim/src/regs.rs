@@ -31,15 +31,17 @@ impl Dev {
             return 0;
         };
         match hit.id {
-            RegId::TpbSem(nc, r) => crate::sem::read(st, crate::sem::Window::Tpb, nc, r),
-            RegId::TopspSem(sp, r) => crate::sem::read(st, crate::sem::Window::TopSp, sp, r),
-            RegId::Udma(e, r) => crate::udma::reg_read(self, st, &hit, e, r),
+            RegId::TpbSem(nc, r) => crate::device::sem::read(st, crate::device::sem::Window::Tpb, nc, r),
+            RegId::TopspSem(sp, r) => crate::device::sem::read(st, crate::device::sem::Window::TopSp, sp, r),
+            RegId::Udma(e, r) => crate::device::udma::reg_read(self, st, &hit, e, r),
             RegId::Notific(_, notific::RegId::Nq(_, r))
             | RegId::NotificTopsp(_, notific::RegId::Nq(_, r))
-            | RegId::Sdma(_, sdma::RegId::TraceNq(notific::RegId::Nq(_, r))) => crate::nq::reg_read(self, st, &hit, r),
-            RegId::Seq(nc, r) => crate::seq::reg_read(self, st, &hit, nc, r),
+            | RegId::Sdma(_, sdma::RegId::TraceNq(notific::RegId::Nq(_, r))) => {
+                crate::device::nq::reg_read(self, st, &hit, r)
+            }
+            RegId::Seq(nc, r) => crate::device::seq::reg_read(self, st, &hit, nc, r),
             RegId::MiscRam(_, r) => crate::fwio::reg_read(self, st, &hit, r),
-            RegId::NcBarrier(nc, r) => crate::barrier::reg_read(self, st, &hit, nc, r),
+            RegId::NcBarrier(nc, r) => crate::device::barrier::reg_read(self, st, &hit, nc, r),
             _ => self.generic_read(st, &hit),
         }
     }
@@ -49,7 +51,7 @@ impl Dev {
         if !hit.def.access.readable() {
             return 0;
         }
-        if let Some(v) = crate::intc::read(self, st, hit) {
+        if let Some(v) = crate::device::intc::read(self, st, hit) {
             return v;
         }
         self.stored(st, hit.off, hit.def.reset)
@@ -67,26 +69,28 @@ impl Dev {
             return;
         };
         match hit.id {
-            RegId::TpbSem(nc, r) => crate::sem::write(st, &hit, crate::sem::Window::Tpb, nc, r, val),
-            RegId::TopspSem(sp, r) => crate::sem::write(st, &hit, crate::sem::Window::TopSp, sp, r, val),
-            RegId::Udma(e, r) => crate::udma::reg_write(self, st, &hit, e, r, val),
+            RegId::TpbSem(nc, r) => crate::device::sem::write(st, &hit, crate::device::sem::Window::Tpb, nc, r, val),
+            RegId::TopspSem(sp, r) => {
+                crate::device::sem::write(st, &hit, crate::device::sem::Window::TopSp, sp, r, val)
+            }
+            RegId::Udma(e, r) => crate::device::udma::reg_write(self, st, &hit, e, r, val),
             RegId::Notific(_, notific::RegId::Nq(_, r))
             | RegId::NotificTopsp(_, notific::RegId::Nq(_, r))
             | RegId::Sdma(_, sdma::RegId::TraceNq(notific::RegId::Nq(_, r))) => {
-                crate::nq::reg_write(self, st, &hit, r, val)
+                crate::device::nq::reg_write(self, st, &hit, r, val)
             }
-            RegId::Seq(nc, r) => crate::seq::reg_write(self, st, &hit, nc, r, val),
+            RegId::Seq(nc, r) => crate::device::seq::reg_write(self, st, &hit, nc, r, val),
             RegId::MiscRam(_, r) => crate::fwio::reg_write(self, st, &hit, r, val),
-            RegId::Q7(..) | RegId::Nx(..) => crate::seq::q7_write(self, st, &hit, val),
-            RegId::NcRegions(nc, _) => crate::mpu::reg_write(self, st, &hit, nc, val),
-            RegId::NcBarrier(nc, r) => crate::barrier::reg_write(self, st, &hit, nc, r, val),
+            RegId::Q7(..) | RegId::Nx(..) => crate::device::seq::q7_write(self, st, &hit, val),
+            RegId::NcRegions(nc, _) => crate::device::mpu::reg_write(self, st, &hit, nc, val),
+            RegId::NcBarrier(nc, r) => crate::device::barrier::reg_write(self, st, &hit, nc, r, val),
             _ => self.generic_write(st, &hit, val),
         }
     }
 
     /// Write of a register without block-specific write behaviour.
     pub fn generic_write(&self, st: &mut State, hit: &Hit, val: u32) {
-        if crate::intc::write(self, st, hit, val) {
+        if crate::device::intc::write(self, st, hit, val) {
             return;
         }
         let (off, def) = (hit.off, hit.def);

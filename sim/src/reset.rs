@@ -6,16 +6,16 @@ use std::sync::atomic::Ordering;
 use csr_maps::consts::{q7 as q7c, seq as seqc};
 use csr_maps::InstanceId;
 
+use crate::device::seq::SeqEng;
+use crate::device::udma::Engine;
 use crate::device::{Dev, State};
-use crate::seq::SeqEng;
-use crate::udma::Engine;
 
 impl Dev {
     pub fn reset_all(&self, st: &mut State) {
         let n = self.ncs();
         st.regs.clear();
         for nc in 0..n {
-            crate::mpu::invalidate(st, nc);
+            crate::device::mpu::invalidate(st, nc);
             self.reset_nc_state(st, nc);
         }
         for e in st.udma.iter_mut() {
@@ -105,7 +105,7 @@ impl Dev {
                 .collect();
         st.regs.retain(|k, _| !clear.iter().any(|(a, b)| k >= a && k < b));
         st.nq.retain(|k, _| !clear.iter().any(|(a, b)| k >= a && k < b));
-        crate::mpu::invalidate(st, nc);
+        crate::device::mpu::invalidate(st, nc);
         for c in 0..q7c::POOL_CORES {
             if let Some(q) = self.q7((nc as u64 * q7c::POOL_CORES + c) as usize) {
                 st.regs.retain(|k, _| *k < q.base() || *k >= q.base() + csr_maps::blocks::q7::SIZE);

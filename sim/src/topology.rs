@@ -2,8 +2,9 @@
 
 use std::sync::Arc;
 
-use crate::device::{SimConfig, SimDevice};
-use crate::hub::Hub;
+use crate::device::hub::Hub;
+use crate::device::SimConfig;
+use crate::handle::SimDevice;
 use crate::SimError;
 
 /// N simulated devices (1..16) sharing one collective fabric.

@@ -57,10 +57,11 @@ fn nq_wraps_with_phase_toggle_then_overflows() {
         t.start(0, 2, false);
         let b = raw(&ring, 2);
         assert_ne!(b[3] & 0x20, 0, "sw_queue_overflow bit on the first record after the drop");
-        // Writing 1 leaves the cause alone; writing 0 clears it (write-0-to-clear).
-        intc.g1().cause().write(csr_maps::blocks::nc_intc_g1::Cause(u32::MAX)).unwrap();
+        // Writing 1 leaves the cause alone; writing 0 clears it (write-0-to-clear): clearing
+        // no bit writes all ones, clearing bit 29 writes its complement.
+        intc.g1().cause().clear(csr_maps::blocks::nc_intc_g1::Cause(0)).unwrap();
         assert_ne!(intc.g1().cause().read().unwrap().0 & (1 << 29), 0, "write 1 has no effect");
-        intc.g1().cause().write(csr_maps::blocks::nc_intc_g1::Cause(!(1 << 29))).unwrap();
+        intc.g1().cause().clear(csr_maps::blocks::nc_intc_g1::Cause(0).with_sw_nq_overflow(1)).unwrap();
         assert_eq!(intc.g1().cause().read().unwrap().sw_nq_overflow(), 0);
     }
 }

@@ -59,7 +59,8 @@ fn ignored_accesses_are_logged_with_the_register_name() {
     let t = T::new(&SUNDA);
     let ((), log) = thread_log::capture(|| {
         let m = t.regs().misc_ram(0).unwrap();
-        m.device_id().write(csr_maps::blocks::misc_ram::DeviceId(7)).unwrap();
+        // A write to a read-only register (raw: the typed register has no `write`).
+        platform::Mmio::write32(t.bar.as_ref(), m.device_id().offset(), 7).unwrap();
         // A doorbell on a queue whose ring was never programmed.
         let q = t.regs().udma(0).unwrap().m2s().q(1).unwrap();
         q.tail_inc().write(csr_maps::blocks::udma_m2s_q::TailInc(1)).unwrap();

@@ -103,6 +103,147 @@ fn the_architecture_table_is_the_workspace_dependency_graph() {
     assert!(wrong.is_empty(), "docs/architecture.md's crate table is out of date:\n{}", wrong.join("\n"));
 }
 
+/// The direct dependencies the diagram must draw: the transitive reduction of the workspace's
+/// graph (normal dependencies, optional ones included). `a → b` is drawn unless `a` reaches `b`
+/// through another of its dependencies; a required `a → b` counts as reached only along
+/// required edges (a path through an optional dependency does not make it implied).
+/// Crate → (dependency → optional?).
+fn reduced_deps(real: &BTreeMap<String, BTreeMap<String, bool>>) -> BTreeMap<String, BTreeMap<String, bool>> {
+    // Whether `from` reaches `to`, along required edges only when `required`.
+    let reaches = |from: &str, to: &str, required: bool| {
+        let mut seen = BTreeSet::new();
+        let mut stack = vec![from.to_string()];
+        while let Some(c) = stack.pop() {
+            if c == to {
+                return true;
+            }
+            if seen.insert(c.clone()) {
+                let next = real.get(&c).into_iter().flatten().filter(|(_, o)| !required || !**o);
+                stack.extend(next.map(|(d, _)| d.clone()));
+            }
+        }
+        false
+    };
+    real.iter()
+        .map(|(krate, deps)| {
+            let kept = deps
+                .iter()
+                .filter(|(dep, opt)| {
+                    let required = !**opt;
+                    !deps.iter().any(|(other, o)| other != *dep && (!required || !*o) && reaches(other, dep, required))
+                })
+                .map(|(d, o)| (d.clone(), *o))
+                .collect();
+            (krate.clone(), kept)
+        })
+        .collect()
+}
+
+/// One diagram line as the test expects it: `crate → a, b, (optional)`, or `crate → ·`.
+fn diagram_line(krate: &str, deps: &BTreeMap<String, bool>) -> String {
+    let list: Vec<String> = deps.iter().map(|(d, o)| if *o { format!("({d})") } else { d.clone() }).collect();
+    format!("{krate} → {}", if list.is_empty() { "·".to_string() } else { list.join(", ") })
+}
+
+/// The diagram of docs/architecture.md: the fenced block right after the heading
+/// `## Crates and their dependency direction`. Each line is `crate → deps` (spaces around the
+/// arrow as wide as the layout needs) then, after two or more spaces, a free comment; `deps` is `·` (none) or a comma-separated list of crate names,
+/// an optional dependency in parentheses. Anything else in the block is an error.
+fn diagram_edges(text: &str) -> BTreeMap<String, (usize, BTreeMap<String, bool>)> {
+    let start = text.find("\n## Crates and their dependency direction\n").expect("the heading of the crate diagram");
+    let mut lines = text[start..].lines().enumerate().skip_while(|(_, l)| !l.starts_with("```"));
+    lines.next().expect("a fenced diagram under the heading");
+    let first = text[..start].lines().count();
+    let mut out = BTreeMap::new();
+    for (n, line) in lines.take_while(|(_, l)| !l.starts_with("```")) {
+        let at = first + n;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let Some((krate, rest)) = line.split_once(" → ") else {
+            panic!("docs/architecture.md:{at}: `{line}` is not `crate → deps  comment`")
+        };
+        let deps = rest.trim_start().split("  ").next().unwrap_or("");
+        let krate = krate.trim().to_string();
+        let is_name = |n: &str| !n.is_empty() && n.bytes().all(|c| c.is_ascii_lowercase() || c == b'-');
+        assert!(is_name(&krate), "docs/architecture.md:{at}: `{krate}` is not a crate name");
+        let mut map = BTreeMap::new();
+        if deps.trim() != "·" {
+            for item in deps.split(',').map(str::trim) {
+                let (dep, optional) = match item.strip_prefix('(').and_then(|i| i.strip_suffix(')')) {
+                    Some(inner) => (inner, true),
+                    None => (item, false),
+                };
+                assert!(is_name(dep), "docs/architecture.md:{at}: `{item}` is not a crate name (or `(name)`)");
+                assert!(map.insert(dep.to_string(), optional).is_none(), "docs/architecture.md:{at}: `{dep}` twice");
+            }
+        }
+        assert!(out.insert(krate.clone(), (at, map)).is_none(), "docs/architecture.md:{at}: `{krate}` has two lines");
+    }
+    out
+}
+
+#[test]
+fn the_architecture_diagram_draws_the_direct_dependencies() {
+    let real = workspace_deps();
+    let want = reduced_deps(&real);
+    let text = std::fs::read_to_string(root().join("docs/architecture.md")).expect("docs/architecture.md");
+    let drawn = diagram_edges(&text);
+    let mut wrong = Vec::new();
+    for (krate, deps) in &want {
+        match drawn.get(krate) {
+            None => wrong.push(format!("no line for `{krate}`: draw `{}`", diagram_line(krate, deps))),
+            Some((at, d)) if d != deps => wrong.push(format!(
+                "docs/architecture.md:{at}: draws `{}`, must be `{}`",
+                diagram_line(krate, d),
+                diagram_line(krate, deps)
+            )),
+            Some(_) => {}
+        }
+    }
+    for (krate, (at, _)) in drawn.iter().filter(|(k, _)| !real.contains_key(*k)) {
+        wrong.push(format!("docs/architecture.md:{at}: `{krate}` is no workspace crate"));
+    }
+    assert!(
+        wrong.is_empty(),
+        "docs/architecture.md's diagram is not the workspace's direct dependencies \
+         (each crate's dependencies less those it reaches through another):\n{}",
+        wrong.join("\n")
+    );
+}
+
+/// The diagram parser and the reduction on made-up input.
+#[test]
+fn the_diagram_parser_reads_edges_and_the_reduction_drops_implied_ones() {
+    let text = "x\n## Crates and their dependency direction\n\ntext\n```text\n  top → mid, (opt)   the top\n\nmid → low  comment → not an edge\nlow → ·\nopt → ·\n```\n";
+    let d = diagram_edges(text);
+    let got: Vec<String> = d.iter().map(|(k, (_, deps))| diagram_line(k, deps)).collect();
+    assert_eq!(got, ["low → ·", "mid → low", "opt → ·", "top → mid, (opt)"]);
+    assert_eq!(d["top"].0, 6, "line numbers count from the file's first line");
+    let g = |pairs: &[(&str, &[(&str, bool)])]| -> BTreeMap<String, BTreeMap<String, bool>> {
+        pairs.iter().map(|(k, ds)| (k.to_string(), ds.iter().map(|(d, o)| (d.to_string(), *o)).collect())).collect()
+    };
+    // top reaches low through mid (drawn: top → mid only), but its required `deep` only through
+    // the optional `opt` (drawn); `(far)` is optional, implied by mid.
+    let real = g(&[
+        ("top", &[("mid", false), ("low", false), ("opt", true), ("deep", false), ("far", true)]),
+        ("mid", &[("low", false), ("far", false)]),
+        ("opt", &[("deep", false)]),
+        ("low", &[]),
+        ("deep", &[]),
+        ("far", &[]),
+    ]);
+    let want = g(&[
+        ("top", &[("mid", false), ("opt", true), ("deep", false)]),
+        ("mid", &[("low", false), ("far", false)]),
+        ("opt", &[("deep", false)]),
+        ("low", &[]),
+        ("deep", &[]),
+        ("far", &[]),
+    ]);
+    assert_eq!(reduced_deps(&real), want);
+}
+
 /// The markdown files the check reads: README.md and everything under docs/.
 fn markdown_files() -> Vec<PathBuf> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {

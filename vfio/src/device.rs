@@ -27,6 +27,7 @@ use crate::dma::DmaSpace;
 use crate::error::{Error, Result};
 use crate::iommu::{Backend, Inner, Iommu, IommuInfo};
 use crate::iova::{IovaAllocator, IovaRange};
+pub use crate::options::OpenOptions;
 use crate::sysfs::{PciAddress, Sysfs};
 use crate::uapi;
 
@@ -97,38 +98,6 @@ bitflags::bitflags! {
         const ACTION_MASK = VFIO_IRQ_SET_ACTION_MASK;
         const ACTION_UNMASK = VFIO_IRQ_SET_ACTION_UNMASK;
         const ACTION_TRIGGER = VFIO_IRQ_SET_ACTION_TRIGGER;
-    }
-}
-
-/// How to open a device.
-#[derive(Debug, Clone)]
-pub struct OpenOptions {
-    /// Kernel interface to use.
-    pub backend: Backend,
-    /// sysfs root (normally `/sys`).
-    pub sysfs: Sysfs,
-    /// /dev root (normally `/dev`).
-    pub dev: PathBuf,
-    /// Restrict IOVAs to this window (for devices with a narrow DMA mask).
-    pub iova_window: Option<IovaRange>,
-    /// Open a device that no IOMMU translates in VFIO no-IOMMU mode ([`Backend::NoIommu`])
-    /// instead of failing with [`Error::NoIommu`]. UNSAFE: the device gets physical
-    /// addresses and can reach all memory. Needs the vfio module parameter
-    /// `enable_unsafe_noiommu_mode=1` (set before binding to vfio-pci), CAP_SYS_RAWIO for the
-    /// group node and CAP_SYS_ADMIN for physical addresses. Devices with an IOMMU are opened
-    /// through `backend` as usual. Default: false.
-    pub allow_noiommu: bool,
-}
-
-impl Default for OpenOptions {
-    fn default() -> Self {
-        Self {
-            backend: Backend::Container,
-            sysfs: Sysfs::default(),
-            dev: "/dev".into(),
-            iova_window: None,
-            allow_noiommu: false,
-        }
     }
 }
 

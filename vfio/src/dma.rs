@@ -44,10 +44,6 @@ impl DmaSpace {
         self.ioctls.load(Ordering::Relaxed)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, IovaAllocator> {
-        self.alloc.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// Allocate `len` bytes of host memory (hugepages when available) and map it.
     pub fn alloc_map(self: &Arc<Self>, len: usize, dir: DmaDir) -> Result<DmaMapping> {
         self.map(HostMem::alloc(len)?, dir)
@@ -65,13 +61,13 @@ impl DmaSpace {
             return Ok(DmaMapping::new(mem, phys, dir, self.clone()));
         }
         let align = (mem.page_size().bytes() as u64).max(4096);
-        let iova = self.lock().alloc(len, align)?;
+        let iova = platform::sync::lock(&self.alloc).alloc(len, align)?;
         // SAFETY: `mem` moves into the DmaMapping returned below, which unmaps this IOVA range
         // (DmaUnmap::unmap) before freeing the memory; HostMem gives out no references.
         let mapped = unsafe { self.iommu.map(mem.as_ptr() as u64, iova, len, dir.perm()) };
         self.ioctls.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = mapped {
-            self.lock().free(iova);
+            platform::sync::lock(&self.alloc).free(iova);
             return Err(e);
         }
         self.pinned.fetch_add(len, Ordering::Relaxed);
@@ -99,12 +95,12 @@ impl DmaSpace {
 
     /// Reserve an IOVA block without mapping it (e.g. a guard range).
     pub fn reserve_iova(&self, len: u64, align: u64) -> Result<u64> {
-        self.lock().alloc(len, align)
+        platform::sync::lock(&self.alloc).alloc(len, align)
     }
 
     /// Release a block from [`reserve_iova`](Self::reserve_iova).
     pub fn release_iova(&self, iova: u64) -> Result<()> {
-        if self.lock().free(iova) {
+        if platform::sync::lock(&self.alloc).free(iova) {
             Ok(())
         } else {
             Err(Error::IovaExhausted { len: 0, align: 0 })
@@ -120,7 +116,7 @@ impl DmaUnmap for DmaSpace {
         let _ = self.iommu.unmap(iova, len);
         // No-IOMMU mappings sit at physical addresses, not in the allocator.
         if self.iommu.backend() != Backend::NoIommu {
-            self.lock().free(iova);
+            platform::sync::lock(&self.alloc).free(iova);
         }
         self.pinned.fetch_sub(len.min(self.pinned()), Ordering::Relaxed);
     }

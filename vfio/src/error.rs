@@ -2,7 +2,8 @@
 
 use std::path::PathBuf;
 
-use crate::sysfs::PciAddress;
+use crate::backend::Backend;
+use crate::pci::PciAddress;
 
 /// Everything that can go wrong in discovery, binding, opening and using a VFIO device.
 #[derive(Debug, thiserror::Error)]
@@ -57,8 +58,8 @@ pub enum Error {
     HostMem(#[from] platform::HostMemError),
     #[error("I/O: {0}")]
     Io(#[from] std::io::Error),
-    #[error("a device opened through the {0} backend cannot be handed to another process: open it through iommufd (NEURON_VFIO_BACKEND=iommufd)")]
-    Unshareable(crate::iommu::Backend),
+    #[error("a device opened through the {0} backend cannot be handed to another process: open it through the iommufd backend")]
+    Unshareable(Backend),
     #[error("descriptors from another process: {0}")]
     BadHandoff(String),
 }

@@ -13,35 +13,13 @@ use vfio_bindings::bindings::vfio::{
     VFIO_DMA_MAP_FLAG_WRITE, VFIO_IOMMU_INFO_CAPS, VFIO_IOMMU_INFO_PGSIZES,
 };
 
+pub use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::iova::IovaRange;
 use crate::uapi;
 
 const CAP_IOVA_RANGE: u16 = 1;
 const CAP_DMA_AVAIL: u16 = 3;
-
-/// Which kernel interface a device was opened through.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
-    /// `/dev/vfio/vfio` + `/dev/vfio/N` (type1v2 IOMMU).
-    Container,
-    /// `/dev/iommu` + `/dev/vfio/devices/vfioN`.
-    Iommufd,
-    /// `/dev/vfio/vfio` + `/dev/vfio/noiommu-N` with the VFIO_NOIOMMU_IOMMU type: no DMA
-    /// translation or isolation, IOVAs are physical addresses. Only with
-    /// [`crate::OpenOptions::allow_noiommu`]; see [`crate::noiommu`].
-    NoIommu,
-}
-
-impl std::fmt::Display for Backend {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Backend::Container => "container",
-            Backend::Iommufd => "iommufd",
-            Backend::NoIommu => "noiommu",
-        })
-    }
-}
 
 /// What the IOMMU reports about its address space.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -294,7 +272,7 @@ impl Iommu {
         };
         // SAFETY: forwarded from the caller.
         let phys = unsafe { crate::noiommu::pin_and_translate(vaddr, len) }?;
-        pins.lock().unwrap_or_else(|e| e.into_inner()).insert(phys, (vaddr, len));
+        platform::sync::lock(pins).insert(phys, (vaddr, len));
         Ok(phys)
     }
 
@@ -303,7 +281,7 @@ impl Iommu {
         match &self.inner {
             Inner::NoIommu { pins, .. } => {
                 // Nothing is mapped anywhere: only the pin is undone.
-                if let Some((vaddr, plen)) = pins.lock().unwrap_or_else(|e| e.into_inner()).remove(&iova) {
+                if let Some((vaddr, plen)) = platform::sync::lock(pins).remove(&iova) {
                     crate::noiommu::unpin(vaddr, plen);
                 }
             }

@@ -9,7 +9,7 @@
 //! - [`noiommu`]: VFIO no-IOMMU mode, only with [`OpenOptions::allow_noiommu`] (physical
 //!   addresses from /proc/self/pagemap, no isolation);
 //! - [`VfioPlatform`]: the [`platform::Platform`] implementation;
-//! - [`fdpass`]: descriptors over a unix socket (SCM_RIGHTS); [`shared`]: a device's
+//! - [`fdpass`]: descriptors over a unix socket (the `wire` crate's); [`shared`]: a device's
 //!   descriptors handed to another process, which rebuilds it ([`Device::from_fds`],
 //!   [`VfioPlatform::from_fds`]) with its own IOVA window;
 //! - [`user`]: [`user::VfioUserPlatform`], the Platform over a vfio-user connection (a device
@@ -23,14 +23,17 @@
 //! getrlimit through `nix`. Kernel flag words are `bitflags` types ([`device::RegionFlags`],
 //! [`device::IrqInfoFlags`], [`device::DeviceFlags`], [`uapi::IoasMapFlags`]).
 
+pub mod backend;
 pub mod bind;
 pub mod device;
 pub mod dma;
 pub mod error;
-pub mod fdpass;
+pub use wire::fdpass;
 pub mod iommu;
 pub mod iova;
 pub mod noiommu;
+pub mod options;
+pub mod pci;
 pub mod shared;
 pub mod sysfs;
 pub mod uapi;
@@ -44,4 +47,4 @@ pub use error::{Error, Result};
 pub use iommu::{Backend, IommuInfo};
 pub use iova::{IovaAllocator, IovaRange};
 pub use sysfs::{BarInfo, Filter, PciAddress, PciFunction, Sysfs};
-pub use vfio_platform::{allow_modeled_from_env, VfioPlatform, ALLOW_MODELED_ENV};
+pub use vfio_platform::VfioPlatform;

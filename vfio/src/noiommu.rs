@@ -15,10 +15,11 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 
-use crate::device::OpenOptions;
+use crate::backend::Backend;
 use crate::error::{Error, Result};
-use crate::iommu::Backend;
-use crate::sysfs::{PciAddress, Sysfs};
+use crate::options::OpenOptions;
+use crate::pci::PciAddress;
+use crate::sysfs::Sysfs;
 use crate::uapi;
 
 /// The vfio module parameter that enables no-IOMMU groups, relative to the sysfs root.

@@ -1,26 +1,11 @@
 //! PCI discovery through sysfs (`/sys/bus/pci/devices/*`). The root is configurable so
 //! that tests can run against a fabricated tree.
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use crate::error::{Error, Result};
-
-/// A PCI function address: domain, bus, device, function.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct PciAddress {
-    pub domain: u16,
-    pub bus: u8,
-    pub device: u8,
-    pub function: u8,
-}
-
-impl fmt::Display for PciAddress {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:04x}:{:02x}:{:02x}.{:x}", self.domain, self.bus, self.device, self.function)
-    }
-}
+pub use crate::pci::PciAddress;
 
 impl FromStr for PciAddress {
     type Err = Error;

@@ -32,15 +32,6 @@ pub struct VfioPlatform {
     binding: Option<Binding>,
 }
 
-/// The operator's opt-in for writes to modeled registers on real hardware: set to `1` for
-/// bring-up of the modeled blocks on real hardware. Read when a [`VfioPlatform`] is created.
-pub const ALLOW_MODELED_ENV: &str = "NEURON_VFIO_ALLOW_MODELED";
-
-/// Whether [`ALLOW_MODELED_ENV`] is set to `1`.
-pub fn allow_modeled_from_env() -> bool {
-    std::env::var(ALLOW_MODELED_ENV).is_ok_and(|v| v.trim() == "1")
-}
-
 fn perr(e: Error) -> PlatformError {
     match e {
         Error::HostMem(h) => PlatformError::HostMem(h),
@@ -62,7 +53,7 @@ impl VfioPlatform {
             bars: Mutex::new(vec![None; 6]),
             irqs: Mutex::new(Irqs { index: None, fds: Vec::new() }),
             device,
-            allow_modeled: allow_modeled_from_env(),
+            allow_modeled: platform::allow_modeled_from_env(),
             shared: false,
             binding: None,
         })
@@ -82,7 +73,7 @@ impl VfioPlatform {
     }
 
     /// Allow or refuse writes to registers whose placement is modeled, overriding
-    /// [`ALLOW_MODELED_ENV`].
+    /// [`platform::ALLOW_MODELED_ENV`].
     pub fn set_modeled_writes_allowed(&mut self, allow: bool) {
         self.allow_modeled = allow;
     }
@@ -128,7 +119,7 @@ impl Platform for VfioPlatform {
     }
 
     fn bar(&self, index: u8) -> Result<Arc<dyn Mmio>, PlatformError> {
-        let mut bars = self.bars.lock().unwrap_or_else(|e| e.into_inner());
+        let mut bars = platform::sync::lock(&self.bars);
         let slot = bars.get_mut(index as usize).ok_or(PlatformError::NoSuchBar(index))?;
         if let Some(b) = slot {
             return Ok(b.clone());
@@ -151,7 +142,7 @@ impl Platform for VfioPlatform {
         if vector >= count {
             return Ok(None);
         }
-        let mut irqs = self.irqs.lock().unwrap_or_else(|e| e.into_inner());
+        let mut irqs = platform::sync::lock(&self.irqs);
         if irqs.index != Some(index) || irqs.fds.len() <= vector as usize {
             while irqs.fds.len() <= vector as usize {
                 irqs.fds.push(EventFd::new().map_err(irq_err)?);

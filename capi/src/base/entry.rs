@@ -2,18 +2,16 @@
 //! error logging, the API-call profile event and panic containment.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::OnceLock;
 
 use neff::NrtStatus;
 use runtime::{RtError, Runtime};
 
 use super::types::{NRT_STATUS, NRT_SUCCESS};
 
-/// A lock that survives a panic of its last holder (entry points contain panics, so the data
-/// is left as the panicking call left it, which every area tolerates).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
+/// The one poison-tolerant lock (entry points contain panics, so the data is left as the
+/// panicking call left it, which every area tolerates).
+pub(crate) use platform::sync::lock;
 
 /// The process-global runtime (libnrt's global state). It is built with the monitoring
 /// observers installed (the shared-memory counters `neuron-vfio monitor`/`top` read and the

@@ -7,7 +7,9 @@
 //! by [`Registry::remove`] / [`Registry::clear`], under the registry lock.
 
 use std::collections::BTreeMap;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
+
+use platform::sync::lock;
 
 /// Live handles of one kind.
 pub struct Registry<V: Clone> {
@@ -26,16 +28,12 @@ impl<V: Clone> Registry<V> {
         Self { map: Mutex::new(BTreeMap::new()) }
     }
 
-    fn lock(&self) -> MutexGuard<'_, BTreeMap<usize, V>> {
-        self.map.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// Register `v`; the returned pointer is its handle (never null).
     pub fn insert<T>(&self, v: V) -> *mut T {
         // A zero-sized box has no unique address, so it could not serve as a handle.
         const { assert!(std::mem::size_of::<V>() > 0) };
         let p = Box::into_raw(Box::new(v.clone()));
-        self.lock().insert(p as usize, v);
+        lock(&self.map).insert(p as usize, v);
         p.cast()
     }
 
@@ -44,7 +42,7 @@ impl<V: Clone> Registry<V> {
         if p.is_null() {
             return None;
         }
-        self.lock().get(&(p as usize)).cloned()
+        lock(&self.map).get(&(p as usize)).cloned()
     }
 
     /// Unregister handle `p` and free its box; the value, if `p` was live.
@@ -52,7 +50,7 @@ impl<V: Clone> Registry<V> {
         if p.is_null() {
             return None;
         }
-        let v = self.lock().remove(&(p as usize))?;
+        let v = lock(&self.map).remove(&(p as usize))?;
         // SAFETY: `p` was a key of the map, and keys are only ever the addresses returned by
         // `Box::into_raw(Box<V>)` in `insert`; removing the key under the lock guarantees this
         // is the one and only reclaim of that box.
@@ -62,7 +60,7 @@ impl<V: Clone> Registry<V> {
 
     /// Replace the value behind live handle `p`; false if `p` is not live.
     pub fn replace<T>(&self, p: *const T, v: V) -> bool {
-        let mut g = self.lock();
+        let mut g = lock(&self.map);
         let Some(slot) = g.get_mut(&(p as usize)) else { return false };
         *slot = v.clone();
         // SAFETY: `p` is a key of the map, so it is the live `Box<V>` made by `insert` and
@@ -73,17 +71,17 @@ impl<V: Clone> Registry<V> {
 
     /// Every live handle (its address) and value.
     pub fn entries(&self) -> Vec<(usize, V)> {
-        self.lock().iter().map(|(k, v)| (*k, v.clone())).collect()
+        lock(&self.map).iter().map(|(k, v)| (*k, v.clone())).collect()
     }
 
     /// Every live value.
     pub fn values(&self) -> Vec<V> {
-        self.lock().values().cloned().collect()
+        lock(&self.map).values().cloned().collect()
     }
 
     /// Free every handle (nrt_close for models).
     pub fn clear(&self) {
-        let all = std::mem::take(&mut *self.lock());
+        let all = std::mem::take(&mut *lock(&self.map));
         for (addr, _) in all {
             // SAFETY: as in `remove`: every key is a live `Box<V>` address from `insert`, taken
             // out of the map under the lock, so each box is reclaimed once.
@@ -93,12 +91,12 @@ impl<V: Clone> Registry<V> {
 
     /// Live handles.
     pub fn len(&self) -> usize {
-        self.lock().len()
+        lock(&self.map).len()
     }
 
     /// No live handles.
     pub fn is_empty(&self) -> bool {
-        self.lock().is_empty()
+        lock(&self.map).is_empty()
     }
 }
 

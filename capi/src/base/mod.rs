@@ -3,7 +3,7 @@
 //! | module | holds |
 //! |---|---|
 //! | [`types`] | nrt.h's C types: `NRT_STATUS` codes, placements, opaque handles, tensor info, version |
-//! | `entry` | the runtime handle `rt()`, the NRT_INIT_STATE `guard`, `entry`/`entry_value` (`catch_unwind`, error logging, the profile's API-call event), `lock` |
+//! | `entry` | the runtime handle `rt()`, the NRT_INIT_STATE `guard`, `entry`/`entry_value` (`catch_unwind`, error logging, the profile's API-call event), `lock` (`platform::sync::lock`) |
 //! | `args` | argument and out-parameter helpers: `need`, `opt_cstr`, `put`, `copy_cstr`, malloc'd string arrays |
 //! | [`handles`] | [`handles::Registry`]: opaque handles validated, never dereferenced |
 //! | `registry` | the model, tensor and tensor-set registries and their lookups |

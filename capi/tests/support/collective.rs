@@ -82,12 +82,7 @@ pub fn graph(c: &Case, i: usize) -> GraphDesc {
             ReduceOp::Max => alu::MAX,
             ReduceOp::Min => alu::MIN,
         },
-        dtype: match c.dt {
-            DType::F32 => dtype::FP32,
-            DType::Bf16 => dtype::BF16,
-            DType::F16 => dtype::FP16,
-            DType::I32 => dtype::INT32,
-        },
+        dtype: dtype::code(c.dt),
         group_id: 0,
         input_tensor_id: 2,
         output_tensor_id: 3,

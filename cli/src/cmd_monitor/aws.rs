@@ -17,8 +17,8 @@ use runtime::counters::{ErrorKind, Snapshot, LAT_BUCKETS};
 use serde_json::{json, Map, Value};
 
 use super::config::{MonitorConfig, RtGroup, SysGroup};
-use super::host::{self, CpuTimes, MemInfo};
 use super::model::{collect_health, host_index, legacy_label, percentile_us, report, sample, DeviceHealth, Report};
+use crate::host::{self, CpuTimes, MemInfo};
 
 /// The percentiles of `latency_stats`, as (name, quantile).
 pub const PERCENTILES: [(&str, f64); 7] =
@@ -317,7 +317,7 @@ pub fn hardware_info(sysfs: &Path, latest: &BTreeMap<PathBuf, Snapshot>) -> Valu
             .values()
             .find(|s| s.ncs.first().is_some_and(|n| n.nc_version == a.nc_version as u64))
             .map(|s| s.lnc.max(1))
-            .unwrap_or_else(|| crate::cmd_dev::shown_lnc(a) as u64)
+            .unwrap_or_else(|| crate::procs::shown_lnc(a) as u64)
     };
     match arch {
         Some(a) => {

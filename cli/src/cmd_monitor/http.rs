@@ -15,7 +15,7 @@ pub(super) fn serve_metrics(addr: &str, latest: Arc<Mutex<String>>) -> Result<St
             let ctype = "text/plain; version=0.0.4; charset=utf-8";
             for req in server.incoming_requests() {
                 let resp = if req.url() == "/metrics" {
-                    let body = latest.lock().map(|s| s.clone()).unwrap_or_default();
+                    let body = platform::sync::lock(&latest).clone();
                     let mut r = tiny_http::Response::from_string(body);
                     if let Ok(h) = tiny_http::Header::from_bytes(&b"Content-Type"[..], ctype.as_bytes()) {
                         r.add_header(h);

@@ -14,7 +14,6 @@
 
 pub mod aws;
 pub mod config;
-pub mod host;
 mod http;
 mod json;
 mod model;
@@ -151,9 +150,7 @@ fn monitor_aws(a: MonitorArgs) -> Result<(), CliError> {
             if let Some(r) = nm.native() {
                 text.push_str(&prometheus_text(&r));
             }
-            if let Ok(mut l) = latest.lock() {
-                *l = text;
-            }
+            *platform::sync::lock(&latest) = text;
         }
         let mut so = std::io::stdout().lock();
         if so.write_all(format!("{v}\n").as_bytes()).and_then(|_| so.flush()).is_err() {
@@ -170,9 +167,7 @@ fn monitor_native(a: MonitorArgs, json_out: bool) -> Result<(), CliError> {
     let latest = serve(&a)?;
     let mut before = sample();
     let mut t = Instant::now();
-    if let Ok(mut l) = latest.lock() {
-        *l = prometheus_text(&report(&before, &before, 0));
-    }
+    *platform::sync::lock(&latest) = prometheus_text(&report(&before, &before, 0));
     let mut n = 0u64;
     while a.count.is_none_or(|c| n < c) {
         std::thread::sleep(p.saturating_sub(t.elapsed()));
@@ -181,9 +176,7 @@ fn monitor_native(a: MonitorArgs, json_out: bool) -> Result<(), CliError> {
         t = Instant::now();
         let mut r = report(&before, &now, elapsed.as_nanos() as u64);
         r.health = collect_health();
-        if let Ok(mut l) = latest.lock() {
-            *l = prometheus_text(&r);
-        }
+        *platform::sync::lock(&latest) = prometheus_text(&r);
         let out = if json_out { format!("{}\n", report_json(&r)) } else { report_text(&r) + "\n" };
         let mut so = std::io::stdout().lock();
         if so.write_all(out.as_bytes()).and_then(|_| so.flush()).is_err() {

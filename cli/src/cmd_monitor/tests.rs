@@ -154,7 +154,7 @@ fn top_has_a_row_per_nc() {
     let rows: Vec<&str> =
         f.lines().filter(|l| l.trim_start().split(' ').next().is_some_and(|w| w.parse::<u32>().is_ok())).collect();
     // A row per logical NeuronCore at the LNC the environment asks for (Trn2's default: 2).
-    let per = (csr_maps::CAYMAN.counts.ncs as usize) / crate::cmd_dev::shown_lnc(&csr_maps::CAYMAN);
+    let per = (csr_maps::CAYMAN.counts.ncs as usize) / crate::procs::shown_lnc(&csr_maps::CAYMAN);
     assert_eq!(rows.len(), 2 * per, "{f}");
     assert!(rows.iter().all(|l| l.split_whitespace().nth(1) == Some("-")), "{f}");
     // Private simulated devices exist only in their processes: none running, none shown.

@@ -113,7 +113,7 @@ pub fn top_rows(t: &TopTarget, r: &Report) -> (Vec<TopDevice>, usize, u64) {
                 .unwrap_or_default();
             // Rows per logical NeuronCore, at the owning processes' LNC (else the environment's):
             // each process's share of a logical core's physical NCs merged into one row.
-            let lnc = owned.first().map(|n| n.lnc.max(1) as usize).unwrap_or_else(|| crate::cmd_dev::shown_lnc(t.arch));
+            let lnc = owned.first().map(|n| n.lnc.max(1) as usize).unwrap_or_else(|| crate::procs::shown_lnc(t.arch));
             let mut rows = Vec::new();
             for l in 0..ncs / lnc {
                 let phys = l * lnc..(l + 1) * lnc;

@@ -4,6 +4,7 @@
 pub mod dge;
 pub mod error;
 pub mod fwio;
+pub mod le;
 pub mod notify;
 pub mod ucpl;
 pub mod udma;

@@ -74,8 +74,8 @@ impl UcplHeader {
         if b.len() < HEADER_BYTES {
             return Err(UcplError::Short(b.len()));
         }
-        let u32_at = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
-        let magic = u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
+        let u32_at = |o: usize| super::le::u32_at(b, o);
+        let magic = super::le::u64_at(b, 0);
         if magic != MAGIC {
             return Err(UcplError::Magic(magic));
         }

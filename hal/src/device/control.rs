@@ -101,8 +101,8 @@ impl Device {
     pub fn clear_causes(&self, nc: usize) -> Result<()> {
         platform::failpoint::hit("hal.causes.clear")?;
         let i = self.regs().nc_intc(nc as u64)?;
-        i.g0().cause().write(csr_maps::blocks::nc_intc_g0::Cause(0))?;
-        i.g1().cause().write(csr_maps::blocks::nc_intc_g1::Cause(0))?;
+        i.g0().cause().clear_all()?;
+        i.g1().cause().clear_all()?;
         Ok(())
     }
 
@@ -114,7 +114,7 @@ impl Device {
     pub fn set_regions(&self, nc: usize, regions: &[Region]) -> Result<usize> {
         platform::failpoint::hit("hal.regions.program")?;
         self.check_nc(nc)?;
-        let mut all = self.inner.regions.lock().unwrap_or_else(|e| e.into_inner());
+        let mut all = platform::sync::lock(&self.inner.regions);
         let shadow = all.get_mut(nc).ok_or(HalError::NoSuchNc { nc, count: self.nc_count() })?;
         regions::program(&self.regs(), nc, regions, shadow)
     }
@@ -123,7 +123,7 @@ impl Device {
     pub fn clear_regions(&self, nc: usize) -> Result<()> {
         platform::failpoint::hit("hal.regions.clear")?;
         self.check_nc(nc)?;
-        let mut all = self.inner.regions.lock().unwrap_or_else(|e| e.into_inner());
+        let mut all = platform::sync::lock(&self.inner.regions);
         let shadow = all.get_mut(nc).ok_or(HalError::NoSuchNc { nc, count: self.nc_count() })?;
         regions::disable(&self.regs(), nc, shadow)
     }
@@ -142,7 +142,7 @@ impl Device {
 
     /// The table's registers were reset with the NC: forget what they held.
     pub(super) fn forget_regions(&self, nc: Option<usize>) {
-        let mut all = self.inner.regions.lock().unwrap_or_else(|e| e.into_inner());
+        let mut all = platform::sync::lock(&self.inner.regions);
         for (i, s) in all.iter_mut().enumerate() {
             if nc.is_none_or(|n| n == i) {
                 s.clear();

@@ -20,7 +20,7 @@ impl Device {
         // On a shared device another process drives the other NCs' host-transfer queues.
         self.check_owned(nc)?;
         let key = udma::h2t(self.arch(), nc);
-        let mut v = self.inner.h2t.lock().unwrap_or_else(|e| e.into_inner());
+        let mut v = platform::sync::lock(&self.inner.h2t);
         if let Some((_, r)) = v.iter().find(|(k, _)| *k == key) {
             return Ok(r.clone());
         }
@@ -39,9 +39,9 @@ impl Device {
     /// reset cleared the engines.
     pub(super) fn reprogram_h2t(&self) -> Result<()> {
         let regs = self.regs();
-        let v = self.inner.h2t.lock().unwrap_or_else(|e| e.into_inner());
+        let v = platform::sync::lock(&self.inner.h2t);
         for (_, r) in v.iter() {
-            r.lock().unwrap_or_else(|e| e.into_inner()).recover(&regs)?;
+            platform::sync::lock(r).recover(&regs)?;
         }
         Ok(())
     }

@@ -13,7 +13,7 @@ impl Device {
         if let Some(g) = &self.inner.opts.firmware_gate {
             return g.request(cmd, payload);
         }
-        let mut s = self.inner.fw_seq.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = platform::sync::lock(&self.inner.fw_seq);
         fwio::request(self.arch(), &self.regs(), &mut s, cmd, payload, &self.inner.opts.poll)
     }
 
@@ -34,7 +34,7 @@ impl Device {
         if let (Some(g), ResetKind::Ncs(mask)) = (&self.inner.opts.firmware_gate, kind) {
             return g.reset_ncs(mask);
         }
-        let _mailbox = self.inner.fw_seq.lock().unwrap_or_else(|e| e.into_inner());
+        let _mailbox = platform::sync::lock(&self.inner.fw_seq);
         fwio::reset(self.arch(), &self.regs(), kind, &self.inner.opts.poll)
     }
 

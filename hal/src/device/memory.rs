@@ -89,7 +89,7 @@ impl Device {
     pub fn copy(&self, nc: usize, xfers: &[Xfer]) -> Result<()> {
         platform::failpoint::hit("hal.dma.copy")?;
         let ring = self.h2t_ring(nc)?;
-        let mut r = ring.lock().unwrap_or_else(|e| e.into_inner());
+        let mut r = platform::sync::lock(&ring);
         let regs = self.regs();
         match r.copy(&regs, xfers) {
             Err(e @ HalError::DmaAbort { .. }) | Err(e @ HalError::DmaTimeout { .. }) => {

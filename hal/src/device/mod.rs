@@ -315,7 +315,7 @@ impl Device {
 
     /// Drop cached host-transfer rings and unmap idle host memory (for a clean close).
     pub fn close(&self) {
-        self.inner.h2t.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        platform::sync::lock(&self.inner.h2t).clear();
         Parking::release_if_unused(&self.inner.park);
         self.inner.pool.trim();
     }

@@ -22,7 +22,7 @@ impl platform::Mmio for RecMmio {
         self.0.read32(o)
     }
     fn write32(&self, o: u64, v: u32) -> Result<(), MmioError> {
-        self.1.lock().unwrap().push((o, v));
+        platform::sync::lock(&self.1).push((o, v));
         self.0.write32(o, v)
     }
     fn read64(&self, o: u64) -> Result<u64, MmioError> {
@@ -30,7 +30,7 @@ impl platform::Mmio for RecMmio {
     }
     fn write64(&self, o: u64, v: u64) -> Result<(), MmioError> {
         // The driver's register writes are 32-bit; a 64-bit one would escape the log.
-        self.1.lock().unwrap().push((o, u32::MAX));
+        platform::sync::lock(&self.1).push((o, u32::MAX));
         self.0.write64(o, v)
     }
 }
@@ -106,7 +106,7 @@ pub struct AccessMmio(pub Arc<dyn platform::Mmio>, pub AccessLog);
 
 impl AccessMmio {
     fn push(&self, a: Access) {
-        self.1.lock().unwrap().push(a);
+        platform::sync::lock(&self.1).push(a);
     }
 }
 

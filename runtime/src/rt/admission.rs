@@ -10,7 +10,7 @@
 //! NRT_LOAD_NOT_ENOUGH_NC (9) with libnrt's message "Insufficient number of pncs, required:
 //! %u, available: %u". Running out of device memory is reported by staging.
 
-use super::{lock, RtError, RtErrorKind, Runtime};
+use super::{RtError, RtErrorKind, Session};
 
 /// The NCs picked for a load.
 pub(super) struct Placement {
@@ -20,13 +20,13 @@ pub(super) struct Placement {
     pub logical: Vec<usize>,
 }
 
-impl Runtime {
+impl Session {
     /// Pick `required` visible vNCs (logical cores: `start_nc`, or the least loaded); nothing
     /// is reserved yet. The placement's global NCs are their physical cores, in order.
     pub(super) fn admit(&self, start_nc: Option<usize>, required: usize) -> Result<Placement, RtError> {
-        let lnc = self.lnc();
+        let lnc = self.lnc.max(1);
         let visible = self.visible_logical();
-        let placed = lock(&self.placed).clone();
+        let placed = self.placed.lock().clone();
         let load = |v: usize| placed.get(crate::cores::physical(visible[v], lnc).start).copied().unwrap_or(0);
         let not_enough = |available: usize| RtError::from(RtErrorKind::NotEnoughNc { required, available });
         let first = match start_nc {
@@ -58,9 +58,9 @@ impl Runtime {
     /// first physical NC of vNC `start_nc`, or of the visible vNC holding the fewest models.
     /// Only a hint — no check, nothing reserved; a var admission places elsewhere is copied.
     pub(super) fn first_nc_hint(&self, start_nc: Option<usize>) -> usize {
-        let lnc = self.lnc();
+        let lnc = self.lnc.max(1);
         let visible = self.visible_logical();
-        let placed = lock(&self.placed);
+        let placed = self.placed.lock();
         let load = |l: &usize| placed.get(crate::cores::physical(*l, lnc).start).copied().unwrap_or(0);
         match start_nc {
             Some(s) => visible.get(s).copied(),

@@ -8,7 +8,7 @@ use std::time::Instant;
 use neff::NrtStatus;
 
 use super::execute::{bind_inputs, invalidate_outputs, kick, read_outputs};
-use super::{lock, Held, Model, ModelHandle, NcXu, RtError, RtErrorKind, Runtime, TensorSet};
+use super::{Held, Model, ModelHandle, NcXu, RtError, RtErrorKind, Runtime, TensorSet};
 use crate::completion::Step;
 use crate::xu::{Executor, Ticket, Xu, XuId};
 
@@ -24,15 +24,16 @@ impl Runtime {
         m.lifecycle.read(|lc| lc.check_executable())?;
         let nc = m.ncs.first().copied().ok_or_else(|| RtError::from(RtErrorKind::ModelWithoutNc))?;
         let xu = {
-            let mut xus = lock(&self.xus);
+            let mut xus = self.xus.lock();
             if let Some(x) = xus.get(&nc) {
                 x.clone()
             } else {
                 // The XU is named by the caller's (logical) core, as nrta_get_sequence names it.
-                let lnc = self.logical_nc(nc).unwrap_or(nc);
+                let session = self.session();
+                let lnc = session.as_ref().and_then(|s| s.logical_nc(nc)).unwrap_or(nc);
                 let lnc = u8::try_from(lnc).map_err(|_| RtError::from(RtErrorKind::NoXuId { nc: lnc }))?;
                 let id = XuId::compute(0, lnc).map_err(|e| RtError::from(RtErrorKind::Xu(e)))?;
-                let cap = lock(&self.cfg).async_capacity;
+                let cap = session.map_or(super::DEFAULT_ASYNC_CAPACITY, |s| s.cfg.async_capacity);
                 let xu = Xu::spawn(id, cap, XuExec).map_err(|e| RtError::from(RtErrorKind::Xu(e)))?;
                 let x = Arc::new(NcXu { xu });
                 xus.insert(nc, x.clone());
@@ -51,14 +52,14 @@ impl Runtime {
 
     /// Execution-unit worker threads alive.
     pub fn workers(&self) -> usize {
-        lock(&self.xus).len()
+        self.xus.lock().len()
     }
 
     /// Stop the execution units that no loaded model uses (their workers exit).
     pub(super) fn retire_workers(&self) {
-        let used: Vec<usize> = lock(&self.models).values().filter_map(|m| m.ncs.first().copied()).collect();
+        let used: Vec<usize> = self.models.lock().values().filter_map(|m| m.ncs.first().copied()).collect();
         let idle: Vec<Arc<NcXu>> = {
-            let mut xus = lock(&self.xus);
+            let mut xus = self.xus.lock();
             let keys: Vec<usize> = xus.keys().copied().filter(|k| !used.contains(k)).collect();
             keys.into_iter().filter_map(|k| xus.remove(&k)).collect()
         };
@@ -135,7 +136,7 @@ impl Executor for XuExec {
                 }
             }
         }
-        let mut g = lock(&m.exec);
+        let mut g = m.exec.lock();
         let Some(ex) = g.as_mut() else {
             tok.error = Some(NrtStatus::InvalidHandle);
             return Step::Done;
@@ -180,7 +181,7 @@ impl Executor for XuExec {
             return s;
         }
         let m = &tok.req.model;
-        let mut g = lock(&m.exec);
+        let mut g = m.exec.lock();
         let Some(ex) = g.as_mut() else { return NrtStatus::InvalidHandle };
         let status = ex.tracker.status();
         if crate::profile::active() {

@@ -7,9 +7,7 @@ use std::time::{Duration, Instant};
 use hal::Xfer;
 use neff::NrtStatus;
 
-use super::{
-    lock, ExecState, ExecTimings, Held, Model, ModelHandle, PollPolicy, RtError, RtErrorKind, Runtime, TensorSet,
-};
+use super::{ExecState, ExecTimings, Held, Model, ModelHandle, PollPolicy, RtError, RtErrorKind, Runtime, TensorSet};
 use crate::completion::Step;
 use crate::error::IoRole;
 
@@ -41,7 +39,7 @@ impl Runtime {
                 switch = s0.map(|s0| (s0, crate::profile::now_ns()));
             }
         }
-        let mut g = lock(&m.exec);
+        let mut g = m.exec.lock();
         let Some(ex) = g.as_mut() else { return Err(unloaded()) };
         bind_inputs(m, ex, inputs, outputs)?;
         if let Some(irq) = &ex.irq {
@@ -192,7 +190,7 @@ fn unloaded() -> RtError {
 #[inline(never)]
 fn failed(
     m: &Model,
-    g: std::sync::MutexGuard<'_, Option<ExecState>>,
+    g: crate::locks::Guard<std::sync::MutexGuard<'_, Option<ExecState>>>,
     held: Held<&super::NcLanes>,
     outputs: &TensorSet,
     status: NrtStatus,

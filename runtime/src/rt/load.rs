@@ -7,7 +7,7 @@
 
 use std::io::Read;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use neff::{Neff, ReadOptions};
 
@@ -15,9 +15,11 @@ use hal::Device;
 
 use super::admission::Placement;
 use super::{
-    lock, Armed, ExecState, Held, Model, ModelHandle, NcLanes, PollPolicy, RtError, RtErrorKind, Runtime, RuntimeConfig,
+    Armed, ExecState, Held, Model, ModelHandle, NcLanes, PollPolicy, RtError, RtErrorKind, Runtime, RuntimeConfig,
+    Session,
 };
 use crate::completion::{ExecTracker, TrackerConfig};
+use crate::locks::{Rank, Ranked};
 use crate::stage::weights::DeviceSink;
 use crate::stage::{stage_graph, GraphPlacement, StagedNc};
 use crate::state::{ModelLifecycle, Unload};
@@ -34,14 +36,14 @@ pub struct GlobalPlacement {
     pub ranks: usize,
 }
 
-/// What admission decided for a load (no resource taken yet).
+/// What admission decided for a load (no resource taken yet), in the session it was decided
+/// in (the whole load uses that one).
 struct Admitted {
+    session: Arc<Session>,
     place: Placement,
     id: u64,
     rank_base: usize,
     comm_id: u32,
-    cfg: RuntimeConfig,
-    arch: &'static csr_maps::Arch,
 }
 
 /// A load in progress: the placement counts it holds, the NCs' lanes, the lifecycle, and
@@ -52,6 +54,7 @@ struct Admitted {
 /// host memory is trimmed.
 struct LoadTxn<'a> {
     rt: &'a Runtime,
+    session: Arc<Session>,
     lanes: Arc<NcLanes>,
     /// Global NCs whose placement count this load holds.
     placed: Vec<usize>,
@@ -90,7 +93,7 @@ impl Drop for LoadTxn<'_> {
             s.teardown(d);
         }
         let _ = self.life.load_failed();
-        self.rt.unplace(&self.placed);
+        self.session.unplace(&self.placed);
         drop(self.held.take());
         self.rt.release_idle();
     }
@@ -137,13 +140,13 @@ impl Runtime {
     /// devices' arch.
     fn read_options(&self) -> Result<ReadOptions, RtError> {
         self.guard()?;
-        let (verify, allow_legacy) = {
-            let cfg = lock(&self.cfg);
-            (cfg.verify, cfg.allow_legacy)
-        };
-        let devices = lock(&self.devices).clone();
-        let first = devices.first().ok_or_else(|| RtError::from(RtErrorKind::NoDevices))?;
-        Ok(ReadOptions { verify, arch: Some(first.arch()), allow_legacy, ..ReadOptions::default() })
+        let s = self.current()?;
+        Ok(ReadOptions {
+            verify: s.cfg.verify,
+            arch: Some(s.arch),
+            allow_legacy: s.cfg.allow_legacy,
+            ..ReadOptions::default()
+        })
     }
 
     fn load_placed(
@@ -195,9 +198,11 @@ impl Runtime {
         let opts = self.read_options()?;
         // Stream to the NC the model's first graph will most likely land on (admission runs
         // once, after the parse; a var placed elsewhere is copied device to device).
-        let target = self.first_nc_hint(start_nc);
+        let session = self.current()?;
+        let target = session.first_nc_hint(start_nc);
         let (dev, local) =
-            self.device_of(target).ok_or_else(|| RtError::from(RtErrorKind::NoDeviceForNc { nc: target }))?;
+            session.device_of(target).ok_or_else(|| RtError::from(RtErrorKind::NoDeviceForNc { nc: target }))?;
+        drop(session);
         let mut sink = DeviceSink::new(&dev, local);
         let n = Neff::parse_streaming(r, len, &opts, &mut sink)?;
         let m = self.load_parsed(n, start_nc, nc_count, global, Some(&mut sink))?;
@@ -230,8 +235,8 @@ impl Runtime {
         nc_count: Option<usize>,
         global: Option<GlobalPlacement>,
     ) -> Result<Admitted, RtError> {
-        let cfg = lock(&self.cfg).clone();
-        let arch = lock(&self.devices).first().ok_or_else(|| RtError::from(RtErrorKind::NoDevices))?.arch();
+        let session = self.current()?;
+        let arch = session.arch;
         crate::stage::check_io(n).map_err(|e| RtError::from(RtErrorKind::Bindings(Box::new(e))))?;
         // Collectives that can never complete are refused before anything is placed.
         let ranks = match global {
@@ -241,7 +246,7 @@ impl Runtime {
         crate::collectives::check(n, ranks)?;
         // A NEFF runs on logical NeuronCores of the size it was compiled for (its header's
         // vnc_size, one graph per physical core of each): another size is refused.
-        let lnc = self.lnc();
+        let lnc = session.lnc.max(1);
         let vnc_size = n.header.vnc_size.max(1);
         if vnc_size as usize != lnc {
             return Err(RtError::from(RtErrorKind::LncMismatch {
@@ -256,13 +261,13 @@ impl Runtime {
         }
         let per_instance = n.graphs.len() / lnc;
         let required = nc_count.unwrap_or(per_instance).max(per_instance);
-        let place = self.admit(start_nc, required)?;
+        let place = session.admit(start_nc, required)?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (rank_base, comm_id) = match global {
             Some(g) => (g.rank_base, g.comm_id),
             None => (0, (id as u32).wrapping_mul(2654435761) ^ (std::process::id() << 8)),
         };
-        Ok(Admitted { place, id, rank_base, comm_id, cfg, arch })
+        Ok(Admitted { session, place, id, rank_base, comm_id })
     }
 
     /// Take the admitted NCs into a transaction: count the placement, hold the NCs' lanes
@@ -270,17 +275,11 @@ impl Runtime {
     /// left dirty.
     fn begin_load(&self, a: &Admitted) -> Result<LoadTxn<'_>, RtError> {
         let picked = a.place.global.clone();
-        {
-            let mut placed = lock(&self.placed);
-            for &c in &picked {
-                if let Some(p) = placed.get_mut(c) {
-                    *p += 1;
-                }
-            }
-        }
-        let lanes = lock(&self.lanes).clone();
+        a.session.place(&picked);
+        let lanes = a.session.lanes.clone();
         let mut txn = LoadTxn {
             rt: self,
+            session: a.session.clone(),
             held: Some(Held::acquire(&lanes, &picked)),
             lanes,
             placed: picked,
@@ -294,7 +293,7 @@ impl Runtime {
         for &g in &txn.placed {
             super::ncs::park_armed(&txn.lanes, g);
             if txn.lanes.set_dirty(g, false) {
-                if let Some((dev, local)) = self.device_of(g) {
+                if let Some((dev, local)) = a.session.device_of(g) {
                     if let Err(e) = dev.reset_nc(local) {
                         txn.lanes.set_dirty(g, true);
                         return Err(e.into());
@@ -314,7 +313,7 @@ impl Runtime {
         a: &Admitted,
         mut weights: Option<&mut DeviceSink>,
     ) -> Result<(), RtError> {
-        let progress = lock(&self.load_progress).clone();
+        let progress = self.load_progress.lock().clone();
         let total: u64 = n.graphs.iter().map(crate::stage::initial_bytes).sum();
         let done = std::sync::atomic::AtomicU64::new(0);
         let written = |b: u64| {
@@ -334,7 +333,7 @@ impl Runtime {
                 .copied()
                 .ok_or_else(|| RtError::from(RtErrorKind::NoDeviceForNc { nc: rank }))?;
             let (dev, local) =
-                self.device_of(global).ok_or_else(|| RtError::from(RtErrorKind::NoDeviceForNc { nc: global }))?;
+                a.session.device_of(global).ok_or_else(|| RtError::from(RtErrorKind::NoDeviceForNc { nc: global }))?;
             let before = super::hbm_used(&dev, local);
             let s = stage_graph(
                 &dev,
@@ -343,7 +342,7 @@ impl Runtime {
                     nc: local,
                     rank: a.rank_base + rank,
                     comm_id: a.comm_id,
-                    unchecked: unchecked_loader(&a.cfg),
+                    unchecked: unchecked_loader(&a.session.cfg),
                 },
                 &written,
                 weights.as_deref_mut(),
@@ -362,8 +361,8 @@ impl Runtime {
     /// Finish: the completion tracker, the clock sync point and the interrupt, then the model
     /// (RUNNING, armed on its NCs) — the transaction commits only when nothing can fail.
     fn finish_load(&self, mut txn: LoadTxn<'_>, n: &Neff, a: Admitted) -> Result<ModelHandle, RtError> {
-        let cfg = &a.cfg;
-        let mut tc = TrackerConfig::new(a.arch, cfg.exec_timeout);
+        let cfg = &a.session.cfg;
+        let mut tc = TrackerConfig::new(a.session.arch, cfg.exec_timeout);
         tc.reads_per_sweep = crate::stage::RING_RECORDS as usize;
         tc.barrier_warn = cfg.barrier_warn;
         // Both execute paths step the engine on the coarse clock.
@@ -395,13 +394,13 @@ impl Runtime {
             ncs: a.place.global,
             vncs: a.place.logical,
             lifecycle: super::Lifecycle::new(life),
-            exec: Mutex::new(Some(ExecState { irq, ncs: staged, tracker, seq: 0, sync })),
+            exec: Ranked::new(Rank::Exec, Some(ExecState { irq, ncs: staged, tracker, seq: 0, sync })),
             poll: cfg.poll,
             phase_timings: cfg.phase_timings,
             devices: devs,
             lanes: lanes.clone(),
             epoch: self.epoch,
-            observers: lock(&self.observers).clone(),
+            observers: a.session.observers.clone(),
             staged_bytes,
         });
         model.observers.model_loaded(&model.ncs, &model.staged_bytes);
@@ -410,7 +409,7 @@ impl Runtime {
             lanes.set_active(g, Some(Armed { id, model: Arc::downgrade(&model) }));
         }
         drop(held);
-        lock(&self.models).insert(id, model.clone());
+        self.models.lock().insert(id, model.clone());
         Ok(model)
     }
 
@@ -428,7 +427,7 @@ impl Runtime {
             Unload::StillReferenced { .. } => return Ok(()),
             Unload::Teardown => {}
         }
-        lock(&self.models).remove(&m.id);
+        self.models.lock().remove(&m.id);
         self.retire_workers();
         // Wait for the executions queued on the model's NCs before it (each bounded by its
         // timeout), then tear down with the NCs held.
@@ -444,20 +443,11 @@ impl Runtime {
     /// released: host-transfer rings and the devices stay until [`Runtime::close`], so tensor
     /// I/O on other threads is never torn down under them.
     pub(super) fn release_idle(&self) {
-        let devs = lock(&self.devices).clone();
-        let models = lock(&self.models);
-        for d in &devs {
+        let Some(s) = self.session() else { return };
+        let models = self.models.lock();
+        for d in &s.devices {
             if !models.values().any(|x| x.devices.iter().any(|y| y.same(d))) {
                 d.trim();
-            }
-        }
-    }
-
-    fn unplace(&self, ncs: &[usize]) {
-        let mut placed = lock(&self.placed);
-        for &c in ncs {
-            if let Some(p) = placed.get_mut(c) {
-                *p = p.saturating_sub(1);
             }
         }
     }
@@ -465,7 +455,7 @@ impl Runtime {
     /// Tear `m` down; the caller holds `m`'s lanes (or nothing else can use them: close).
     pub(super) fn teardown(&self, m: &Model) {
         let poisoned = m.lifecycle.read(|lc| lc.poisoned().is_some());
-        if let Some(ex) = lock(&m.exec).take() {
+        if let Some(ex) = m.exec.lock().take() {
             m.observers.model_unloaded(&m.ncs, &m.staged_bytes);
             m.observers.model_listed(&m.desc(), false);
             for ((s, d), &g) in ex.ncs.into_iter().zip(m.devices.iter()).zip(m.ncs.iter()) {
@@ -493,6 +483,8 @@ impl Runtime {
         for d in &m.devices {
             d.trim();
         }
-        self.unplace(&m.ncs);
+        if let Some(s) = self.session() {
+            s.unplace(&m.ncs);
+        }
     }
 }

@@ -24,11 +24,13 @@
 //! | [`tensor_ops`] | tensor operations beyond read/write (slices, caller buffers, copies, fills; also `crate::tensor_ops`) |
 //!
 //! What `init` builds (devices, configuration, placement counts, lanes, the session's
-//! observers) is made in one place, `Session::open`, and installed together.
+//! observers) is one [`Session`], made in one place (`Session::open`), installed as one unit and
+//! read as one: callers clone its `Arc` under a read lock held for nothing else
+//! ([`crate::locks`] holds the order of the runtime's locks).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use hal::Device;
@@ -36,6 +38,7 @@ use neff::{NrtStatus, TensorInfo};
 use platform::Platform;
 
 use crate::completion::ExecTracker;
+use crate::locks::{Rank, Ranked, RankedRw};
 use crate::observe::{Attach, Observers};
 use crate::stage::StagedNc;
 use crate::state::{ModelLifecycle, RuntimeState};
@@ -312,7 +315,7 @@ pub struct Model {
     /// NEURON_RT_VISIBLE_CORES), one per logical core — `ncs` holds LNC physical cores each.
     pub vncs: Vec<usize>,
     lifecycle: Lifecycle,
-    exec: Mutex<Option<ExecState>>,
+    exec: Ranked<Option<ExecState>>,
     poll: PollPolicy,
     /// [`RuntimeConfig::phase_timings`] at load.
     phase_timings: bool,
@@ -336,7 +339,8 @@ impl Model {
         barrier_warnings: u32,
         end: Instant,
     ) {
-        self.observers.execution(&self.ncs, status, latency_ns, busy_ns, barrier_warnings, end);
+        let e = crate::observe::ExecutionEnd { status, latency_ns, busy_ns, barrier_warnings, end };
+        self.observers.execution(&self.ncs, &e);
     }
 
     /// The model as listings name it.
@@ -356,35 +360,32 @@ pub(crate) fn hbm_used(dev: &Device, nc: usize) -> u64 {
     dev.allocator().usage(dev.hbm_for_nc(nc)).map(|u| u.used).unwrap_or(0)
 }
 
-/// Times a runtime lock was found held by another thread (see [`lock_contentions`]).
-static CONTENDED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
 /// A model's lifecycle under its lock, with whether the model may execute (RUNNING and not
 /// poisoned) published in an atomic on every change: the execute path reads that flag without
 /// taking the lock (a snapshot, as a check under the lock released at once would be).
 pub(crate) struct Lifecycle {
-    lc: Mutex<ModelLifecycle>,
+    lc: Ranked<ModelLifecycle>,
     runnable: AtomicBool,
 }
 
 impl Lifecycle {
     fn new(lc: ModelLifecycle) -> Self {
         let runnable = AtomicBool::new(Self::may_run(&lc));
-        Self { lc: Mutex::new(lc), runnable }
+        Self { lc: Ranked::new(Rank::Lifecycle, lc), runnable }
     }
     fn may_run(lc: &ModelLifecycle) -> bool {
         lc.check_executable().is_ok() && lc.poisoned().is_none()
     }
     /// Change the lifecycle under its lock (the flag follows).
     pub(crate) fn update<R>(&self, f: impl FnOnce(&mut ModelLifecycle) -> R) -> R {
-        let mut g = lock(&self.lc);
+        let mut g = self.lc.lock();
         let r = f(&mut g);
         self.runnable.store(Self::may_run(&g), Ordering::Release);
         r
     }
     /// Read the lifecycle under its lock.
     pub(crate) fn read<R>(&self, f: impl FnOnce(&ModelLifecycle) -> R) -> R {
-        f(&lock(&self.lc))
+        f(&self.lc.lock())
     }
     /// Whether the model may execute (no lock).
     pub(crate) fn runnable(&self) -> bool {
@@ -392,22 +393,11 @@ impl Lifecycle {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    match m.try_lock() {
-        Ok(g) => g,
-        Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
-        Err(std::sync::TryLockError::WouldBlock) => {
-            CONTENDED.fetch_add(1, Ordering::Relaxed);
-            m.lock().unwrap_or_else(|e| e.into_inner())
-        }
-    }
-}
-
 /// Times any of the runtime's mutexes (runtime state, models, per-model locks) or an NC
 /// lane's lock was found held by another thread, process-wide: a contention count for
 /// benchmarks (a shared lock on the hot path shows here as executes from several threads).
 pub fn lock_contentions() -> u64 {
-    CONTENDED.load(Ordering::Relaxed) + crate::lanes::contentions()
+    crate::locks::contentions() + crate::lanes::contentions()
 }
 
 impl std::fmt::Debug for Model {
@@ -425,14 +415,17 @@ struct NcXu {
 
 /// Everything `init` makes, built in one place ([`Session::open`]) from the platforms, the
 /// device options and the configuration the front end read once (`RuntimeConfig::from_env`),
-/// then installed in the runtime together.
-struct Session {
+/// then installed in the runtime as one unit and read as one (`Runtime::session`). Only the
+/// placement counts change while it is installed.
+pub(crate) struct Session {
     devices: Vec<Device>,
+    /// The devices' arch.
+    arch: &'static csr_maps::Arch,
     cfg: RuntimeConfig,
     /// The logical NeuronCore size ([`crate::cores::resolve_lnc`]).
     lnc: usize,
-    /// Models placed on each global NC (none yet).
-    placed: Vec<usize>,
+    /// Models placed on each global NC (its length is the NC count).
+    placed: Ranked<Vec<usize>>,
     lanes: Arc<NcLanes>,
     observers: Observers,
 }
@@ -452,23 +445,90 @@ impl Session {
         let lnc = crate::cores::resolve_lnc(arch, cfg.lnc)?;
         let ncs: usize = devices.iter().map(|d| d.nc_count()).sum();
         let observers = Observers::attach(attachers, &devices);
-        Ok(Self { placed: vec![0; ncs], lanes: Arc::new(NcLanes::new(ncs)), observers, devices, cfg, lnc })
+        Ok(Self {
+            placed: Ranked::new(Rank::Placed, vec![0; ncs]),
+            lanes: Arc::new(NcLanes::new(ncs)),
+            observers,
+            devices,
+            arch,
+            cfg,
+            lnc,
+        })
+    }
+
+    /// Global physical NCs of the session's devices.
+    fn nc_count(&self) -> usize {
+        self.lanes.len()
+    }
+
+    /// [`Runtime::visible_logical`] of this session.
+    fn visible_logical(&self) -> Vec<usize> {
+        let n = self.nc_count() / self.lnc.max(1);
+        match &self.cfg.visible_cores {
+            Some(v) => v.iter().copied().filter(|&c| c < n).collect(),
+            None => (0..n).take(self.cfg.num_cores.unwrap_or(usize::MAX)).collect(),
+        }
+    }
+
+    /// [`Runtime::global_nc`] of this session.
+    fn global_nc(&self, vnc: usize) -> Result<usize, RtError> {
+        let v = self.visible_logical();
+        v.get(vnc)
+            .map(|&l| crate::cores::physical(l, self.lnc).start)
+            .ok_or_else(|| RtError::from(RtErrorKind::NoLogicalNc { nc: vnc, visible: v.len() }))
+    }
+
+    /// [`Runtime::logical_nc`] of this session.
+    fn logical_nc(&self, global_nc: usize) -> Option<usize> {
+        let l = crate::cores::logical(global_nc, self.lnc);
+        self.visible_logical().iter().position(|&g| g == l)
+    }
+
+    /// [`Runtime::device_of`] of this session.
+    fn device_of(&self, global_nc: usize) -> Option<(Device, usize)> {
+        let mut base = 0;
+        for d in self.devices.iter() {
+            if global_nc < base + d.nc_count() {
+                return Some((d.clone(), global_nc - base));
+            }
+            base += d.nc_count();
+        }
+        None
+    }
+
+    /// Count one more model on each of `ncs`.
+    fn place(&self, ncs: &[usize]) {
+        let mut placed = self.placed.lock();
+        for &c in ncs {
+            if let Some(p) = placed.get_mut(c) {
+                *p += 1;
+            }
+        }
+    }
+
+    /// Count one model fewer on each of `ncs`.
+    fn unplace(&self, ncs: &[usize]) {
+        let mut placed = self.placed.lock();
+        for &c in ncs {
+            if let Some(p) = placed.get_mut(c) {
+                *p = p.saturating_sub(1);
+            }
+        }
     }
 }
 
 /// The runtime (libnrt's global state, as an object).
+///
+/// Its locks, in the order they are taken ([`crate::locks::Rank`], docs/architecture.md
+/// "Locks"): `state`, `xus`, `models`, `load_progress`, a model's `exec` and its lifecycle,
+/// the session's `placed`, and last `session` (held only to clone or swap the `Arc`).
 pub struct Runtime {
-    state: Mutex<RuntimeState>,
-    devices: Mutex<Vec<Device>>,
-    cfg: Mutex<RuntimeConfig>,
-    /// Models placed on each global NC.
-    placed: Mutex<Vec<usize>>,
-    lanes: Mutex<Arc<NcLanes>>,
-    models: Mutex<HashMap<u64, Arc<Model>>>,
-    xus: Mutex<HashMap<usize, Arc<NcXu>>>,
+    state: Ranked<RuntimeState>,
+    /// The current session: None before init and after close.
+    session: RankedRw<Option<Arc<Session>>>,
+    models: Ranked<HashMap<u64, Arc<Model>>>,
+    xus: Ranked<HashMap<usize, Arc<NcXu>>>,
     next_id: AtomicU64,
-    /// The session's logical NeuronCore size (1 before init).
-    lnc: std::sync::atomic::AtomicUsize,
     pid: AtomicU64,
     /// [`platform::fork::forks`] at init (u64::MAX: not known, ask for the pid).
     forks_at_init: AtomicU64,
@@ -476,14 +536,11 @@ pub struct Runtime {
     /// lock-free fast path (set last by `init`, cleared first by `close`; every other case —
     /// a forked child, an unknown fork count — takes the state mutex).
     live: AtomicBool,
-    closed_devices: AtomicBool,
     epoch: Instant,
     /// What the front end installed to observe each init…close session (monitoring).
     attachers: Vec<Arc<dyn Attach>>,
-    /// The observers of the current session ([`crate::observe`]), from init to close.
-    pub(crate) observers: Mutex<Observers>,
     /// Told how far each load has got writing weights (`set_load_progress`).
-    load_progress: Mutex<Option<crate::stage::LoadProgressFn>>,
+    load_progress: Ranked<Option<crate::stage::LoadProgressFn>>,
 }
 
 impl Default for Runtime {
@@ -503,24 +560,30 @@ impl Runtime {
     /// [`crate::monitoring`]).
     pub fn with_observers(attachers: Vec<Arc<dyn Attach>>) -> Self {
         Self {
-            state: Mutex::new(RuntimeState::new()),
-            devices: Mutex::new(Vec::new()),
-            cfg: Mutex::new(RuntimeConfig::default()),
-            placed: Mutex::new(Vec::new()),
-            lanes: Mutex::new(Arc::new(NcLanes::new(0))),
-            models: Mutex::new(HashMap::new()),
-            xus: Mutex::new(HashMap::new()),
+            state: Ranked::new(Rank::State, RuntimeState::new()),
+            session: RankedRw::new(Rank::Session, None),
+            models: Ranked::new(Rank::Models, HashMap::new()),
+            xus: Ranked::new(Rank::Xus, HashMap::new()),
             next_id: AtomicU64::new(1),
-            lnc: std::sync::atomic::AtomicUsize::new(1),
             pid: AtomicU64::new(std::process::id() as u64),
             forks_at_init: AtomicU64::new(u64::MAX),
             live: AtomicBool::new(false),
-            closed_devices: AtomicBool::new(false),
             epoch: Instant::now(),
             attachers,
-            observers: Mutex::new(Observers::default()),
-            load_progress: Mutex::new(None),
+            load_progress: Ranked::new(Rank::LoadProgress, None),
         }
+    }
+
+    /// The current session (None before init and after close): its `Arc`, cloned under the
+    /// session's read lock, which is released at once.
+    pub(crate) fn session(&self) -> Option<Arc<Session>> {
+        self.session.read().clone()
+    }
+
+    /// The current session, or NRT_FAILURE's "no devices" when there is none (a call racing
+    /// `close`; the API guard refuses every call before init and after close).
+    pub(crate) fn current(&self) -> Result<Arc<Session>, RtError> {
+        self.session().ok_or_else(|| RtError::from(RtErrorKind::NoDevices))
     }
 
     /// The NRT_INIT_STATE guard at the top of every API entry: Ok in INIT for the process
@@ -537,13 +600,13 @@ impl Runtime {
             return Ok(());
         }
         let pid = if same { self.pid.load(Ordering::Relaxed) as u32 } else { std::process::id() };
-        Ok(lock(&self.state).guard(pid)?)
+        Ok(self.state.lock().guard(pid)?)
     }
 
     /// Whether [`Runtime::init`] may proceed now (START or CLOSED), so a front end can
     /// refuse early, before it opens any device. Same errors as `init`'s state check.
     pub fn check_init(&self) -> Result<(), RtError> {
-        Ok(lock(&self.state).check_init(std::process::id())?)
+        Ok(self.state.lock().check_init(std::process::id())?)
     }
 
     /// `nrt_init`: open and initialise the devices behind `platforms`.
@@ -559,7 +622,7 @@ impl Runtime {
     /// `nrt_init` with each device's own options (a shared device: the NCs and device memory
     /// this process leased, [`hal::DeviceOptions::owned_ncs`]).
     pub fn init_devices(&self, platforms: Devices, cfg: RuntimeConfig) -> Result<(), RtError> {
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock();
         st.init(std::process::id())?;
         let session = match Session::open(platforms, cfg, &self.attachers) {
             Ok(s) => s,
@@ -576,23 +639,17 @@ impl Runtime {
         Ok(())
     }
 
-    /// Make `s` the runtime's state (init, under the state lock).
+    /// Make `s` the runtime's session (init, under the state lock).
     fn install(&self, s: Session) {
-        let Session { devices, cfg, lnc, placed, lanes, observers } = s;
-        self.lnc.store(lnc, Ordering::Relaxed);
-        observers.logical_nc_config(lnc);
-        *lock(&self.placed) = placed;
-        *lock(&self.lanes) = lanes;
-        *lock(&self.observers) = observers;
-        *lock(&self.devices) = devices;
-        *lock(&self.cfg) = cfg;
+        s.observers.logical_nc_config(s.lnc);
+        *self.session.write() = Some(Arc::new(s));
     }
 
     /// Call `f` as every later [`Runtime::load`] writes the model's initial data (weights) to
     /// the device: once with `done` 0, then after every chunk (16 MiB at most); `None` stops.
     /// The callback runs on the loading thread; it should return quickly.
     pub fn set_load_progress(&self, f: Option<crate::stage::LoadProgressFn>) {
-        *lock(&self.load_progress) = f;
+        *self.load_progress.lock() = f;
     }
 
     /// The shared-memory counters segment this runtime publishes for monitors
@@ -605,82 +662,77 @@ impl Runtime {
     /// Where the current session's observer of `kind` ([`crate::observe::Observer::kind`])
     /// publishes.
     pub fn observer_path(&self, kind: &str) -> Option<std::path::PathBuf> {
-        lock(&self.observers).path_of(kind)
+        self.session()?.observers.path_of(kind)
     }
 
     /// `nrt_close`: unload everything, stop workers, release the devices.
     pub fn close(&self) -> Result<(), RtError> {
         self.guard()?;
         self.live.store(false, Ordering::Release);
-        let xus: Vec<Arc<NcXu>> = lock(&self.xus).drain().map(|(_, x)| x).collect();
+        let xus: Vec<Arc<NcXu>> = self.xus.lock().drain().map(|(_, x)| x).collect();
         for x in xus {
             if let Ok(x) = Arc::try_unwrap(x) {
                 let _ = x.xu.shutdown();
             }
         }
-        let models: Vec<Arc<Model>> = lock(&self.models).drain().map(|(_, m)| m).collect();
+        let models: Vec<Arc<Model>> = self.models.lock().drain().map(|(_, m)| m).collect();
         for m in models {
             self.teardown(&m);
         }
-        // Observers stop using the devices (the debug endpoint stops serving other
-        // processes) before the devices go.
-        let observers = std::mem::take(&mut *lock(&self.observers));
-        observers.close();
-        for d in lock(&self.devices).drain(..) {
-            d.close();
+        let session = self.session.write().take();
+        if let Some(s) = &session {
+            // Observers stop using the devices (the debug endpoint stops serving other
+            // processes) before the devices go.
+            s.observers.close();
+            for d in &s.devices {
+                d.close();
+            }
         }
-        self.closed_devices.store(true, Ordering::Relaxed);
-        drop(observers);
-        Ok(lock(&self.state).close(std::process::id())?)
+        drop(session);
+        Ok(self.state.lock().close(std::process::id())?)
     }
 
     /// Global physical NCs of the runtime's devices.
     pub fn nc_count(&self) -> usize {
-        lock(&self.placed).len()
+        self.session().map_or(0, |s| s.nc_count())
     }
 
     /// The logical NeuronCore size of the session ([`crate::cores`]; 1 before init).
     pub fn lnc(&self) -> usize {
-        self.lnc.load(Ordering::Relaxed).max(1)
+        self.session().map_or(1, |s| s.lnc.max(1))
     }
 
     /// Logical NeuronCores of the runtime's devices (`nrt_get_total_vnc_count` once
     /// initialised).
     pub fn logical_count(&self) -> usize {
-        self.nc_count() / self.lnc()
+        self.session().map_or(0, |s| s.nc_count() / s.lnc.max(1))
     }
 
     /// The logical cores a caller may name, in order: NEURON_RT_VISIBLE_CORES (or every core),
     /// the first NEURON_RT_NUM_CORES of them when that is set instead.
     pub fn visible_logical(&self) -> Vec<usize> {
-        let n = self.logical_count();
-        let cfg = lock(&self.cfg);
-        match &cfg.visible_cores {
-            Some(v) => v.iter().copied().filter(|&c| c < n).collect(),
-            None => (0..n).take(cfg.num_cores.unwrap_or(usize::MAX)).collect(),
-        }
+        self.session().map_or_else(Vec::new, |s| s.visible_logical())
     }
 
     /// The global physical NCs a caller may use, in logical order: vNC `i` is physical cores
     /// `visible_ncs()[i·LNC .. (i+1)·LNC]` (NEURON_RT_VISIBLE_CORES=3,4 at LNC=1 → vNC 0, 1
     /// are global 3, 4; NEURON_RT_VISIBLE_CORES=1 at LNC=2 → vNC 0 is global 2, 3).
     pub fn visible_ncs(&self) -> Vec<usize> {
-        crate::cores::expand(&self.visible_logical(), self.lnc())
+        self.session().map_or_else(Vec::new, |s| crate::cores::expand(&s.visible_logical(), s.lnc))
     }
 
     /// The first global physical NC behind vNC `vnc` (the one tensors of that vNC live near).
     pub fn global_nc(&self, vnc: usize) -> Result<usize, RtError> {
-        let v = self.visible_logical();
-        v.get(vnc)
-            .map(|&l| crate::cores::physical(l, self.lnc()).start)
-            .ok_or_else(|| RtError::from(RtErrorKind::NoLogicalNc { nc: vnc, visible: v.len() }))
+        match self.session() {
+            Some(s) => s.global_nc(vnc),
+            None => Err(RtError::from(RtErrorKind::NoLogicalNc { nc: vnc, visible: 0 })),
+        }
     }
 
     /// The vNC (index into the visible logical cores) of global physical NC `global_nc`, if
     /// it is visible.
     pub fn logical_nc(&self, global_nc: usize) -> Option<usize> {
-        let l = crate::cores::logical(global_nc, self.lnc());
-        self.visible_logical().iter().position(|&g| g == l)
+        self.session()?.logical_nc(global_nc)
     }
 
     /// The device serving vNC `vnc` and its first physical NC's index on it.
@@ -691,28 +743,22 @@ impl Runtime {
 
     /// Models placed on each vNC.
     pub fn models_per_nc(&self) -> Vec<usize> {
-        let lnc = self.lnc();
-        let vis = self.visible_logical();
-        let placed = lock(&self.placed);
-        vis.into_iter().map(|l| placed.get(crate::cores::physical(l, lnc).start).copied().unwrap_or(0)).collect()
+        let Some(s) = self.session() else { return Vec::new() };
+        let placed = s.placed.lock();
+        s.visible_logical()
+            .into_iter()
+            .map(|l| placed.get(crate::cores::physical(l, s.lnc).start).copied().unwrap_or(0))
+            .collect()
     }
 
     /// The device of global NC `global_nc` and the NC's index on it.
     pub fn device_of(&self, global_nc: usize) -> Option<(Device, usize)> {
-        let devs = lock(&self.devices);
-        let mut base = 0;
-        for d in devs.iter() {
-            if global_nc < base + d.nc_count() {
-                return Some((d.clone(), global_nc - base));
-            }
-            base += d.nc_count();
-        }
-        None
+        self.session()?.device_of(global_nc)
     }
 
     /// Models currently loaded.
     pub fn loaded_models(&self) -> usize {
-        lock(&self.models).len()
+        self.models.lock().len()
     }
 }
 

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use hal::q7::{CoreKind, UcodeContext, UcodeCore};
 
-use super::{lock, Armed, ExecState, Model, NcLanes, RtError};
+use super::{Armed, ExecState, Model, NcLanes, RtError};
 use crate::stage::{sems, ucode, StageError, StagedNc};
 
 /// Park `s`: its NC is handed to another model. Nothing it owns is freed.
@@ -36,7 +36,7 @@ pub(super) fn park(s: &mut StagedNc) {
 pub(super) fn park_armed(lanes: &NcLanes, g: usize) {
     let Some(prev) = lanes.set_active(g, None).and_then(|a| a.model.upgrade()) else { return };
     let Some(j) = prev.ncs.iter().position(|&x| x == g) else { return };
-    let mut exec = lock(&prev.exec);
+    let mut exec = prev.exec.lock();
     if let Some(s) = exec.as_mut().and_then(|ex| ex.ncs.get_mut(j)) {
         park(s);
     }
@@ -100,7 +100,7 @@ pub(super) fn switch_in(m: &Arc<Model>) -> Result<bool, RtError> {
         // Park the previous model (its lanes include this NC, which we hold: it is idle).
         park_armed(&m.lanes, g);
         let dirty = m.lanes.set_dirty(g, false);
-        let mut gex = lock(&m.exec);
+        let mut gex = m.exec.lock();
         let ex: &mut ExecState = match gex.as_mut() {
             Some(ex) => ex,
             None => return Ok(switched),

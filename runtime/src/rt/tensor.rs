@@ -137,8 +137,9 @@ impl Runtime {
     /// I/O runs on that NC's host-transfer ring.
     pub fn alloc_tensor(&self, name: &str, size: u64, on_device: bool, vnc: usize) -> Result<Arc<Tensor>, RtError> {
         self.guard()?;
-        let nc = self.global_nc(vnc)?;
-        let (dev, local) = self.device_of(nc).ok_or_else(|| RtError::from(RtErrorKind::NoDeviceForNc { nc }))?;
+        let session = self.current()?;
+        let nc = session.global_nc(vnc)?;
+        let (dev, local) = session.device_of(nc).ok_or_else(|| RtError::from(RtErrorKind::NoDeviceForNc { nc }))?;
         // No memory can hold more than isize::MAX bytes; refuse before any size is rounded.
         if size > isize::MAX as u64 {
             return Err(RtError::from(RtErrorKind::TensorTooLarge { name: name.to_string(), size }));
@@ -149,7 +150,7 @@ impl Runtime {
         } else {
             TensorMem::Host(dev.alloc_host(size.max(1) as usize, 64)?)
         };
-        let acct = super::lock(&self.observers).tensor(nc, size, on_device);
+        let acct = session.observers.tensor(nc, size, on_device);
         Ok(Arc::new(Tensor {
             name: name.to_string(),
             size,

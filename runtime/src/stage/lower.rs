@@ -277,8 +277,7 @@ pub fn lower(cx: &mut LowerCtx<'_>, i: &Instruction, pc: usize, out: &mut Slots)
                 }
                 let id = ((l.start_addr >> addr8::VAR_ID_SHIFT) & addr8::VAR_ID_MASK) as u32;
                 let off = l.start_addr & addr8::OFFSET_MASK;
-                let es = if l.elem_size == 0 { 65536 } else { l.elem_size as u64 };
-                let (lo, hi) = leg_span(l, es);
+                let (lo, hi) = l.span();
                 let first = off as i128 + lo;
                 if first < 0 {
                     return Err(StageError::from(StageErrorKind::BeforeVar {
@@ -340,21 +339,4 @@ pub fn lower(cx: &mut LowerCtx<'_>, i: &Instruction, pc: usize, out: &mut Slots)
         }
     }
     Ok(())
-}
-
-/// The byte range `[lo, hi)` a 2-D leg touches, relative to its start address: every
-/// element `i·step0 + j·step1` (`i < n0`, `j < n1`), steps of either sign, exactly (in i128,
-/// so nothing wraps). An empty leg touches nothing (`lo == hi == 0`).
-pub fn leg_span(l: &Dma2dLeg, es: u64) -> (i128, i128) {
-    if l.num_elem[0] == 0 || l.num_elem[1] == 0 {
-        return (0, 0);
-    }
-    let ext = |n: u16, s: i32| {
-        let far = (n as i128 - 1) * s as i128;
-        (far.min(0), far.max(0))
-    };
-    let (a0, b0) = ext(l.num_elem[0], l.step_elem[0]);
-    let (a1, b1) = ext(l.num_elem[1], l.step_elem[1]);
-    let es = es as i128;
-    ((a0 + a1) * es, (b0 + b1 + 1) * es)
 }

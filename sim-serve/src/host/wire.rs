@@ -5,24 +5,40 @@
 //! (u16) and the body's length (u32) — and a body of little-endian fields in a fixed order per
 //! tag. Strings are a u32 length and UTF-8 bytes; lists are a u32 count and their elements.
 //! The version is in every frame so a host and a broker built from different trees refuse each
-//! other plainly instead of misreading fields. Decoding checks every length against what is
-//! there (a peer's count never sizes an allocation by itself), refuses trailing bytes, and
-//! never panics.
+//! other plainly instead of misreading fields. The frame is the [`wire`](::wire) codec's
+//! ([`FORMAT`]): decoding checks every length against what is there (a peer's count never
+//! sizes an allocation by itself), refuses trailing bytes, and never panics.
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::ops::Range;
+use std::os::unix::net::UnixStream;
 
+pub use ::wire::DecodeError;
+use ::wire::{Dec, Enc, Format, Length, Width};
 use sim::SimStats;
 
 /// First bytes of every frame.
 pub const MAGIC: [u8; 4] = *b"NVSH";
 /// The protocol version this build speaks (2: `SimStats::queue_cfg_misuse` in the stats body).
 pub const VERSION: u16 = 2;
-/// Bytes of a frame header.
-pub const HEADER_SIZE: usize = 12;
 /// Largest body accepted: far above any real frame (a control line, the stats of the largest
 /// arch), low enough that a peer cannot make the reader allocate much.
 pub const MAX_BODY: u32 = 1 << 20;
+
+/// The frame layout: magic, version, a `u16` tag, the body's `u32` length; strings, byte
+/// strings and lists counted by a `u32`.
+pub static FORMAT: Format = Format {
+    name: "sim-host",
+    magic: &MAGIC,
+    version: VERSION,
+    tag: Width::U16,
+    length: Length::Back,
+    count: Width::U32,
+    max_len: MAX_BODY as usize,
+};
+
+/// Strings and byte strings are bounded by the frame's limit only.
+const ANY: usize = usize::MAX;
 
 /// Frame tags. Requests have the high bit clear, replies set.
 pub mod tag {
@@ -45,38 +61,7 @@ pub mod tag {
 }
 
 /// Why a frame could not be read or decoded.
-#[derive(Debug, thiserror::Error)]
-pub enum WireError {
-    #[error("{0}")]
-    Io(#[from] std::io::Error),
-    /// The peer closed the stream before sending anything (a readiness probe does this).
-    #[error("the peer closed the connection")]
-    Closed,
-    #[error("the stream ended inside a frame ({got} of {want} bytes)")]
-    ShortFrame { got: usize, want: usize },
-    #[error("bad magic {0:02x?} (not a sim-host frame)")]
-    Magic([u8; 4]),
-    #[error("protocol version {0} (this build speaks {VERSION})")]
-    Version(u16),
-    #[error("frame body of {0} bytes (at most {MAX_BODY})")]
-    TooLong(u32),
-    #[error("frame of {got} bytes, its header says {want}")]
-    Length { got: usize, want: usize },
-    #[error("unknown tag {0:#06x}")]
-    Tag(u16),
-    #[error("tag {0:#06x} is a reply, a request was expected")]
-    NotARequest(u16),
-    #[error("tag {0:#06x} is a request, a reply was expected")]
-    NotAReply(u16),
-    #[error("{what}: the body ends early")]
-    Truncated { what: &'static str },
-    #[error("{0} bytes after the last field")]
-    Trailing(usize),
-    #[error("{what}: range {start:#x}..{end:#x} is reversed or out of bounds")]
-    Range { what: &'static str, start: u64, end: u64 },
-    #[error("{what}: not UTF-8")]
-    Utf8 { what: &'static str },
-}
+pub use ::wire::FrameError as WireError;
 
 /// What a client asks of the host.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -142,69 +127,66 @@ pub enum Reply {
 }
 
 impl Request {
+    fn tag(&self) -> u16 {
+        match self {
+            Request::Connect { .. } => tag::CONNECT,
+            Request::End { .. } => tag::END,
+            Request::Stats => tag::STATS,
+            Request::Control { .. } => tag::CONTROL,
+            Request::Describe { .. } => tag::DESCRIBE,
+            Request::Reclaim { .. } => tag::RECLAIM,
+            Request::ResetNcs { .. } => tag::RESET_NCS,
+            Request::Fwio { .. } => tag::FWIO,
+        }
+    }
+
     /// The whole frame.
     pub fn encode(&self) -> Vec<u8> {
-        let mut b = Body::default();
-        let t = match self {
-            Request::Connect { iova_window, ncs } => {
-                b.bounds(iova_window, ncs);
-                tag::CONNECT
+        let mut e = FORMAT.encoder(self.tag());
+        match self {
+            Request::Connect { iova_window, ncs } => put_bounds(&mut e, iova_window, ncs),
+            Request::End { id } | Request::Describe { id } => {
+                e.u64(*id);
             }
-            Request::End { id } => {
-                b.u64(*id);
-                tag::END
-            }
-            Request::Stats => tag::STATS,
+            Request::Stats => {}
             Request::Control { line } => {
-                b.str(line);
-                tag::CONTROL
+                e.str(line, ANY);
             }
-            Request::Describe { id } => {
-                b.u64(*id);
-                tag::DESCRIBE
-            }
-            Request::Reclaim { nc } => {
-                b.u32(*nc);
-                tag::RECLAIM
-            }
-            Request::ResetNcs { mask } => {
-                b.u32(*mask);
-                tag::RESET_NCS
+            Request::Reclaim { nc: v } | Request::ResetNcs { mask: v } => {
+                e.u32(*v);
             }
             Request::Fwio { cmd, payload } => {
-                b.u32(u32::from(*cmd)).bytes(payload);
-                tag::FWIO
+                e.u32(u32::from(*cmd)).bytes(payload, ANY);
             }
-        };
-        frame(t, &b.0)
+        }
+        e.finish()
     }
 
     /// Decode a whole frame.
-    pub fn decode(frame: &[u8]) -> Result<Self, WireError> {
-        let (t, body) = split(frame)?;
-        let mut f = Fields(body);
+    pub fn decode(frame: &[u8]) -> Result<Self, DecodeError> {
+        let (t, mut f) = FORMAT.open(frame)?;
         let r = match t {
             tag::CONNECT => {
-                let (iova_window, ncs) = f.bounds()?;
+                let (iova_window, ncs) = get_bounds(&mut f)?;
                 Request::Connect { iova_window, ncs }
             }
             tag::END => Request::End { id: f.u64("id")? },
             tag::STATS => Request::Stats,
-            tag::CONTROL => Request::Control { line: f.str("control line")? },
+            tag::CONTROL => Request::Control { line: f.str("control line", ANY)? },
             tag::DESCRIBE => Request::Describe { id: f.u64("id")? },
             tag::RECLAIM => Request::Reclaim { nc: f.u32("nc")? },
             tag::RESET_NCS => Request::ResetNcs { mask: f.u32("mask")? },
             tag::FWIO => {
                 let cmd = f.u32("fwio command")?;
-                let cmd = u8::try_from(cmd).map_err(|_| WireError::Range {
+                let cmd = u8::try_from(cmd).map_err(|_| DecodeError::Range {
                     what: "fwio command",
                     start: cmd.into(),
                     end: 255,
                 })?;
-                Request::Fwio { cmd, payload: f.bytes("fwio payload")? }
+                Request::Fwio { cmd, payload: f.bytes("fwio payload", ANY)? }
             }
-            t if t & 0x8000 != 0 => return Err(WireError::NotARequest(t)),
-            t => return Err(WireError::Tag(t)),
+            t if t & 0x8000 != 0 => return Err(DecodeError::Kind { tag: t.into(), is: "reply", want: "request" }),
+            t => return Err(DecodeError::Tag { what: "request", tag: t.into() }),
         };
         f.end()?;
         Ok(r)
@@ -212,70 +194,68 @@ impl Request {
 }
 
 impl Reply {
+    fn tag(&self) -> u16 {
+        match self {
+            Reply::Connected { .. } => tag::CONNECTED,
+            Reply::Ok => tag::OK,
+            Reply::Stats(_) => tag::STATS_REPLY,
+            Reply::Control(_) => tag::CONTROL_REPLY,
+            Reply::Described { .. } => tag::DESCRIBED,
+            Reply::Fwio(_) => tag::FWIO_REPLY,
+            Reply::Failed { .. } => tag::FAILED,
+            Reply::Error(_) => tag::ERROR,
+        }
+    }
+
     /// The whole frame.
     pub fn encode(&self) -> Vec<u8> {
-        let mut b = Body::default();
-        let t = match self {
+        let mut e = FORMAT.encoder(self.tag());
+        match self {
             Reply::Connected { id } => {
-                b.u64(*id);
-                tag::CONNECTED
+                e.u64(*id);
             }
-            Reply::Ok => tag::OK,
-            Reply::Stats(s) => {
-                stats_encode(&mut b, s);
-                tag::STATS_REPLY
+            Reply::Ok => {}
+            Reply::Stats(s) => stats_encode(&mut e, s),
+            Reply::Control(s) | Reply::Error(s) => {
+                e.str(s, ANY);
             }
-            Reply::Control(s) => {
-                b.str(s);
-                tag::CONTROL_REPLY
-            }
-            Reply::Described { iova_window, ncs } => {
-                b.bounds(iova_window, ncs);
-                tag::DESCRIBED
-            }
+            Reply::Described { iova_window, ncs } => put_bounds(&mut e, iova_window, ncs),
             Reply::Fwio(data) => {
-                b.bytes(data);
-                tag::FWIO_REPLY
+                e.bytes(data, ANY);
             }
             Reply::Failed { kind, message } => {
-                b.u32(*kind as u32).str(message);
-                tag::FAILED
+                e.u32(*kind as u32).str(message, ANY);
             }
-            Reply::Error(s) => {
-                b.str(s);
-                tag::ERROR
-            }
-        };
-        frame(t, &b.0)
+        }
+        e.finish()
     }
 
     /// Decode a whole frame.
-    pub fn decode(frame: &[u8]) -> Result<Self, WireError> {
-        let (t, body) = split(frame)?;
-        let mut f = Fields(body);
+    pub fn decode(frame: &[u8]) -> Result<Self, DecodeError> {
+        let (t, mut f) = FORMAT.open(frame)?;
         let r = match t {
             tag::CONNECTED => Reply::Connected { id: f.u64("id")? },
             tag::OK => Reply::Ok,
             tag::STATS_REPLY => Reply::Stats(Box::new(stats_decode(&mut f)?)),
-            tag::CONTROL_REPLY => Reply::Control(f.str("control reply")?),
+            tag::CONTROL_REPLY => Reply::Control(f.str("control reply", ANY)?),
             tag::DESCRIBED => {
-                let (iova_window, ncs) = f.bounds()?;
+                let (iova_window, ncs) = get_bounds(&mut f)?;
                 Reply::Described { iova_window, ncs }
             }
-            tag::FWIO_REPLY => Reply::Fwio(f.bytes("fwio data")?),
+            tag::FWIO_REPLY => Reply::Fwio(f.bytes("fwio data", ANY)?),
             tag::FAILED => {
                 let kind = match f.u32("failure kind")? {
                     0 => Failure::Device,
                     1 => Failure::FirmwareTimeout,
                     2 => Failure::Firmware,
                     3 => Failure::Invalid,
-                    k => return Err(WireError::Range { what: "failure kind", start: k.into(), end: 3 }),
+                    k => return Err(DecodeError::Range { what: "failure kind", start: k.into(), end: 3 }),
                 };
-                Reply::Failed { kind, message: f.str("failure message")? }
+                Reply::Failed { kind, message: f.str("failure message", ANY)? }
             }
-            tag::ERROR => Reply::Error(f.str("error message")?),
-            t if t & 0x8000 == 0 => return Err(WireError::NotAReply(t)),
-            t => return Err(WireError::Tag(t)),
+            tag::ERROR => Reply::Error(f.str("error message", ANY)?),
+            t if t & 0x8000 == 0 => return Err(DecodeError::Kind { tag: t.into(), is: "request", want: "reply" }),
+            t => return Err(DecodeError::Tag { what: "reply", tag: t.into() }),
         };
         f.end()?;
         Ok(r)
@@ -285,189 +265,31 @@ impl Reply {
 /// Read one whole frame (header and body) from `r`, checking the header before reading the
 /// body: [`WireError::Closed`] when the stream ends before its first byte.
 pub fn read_frame(r: &mut impl Read) -> Result<Vec<u8>, WireError> {
-    let mut header = [0u8; HEADER_SIZE];
-    let got = read_full(r, &mut header)?;
-    if got == 0 {
-        return Err(WireError::Closed);
-    }
-    if got < HEADER_SIZE {
-        return Err(WireError::ShortFrame { got, want: HEADER_SIZE });
-    }
-    let len = check_header(&header)?;
-    let want = HEADER_SIZE + len;
-    let mut frame = header.to_vec();
-    frame.resize(want, 0);
-    let got = HEADER_SIZE + read_full(r, &mut frame[HEADER_SIZE..])?;
-    if got < want {
-        return Err(WireError::ShortFrame { got, want });
-    }
-    Ok(frame)
+    FORMAT.read_frame(r)
 }
 
 /// Write one frame.
-pub fn write_frame(w: &mut impl Write, frame: &[u8]) -> Result<(), WireError> {
-    w.write_all(frame)?;
-    w.flush()?;
-    Ok(())
+pub fn write_frame(stream: &UnixStream, frame: &[u8]) -> Result<(), WireError> {
+    ::wire::send_frame(stream, frame, &[])
 }
 
-/// Read until `buf` is full or the stream ends: the bytes read.
-fn read_full(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match r.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(n)
+/// A data connection's bounds: its IOVA window, its NCs.
+fn put_bounds(e: &mut Enc, iova_window: &Range<u64>, ncs: &Range<usize>) {
+    e.u64(iova_window.start).u64(iova_window.end).u64(ncs.start as u64).u64(ncs.end as u64);
 }
 
-fn frame(tag: u16, body: &[u8]) -> Vec<u8> {
-    let mut f = Vec::with_capacity(HEADER_SIZE + body.len());
-    f.extend_from_slice(&MAGIC);
-    f.extend_from_slice(&VERSION.to_le_bytes());
-    f.extend_from_slice(&tag.to_le_bytes());
-    // Bodies this module builds are far below MAX_BODY (a control line is the only free-form
-    // field); a larger one would be refused by the peer, not misread.
-    f.extend_from_slice(&u32::try_from(body.len()).unwrap_or(u32::MAX).to_le_bytes());
-    f.extend_from_slice(body);
-    f
-}
-
-/// The body length a header announces, after checking magic, version and bound.
-fn check_header(h: &[u8; HEADER_SIZE]) -> Result<usize, WireError> {
-    let magic = [h[0], h[1], h[2], h[3]];
-    if magic != MAGIC {
-        return Err(WireError::Magic(magic));
-    }
-    let version = u16::from_le_bytes([h[4], h[5]]);
-    if version != VERSION {
-        return Err(WireError::Version(version));
-    }
-    let len = u32::from_le_bytes([h[8], h[9], h[10], h[11]]);
-    if len > MAX_BODY {
-        return Err(WireError::TooLong(len));
-    }
-    Ok(len as usize)
-}
-
-/// A whole frame's tag and body.
-fn split(frame: &[u8]) -> Result<(u16, &[u8]), WireError> {
-    let Some((h, body)) = frame.split_first_chunk::<HEADER_SIZE>() else {
-        return Err(WireError::ShortFrame { got: frame.len(), want: HEADER_SIZE });
-    };
-    let len = check_header(h)?;
-    if body.len() != len {
-        return Err(WireError::Length { got: frame.len(), want: HEADER_SIZE + len });
-    }
-    Ok((u16::from_le_bytes([h[6], h[7]]), body))
-}
-
-#[derive(Default)]
-struct Body(Vec<u8>);
-
-impl Body {
-    fn u32(&mut self, v: u32) -> &mut Self {
-        self.0.extend_from_slice(&v.to_le_bytes());
-        self
-    }
-    fn u64(&mut self, v: u64) -> &mut Self {
-        self.0.extend_from_slice(&v.to_le_bytes());
-        self
-    }
-    fn i64(&mut self, v: i64) -> &mut Self {
-        self.0.extend_from_slice(&v.to_le_bytes());
-        self
-    }
-    fn count(&mut self, n: usize) -> &mut Self {
-        self.u32(u32::try_from(n).unwrap_or(u32::MAX))
-    }
-    fn str(&mut self, s: &str) -> &mut Self {
-        self.bytes(s.as_bytes())
-    }
-    fn bytes(&mut self, b: &[u8]) -> &mut Self {
-        self.count(b.len());
-        self.0.extend_from_slice(b);
-        self
-    }
-    /// A data connection's bounds: its IOVA window, its NCs.
-    fn bounds(&mut self, iova_window: &Range<u64>, ncs: &Range<usize>) -> &mut Self {
-        self.u64(iova_window.start).u64(iova_window.end).u64(ncs.start as u64).u64(ncs.end as u64)
-    }
-}
-
-/// The unread rest of a body.
-struct Fields<'a>(&'a [u8]);
-
-impl<'a> Fields<'a> {
-    fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], WireError> {
-        if self.0.len() < n {
-            return Err(WireError::Truncated { what });
-        }
-        let (a, b) = self.0.split_at(n);
-        self.0 = b;
-        Ok(a)
-    }
-    fn array<const N: usize>(&mut self, what: &'static str) -> Result<[u8; N], WireError> {
-        let mut a = [0u8; N];
-        a.copy_from_slice(self.take(N, what)?);
-        Ok(a)
-    }
-    fn u32(&mut self, what: &'static str) -> Result<u32, WireError> {
-        Ok(u32::from_le_bytes(self.array(what)?))
-    }
-    fn u64(&mut self, what: &'static str) -> Result<u64, WireError> {
-        Ok(u64::from_le_bytes(self.array(what)?))
-    }
-    fn i64(&mut self, what: &'static str) -> Result<i64, WireError> {
-        Ok(i64::from_le_bytes(self.array(what)?))
-    }
-    /// A count of elements of `size` bytes each, checked against the bytes left.
-    fn count(&mut self, size: usize, what: &'static str) -> Result<usize, WireError> {
-        let n = self.u32(what)? as usize;
-        match n.checked_mul(size) {
-            Some(bytes) if bytes <= self.0.len() => Ok(n),
-            _ => Err(WireError::Truncated { what }),
-        }
-    }
-    fn str(&mut self, what: &'static str) -> Result<String, WireError> {
-        String::from_utf8(self.bytes(what)?).map_err(|_| WireError::Utf8 { what })
-    }
-    fn bytes(&mut self, what: &'static str) -> Result<Vec<u8>, WireError> {
-        let n = self.count(1, what)?;
-        Ok(self.take(n, what)?.to_vec())
-    }
-    /// A data connection's bounds ([`Body::bounds`]).
-    fn bounds(&mut self) -> Result<(Range<u64>, Range<usize>), WireError> {
-        let iova_window = self.range("iova window")?;
-        let ncs = self.range("ncs")?;
-        let nc =
-            |v: u64| usize::try_from(v).map_err(|_| WireError::Range { what: "ncs", start: ncs.start, end: ncs.end });
-        Ok((iova_window, nc(ncs.start)?..nc(ncs.end)?))
-    }
-    /// `start..end` with `start <= end`.
-    fn range(&mut self, what: &'static str) -> Result<Range<u64>, WireError> {
-        let (start, end) = (self.u64(what)?, self.u64(what)?);
-        if start > end {
-            return Err(WireError::Range { what, start, end });
-        }
-        Ok(start..end)
-    }
-    fn end(&self) -> Result<(), WireError> {
-        if self.0.is_empty() {
-            Ok(())
-        } else {
-            Err(WireError::Trailing(self.0.len()))
-        }
-    }
+/// A data connection's bounds ([`put_bounds`]).
+fn get_bounds(f: &mut Dec<'_>) -> Result<(Range<u64>, Range<usize>), DecodeError> {
+    let iova_window = f.range("iova window")?;
+    let ncs = f.range("ncs")?;
+    let nc =
+        |v: u64| usize::try_from(v).map_err(|_| DecodeError::Range { what: "ncs", start: ncs.start, end: ncs.end });
+    Ok((iova_window, nc(ncs.start)?..nc(ncs.end)?))
 }
 
 /// Every field of [`SimStats`], in declaration order. The destructuring names them all, so a
 /// field added to `SimStats` fails to compile here until the wire carries it.
-fn stats_encode(b: &mut Body, s: &SimStats) {
+fn stats_encode(b: &mut Enc, s: &SimStats) {
     let SimStats {
         iommu_mappings,
         iommu_bytes,
@@ -534,7 +356,7 @@ fn stats_encode(b: &mut Body, s: &SimStats) {
     }
 }
 
-fn stats_decode(f: &mut Fields<'_>) -> Result<SimStats, WireError> {
+fn stats_decode(f: &mut Dec<'_>) -> Result<SimStats, DecodeError> {
     const ENGINES: usize = csr_maps::Engine::COUNT;
     let mut s = SimStats {
         iommu_mappings: f.u64("stats")?,
@@ -561,9 +383,9 @@ fn stats_decode(f: &mut Fields<'_>) -> Result<SimStats, WireError> {
         programmed_nq_slots: f.u64("stats")?,
         ..SimStats::default()
     };
-    let n = f.count(8, "dge channel bytes")?;
+    let n = f.count("dge channel bytes", 8, ANY)?;
     s.dge_channel_bytes = (0..n).map(|_| f.u64("dge channel bytes")).collect::<Result<_, _>>()?;
-    let n = f.count(4 * ENGINES, "engine states")?;
+    let n = f.count("engine states", 4 * ENGINES, ANY)?;
     s.engine_states = (0..n)
         .map(|_| {
             let mut nc = [0u32; ENGINES];
@@ -572,7 +394,7 @@ fn stats_decode(f: &mut Fields<'_>) -> Result<SimStats, WireError> {
             }
             Ok(nc)
         })
-        .collect::<Result<_, WireError>>()?;
+        .collect::<Result<_, DecodeError>>()?;
     s.threads = f.u64("stats")?;
     s.device_ns = f.u64("stats")?;
     s.oob_refused = f.u64("stats")?;

@@ -98,7 +98,7 @@ struct Conn {
 
 impl Conn {
     fn request(&self, cmd: Command, body: &[u8], fds: &[std::os::fd::BorrowedFd<'_>]) -> Result<Message, WireError> {
-        let mut g = self.stream.lock().unwrap_or_else(|e| e.into_inner());
+        let mut g = platform::sync::lock(&self.stream);
         if self.lost.load(Ordering::Relaxed) {
             return Err(WireError::Closed);
         }
@@ -148,7 +148,7 @@ impl Conn {
     }
 
     fn shutdown(&self) {
-        let g = self.stream.lock().unwrap_or_else(|e| e.into_inner());
+        let g = platform::sync::lock(&self.stream);
         self.lost.store(true, Ordering::Relaxed);
         let _ = g.0.shutdown(std::net::Shutdown::Both);
     }
@@ -179,7 +179,7 @@ impl Conn {
     /// Send a command that wants no reply (`NO_REPLY`): ordered with every other message on
     /// the connection, not waited for.
     fn post(&self, cmd: Command, body: &[u8]) -> Result<(), WireError> {
-        let mut g = self.stream.lock().unwrap_or_else(|e| e.into_inner());
+        let mut g = platform::sync::lock(&self.stream);
         if self.lost.load(Ordering::Relaxed) {
             return Err(WireError::Closed);
         }
@@ -273,7 +273,7 @@ impl DmaUnmap for UserDma {
         // of this connection with it.
         let _ =
             self.conn.request(Command::DmaUnmap, &wire::DmaUnmap { flags: 0, address: iova, size: len }.encode(), &[]);
-        self.iova.lock().unwrap_or_else(|e| e.into_inner()).free(iova);
+        platform::sync::lock(&self.iova).free(iova);
     }
 }
 
@@ -363,7 +363,7 @@ impl VfioUserPlatform {
 
     /// IOVA bytes this client has mapped now.
     pub fn mapped_bytes(&self) -> u64 {
-        self.dma.iova.lock().unwrap_or_else(|e| e.into_inner()).allocated()
+        platform::sync::lock(&self.dma.iova).allocated()
     }
 
     /// The options the platform was created with.
@@ -419,7 +419,7 @@ impl Platform for VfioUserPlatform {
     }
 
     fn bar(&self, index: u8) -> Result<Arc<dyn Mmio>, PlatformError> {
-        let mut bars = self.bars.lock().unwrap_or_else(|e| e.into_inner());
+        let mut bars = platform::sync::lock(&self.bars);
         let slot = bars.get_mut(index as usize).ok_or(PlatformError::NoSuchBar(index))?;
         if let Some(b) = slot {
             return Ok(b.clone());
@@ -432,13 +432,8 @@ impl Platform for VfioUserPlatform {
     fn dma_map(&self, mem: HostMem, dir: DmaDir) -> Result<DmaMapping, PlatformError> {
         let mem = copy_into_shared(mem)?;
         let len = mem.len() as u64;
-        let iova = self
-            .dma
-            .iova
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .alloc(len, 4096)
-            .map_err(|_| PlatformError::IovaExhausted { len })?;
+        let iova =
+            platform::sync::lock(&self.dma.iova).alloc(len, 4096).map_err(|_| PlatformError::IovaExhausted { len })?;
         let mut flags = 0;
         if dir.device_reads() {
             flags |= wire::DMA_READ;
@@ -452,7 +447,7 @@ impl Platform for VfioUserPlatform {
             None => Err(WireError::Protocol("shareable memory without a descriptor".into())),
         };
         if let Err(e) = sent {
-            self.dma.iova.lock().unwrap_or_else(|e| e.into_inner()).free(iova);
+            platform::sync::lock(&self.dma.iova).free(iova);
             return Err(PlatformError::DmaMap(e.to_string()));
         }
         Ok(DmaMapping::new(mem, iova, dir, self.dma.clone()))
@@ -463,7 +458,7 @@ impl Platform for VfioUserPlatform {
             return Ok(None);
         }
         let irq_err = |reason: String| PlatformError::Irq { vector, reason };
-        let mut irqs = self.irqs.lock().unwrap_or_else(|e| e.into_inner());
+        let mut irqs = platform::sync::lock(&self.irqs);
         if let Some((_, e)) = irqs.iter().find(|(v, _)| *v == vector) {
             return e.try_clone().map(Some).map_err(|e| irq_err(e.to_string()));
         }
@@ -486,7 +481,7 @@ impl Platform for VfioUserPlatform {
     }
 
     fn modeled_writes_allowed(&self) -> bool {
-        self.opts.modeled_writes || crate::allow_modeled_from_env()
+        self.opts.modeled_writes || platform::allow_modeled_from_env()
     }
 }
 

@@ -1,0 +1,380 @@
+//! The command line: nccom-test's flags (docs/collectives.md lists each with its source), the
+//! size sweep, and the refusals of what this build cannot honour.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+
+use crate::ops::{Dtype, Op};
+
+/// nccom-test: collectives across NeuronCores, timed, with bus bandwidth and a correctness
+/// check (the Neuron SDK's tool of that name, run on this project's runtime).
+#[derive(Parser, Debug, Clone)]
+#[command(name = "nccom-test", version)]
+pub struct Args {
+    /// The collective: all_reduce|allr, all_gather|allg, reduce_scatter|redsct, sendrecv,
+    /// alltoall, alltoallv, permute.
+    pub op: String,
+    /// Total number of workers (ranks).
+    #[arg(short = 'r', long = "nworkers")]
+    pub nworkers: usize,
+    /// Number of nodes (hosts) the workers are divided over.
+    #[arg(short = 'N', long = "nnodes", default_value_t = 1)]
+    pub nnodes: usize,
+    /// First size in bytes (units k, m, g — powers of 1024 — with optional b/ib).
+    #[arg(short = 'b', long = "minbytes", default_value = "32M")]
+    pub minbytes: String,
+    /// Last size in bytes.
+    #[arg(short = 'e', long = "maxbytes", default_value = "32M")]
+    pub maxbytes: String,
+    /// Step added to the size (default: (maxbytes - minbytes) / 10).
+    #[arg(short = 'i', long = "stepbytes", conflicts_with = "stepfactor")]
+    pub stepbytes: Option<String>,
+    /// Factor the size is multiplied by.
+    #[arg(short = 'f', long = "stepfactor")]
+    pub stepfactor: Option<String>,
+    /// Timed operations per size.
+    #[arg(short = 'n', long = "iters", default_value_t = 20)]
+    pub iters: usize,
+    /// Untimed warm-up operations per size.
+    #[arg(short = 'w', long = "warmup_iters", visible_alias = "warmup-iters", default_value_t = 5)]
+    pub warmup_iters: usize,
+    /// Data type.
+    #[arg(short = 'd', long = "datatype", default_value = "uint8")]
+    pub datatype: String,
+    /// Check every rank's output: all_ones (every input element 1; the bare flag) or random
+    /// (inputs from --seed).
+    #[arg(short = 'c', long = "check", num_args = 0..=1, default_missing_value = "all_ones")]
+    pub check: Option<String>,
+    /// Seed of the random check's inputs.
+    #[arg(long = "seed", default_value_t = 0)]
+    pub seed: u64,
+    /// Extra time statistics, each a column: avg, pNN (percentile NN of the timed operations).
+    #[arg(short = 't', long = "stats", num_args = 1..)]
+    pub stats: Vec<String>,
+    /// Also write the results as JSON to this file.
+    #[arg(long = "report-to-json-file")]
+    pub report_to_json_file: Option<PathBuf>,
+    /// Add the algorithm column.
+    #[arg(long = "show-algorithm")]
+    pub show_algorithm: bool,
+    /// MPI mode: the hosts (one process per host starts its local workers).
+    #[arg(short = 's', long = "hosts", num_args = 1..)]
+    pub hosts: Vec<String>,
+    /// MPI mode: a file of hosts, one a line.
+    #[arg(long = "hosts-file")]
+    pub hosts_file: Option<PathBuf>,
+    /// Slurm mode: hosts and ranks from the Slurm job's environment.
+    #[arg(short = 'S', long = "slurm")]
+    pub slurm: bool,
+    /// Slurm mode: the job whose allocation to use.
+    #[arg(long = "slurm-job-id")]
+    pub slurm_job_id: Option<String>,
+    /// Internal: run as worker RANK of job JOB (the launcher starts the workers).
+    #[arg(long = "worker", hide = true, num_args = 2, value_names = ["RANK", "JOB"])]
+    pub worker: Vec<u64>,
+}
+
+/// Why the command line cannot run (exit status 2).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ArgError {
+    #[error("unknown operation `{0}` (expected one of {names})", names = Op::NAMES)]
+    Op(String),
+    #[error("unknown data type `{0}` (expected one of {names})", names = Dtype::NAMES)]
+    Dtype(String),
+    #[error("{flag} {value}: {why}")]
+    Bad { flag: &'static str, value: String, why: String },
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+/// The check named by `-c`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Check {
+    AllOnes,
+    Random,
+}
+
+impl Check {
+    pub fn name(self) -> &'static str {
+        match self {
+            Check::AllOnes => "all_ones",
+            Check::Random => "random",
+        }
+    }
+}
+
+/// One extra time statistic.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Stat {
+    Avg,
+    Percentile(f64),
+}
+
+impl Stat {
+    pub fn label(self) -> String {
+        match self {
+            Stat::Avg => "avg".into(),
+            Stat::Percentile(p) => format!("p{p}"),
+        }
+    }
+}
+
+/// A checked command line.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub op: Op,
+    pub dtype: Dtype,
+    pub ranks: usize,
+    pub sizes: Vec<u64>,
+    pub iters: usize,
+    pub warmup: usize,
+    pub check: Option<Check>,
+    pub seed: u64,
+    pub stats: Vec<Stat>,
+    pub json: Option<PathBuf>,
+    pub show_algorithm: bool,
+}
+
+/// A size: digits with an optional unit k/m/g (powers of 1024), optionally followed by `b`
+/// or `ib`, any case (`2kb`, `1MB`, `64M`, `8`).
+pub fn parse_size(s: &str) -> Option<u64> {
+    let t = s.trim().to_ascii_lowercase();
+    let digits = t.chars().take_while(|c| c.is_ascii_digit()).count();
+    let (num, unit) = t.split_at(digits);
+    let n: u64 = num.parse().ok()?;
+    let mul: u64 = match unit {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        _ => return None,
+    };
+    n.checked_mul(mul)
+}
+
+/// The sizes from `min` to `max`: multiplied by `factor`, else increased by `step` (default
+/// (max - min) / 10; one size when that is 0).
+pub fn sweep(min: u64, max: u64, step: Option<u64>, factor: Option<u64>) -> Vec<u64> {
+    let mut out = Vec::new();
+    let mut s = min;
+    while s <= max {
+        out.push(s);
+        let next = match factor {
+            Some(f) => s.checked_mul(f),
+            None => s.checked_add(step.unwrap_or((max - min) / 10)),
+        };
+        match next {
+            Some(n) if n > s => s = n,
+            _ => break,
+        }
+    }
+    out
+}
+
+fn size_flag(flag: &'static str, v: &str) -> Result<u64, ArgError> {
+    parse_size(v).ok_or_else(|| ArgError::Bad {
+        flag,
+        value: v.into(),
+        why: "not a size (digits, then optionally k, m or g, with b or ib)".into(),
+    })
+}
+
+fn stat(v: &str) -> Result<Stat, ArgError> {
+    if v == "avg" {
+        return Ok(Stat::Avg);
+    }
+    v.strip_prefix('p')
+        .and_then(|p| p.parse::<f64>().ok())
+        .filter(|p| (0.0..=100.0).contains(p))
+        .map(Stat::Percentile)
+        .ok_or_else(|| ArgError::Bad { flag: "--stats", value: v.into(), why: "expected avg or pNN (0..=100)".into() })
+}
+
+impl Args {
+    /// Check the command line; refuse, by name, every flag this build cannot honour.
+    pub fn plan(&self) -> Result<Plan, ArgError> {
+        let op = Op::parse(&self.op).ok_or_else(|| ArgError::Op(self.op.clone()))?;
+        let dtype = Dtype::parse(&self.datatype).ok_or_else(|| ArgError::Dtype(self.datatype.clone()))?;
+        if self.nworkers == 0 {
+            return Err(ArgError::Bad { flag: "-r/--nworkers", value: "0".into(), why: "at least one worker".into() });
+        }
+        let multi = |what: &str| {
+            ArgError::Unsupported(format!(
+                "{what}: multi-host runs (MPI and Slurm modes) are not implemented by this nccom-test yet; \
+                 it runs the workers of one host"
+            ))
+        };
+        if self.nnodes != 1 {
+            return Err(multi(&format!("-N/--nnodes {}", self.nnodes)));
+        }
+        if !self.hosts.is_empty() {
+            return Err(multi("-s/--hosts"));
+        }
+        if self.hosts_file.is_some() {
+            return Err(multi("--hosts-file"));
+        }
+        if self.slurm {
+            return Err(multi("-S/--slurm"));
+        }
+        if self.slurm_job_id.is_some() {
+            return Err(multi("--slurm-job-id"));
+        }
+        let min = size_flag("-b/--minbytes", &self.minbytes)?;
+        let max = size_flag("-e/--maxbytes", &self.maxbytes)?;
+        if max < min {
+            return Err(ArgError::Bad {
+                flag: "-e/--maxbytes",
+                value: self.maxbytes.clone(),
+                why: format!("below -b/--minbytes ({min})"),
+            });
+        }
+        let step = self.stepbytes.as_deref().map(|v| size_flag("-i/--stepbytes", v)).transpose()?;
+        let factor = self.stepfactor.as_deref().map(|v| size_flag("-f/--stepfactor", v)).transpose()?;
+        if factor.is_some_and(|f| f < 2) {
+            return Err(ArgError::Bad {
+                flag: "-f/--stepfactor",
+                value: self.stepfactor.clone().unwrap_or_default(),
+                why: "at least 2".into(),
+            });
+        }
+        if min == 0 {
+            return Err(ArgError::Bad {
+                flag: "-b/--minbytes",
+                value: self.minbytes.clone(),
+                why: "at least 1".into(),
+            });
+        }
+        let check = match self.check.as_deref() {
+            None => None,
+            Some("all_ones") => Some(Check::AllOnes),
+            Some("random") => Some(Check::Random),
+            Some(v) => {
+                return Err(ArgError::Bad {
+                    flag: "-c/--check",
+                    value: v.into(),
+                    why: "expected all_ones or random".into(),
+                })
+            }
+        };
+        if self.iters == 0 {
+            return Err(ArgError::Bad { flag: "-n/--iters", value: "0".into(), why: "at least one".into() });
+        }
+        Ok(Plan {
+            op,
+            dtype,
+            ranks: self.nworkers,
+            sizes: sweep(min, max, step, factor),
+            iters: self.iters,
+            warmup: self.warmup_iters,
+            check,
+            seed: self.seed,
+            stats: self.stats.iter().map(|s| stat(s)).collect::<Result<_, _>>()?,
+            json: self.report_to_json_file.clone(),
+            show_algorithm: self.show_algorithm,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(v: &[&str]) -> Result<Plan, String> {
+        let a =
+            Args::try_parse_from(std::iter::once("nccom-test").chain(v.iter().copied())).map_err(|e| e.to_string())?;
+        a.plan().map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn sizes_take_units_of_1024() {
+        assert_eq!(parse_size("8"), Some(8));
+        assert_eq!(parse_size("2kb"), Some(2048));
+        assert_eq!(parse_size("1MB"), Some(1 << 20));
+        assert_eq!(parse_size("64M"), Some(64 << 20));
+        assert_eq!(parse_size("1gib"), Some(1 << 30));
+        assert_eq!(parse_size("1.5M"), None);
+        assert_eq!(parse_size("M"), None);
+        assert_eq!(parse_size("3q"), None);
+    }
+
+    #[test]
+    fn sweeps_by_factor_or_step() {
+        assert_eq!(sweep(8, 32, None, Some(2)), vec![8, 16, 32]);
+        assert_eq!(sweep(8, 16, Some(4), None), vec![8, 12, 16]);
+        assert_eq!(sweep(32, 32, None, None), vec![32]);
+        assert_eq!(sweep(0, 100, None, None).len(), 11);
+        assert_eq!(sweep(8, 64 << 20, None, Some(2)).len(), 24);
+    }
+
+    #[test]
+    fn the_acceptance_command_line_parses() {
+        let p = parse(&["allr", "-r", "8", "-b", "8", "-e", "64M", "-f", "2", "-c", "all_ones"]).unwrap();
+        assert_eq!(p.op, Op::AllReduce);
+        assert_eq!(p.ranks, 8);
+        assert_eq!(p.sizes.first(), Some(&8));
+        assert_eq!(p.sizes.last(), Some(&(64 << 20)));
+        assert_eq!(p.check, Some(Check::AllOnes));
+        assert_eq!(p.dtype, Dtype::U8);
+        assert_eq!((p.iters, p.warmup), (20, 5));
+    }
+
+    #[test]
+    fn every_documented_flag_parses() {
+        let p = parse(&[
+            "-r",
+            "2",
+            "--minbytes",
+            "1kb",
+            "--maxbytes",
+            "1mb",
+            "--stepfactor",
+            "4",
+            "--datatype",
+            "fp32",
+            "--check",
+            "random",
+            "--seed",
+            "7",
+            "-n",
+            "3",
+            "--warmup_iters",
+            "1",
+            "-t",
+            "avg",
+            "p99",
+            "--report-to-json-file",
+            "/tmp/x.json",
+            "--show-algorithm",
+            "allg",
+        ])
+        .unwrap();
+        assert_eq!(p.op, Op::AllGather);
+        assert_eq!(p.sizes, vec![1024, 4096, 16384, 65536, 262144, 1 << 20]);
+        assert_eq!(p.check, Some(Check::Random));
+        assert_eq!(p.seed, 7);
+        assert_eq!(p.stats, vec![Stat::Avg, Stat::Percentile(99.0)]);
+        assert!(p.show_algorithm);
+        assert_eq!(parse(&["allr", "-r", "2", "-c"]).unwrap().check, Some(Check::AllOnes));
+    }
+
+    #[test]
+    fn what_cannot_be_honoured_is_refused_by_name() {
+        for (args, name) in [
+            (vec!["allr", "-r", "8", "-N", "2"], "-N/--nnodes"),
+            (vec!["allr", "-r", "8", "-s", "h1", "h2"], "-s/--hosts"),
+            (vec!["allr", "-r", "8", "--hosts-file", "/tmp/h"], "--hosts-file"),
+            (vec!["allr", "-r", "8", "-S"], "-S/--slurm"),
+            (vec!["allr", "-r", "8", "--slurm-job-id", "12"], "--slurm-job-id"),
+            (vec!["allr", "-r", "8", "-c", "zeros"], "-c/--check"),
+            (vec!["allr", "-r", "8", "-t", "median"], "--stats"),
+            (vec!["allr", "-r", "8", "-b", "1.5M"], "-b/--minbytes"),
+            (vec!["broadcast", "-r", "8"], "broadcast"),
+            (vec!["allr", "-r", "8", "-d", "fp64"], "fp64"),
+        ] {
+            let e = parse(&args).unwrap_err();
+            assert!(e.contains(name), "{args:?}: {e}");
+        }
+        assert!(parse(&["allr", "-r", "8", "-i", "4", "-f", "2"]).is_err());
+    }
+}

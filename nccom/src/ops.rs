@@ -1,0 +1,234 @@
+//! The operations and data types of nccom-test's command line, what each costs on the bus, and
+//! how each maps onto the simulator's collective engine.
+
+use isa::device_ops::{ctype, dtype};
+use isa::slot::coll_dtype;
+
+/// A collective operation named on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    AllReduce,
+    AllGather,
+    ReduceScatter,
+    SendRecv,
+    AllToAll,
+    AllToAllV,
+    Permute,
+}
+
+impl Op {
+    /// The operation of a command-line name (nccom-test's names and short forms).
+    pub fn parse(s: &str) -> Option<Op> {
+        Some(match s {
+            "all_reduce" | "allr" => Op::AllReduce,
+            "all_gather" | "allg" => Op::AllGather,
+            "reduce_scatter" | "redsct" => Op::ReduceScatter,
+            "sendrecv" => Op::SendRecv,
+            "alltoall" => Op::AllToAll,
+            "alltoallv" => Op::AllToAllV,
+            "permute" => Op::Permute,
+            _ => return None,
+        })
+    }
+
+    /// Every accepted name (for messages).
+    pub const NAMES: &'static str =
+        "all_reduce|allr, all_gather|allg, reduce_scatter|redsct, sendrecv, alltoall, alltoallv, permute";
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::AllReduce => "all_reduce",
+            Op::AllGather => "all_gather",
+            Op::ReduceScatter => "reduce_scatter",
+            Op::SendRecv => "sendrecv",
+            Op::AllToAll => "alltoall",
+            Op::AllToAllV => "alltoallv",
+            Op::Permute => "permute",
+        }
+    }
+
+    /// Bus bandwidth over algorithm bandwidth for `n` ranks, as nccl-tests defines it
+    /// (nccl-tests `doc/PERFORMANCE.md`, which the nccom-test page refers to for busbw):
+    /// all-reduce `2(n-1)/n`; all-gather, reduce-scatter and all-to-all `(n-1)/n`;
+    /// send/receive and permute 1.
+    pub fn busbw_factor(self, n: usize) -> f64 {
+        let n = n.max(1) as f64;
+        match self {
+            Op::AllReduce => 2.0 * (n - 1.0) / n,
+            Op::AllGather | Op::ReduceScatter | Op::AllToAll | Op::AllToAllV => (n - 1.0) / n,
+            Op::SendRecv | Op::Permute => 1.0,
+        }
+    }
+
+    /// The simulator collective engine's type code, or `None` for an operation it lacks.
+    pub fn ctype(self) -> Option<u8> {
+        match self {
+            Op::AllReduce => Some(ctype::ALL_REDUCE),
+            Op::AllGather => Some(ctype::ALL_GATHER),
+            Op::ReduceScatter => Some(ctype::REDUCE_SCATTER),
+            _ => None,
+        }
+    }
+
+    /// Whether the operation reduces (its result depends on the element type's arithmetic).
+    pub fn reduces(self) -> bool {
+        matches!(self, Op::AllReduce | Op::ReduceScatter)
+    }
+}
+
+/// A data type named by `-d`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dtype {
+    U8,
+    I8,
+    U16,
+    I16,
+    U32,
+    I32,
+    Fp16,
+    Bf16,
+    Fp32,
+    Fp8E4m3,
+    Fp8E5m2,
+}
+
+impl Dtype {
+    pub const NAMES: &'static str = "uint8, int8, uint16, int16, uint32, int32, fp16, bf16, fp32, fp8_e4m3, fp8_e5m2";
+
+    pub fn parse(s: &str) -> Option<Dtype> {
+        Some(match s {
+            "uint8" => Dtype::U8,
+            "int8" => Dtype::I8,
+            "uint16" => Dtype::U16,
+            "int16" => Dtype::I16,
+            "uint32" => Dtype::U32,
+            "int32" => Dtype::I32,
+            "fp16" => Dtype::Fp16,
+            "bf16" => Dtype::Bf16,
+            "fp32" => Dtype::Fp32,
+            "fp8_e4m3" | "fp8" => Dtype::Fp8E4m3,
+            "fp8_e5m2" => Dtype::Fp8E5m2,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Dtype::U8 => "uint8",
+            Dtype::I8 => "int8",
+            Dtype::U16 => "uint16",
+            Dtype::I16 => "int16",
+            Dtype::U32 => "uint32",
+            Dtype::I32 => "int32",
+            Dtype::Fp16 => "fp16",
+            Dtype::Bf16 => "bf16",
+            Dtype::Fp32 => "fp32",
+            Dtype::Fp8E4m3 => "fp8_e4m3",
+            Dtype::Fp8E5m2 => "fp8_e5m2",
+        }
+    }
+
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            Dtype::U8 | Dtype::I8 | Dtype::Fp8E4m3 | Dtype::Fp8E5m2 => 1,
+            Dtype::U16 | Dtype::I16 | Dtype::Fp16 | Dtype::Bf16 => 2,
+            Dtype::U32 | Dtype::I32 | Dtype::Fp32 => 4,
+        }
+    }
+}
+
+/// How a (operation, data type) pair runs on the simulator's collective engine: the engine's
+/// element type and how many of the requested elements make one of its elements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wire {
+    /// The collective DTYPE code of the instruction.
+    pub code: u8,
+    /// The host-side element type of that code (`reduce`'s reference arithmetic).
+    pub dtype: reduce::DType,
+}
+
+/// Why a pair cannot run here.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unsupported {
+    #[error(
+        "operation {0}: the simulator's collective engine has no such collective (it runs all_reduce, \
+         all_gather and reduce_scatter)"
+    )]
+    Op(&'static str),
+    #[error(
+        "{op} of {dtype}: the simulator's collective engine reduces fp32, bf16, fp16 and the 8-, 16- and \
+         32-bit integers; it has no {dtype} arithmetic"
+    )]
+    Dtype { op: &'static str, dtype: &'static str },
+}
+
+/// The engine's element type for `op` on `d` (module docs of [`Wire`]). All-gather moves bytes
+/// without arithmetic, so a type the engine lacks (fp8) is carried as int32 (a per-rank share of
+/// 4-byte multiples), int16 or uint8 elements; `share_bytes` is that share.
+pub fn wire(op: Op, d: Dtype, share_bytes: u64) -> Result<Wire, Unsupported> {
+    if op.ctype().is_none() {
+        return Err(Unsupported::Op(op.name()));
+    }
+    let native = match d {
+        Dtype::Fp32 => Some(coll_dtype::FP32),
+        Dtype::Bf16 => Some(coll_dtype::BF16),
+        Dtype::Fp16 => Some(coll_dtype::FP16),
+        Dtype::I32 => Some(coll_dtype::INT32),
+        Dtype::U32 => Some(dtype::UINT32),
+        Dtype::U16 => Some(dtype::UINT16),
+        Dtype::I16 => Some(dtype::INT16),
+        Dtype::U8 => Some(dtype::UINT8),
+        Dtype::I8 => Some(dtype::INT8),
+        Dtype::Fp8E4m3 | Dtype::Fp8E5m2 => None,
+    };
+    let code = match native {
+        Some(c) => c,
+        None if !op.reduces() && share_bytes.is_multiple_of(4) => coll_dtype::INT32,
+        None if !op.reduces() && share_bytes.is_multiple_of(2) => dtype::INT16,
+        None if !op.reduces() => dtype::UINT8,
+        None => return Err(Unsupported::Dtype { op: op.name(), dtype: d.name() }),
+    };
+    let dtype = dtype::of(code).ok_or(Unsupported::Dtype { op: op.name(), dtype: d.name() })?;
+    Ok(Wire { code, dtype })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn busbw_factors_follow_nccl_tests() {
+        assert_eq!(Op::AllReduce.busbw_factor(2), 1.0);
+        assert!((Op::AllReduce.busbw_factor(64) - 126.0 / 64.0).abs() < 1e-12);
+        assert!((Op::AllGather.busbw_factor(32) - 31.0 / 32.0).abs() < 1e-12);
+        assert!((Op::ReduceScatter.busbw_factor(8) - 7.0 / 8.0).abs() < 1e-12);
+        assert_eq!(Op::SendRecv.busbw_factor(8), 1.0);
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for s in ["all_reduce", "all_gather", "reduce_scatter", "sendrecv", "alltoall", "alltoallv", "permute"] {
+            assert_eq!(Op::parse(s).map(Op::name), Some(s));
+        }
+        assert_eq!(Op::parse("allr"), Some(Op::AllReduce));
+        assert_eq!(Op::parse("allg"), Some(Op::AllGather));
+        assert_eq!(Op::parse("redsct"), Some(Op::ReduceScatter));
+        assert_eq!(Op::parse("broadcast"), None);
+        for s in Dtype::NAMES.split(", ") {
+            assert_eq!(Dtype::parse(s).map(Dtype::name), Some(s));
+        }
+    }
+
+    #[test]
+    fn the_engine_reduces_every_type_but_fp8_and_gathers_any() {
+        assert_eq!(wire(Op::AllReduce, Dtype::U32, 8).map(|w| w.dtype), Ok(reduce::DType::U32));
+        assert_eq!(wire(Op::AllReduce, Dtype::U8, 8).map(|w| w.dtype), Ok(reduce::DType::U8));
+        assert_eq!(wire(Op::ReduceScatter, Dtype::I16, 8).map(|w| w.dtype), Ok(reduce::DType::I16));
+        assert!(matches!(wire(Op::AllReduce, Dtype::Fp8E4m3, 8), Err(Unsupported::Dtype { .. })));
+        assert_eq!(wire(Op::AllGather, Dtype::Fp8E5m2, 8).map(|w| w.code), Ok(coll_dtype::INT32));
+        assert_eq!(wire(Op::AllGather, Dtype::Fp8E5m2, 6).map(|w| w.code), Ok(dtype::INT16));
+        assert_eq!(wire(Op::AllGather, Dtype::Fp8E5m2, 3).map(|w| w.code), Ok(dtype::UINT8));
+        assert_eq!(wire(Op::SendRecv, Dtype::Fp32, 8), Err(Unsupported::Op("sendrecv")));
+    }
+}

@@ -1,0 +1,541 @@
+//! The collective fabric: participants of a collective (NCs on one or several devices)
+//! meet by (comm id, sequence number); the last arrival computes the result and every
+//! participant receives its output.
+//!
+//! Reduction order and numerics are the `reduce` crate's, the one the `fabric` crate's
+//! algorithms use, so that a group reduced here and a group reduced across processes give
+//! bit-identical results: the `count` elements are split into `n` segments, segment `k`
+//! holding elements `[k*count/n, (k+1)*count/n)`; every element of segment `k` is the left
+//! fold over the ranks `k+1, k+2, …, k` (indices mod `n`), rounding after every step in the
+//! element type. Reduce-scatter gives rank `r` segment `r` (docs/fabric.md).
+//!
+//! A group that spans processes (an [`InterHost`] installed and naming the communicator) is
+//! met here by its local participants only; their parts go across the seam from a worker
+//! thread and the results come back through [`super::Dev::deliver`].
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock, Weak};
+
+use crate::interhost::{CollKind, InterHost, InterHostError, InterHostRequest};
+
+use isa::device_ops::{alu, ctype, dtype};
+use reduce::{segment, DType, ReduceOp};
+
+use super::Dev;
+
+/// Output for one participant, written by `Dev::deliver`.
+pub(crate) struct Delivery {
+    pub dev: Weak<Dev>,
+    pub nc: usize,
+    pub engine: usize,
+    pub dst: u64,
+    pub data: Vec<u8>,
+}
+
+struct Part {
+    dev: Weak<Dev>,
+    nc: usize,
+    engine: usize,
+    dst: u64,
+    data: Vec<u8>,
+}
+
+struct Rendezvous {
+    size: usize,
+    /// The group ranks hosted here when the group spans processes.
+    local: Option<Vec<usize>>,
+    op: ReduceOp,
+    dtype: DType,
+    ctype: u8,
+    parts: Vec<Option<Part>>,
+}
+
+/// An arrival.
+pub(crate) struct Arrival {
+    pub comm: u32,
+    pub seq: u32,
+    pub rank: usize,
+    pub size: usize,
+    pub op: u8,
+    pub dtype: u8,
+    pub ctype: u8,
+    pub dev: Weak<Dev>,
+    pub nc: usize,
+    pub engine: usize,
+    pub dst: u64,
+    pub data: Vec<u8>,
+}
+
+/// Why a collective cannot run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CollError {
+    BadGroup,
+    Mismatch,
+    BadType,
+}
+
+#[derive(Default)]
+pub(crate) struct Hub {
+    pending: Mutex<HashMap<(u32, u32), Rendezvous>>,
+    inter: RwLock<Option<Arc<dyn InterHost>>>,
+    /// Buffers kept between collectives, so a collective in steady state allocates nothing.
+    pool: Mutex<Pool>,
+    /// The collectives barriers being met ([`super::barrier`]).
+    pub barriers: super::barrier::Meets,
+}
+
+/// Reusable buffers: collective data, rendezvous part lists and delivery lists.
+#[derive(Default)]
+struct Pool {
+    bytes: Vec<Vec<u8>>,
+    parts: Vec<Vec<Option<Part>>>,
+    deliveries: Vec<Vec<Delivery>>,
+}
+
+/// Buffers kept per kind; data buffers above [`POOL_MAX_BYTES`] are freed, not kept.
+const POOL_DEPTH: usize = 64;
+const POOL_MAX_BYTES: usize = 16 << 20;
+
+impl Hub {
+    fn pool(&self) -> std::sync::MutexGuard<'_, Pool> {
+        platform::sync::lock(&self.pool)
+    }
+
+    /// A zeroed data buffer of `len` bytes (pooled).
+    pub fn take_bytes(&self, len: usize) -> Vec<u8> {
+        let mut b = self.pool().bytes.pop().unwrap_or_default();
+        b.clear();
+        b.resize(len, 0);
+        b
+    }
+
+    /// Give a data buffer back to the pool.
+    pub fn put_bytes(&self, b: Vec<u8>) {
+        if b.capacity() <= POOL_MAX_BYTES {
+            let mut p = self.pool();
+            if p.bytes.len() < POOL_DEPTH {
+                p.bytes.push(b);
+            }
+        }
+    }
+
+    /// An empty delivery list (pooled).
+    pub fn take_deliveries(&self) -> Vec<Delivery> {
+        self.pool().deliveries.pop().unwrap_or_default()
+    }
+
+    /// Give a delivery list back (its data buffers go back too).
+    pub fn put_deliveries(&self, mut v: Vec<Delivery>) {
+        for d in v.drain(..) {
+            self.put_bytes(d.data);
+        }
+        let mut p = self.pool();
+        if p.deliveries.len() < POOL_DEPTH {
+            p.deliveries.push(v);
+        }
+    }
+
+    /// Install (or remove) the transport to other processes.
+    pub fn set_inter_host(&self, t: Option<Arc<dyn InterHost>>) {
+        *platform::sync::write(&self.inter) = t;
+    }
+
+    pub(crate) fn inter(&self) -> Option<Arc<dyn InterHost>> {
+        platform::sync::read(&self.inter).clone()
+    }
+
+    /// Register an arrival; when the group is complete, push every participant's output to
+    /// `out`. Allocates nothing in steady state (buffers come from the pool; the arrival's
+    /// data buffer becomes its owner's output where the sizes allow). A group that spans
+    /// processes completes here with its local parts and goes across the seam (nothing is
+    /// pushed; the results come back through `Dev::deliver`).
+    pub fn arrive(&self, a: Arrival, out: &mut Vec<Delivery>) -> Result<(), CollError> {
+        if a.size == 0 || a.rank >= a.size {
+            return Err(CollError::BadGroup);
+        }
+        let (Some(dt), Some(op)) = (dtype::of(a.dtype), alu::op(a.op)) else {
+            return Err(CollError::BadType);
+        };
+        let esize = dt.size();
+        if !a.data.len().is_multiple_of(esize) {
+            return Err(CollError::BadType);
+        }
+        let inter = self.inter();
+        let local = inter.as_ref().and_then(|t| t.local_ranks(a.comm));
+        if let Some(l) = &local {
+            if !l.contains(&a.rank) || l.iter().any(|&r| r >= a.size) {
+                return Err(CollError::BadGroup);
+            }
+        }
+        let mut p = platform::sync::lock(&self.pending);
+        let key = (a.comm, a.seq);
+        let r = match p.entry(key) {
+            std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                let mut parts = self.pool().parts.pop().unwrap_or_default();
+                parts.clear();
+                parts.resize_with(a.size, || None);
+                v.insert(Rendezvous { size: a.size, local, op, dtype: dt, ctype: a.ctype, parts })
+            }
+        };
+        if r.size != a.size || r.op != op || r.dtype != dt || r.ctype != a.ctype || r.parts[a.rank].is_some() {
+            return Err(CollError::Mismatch);
+        }
+        if let Some(first) = r.parts.iter().flatten().next() {
+            if first.data.len() != a.data.len() {
+                return Err(CollError::Mismatch);
+            }
+        }
+        r.parts[a.rank] = Some(Part { dev: a.dev, nc: a.nc, engine: a.engine, dst: a.dst, data: a.data });
+        let complete = match &r.local {
+            Some(l) => l.iter().all(|&i| r.parts[i].is_some()),
+            None => r.parts.iter().all(|x| x.is_some()),
+        };
+        if !complete {
+            return Ok(());
+        }
+        let Some(mut r) = p.remove(&key) else { return Ok(()) };
+        drop(p);
+        if let (Some(t), Some(_)) = (inter, &r.local) {
+            return spawn_inter_host(t, a.comm, a.seq, r);
+        }
+        let n = r.parts.len();
+        let first = out.len();
+        for part in r.parts.drain(..).flatten() {
+            out.push(Delivery { dev: part.dev, nc: part.nc, engine: part.engine, dst: part.dst, data: part.data });
+        }
+        {
+            let mut pool = self.pool();
+            if pool.parts.len() < POOL_DEPTH {
+                pool.parts.push(r.parts);
+            }
+        }
+        let ds = &mut out[first..];
+        match r.ctype {
+            ctype::ALL_GATHER => {
+                let len = ds.first().map_or(0, |d| d.data.len());
+                let mut all = self.take_bytes(0);
+                all.reserve(len * n);
+                for d in ds.iter() {
+                    all.extend_from_slice(&d.data);
+                }
+                for d in ds.iter_mut() {
+                    d.data.clear();
+                    d.data.extend_from_slice(&all);
+                }
+                self.put_bytes(all);
+            }
+            ctype::REDUCE_SCATTER => {
+                let len = ds.first().map_or(0, |d| d.data.len());
+                let mut acc = self.take_bytes(len);
+                if reduce::all_reduce_into(&mut acc, n, |i| &ds[i].data, r.dtype, r.op).is_err() {
+                    // Unreachable: every part was checked to be as long as the first, whole
+                    // elements. Nothing is delivered.
+                    out.truncate(first);
+                    self.put_bytes(acc);
+                    return Err(CollError::Mismatch);
+                }
+                let count = len / esize;
+                for (i, d) in ds.iter_mut().enumerate() {
+                    let s = segment(count, n, i);
+                    d.data.clear();
+                    d.data.extend_from_slice(&acc[s.start * esize..s.end * esize]);
+                }
+                self.put_bytes(acc);
+            }
+            _ => {
+                let len = ds.first().map_or(0, |d| d.data.len());
+                let mut acc = self.take_bytes(len);
+                if reduce::all_reduce_into(&mut acc, n, |i| &ds[i].data, r.dtype, r.op).is_err() {
+                    // Unreachable, as above.
+                    out.truncate(first);
+                    self.put_bytes(acc);
+                    return Err(CollError::Mismatch);
+                }
+                for d in ds.iter_mut() {
+                    d.data.copy_from_slice(&acc);
+                }
+                self.put_bytes(acc);
+            }
+        }
+        Ok(())
+    }
+
+    /// Drop any half-formed rendezvous of a device that was reset.
+    pub fn forget(&self, dev: &Weak<Dev>) {
+        let mut p = platform::sync::lock(&self.pending);
+        p.retain(|_, r| !r.parts.iter().flatten().any(|x| x.dev.ptr_eq(dev)));
+        drop(p);
+        self.barriers.forget(dev);
+    }
+}
+
+/// Element-wise reduction of `parts` (one per rank, the same length) in the module's order.
+#[cfg(test)]
+pub(crate) fn reduce(parts: &[&[u8]], op: u8, dt: u8) -> Vec<u8> {
+    let mut acc = vec![0u8; parts.first().map_or(0, |p| p.len())];
+    let (Some(dt), Some(op)) = (dtype::of(dt), alu::op(op)) else { return acc };
+    if reduce::all_reduce_into(&mut acc, parts.len(), |i| parts[i], dt, op).is_err() {
+        acc.clear();
+    }
+    acc
+}
+
+fn kind_of(ct: u8) -> CollKind {
+    match ct {
+        ctype::ALL_GATHER => CollKind::AllGather,
+        ctype::REDUCE_SCATTER => CollKind::ReduceScatter,
+        _ => CollKind::AllReduce,
+    }
+}
+
+/// Hands a spanning group's local parts to `t` on a worker thread; delivers the results, or
+/// fails every local participant: a network failure raises the NC's INTC `net_proxy_fail` (the
+/// line the `net-proxy` fault kind raises; NRT_NETWORK_PROXY_FAILURE), a malformed collective
+/// `cc_error` with the engine faulted (NRT_EXEC_HW_ERR_COLLECTIVES).
+fn spawn_inter_host(t: Arc<dyn InterHost>, comm: u32, seq: u32, r: Rendezvous) -> Result<(), CollError> {
+    let parts: Vec<(usize, Part)> = r.parts.into_iter().enumerate().filter_map(|(i, p)| p.map(|p| (i, p))).collect();
+    let mut req = InterHostRequest {
+        comm,
+        seq,
+        size: r.size,
+        kind: kind_of(r.ctype),
+        elem: r.dtype,
+        op: r.op,
+        parts: Vec::with_capacity(parts.len()),
+    };
+    let mut sinks = Vec::with_capacity(parts.len());
+    for (i, p) in parts {
+        req.parts.push((i, p.data));
+        sinks.push((p.dev, p.nc, p.engine, p.dst));
+    }
+    std::thread::Builder::new()
+        .name(format!("sim-interhost-{comm:x}-{seq}"))
+        .spawn(move || {
+            // An NC whose network-proxy line is latched (an earlier failure not yet cleared)
+            // does not take part: its peers see a dead rank. (The `net-proxy` fault kind acts
+            // earlier, as the collective starts: the NC never arrives here, with the same
+            // effect on the peers.)
+            let down = sinks.iter().find(|(dev, nc, _, _)| {
+                dev.upgrade().is_some_and(|d| {
+                    let mut st = d.lock();
+                    d.intc_latched(&mut st, *nc, super::intc::Line::NetProxyFail)
+                })
+            });
+            let res = match down {
+                Some((_, nc, _, _)) => Err(InterHostError::Network(format!("nc {nc}: network proxy failed"))),
+                None => t.collective(req),
+            };
+            let res = res.and_then(|out| {
+                if out.len() == sinks.len() {
+                    Ok(out)
+                } else {
+                    Err(InterHostError::Collective(format!("{} outputs for {} parts", out.len(), sinks.len())))
+                }
+            });
+            match res {
+                Ok(out) => {
+                    let work: Vec<Delivery> = sinks
+                        .iter()
+                        .zip(out)
+                        .map(|((dev, nc, engine, dst), data)| Delivery {
+                            dev: dev.clone(),
+                            nc: *nc,
+                            engine: *engine,
+                            dst: *dst,
+                            data,
+                        })
+                        .collect();
+                    if let Some(d) = sinks.first().and_then(|s| s.0.upgrade()) {
+                        d.deliver(work);
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(comm, seq, "collective across processes failed: {e}");
+                    for (dev, nc, engine, _) in &sinks {
+                        let Some(d) = dev.upgrade() else { continue };
+                        let mut st = d.lock();
+                        match e {
+                            // The network proxy's failure line, as the `net-proxy` fault kind
+                            // raises it: the runtime ends the execution with 1206.
+                            InterHostError::Network(_) => d.intc(&mut st, *nc, super::intc::Line::NetProxyFail),
+                            InterHostError::Collective(_) => {
+                                d.intc(&mut st, *nc, super::intc::Line::CcError);
+                                super::records::fault_engine(
+                                    &d,
+                                    &mut st,
+                                    *nc,
+                                    *engine,
+                                    super::records::code::COLLECTIVE,
+                                    None,
+                                );
+                            }
+                        }
+                        st.pending[*nc] = true;
+                        d.after(st);
+                    }
+                }
+            }
+        })
+        .map(|_| ())
+        .map_err(|_| CollError::BadGroup)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f32s(v: &[f32]) -> Vec<u8> {
+        v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn reduction_follows_the_segment_order() {
+        // Three ranks, three elements: element k is segment k, folded k+1, k+2, …, k.
+        let a = f32s(&[1.0, 1e8, -1e8]);
+        let b = f32s(&[1e8, -1e8, 1.0]);
+        let c = f32s(&[-1e8, 1.0, 1e8]);
+        let out = reduce(&[&a, &b, &c], alu::ADD, dtype::FP32);
+        // Segment 0: (b + c) + a = (1e8 - 1e8) + 1 = 1; plain rank order would give 0.
+        // Segment 1: (c + a) + b = (1 + 1e8) - 1e8 = 0 in fp32.
+        // Segment 2: (a + b) + c = (-1e8 + 1) + 1e8 = 0 in fp32.
+        assert_eq!(out, f32s(&[1.0, 0.0, 0.0]));
+        let seg: Vec<_> = (0..3).map(|k| segment(7, 3, k)).collect();
+        assert_eq!(seg, vec![0..2, 2..4, 4..7]);
+    }
+
+    /// Host reference in the documented order, with the `half` crate's conversions (independent
+    /// of the hub's own): segment `k` folded over ranks `k+1, …, k`, rounding every step.
+    fn reference(parts: &[Vec<u8>], dt: u8) -> Vec<u8> {
+        let n = parts.len();
+        let es = dtype::size(dt).unwrap_or(4);
+        let count = parts[0].len() / es;
+        let get = |p: &[u8], i: usize| -> f32 {
+            let b = &p[i * es..(i + 1) * es];
+            match dt {
+                dtype::FP32 => f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+                dtype::BF16 => half::bf16::from_le_bytes([b[0], b[1]]).to_f32(),
+                _ => half::f16::from_le_bytes([b[0], b[1]]).to_f32(),
+            }
+        };
+        let put = |v: f32| -> Vec<u8> {
+            match dt {
+                dtype::FP32 => v.to_le_bytes().to_vec(),
+                dtype::BF16 => half::bf16::from_f32(v).to_le_bytes().to_vec(),
+                _ => half::f16::from_f32(v).to_le_bytes().to_vec(),
+            }
+        };
+        let round = |v: f32| -> f32 {
+            let b = put(v);
+            get(&b, 0)
+        };
+        let mut out = Vec::new();
+        for i in 0..count {
+            let k = (0..n).find(|&k| segment(count, n, k).contains(&i)).unwrap_or(0);
+            let mut acc = get(&parts[(k + 1) % n], i);
+            for j in 2..=n {
+                acc = round(acc + get(&parts[(k + j) % n], i));
+            }
+            out.extend(put(acc));
+        }
+        out
+    }
+
+    #[test]
+    fn float_add_matches_the_ordered_reference_bit_for_bit() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for dt in [dtype::FP32, dtype::BF16, dtype::FP16] {
+            for n in 1..=5usize {
+                for count in [1usize, 4, 7, 33] {
+                    let parts: Vec<Vec<u8>> = (0..n)
+                        .map(|_| {
+                            (0..count)
+                                .flat_map(|_| {
+                                    x ^= x << 13;
+                                    x ^= x >> 7;
+                                    x ^= x << 17;
+                                    // Mixed magnitudes: the sum depends on the order.
+                                    let v = ((x % 2001) as f32 - 1000.0) * if x & 1 == 1 { 64.0 } else { 1.0 / 64.0 };
+                                    reduce::from_f32(dtype::of(dt).unwrap_or(DType::F32), v)
+                                })
+                                .collect()
+                        })
+                        .collect();
+                    let refs: Vec<&[u8]> = parts.iter().map(|p| &p[..]).collect();
+                    let got = reduce(&refs, alu::ADD, dt);
+                    assert_eq!(got, reference(&parts, dt), "dtype {dt:#x} n={n} count={count}");
+                }
+            }
+        }
+    }
+
+    struct Fake {
+        calls: std::sync::atomic::AtomicUsize,
+    }
+
+    impl InterHost for Fake {
+        fn local_ranks(&self, comm: u32) -> Option<Vec<usize>> {
+            (comm == 7).then(|| vec![0])
+        }
+        fn collective(&self, req: InterHostRequest) -> Result<Vec<Vec<u8>>, InterHostError> {
+            self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok(req.parts.into_iter().map(|p| p.1).collect())
+        }
+        fn barrier(&self, _comm: u32, _seq: u32, _size: usize, _local: &[usize]) -> Result<(), InterHostError> {
+            Ok(())
+        }
+    }
+
+    fn arrival(d: &crate::SimDevice) -> Arrival {
+        Arrival {
+            comm: 7,
+            seq: 0,
+            rank: 0,
+            size: 2,
+            op: alu::ADD,
+            dtype: dtype::FP32,
+            ctype: ctype::ALL_REDUCE,
+            dev: Arc::downgrade(&d.dev),
+            nc: 0,
+            engine: 0,
+            dst: 0,
+            data: vec![0u8; 8],
+        }
+    }
+
+    #[test]
+    fn spanning_groups_cross_the_seam_unless_the_network_proxy_is_down() {
+        use std::sync::atomic::Ordering;
+        let cfg = crate::SimConfig::new(&csr_maps::SUNDA).timing(crate::Timing::Step);
+        let (Ok(up), Ok(down)) = (crate::SimDevice::new(cfg.clone()), crate::SimDevice::new(cfg)) else {
+            panic!("sim devices");
+        };
+        let t_up = Arc::new(Fake { calls: Default::default() });
+        let t_down = Arc::new(Fake { calls: Default::default() });
+        up.set_inter_host(Some(t_up.clone()));
+        down.set_inter_host(Some(t_down.clone()));
+        // The NC's network-proxy line is latched (an earlier failure not yet cleared).
+        {
+            let mut st = down.dev.lock();
+            down.dev.intc(&mut st, 0, crate::device::intc::Line::NetProxyFail);
+        }
+        // A group spanning processes: the only local participant completes the local part at
+        // once and nothing is delivered synchronously.
+        let mut out = Vec::new();
+        assert_eq!(down.dev.hub.arrive(arrival(&down), &mut out), Ok(()));
+        assert!(out.is_empty());
+        assert_eq!(up.dev.hub.arrive(arrival(&up), &mut out), Ok(()));
+        assert!(out.is_empty());
+        let t0 = std::time::Instant::now();
+        while t_up.calls.load(Ordering::SeqCst) == 0 && t0.elapsed() < std::time::Duration::from_secs(10) {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert_eq!(t_up.calls.load(Ordering::SeqCst), 1);
+        assert_eq!(t_down.calls.load(Ordering::SeqCst), 0, "a rank with its network proxy down must not take part");
+        // A rank outside the local set is refused.
+        let mut a = arrival(&up);
+        a.rank = 1;
+        assert_eq!(up.dev.hub.arrive(a, &mut out).err(), Some(CollError::BadGroup));
+    }
+}

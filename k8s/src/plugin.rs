@@ -60,14 +60,25 @@ pub struct PluginConfig {
     pub metrics_file: Option<PathBuf>,
 }
 
+/// One allocated core's process.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Allocated {
+    /// Who leased it when Allocate ran: a previous container of the pod (its init container,
+    /// the kubelet reusing its devices) whose lease the broker has not reclaimed yet — not this
+    /// allocation's process.
+    before: Option<u32>,
+    /// The first other process seen leasing it since.
+    first: Option<u32>,
+}
+
 /// The state every resource's server shares.
 pub struct Shared {
     cfg: PluginConfig,
     snapshot: watch::Receiver<Arc<Snapshot>>,
-    /// Global logical cores handed out by Allocate, each with the first process seen leasing
-    /// it since. The kubelet never says when a pod's devices come back: an allocation of a core
-    /// ends when that process no longer leases it (the container's process exited).
-    allocated: Mutex<BTreeMap<u32, Option<u32>>>,
+    /// Global logical cores handed out by Allocate. The kubelet never says when a pod's devices
+    /// come back: an allocation of a core ends when its process no longer leases it (the
+    /// container's process exited).
+    allocated: Mutex<BTreeMap<u32, Allocated>>,
     /// (pid, core) pairs already reported as held outside any allocation, and how many.
     foreign: Mutex<(BTreeSet<(u32, u32)>, u64)>,
     /// Bumped when an allocation changes what ListAndWatch reports.
@@ -90,13 +101,19 @@ impl Shared {
     pub fn foreign_holders(&self, snap: &Snapshot) -> BTreeMap<u32, u32> {
         let allocated: BTreeSet<u32> = {
             let mut a = lock(&self.allocated);
-            a.retain(|&core, first| {
+            a.retain(|&core, al| {
                 let holder = snap.holder_of(core).map(|h| h.pid);
-                match (*first, holder) {
-                    // Not leased yet: the container has not started its runtime.
-                    (None, None) => true,
+                match (al.first, holder) {
+                    // Not leased yet: the container has not started its runtime (and the
+                    // previous container's process, if any, is gone).
+                    (None, None) => {
+                        al.before = None;
+                        true
+                    }
+                    // The previous container's lease, not reclaimed yet.
+                    (None, Some(pid)) if al.before == Some(pid) => true,
                     (None, Some(pid)) => {
-                        *first = Some(pid);
+                        al.first = Some(pid);
                         true
                     }
                     (Some(p), Some(pid)) if p == pid => true,
@@ -193,7 +210,8 @@ impl Shared {
                 "NeuronCore {c} is leased by pid {pid} outside any allocation; it is not handed out twice"
             )));
         }
-        lock(&self.allocated).extend(cores.iter().map(|&c| (c, None)));
+        lock(&self.allocated)
+            .extend(cores.iter().map(|&c| (c, Allocated { before: snap.holder_of(c).map(|h| h.pid), first: None })));
         self.alloc_tick.send_modify(|t| *t += 1);
         let cores: Vec<u32> = cores.into_iter().collect();
         let mut envs = HashMap::new();
@@ -479,6 +497,66 @@ async fn register(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn snapshot(holders: &[(u32, std::ops::Range<u32>)]) -> Snapshot {
+        let d = crate::inventory::DeviceEntry {
+            index: 0,
+            broker_device: 0,
+            arch: "cayman".into(),
+            ncs: 8,
+            lnc: 2,
+            first_logical: 0,
+        };
+        Snapshot {
+            devices: vec![d],
+            healthy: vec![true],
+            holders: holders
+                .iter()
+                .map(|(pid, cores)| crate::inventory::Holder {
+                    pid: *pid,
+                    command: "p".into(),
+                    device: 0,
+                    cores: cores.clone(),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn an_allocation_ends_with_its_process_and_a_later_lease_is_foreign() {
+        let cfg = PluginConfig {
+            dir: "/nonexistent".into(),
+            resources: vec![],
+            selection: "sim:shared:cayman".into(),
+            broker_socket: "/run/x/broker.sock".into(),
+            container_broker_dir: "/run/neuron-vfio".into(),
+            lnc: None,
+            metrics_file: None,
+        };
+        // A previous container (pid 10) of the pod still leases cores 0-1 when Allocate runs.
+        let (tx, rx) = watch::channel(Arc::new(snapshot(&[(10, 0..2)])));
+        let sh = Shared::new(cfg, rx);
+        let ids = ["nc0".to_string(), "nc1".to_string()];
+        let a = sh.allocate_one(Kind::Core, &ids).expect("allocate");
+        assert_eq!(a.envs["NEURON_RT_VISIBLE_CORES"], "0-1");
+        assert_eq!(a.envs["NEURON_VFIO_BROKER_SOCKET"], "/run/neuron-vfio/broker.sock");
+        assert_eq!(
+            (a.mounts[0].host_path.as_str(), a.mounts[0].container_path.as_str()),
+            ("/run/x", "/run/neuron-vfio")
+        );
+        // Its lease is not this allocation's process, nor foreign; the new container's is.
+        assert!(sh.foreign_holders(&snapshot(&[(10, 0..2)])).is_empty());
+        assert!(sh.foreign_holders(&snapshot(&[(11, 0..2)])).is_empty());
+        // A process outside the allocation on core 2 is foreign; Allocate refuses its core.
+        assert_eq!(sh.foreign_holders(&snapshot(&[(11, 0..2), (20, 2..3)])), BTreeMap::from([(2, 20)]));
+        tx.send_replace(Arc::new(snapshot(&[(11, 0..2), (20, 2..3)])));
+        let e = sh.allocate_one(Kind::Core, &["nc2".to_string()]).expect_err("held by pid 20");
+        assert_eq!(e.code(), tonic::Code::FailedPrecondition);
+        // Pid 11 gone: the allocation ended; a later lease on its cores is foreign.
+        assert!(sh.foreign_holders(&snapshot(&[])).is_empty());
+        assert_eq!(sh.foreign_holders(&snapshot(&[(12, 0..1)])), BTreeMap::from([(0, 12)]));
+        assert!(sh.allocate_one(Kind::Core, &["nc9".to_string()]).is_err(), "an unknown core");
+    }
 
     #[test]
     fn visible_cores_are_written_as_runs() {

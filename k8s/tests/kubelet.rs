@@ -10,52 +10,24 @@
 
 #[path = "support/kubelet.rs"]
 mod kubelet;
+#[path = "support/pods.rs"]
+mod pods;
 
-use broker_client::client::{Connect, Session};
-use broker_client::Role;
 use k8s::api::{ContainerAllocateResponse, HEALTHY, UNHEALTHY};
 use kubelet::{lock, Kubelet};
-use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use pods::{finish_exact, leases, neuron_vfio, root, start_plugin, wait_line, PluginExe, Reaped, CORES, DEVICES};
+use std::io::BufReader;
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const PLUGIN: &str = env!("CARGO_BIN_EXE_neuron-vfio-k8s-device-plugin");
-const CORES: &str = "aws.amazon.com/neuroncore";
-const DEVICES: &str = "aws.amazon.com/neuron";
-const NEFF: &str = "examples/allreduce_lnc2.neff";
+const NEFF: &str = pods::NEFF;
 const INPUT: &str = "input=examples/input_32xf32.bin";
-
-fn root() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
-}
-
-/// The `neuron-vfio` binary of this build (target/<profile>/, beside deps/ where this test is).
-fn neuron_vfio() -> PathBuf {
-    let exe = std::env::current_exe().expect("test exe");
-    let p = exe.parent().and_then(|d| d.parent()).expect("target dir").join("neuron-vfio");
-    assert!(p.exists(), "{} is missing: build it first (cargo build -p cli)", p.display());
-    p
-}
-
-fn input() -> Vec<f32> {
-    let b = std::fs::read(root().join("examples/input_32xf32.bin")).expect("input");
-    b.chunks(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
-}
-
-/// Kills a child when dropped.
-struct Reaped(Child);
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// A container's process as the CRI would start it from an allocation: exactly its
 /// environment, its mounts applied (here, without a mount namespace: a container path in the
 /// environment is the mount's host path), nothing of this test's environment that the
-/// runtime reads.
+/// runtime reads. (k8s/tests/containers.rs runs them in real containers.)
 fn container(alloc: &ContainerAllocateResponse, args: &[&str]) -> Command {
     let mut c = Command::new(neuron_vfio());
     c.current_dir(root()).env_clear().env("PATH", "/usr/bin:/bin");
@@ -74,8 +46,8 @@ fn container(alloc: &ContainerAllocateResponse, args: &[&str]) -> Command {
 
 /// Run the LNC=2 example, executing once and then holding its cores until told on stdin.
 fn start_model(alloc: &ContainerAllocateResponse) -> (Reaped, BufReader<std::process::ChildStderr>) {
-    // As a pod's command would: `neuron-vfio --device "$NEURON_VFIO_DEVICE" run …` (libnrt reads
-    // the variable itself; the CLI takes the flag).
+    // As a pod's command would: `neuron-vfio --device "$(NEURON_VFIO_DEVICE)" run …` (libnrt
+    // reads the variable itself; the CLI takes the flag).
     let device = alloc.envs["NEURON_VFIO_DEVICE"].as_str();
     let mut child =
         container(alloc, &["--json", "--device", device, "run", NEFF, "--input", INPUT, "--pause-after-exec"])
@@ -88,47 +60,6 @@ fn start_model(alloc: &ContainerAllocateResponse) -> (Reaped, BufReader<std::pro
     (Reaped(child), err)
 }
 
-fn wait_line(err: &mut BufReader<std::process::ChildStderr>, want: &str) {
-    let mut seen = String::new();
-    loop {
-        let mut line = String::new();
-        let n = err.read_line(&mut line).expect("read");
-        assert!(n > 0, "stderr closed before `{want}`: {seen}");
-        if line.contains(want) {
-            return;
-        }
-        seen.push_str(&line);
-    }
-}
-
-/// Let a held model finish and check its output exact (the LNC=2 example doubles its input).
-fn finish_exact(mut run: Reaped, what: &str) {
-    run.0.stdin.take().expect("stdin").write_all(b"\n").expect("stdin");
-    let mut out = String::new();
-    std::io::Read::read_to_string(run.0.stdout.as_mut().expect("stdout"), &mut out).expect("stdout");
-    let st = run.0.wait().expect("wait");
-    assert!(st.success(), "{what}: {out}");
-    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
-    assert_eq!(v["status"], "NRT_SUCCESS", "{what}");
-    let got: Vec<f32> = v["outputs"]["output"]["values"]
-        .as_array()
-        .expect("values")
-        .iter()
-        .map(|x| x.as_f64().unwrap_or(f64::NAN) as f32)
-        .collect();
-    assert_eq!(got, input().iter().map(|x| x * 2.0).collect::<Vec<_>>(), "{what}");
-}
-
-/// Physical cores leased on the broker's device 0 now, by pid.
-fn leases(session: &Session) -> Vec<(u32, std::ops::Range<u32>)> {
-    let devs = session.query().expect("query");
-    devs.iter()
-        .flat_map(|d| d.clients.iter())
-        .filter(|c| c.count > 0)
-        .map(|c| (c.pid, c.first..c.first + c.count))
-        .collect()
-}
-
 fn health_in(st: &kubelet::State, id: &str) -> Option<String> {
     st.plugins.get(CORES)?.devices.iter().find(|d| d.id == id).map(|d| d.health.clone())
 }
@@ -137,43 +68,14 @@ fn health(k: &Kubelet, id: &str) -> Option<String> {
     health_in(&lock(&k.state), id)
 }
 
-fn start_plugin(dir: &Path, broker_sock: &Path, metrics: &Path) -> Reaped {
-    let log = std::fs::File::create(dir.join("plugin.log")).expect("log");
-    Reaped(
-        Command::new(PLUGIN)
-            .args(["--device", "sim:shared:cayman", "--plugin-dir"])
-            .arg(dir.join("device-plugins"))
-            .arg("--broker-socket")
-            .arg(broker_sock)
-            .arg("--metrics-file")
-            .arg(metrics)
-            .args(["--watch-ms", "200", "--poll-ms", "50"])
-            .env("NEURON_VFIO_BROKER_EXE", neuron_vfio())
-            .env_remove("NEURON_LOGICAL_NC_CONFIG")
-            .env_remove("NEURON_RT_VIRTUAL_CORE_SIZE")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("plugin"),
-    )
-}
-
 #[test]
 fn the_kubelet_allocates_cores_through_the_plugin_and_they_come_back_with_the_process() {
-    // A hang is a failure, not a stuck test run.
-    std::thread::spawn(|| {
-        std::thread::sleep(Duration::from_secs(180));
-        eprintln!("the kubelet test did not finish in 180 s");
-        std::process::abort();
-    });
-    let dir = std::env::temp_dir().join(format!("nv-k8s-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("dir");
+    pods::watchdog(Duration::from_secs(180), "the kubelet test");
+    let dir = pods::fresh_dir("nv-k8s");
     let broker_sock = dir.join("run/broker.sock");
     let metrics = dir.join("neuron.prom");
     let mut k = Kubelet::start(&dir.join("device-plugins"));
-    let _plugin = start_plugin(&dir, &broker_sock, &metrics);
+    let _plugin = start_plugin(PluginExe::Binary, &dir, &broker_sock, &metrics);
 
     // Registration: both resources, with preferred allocations offered; 4 logical cores, 1 device.
     let report = || std::fs::read_to_string(dir.join("plugin.log")).unwrap_or_default();
@@ -219,21 +121,17 @@ fn the_kubelet_allocates_cores_through_the_plugin_and_they_come_back_with_the_pr
     let (devs2, a2) = k.admit("pod2", CORES, 2);
     assert_eq!(devs2, ["nc2", "nc3"]);
     assert_eq!(a2.envs["NEURON_RT_VISIBLE_CORES"], "2-3");
-    let (run2, mut err2) = start_model(&a2);
+    let (mut run2, mut err2) = start_model(&a2);
     wait_line(&mut err2, "executed");
 
-    let tool = {
-        let mut c = Connect::new(Role::Tool);
-        c.socket = broker_sock.clone();
-        Session::connect(&c).expect("broker")
-    };
+    let tool = pods::tool(&broker_sock);
     let l = leases(&tool);
     assert!(l.contains(&(pid1, 0..4)), "{l:?}");
     assert!(l.contains(&(run2.0.id(), 4..8)), "{l:?}");
     // Both processes are inside their allocations: every core stays healthy.
     std::thread::sleep(Duration::from_millis(300));
     assert!((0..4).all(|i| health(&k, &format!("nc{i}")).as_deref() == Some(HEALTHY)), "{}", report());
-    finish_exact(run2, "pod 2");
+    finish_exact(&mut run2.0, "pod 2");
 
     // Kill pod 1's process: its cores are free in the broker within 1 s.
     let mut run1 = run1;
@@ -274,9 +172,9 @@ fn the_kubelet_allocates_cores_through_the_plugin_and_they_come_back_with_the_pr
     // Pod 3 gets the freed cores and runs exact.
     let (devs3, a3) = k.admit("pod3", CORES, 2);
     assert_eq!(devs3, ["nc0", "nc1"]);
-    let (run3, mut err3) = start_model(&a3);
+    let (mut run3, mut err3) = start_model(&a3);
     wait_line(&mut err3, "executed");
-    finish_exact(run3, "pod 3");
+    finish_exact(&mut run3.0, "pod 3");
 
     // A kubelet restart: both resources register again within 5 s.
     let t2 = Instant::now();

@@ -12,8 +12,8 @@
 //! which the test checks by reading the kernel log (when it may) around such a run.
 
 use regex::Regex;
-use std::path::PathBuf;
 use std::io::{Read, Seek, SeekFrom};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 fn root() -> PathBuf {
@@ -177,8 +177,7 @@ struct KmsgTail(std::fs::File);
 impl KmsgTail {
     fn open() -> Option<Self> {
         use std::os::unix::fs::OpenOptionsExt;
-        let mut f =
-            std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open("/dev/kmsg").ok()?;
+        let mut f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open("/dev/kmsg").ok()?;
         f.seek(SeekFrom::End(0)).ok()?;
         Some(Self(f))
     }

@@ -7,8 +7,10 @@
 //! allocation is made as the device manager makes it: the healthy devices not allocated are
 //! available, the plugin's preferred ones are asked for when it offers them and taken where
 //! available (the rest filled from the available ones), then `Allocate` with one container
-//! request, whose answer must carry one container response. Removing a pod gives its devices
+//! request, whose answer must carry one container response; a pod's next container (after its
+//! init container) is allocated the pod's devices again. Removing a pod gives its devices
 //! back. A restart removes every socket of the directory and serves a new `kubelet.sock`.
+#![allow(dead_code)]
 
 use k8s::api::device_plugin::device_plugin_client::DevicePluginClient;
 use k8s::api::registration::registration_server::{Registration, RegistrationServer};
@@ -250,6 +252,17 @@ impl Kubelet {
         assert_eq!(resp.container_responses.len(), 1, "one response per container request");
         lock(&self.state).pods.insert(pod.to_string(), (resource.to_string(), devs.clone()));
         (devs, resp.container_responses[0].clone())
+    }
+
+    /// Allocate for another container of `pod` with the pod's devices, as the device manager
+    /// does when a container reuses its init container's devices (one Allocate per container).
+    pub fn allocate_container(&self, pod: &str) -> ContainerAllocateResponse {
+        let (resource, devs) = lock(&self.state).pods.get(pod).cloned().expect("an admitted pod");
+        let (mut c, _) = self.client(&resource);
+        let req = AllocateRequest { container_requests: vec![ContainerAllocateRequest { devices_ids: devs }] };
+        let resp = self.rt.block_on(c.allocate(req)).expect("Allocate").into_inner();
+        assert_eq!(resp.container_responses.len(), 1, "one response per container request");
+        resp.container_responses[0].clone()
     }
 
     /// The pod is gone: its devices are free again.

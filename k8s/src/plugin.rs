@@ -60,6 +60,31 @@ pub struct PluginConfig {
     pub metrics_file: Option<PathBuf>,
 }
 
+/// Why an allocation request is refused (the kubelet sees it as the RPC's status).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AllocError {
+    #[error("unknown device id `{0}`")]
+    UnknownId(String),
+    #[error("an allocation of no devices")]
+    Empty,
+    #[error("NeuronCore {core} is leased by pid {pid} outside any allocation; it is not handed out twice")]
+    HeldOutside { core: u32, pid: u32 },
+}
+
+impl From<AllocError> for Status {
+    fn from(e: AllocError) -> Self {
+        match e {
+            AllocError::UnknownId(_) | AllocError::Empty => Status::invalid_argument(e.to_string()),
+            AllocError::HeldOutside { .. } => Status::failed_precondition(e.to_string()),
+        }
+    }
+}
+
+/// The index of an id `<prefix><n>`.
+fn id_index(prefix: &str, id: &str) -> Result<u32, AllocError> {
+    id.strip_prefix(prefix).and_then(|n| n.parse().ok()).ok_or_else(|| AllocError::UnknownId(id.to_string()))
+}
+
 /// One allocated core's process.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Allocated {
@@ -177,16 +202,16 @@ impl Shared {
     }
 
     /// The global logical cores an id names (a core, or every core of a device).
-    fn cores_of(&self, snap: &Snapshot, kind: Kind, id: &str) -> Result<Vec<u32>, Status> {
-        let bad = || Status::invalid_argument(format!("unknown device id `{id}`"));
+    fn cores_of(&self, snap: &Snapshot, kind: Kind, id: &str) -> Result<Vec<u32>, AllocError> {
+        let bad = || AllocError::UnknownId(id.to_string());
         match kind {
             Kind::Core => {
-                let c: u32 = id.strip_prefix("nc").and_then(|n| n.parse().ok()).ok_or_else(bad)?;
+                let c = id_index("nc", id)?;
                 snap.device_of(c).ok_or_else(bad)?;
                 Ok(vec![c])
             }
             Kind::Device => {
-                let i: u32 = id.strip_prefix("nd").and_then(|n| n.parse().ok()).ok_or_else(bad)?;
+                let i = id_index("nd", id)?;
                 let d = snap.devices.iter().find(|d| d.index == i).ok_or_else(bad)?;
                 Ok(d.logical_range().collect())
             }
@@ -195,20 +220,18 @@ impl Shared {
 
     /// One container's allocation: the broker's socket directory mounted, the cores and the
     /// device named in the environment.
-    fn allocate_one(&self, kind: Kind, ids: &[String]) -> Result<ContainerAllocateResponse, Status> {
+    fn allocate_one(&self, kind: Kind, ids: &[String]) -> Result<ContainerAllocateResponse, AllocError> {
         let snap = self.snapshot.borrow().clone();
         let mut cores = BTreeSet::new();
         for id in ids {
             cores.extend(self.cores_of(&snap, kind, id)?);
         }
         if cores.is_empty() {
-            return Err(Status::invalid_argument("an allocation of no devices"));
+            return Err(AllocError::Empty);
         }
         let foreign = self.foreign_holders(&snap);
-        if let Some((c, pid)) = cores.iter().find_map(|c| foreign.get(c).map(|p| (*c, *p))) {
-            return Err(Status::failed_precondition(format!(
-                "NeuronCore {c} is leased by pid {pid} outside any allocation; it is not handed out twice"
-            )));
+        if let Some((core, pid)) = cores.iter().find_map(|c| foreign.get(c).map(|p| (*c, *p))) {
+            return Err(AllocError::HeldOutside { core, pid });
         }
         lock(&self.allocated)
             .extend(cores.iter().map(|&c| (c, Allocated { before: snap.holder_of(c).map(|h| h.pid), first: None })));
@@ -334,15 +357,8 @@ impl DevicePlugin for Service {
             Kind::Core => snap.holder_of(i).is_some(),
             Kind::Device => snap.holders.iter().any(|h| h.device == i),
         };
-        let parse = |ids: &[String]| -> Result<Vec<u32>, Status> {
-            ids.iter()
-                .map(|id| {
-                    id.strip_prefix(prefix)
-                        .and_then(|n| n.parse().ok())
-                        .ok_or_else(|| Status::invalid_argument(format!("unknown device id `{id}`")))
-                })
-                .collect()
-        };
+        let parse =
+            |ids: &[String]| -> Result<Vec<u32>, AllocError> { ids.iter().map(|id| id_index(prefix, id)).collect() };
         let mut container_responses = Vec::new();
         for r in &req.get_ref().container_requests {
             let avail = parse(&r.available_device_ids)?;
@@ -362,7 +378,7 @@ impl DevicePlugin for Service {
             .container_requests
             .iter()
             .map(|c| self.shared.allocate_one(self.kind, &c.devices_ids))
-            .collect::<Result<Vec<_>, _>>()?;
+            .collect::<Result<Vec<_>, AllocError>>()?;
         Ok(Response::new(AllocateResponse { container_responses }))
     }
 
@@ -533,8 +549,8 @@ mod tests {
             lnc: None,
             metrics_file: None,
         };
-        // A previous container (pid 10) of the pod still leases cores 0-1 when Allocate runs.
-        let (tx, rx) = watch::channel(Arc::new(snapshot(&[(10, 0..2)])));
+        // The pod's init container: allocated cores 0-1, leased by its process (pid 10).
+        let (tx, rx) = watch::channel(Arc::new(snapshot(&[])));
         let sh = Shared::new(cfg, rx);
         let ids = ["nc0".to_string(), "nc1".to_string()];
         let a = sh.allocate_one(Kind::Core, &ids).expect("allocate");
@@ -544,18 +560,26 @@ mod tests {
             (a.mounts[0].host_path.as_str(), a.mounts[0].container_path.as_str()),
             ("/run/x", "/run/neuron-vfio")
         );
-        // Its lease is not this allocation's process, nor foreign; the new container's is.
+        assert!(sh.foreign_holders(&snapshot(&[(10, 0..2)])).is_empty());
+        // The main container's Allocate while the broker has not reclaimed pid 10's lease yet:
+        // that lease is not the new allocation's process, so the main container's (pid 11) is
+        // not foreign.
+        tx.send_replace(Arc::new(snapshot(&[(10, 0..2)])));
+        sh.allocate_one(Kind::Core, &ids).expect("allocate again");
         assert!(sh.foreign_holders(&snapshot(&[(10, 0..2)])).is_empty());
         assert!(sh.foreign_holders(&snapshot(&[(11, 0..2)])).is_empty());
         // A process outside the allocation on core 2 is foreign; Allocate refuses its core.
         assert_eq!(sh.foreign_holders(&snapshot(&[(11, 0..2), (20, 2..3)])), BTreeMap::from([(2, 20)]));
         tx.send_replace(Arc::new(snapshot(&[(11, 0..2), (20, 2..3)])));
         let e = sh.allocate_one(Kind::Core, &["nc2".to_string()]).expect_err("held by pid 20");
-        assert_eq!(e.code(), tonic::Code::FailedPrecondition);
+        assert_eq!(e, AllocError::HeldOutside { core: 2, pid: 20 });
+        assert_eq!(Status::from(e).code(), tonic::Code::FailedPrecondition);
         // Pid 11 gone: the allocation ended; a later lease on its cores is foreign.
         assert!(sh.foreign_holders(&snapshot(&[])).is_empty());
         assert_eq!(sh.foreign_holders(&snapshot(&[(12, 0..1)])), BTreeMap::from([(0, 12)]));
-        assert!(sh.allocate_one(Kind::Core, &["nc9".to_string()]).is_err(), "an unknown core");
+        assert_eq!(sh.allocate_one(Kind::Core, &["nc9".to_string()]), Err(AllocError::UnknownId("nc9".into())));
+        assert_eq!(sh.allocate_one(Kind::Core, &[]), Err(AllocError::Empty));
+        assert_eq!(Status::from(AllocError::Empty).code(), tonic::Code::InvalidArgument);
     }
 
     #[test]

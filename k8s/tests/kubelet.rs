@@ -180,7 +180,10 @@ fn the_kubelet_allocates_cores_through_the_plugin_and_they_come_back_with_the_pr
     let t2 = Instant::now();
     k.restart();
     k.wait(Duration::from_secs(5), "re-registration after the kubelet's restart", |st| {
-        (st.registrations.len() >= 2 && st.plugins.get(CORES).is_some_and(|p| p.devices.len() == 4)).then_some(())
+        let listed = |r: &str, n: usize| {
+            st.plugins.get(r).is_some_and(|p| p.devices.len() == n && p.devices.iter().all(|d| d.health == HEALTHY))
+        };
+        (st.registrations.len() >= 2 && listed(CORES, 4) && listed(DEVICES, 1)).then_some(())
     });
     eprintln!("kubelet restart to both re-registered and listed: {:?}", t2.elapsed());
     let (devs4, _) = k.admit("pod4", DEVICES, 1);

@@ -59,11 +59,13 @@ struct Reg {
 /// `requests.` name, each part non-empty.
 fn is_extended_resource_name(name: &str) -> bool {
     let Some((domain, rest)) = name.split_once('/') else { return false };
-    !domain.is_empty()
-        && !rest.is_empty()
-        && !rest.contains('/')
-        && !(domain == "kubernetes.io" || domain.ends_with(".kubernetes.io"))
-        && !name.starts_with("requests.")
+    let refused = domain.is_empty()
+        || rest.is_empty()
+        || rest.contains('/')
+        || domain == "kubernetes.io"
+        || domain.ends_with(".kubernetes.io")
+        || name.starts_with("requests.");
+    !refused
 }
 
 #[tonic::async_trait]

@@ -126,7 +126,7 @@ fn pods_run_in_real_containers_on_their_cores_and_a_killed_one_gives_them_back()
     let broker_sock = dir.join("run/broker.sock");
     let metrics = dir.join("neuron.prom");
     let k = Kubelet::start(&dir.join("device-plugins"));
-    let _plugin = start_plugin(PluginExe::Cli, &dir, &broker_sock, &metrics);
+    let plugin = start_plugin(PluginExe::Cli, &dir, &broker_sock, &metrics);
     let report = || std::fs::read_to_string(dir.join("plugin.log")).unwrap_or_default();
     k.wait(Duration::from_secs(60), "4 healthy cores listed", |st| {
         let p = st.plugins.get(CORES)?;
@@ -210,5 +210,7 @@ fn pods_run_in_real_containers_on_their_cores_and_a_killed_one_gives_them_back()
     check_exact(&String::from_utf8_lossy(&o.stdout), "pod 3");
     // No core was ever reported held outside an allocation.
     assert!(!report().contains("outside any allocation"), "{}", report());
+    // The plugin writes its metrics until it stops.
+    drop(plugin);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -75,7 +75,7 @@ fn the_kubelet_allocates_cores_through_the_plugin_and_they_come_back_with_the_pr
     let broker_sock = dir.join("run/broker.sock");
     let metrics = dir.join("neuron.prom");
     let mut k = Kubelet::start(&dir.join("device-plugins"));
-    let _plugin = start_plugin(PluginExe::Binary, &dir, &broker_sock, &metrics);
+    let plugin = start_plugin(PluginExe::Binary, &dir, &broker_sock, &metrics);
 
     // Registration: both resources, with preferred allocations offered; 4 logical cores, 1 device.
     let report = || std::fs::read_to_string(dir.join("plugin.log")).unwrap_or_default();
@@ -188,5 +188,7 @@ fn the_kubelet_allocates_cores_through_the_plugin_and_they_come_back_with_the_pr
     eprintln!("kubelet restart to both re-registered and listed: {:?}", t2.elapsed());
     let (devs4, _) = k.admit("pod4", DEVICES, 1);
     assert_eq!(devs4, ["nd0"]);
+    // The plugin writes its metrics until it stops.
+    drop(plugin);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -196,8 +196,9 @@ pub struct DeviceInfo {
     pub clients: Vec<ClientInfo>,
 }
 
-/// Why a request failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Why a request failed. The discriminants are the wire numbers; decoding is derived from them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, num_enum::TryFromPrimitive, num_enum::IntoPrimitive)]
+#[repr(u16)]
 pub enum ErrorCode {
     /// The message did not decode (the connection is closed after this reply).
     BadMessage = 1,
@@ -235,31 +236,8 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
-    /// Every code, in wire order: the discriminants above are the one table.
-    pub const ALL: [Self; 16] = {
-        use ErrorCode::*;
-        [
-            BadMessage,
-            Version,
-            Sequence,
-            NoSuchDevice,
-            TooManyClients,
-            CoresUnavailable,
-            NotAttached,
-            AlreadyLeased,
-            NoSuchHandle,
-            OutOfMemory,
-            Adopting,
-            Device,
-            Invalid,
-            FirmwareTimeout,
-            Firmware,
-            Stopped,
-        ]
-    };
-
     fn from_u16(v: u16) -> Option<Self> {
-        Self::ALL.into_iter().find(|c| *c as u16 == v)
+        Self::try_from(v).ok()
     }
 }
 
@@ -525,7 +503,7 @@ impl Reply {
             }
             Reply::Error { code, owner_pid, message } => {
                 let mut w = enc(107);
-                w.u16(*code as u16).u32(*owner_pid).str(message, MAX_STR);
+                w.u16(u16::from(*code)).u32(*owner_pid).str(message, MAX_STR);
                 w.finish()
             }
         }

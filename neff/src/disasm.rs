@@ -16,7 +16,7 @@ fn wait_str(e: &Events) -> Option<String> {
         WaitMode::EqImm => format!("$S[{i}]=={v}"),
         WaitMode::GtImm => format!("$S[{i}]>{v}"),
         WaitMode::GeImm => format!("$S[{i}]>={v}"),
-        WaitMode::Reg(c) | WaitMode::Other(c) => format!("wait({c:#04x},$S[{i}],{v})"),
+        m => format!("wait({:#04x},$S[{i}],{v})", m.code()),
     })
 }
 

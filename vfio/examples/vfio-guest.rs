@@ -71,6 +71,10 @@ impl Report {
             }
         }
     }
+    /// Run one check: `f`'s result is reported under `name`.
+    fn run<T: std::fmt::Display>(&mut self, name: &str, f: impl FnOnce() -> Res<T>) -> Option<T> {
+        self.check(name, f())
+    }
     fn skip(&self, name: &str, why: &str) {
         println!("VFIO-CHECK skip {name}: {why}");
     }
@@ -156,185 +160,151 @@ fn run_backend(rep: &mut Report, addr: PciAddress, backend: Backend, seed: u8) {
             info.dma_avail
         )),
     );
-    let Some(bar) = rep.check(
-        &p("bar0.mmap"),
-        (|| -> Res<_> {
-            let ri = dev.region_info(0).map_err(s)?;
-            if !ri.mmappable() {
-                return Err(format!("BAR0 not mmap-able: {ri:?}"));
-            }
-            let m = dev.map_region(0).map_err(s)?;
-            if !m.is_mapped(0, 4) {
-                return Err("BAR0 offset 0 not in an mmap'd area".into());
-            }
-            Ok(Wrap(m, format!("size {:#x}, areas {:?}", ri.size, ri.mmap_areas)))
-        })(),
-    ) else {
+    let Some(bar) = rep.run(&p("bar0.mmap"), || {
+        let ri = dev.region_info(0).map_err(s)?;
+        if !ri.mmappable() {
+            return Err(format!("BAR0 not mmap-able: {ri:?}"));
+        }
+        let m = dev.map_region(0).map_err(s)?;
+        if !m.is_mapped(0, 4) {
+            return Err("BAR0 offset 0 not in an mmap'd area".into());
+        }
+        Ok(Wrap(m, format!("size {:#x}, areas {:?}", ri.size, ri.mmap_areas)))
+    }) else {
         return;
     };
     let bar: Arc<vfio::RegionMmio> = bar.0;
-    rep.check(
-        &p("id"),
-        (|| -> Res<_> {
-            let id = bar.read32(R_ID).map_err(s)?;
-            if id != EDU_ID {
-                return Err(format!("ID register {id:#010x}, expected {EDU_ID:#010x}"));
-            }
-            Ok(format!("{id:#010x}"))
-        })(),
-    );
-    rep.check(
-        &p("liveness"),
-        (|| -> Res<_> {
-            let v = 0x1234_5678u32 ^ u32::from(seed);
-            bar.write32(R_LIVENESS, v).map_err(s)?;
-            let r = bar.read32(R_LIVENESS).map_err(s)?;
-            if r != !v {
-                return Err(format!("wrote {v:#x}, read {r:#x}, expected {:#x}", !v));
-            }
-            Ok(format!("{v:#x} -> {r:#x}"))
-        })(),
-    );
-    rep.check(
-        &p("factorial"),
-        (|| -> Res<_> {
-            let n = 10 + u32::from(seed % 3);
-            let expect: u32 = (1..=n).product();
-            bar.write32(R_FACT, n).map_err(s)?;
-            wait_until("factorial", Duration::from_secs(5), || Ok(bar.read32(R_STATUS).map_err(s)? & 1 == 0))?;
-            let got = bar.read32(R_FACT).map_err(s)?;
-            if got != expect {
-                return Err(format!("{n}! read {got}, expected {expect}"));
-            }
-            Ok(format!("{n}! = {got}"))
-        })(),
-    );
-    rep.check(
-        &p("bus_master"),
-        (|| -> Res<_> {
-            dev.set_bus_master(true).map_err(s)?;
-            let cmd = dev.config_read16(4).map_err(s)?;
-            if cmd & 4 == 0 {
-                return Err(format!("command register {cmd:#x} lacks bus master"));
-            }
-            Ok(format!("command {cmd:#06x}"))
-        })(),
-    );
+    rep.run(&p("id"), || {
+        let id = bar.read32(R_ID).map_err(s)?;
+        if id != EDU_ID {
+            return Err(format!("ID register {id:#010x}, expected {EDU_ID:#010x}"));
+        }
+        Ok(format!("{id:#010x}"))
+    });
+    rep.run(&p("liveness"), || {
+        let v = 0x1234_5678u32 ^ u32::from(seed);
+        bar.write32(R_LIVENESS, v).map_err(s)?;
+        let r = bar.read32(R_LIVENESS).map_err(s)?;
+        if r != !v {
+            return Err(format!("wrote {v:#x}, read {r:#x}, expected {:#x}", !v));
+        }
+        Ok(format!("{v:#x} -> {r:#x}"))
+    });
+    rep.run(&p("factorial"), || {
+        let n = 10 + u32::from(seed % 3);
+        let expect: u32 = (1..=n).product();
+        bar.write32(R_FACT, n).map_err(s)?;
+        wait_until("factorial", Duration::from_secs(5), || Ok(bar.read32(R_STATUS).map_err(s)? & 1 == 0))?;
+        let got = bar.read32(R_FACT).map_err(s)?;
+        if got != expect {
+            return Err(format!("{n}! read {got}, expected {expect}"));
+        }
+        Ok(format!("{n}! = {got}"))
+    });
+    rep.run(&p("bus_master"), || {
+        dev.set_bus_master(true).map_err(s)?;
+        let cmd = dev.config_read16(4).map_err(s)?;
+        if cmd & 4 == 0 {
+            return Err(format!("command register {cmd:#x} lacks bus master"));
+        }
+        Ok(format!("command {cmd:#06x}"))
+    });
 
     // MSI to an eventfd.
-    let ev = rep.check(
-        &p("msi.enable"),
-        (|| -> Res<_> {
-            let i = dev.irq_info(IRQ_MSI).map_err(s)?;
-            if i.count == 0 {
-                return Err("device reports no MSI vectors".into());
-            }
-            let ev = EventFd::new().map_err(s)?;
-            use std::os::fd::AsFd;
-            dev.enable_irq(IRQ_MSI, 0, &[ev.as_fd()]).map_err(s)?;
-            Ok(Wrap(ev, format!("{} vector(s), flags {:#x}", i.count, i.flags.bits())))
-        })(),
-    );
+    let ev = rep.run(&p("msi.enable"), || {
+        let i = dev.irq_info(IRQ_MSI).map_err(s)?;
+        if i.count == 0 {
+            return Err("device reports no MSI vectors".into());
+        }
+        let ev = EventFd::new().map_err(s)?;
+        use std::os::fd::AsFd;
+        dev.enable_irq(IRQ_MSI, 0, &[ev.as_fd()]).map_err(s)?;
+        Ok(Wrap(ev, format!("{} vector(s), flags {:#x}", i.count, i.flags.bits())))
+    });
 
     // DMA RAM -> device -> RAM through IOMMU-mapped buffers, completion raised as MSI.
     const N: usize = 4000;
-    rep.check(
-        &p("dma.roundtrip"),
-        (|| -> Res<_> {
-            let dma = dev.dma();
-            let src = dma.alloc_map(4096, DmaDir::ToDevice).map_err(s)?;
-            let dst = dma.alloc_map(4096, DmaDir::FromDevice).map_err(s)?;
-            let data = pattern(seed, N);
-            src.mem().write(0, &data).map_err(s)?;
-            dst.mem().fill(0, 4096, 0).map_err(s)?;
-            let t1 = edu_dma(bar.as_ref(), src.iova(), EDU_BUF, N as u64, 0)?;
-            if let Some(ev) = &ev {
-                ev.0.take().map_err(s)?;
-            }
-            let t2 = edu_dma(bar.as_ref(), EDU_BUF, dst.iova(), N as u64, DMA_TO_RAM | DMA_IRQ)?;
-            let mut got = vec![0u8; N];
-            dst.mem().read(0, &mut got).map_err(s)?;
-            if got != data {
-                let first = got.iter().zip(&data).position(|(a, b)| a != b).unwrap_or(0);
-                return Err(format!("data mismatch at byte {first}: {:#x} != {:#x}", got[first], data[first]));
-            }
-            Ok(format!(
-                "{N} bytes via IOVA {:#x} -> edu -> IOVA {:#x} verified ({t1:?}, {t2:?})",
-                src.iova(),
-                dst.iova()
-            ))
-        })(),
-    );
+    rep.run(&p("dma.roundtrip"), || {
+        let dma = dev.dma();
+        let src = dma.alloc_map(4096, DmaDir::ToDevice).map_err(s)?;
+        let dst = dma.alloc_map(4096, DmaDir::FromDevice).map_err(s)?;
+        let data = pattern(seed, N);
+        src.mem().write(0, &data).map_err(s)?;
+        dst.mem().fill(0, 4096, 0).map_err(s)?;
+        let t1 = edu_dma(bar.as_ref(), src.iova(), EDU_BUF, N as u64, 0)?;
+        if let Some(ev) = &ev {
+            ev.0.take().map_err(s)?;
+        }
+        let t2 = edu_dma(bar.as_ref(), EDU_BUF, dst.iova(), N as u64, DMA_TO_RAM | DMA_IRQ)?;
+        let mut got = vec![0u8; N];
+        dst.mem().read(0, &mut got).map_err(s)?;
+        if got != data {
+            let first = got.iter().zip(&data).position(|(a, b)| a != b).unwrap_or(0);
+            return Err(format!("data mismatch at byte {first}: {:#x} != {:#x}", got[first], data[first]));
+        }
+        Ok(format!("{N} bytes via IOVA {:#x} -> edu -> IOVA {:#x} verified ({t1:?}, {t2:?})", src.iova(), dst.iova()))
+    });
     if let Some(ev) = &ev {
-        rep.check(
-            &p("msi.delivered"),
-            (|| -> Res<_> {
-                let n = ev.0.wait(Duration::from_secs(5)).map_err(s)?;
-                let st = bar.read32(R_IRQ_STATUS).map_err(s)?;
-                bar.write32(R_IRQ_ACK, st).map_err(s)?;
-                if n == 0 {
-                    return Err(format!("no eventfd signal within 5 s (irq status {st:#x})"));
-                }
-                if st & DMA_IRQ_BIT == 0 {
-                    return Err(format!("eventfd signalled but irq status {st:#x} lacks the DMA bit"));
-                }
-                Ok(format!("eventfd count {n}, irq status {st:#x}"))
-            })(),
-        );
+        rep.run(&p("msi.delivered"), || {
+            let n = ev.0.wait(Duration::from_secs(5)).map_err(s)?;
+            let st = bar.read32(R_IRQ_STATUS).map_err(s)?;
+            bar.write32(R_IRQ_ACK, st).map_err(s)?;
+            if n == 0 {
+                return Err(format!("no eventfd signal within 5 s (irq status {st:#x})"));
+            }
+            if st & DMA_IRQ_BIT == 0 {
+                return Err(format!("eventfd signalled but irq status {st:#x} lacks the DMA bit"));
+            }
+            Ok(format!("eventfd count {n}, irq status {st:#x}"))
+        });
         rep.check(&p("msi.disable"), dev.disable_irq(IRQ_MSI).map(|_| "ok"));
     }
 
     // A DMA to an unmapped IOVA is blocked; the memory around it stays intact.
-    rep.check(
-        &p("dma.blocked"),
-        (|| -> Res<_> {
-            let dma = dev.dma();
-            let mapped = dma.alloc_map(4096, DmaDir::Bidirectional).map_err(s)?;
-            mapped.mem().fill(0, 4096, 0x5a).map_err(s)?;
-            let hole = dma.reserve_iova(4096, 4096).map_err(s)?;
-            let beyond = HostMem::alloc(4096).map_err(s)?;
-            beyond.fill(0, 4096, 0xa5).map_err(s)?;
-            let mut kmsg = open_kmsg();
-            let r = edu_dma(bar.as_ref(), EDU_BUF, hole, 256, DMA_TO_RAM);
-            dma.release_iova(hole).map_err(s)?;
-            r?;
-            let mut a = vec![0u8; 4096];
-            mapped.mem().read(0, &mut a).map_err(s)?;
-            let mut b = vec![0u8; 4096];
-            beyond.read(0, &mut b).map_err(s)?;
-            if a.iter().any(|&x| x != 0x5a) || b.iter().any(|&x| x != 0xa5) {
-                return Err("memory next to the unmapped IOVA changed".into());
+    rep.run(&p("dma.blocked"), || {
+        let dma = dev.dma();
+        let mapped = dma.alloc_map(4096, DmaDir::Bidirectional).map_err(s)?;
+        mapped.mem().fill(0, 4096, 0x5a).map_err(s)?;
+        let hole = dma.reserve_iova(4096, 4096).map_err(s)?;
+        let beyond = HostMem::alloc(4096).map_err(s)?;
+        beyond.fill(0, 4096, 0xa5).map_err(s)?;
+        let mut kmsg = open_kmsg();
+        let r = edu_dma(bar.as_ref(), EDU_BUF, hole, 256, DMA_TO_RAM);
+        dma.release_iova(hole).map_err(s)?;
+        r?;
+        let mut a = vec![0u8; 4096];
+        mapped.mem().read(0, &mut a).map_err(s)?;
+        let mut b = vec![0u8; 4096];
+        beyond.read(0, &mut b).map_err(s)?;
+        if a.iter().any(|&x| x != 0x5a) || b.iter().any(|&x| x != 0xa5) {
+            return Err("memory next to the unmapped IOVA changed".into());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        let faults = dmar_faults(&mut kmsg);
+        match (kmsg.is_some(), faults.first()) {
+            (true, None) => Err("no DMAR fault logged for the blocked DMA".into()),
+            (true, Some(f)) => {
+                let f = faults.iter().find(|l| l.contains("addr")).unwrap_or(f);
+                Ok(format!("IOVA {hole:#x} blocked, neighbours intact; kernel: {f}"))
             }
-            std::thread::sleep(Duration::from_millis(50));
-            let faults = dmar_faults(&mut kmsg);
-            match (kmsg.is_some(), faults.first()) {
-                (true, None) => Err("no DMAR fault logged for the blocked DMA".into()),
-                (true, Some(f)) => {
-                    let f = faults.iter().find(|l| l.contains("addr")).unwrap_or(f);
-                    Ok(format!("IOVA {hole:#x} blocked, neighbours intact; kernel: {f}"))
-                }
-                (false, _) => Ok(format!("IOVA {hole:#x} blocked, neighbours intact (no /dev/kmsg)")),
-            }
-        })(),
-    );
+            (false, _) => Ok(format!("IOVA {hole:#x} blocked, neighbours intact (no /dev/kmsg)")),
+        }
+    });
 
     // Reset.
     if dev.can_reset() {
-        rep.check(
-            &p("reset"),
-            (|| -> Res<_> {
-                bar.write32(R_FACT, 3).map_err(s)?;
-                dev.reset().map_err(s)?;
-                let id = bar.read32(R_ID).map_err(s)?;
-                let v = 0x0bad_cafe;
-                bar.write32(R_LIVENESS, v).map_err(s)?;
-                let live = bar.read32(R_LIVENESS).map_err(s)?;
-                if id != EDU_ID || live != !v {
-                    return Err(format!("after reset: id {id:#x}, liveness {live:#x}"));
-                }
-                Ok("VFIO_DEVICE_RESET done; device answers again".to_string())
-            })(),
-        );
+        rep.run(&p("reset"), || {
+            bar.write32(R_FACT, 3).map_err(s)?;
+            dev.reset().map_err(s)?;
+            let id = bar.read32(R_ID).map_err(s)?;
+            let v = 0x0bad_cafe;
+            bar.write32(R_LIVENESS, v).map_err(s)?;
+            let live = bar.read32(R_LIVENESS).map_err(s)?;
+            if id != EDU_ID || live != !v {
+                return Err(format!("after reset: id {id:#x}, liveness {live:#x}"));
+            }
+            Ok("VFIO_DEVICE_RESET done; device answers again".to_string())
+        });
     } else {
         rep.check(
             &p("reset"),

@@ -14,60 +14,35 @@ pub const MEMORY_ERROR_MASK: u16 = 0xFD6B;
 /// is a numerical error (`v2_error_get_infer_error_subtype`, docs/facts/libnrt-runtime-model.md §A.4.5).
 pub const NAN_IGNORED_MASK: u16 = 0x7E00;
 
-/// `NEURON_ISA_TPB_ERROR_TYPE` (docs/facts/libnrt.md §5.5).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// `NEURON_ISA_TPB_ERROR_TYPE` (docs/facts/libnrt.md §5.5). The discriminants are the table:
+/// `ErrorId::from(u8)` and `u8::from(ErrorId)` are derived from them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, num_enum::FromPrimitive, num_enum::IntoPrimitive)]
+#[repr(u8)]
 pub enum ErrorId {
-    FpUnderflow,
-    FpNan,
-    FpInf,
-    FpOverflow,
-    MemoryError,
-    FakeError,
-    SemaphoreError,
-    EventError,
-    PsumCollision,
-    SequencerNonfatal,
-    SequencerFatal,
+    FpUnderflow = 0,
+    FpNan = 1,
+    FpInf = 2,
+    FpOverflow = 3,
+    MemoryError = 4,
+    FakeError = 5,
+    SemaphoreError = 6,
+    EventError = 7,
+    PsumCollision = 8,
+    SequencerNonfatal = 9,
+    SequencerFatal = 10,
     /// 11 and above (libnrt's decoder accepts ≤ 11).
+    #[num_enum(catch_all)]
     Other(u8),
 }
 
 impl ErrorId {
     /// Decode (total).
     pub fn from_u8(v: u8) -> Self {
-        use ErrorId::*;
-        match v {
-            0 => FpUnderflow,
-            1 => FpNan,
-            2 => FpInf,
-            3 => FpOverflow,
-            4 => MemoryError,
-            5 => FakeError,
-            6 => SemaphoreError,
-            7 => EventError,
-            8 => PsumCollision,
-            9 => SequencerNonfatal,
-            10 => SequencerFatal,
-            o => Other(o),
-        }
+        Self::from(v)
     }
     /// Encode.
     pub fn to_u8(self) -> u8 {
-        use ErrorId::*;
-        match self {
-            FpUnderflow => 0,
-            FpNan => 1,
-            FpInf => 2,
-            FpOverflow => 3,
-            MemoryError => 4,
-            FakeError => 5,
-            SemaphoreError => 6,
-            EventError => 7,
-            PsumCollision => 8,
-            SequencerNonfatal => 9,
-            SequencerFatal => 10,
-            Other(o) => o,
-        }
+        self.into()
     }
 }
 
@@ -146,6 +121,14 @@ mod tests {
         assert_eq!(b[3], 0x83);
         assert_eq!(TpbErrorRecord::decode(&b), r);
         assert_eq!((r.block_id(), r.program_counter(), r.info()), (3, 0x123, 7));
+    }
+
+    #[test]
+    fn ids_0_to_10_are_named_and_the_rest_kept() {
+        let named: Vec<u8> = (0..=u8::MAX).filter(|&v| !matches!(ErrorId::from_u8(v), ErrorId::Other(_))).collect();
+        assert_eq!(named, (0..=10).collect::<Vec<u8>>());
+        assert_eq!(ErrorId::from_u8(4), ErrorId::MemoryError);
+        assert_eq!(ErrorId::from_u8(11), ErrorId::Other(11));
     }
 
     proptest! {

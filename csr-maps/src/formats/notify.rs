@@ -96,15 +96,17 @@ pub mod ntype {
     }
 }
 
-/// INFER_STATUS subtype at +6 (docs/facts/libnrt.md §5.4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// INFER_STATUS subtype at +6 (docs/facts/libnrt.md §5.4); the discriminants are the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, num_enum::FromPrimitive, num_enum::IntoPrimitive)]
+#[repr(u16)]
 pub enum Subtype {
-    Start,
-    End,
-    Custom,
-    CcStart,
-    CcEnd,
+    Start = 2,
+    End = 3,
+    Custom = 6,
+    CcStart = 7,
+    CcEnd = 8,
     /// 0, 1, 4, 5 or > 8: unexpected.
+    #[num_enum(catch_all)]
     Unexpected(u16),
 }
 
@@ -125,25 +127,11 @@ impl std::fmt::Display for Subtype {
 impl Subtype {
     /// Decode (total).
     pub fn from_u16(v: u16) -> Self {
-        match v {
-            2 => Subtype::Start,
-            3 => Subtype::End,
-            6 => Subtype::Custom,
-            7 => Subtype::CcStart,
-            8 => Subtype::CcEnd,
-            o => Subtype::Unexpected(o),
-        }
+        Self::from(v)
     }
     /// Encode.
     pub fn to_u16(self) -> u16 {
-        match self {
-            Subtype::Start => 2,
-            Subtype::End => 3,
-            Subtype::Custom => 6,
-            Subtype::CcStart => 7,
-            Subtype::CcEnd => 8,
-            Subtype::Unexpected(v) => v,
-        }
+        self.into()
     }
 }
 
@@ -324,6 +312,14 @@ mod tests {
         assert_eq!(ntype::describe(ntype::TPB_ERROR), (None, "tpb_error"));
         let names: Vec<String> = [2, 3, 6, 7, 8, 5].map(|v| Subtype::from_u16(v).to_string()).into();
         assert_eq!(names, ["START", "END", "CUSTOM", "CC_START", "CC_END", "UNEXPECTED(5)"]);
+    }
+
+    #[test]
+    fn every_subtype_round_trips_and_only_the_documented_ones_are_known() {
+        let known: Vec<u16> =
+            (0..=u16::MAX).filter(|&v| !matches!(Subtype::from_u16(v), Subtype::Unexpected(_))).collect();
+        assert_eq!(known, [2, 3, 6, 7, 8]);
+        assert!((0..=u16::MAX).all(|v| Subtype::from_u16(v).to_u16() == v));
     }
 
     #[test]

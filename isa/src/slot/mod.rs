@@ -116,79 +116,67 @@ impl SlotHeader {
     }
 }
 
-/// `wait_mode` at +4 (§2.2; §10 conflict 1: 0x04 is strictly greater, 0x05 is ≥).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// `wait_mode` at +4 (§2.2; §10 conflict 1: 0x04 is strictly greater, 0x05 is ≥). The
+/// discriminants are the table (`WaitMode::from(u8)`, `u8::from(WaitMode)` are derived).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, num_enum::FromPrimitive, num_enum::IntoPrimitive)]
+#[repr(u8)]
 pub enum WaitMode {
-    None,
+    None = 0,
     /// 0x01: wait until `$S[idx] == value`.
-    EqImm,
+    EqImm = 0x01,
     /// 0x04: wait until `$S[idx] > value` (strictly).
-    GtImm,
+    GtImm = 0x04,
     /// 0x05: wait until `$S[idx] >= value`.
-    GeImm,
-    /// 0x81..=0x85: register-threshold variants (semantics not documented; kept).
-    Reg(u8),
+    GeImm = 0x05,
+    /// 0x81..=0x85: the register-threshold variants ([`WaitMode::is_register`]; their
+    /// semantics are not documented: decoded and kept, never evaluated).
+    Reg81 = 0x81,
+    Reg82 = 0x82,
+    Reg83 = 0x83,
+    Reg84 = 0x84,
+    Reg85 = 0x85,
     /// Any other byte.
+    #[num_enum(catch_all)]
     Other(u8),
 }
 
 impl WaitMode {
     pub fn from_code(c: u8) -> Self {
-        match c {
-            0 => WaitMode::None,
-            1 => WaitMode::EqImm,
-            4 => WaitMode::GtImm,
-            5 => WaitMode::GeImm,
-            0x81..=0x85 => WaitMode::Reg(c),
-            c => WaitMode::Other(c),
-        }
+        Self::from(c)
     }
     pub fn code(self) -> u8 {
-        match self {
-            WaitMode::None => 0,
-            WaitMode::EqImm => 1,
-            WaitMode::GtImm => 4,
-            WaitMode::GeImm => 5,
-            WaitMode::Reg(c) | WaitMode::Other(c) => c,
-        }
+        self.into()
+    }
+    /// One of the register-threshold variants 0x81..=0x85.
+    pub fn is_register(self) -> bool {
+        matches!(self, WaitMode::Reg81 | WaitMode::Reg82 | WaitMode::Reg83 | WaitMode::Reg84 | WaitMode::Reg85)
     }
 }
 
-/// `update_mode` at +6 (§2.2, "selected" values; others kept as `Other`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// `update_mode` at +6 (§2.2, "selected" values; others kept as `Other`). The discriminants
+/// are the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, num_enum::FromPrimitive, num_enum::IntoPrimitive)]
+#[repr(u8)]
 pub enum UpdateMode {
-    None,
+    None = 0,
     /// 0x03: increment `$S[idx]` when the read completes.
-    IncRead,
+    IncRead = 0x03,
     /// 0x13: increment `$S[idx]` on full completion.
-    IncComplete,
+    IncComplete = 0x13,
     /// 0x15: add the immediate on completion.
-    AddImmComplete,
+    AddImmComplete = 0x15,
     /// 0x99: write a register value on completion.
-    WrRegComplete,
+    WrRegComplete = 0x99,
+    #[num_enum(catch_all)]
     Other(u8),
 }
 
 impl UpdateMode {
     pub fn from_code(c: u8) -> Self {
-        match c {
-            0 => UpdateMode::None,
-            0x03 => UpdateMode::IncRead,
-            0x13 => UpdateMode::IncComplete,
-            0x15 => UpdateMode::AddImmComplete,
-            0x99 => UpdateMode::WrRegComplete,
-            c => UpdateMode::Other(c),
-        }
+        Self::from(c)
     }
     pub fn code(self) -> u8 {
-        match self {
-            UpdateMode::None => 0,
-            UpdateMode::IncRead => 0x03,
-            UpdateMode::IncComplete => 0x13,
-            UpdateMode::AddImmComplete => 0x15,
-            UpdateMode::WrRegComplete => 0x99,
-            UpdateMode::Other(c) => c,
-        }
+        self.into()
     }
 }
 

@@ -126,7 +126,11 @@ fn dma2d_offsets() {
 fn wait_mode_gt_is_4_and_ge_is_5() {
     assert_eq!(WaitMode::from_code(4), WaitMode::GtImm);
     assert_eq!(WaitMode::from_code(5), WaitMode::GeImm);
-    assert_eq!(WaitMode::from_code(0x83), WaitMode::Reg(0x83));
+    assert_eq!(WaitMode::from_code(0x83), WaitMode::Reg83);
+    assert!(WaitMode::Reg83.is_register() && !WaitMode::GeImm.is_register() && !WaitMode::Other(0x80).is_register());
+    let registers: Vec<u8> = (0..=u8::MAX).filter(|&c| WaitMode::from_code(c).is_register()).collect();
+    assert_eq!(registers, (0x81..=0x85).collect::<Vec<u8>>());
+    assert!((0..=u8::MAX).all(|c| WaitMode::from_code(c).code() == c && UpdateMode::from_code(c).code() == c));
     assert_eq!(WaitMode::from_code(0x86), WaitMode::Other(0x86));
     assert_eq!(UpdateMode::from_code(0x13), UpdateMode::IncComplete);
 }

@@ -86,8 +86,9 @@ pub enum Request {
 }
 
 /// Why a device operation failed ([`Reply::Failed`]): kept so that the broker reports a
-/// firmware timeout and the firmware's own error as such.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// firmware timeout and the firmware's own error as such. The discriminants are the wire numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, num_enum::TryFromPrimitive, num_enum::IntoPrimitive)]
+#[repr(u32)]
 pub enum Failure {
     /// Anything else (the device's driver failed).
     Device = 0,
@@ -224,7 +225,7 @@ impl Reply {
                 e.bytes(data, ANY);
             }
             Reply::Failed { kind, message } => {
-                e.u32(*kind as u32).str(message, ANY);
+                e.u32(u32::from(*kind)).str(message, ANY);
             }
         }
         e.finish()
@@ -244,13 +245,12 @@ impl Reply {
             }
             tag::FWIO_REPLY => Reply::Fwio(f.bytes("fwio data", ANY)?),
             tag::FAILED => {
-                let kind = match f.u32("failure kind")? {
-                    0 => Failure::Device,
-                    1 => Failure::FirmwareTimeout,
-                    2 => Failure::Firmware,
-                    3 => Failure::Invalid,
-                    k => return Err(DecodeError::Range { what: "failure kind", start: k.into(), end: 3 }),
-                };
+                let k = f.u32("failure kind")?;
+                let kind = Failure::try_from(k).map_err(|_| DecodeError::Range {
+                    what: "failure kind",
+                    start: k.into(),
+                    end: u32::from(Failure::Invalid).into(),
+                })?;
                 Reply::Failed { kind, message: f.str("failure message", ANY)? }
             }
             tag::ERROR => Reply::Error(f.str("error message", ANY)?),

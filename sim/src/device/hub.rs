@@ -119,6 +119,19 @@ impl Hub {
         }
     }
 
+    /// The reduction of every delivery's data (a pooled buffer), or `None` when the parts do
+    /// not reduce. Unreachable in practice: every part was checked to be as long as the first,
+    /// whole elements; the caller then delivers nothing.
+    fn reduced(&self, ds: &[Delivery], n: usize, dt: DType, op: ReduceOp) -> Option<Vec<u8>> {
+        let len = ds.first().map_or(0, |d| d.data.len());
+        let mut acc = self.take_bytes(len);
+        if reduce::all_reduce_into(&mut acc, n, |i| ds.get(i).map_or(&[][..], |d| &d.data), dt, op).is_err() {
+            self.put_bytes(acc);
+            return None;
+        }
+        Some(acc)
+    }
+
     /// An empty delivery list (pooled).
     pub fn take_deliveries(&self) -> Vec<Delivery> {
         self.pool().deliveries.pop().unwrap_or_default()
@@ -226,16 +239,11 @@ impl Hub {
                 self.put_bytes(all);
             }
             ctype::REDUCE_SCATTER => {
-                let len = ds.first().map_or(0, |d| d.data.len());
-                let mut acc = self.take_bytes(len);
-                if reduce::all_reduce_into(&mut acc, n, |i| &ds[i].data, r.dtype, r.op).is_err() {
-                    // Unreachable: every part was checked to be as long as the first, whole
-                    // elements. Nothing is delivered.
+                let Some(acc) = self.reduced(ds, n, r.dtype, r.op) else {
                     out.truncate(first);
-                    self.put_bytes(acc);
                     return Err(CollError::Mismatch);
-                }
-                let count = len / esize;
+                };
+                let count = acc.len() / esize;
                 for (i, d) in ds.iter_mut().enumerate() {
                     let s = segment(count, n, i);
                     d.data.clear();
@@ -244,14 +252,10 @@ impl Hub {
                 self.put_bytes(acc);
             }
             _ => {
-                let len = ds.first().map_or(0, |d| d.data.len());
-                let mut acc = self.take_bytes(len);
-                if reduce::all_reduce_into(&mut acc, n, |i| &ds[i].data, r.dtype, r.op).is_err() {
-                    // Unreachable, as above.
+                let Some(acc) = self.reduced(ds, n, r.dtype, r.op) else {
                     out.truncate(first);
-                    self.put_bytes(acc);
                     return Err(CollError::Mismatch);
-                }
+                };
                 for d in ds.iter_mut() {
                     d.data.copy_from_slice(&acc);
                 }

@@ -191,7 +191,12 @@ fn wait_ok(st: &State, nc: usize, ev: &Events) -> Option<bool> {
         WaitMode::EqImm => s == v,
         WaitMode::GtImm => s > v,
         WaitMode::GeImm => s >= v,
-        WaitMode::Reg(_) | WaitMode::Other(_) => return None,
+        WaitMode::Reg81
+        | WaitMode::Reg82
+        | WaitMode::Reg83
+        | WaitMode::Reg84
+        | WaitMode::Reg85
+        | WaitMode::Other(_) => return None,
     })
 }
 

@@ -105,10 +105,10 @@ impl Conn {
         let id = g.1;
         g.1 = g.1.wrapping_add(1);
         let r = (|| {
-            let h = Header { id, command: cmd as u16, size: 0, flags: wire::flags::COMMAND, error: 0 };
+            let h = Header { id, command: u16::from(cmd), size: 0, flags: wire::flags::COMMAND, error: 0 };
             wire::write_message(&g.0, h, body, fds)?;
             let m = wire::read_message(&g.0)?.ok_or(WireError::Closed)?;
-            if m.header.id != id || m.header.command != cmd as u16 || !m.header.is_reply() {
+            if m.header.id != id || m.header.command != u16::from(cmd) || !m.header.is_reply() {
                 return Err(WireError::Protocol(format!(
                     "reply {:?} does not answer {cmd:?} (message {id})",
                     m.header
@@ -185,8 +185,13 @@ impl Conn {
         }
         let id = g.1;
         g.1 = g.1.wrapping_add(1);
-        let h =
-            Header { id, command: cmd as u16, size: 0, flags: wire::flags::COMMAND | wire::flags::NO_REPLY, error: 0 };
+        let h = Header {
+            id,
+            command: u16::from(cmd),
+            size: 0,
+            flags: wire::flags::COMMAND | wire::flags::NO_REPLY,
+            error: 0,
+        };
         let r = wire::write_message(&g.0, h, body, &[]);
         self.messages.fetch_add(1, Ordering::Relaxed);
         if r.is_err() {

@@ -32,8 +32,8 @@ pub mod flags {
     pub const ERROR: u32 = 1 << 5;
 }
 
-/// vfio-user commands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// vfio-user commands; the discriminants are the protocol's numbers (decoding is derived).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, num_enum::TryFromPrimitive, num_enum::IntoPrimitive)]
 #[repr(u16)]
 pub enum Command {
     Version = 1,
@@ -55,24 +55,7 @@ pub enum Command {
 impl Command {
     /// The command numbered `v`, if any.
     pub fn from_u16(v: u16) -> Option<Self> {
-        use Command::*;
-        Some(match v {
-            1 => Version,
-            2 => DmaMap,
-            3 => DmaUnmap,
-            4 => DeviceGetInfo,
-            5 => DeviceGetRegionInfo,
-            6 => GetRegionIoFds,
-            7 => GetIrqInfo,
-            8 => SetIrqs,
-            9 => RegionRead,
-            10 => RegionWrite,
-            11 => DmaRead,
-            12 => DmaWrite,
-            13 => DeviceReset,
-            14 => DirtyPages,
-            _ => return None,
-        })
+        Self::try_from(v).ok()
     }
 }
 
@@ -484,8 +467,9 @@ mod tests {
         assert_eq!(Header::decode(&h.encode()), h);
         assert!(h.is_reply() && h.is_error() && !h.no_reply());
         assert_eq!(Command::from_u16(13), Some(Command::DeviceReset));
-        assert_eq!(Command::from_u16(0), None);
-        assert_eq!(Command::from_u16(15), None);
+        let known: Vec<u16> = (0..=u16::MAX).filter(|&v| Command::from_u16(v).is_some()).collect();
+        assert_eq!(known, (1..=14).collect::<Vec<u16>>());
+        assert!(known.iter().all(|&v| Command::from_u16(v).map(u16::from) == Some(v)));
     }
 
     #[test]

@@ -502,7 +502,10 @@ fn two_hosts_in_network_namespaces() {
         // + 10 s): a bound with room for a loaded machine's scheduling (the clean room measured
         // 5.037 s for a 5 s timeout at load 9), not a timing figure.
         let bound = exec_timeout as f64 + SCHED_SLACK_S;
-        assert!(secs <= bound, "rank {r}: {secs} s is beyond NEURON_RT_EXEC_TIMEOUT={exec_timeout} + {SCHED_SLACK_S} s");
+        assert!(
+            secs <= bound,
+            "rank {r}: {secs} s is beyond NEURON_RT_EXEC_TIMEOUT={exec_timeout} + {SCHED_SLACK_S} s"
+        );
     }
     drop(hosts);
     let _ = std::fs::remove_dir_all(&dir);

@@ -84,7 +84,7 @@ pub fn private_sims() -> Vec<(String, &'static csr_maps::Arch, u32)> {
             continue;
         }
         for (k, d) in s.device_ids.iter().enumerate() {
-            let private = d.identity.starts_with("sim:") && !d.identity.starts_with("sim:shared:");
+            let private = runtime::counters::is_private_sim_identity(&d.identity);
             let arch =
                 s.ncs.iter().find(|n| n.device == k as u64).and_then(|n| csr_maps::Arch::by_nc_version(n.nc_version));
             if let (true, Some(arch)) = (private, arch) {

@@ -34,12 +34,6 @@ pub enum TopDevices {
     Host(Vec<(String, &'static csr_maps::Arch)>),
 }
 
-impl TopDevices {
-    fn private_sim(id: &str) -> bool {
-        id.starts_with("sim:") && !id.starts_with("sim:shared:")
-    }
-}
-
 pub(super) fn top_target(spec: &DeviceSpec) -> Result<TopTarget, CliError> {
     let spec = match spec {
         DeviceSpec::Default => return Ok(host_target()),
@@ -119,7 +113,7 @@ pub fn top_rows(t: &TopTarget, r: &Report) -> (Vec<TopDevice>, usize, u64) {
         TopDevices::Named(ids) => ids.iter().map(|id| (id.clone(), t.arch)).collect(),
         TopDevices::PrivateSims => views
             .iter()
-            .filter(|d| d.nc_version == t.arch.nc_version as u64 && TopDevices::private_sim(d.id))
+            .filter(|d| d.nc_version == t.arch.nc_version as u64 && runtime::counters::is_private_sim_identity(d.id))
             .map(|d| (d.id.to_string(), t.arch))
             .collect(),
         TopDevices::Host(pci) => {

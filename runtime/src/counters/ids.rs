@@ -31,6 +31,13 @@ pub(super) fn private_sim(location: &str) -> bool {
     location.strip_prefix("sim").is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
+/// Whether a published identity names a simulated device private to one process
+/// (`sim:PID/INDEX`, as [`DeviceId::of`] names it), not a shared one (`sim:shared:…`) or a PCI
+/// device.
+pub fn is_private_sim_identity(identity: &str) -> bool {
+    identity.starts_with("sim:") && !identity.starts_with("sim:shared:")
+}
+
 impl DeviceId {
     /// The identity of device `index` of a runtime, and what this process owns of it: a
     /// shared device's leased NCs (`hal::Device::owned_ncs`), else all of them.

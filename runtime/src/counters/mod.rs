@@ -35,7 +35,7 @@ mod models;
 mod reader;
 mod writer;
 
-pub use ids::{DeviceId, Holding, NcId};
+pub use ids::{is_private_sim_identity, DeviceId, Holding, NcId};
 pub use layout::*;
 pub use models::{models_path, read_models, ListedModel};
 pub use reader::{discover, NcCounters, ReadError, Reader, Snapshot};

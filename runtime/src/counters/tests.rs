@@ -61,6 +61,11 @@ fn only_the_simulators_own_devices_are_private() {
     for not in ["sim", "sim:shared:cayman:0", "0000:10:1c.0", "simx", "vfio-user"] {
         assert!(!private_sim(not), "{not}");
     }
+    // The published identities: a process's own simulator, not a shared or PCI device.
+    assert!(is_private_sim_identity("sim:4242/0"));
+    for not in ["sim:shared:cayman:0", "0000:10:1c.0", "4242/0"] {
+        assert!(!is_private_sim_identity(not), "{not}");
+    }
 }
 
 #[test]

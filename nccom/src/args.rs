@@ -42,9 +42,9 @@ pub struct Args {
     /// Data type.
     #[arg(short = 'd', long = "datatype", default_value = "uint8")]
     pub datatype: String,
-    /// Check every rank's output: all_ones (every input element 1; the bare flag) or random
-    /// (inputs from --seed).
-    #[arg(short = 'c', long = "check", num_args = 0..=1, default_missing_value = "all_ones")]
+    /// Check every rank's output: random (inputs from --seed; the bare flag) or all_ones (every
+    /// input element 1).
+    #[arg(short = 'c', long = "check", num_args = 0..=1, default_missing_value = "random")]
     pub check: Option<String>,
     /// Seed of the random check's inputs.
     #[arg(long = "seed", default_value_t = 0)]
@@ -58,6 +58,13 @@ pub struct Args {
     /// Add the algorithm column.
     #[arg(long = "show-algorithm")]
     pub show_algorithm: bool,
+    /// Show no animation or progress indicator (this tool shows none).
+    #[arg(long = "non-interactive")]
+    pub non_interactive: bool,
+    /// permute: a JSON file `{"src_target_pairs": [[[source, target], …]]}` of worker ranks
+    /// (default: every rank sends to the next, `r -> r + 1 mod n`).
+    #[arg(long = "custom-src-target-pairs")]
+    pub custom_src_target_pairs: Option<PathBuf>,
     /// MPI mode: the hosts (one process per host starts its local workers).
     #[arg(short = 's', long = "hosts", num_args = 1..)]
     pub hosts: Vec<String>,
@@ -65,7 +72,7 @@ pub struct Args {
     #[arg(long = "hosts-file")]
     pub hosts_file: Option<PathBuf>,
     /// Slurm mode: hosts and ranks from the Slurm job's environment.
-    #[arg(short = 'S', long = "slurm")]
+    #[arg(short = 'S', long = "slurm-mode", visible_alias = "slurm")]
     pub slurm: bool,
     /// Slurm mode: the job whose allocation to use.
     #[arg(long = "slurm-job-id")]
@@ -134,6 +141,41 @@ pub struct Plan {
     pub stats: Vec<Stat>,
     pub json: Option<PathBuf>,
     pub show_algorithm: bool,
+    /// permute: the (source, target) worker ranks.
+    pub pairs: Vec<(usize, usize)>,
+}
+
+/// The (source, target) pairs of `--custom-src-target-pairs`' file `text` over `n` workers:
+/// one table, every rank below `n`, each the source of at most one pair and the target of at
+/// most one.
+pub fn parse_pairs(text: &str, n: usize) -> Result<Vec<(usize, usize)>, String> {
+    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+    let tables = v
+        .get("src_target_pairs")
+        .and_then(serde_json::Value::as_array)
+        .ok_or("expected {\"src_target_pairs\": [[[source, target], …]]}")?;
+    let [table] = &tables[..] else {
+        return Err(format!("{} tables of pairs; this tool runs one replica group, so one table", tables.len()));
+    };
+    let table = table.as_array().ok_or("the table is not an array of [source, target] pairs")?;
+    let mut pairs: Vec<(usize, usize)> = Vec::with_capacity(table.len());
+    for (i, p) in table.iter().enumerate() {
+        let rank = |k: usize| p.get(k).and_then(serde_json::Value::as_u64).and_then(|x| usize::try_from(x).ok());
+        let (Some(s), Some(t), Some(2)) = (rank(0), rank(1), p.as_array().map(Vec::len)) else {
+            return Err(format!("pair {i} is {p}, not [source, target]"));
+        };
+        if s >= n || t >= n {
+            return Err(format!("pair {i} [{s}, {t}] names a rank of {n} workers that does not exist"));
+        }
+        if pairs.iter().any(|q| q.0 == s) {
+            return Err(format!("rank {s} is the source of two pairs"));
+        }
+        if pairs.iter().any(|q| q.1 == t) {
+            return Err(format!("rank {t} is the target of two pairs"));
+        }
+        pairs.push((s, t));
+    }
+    Ok(pairs)
 }
 
 /// A size: digits with an optional unit k/m/g (powers of 1024), optionally followed by `b`
@@ -260,6 +302,25 @@ impl Args {
         if self.iters == 0 {
             return Err(ArgError::Bad { flag: "-n/--iters", value: "0".into(), why: "at least one".into() });
         }
+        let pairs = match &self.custom_src_target_pairs {
+            None => (0..self.nworkers).map(|r| (r, (r + 1) % self.nworkers)).collect(),
+            Some(_) if op != Op::Permute => {
+                return Err(ArgError::Bad {
+                    flag: "--custom-src-target-pairs",
+                    value: self.op.clone(),
+                    why: "source-target pairs are for permute".into(),
+                })
+            }
+            Some(path) => {
+                let bad = |why: String| ArgError::Bad {
+                    flag: "--custom-src-target-pairs",
+                    value: path.display().to_string(),
+                    why,
+                };
+                let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+                parse_pairs(&text, self.nworkers).map_err(bad)?
+            }
+        };
         Ok(Plan {
             op,
             dtype,
@@ -272,6 +333,7 @@ impl Args {
             stats: self.stats.iter().map(|s| stat(s)).collect::<Result<_, _>>()?,
             json: self.report_to_json_file.clone(),
             show_algorithm: self.show_algorithm,
+            pairs,
         })
     }
 }
@@ -355,7 +417,27 @@ mod tests {
         assert_eq!(p.seed, 7);
         assert_eq!(p.stats, vec![Stat::Avg, Stat::Percentile(99.0)]);
         assert!(p.show_algorithm);
-        assert_eq!(parse(&["allr", "-r", "2", "-c"]).unwrap().check, Some(Check::AllOnes));
+        assert_eq!(parse(&["allr", "-r", "2", "-c"]).unwrap().check, Some(Check::Random));
+        assert_eq!(parse(&["permute", "-r", "3"]).unwrap().pairs, vec![(0, 1), (1, 2), (2, 0)]);
+        assert!(parse(&["allr", "-r", "2", "--non-interactive", "-S"]).unwrap_err().contains("-S/--slurm"));
+    }
+
+    #[test]
+    fn source_target_pairs_as_the_page_writes_them() {
+        let ok = r#"{"src_target_pairs": [[[0, 1], [1, 0], [2, 3], [3, 2], [4, 4]]]}"#;
+        assert_eq!(parse_pairs(ok, 8), Ok(vec![(0, 1), (1, 0), (2, 3), (3, 2), (4, 4)]));
+        for (bad, why) in [
+            (r#"{"src_target_pairs": [[[0, 8]]]}"#, "does not exist"),
+            (r#"{"src_target_pairs": [[[0, 1], [0, 2]]]}"#, "source of two"),
+            (r#"{"src_target_pairs": [[[0, 1], [2, 1]]]}"#, "target of two"),
+            (r#"{"src_target_pairs": [[[0, 1, 2]]]}"#, "not [source, target]"),
+            (r#"{"src_target_pairs": [[[0, 1]], [[1, 0]]]}"#, "2 tables"),
+            (r#"{"pairs": []}"#, "expected"),
+            ("[", "not JSON"),
+        ] {
+            let e = parse_pairs(bad, 8).unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
     }
 
     #[test]
@@ -365,6 +447,8 @@ mod tests {
             (vec!["allr", "-r", "8", "-s", "h1", "h2"], "-s/--hosts"),
             (vec!["allr", "-r", "8", "--hosts-file", "/tmp/h"], "--hosts-file"),
             (vec!["allr", "-r", "8", "-S"], "-S/--slurm"),
+            (vec!["allr", "-r", "8", "--custom-src-target-pairs", "/tmp/p"], "--custom-src-target-pairs"),
+            (vec!["allr", "-r", "8", "--unique-buff"], "--unique-buff"),
             (vec!["allr", "-r", "8", "--slurm-job-id", "12"], "--slurm-job-id"),
             (vec!["allr", "-r", "8", "-c", "zeros"], "-c/--check"),
             (vec!["allr", "-r", "8", "-t", "median"], "--stats"),

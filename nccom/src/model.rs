@@ -7,7 +7,8 @@
 //! model also has); the other graphs of a logical core of two carry the same tensors and
 //! replica groups and no program (the collective of a logical core runs on its first physical
 //! core). Loaded as global ranks (`runtime::GlobalPlacement`): worker `w` is rank `w × lnc`,
-//! and the one replica group holds the first physical core of every worker.
+//! and the one replica group holds the first physical core of every worker. A permute's
+//! source-target pairs are the graph's `src_target_pairs` in the same global ranks.
 
 use isa::slot::{Events, EventsOnly, Instruction, Opcode, SlotHeader, TriggerCollective};
 use neff::builder::{copy_desc, EngineDesc, GraphDesc, ModelDesc, QueueDesc, TensorDesc, VarDesc};
@@ -34,6 +35,8 @@ pub struct CollModel<'a> {
     /// Physical cores per logical core.
     pub lnc: u32,
     pub target: &'a str,
+    /// Permute: the (source, target) worker ranks.
+    pub pairs: &'a [(usize, usize)],
 }
 
 /// Why a model cannot be built.
@@ -43,6 +46,8 @@ pub enum ModelError {
     Elements(u64),
     #[error("{0} workers of {1} physical cores are more ranks than a replica group holds")]
     Group(usize, u32),
+    #[error(transparent)]
+    Unsupported(#[from] crate::ops::Unsupported),
     #[error(transparent)]
     Build(#[from] neff::builder::BuildError),
 }
@@ -92,6 +97,12 @@ impl CollModel<'_> {
         ];
         g.queues = vec![queue("q_in", QueueRole::In, IN_DONE), queue("q_out", QueueRole::Out, OUT_DONE)];
         g.replica_groups = vec![self.group()];
+        if self.op == Op::Permute {
+            // Global ranks, as the replica group names them.
+            let l = i64::from(self.lnc.max(1));
+            g.src_target_pairs = self.pairs.iter().map(|&(s, t)| vec![s as i64 * l, t as i64 * l]).collect();
+        }
+        let ctype = self.op.ctype().ok_or(crate::ops::Unsupported::Op(self.op.name()))?;
         let mut pool = EngineDesc::new(Engine::Pool);
         let mut pe = EngineDesc::new(Engine::Pe);
         if index == 0 {
@@ -114,7 +125,7 @@ impl CollModel<'_> {
                 input_tensor_id: 2,
                 output_tensor_id: 3,
                 num_elements: self.in_bytes / es,
-                ctype: self.op.ctype().unwrap_or(isa::device_ops::ctype::ALL_REDUCE),
+                ctype,
                 reserved: [0; 15],
                 src_offset_elems: 0,
                 dst_offset_elems: 0,

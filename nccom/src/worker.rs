@@ -107,6 +107,7 @@ fn work(plan: &Plan, rank: usize, job: u64) -> Result<(), WorkerError> {
             workers: plan.ranks,
             lnc: lnc as u32,
             target,
+            pairs: &plan.pairs,
         }
         .build()?;
         let place = GlobalPlacement { rank_base: rank * lnc, comm_id: comm_id(job, i), ranks: plan.ranks * lnc };
@@ -134,7 +135,7 @@ fn work(plan: &Plan, rank: usize, job: u64) -> Result<(), WorkerError> {
             None => serde_json::Value::Null,
             Some(c) => {
                 let got = to.to_vec().map_err(rt)?;
-                match data::expected(plan.op, c, plan.dtype, &s, plan.ranks, rank, plan.seed) {
+                match data::expected(plan, c, &s, rank) {
                     Ok(want) => match data::compare(&got, &want, &s.wire) {
                         None => json!("pass"),
                         Some(m) => json!(m),

@@ -456,6 +456,7 @@ fn arrive(dev: &Dev, st: &mut State, nc: usize, e: usize, c: &CollectiveOp, out:
                 op: c.op,
                 dtype: c.dtype,
                 ctype: c.ctype,
+                peer: c.peer,
                 dev: dev.me.clone(),
                 nc,
                 engine: e,

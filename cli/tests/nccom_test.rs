@@ -192,8 +192,6 @@ fn what_cannot_be_honoured_is_refused_by_name() {
         (vec!["alltoallv", "-r", "2", "-d", "fp32"], "alltoallv"),
         (vec!["allr", "-r", "2", "--custom-src-target-pairs", "p.json"], "--custom-src-target-pairs"),
         (vec!["allr", "-r", "2", "--data-parallel-dimension", "2"], "--data-parallel-dimension"),
-        (vec!["allr", "-r", "8", "-N", "2", "-d", "fp32"], "-N/--nnodes"),
-        (vec!["allr", "-r", "8", "-d", "fp32", "--hosts", "a", "b"], "-s/--hosts"),
         (vec!["allr", "-r", "8", "-d", "fp32", "--slurm-job-id", "7"], "--slurm-job-id"),
         (vec!["allr", "-r", "8", "-d", "fp32", "-c", "zeros"], "-c/--check"),
     ] {

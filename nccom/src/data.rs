@@ -173,6 +173,8 @@ mod tests {
             json: None,
             show_algorithm: false,
             pairs: pairs.to_vec(),
+            nnodes: 1,
+            multi: None,
         }
     }
 

@@ -135,25 +135,28 @@ fn all_reduce_over_4_workers_at_the_default_lnc_passes_all_ones() {
 
 /// Every operation and data type, with random inputs checked bit for bit against the host
 /// reference, through both entry points: the reductions and all-gather over every type
-/// (fp8 reductions included), the exchanges (send/receive, all-to-all, permute: no arithmetic)
-/// over one type of each width and fp8.
+/// (fp8 reductions included), the exchanges (send/receive, all-to-all, all-to-allv, permute: no
+/// arithmetic) over one type of each width and fp8.
 #[test]
 fn every_operation_and_type_passes_the_random_check() {
     let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let r = Run::new("matrix");
     let every = ["fp32", "bf16", "fp16", "int32", "uint32", "uint8", "int8", "uint16", "int16", "fp8_e4m3", "fp8_e5m2"];
-    for op in ["all_reduce", "reduce_scatter", "all_gather", "sendrecv", "alltoall", "permute"] {
-        let types: &[&str] = if ["sendrecv", "alltoall", "permute"].contains(&op) {
+    for op in ["all_reduce", "reduce_scatter", "all_gather", "sendrecv", "alltoall", "alltoallv", "permute"] {
+        let types: &[&str] = if ["sendrecv", "alltoall", "alltoallv", "permute"].contains(&op) {
             &["fp32", "bf16", "uint8", "fp8_e5m2"]
         } else {
             &every
         };
+        // All-to-allv of 4 ranks sends units of n(n+1)/2 = 10 elements.
+        let (b, e, sizes) =
+            if op == "alltoallv" { ("80", "5K", [80, 640, 5120]) } else { ("64", "4K", [64, 512, 4096]) };
         for d in types {
             let a = [
-                "-r", "4", "-b", "64", "-e", "4K", "-f", "8", "-d", d, "-c", "random", "--seed", "11", "-n", "1", "-w",
-                "0", op,
+                "-r", "4", "-b", b, "-e", e, "-f", "8", "-d", d, "-c", "random", "--seed", "11", "-n", "1", "-w", "0",
+                op,
             ];
-            passes(&r, &a, &[], &[64, 512, 4096]);
+            passes(&r, &a, &[], &sizes);
         }
     }
     let o = r.cmd(
@@ -189,7 +192,7 @@ fn every_operation_and_type_passes_the_random_check() {
 fn what_cannot_be_honoured_is_refused_by_name() {
     let r = Run::new("refusals");
     for (args, name) in [
-        (vec!["alltoallv", "-r", "2", "-d", "fp32"], "alltoallv"),
+        (vec!["alltoallv", "-r", "2", "--alltoallv-metadata", "m.json"], "--alltoallv-metadata"),
         (vec!["allr", "-r", "2", "--custom-src-target-pairs", "p.json"], "--custom-src-target-pairs"),
         (vec!["allr", "-r", "2", "--data-parallel-dimension", "2"], "--data-parallel-dimension"),
         (vec!["allr", "-r", "8", "-d", "fp32", "--slurm-job-id", "7"], "--slurm-job-id"),

@@ -67,9 +67,12 @@ pub mod ctype {
     /// Modeled: every rank sends its buffer to the one rank its source-target pair names (the
     /// graph's `src_target_pairs`); a rank no pair targets receives zeros.
     pub const PERMUTE: u8 = 0x06;
+    /// Modeled: an all-to-all of per-pair counts and displacements, read from each rank's
+    /// metadata tensor ([`super::AllToAllV`]).
+    pub const ALL_TO_ALLV: u8 = 0x07;
 
     /// Every collective kind the device runs.
-    pub const ALL: [u8; 6] = [ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, SEND_RECV, ALL_TO_ALL, PERMUTE];
+    pub const ALL: [u8; 7] = [ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, SEND_RECV, ALL_TO_ALL, PERMUTE, ALL_TO_ALLV];
 
     /// The kind's name (`all_reduce`, …, nccom-test's spelling), or `None` for an unknown code.
     pub fn name(c: u8) -> Option<&'static str> {
@@ -80,6 +83,7 @@ pub mod ctype {
             SEND_RECV => "sendrecv",
             ALL_TO_ALL => "alltoall",
             PERMUTE => "permute",
+            ALL_TO_ALLV => "alltoallv",
             _ => return None,
         })
     }
@@ -225,6 +229,41 @@ impl NotifyOp {
     }
 }
 
+/// All-to-allv's operands (modeled): each rank's metadata tensor holds `4 × group size`
+/// little-endian u32 — row 0 the element counts it sends to each rank, row 1 where in its
+/// input each starts, row 2 the counts it receives from each rank, row 3 where in its output
+/// each goes (the layout of NKI's `all_to_all_v` metadata tensor). In the pseudo-instruction
+/// (`slot::TriggerCollective`) the metadata var id is the u32 at +0x24 and the output's element
+/// count the u32 at +0x28 (bytes of its `reserved`); in the device form ([`CollectiveOp`]) the
+/// metadata's device address is at +0x30 and the output's element count at +0x38.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AllToAllV {
+    pub meta_tensor_id: u32,
+    pub out_elements: u32,
+}
+
+impl AllToAllV {
+    /// Metadata bytes for a group of `n`.
+    pub fn meta_bytes(n: usize) -> usize {
+        16 * n
+    }
+
+    /// The operands of pseudo-instruction `t`.
+    pub fn of(t: &crate::slot::TriggerCollective) -> Self {
+        let r = &t.reserved;
+        AllToAllV {
+            meta_tensor_id: u32::from_le_bytes([r[3], r[4], r[5], r[6]]),
+            out_elements: u32::from_le_bytes([r[7], r[8], r[9], r[10]]),
+        }
+    }
+
+    /// Writes the operands into pseudo-instruction `t`.
+    pub fn set(&self, t: &mut crate::slot::TriggerCollective) {
+        t.reserved[3..7].copy_from_slice(&self.meta_tensor_id.to_le_bytes());
+        t.reserved[7..11].copy_from_slice(&self.out_elements.to_le_bytes());
+    }
+}
+
 /// [`CollectiveOp::peer`] of a rank that sends to no one (a group has at most 255 ranks, so
 /// 255 is never a group rank).
 pub const NO_PEER: u8 = 0xFF;
@@ -236,11 +275,12 @@ pub const NO_PEER: u8 = 0xFF;
 /// ```text
 /// +0x0C op u8 | +0x0D dtype u8 | +0x0E ctype u8 | +0x0F rank u8 | +0x10 group_size u8 | +0x11 peer u8
 /// +0x12..0x14 reserved | +0x14 comm_id u32 | +0x18 src device address u64 | +0x20 dst device address u64
-/// +0x28 num_elements u64
+/// +0x28 num_elements u64 | +0x30 meta device address u64 | +0x38 out_elements u64
 /// ```
 ///
 /// `peer` is the group rank a send/receive or permute sends to ([`NO_PEER`]: none; the other
-/// kinds carry [`NO_PEER`]).
+/// kinds carry [`NO_PEER`]); `meta` and `out_elements` are all-to-allv's ([`AllToAllV`]; 0 for
+/// the other kinds).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CollectiveOp {
     pub header: SlotHeader,
@@ -257,6 +297,10 @@ pub struct CollectiveOp {
     pub dst: u64,
     /// Elements per rank's input.
     pub num_elements: u64,
+    /// All-to-allv: the metadata's device address.
+    pub meta: u64,
+    /// All-to-allv: the output's element count.
+    pub out_elements: u64,
 }
 
 impl CollectiveOp {
@@ -275,6 +319,8 @@ impl CollectiveOp {
             src: u64_at(b, 0x18),
             dst: u64_at(b, 0x20),
             num_elements: u64_at(b, 0x28),
+            meta: u64_at(b, 0x30),
+            out_elements: u64_at(b, 0x38),
         }
     }
     /// Encode.
@@ -290,6 +336,8 @@ impl CollectiveOp {
         b[0x18..0x20].copy_from_slice(&self.src.to_le_bytes());
         b[0x20..0x28].copy_from_slice(&self.dst.to_le_bytes());
         b[0x28..0x30].copy_from_slice(&self.num_elements.to_le_bytes());
+        b[0x30..0x38].copy_from_slice(&self.meta.to_le_bytes());
+        b[0x38..0x40].copy_from_slice(&self.out_elements.to_le_bytes());
         b
     }
 }
@@ -342,12 +390,23 @@ mod tests {
             src: 0x1000,
             dst: 0x2000,
             num_elements: 32,
+            meta: 0,
+            out_elements: 0,
         };
         assert_eq!(CollectiveOp::decode(&c.encode()), c);
         assert_eq!(c.encode()[0], 0xBF);
         // The peer is the byte after the group size; the reserved bytes stay zero.
         let p = CollectiveOp { ctype: ctype::PERMUTE, peer: 0x5A, ..c }.encode();
         assert_eq!((p[0x0E], p[0x10], p[0x11], p[0x12], p[0x13]), (0x06, 2, 0x5A, 0, 0));
+        let v = CollectiveOp { ctype: ctype::ALL_TO_ALLV, meta: 0x3000, out_elements: 48, ..c };
+        assert_eq!(CollectiveOp::decode(&v.encode()), v);
+        assert_eq!((u64_at(&v.encode(), 0x30), u64_at(&v.encode(), 0x38)), (0x3000, 48));
+        // The pseudo-instruction's all-to-allv operands sit in its reserved bytes at +0x24/+0x28.
+        let mut t = crate::slot::TriggerCollective::decode(&[0u8; SLOT_BYTES]);
+        AllToAllV { meta_tensor_id: 5, out_elements: 0x0102_0304 }.set(&mut t);
+        let b = t.encode();
+        assert_eq!((u32_at(&b, 0x24), u32_at(&b, 0x28)), (5, 0x0102_0304));
+        assert_eq!(AllToAllV::of(&t), AllToAllV { meta_tensor_id: 5, out_elements: 0x0102_0304 });
     }
 
     #[test]

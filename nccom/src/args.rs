@@ -376,7 +376,8 @@ impl Args {
         if self.iters == 0 {
             return Err(ArgError::Bad { flag: "-n/--iters", value: "0".into(), why: "at least one".into() });
         }
-        if multi.is_some() && self.nnodes > 1 && matches!(op, Op::SendRecv | Op::AllToAll | Op::Permute) {
+        if multi.is_some() && self.nnodes > 1 && matches!(op, Op::SendRecv | Op::AllToAll | Op::AllToAllV | Op::Permute)
+        {
             return Err(ArgError::Unsupported(format!(
                 "{} over -N/--nnodes {}: the device hosts' inter-host seam carries all_reduce, all_gather and \
                  reduce_scatter; this operation runs within one host",

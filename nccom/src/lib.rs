@@ -84,8 +84,7 @@ pub fn main(args: Vec<OsString>, prefix: &[OsString]) -> i32 {
     let out = match run {
         Ok(o) => o,
         Err(
-            e @ (launch::LaunchError::Unsupported(_)
-            | launch::LaunchError::PrivateSim(_)
+            e @ (launch::LaunchError::PrivateSim(_)
             | launch::LaunchError::Launcher { .. }
             | launch::LaunchError::Collector { .. }),
         ) => {

@@ -59,16 +59,16 @@ impl Op {
         }
     }
 
-    /// The simulator collective engine's type code, or `None` for an operation it lacks.
-    pub fn ctype(self) -> Option<u8> {
+    /// The collective engine's kind code (`isa::device_ops::ctype`).
+    pub fn ctype(self) -> u8 {
         match self {
-            Op::AllReduce => Some(ctype::ALL_REDUCE),
-            Op::AllGather => Some(ctype::ALL_GATHER),
-            Op::ReduceScatter => Some(ctype::REDUCE_SCATTER),
-            Op::SendRecv => Some(ctype::SEND_RECV),
-            Op::AllToAll => Some(ctype::ALL_TO_ALL),
-            Op::Permute => Some(ctype::PERMUTE),
-            Op::AllToAllV => None,
+            Op::AllReduce => ctype::ALL_REDUCE,
+            Op::AllGather => ctype::ALL_GATHER,
+            Op::ReduceScatter => ctype::REDUCE_SCATTER,
+            Op::SendRecv => ctype::SEND_RECV,
+            Op::AllToAll => ctype::ALL_TO_ALL,
+            Op::Permute => ctype::PERMUTE,
+            Op::AllToAllV => ctype::ALL_TO_ALLV,
         }
     }
 
@@ -150,22 +150,9 @@ pub struct Wire {
     pub dtype: reduce::DType,
 }
 
-/// Why an operation cannot run here.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Unsupported {
-    #[error(
-        "operation {0}: the simulator's collective engine has no such collective (it runs all_reduce, \
-         all_gather, reduce_scatter, sendrecv, alltoall and permute)"
-    )]
-    Op(&'static str),
-}
-
-/// The engine's element type for `op` on `d`: every type of `-d` is one of the engine's
+/// The engine's element type for `d`: every type of `-d` is one of the engine's
 /// (`isa::device_ops::dtype`; the integer and fp8 codes modeled).
-pub fn wire(op: Op, d: Dtype) -> Result<Wire, Unsupported> {
-    if op.ctype().is_none() {
-        return Err(Unsupported::Op(op.name()));
-    }
+pub fn wire(d: Dtype) -> Wire {
     let dtype = match d {
         Dtype::Fp32 => reduce::DType::F32,
         Dtype::Bf16 => reduce::DType::Bf16,
@@ -179,7 +166,7 @@ pub fn wire(op: Op, d: Dtype) -> Result<Wire, Unsupported> {
         Dtype::Fp8E4m3 => reduce::DType::F8E4M3,
         Dtype::Fp8E5m2 => reduce::DType::F8E5M2,
     };
-    Ok(Wire { code: dtype::code(dtype), dtype })
+    Wire { code: dtype::code(dtype), dtype }
 }
 
 #[cfg(test)]
@@ -214,18 +201,18 @@ mod tests {
 
     #[test]
     fn every_type_is_one_of_the_engines() {
-        assert_eq!(wire(Op::AllReduce, Dtype::U32).map(|w| w.dtype), Ok(reduce::DType::U32));
-        assert_eq!(wire(Op::AllReduce, Dtype::U8).map(|w| w.dtype), Ok(reduce::DType::U8));
-        assert_eq!(wire(Op::ReduceScatter, Dtype::I16).map(|w| w.dtype), Ok(reduce::DType::I16));
-        assert_eq!(wire(Op::AllReduce, Dtype::Fp8E4m3).map(|w| w.code), Ok(dtype::FP8_E4M3));
-        assert_eq!(wire(Op::ReduceScatter, Dtype::Fp8E5m2).map(|w| w.dtype), Ok(reduce::DType::F8E5M2));
-        assert_eq!(wire(Op::AllReduce, Dtype::Fp32).map(|w| w.code), Ok(isa::slot::coll_dtype::FP32));
-        assert_eq!(wire(Op::SendRecv, Dtype::Fp32).map(|w| w.dtype), Ok(reduce::DType::F32));
-        assert_eq!(wire(Op::AllToAllV, Dtype::Fp32), Err(Unsupported::Op("alltoallv")));
+        assert_eq!(wire(Dtype::U32).dtype, reduce::DType::U32);
+        assert_eq!(wire(Dtype::I16).dtype, reduce::DType::I16);
+        assert_eq!(wire(Dtype::Fp8E4m3).code, dtype::FP8_E4M3);
+        assert_eq!(wire(Dtype::Fp8E5m2).dtype, reduce::DType::F8E5M2);
+        assert_eq!(wire(Dtype::Fp32).code, isa::slot::coll_dtype::FP32);
         // The names of -d and of the engine's types agree.
         for s in Dtype::NAMES.split(", ") {
-            let d = Dtype::parse(s).map(|d| wire(Op::AllReduce, d).map(|w| w.dtype.name()));
-            assert_eq!(d, Some(Ok(s)));
+            assert_eq!(Dtype::parse(s).map(|d| wire(d).dtype.name()), Some(s));
+        }
+        // Every operation is a kind of the engine's.
+        for s in ["all_reduce", "all_gather", "reduce_scatter", "sendrecv", "alltoall", "alltoallv", "permute"] {
+            assert_eq!(Op::parse(s).map(|o| isa::device_ops::ctype::name(o.ctype())), Some(Some(s)));
         }
     }
 }

@@ -28,8 +28,6 @@ pub enum WorkerError {
     Select(#[from] select::SelectError),
     #[error("model: {0}")]
     Model(#[from] crate::model::ModelError),
-    #[error("{0}")]
-    Unsupported(#[from] crate::ops::Unsupported),
     #[error("{var}: {why}")]
     Fault { var: &'static str, why: String },
     #[error("execute: {0}")]
@@ -105,7 +103,7 @@ fn join_hosts(plan: &Plan, opened: &select::Opened, rank: usize, job: u64) -> Re
     let hosts: Vec<String> = (0..plan.ranks).map(|w| (w / per).to_string()).collect();
     let hosts = hosts.join(",");
     for (i, &size) in plan.sizes.iter().enumerate() {
-        if data::shape(plan.op, plan.dtype, plan.ranks, size)?.is_some() {
+        if data::shape(plan.op, plan.dtype, plan.ranks, size).is_some() {
             // The communicator as the runtime lowers it: the load's id × 256 + replica group 0.
             send(format!("interhost span {job} {} {hosts}", comm_id(job, i).wrapping_mul(256)))?;
         }
@@ -143,7 +141,7 @@ fn work(plan: &Plan, rank: usize, job: u64) -> Result<(), WorkerError> {
     join_hosts(plan, &opened, rank, job)?;
     let target = opened.shared.as_ref().map(|l| l.arch.name).unwrap_or("*");
     for (i, &size) in plan.sizes.iter().enumerate() {
-        let Some(s) = data::shape(plan.op, plan.dtype, plan.ranks, size)? else { continue };
+        let Some(s) = data::shape(plan.op, plan.dtype, plan.ranks, size) else { continue };
         let bytes = CollModel {
             op: plan.op,
             wire: s.wire,
@@ -162,6 +160,15 @@ fn work(plan: &Plan, rank: usize, job: u64) -> Result<(), WorkerError> {
         let to = rt_.alloc_tensor("output", s.out_bytes, false, 0).map_err(rt)?;
         let mut ins = TensorSet::new();
         ins.add("input", ti);
+        if plan.op == crate::ops::Op::AllToAllV {
+            let meta: Vec<u8> = data::alltoallv_meta(plan.ranks, s.in_bytes / plan.dtype.size() as u64, rank)
+                .iter()
+                .flat_map(|w| w.to_le_bytes())
+                .collect();
+            let tm = rt_.alloc_tensor("meta", meta.len() as u64, false, 0).map_err(rt)?;
+            tm.write(0, &meta).map_err(rt)?;
+            ins.add("meta", tm);
+        }
         let mut outs = TensorSet::new();
         outs.add("output", to.clone());
         let mut times = Vec::with_capacity(plan.iters);

@@ -258,7 +258,6 @@ pub fn lower(cx: &mut LowerCtx<'_>, i: &Instruction, pc: usize, out: &mut Slots)
                     .ok_or_else(|| StageError::from(StageErrorKind::CollectiveOffset { what: what.clone(), offset: o }))
             };
             let src = addr_of(vars, c.input_tensor_id, elems(c.src_offset_elems)?, bytes, &what, p.unchecked)?;
-            let dst = addr_of(vars, c.output_tensor_id, elems(c.dst_offset_elems)?, bytes, &what, p.unchecked)?;
             let group = g.replica_groups.get(c.group_id as usize);
             let (rank, size) = match group {
                 None => {
@@ -291,6 +290,22 @@ pub fn lower(cx: &mut LowerCtx<'_>, i: &Instruction, pc: usize, out: &mut Slots)
                     why: format!("all-to-all of {} elements over {size} ranks: not equal chunks", c.num_elements),
                 }));
             }
+            // What the collective writes: all-gather every rank's input, all-to-allv its output
+            // count, the others at most an input's worth.
+            let v = device_ops::AllToAllV::of(c);
+            let out_bytes = match c.ctype {
+                device_ops::ctype::ALL_GATHER => bytes.checked_mul(size as u64),
+                device_ops::ctype::ALL_TO_ALLV => u64::from(v.out_elements).checked_mul(es),
+                _ => Some(bytes),
+            }
+            .ok_or_else(|| StageError::from(StageErrorKind::CollectiveSize { what: what.clone() }))?;
+            let dst = addr_of(vars, c.output_tensor_id, elems(c.dst_offset_elems)?, out_bytes, &what, p.unchecked)?;
+            let (meta, out_elements) = if c.ctype == device_ops::ctype::ALL_TO_ALLV {
+                let m = device_ops::AllToAllV::meta_bytes(size) as u64;
+                (addr_of(vars, v.meta_tensor_id, 0, m, &what, p.unchecked)?, u64::from(v.out_elements))
+            } else {
+                (0, 0)
+            };
             let op = CollectiveOp {
                 header: isa::slot::SlotHeader::new(Opcode::Sb2sbCollective),
                 events: c.events,
@@ -304,6 +319,8 @@ pub fn lower(cx: &mut LowerCtx<'_>, i: &Instruction, pc: usize, out: &mut Slots)
                 src,
                 dst,
                 num_elements: c.num_elements,
+                meta,
+                out_elements,
             };
             clear(op.encode());
         }

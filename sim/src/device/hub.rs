@@ -39,6 +39,9 @@ struct Part {
     dst: u64,
     /// Send/receive and permute: the group rank this part goes to (`NO_PEER`: none).
     peer: u8,
+    /// All-to-allv: the rank's counts and displacements, and its output's length in bytes.
+    meta: Vec<u32>,
+    out_len: usize,
     data: Vec<u8>,
 }
 
@@ -63,6 +66,10 @@ pub(crate) struct Arrival {
     pub ctype: u8,
     /// Send/receive and permute: the group rank this participant sends to.
     pub peer: u8,
+    /// All-to-allv: this rank's metadata (`isa::device_ops::AllToAllV`: 4 rows of group-size
+    /// counts and displacements, in elements) and its output's length in bytes.
+    pub meta: Vec<u32>,
+    pub out_len: usize,
     pub dev: Weak<Dev>,
     pub nc: usize,
     pub engine: usize,
@@ -203,6 +210,9 @@ impl Hub {
         if a.ctype == ctype::ALL_TO_ALL && !(a.data.len() / esize).is_multiple_of(a.size) {
             return Err(CollError::Mismatch);
         }
+        if a.ctype == ctype::ALL_TO_ALLV && a.meta.len() != 4 * a.size {
+            return Err(CollError::Mismatch);
+        }
         let inter = self.inter();
         let local = inter.as_ref().and_then(|t| t.local_ranks(a.comm));
         if let Some(l) = &local {
@@ -228,12 +238,22 @@ impl Hub {
         if r.size != a.size || r.op != op || r.dtype != dt || r.ctype != a.ctype || r.parts[a.rank].is_some() {
             return Err(CollError::Mismatch);
         }
-        if let Some(first) = r.parts.iter().flatten().next() {
+        // Every part as long as the first (all-to-allv: each rank's own input size).
+        if let Some(first) = r.parts.iter().flatten().next().filter(|_| a.ctype != ctype::ALL_TO_ALLV) {
             if first.data.len() != a.data.len() {
                 return Err(CollError::Mismatch);
             }
         }
-        r.parts[a.rank] = Some(Part { dev: a.dev, nc: a.nc, engine: a.engine, dst: a.dst, peer: a.peer, data: a.data });
+        r.parts[a.rank] = Some(Part {
+            dev: a.dev,
+            nc: a.nc,
+            engine: a.engine,
+            dst: a.dst,
+            peer: a.peer,
+            meta: a.meta,
+            out_len: a.out_len,
+            data: a.data,
+        });
         let complete = match &r.local {
             Some(l) => l.iter().all(|&i| r.parts[i].is_some()),
             None => r.parts.iter().all(|x| x.is_some()),
@@ -266,6 +286,12 @@ impl Hub {
                 }
             }
         }
+        // All-to-allv: every rank's metadata and output length.
+        let metas: Vec<(Vec<u32>, usize)> = if r.ctype == ctype::ALL_TO_ALLV {
+            r.parts.iter_mut().flatten().map(|p| (std::mem::take(&mut p.meta), p.out_len)).collect()
+        } else {
+            Vec::new()
+        };
         let first = out.len();
         for part in r.parts.drain(..).flatten() {
             out.push(Delivery { dev: part.dev, nc: part.nc, engine: part.engine, dst: part.dst, data: part.data });
@@ -308,6 +334,20 @@ impl Hub {
                 }
                 self.put_bytes(all);
             }
+            ctype::ALL_TO_ALLV => {
+                let outs = {
+                    let ins: Vec<&[u8]> = ds.iter().map(|d| &d.data[..]).collect();
+                    all_to_all_v(&metas, &ins, esize)
+                };
+                let Some(outs) = outs else {
+                    out.truncate(first);
+                    return Err(CollError::Mismatch);
+                };
+                for (d, o) in ds.iter_mut().zip(outs) {
+                    let old = std::mem::replace(&mut d.data, o);
+                    self.put_bytes(old);
+                }
+            }
             ctype::REDUCE_SCATTER => {
                 let Some(acc) = self.reduced(ds, n, r.dtype, r.op) else {
                     out.truncate(first);
@@ -342,6 +382,37 @@ impl Hub {
         drop(p);
         self.barriers.forget(dev);
     }
+}
+
+/// All-to-allv's outputs: rank `r`'s output (`metas[r].1` bytes, zero where nothing lands)
+/// holds, for every rank `s`, the `count` elements rank `s` sends it — from `send_displ` in
+/// `ins[s]` to `recv_displ` in the output — where `count` is both rank `s`'s send count to `r`
+/// and rank `r`'s receive count from `s`. `None` when the counts disagree or a segment falls
+/// outside its buffer (checked arithmetic; a malformed collective).
+fn all_to_all_v(metas: &[(Vec<u32>, usize)], ins: &[&[u8]], es: usize) -> Option<Vec<Vec<u8>>> {
+    let n = metas.len();
+    if ins.len() != n || metas.iter().any(|(m, _)| m.len() != 4 * n) {
+        return None;
+    }
+    // Row `row` of rank `r`'s metadata, entry `k`, in elements.
+    let at = |r: usize, row: usize, k: usize| metas[r].0[row * n + k] as usize;
+    let mut outs = Vec::with_capacity(n);
+    for (r, (_, out_len)) in metas.iter().enumerate() {
+        let mut o = vec![0u8; *out_len];
+        for (s, inp) in ins.iter().enumerate() {
+            let count = at(s, 0, r);
+            if count != at(r, 2, s) {
+                return None;
+            }
+            let len = count.checked_mul(es)?;
+            let from = at(s, 1, r).checked_mul(es)?;
+            let to = at(r, 3, s).checked_mul(es)?;
+            let src = inp.get(from..from.checked_add(len)?)?;
+            o.get_mut(to..to.checked_add(len)?)?.copy_from_slice(src);
+        }
+        outs.push(o);
+    }
+    Some(outs)
 }
 
 /// Element-wise reduction of `parts` (one per rank, the same length) in the module's order.
@@ -573,6 +644,8 @@ mod tests {
             dtype: dtype::FP32,
             ctype: ctype::ALL_REDUCE,
             peer: isa::device_ops::NO_PEER,
+            meta: Vec::new(),
+            out_len: 0,
             dev: Arc::downgrade(&d.dev),
             nc: 0,
             engine: 0,
@@ -615,6 +688,35 @@ mod tests {
         // Two sources for one target, or a peer outside the group: malformed.
         assert_eq!(meet(ctype::PERMUTE, dtype::UINT8, &parts, &[1, 1, 0]), Err(CollError::Mismatch));
         assert_eq!(meet(ctype::PERMUTE, dtype::UINT8, &parts, &[1, 3, 0]), Err(CollError::Mismatch));
+    }
+
+    #[test]
+    fn all_to_all_v_places_each_pairs_count() {
+        // Two ranks of uint8. Rank 0 sends 1 element to itself (from 0) and 3 to rank 1 (from
+        // 1); rank 1 sends 2 to rank 0 (from 2) and 1 to itself (from 0).
+        let ins: [&[u8]; 2] = [&[10, 11, 12, 13], &[20, 21, 22, 23]];
+        let metas = vec![
+            // send counts, send displs, recv counts, recv displs
+            (vec![1, 3, 0, 1, 1, 2, 3, 0], 5),
+            (vec![2, 1, 2, 0, 3, 1, 0, 4], 5),
+        ];
+        let got = all_to_all_v(&metas, &ins, 1);
+        // Rank 0: its own element at 3, rank 1's two at 0..2, nothing at 2 and 4.
+        // Rank 1: rank 0's three at 0..3, its own at 4.
+        assert_eq!(got, Some(vec![vec![22, 23, 0, 10, 0], vec![11, 12, 13, 0, 20]]));
+        // Counts that disagree, or a segment past a buffer: malformed.
+        let mut bad = metas.clone();
+        bad[0].0[1] = 2;
+        assert_eq!(all_to_all_v(&bad, &ins, 1), None);
+        let mut bad = metas.clone();
+        bad[1].0[2] = 3;
+        assert_eq!(all_to_all_v(&bad, &ins, 1), None);
+        let mut bad = metas.clone();
+        bad[1].0[7] = 5;
+        assert_eq!(all_to_all_v(&bad, &ins, 1), None);
+        let mut bad = metas;
+        bad[0].0[3] = u32::MAX;
+        assert_eq!(all_to_all_v(&bad, &ins, 1), None);
     }
 
     #[test]

@@ -14,7 +14,8 @@
 //! - Replica groups spanning processes are registered with the simulator's collective hub
 //!   through [`sim::InterHost`]: the hub meets the local participant and hands its part to
 //!   [`Global`], which runs the collective over the libfabric ring/direct algorithms on the
-//!   group's processes ([`fabric::Subgroup`]); a group inside this process stays on the device
+//!   group's processes (`sim_serve::seam`, which the device hosts of nccom-test's multi-host
+//!   runs use too); a group inside this process stays on the device
 //!   path. A spanning group with several ranks in this process hands all their parts across
 //!   together and runs the hierarchical collective (`Communicator::group_all_reduce`, …).
 //!   The reduction order is the one of `docs/fabric.md`, the same in every path.
@@ -27,10 +28,11 @@ use std::time::Duration;
 use fabric::bootstrap::{resolve_rank, root_from_env, Oob, RankSpec};
 use fabric::coll::CollConfig;
 use fabric::ofi::OfiTransport;
-use fabric::{Communicator, FabricError, Subgroup};
+use fabric::{Communicator, FabricError};
 use neff::NrtStatus;
 use runtime::RtError;
-use sim::{CollKind, InterHost, InterHostError, InterHostRequest};
+use sim::{InterHost, InterHostError, InterHostRequest};
+use sim_serve::seam::{self, Span};
 
 use crate::base::{err, lock};
 
@@ -40,40 +42,6 @@ struct World {
     spec: RankSpec,
     /// Global loads made so far (the communicator ids of the next one follow from it).
     loads: u32,
-}
-
-/// A replica group spanning processes: the process of each group rank, and the group ranks
-/// hosted here.
-#[derive(Debug, Clone)]
-struct Span {
-    procs: Vec<usize>,
-    local: Vec<usize>,
-}
-
-impl Span {
-    /// The group's processes in order of first appearance (the subgroup of the transport),
-    /// and each group rank's index among them.
-    fn placement(&self) -> (Vec<usize>, Vec<usize>) {
-        let mut uniq: Vec<usize> = Vec::new();
-        let mut at = Vec::with_capacity(self.procs.len());
-        for &p in &self.procs {
-            let i = match uniq.iter().position(|&q| q == p) {
-                Some(i) => i,
-                None => {
-                    uniq.push(p);
-                    uniq.len() - 1
-                }
-            };
-            at.push(i);
-        }
-        (uniq, at)
-    }
-
-    /// One group rank per process: the flat ring / direct algorithms apply as they are.
-    fn flat(&self) -> bool {
-        let (uniq, _) = self.placement();
-        uniq.len() == self.procs.len()
-    }
 }
 
 /// The process's global communicator and the groups registered on it.
@@ -307,101 +275,37 @@ fn layout_of(bytes: &[u8]) -> Result<Layout, RtError> {
     })
 }
 
-fn seam(e: FabricError) -> InterHostError {
-    if e.status_code() == fabric::NRT_NETWORK_PROXY_FAILURE {
-        InterHostError::Network(e.to_string())
-    } else {
-        InterHostError::Collective(e.to_string())
-    }
-}
-
 impl InterHost for Global {
     fn local_ranks(&self, comm: u32) -> Option<Vec<usize>> {
         platform::sync::read(&self.spans).get(&comm).map(|s| s.local.clone())
     }
 
+    /// The group's other processes over the global communicator's transport
+    /// (`sim_serve::seam::collective`: hierarchical when this process holds several ranks of
+    /// the group, flat otherwise).
     fn collective(&self, req: InterHostRequest) -> Result<Vec<Vec<u8>>, InterHostError> {
-        let span = platform::sync::read(&self.spans)
-            .get(&req.comm)
-            .cloned()
-            .ok_or_else(|| InterHostError::Collective(format!("communicator {:#x} is not registered", req.comm)))?;
-        let given: Vec<usize> = req.parts.iter().map(|(g, _)| *g).collect();
-        if span.procs.len() != req.size || span.local != given {
-            return Err(InterHostError::Collective(format!(
-                "group ranks {given:?} of {} do not match the registered group {:?} (local {:?})",
-                req.size, span.procs, span.local
-            )));
-        }
+        let span = self.span(req.comm)?;
         let mut w = lock(&self.world);
         let w = w.as_mut().ok_or_else(|| InterHostError::Network("no global communicator".into()))?;
-        let (uniq, at) = span.placement();
-        let flat = span.flat();
-        let mut c = Communicator::new(Subgroup::new(w.comm.transport(), uniq).map_err(seam)?, CollConfig::default())
-            .map_err(seam)?;
-        // Tags of this collective: (communicator, sequence) folded into the 16-bit tag sequence.
-        c.set_seq(u64::from(req.comm.wrapping_mul(0x9e37_79b1).wrapping_add(req.seq.wrapping_mul(2)) & 0xffff));
-        // The simulator's element type and operator are the fabric's (one `reduce` crate).
-        let (dt, op) = (req.elem, req.op);
-        if !flat {
-            // Several ranks of the group in this process: the hierarchical collective, exact
-            // in the same order (`fabric::coll::hier`).
-            let out = match req.kind {
-                CollKind::AllReduce => {
-                    let mut parts = req.parts;
-                    c.group_all_reduce(&at, &mut parts, dt, op).map(|()| parts.into_iter().map(|(_, b)| b).collect())
-                }
-                CollKind::AllGather => c.group_all_gather(&at, &req.parts).map(|all| vec![all; req.parts.len()]),
-                CollKind::ReduceScatter => c.group_reduce_scatter(&at, &req.parts, dt, op),
-            };
-            return out.map_err(seam);
-        }
-        let [(grank, input)] = <[(usize, Vec<u8>); 1]>::try_from(req.parts).map_err(|p| {
-            InterHostError::Collective(format!("{} local parts in a one-rank-per-process group", p.len()))
-        })?;
-        let out = match req.kind {
-            CollKind::AllReduce => {
-                let mut buf = input;
-                c.all_reduce(&mut buf, dt, op).map(|()| buf)
-            }
-            CollKind::AllGather => {
-                let mut out = vec![0u8; input.len() * req.size];
-                c.all_gather(&input, &mut out).map(|()| out)
-            }
-            CollKind::ReduceScatter => {
-                let seg = fabric::reduce::segment(input.len() / dt.size(), req.size, grank);
-                let mut out = vec![0u8; seg.len() * dt.size()];
-                c.reduce_scatter(&input, &mut out, dt, op).map(|()| out)
-            }
-        };
-        out.map(|o| vec![o]).map_err(seam)
+        seam::collective(w.comm.transport(), &span, req)
     }
 
-    /// The collectives barrier of a spanning group: a one-byte all-gather over the group's
-    /// distinct processes (a process hosting several ranks arrives once, when the hub has met
-    /// all of them), which returns once every process's rank arrived (a late process keeps it
-    /// waiting; a dead one fails it when the transport's timeout expires: network proxy).
+    /// The collectives barrier of a spanning group (`sim_serve::seam::barrier`: one arrival per
+    /// process, once the hub has met its local ranks; a dead process fails it when the
+    /// transport's timeout expires: network proxy).
     fn barrier(&self, comm: u32, seq: u32, size: usize, local: &[usize]) -> Result<(), InterHostError> {
-        let span = platform::sync::read(&self.spans)
-            .get(&comm)
-            .cloned()
-            .ok_or_else(|| InterHostError::Collective(format!("communicator {comm:#x} is not registered")))?;
-        if span.procs.len() != size || span.local != local {
-            return Err(InterHostError::Collective(format!(
-                "barrier ranks {local:?} of {size} do not match the registered group {:?}",
-                span.procs
-            )));
-        }
-        // One arrival per process: its local ranks have all arrived when the hub calls this.
-        let (uniq, _) = span.placement();
+        let span = self.span(comm)?;
         let mut w = lock(&self.world);
         let w = w.as_mut().ok_or_else(|| InterHostError::Network("no global communicator".into()))?;
-        let mut c =
-            Communicator::new(Subgroup::new(w.comm.transport(), uniq.clone()).map_err(seam)?, CollConfig::default())
-                .map_err(seam)?;
-        // Tags apart from the collectives' (their sequence numbers are folded in even steps
-        // from another base).
-        c.set_seq(u64::from(comm.wrapping_mul(0x85eb_ca6b).wrapping_add(seq.wrapping_mul(2)).wrapping_add(1) & 0xffff));
-        let mut out = vec![0u8; uniq.len()];
-        c.all_gather(&[1u8], &mut out).map_err(seam)
+        seam::barrier(w.comm.transport(), &span, comm, seq, size, local)
+    }
+}
+
+impl Global {
+    fn span(&self, comm: u32) -> Result<Span, InterHostError> {
+        platform::sync::read(&self.spans)
+            .get(&comm)
+            .cloned()
+            .ok_or_else(|| InterHostError::Collective(format!("communicator {comm:#x} is not registered")))
     }
 }

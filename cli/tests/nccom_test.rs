@@ -133,25 +133,30 @@ fn all_reduce_over_4_workers_at_the_default_lnc_passes_all_ones() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("rank 4:"), "{}", text(&o));
 }
 
-/// Every operation and data type the simulator's collective engine runs, with random inputs
-/// checked bit for bit against the host reference, through both entry points.
+/// Every operation and data type, with random inputs checked bit for bit against the host
+/// reference, through both entry points: the reductions and all-gather over every type
+/// (fp8 reductions included), the exchanges (send/receive, all-to-all, all-to-allv, permute: no
+/// arithmetic) over one type of each width and fp8.
 #[test]
-fn every_supported_operation_and_type_passes_the_random_check() {
+fn every_operation_and_type_passes_the_random_check() {
     let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let r = Run::new("matrix");
-    let reducing = ["fp32", "bf16", "fp16", "int32", "uint32", "uint8", "int8", "uint16", "int16"];
-    for op in ["all_reduce", "reduce_scatter", "all_gather"] {
-        let types: Vec<&str> = if op == "all_gather" {
-            reducing.iter().copied().chain(["fp8_e4m3", "fp8_e5m2"]).collect()
+    let every = ["fp32", "bf16", "fp16", "int32", "uint32", "uint8", "int8", "uint16", "int16", "fp8_e4m3", "fp8_e5m2"];
+    for op in ["all_reduce", "reduce_scatter", "all_gather", "sendrecv", "alltoall", "alltoallv", "permute"] {
+        let types: &[&str] = if ["sendrecv", "alltoall", "alltoallv", "permute"].contains(&op) {
+            &["fp32", "bf16", "uint8", "fp8_e5m2"]
         } else {
-            reducing.to_vec()
+            &every
         };
+        // All-to-allv of 4 ranks sends units of n(n+1)/2 = 10 elements.
+        let (b, e, sizes) =
+            if op == "alltoallv" { ("80", "5K", [80, 640, 5120]) } else { ("64", "4K", [64, 512, 4096]) };
         for d in types {
             let a = [
-                "-r", "4", "-b", "64", "-e", "4K", "-f", "8", "-d", d, "-c", "random", "--seed", "11", "-n", "1", "-w",
-                "0", op,
+                "-r", "4", "-b", b, "-e", e, "-f", "8", "-d", d, "-c", "random", "--seed", "11", "-n", "1", "-w", "0",
+                op,
             ];
-            passes(&r, &a, &[], &[64, 512, 4096]);
+            passes(&r, &a, &[], &sizes);
         }
     }
     let o = r.cmd(
@@ -187,13 +192,9 @@ fn every_supported_operation_and_type_passes_the_random_check() {
 fn what_cannot_be_honoured_is_refused_by_name() {
     let r = Run::new("refusals");
     for (args, name) in [
-        (vec!["allr", "-r", "2", "-d", "fp8_e4m3"], "fp8_e4m3"),
-        (vec!["redsct", "-r", "2", "-d", "fp8_e5m2"], "fp8_e5m2"),
-        (vec!["sendrecv", "-r", "2", "-d", "fp32"], "sendrecv"),
-        (vec!["alltoall", "-r", "2", "-d", "fp32"], "alltoall"),
-        (vec!["permute", "-r", "2", "-d", "fp32"], "permute"),
-        (vec!["allr", "-r", "8", "-N", "2", "-d", "fp32"], "-N/--nnodes"),
-        (vec!["allr", "-r", "8", "-d", "fp32", "--hosts", "a", "b"], "-s/--hosts"),
+        (vec!["alltoallv", "-r", "2", "--alltoallv-metadata", "m.json"], "--alltoallv-metadata"),
+        (vec!["allr", "-r", "2", "--custom-src-target-pairs", "p.json"], "--custom-src-target-pairs"),
+        (vec!["allr", "-r", "2", "--data-parallel-dimension", "2"], "--data-parallel-dimension"),
         (vec!["allr", "-r", "8", "-d", "fp32", "--slurm-job-id", "7"], "--slurm-job-id"),
         (vec!["allr", "-r", "8", "-d", "fp32", "-c", "zeros"], "-c/--check"),
     ] {
@@ -219,4 +220,53 @@ fn a_corrupted_contribution_fails_the_run_naming_the_rank() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("rank 2: execute: size 64: NRT_EXEC_HW_ERR_HBM_UE (1201)"), "{}", text(&o));
     assert!(String::from_utf8_lossy(&o.stdout).contains("errors found - test failed"), "{}", text(&o));
+}
+
+/// A permute of custom source-target pairs (the page's file format): 0 <-> 1, 2 -> 3, and
+/// rank 2 receives from no one — zeros, which the check expects; a send/receive ring of 3.
+#[test]
+fn permute_follows_the_pairs_file() {
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let r = Run::new("permute");
+    let pairs = r.dir.join("pairs.json");
+    std::fs::write(&pairs, r#"{"src_target_pairs": [[[0, 1], [1, 0], [2, 3]]]}"#).unwrap();
+    for check in ["random", "all_ones"] {
+        let a = [
+            "permute",
+            "-r",
+            "4",
+            "-b",
+            "256",
+            "-e",
+            "256",
+            "-d",
+            "int16",
+            "-c",
+            check,
+            "-n",
+            "2",
+            "-w",
+            "1",
+            "--custom-src-target-pairs",
+            pairs.to_str().unwrap(),
+        ];
+        passes(&r, &a, &[], &[256]);
+    }
+    // busbw over algbw in the report (unrounded): 1 for send/receive, (n-1)/n for all-to-all.
+    for (op, factor) in [("sendrecv", 1.0), ("alltoall", 2.0 / 3.0)] {
+        let json = r.json();
+        let a = ["-r", "3", "-b", "3K", "-e", "3K", "-d", "fp32", "-c", "-n", "2", "-w", "0", op];
+        let o = r.nccom(&[&a[..], &["--report-to-json-file", json.to_str().unwrap()]].concat(), &[]);
+        assert!(o.status.success(), "{}", text(&o));
+        let j: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        let x = &j["results"][0];
+        let (alg, bus) = (x["algbw_gibps"].as_f64().unwrap(), x["busbw_gibps"].as_f64().unwrap());
+        assert!(alg > 0.0 && (bus / alg - factor).abs() < 1e-9, "{op}: {x}");
+        assert_eq!(x["check"], "pass", "{op}: {x}");
+    }
+    // A pairs file naming a rank that does not exist is refused by name.
+    std::fs::write(&pairs, r#"{"src_target_pairs": [[[0, 4]]]}"#).unwrap();
+    let o = r.nccom(&["permute", "-r", "4", "--custom-src-target-pairs", pairs.to_str().unwrap()], &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--custom-src-target-pairs"), "{}", text(&o));
 }

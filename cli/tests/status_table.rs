@@ -428,6 +428,7 @@ fn stage_variant(e: &StageErrorKind) -> usize {
         K::GroupTooLarge { .. } => 49,
         K::UnsupportedDgeOp { .. } => 50,
         K::UnsupportedOpcode { .. } => 51,
+        K::CollectiveShape { .. } => 53,
         K::ForgedNotification { .. } => 52,
     }
 }
@@ -500,6 +501,7 @@ fn stage_table() -> Vec<(StageErrorKind, S)> {
         (K::GroupTooLarge { what: w(), size: 300 }, S::Invalid),
         (K::UnsupportedDgeOp { what: w(), op: 3 }, S::Invalid),
         (K::UnsupportedOpcode { what: w(), opcode: 0x7e }, S::Invalid),
+        (K::CollectiveShape { what: w(), why: "x".into() }, S::Invalid),
     ]
 }
 
@@ -514,7 +516,7 @@ fn stage_errors() {
         let r = RtError::from(RtErrorKind::Stage { graph: "g".into(), source: Box::new(e) });
         assert_eq!(r.status, want, "{r}");
     }
-    check("StageErrorKind", 53, stage_variant, table);
+    check("StageErrorKind", 54, stage_variant, table);
 }
 
 fn rt_variant(e: &RtErrorKind) -> usize {

@@ -3,8 +3,8 @@
 
 use reduce::{segment, DType, ReduceOp};
 
-use crate::args::Check;
-use crate::ops::{wire, Dtype, Op, Unsupported, Wire};
+use crate::args::{Check, Plan};
+use crate::ops::{wire, Dtype, Op, Wire};
 
 /// One row of the sweep as each rank runs it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,30 +17,67 @@ pub struct Shape {
 }
 
 /// The row for a requested `size`, rounded down to what the operation can split evenly (whole
-/// elements; all-gather: a per-rank share of whole elements). `Ok(None)`: the size rounds to
-/// nothing.
-pub fn shape(op: Op, d: Dtype, ranks: usize, size: u64) -> Result<Option<Shape>, Unsupported> {
+/// elements; all-gather: a per-rank share of whole elements; all-to-all: `n` equal chunks of
+/// whole elements; all-to-allv: `n(n+1)/2` units of whole elements, [`alltoallv_meta`]).
+/// `None`: the size rounds to nothing.
+pub fn shape(op: Op, d: Dtype, ranks: usize, size: u64) -> Option<Shape> {
+    let w = wire(d);
     let n = ranks.max(1) as u64;
     let es = d.size() as u64;
-    match op {
+    let (size, in_bytes, out_bytes) = match op {
         Op::AllGather => {
             let share = size / n / es * es;
-            if share == 0 {
-                return Ok(None);
-            }
-            let w = wire(op, d, share)?;
-            Ok(Some(Shape { size: share * n, in_bytes: share, out_bytes: share * n, wire: w }))
+            (share * n, share, share * n)
+        }
+        Op::AllToAll => {
+            let all = size / n / es * es * n;
+            (all, all, all)
+        }
+        Op::AllToAllV => {
+            // Element counts travel as u32 in the metadata.
+            let all = (size / es / tri(ranks) * tri(ranks)).min(u64::from(u32::MAX)) * es;
+            (all, all, all)
         }
         _ => {
-            let w = wire(op, d, size)?;
-            let unit = es.max(w.dtype.size() as u64);
-            let s = size / unit * unit;
-            if s == 0 {
-                return Ok(None);
-            }
-            Ok(Some(Shape { size: s, in_bytes: s, out_bytes: s, wire: w }))
+            let s = size / es * es;
+            (s, s, s)
         }
-    }
+    };
+    (in_bytes > 0).then_some(Shape { size, in_bytes, out_bytes, wire: w })
+}
+
+/// `n(n+1)/2`: the units of an all-to-allv row of `n` ranks.
+fn tri(n: usize) -> u64 {
+    let n = n.max(1) as u64;
+    n * (n + 1) / 2
+}
+
+/// Elements rank `s` sends rank `r` in an all-to-allv of `in_elems` elements per rank over
+/// `n` ranks (**this tool's choice**, for want of `--alltoallv-metadata`): `unit × (1 + (s + r)
+/// mod n)` with `unit = in_elems / (n(n+1)/2)`, so that every pair's count differs from its
+/// neighbours' while every rank sends and receives `in_elems`.
+pub fn alltoallv_count(n: usize, in_elems: u64, s: usize, r: usize) -> u64 {
+    in_elems / tri(n) * (1 + ((s + r) % n.max(1)) as u64)
+}
+
+/// Rank `rank`'s metadata tensor (`isa::device_ops::AllToAllV`): send counts, send
+/// displacements (in rank order), receive counts, receive displacements (in rank order).
+pub fn alltoallv_meta(n: usize, in_elems: u64, rank: usize) -> Vec<u32> {
+    let c = |s: usize, r: usize| alltoallv_count(n, in_elems, s, r) as u32;
+    let prefix = |f: &dyn Fn(usize) -> u32| -> Vec<u32> {
+        (0..n)
+            .scan(0u32, |acc, k| {
+                let at = *acc;
+                *acc += f(k);
+                Some(at)
+            })
+            .collect()
+    };
+    let mut m: Vec<u32> = (0..n).map(|r| c(rank, r)).collect();
+    m.extend(prefix(&|r| c(rank, r)));
+    m.extend((0..n).map(|s| c(s, rank)));
+    m.extend(prefix(&|s| c(s, rank)));
+    m
 }
 
 /// One element of value 1 in `d`.
@@ -66,29 +103,64 @@ pub fn input(check: Option<Check>, d: Dtype, s: &Shape, rank: usize, seed: u64) 
     }
 }
 
-/// The element `n` ones add up to in the engine's type: floats exact for the group sizes the
-/// engine takes (at most 255 ranks); integers wrap (n modulo 2^bits, two's complement).
-fn sum_of_ones(dt: DType, n: usize) -> Vec<u8> {
-    match dt {
-        DType::F32 | DType::Bf16 | DType::F16 => reduce::from_f32(dt, n as f32),
-        _ => (n as u64).to_le_bytes()[..dt.size()].to_vec(),
+/// The element `n` ones of `d` add up to in the engine's type `dt`, folded one rank at a
+/// time as the engine adds them: integers wrap (n modulo 2^bits); a float stops growing once
+/// 1 is below half its step (fp8 e4m3 at 16).
+fn sum_of_ones(d: Dtype, dt: DType, n: usize) -> Result<Vec<u8>, reduce::ReduceError> {
+    let one = one(d);
+    let mut acc = one.clone();
+    for _ in 1..n {
+        reduce::reduce_into(&mut acc, &one, dt, ReduceOp::Add)?;
+    }
+    Ok(acc)
+}
+
+/// The rank whose buffer rank `rank` receives in a send/receive or permute of `pairs`.
+fn source(op: Op, pairs: &[(usize, usize)], ranks: usize, rank: usize) -> Option<usize> {
+    match op {
+        Op::SendRecv => Some((rank + ranks - 1) % ranks.max(1)),
+        _ => pairs.iter().find(|p| p.1 == rank).map(|p| p.0),
     }
 }
 
 /// The bytes rank `rank` must receive (reduce-scatter: its segment only); `Err` when the host
 /// reference cannot be computed.
-pub fn expected(
-    op: Op,
-    check: Check,
-    d: Dtype,
-    s: &Shape,
-    ranks: usize,
-    rank: usize,
-    seed: u64,
-) -> Result<Vec<u8>, reduce::ReduceError> {
+pub fn expected(plan: &Plan, check: Check, s: &Shape, rank: usize) -> Result<Vec<u8>, reduce::ReduceError> {
+    let (op, d, ranks, seed, pairs) = (plan.op, plan.dtype, plan.ranks, plan.seed, &plan.pairs[..]);
     let es = s.wire.dtype.size();
     let count = s.in_bytes as usize / es;
     let seg = segment(count, ranks, rank);
+    let of = |r: usize| input(Some(check), d, s, r, seed);
+    match op {
+        Op::SendRecv | Op::Permute => {
+            return Ok(match source(op, pairs, ranks, rank) {
+                Some(src) => of(src),
+                None => vec![0; s.out_bytes as usize],
+            })
+        }
+        Op::AllToAll => {
+            let chunk = s.in_bytes as usize / ranks.max(1);
+            let mut out = Vec::with_capacity(s.out_bytes as usize);
+            for j in 0..ranks {
+                let theirs = of(j);
+                out.extend_from_slice(theirs.get(rank * chunk..(rank + 1) * chunk).ok_or(reduce::ReduceError::Inputs)?);
+            }
+            return Ok(out);
+        }
+        Op::AllToAllV => {
+            // Rank `s`'s segment for this rank, in rank order (the receive displacements).
+            let ine = s.in_bytes / d.size() as u64;
+            let mut out = Vec::with_capacity(s.out_bytes as usize);
+            for src in 0..ranks {
+                let from = (0..rank).map(|r| alltoallv_count(ranks, ine, src, r)).sum::<u64>() as usize * d.size();
+                let len = alltoallv_count(ranks, ine, src, rank) as usize * d.size();
+                out.extend_from_slice(of(src).get(from..from + len).ok_or(reduce::ReduceError::Inputs)?);
+            }
+            out.resize(s.out_bytes as usize, 0);
+            return Ok(out);
+        }
+        _ => {}
+    }
     let full = match (op, check) {
         (Op::AllGather, Check::AllOnes) => return Ok(one(d).repeat(s.out_bytes as usize / d.size())),
         (Op::AllGather, Check::Random) => {
@@ -97,7 +169,7 @@ pub fn expected(
             let refs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
             return Ok(reduce::reference_all_gather(&refs));
         }
-        (_, Check::AllOnes) => sum_of_ones(s.wire.dtype, ranks).repeat(count),
+        (_, Check::AllOnes) => sum_of_ones(d, s.wire.dtype, ranks)?.repeat(count),
         (_, Check::Random) => {
             let parts: Vec<Vec<u8>> =
                 (0..ranks).map(|r| reduce::pattern(r, s.in_bytes as usize, s.wire.dtype, seed)).collect();
@@ -139,36 +211,92 @@ pub fn compare(got: &[u8], want: &[u8], w: &Wire) -> Option<String> {
 mod tests {
     use super::*;
 
+    fn plan(op: Op, dtype: Dtype, ranks: usize, seed: u64, pairs: &[(usize, usize)]) -> Plan {
+        Plan {
+            op,
+            dtype,
+            ranks,
+            sizes: vec![],
+            iters: 1,
+            warmup: 0,
+            check: None,
+            seed,
+            stats: vec![],
+            json: None,
+            show_algorithm: false,
+            pairs: pairs.to_vec(),
+            nnodes: 1,
+            multi: None,
+        }
+    }
+
     #[test]
     fn shapes_round_to_what_splits_evenly() {
-        let s = shape(Op::AllReduce, Dtype::Fp32, 8, 10).unwrap().unwrap();
+        let s = shape(Op::AllReduce, Dtype::Fp32, 8, 10).unwrap();
         assert_eq!((s.size, s.in_bytes, s.out_bytes), (8, 8, 8));
-        let s = shape(Op::AllGather, Dtype::Fp32, 8, 70).unwrap().unwrap();
+        let s = shape(Op::AllGather, Dtype::Fp32, 8, 70).unwrap();
         assert_eq!((s.size, s.in_bytes, s.out_bytes), (64, 8, 64));
-        assert_eq!(shape(Op::AllGather, Dtype::Fp32, 8, 16).unwrap(), None);
-        let s = shape(Op::AllGather, Dtype::Fp8E4m3, 4, 8).unwrap().unwrap();
-        assert_eq!((s.in_bytes, s.wire.dtype), (2, DType::I16));
-        assert_eq!(shape(Op::AllReduce, Dtype::U8, 4, 8).unwrap().map(|s| s.wire.dtype), Some(DType::U8));
-        assert!(shape(Op::AllReduce, Dtype::Fp8E5m2, 4, 8).is_err());
+        assert_eq!(shape(Op::AllGather, Dtype::Fp32, 8, 16), None);
+        let s = shape(Op::AllGather, Dtype::Fp8E4m3, 4, 8).unwrap();
+        assert_eq!((s.in_bytes, s.wire.dtype), (2, DType::F8E4M3));
+        assert_eq!(shape(Op::AllReduce, Dtype::U8, 4, 8).map(|s| s.wire.dtype), Some(DType::U8));
+        assert_eq!(shape(Op::AllReduce, Dtype::Fp8E5m2, 4, 7).map(|s| s.in_bytes), Some(7));
+        // All-to-allv of 4 ranks: units of 10 elements.
+        assert_eq!(shape(Op::AllToAllV, Dtype::Fp32, 4, 170).map(|s| s.in_bytes), Some(160));
+        assert_eq!(shape(Op::AllToAllV, Dtype::Fp32, 4, 39), None);
     }
 
     #[test]
     fn all_ones_sums_to_the_rank_count() {
-        let s = shape(Op::AllReduce, Dtype::Bf16, 8, 16).unwrap().unwrap();
-        let want = expected(Op::AllReduce, Check::AllOnes, Dtype::Bf16, &s, 8, 0, 0).unwrap();
+        let s = shape(Op::AllReduce, Dtype::Bf16, 8, 16).unwrap();
+        let want = expected(&plan(Op::AllReduce, Dtype::Bf16, 8, 0, &[]), Check::AllOnes, &s, 0).unwrap();
         assert_eq!(want, half::bf16::from_f32(8.0).to_le_bytes().repeat(8));
-        let s = shape(Op::ReduceScatter, Dtype::I32, 3, 40).unwrap().unwrap();
-        let want = expected(Op::ReduceScatter, Check::AllOnes, Dtype::I32, &s, 3, 2, 0).unwrap();
+        let s = shape(Op::ReduceScatter, Dtype::I32, 3, 40).unwrap();
+        let want = expected(&plan(Op::ReduceScatter, Dtype::I32, 3, 0, &[]), Check::AllOnes, &s, 2).unwrap();
         assert_eq!(want, 3i32.to_le_bytes().repeat(4));
         // 200 int8 ones wrap to -56.
-        let s = shape(Op::AllReduce, Dtype::I8, 200, 4).unwrap().unwrap();
-        let want = expected(Op::AllReduce, Check::AllOnes, Dtype::I8, &s, 200, 0, 0).unwrap();
+        let s = shape(Op::AllReduce, Dtype::I8, 200, 4).unwrap();
+        let want = expected(&plan(Op::AllReduce, Dtype::I8, 200, 0, &[]), Check::AllOnes, &s, 0).unwrap();
         assert_eq!(want, vec![(-56i8) as u8; 4]);
+        // fp8 e4m3 ones stop at 16 (16 + 1 ties to even, 16); e5m2 at 8 (8 + 1 ties to 8).
+        for (d, ranks, v) in [(Dtype::Fp8E4m3, 8, 8.0), (Dtype::Fp8E4m3, 40, 16.0), (Dtype::Fp8E5m2, 40, 8.0)] {
+            let s = shape(Op::AllReduce, d, ranks, 4).unwrap();
+            let want = expected(&plan(Op::AllReduce, d, ranks, 0, &[]), Check::AllOnes, &s, 0).unwrap();
+            assert_eq!(want, reduce::from_f32(s.wire.dtype, v).repeat(4), "{d:?} {ranks}");
+        }
+    }
+
+    #[test]
+    fn exchanges_receive_the_right_rank() {
+        let inp = |r: usize, s: &Shape| input(Some(Check::Random), Dtype::Fp32, s, r, 5);
+        // Send/receive: rank 0 of 4 receives rank 3's buffer.
+        let s = shape(Op::SendRecv, Dtype::Fp32, 4, 64).unwrap();
+        assert_eq!(expected(&plan(Op::SendRecv, Dtype::Fp32, 4, 5, &[]), Check::Random, &s, 0).unwrap(), inp(3, &s));
+        // Permute: the pair's source, zeros for a rank no pair targets.
+        let pairs = [(0, 2), (2, 0)];
+        assert_eq!(expected(&plan(Op::Permute, Dtype::Fp32, 4, 5, &pairs), Check::Random, &s, 2).unwrap(), inp(0, &s));
+        assert_eq!(expected(&plan(Op::Permute, Dtype::Fp32, 4, 5, &pairs), Check::Random, &s, 1).unwrap(), vec![0; 64]);
+        // All-to-all: 4 ranks, 70 bytes round to 64 (4 chunks of 4 fp32); rank 1 gets chunk 1
+        // of every rank.
+        let s = shape(Op::AllToAll, Dtype::Fp32, 4, 70).unwrap();
+        assert_eq!((s.size, s.in_bytes, s.out_bytes), (64, 64, 64));
+        let want: Vec<u8> = (0..4).flat_map(|j| inp(j, &s)[16..32].to_vec()).collect();
+        assert_eq!(expected(&plan(Op::AllToAll, Dtype::Fp32, 4, 5, &[]), Check::Random, &s, 1).unwrap(), want);
+        assert_eq!(shape(Op::AllToAll, Dtype::Fp32, 4, 15), None);
+        // All-to-allv: counts unit × (1 + (s + r) mod n), every rank sending and receiving all
+        // of its elements; rank 1 of 3 over 12 elements (unit 2) receives 4 of rank 0's from
+        // 2, 6 of its own from 4, 2 of rank 2's from 6, placed in rank order.
+        assert_eq!(alltoallv_meta(3, 12, 1), vec![4, 6, 2, 0, 4, 10, 4, 6, 2, 0, 4, 10]);
+        let s = shape(Op::AllToAllV, Dtype::U8, 3, 12).unwrap();
+        let p = plan(Op::AllToAllV, Dtype::U8, 3, 5, &[]);
+        let inp = |r: usize| input(Some(Check::Random), Dtype::U8, &s, r, 5);
+        let want = [&inp(0)[2..6], &inp(1)[4..10], &inp(2)[6..8]].concat();
+        assert_eq!(expected(&p, Check::Random, &s, 1).unwrap(), want);
     }
 
     #[test]
     fn a_difference_is_named_with_its_element() {
-        let w = wire(Op::AllReduce, Dtype::Fp32, 8).unwrap();
+        let w = wire(Dtype::Fp32);
         let want = [2f32.to_le_bytes(), 2f32.to_le_bytes()].concat();
         let got = [2f32.to_le_bytes(), 3f32.to_le_bytes()].concat();
         assert_eq!(compare(&want, &want, &w), None);

@@ -5,6 +5,8 @@
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader};
+use std::ops::Range;
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -22,8 +24,6 @@ pub const FAULT_RANK_VAR: &str = "NEURON_VFIO_SIM_FAULT_RANK";
 /// Why a run could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
-    #[error("{0}")]
-    Unsupported(#[from] crate::ops::Unsupported),
     #[error("{DEVICE_VAR}={0}: a private simulator lives in one process; workers share `sim:shared[:ARCH]`")]
     PrivateSim(String),
     #[error("device: {0}")]
@@ -32,6 +32,12 @@ pub enum LaunchError {
     Spawn { rank: usize, source: std::io::Error },
     #[error("{FAULT_RANK_VAR}={0}: not a rank")]
     FaultRank(String),
+    #[error(
+        "{what}: {source} (a multi-host run needs Open MPI's mpirun (Debian: openmpi-bin), or srun in Slurm mode)"
+    )]
+    Launcher { what: String, source: std::io::Error },
+    #[error("the data collector on port {port}: {source}")]
+    Collector { port: u16, source: std::io::Error },
 }
 
 /// What a run printed and found.
@@ -43,9 +49,21 @@ pub struct Outcome {
     pub algorithm: String,
 }
 
+/// What the merge hears from the workers (through their pipes, or from the node processes of
+/// a multi-host run).
+#[derive(Debug)]
+pub enum Event {
+    /// One line a worker printed.
+    Line(usize, String),
+    /// A worker's reports ended (its pipe closed, or its node process said so or went away).
+    Ended(usize),
+    /// The node processes' launcher (`mpirun`, `srun`) exited, with this description.
+    LauncherExited(String),
+}
+
 /// The device the workers share: `NEURON_VFIO_DEVICE` when set, else the first Neuron device
 /// on vfio-pci, else a shared simulated cayman.
-fn device() -> Result<String, LaunchError> {
+pub fn device() -> Result<String, LaunchError> {
     if let Some(d) = std::env::var(DEVICE_VAR).ok().filter(|d| !d.trim().is_empty()) {
         return match select::Spec::parse(Some(&d))? {
             select::Spec::Sim { .. } => Err(LaunchError::PrivateSim(d)),
@@ -58,27 +76,23 @@ fn device() -> Result<String, LaunchError> {
     })
 }
 
-fn job_id() -> u64 {
+/// The algorithm column's value for `device`.
+pub fn algorithm(device: &str) -> String {
+    if device.starts_with("sim") { "sim-hub" } else { "device" }.to_string()
+}
+
+/// A job id (the communicator ids of its sizes derive from it; every worker of the job gets it).
+pub fn job_id() -> u64 {
     let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
     (u64::from(std::process::id()) << 20) ^ (t as u64)
 }
 
-fn stop(children: &mut [(usize, Child)]) {
-    for (_, c) in children.iter_mut() {
-        if matches!(c.try_wait(), Ok(None)) {
-            let _ = c.kill();
-        }
-    }
-}
-
-/// Run `plan`: `exe` + `prefix` re-runs this command (`nccom-test`, or `neuron-vfio
-/// nccom-test`), `args` is the user's command line.
-pub fn run(plan: &Plan, exe: &std::path::Path, prefix: &[OsString], args: &[OsString]) -> Result<Outcome, LaunchError> {
-    // Every row's shape first: an operation or type the engine lacks is refused before any
-    // worker starts.
+/// Every row's shape, in order; a size that rounds to nothing is skipped with a line on
+/// stderr.
+pub fn shapes(plan: &Plan) -> Vec<data::Shape> {
     let mut shapes = Vec::new();
     for &s in &plan.sizes {
-        match data::shape(plan.op, plan.dtype, plan.ranks, s)? {
+        match data::shape(plan.op, plan.dtype, plan.ranks, s) {
             Some(sh) => shapes.push(sh),
             None => eprintln!(
                 "nccom-test: size {s}: rounds to 0 bytes for {} {} over {} ranks; skipped",
@@ -88,74 +102,163 @@ pub fn run(plan: &Plan, exe: &std::path::Path, prefix: &[OsString], args: &[OsSt
             ),
         }
     }
-    let device = device()?;
-    let algorithm = if device.starts_with("sim") { "sim-hub" } else { "device" }.to_string();
-    let fault_rank = match std::env::var(FAULT_RANK_VAR) {
-        Ok(v) => Some(v.trim().parse::<usize>().map_err(|_| LaunchError::FaultRank(v))?),
-        Err(_) => None,
-    };
-    let job = job_id();
-    let (tx, rx) = mpsc::channel::<(usize, Option<String>)>();
-    let mut children = Vec::new();
-    for rank in 0..plan.ranks {
-        let mut c = Command::new(exe);
-        c.args(prefix).args(args).arg("--worker").arg(rank.to_string()).arg(job.to_string());
-        c.env(DEVICE_VAR, &device).stdout(Stdio::piped()).stderr(Stdio::inherit()).stdin(Stdio::null());
-        if fault_rank.is_some_and(|f| f != rank) {
-            c.env_remove(FAULT_VAR);
-        }
-        let mut child = match c.spawn() {
-            Ok(ch) => ch,
-            Err(source) => {
-                stop(&mut children);
-                return Err(LaunchError::Spawn { rank, source });
-            }
+    shapes
+}
+
+/// The worker processes this process started.
+pub struct Workers {
+    children: Vec<(usize, Child)>,
+}
+
+impl Workers {
+    /// Starts workers `ranks` of job `job` on `device` (this program again: `exe` + `prefix`
+    /// re-runs the command, `args` is the user's command line), each line they print sent to
+    /// `tx`, then [`Event::Ended`] when their output closes.
+    pub fn start(
+        exe: &Path,
+        prefix: &[OsString],
+        args: &[OsString],
+        job: u64,
+        device: &str,
+        ranks: Range<usize>,
+        tx: &mpsc::Sender<Event>,
+    ) -> Result<Workers, LaunchError> {
+        let fault_rank = match std::env::var(FAULT_RANK_VAR) {
+            Ok(v) => Some(v.trim().parse::<usize>().map_err(|_| LaunchError::FaultRank(v))?),
+            Err(_) => None,
         };
-        if let Some(out) = child.stdout.take() {
-            let tx = tx.clone();
-            std::thread::spawn(move || {
-                for l in BufReader::new(out).lines() {
-                    match l {
-                        Ok(l) => {
-                            if tx.send((rank, Some(l))).is_err() {
-                                return;
-                            }
-                        }
-                        Err(_) => break,
-                    }
+        let mut w = Workers { children: Vec::new() };
+        for rank in ranks {
+            let mut c = Command::new(exe);
+            c.args(prefix).args(args).arg("--worker").arg(rank.to_string()).arg(job.to_string());
+            c.env(DEVICE_VAR, device).stdout(Stdio::piped()).stderr(Stdio::inherit()).stdin(Stdio::null());
+            if fault_rank.is_some_and(|f| f != rank) {
+                c.env_remove(FAULT_VAR);
+            }
+            let mut child = match c.spawn() {
+                Ok(ch) => ch,
+                Err(source) => {
+                    w.stop();
+                    return Err(LaunchError::Spawn { rank, source });
                 }
-                let _ = tx.send((rank, None));
-            });
+            };
+            if let Some(out) = child.stdout.take() {
+                let tx = tx.clone();
+                std::thread::spawn(move || {
+                    for l in BufReader::new(out).lines() {
+                        match l {
+                            Ok(l) => {
+                                if tx.send(Event::Line(rank, l)).is_err() {
+                                    return;
+                                }
+                            }
+                            Err(_) => break,
+                        }
+                    }
+                    let _ = tx.send(Event::Ended(rank));
+                });
+            }
+            w.children.push((rank, child));
         }
-        children.push((rank, child));
+        Ok(w)
     }
+
+    /// Kills every worker still running.
+    pub fn stop(&mut self) {
+        for (_, c) in self.children.iter_mut() {
+            if matches!(c.try_wait(), Ok(None)) {
+                let _ = c.kill();
+            }
+        }
+    }
+
+    /// Waits for every worker: the failures (a worker that exited unsuccessfully), each naming
+    /// its rank.
+    pub fn wait(&mut self) -> Vec<String> {
+        let mut errors = Vec::new();
+        for (rank, c) in self.children.iter_mut() {
+            match c.wait() {
+                Ok(st) if !st.success() => errors.push(format!("rank {rank}: worker exited with {st}")),
+                Err(e) => errors.push(format!("rank {rank}: {e}")),
+                _ => {}
+            }
+        }
+        errors
+    }
+}
+
+/// Run `plan` on this host: `exe` + `prefix` re-runs this command (`nccom-test`, or
+/// `neuron-vfio nccom-test`), `args` is the user's command line.
+pub fn run(plan: &Plan, exe: &Path, prefix: &[OsString], args: &[OsString]) -> Result<Outcome, LaunchError> {
+    let shapes = shapes(plan);
+    let device = device()?;
+    let algorithm = algorithm(&device);
+    let job = job_id();
+    let (tx, rx) = mpsc::channel::<Event>();
+    let mut workers = Workers::start(exe, prefix, args, job, &device, 0..plan.ranks, &tx)?;
     drop(tx);
+    let (rows, mut errors) = collect(plan, &shapes, &rx, &algorithm, &mut || workers.stop());
+    let exits = workers.wait();
+    // A worker stopped because another failed is not an error of its own.
+    if errors.is_empty() {
+        errors = exits;
+    }
+    if !rows.is_empty() {
+        println!("{}", report::avg_line(plan, &rows));
+    }
+    Ok(Outcome { rows, errors, device, algorithm })
+}
+
+/// How long the other workers may still report after a failure.
+pub const GRACE: Duration = Duration::from_secs(2);
+
+/// The merge: prints the header, then each row once every rank reported its size (with the
+/// failed checks under it); after a failure the others get [`GRACE`] to report the row they
+/// were running, then `stop` is called. Returns the rows and every failure, each naming its
+/// rank.
+pub fn collect(
+    plan: &Plan,
+    shapes: &[data::Shape],
+    rx: &mpsc::Receiver<Event>,
+    algorithm: &str,
+    stop: &mut dyn FnMut(),
+) -> (Vec<Row>, Vec<String>) {
     println!("{}", report::header(plan));
     let mut got: Vec<HashMap<usize, Value>> = vec![HashMap::new(); shapes.len()];
     let mut next = 0;
     let mut rows = Vec::new();
     let mut errors = Vec::new();
-    let mut open = plan.ranks;
-    // After a failure the others get a moment to report the row they were running (a
-    // damaged contribution shows in their checks), then they are stopped.
+    let mut open = vec![true; plan.ranks];
     let mut deadline: Option<Instant> = None;
-    while open > 0 {
+    while open.iter().any(|&o| o) {
         let msg = match deadline {
             None => rx.recv().ok(),
             Some(d) => rx.recv_timeout(d.saturating_duration_since(Instant::now())).ok(),
         };
-        let Some((rank, line)) = msg else {
-            stop(&mut children);
+        let Some(ev) = msg else {
+            stop();
             break;
         };
-        let Some(line) = line else {
-            open -= 1;
-            let done = got.iter().all(|g| g.contains_key(&rank));
-            if !done && deadline.is_none() {
-                errors.push(format!("rank {rank}: worker ended before reporting every size"));
-                deadline = Some(Instant::now() + GRACE);
+        let (rank, line) = match ev {
+            Event::LauncherExited(st) => {
+                // The node processes are gone: what is still in flight arrives within the
+                // grace, then the ranks still open are missing.
+                if open.iter().any(|&o| o) {
+                    errors.push(format!("the node processes' launcher exited ({st})"));
+                }
+                deadline.get_or_insert(Instant::now() + GRACE);
+                continue;
             }
-            continue;
+            Event::Ended(rank) => {
+                if let Some(o) = open.get_mut(rank) {
+                    if std::mem::replace(o, false) && !got.iter().all(|g| g.contains_key(&rank)) && deadline.is_none() {
+                        errors.push(format!("rank {rank}: worker ended before reporting every size"));
+                        deadline = Some(Instant::now() + GRACE);
+                    }
+                }
+                continue;
+            }
+            Event::Line(rank, line) => (rank, line),
         };
         let Ok(v) = serde_json::from_str::<Value>(&line) else { continue };
         if let Some(e) = v.get("error").and_then(Value::as_str) {
@@ -169,35 +272,23 @@ pub fn run(plan: &Plan, exe: &std::path::Path, prefix: &[OsString], args: &[OsSt
         }
         while next < shapes.len() && got[next].len() == plan.ranks {
             let row = merge(plan, shapes[next].size, &got[next]);
-            println!("{}", report::line(plan, &row, &algorithm));
+            println!("{}", report::line(plan, &row, algorithm));
             check_failures(plan, &row, &mut errors);
             rows.push(row);
             next += 1;
         }
+    }
+    let missing: Vec<usize> = (0..plan.ranks).filter(|&r| open[r]).collect();
+    if !missing.is_empty() && errors.is_empty() {
+        errors.push(format!("ranks {missing:?}: no report before the run was stopped"));
     }
     // A row some ranks did not finish: the checks of those that did.
     if let Some(k) = (next < shapes.len()).then_some(next) {
         let row = merge(plan, shapes[k].size, &got[k]);
         check_failures(plan, &row, &mut errors);
     }
-    for (rank, c) in children.iter_mut() {
-        match c.wait() {
-            // A worker stopped because another failed is not an error of its own.
-            Ok(st) if !st.success() && errors.is_empty() => {
-                errors.push(format!("rank {rank}: worker exited with {st}"))
-            }
-            Err(e) => errors.push(format!("rank {rank}: {e}")),
-            _ => {}
-        }
-    }
-    if !rows.is_empty() {
-        println!("{}", report::avg_line(plan, &rows));
-    }
-    Ok(Outcome { rows, errors, device, algorithm })
+    (rows, errors)
 }
-
-/// How long the other workers may still report after a failure.
-const GRACE: Duration = Duration::from_secs(2);
 
 /// Each failed check of `row`, printed under it and kept, naming its rank.
 fn check_failures(plan: &Plan, row: &Row, errors: &mut Vec<String>) {

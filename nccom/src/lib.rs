@@ -11,6 +11,8 @@ pub mod args;
 pub mod data;
 pub mod launch;
 pub mod model;
+pub mod multi;
+pub mod nodes;
 pub mod ops;
 pub mod report;
 pub mod worker;
@@ -39,6 +41,28 @@ pub fn main(args: Vec<OsString>, prefix: &[OsString]) -> i32 {
             return 2;
         }
     };
+    if let [addr, job] = &parsed.node[..] {
+        let (Some(m), Ok(job)) = (&plan.multi, job.parse::<u64>()) else {
+            eprintln!("nccom-test: --node is for the node processes of a multi-host run");
+            return 2;
+        };
+        let exe = match std::env::current_exe() {
+            Ok(e) => e,
+            Err(e) => {
+                eprintln!("nccom-test: cannot find this program to start the workers: {e}");
+                return 1;
+            }
+        };
+        // The node's own command line: the user's, without `--node ADDR JOB`.
+        let user: Vec<OsString> = strip_node(&args);
+        return match multi::node(&plan, m, &exe, prefix, &user, addr, job) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("nccom-test: {e}");
+                1
+            }
+        };
+    }
     if let [rank, job] = parsed.worker[..] {
         // A failure is reported on stdout, where the launcher names the rank.
         return match worker::run(&plan, rank as usize, job) {
@@ -53,9 +77,17 @@ pub fn main(args: Vec<OsString>, prefix: &[OsString]) -> i32 {
             return 1;
         }
     };
-    let out = match launch::run(&plan, &exe, prefix, &args) {
+    let run = match &plan.multi {
+        Some(m) => multi::run(&plan, m, &exe, prefix, &args),
+        None => launch::run(&plan, &exe, prefix, &args),
+    };
+    let out = match run {
         Ok(o) => o,
-        Err(e @ launch::LaunchError::Unsupported(_)) | Err(e @ launch::LaunchError::PrivateSim(_)) => {
+        Err(
+            e @ (launch::LaunchError::PrivateSim(_)
+            | launch::LaunchError::Launcher { .. }
+            | launch::LaunchError::Collector { .. }),
+        ) => {
             eprintln!("nccom-test: {e}");
             return 2;
         }
@@ -79,4 +111,19 @@ pub fn main(args: Vec<OsString>, prefix: &[OsString]) -> i32 {
     }
     println!("{} errors found - test failed", out.errors.len());
     1
+}
+
+/// `args` without the internal `--node ADDR JOB`.
+fn strip_node(args: &[OsString]) -> Vec<OsString> {
+    let mut out = Vec::with_capacity(args.len());
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if a == "--node" {
+            it.next();
+            it.next();
+            continue;
+        }
+        out.push(a.clone());
+    }
+    out
 }

@@ -7,7 +7,10 @@
 //! model also has); the other graphs of a logical core of two carry the same tensors and
 //! replica groups and no program (the collective of a logical core runs on its first physical
 //! core). Loaded as global ranks (`runtime::GlobalPlacement`): worker `w` is rank `w × lnc`,
-//! and the one replica group holds the first physical core of every worker.
+//! and the one replica group holds the first physical core of every worker. A permute's
+//! source-target pairs are the graph's `src_target_pairs` in the same global ranks; an
+//! all-to-allv's metadata is a second input, `meta`, copied to `coll_meta` with the data and
+//! named by the collective (`isa::device_ops::AllToAllV`).
 
 use isa::slot::{Events, EventsOnly, Instruction, Opcode, SlotHeader, TriggerCollective};
 use neff::builder::{copy_desc, EngineDesc, GraphDesc, ModelDesc, QueueDesc, TensorDesc, VarDesc};
@@ -34,6 +37,8 @@ pub struct CollModel<'a> {
     /// Physical cores per logical core.
     pub lnc: u32,
     pub target: &'a str,
+    /// Permute: the (source, target) worker ranks.
+    pub pairs: &'a [(usize, usize)],
 }
 
 /// Why a model cannot be built.
@@ -90,22 +95,35 @@ impl CollModel<'_> {
             bytes_var("coll_in", VarKind::TmpBuf, self.in_bytes),
             bytes_var("coll_out", VarKind::TmpBuf, staged),
         ];
+        let meta = self.meta_bytes();
+        if meta > 0 {
+            // All-to-allv's metadata: an input, copied in beside the data (vars 4 and 5).
+            g.vars.push(bytes_var("meta", VarKind::Input, meta));
+            g.vars.push(bytes_var("coll_meta", VarKind::TmpBuf, meta));
+        }
         g.queues = vec![queue("q_in", QueueRole::In, IN_DONE), queue("q_out", QueueRole::Out, OUT_DONE)];
         g.replica_groups = vec![self.group()];
+        if self.op == Op::Permute {
+            // Global ranks, as the replica group names them.
+            let l = i64::from(self.lnc.max(1));
+            g.src_target_pairs = self.pairs.iter().map(|&(s, t)| vec![s as i64 * l, t as i64 * l]).collect();
+        }
+        let ctype = self.op.ctype();
         let mut pool = EngineDesc::new(Engine::Pool);
         let mut pe = EngineDesc::new(Engine::Pe);
         if index == 0 {
-            pool.dma_blocks = vec![
-                block("q_in", "input", "coll_in", self.in_bytes),
-                block("q_out", "coll_out", "output", self.out_bytes),
-            ];
+            let mut inb = block("q_in", "input", "coll_in", self.in_bytes);
+            if meta > 0 {
+                inb.descs.push(copy_desc("meta", "coll_meta", meta));
+            }
+            pool.dma_blocks = vec![inb, block("q_out", "coll_out", "output", self.out_bytes)];
             pool.push(&Instruction::DmaTrigger(isa::slot::DmaTrigger::new(Events::NONE, "q_in", 0)));
             pool.push(&Instruction::DmaTrigger(isa::slot::DmaTrigger::new(Events::wait_gt(CC_DONE, 0), "q_out", 0)));
             pool.push(&Instruction::EventSemaphore(EventsOnly::new(
                 Opcode::EventSemaphore,
                 Events::wait_gt(OUT_DONE, 0),
             )));
-            pe.push(&Instruction::TriggerCollective(TriggerCollective {
+            let mut t = TriggerCollective {
                 header: SlotHeader::new(Opcode::PseudoTriggerCollective),
                 events: Events::wait_gt(IN_DONE, 0).inc_on_complete(CC_DONE),
                 op: isa::device_ops::alu::ADD,
@@ -114,14 +132,29 @@ impl CollModel<'_> {
                 input_tensor_id: 2,
                 output_tensor_id: 3,
                 num_elements: self.in_bytes / es,
-                ctype: self.op.ctype().unwrap_or(isa::device_ops::ctype::ALL_REDUCE),
+                ctype,
                 reserved: [0; 15],
                 src_offset_elems: 0,
                 dst_offset_elems: 0,
-            }));
+            };
+            if meta > 0 {
+                let out_elements =
+                    u32::try_from(self.out_bytes / es).map_err(|_| ModelError::Elements(self.out_bytes))?;
+                isa::device_ops::AllToAllV { meta_tensor_id: 5, out_elements }.set(&mut t);
+            }
+            pe.push(&Instruction::TriggerCollective(t));
         }
         g.engines = vec![pe, EngineDesc::new(Engine::Act), pool, EngineDesc::new(Engine::Dve)];
         Ok(g)
+    }
+
+    /// All-to-allv's metadata bytes (0 for the other operations).
+    fn meta_bytes(&self) -> u64 {
+        if self.op == Op::AllToAllV {
+            isa::device_ops::AllToAllV::meta_bytes(self.workers) as u64
+        } else {
+            0
+        }
     }
 
     /// The NEFF's bytes.
@@ -132,6 +165,9 @@ impl CollModel<'_> {
         }
         let mut m = ModelDesc::new(&format!("nccom_{}_{}", self.op.name(), self.in_bytes));
         m.inputs = vec![TensorDesc { name: "input".into(), dtype: "uint8".into(), shape: vec![1, self.in_bytes] }];
+        if self.meta_bytes() > 0 {
+            m.inputs.push(TensorDesc { name: "meta".into(), dtype: "uint8".into(), shape: vec![1, self.meta_bytes()] });
+        }
         m.outputs = vec![TensorDesc { name: "output".into(), dtype: "uint8".into(), shape: vec![1, self.out_bytes] }];
         m.graphs = (0..lnc as usize).map(|i| self.graph(i)).collect::<Result<_, _>>()?;
         m.vnc_size = lnc;

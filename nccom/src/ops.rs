@@ -2,7 +2,6 @@
 //! how each maps onto the simulator's collective engine.
 
 use isa::device_ops::{ctype, dtype};
-use isa::slot::coll_dtype;
 
 /// A collective operation named on the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,9 +46,9 @@ impl Op {
         }
     }
 
-    /// Bus bandwidth over algorithm bandwidth for `n` ranks, as nccl-tests defines it
-    /// (nccl-tests `doc/PERFORMANCE.md`, which the nccom-test page refers to for busbw):
-    /// all-reduce `2(n-1)/n`; all-gather, reduce-scatter and all-to-all `(n-1)/n`;
+    /// Bus bandwidth over algorithm bandwidth for `n` ranks, as the nccom-test page's "Bus
+    /// Bandwidth Calculation" table gives it (and nccl-tests' `doc/PERFORMANCE.md`): all-reduce
+    /// `2(n-1)/n`; all-gather, reduce-scatter, all-to-all and all-to-allv `(n-1)/n`;
     /// send/receive and permute 1.
     pub fn busbw_factor(self, n: usize) -> f64 {
         let n = n.max(1) as f64;
@@ -60,13 +59,16 @@ impl Op {
         }
     }
 
-    /// The simulator collective engine's type code, or `None` for an operation it lacks.
-    pub fn ctype(self) -> Option<u8> {
+    /// The collective engine's kind code (`isa::device_ops::ctype`).
+    pub fn ctype(self) -> u8 {
         match self {
-            Op::AllReduce => Some(ctype::ALL_REDUCE),
-            Op::AllGather => Some(ctype::ALL_GATHER),
-            Op::ReduceScatter => Some(ctype::REDUCE_SCATTER),
-            _ => None,
+            Op::AllReduce => ctype::ALL_REDUCE,
+            Op::AllGather => ctype::ALL_GATHER,
+            Op::ReduceScatter => ctype::REDUCE_SCATTER,
+            Op::SendRecv => ctype::SEND_RECV,
+            Op::AllToAll => ctype::ALL_TO_ALL,
+            Op::Permute => ctype::PERMUTE,
+            Op::AllToAllV => ctype::ALL_TO_ALLV,
         }
     }
 
@@ -138,8 +140,8 @@ impl Dtype {
     }
 }
 
-/// How a (operation, data type) pair runs on the simulator's collective engine: the engine's
-/// element type and how many of the requested elements make one of its elements.
+/// How a (operation, data type) pair runs on the simulator's collective engine: the
+/// instruction's element code and its host-side type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Wire {
     /// The collective DTYPE code of the instruction.
@@ -148,49 +150,23 @@ pub struct Wire {
     pub dtype: reduce::DType,
 }
 
-/// Why a pair cannot run here.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Unsupported {
-    #[error(
-        "operation {0}: the simulator's collective engine has no such collective (it runs all_reduce, \
-         all_gather and reduce_scatter)"
-    )]
-    Op(&'static str),
-    #[error(
-        "{op} of {dtype}: the simulator's collective engine reduces fp32, bf16, fp16 and the 8-, 16- and \
-         32-bit integers; it has no {dtype} arithmetic"
-    )]
-    Dtype { op: &'static str, dtype: &'static str },
-}
-
-/// The engine's element type for `op` on `d` (module docs of [`Wire`]). All-gather moves bytes
-/// without arithmetic, so a type the engine lacks (fp8) is carried as int32 (a per-rank share of
-/// 4-byte multiples), int16 or uint8 elements; `share_bytes` is that share.
-pub fn wire(op: Op, d: Dtype, share_bytes: u64) -> Result<Wire, Unsupported> {
-    if op.ctype().is_none() {
-        return Err(Unsupported::Op(op.name()));
-    }
-    let native = match d {
-        Dtype::Fp32 => Some(coll_dtype::FP32),
-        Dtype::Bf16 => Some(coll_dtype::BF16),
-        Dtype::Fp16 => Some(coll_dtype::FP16),
-        Dtype::I32 => Some(coll_dtype::INT32),
-        Dtype::U32 => Some(dtype::UINT32),
-        Dtype::U16 => Some(dtype::UINT16),
-        Dtype::I16 => Some(dtype::INT16),
-        Dtype::U8 => Some(dtype::UINT8),
-        Dtype::I8 => Some(dtype::INT8),
-        Dtype::Fp8E4m3 | Dtype::Fp8E5m2 => None,
+/// The engine's element type for `d`: every type of `-d` is one of the engine's
+/// (`isa::device_ops::dtype`; the integer and fp8 codes modeled).
+pub fn wire(d: Dtype) -> Wire {
+    let dtype = match d {
+        Dtype::Fp32 => reduce::DType::F32,
+        Dtype::Bf16 => reduce::DType::Bf16,
+        Dtype::Fp16 => reduce::DType::F16,
+        Dtype::I32 => reduce::DType::I32,
+        Dtype::U32 => reduce::DType::U32,
+        Dtype::U16 => reduce::DType::U16,
+        Dtype::I16 => reduce::DType::I16,
+        Dtype::U8 => reduce::DType::U8,
+        Dtype::I8 => reduce::DType::I8,
+        Dtype::Fp8E4m3 => reduce::DType::F8E4M3,
+        Dtype::Fp8E5m2 => reduce::DType::F8E5M2,
     };
-    let code = match native {
-        Some(c) => c,
-        None if !op.reduces() && share_bytes.is_multiple_of(4) => coll_dtype::INT32,
-        None if !op.reduces() && share_bytes.is_multiple_of(2) => dtype::INT16,
-        None if !op.reduces() => dtype::UINT8,
-        None => return Err(Unsupported::Dtype { op: op.name(), dtype: d.name() }),
-    };
-    let dtype = dtype::of(code).ok_or(Unsupported::Dtype { op: op.name(), dtype: d.name() })?;
-    Ok(Wire { code, dtype })
+    Wire { code: dtype::code(dtype), dtype }
 }
 
 #[cfg(test)]
@@ -204,6 +180,9 @@ mod tests {
         assert!((Op::AllGather.busbw_factor(32) - 31.0 / 32.0).abs() < 1e-12);
         assert!((Op::ReduceScatter.busbw_factor(8) - 7.0 / 8.0).abs() < 1e-12);
         assert_eq!(Op::SendRecv.busbw_factor(8), 1.0);
+        assert_eq!(Op::Permute.busbw_factor(8), 1.0);
+        assert!((Op::AllToAll.busbw_factor(4) - 0.75).abs() < 1e-12);
+        assert!((Op::AllToAllV.busbw_factor(2) - 0.5).abs() < 1e-12);
     }
 
     #[test]
@@ -221,14 +200,19 @@ mod tests {
     }
 
     #[test]
-    fn the_engine_reduces_every_type_but_fp8_and_gathers_any() {
-        assert_eq!(wire(Op::AllReduce, Dtype::U32, 8).map(|w| w.dtype), Ok(reduce::DType::U32));
-        assert_eq!(wire(Op::AllReduce, Dtype::U8, 8).map(|w| w.dtype), Ok(reduce::DType::U8));
-        assert_eq!(wire(Op::ReduceScatter, Dtype::I16, 8).map(|w| w.dtype), Ok(reduce::DType::I16));
-        assert!(matches!(wire(Op::AllReduce, Dtype::Fp8E4m3, 8), Err(Unsupported::Dtype { .. })));
-        assert_eq!(wire(Op::AllGather, Dtype::Fp8E5m2, 8).map(|w| w.code), Ok(coll_dtype::INT32));
-        assert_eq!(wire(Op::AllGather, Dtype::Fp8E5m2, 6).map(|w| w.code), Ok(dtype::INT16));
-        assert_eq!(wire(Op::AllGather, Dtype::Fp8E5m2, 3).map(|w| w.code), Ok(dtype::UINT8));
-        assert_eq!(wire(Op::SendRecv, Dtype::Fp32, 8), Err(Unsupported::Op("sendrecv")));
+    fn every_type_is_one_of_the_engines() {
+        assert_eq!(wire(Dtype::U32).dtype, reduce::DType::U32);
+        assert_eq!(wire(Dtype::I16).dtype, reduce::DType::I16);
+        assert_eq!(wire(Dtype::Fp8E4m3).code, dtype::FP8_E4M3);
+        assert_eq!(wire(Dtype::Fp8E5m2).dtype, reduce::DType::F8E5M2);
+        assert_eq!(wire(Dtype::Fp32).code, isa::slot::coll_dtype::FP32);
+        // The names of -d and of the engine's types agree.
+        for s in Dtype::NAMES.split(", ") {
+            assert_eq!(Dtype::parse(s).map(|d| wire(d).dtype.name()), Some(s));
+        }
+        // Every operation is a kind of the engine's.
+        for s in ["all_reduce", "all_gather", "reduce_scatter", "sendrecv", "alltoall", "alltoallv", "permute"] {
+            assert_eq!(Op::parse(s).map(|o| isa::device_ops::ctype::name(o.ctype())), Some(Some(s)));
+        }
     }
 }

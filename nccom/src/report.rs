@@ -120,7 +120,7 @@ pub fn json(plan: &Plan, rows: &[Row], errors: &[String], device: &str, algorith
         "operation": plan.op.name(),
         "datatype": plan.dtype.name(),
         "nworkers": plan.ranks,
-        "nnodes": 1,
+        "nnodes": plan.nnodes,
         "iters": plan.iters,
         "warmup_iters": plan.warmup,
         "check": plan.check.map(|c| c.name()),

@@ -28,12 +28,12 @@ pub enum WorkerError {
     Select(#[from] select::SelectError),
     #[error("model: {0}")]
     Model(#[from] crate::model::ModelError),
-    #[error("{0}")]
-    Unsupported(#[from] crate::ops::Unsupported),
     #[error("{var}: {why}")]
     Fault { var: &'static str, why: String },
     #[error("execute: {0}")]
     Execute(String),
+    #[error("joining the other hosts: {0}")]
+    Hosts(String),
 }
 
 fn rt(e: runtime::RtError) -> WorkerError {
@@ -71,6 +71,46 @@ fn arm_faults(opened: &select::Opened, lnc: usize) -> Result<(), WorkerError> {
     Ok(())
 }
 
+/// A multi-host run: tells the device's host that this host is host `rank / L` of the job's
+/// hosts (its device host joins the others at the root address) and which communicators span
+/// the hosts — every size's, the replica group of all workers, worker `w` on host `w / L` —
+/// before this worker loads anything (`sim_serve::seam`; every worker of the host sends the
+/// same lines, the first one joins).
+fn join_hosts(plan: &Plan, opened: &select::Opened, rank: usize, job: u64) -> Result<(), WorkerError> {
+    let Some(m) = plan.multi.as_ref().filter(|_| plan.nnodes > 1) else { return Ok(()) };
+    let bad = |why: String| WorkerError::Hosts(why);
+    let lease = opened.shared.as_ref().ok_or_else(|| {
+        bad("a multi-host run needs a shared simulated device (sim:shared): the inter-host path of a \
+             device is its host's libfabric seam"
+            .into())
+    })?;
+    let dev = lease.devices.first().ok_or_else(|| bad("no leased device".into()))?;
+    let socket = broker::server::host_socket(lease.session().socket(), lease.arch, dev.index as u32);
+    let secs = match std::env::var(runtime::env::EXEC_TIMEOUT_VAR) {
+        Ok(v) => runtime::env::parse_exec_timeout(&v).map_err(|e| bad(e.to_string()))?,
+        Err(_) => runtime::env::DEFAULT_EXEC_TIMEOUT_SECS,
+    };
+    let per = plan.ranks / plan.nnodes;
+    let send = |line: String| -> Result<(), WorkerError> {
+        let reply = sim_serve::host::control(&socket, &line).map_err(|e| bad(e.to_string()))?;
+        if reply.starts_with("ok") {
+            Ok(())
+        } else {
+            Err(bad(format!("{line}: {reply}")))
+        }
+    };
+    send(format!("interhost join {job} {} {} {} {secs}", m.root, rank / per, plan.nnodes))?;
+    let hosts: Vec<String> = (0..plan.ranks).map(|w| (w / per).to_string()).collect();
+    let hosts = hosts.join(",");
+    for (i, &size) in plan.sizes.iter().enumerate() {
+        if data::shape(plan.op, plan.dtype, plan.ranks, size).is_some() {
+            // The communicator as the runtime lowers it: the load's id × 256 + replica group 0.
+            send(format!("interhost span {job} {} {hosts}", comm_id(job, i).wrapping_mul(256)))?;
+        }
+    }
+    Ok(())
+}
+
 /// Run worker `rank` of `job`; every outcome is reported on stdout (the error too).
 pub fn run(plan: &Plan, rank: usize, job: u64) -> Result<(), WorkerError> {
     let r = work(plan, rank, job);
@@ -83,7 +123,9 @@ pub fn run(plan: &Plan, rank: usize, job: u64) -> Result<(), WorkerError> {
 fn work(plan: &Plan, rank: usize, job: u64) -> Result<(), WorkerError> {
     let spec = select::Spec::parse(std::env::var(DEVICE_VAR).ok().as_deref())?;
     let cfg = RuntimeConfig::from_env().map_err(rt)?;
-    let reserve = select::Reserve::Cores(vec![rank]);
+    // The worker's logical core on its host's device (ranks K·L … of host K are its cores 0 …).
+    let per = plan.ranks / plan.nnodes.max(1);
+    let reserve = select::Reserve::Cores(vec![rank % per.max(1)]);
     let opened = select::open_reserving(&spec, select::SimTiming::Inline, &reserve, cfg.lnc.map(|l| l.size))?;
     let (devices, cfg) = runtime::device_setup(
         &opened.platforms,
@@ -96,9 +138,10 @@ fn work(plan: &Plan, rank: usize, job: u64) -> Result<(), WorkerError> {
     rt_.init_devices(devices, cfg).map_err(rt)?;
     let lnc = rt_.lnc();
     arm_faults(&opened, lnc)?;
+    join_hosts(plan, &opened, rank, job)?;
     let target = opened.shared.as_ref().map(|l| l.arch.name).unwrap_or("*");
     for (i, &size) in plan.sizes.iter().enumerate() {
-        let Some(s) = data::shape(plan.op, plan.dtype, plan.ranks, size)? else { continue };
+        let Some(s) = data::shape(plan.op, plan.dtype, plan.ranks, size) else { continue };
         let bytes = CollModel {
             op: plan.op,
             wire: s.wire,
@@ -107,6 +150,7 @@ fn work(plan: &Plan, rank: usize, job: u64) -> Result<(), WorkerError> {
             workers: plan.ranks,
             lnc: lnc as u32,
             target,
+            pairs: &plan.pairs,
         }
         .build()?;
         let place = GlobalPlacement { rank_base: rank * lnc, comm_id: comm_id(job, i), ranks: plan.ranks * lnc };
@@ -116,6 +160,15 @@ fn work(plan: &Plan, rank: usize, job: u64) -> Result<(), WorkerError> {
         let to = rt_.alloc_tensor("output", s.out_bytes, false, 0).map_err(rt)?;
         let mut ins = TensorSet::new();
         ins.add("input", ti);
+        if plan.op == crate::ops::Op::AllToAllV {
+            let meta: Vec<u8> = data::alltoallv_meta(plan.ranks, s.in_bytes / plan.dtype.size() as u64, rank)
+                .iter()
+                .flat_map(|w| w.to_le_bytes())
+                .collect();
+            let tm = rt_.alloc_tensor("meta", meta.len() as u64, false, 0).map_err(rt)?;
+            tm.write(0, &meta).map_err(rt)?;
+            ins.add("meta", tm);
+        }
         let mut outs = TensorSet::new();
         outs.add("output", to.clone());
         let mut times = Vec::with_capacity(plan.iters);
@@ -134,7 +187,7 @@ fn work(plan: &Plan, rank: usize, job: u64) -> Result<(), WorkerError> {
             None => serde_json::Value::Null,
             Some(c) => {
                 let got = to.to_vec().map_err(rt)?;
-                match data::expected(plan.op, c, plan.dtype, &s, plan.ranks, rank, plan.seed) {
+                match data::expected(plan, c, &s, rank) {
                     Ok(want) => match data::compare(&got, &want, &s.wire) {
                         None => json!("pass"),
                         Some(m) => json!(m),

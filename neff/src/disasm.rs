@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use isa::slot::{coll_op, coll_type, Dma2d, Dma2dLeg, Events, Instruction, SpSlot, TraceMode, UpdateMode, WaitMode};
+use isa::slot::{coll_op, Dma2d, Dma2dLeg, Events, Instruction, SpSlot, TraceMode, UpdateMode, WaitMode};
 
 use crate::model::{Neff, Program};
 
@@ -90,10 +90,9 @@ pub fn disasm_slot(i: &Instruction) -> String {
             }
         }
         Instruction::TriggerCollective(t) => {
-            parts.push(if t.ctype == coll_type::ALL_REDUCE {
-                "all_reduce".into()
-            } else {
-                format!("ctype={:#04x}", t.ctype)
+            parts.push(match isa::device_ops::ctype::name(t.ctype) {
+                Some(n) => n.into(),
+                None => format!("ctype={:#04x}", t.ctype),
             });
             parts.push(format!("op={}", coll_op_name(t.op)));
             parts.push(format!("dtype={}", coll_dtype_name(t.dtype)));

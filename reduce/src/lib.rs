@@ -16,7 +16,11 @@
 //! fp16 are computed in fp32 and rounded to nearest-even by the `half` crate's conversions — the
 //! one f16/bf16 implementation of the workspace); MAX/MIN keep the earlier operand on ties
 //! (+0 vs −0) and unordered comparisons (NaN); integer ADD wraps (int32, and the modeled
-//! 8-, 16- and 32-bit integer types: uint8, int8, uint16, int16, uint32).
+//! 8-, 16- and 32-bit integer types: uint8, int8, uint16, int16, uint32); the modeled fp8
+//! types (e4m3 and e5m2, IEEE conventions, [`fp8`]) compute every step exactly in f64 and
+//! round once to nearest-even, overflowing to infinity.
+
+pub mod fp8;
 
 use std::fmt;
 use std::ops::Range;
@@ -37,24 +41,40 @@ pub enum DType {
     U16,
     I16,
     U32,
+    /// Modeled: 8-bit floats, 4 exponent and 3 mantissa bits ([`fp8::E4M3`]).
+    F8E4M3,
+    /// Modeled: 8-bit floats, 5 exponent and 2 mantissa bits ([`fp8::E5M2`]).
+    F8E5M2,
 }
 
 impl DType {
     /// Every element type.
-    pub const ALL: [DType; 9] =
-        [DType::F32, DType::Bf16, DType::F16, DType::I32, DType::U8, DType::I8, DType::U16, DType::I16, DType::U32];
+    pub const ALL: [DType; 11] = [
+        DType::F32,
+        DType::Bf16,
+        DType::F16,
+        DType::I32,
+        DType::U8,
+        DType::I8,
+        DType::U16,
+        DType::I16,
+        DType::U32,
+        DType::F8E4M3,
+        DType::F8E5M2,
+    ];
 
     /// Bytes per element.
     pub fn size(self) -> usize {
         match self {
             DType::F32 | DType::I32 | DType::U32 => 4,
             DType::Bf16 | DType::F16 | DType::U16 | DType::I16 => 2,
-            DType::U8 | DType::I8 => 1,
+            DType::U8 | DType::I8 | DType::F8E4M3 | DType::F8E5M2 => 1,
         }
     }
 
     /// Parses `fp32|f32|float32`, `bf16|bfloat16`, `fp16|f16|float16`, `int32|i32`, and
-    /// `uint8|u8`, `int8|i8`, `uint16|u16`, `int16|i16`, `uint32|u32`.
+    /// `uint8|u8`, `int8|i8`, `uint16|u16`, `int16|i16`, `uint32|u32`, `fp8_e4m3|fp8|f8e4m3`,
+    /// `fp8_e5m2|f8e5m2`.
     pub fn parse(s: &str) -> Option<DType> {
         match s.to_ascii_lowercase().as_str() {
             "fp32" | "f32" | "float32" => Some(DType::F32),
@@ -66,6 +86,8 @@ impl DType {
             "uint16" | "u16" => Some(DType::U16),
             "int16" | "i16" => Some(DType::I16),
             "uint32" | "u32" => Some(DType::U32),
+            "fp8_e4m3" | "fp8" | "f8e4m3" => Some(DType::F8E4M3),
+            "fp8_e5m2" | "f8e5m2" => Some(DType::F8E5M2),
             _ => None,
         }
     }
@@ -82,6 +104,8 @@ impl DType {
             DType::U16 => "uint16",
             DType::I16 => "int16",
             DType::U32 => "uint32",
+            DType::F8E4M3 => "fp8_e4m3",
+            DType::F8E5M2 => "fp8_e5m2",
         }
     }
 }
@@ -156,6 +180,31 @@ pub fn segment(count: usize, n: usize, k: usize) -> Range<usize> {
 /// Ranks in the order segment `k`'s elements are reduced (crate docs).
 pub fn order(n: usize, k: usize) -> impl Iterator<Item = usize> {
     (1..=n).map(move |i| (k + i) % n)
+}
+
+/// `a ⊕ b` of two fp8 values of format `f`, exact in f64 and rounded once.
+fn fold_f8(f: fp8::Format, x: u8, y: u8, swap: bool, op: ReduceOp) -> u8 {
+    let (x, y) = (f.to_f64(x), f.to_f64(y));
+    let (a, b) = if swap { (y, x) } else { (x, y) };
+    let v = match op {
+        ReduceOp::Add => a + b,
+        // As fold_f32: `a` wins ties and unordered comparisons.
+        ReduceOp::Max => {
+            if b > a {
+                b
+            } else {
+                a
+            }
+        }
+        ReduceOp::Min => {
+            if b < a {
+                b
+            } else {
+                a
+            }
+        }
+    };
+    f.from_f64(v)
 }
 
 fn fold_f32(a: f32, b: f32, op: ReduceOp) -> f32 {
@@ -290,6 +339,8 @@ fn fold(
         DType::U16 => fold_int!(u16, 2, out, left, right, op),
         DType::I16 => fold_int!(i16, 2, out, left, right, op),
         DType::U32 => fold_int!(u32, 4, out, left, right, op),
+        DType::F8E4M3 => elementwise::<1>(out, left, right, |x, y| [fold_f8(fp8::E4M3, x[0], y[0], swap, op)]),
+        DType::F8E5M2 => elementwise::<1>(out, left, right, |x, y| [fold_f8(fp8::E5M2, x[0], y[0], swap, op)]),
         DType::Bf16 => elementwise::<2>(out, left, right, |x, y| {
             let (x, y) = (bf16::from_le_bytes(x).to_f32(), bf16::from_le_bytes(y).to_f32());
             let (a, b) = if swap { (y, x) } else { (x, y) };
@@ -410,6 +461,10 @@ pub fn pattern(rank: usize, len: usize, dt: DType, salt: u64) -> Vec<u8> {
             DType::U8 | DType::I8 => out.push((x >> 24) as u8),
             DType::U16 | DType::I16 => out.extend_from_slice(&((x >> 24) as u16).to_le_bytes()),
             DType::U32 => out.extend_from_slice(&((x >> 16) as u32).wrapping_mul(7919).to_le_bytes()),
+            // Magnitudes that a sum of a few ranks keeps finite: e4m3 below 16 and 0.25,
+            // e5m2 below 1000 and 0.25.
+            DType::F8E4M3 => out.push(fp8::E4M3.from_f64(f64::from(v) / if x & 1 == 1 { 64e3 } else { 4.096 })),
+            DType::F8E5M2 => out.push(fp8::E5M2.from_f64(f64::from(v) / if x & 1 == 1 { 1e3 } else { 4.096 })),
         }
     }
     out
@@ -428,6 +483,8 @@ pub fn to_f32(dt: DType, b: &[u8]) -> Option<f32> {
         DType::U16 => f32::from(u16::from_le_bytes(b.get(..2)?.try_into().ok()?)),
         DType::I16 => f32::from(i16::from_le_bytes(b.get(..2)?.try_into().ok()?)),
         DType::U32 => u32::from_le_bytes(b.get(..4)?.try_into().ok()?) as f32,
+        DType::F8E4M3 => fp8::E4M3.to_f64(*b.first()?) as f32,
+        DType::F8E5M2 => fp8::E5M2.to_f64(*b.first()?) as f32,
     })
 }
 
@@ -443,6 +500,8 @@ pub fn from_f32(dt: DType, v: f32) -> Vec<u8> {
         DType::U16 => (v as u16).to_le_bytes().to_vec(),
         DType::I16 => (v as i16).to_le_bytes().to_vec(),
         DType::U32 => (v as u32).to_le_bytes().to_vec(),
+        DType::F8E4M3 => vec![fp8::E4M3.from_f64(f64::from(v))],
+        DType::F8E5M2 => vec![fp8::E5M2.from_f64(f64::from(v))],
     }
 }
 
@@ -500,5 +559,30 @@ mod tests {
         reduce_into(&mut acc, &f16::from_f32(3.0).to_le_bytes(), DType::F16, ReduceOp::Max).unwrap_or(());
         assert_eq!(acc, f16::from_f32(3.0).to_le_bytes().to_vec());
         assert!(reduce_into(&mut [0u8; 3], &[0u8; 3], DType::F32, ReduceOp::Min).is_err());
+    }
+
+    #[test]
+    fn fp8_add_rounds_every_step_so_the_order_counts() {
+        let e4 = |v: f64| fp8::E4M3.from_f64(v);
+        // 16 + 1 is a tie between 16 and 18: even, 16 — so adding ones stops at 16, where
+        // adding 1 + 1 first gives 18.
+        let mut acc = vec![e4(16.0)];
+        reduce_into(&mut acc, &[e4(1.0)], DType::F8E4M3, ReduceOp::Add).unwrap_or(());
+        assert_eq!(acc, vec![e4(16.0)]);
+        // Three elements per rank, so that element 0 is segment 0, folded over ranks 1, 2, 0:
+        // (1 + 1) + 16 = 18; element 2 is segment 2, folded over 0, 1, 2: (16 + 1) + 1 = 16.
+        let ins = [[e4(16.0), 0, e4(16.0)], [e4(1.0), 0, e4(1.0)], [e4(1.0), 0, e4(1.0)]];
+        let refs: Vec<&[u8]> = ins.iter().map(|b| &b[..]).collect();
+        assert_eq!(reference_all_reduce(&refs, DType::F8E4M3, ReduceOp::Add).ok(), Some(vec![e4(18.0), 0, e4(16.0)]));
+        // e5m2 overflows to infinity past 57344; MAX keeps the larger.
+        let e5 = |v: f64| fp8::E5M2.from_f64(v);
+        let mut acc = vec![e5(57344.0)];
+        reduce_into(&mut acc, &[e5(8192.0)], DType::F8E5M2, ReduceOp::Add).unwrap_or(());
+        assert_eq!(acc, vec![0x7C]);
+        let mut acc = vec![e5(-3.0)];
+        reduce_into(&mut acc, &[e5(2.0)], DType::F8E5M2, ReduceOp::Max).unwrap_or(());
+        assert_eq!(acc, vec![e5(2.0)]);
+        assert_eq!(DType::parse("fp8"), Some(DType::F8E4M3));
+        assert_eq!(DType::F8E5M2.size(), 1);
     }
 }

@@ -1,18 +1,19 @@
 //! The one element-wise reduction against a straightforward reference, over many random
-//! fp32 / bf16 / fp16 / int32 operands for every operator, and the three entry points
+//! fp32 / bf16 / fp16 / fp8 / integer operands for every operator, and the three entry points
 //! (`reduce_into`, `reduce_after`, `reduce_pair`) against each other.
 //!
 //! The reference shares no code with the crate: half-precision values are decoded with the
 //! textbook formula into f64, the operation is done in f64 and rounded to f32 (exact for these
 //! operands, or an innocuous double rounding for fp32 ADD), and the f32 result is rounded to
 //! the element type by searching the table of every finite value of that type for the nearest
-//! one (ties to the even encoding; at or beyond the largest finite value plus half its ulp,
+//! one (fp8: the f64 result rounded directly) (ties to the even encoding; at or beyond the largest finite value plus half its ulp,
 //! infinity). MAX/MIN keep the earlier operand unless the later one compares greater / less.
 
 use proptest::prelude::*;
 use reduce::{reduce_after, reduce_into, reduce_pair, DType, ReduceOp};
 
-/// A 16-bit float format: exponent and mantissa widths.
+/// A 16- or 8-bit float format with IEEE conventions: exponent and mantissa widths (the sign
+/// is the bit above them).
 #[derive(Clone, Copy)]
 struct Fmt {
     exp_bits: u32,
@@ -21,6 +22,8 @@ struct Fmt {
 
 const F16: Fmt = Fmt { exp_bits: 5, man_bits: 10 };
 const BF16: Fmt = Fmt { exp_bits: 8, man_bits: 7 };
+const E4M3: Fmt = Fmt { exp_bits: 4, man_bits: 3 };
+const E5M2: Fmt = Fmt { exp_bits: 5, man_bits: 2 };
 
 impl Fmt {
     fn max_exp(self) -> u32 {
@@ -37,7 +40,7 @@ impl Fmt {
     /// hidden bit).
     fn decode(self, h: u16) -> f64 {
         let h = u32::from(h);
-        let sign = if h >> 15 == 1 { -1.0 } else { 1.0 };
+        let sign = if h >> (self.exp_bits + self.man_bits) == 1 { -1.0 } else { 1.0 };
         let e = (h >> self.man_bits) & self.max_exp();
         let m = f64::from(h & ((1 << self.man_bits) - 1));
         let frac = m / f64::from(1u32 << self.man_bits);
@@ -56,12 +59,12 @@ impl Fmt {
         (0..=max_finite).map(|h| self.decode(h as u16)).collect()
     }
     /// `v` rounded to the nearest encoding, ties to even (`None` for NaN).
-    fn round(self, table: &[f64], v: f32) -> Option<u16> {
+    fn round(self, table: &[f64], v: f64) -> Option<u16> {
         if v.is_nan() {
             return None;
         }
-        let sign: u16 = if v.is_sign_negative() { 0x8000 } else { 0 };
-        let a = f64::from(v.abs());
+        let sign: u16 = if v.is_sign_negative() { 1 << (self.exp_bits + self.man_bits) } else { 0 };
+        let a = v.abs();
         let inf = (self.max_exp() << self.man_bits) as u16;
         let last = table.len() - 1;
         let ulp = table[last] - table[last - 1];
@@ -81,6 +84,27 @@ impl Fmt {
             _ => hi,
         };
         Some(sign | pick as u16)
+    }
+}
+
+/// `x ⊕ y` in f64 (x the earlier operand).
+fn op_f64(op: ReduceOp, x: f64, y: f64) -> f64 {
+    match op {
+        ReduceOp::Add => x + y,
+        ReduceOp::Max => {
+            if y > x {
+                y
+            } else {
+                x
+            }
+        }
+        ReduceOp::Min => {
+            if y < x {
+                y
+            } else {
+                x
+            }
+        }
     }
 }
 
@@ -107,7 +131,7 @@ fn op_f32(op: ReduceOp, x: f32, y: f32) -> f32 {
 
 /// The reference result bytes of `x ⊕ y` for one element, or `None` when it is a NaN (any
 /// NaN encoding is accepted then).
-fn reference(dt: DType, op: ReduceOp, x: &[u8], y: &[u8], f16t: &[f64], bf16t: &[f64]) -> Option<Vec<u8>> {
+fn reference(dt: DType, op: ReduceOp, x: &[u8], y: &[u8], t: &Tables) -> Option<Vec<u8>> {
     let h = |b: &[u8]| u16::from_le_bytes([b[0], b[1]]);
     let w = |b: &[u8]| [b[0], b[1], b[2], b[3]];
     match dt {
@@ -139,7 +163,7 @@ fn reference(dt: DType, op: ReduceOp, x: &[u8], y: &[u8], f16t: &[f64], bf16t: &
             (!r.is_nan()).then(|| r.to_le_bytes().to_vec())
         }
         DType::F16 | DType::Bf16 => {
-            let (fmt, table) = if dt == DType::F16 { (F16, f16t) } else { (BF16, bf16t) };
+            let (fmt, table) = if dt == DType::F16 { (F16, &t.f16) } else { (BF16, &t.bf16) };
             let (a, b) = (h(x), h(y));
             let (fa, fb) = (fmt.decode(a) as f32, fmt.decode(b) as f32);
             if fmt.is_nan(a) || fmt.is_nan(b) {
@@ -150,9 +174,30 @@ fn reference(dt: DType, op: ReduceOp, x: &[u8], y: &[u8], f16t: &[f64], bf16t: &
                     _ => Some(x.to_vec()),
                 };
             }
-            fmt.round(table, op_f32(op, fa, fb)).map(|r| r.to_le_bytes().to_vec())
+            fmt.round(table, f64::from(op_f32(op, fa, fb))).map(|r| r.to_le_bytes().to_vec())
+        }
+        DType::F8E4M3 | DType::F8E5M2 => {
+            let (fmt, table) = if dt == DType::F8E4M3 { (E4M3, &t.e4m3) } else { (E5M2, &t.e5m2) };
+            let (a, b) = (u16::from(x[0]), u16::from(y[0]));
+            if fmt.is_nan(a) || fmt.is_nan(b) {
+                return match op {
+                    ReduceOp::Add => None,
+                    _ if fmt.is_nan(a) => None,
+                    _ => Some(x.to_vec()),
+                };
+            }
+            // Exact in f64, rounded once.
+            fmt.round(table, op_f64(op, fmt.decode(a), fmt.decode(b))).map(|r| vec![r as u8])
         }
     }
+}
+
+/// Every finite value of each rounded float type.
+struct Tables {
+    f16: Vec<f64>,
+    bf16: Vec<f64>,
+    e4m3: Vec<f64>,
+    e5m2: Vec<f64>,
 }
 
 /// `a ⊕ b` of `bits`-bit integers computed exactly, ADD reduced modulo 2^bits (its low bits;
@@ -172,6 +217,8 @@ fn is_nan(dt: DType, b: &[u8]) -> bool {
         DType::F32 => f32::from_le_bytes([b[0], b[1], b[2], b[3]]).is_nan(),
         DType::F16 => F16.is_nan(u16::from_le_bytes([b[0], b[1]])),
         DType::Bf16 => BF16.is_nan(u16::from_le_bytes([b[0], b[1]])),
+        DType::F8E4M3 => E4M3.is_nan(u16::from(b[0])),
+        DType::F8E5M2 => E5M2.is_nan(u16::from(b[0])),
         DType::I32 | DType::U8 | DType::I8 | DType::U16 | DType::I16 | DType::U32 => false,
     }
 }
@@ -179,7 +226,7 @@ fn is_nan(dt: DType, b: &[u8]) -> bool {
 /// Checks every entry point on `xs ⊕ ys` (whole elements of `dt`) against the reference.
 fn check(dt: DType, op: ReduceOp, xs: &[u8], ys: &[u8]) -> Result<(), TestCaseError> {
     thread_local! {
-        static TABLES: (Vec<f64>, Vec<f64>) = (F16.table(), BF16.table());
+        static TABLES: Tables = Tables { f16: F16.table(), bf16: BF16.table(), e4m3: E4M3.table(), e5m2: E5M2.table() };
     }
     let mut into = xs.to_vec();
     reduce_into(&mut into, ys, dt, op).map_err(|e| TestCaseError::fail(e.to_string()))?;
@@ -194,9 +241,9 @@ fn check(dt: DType, op: ReduceOp, xs: &[u8], ys: &[u8]) -> Result<(), TestCaseEr
     for ((i, a), p) in into.chunks_exact(es).zip(after.chunks_exact(es)).zip(pair.chunks_exact(es)) {
         prop_assert!(same(i, a) && same(i, p), "{} {}: into {:02x?}, after {:02x?}, pair {:02x?}", dt, op, i, a, p);
     }
-    TABLES.with(|(f16t, bf16t)| {
+    TABLES.with(|t| {
         for ((x, y), got) in xs.chunks_exact(es).zip(ys.chunks_exact(es)).zip(into.chunks_exact(es)) {
-            match reference(dt, op, x, y, f16t, bf16t) {
+            match reference(dt, op, x, y, t) {
                 Some(want) => prop_assert_eq!(got, &want[..], "{} {} of {:02x?} and {:02x?}", dt, op, x, y),
                 None => {
                     prop_assert!(is_nan(dt, got), "{} {} of {:02x?} and {:02x?}: {:02x?} is not NaN", dt, op, x, y, got)
@@ -264,15 +311,27 @@ fn every_half_encoding_decodes_as_the_formula_says() {
             }
         }
     }
+    // The same for both fp8 types, and every non-NaN fp8 encodes back to itself.
+    for b in 0..=u8::MAX {
+        for (dt, fmt) in [(DType::F8E4M3, E4M3), (DType::F8E5M2, E5M2)] {
+            let got = reduce::to_f32(dt, &[b]).unwrap_or(0.0);
+            if fmt.is_nan(u16::from(b)) {
+                assert!(got.is_nan(), "{dt} {b:#04x}");
+            } else {
+                assert_eq!(f64::from(got), fmt.decode(u16::from(b)), "{dt} {b:#04x}");
+                assert_eq!(reduce::from_f32(dt, got), vec![b], "{dt} {b:#04x}");
+            }
+        }
+    }
 }
 
 #[test]
 fn reference_rounds_ties_to_even_and_overflows_to_infinity() {
     let t = F16.table();
     // 1 + 2^-11 is halfway between 1 and 1 + 2^-10: ties to the even encoding, 1.0 (0x3C00).
-    assert_eq!(F16.round(&t, 1.0 + 2f32.powi(-11)), Some(0x3C00));
+    assert_eq!(F16.round(&t, 1.0 + 2f64.powi(-11)), Some(0x3C00));
     // 1 + 3·2^-11 is halfway between 1 + 2^-10 (odd) and 1 + 2^-9: rounds up to 0x3C02.
-    assert_eq!(F16.round(&t, 1.0 + 3.0 * 2f32.powi(-11)), Some(0x3C02));
+    assert_eq!(F16.round(&t, 1.0 + 3.0 * 2f64.powi(-11)), Some(0x3C02));
     assert_eq!(F16.round(&t, 65504.0), Some(0x7BFF));
     assert_eq!(F16.round(&t, 65520.0), Some(0x7C00));
     assert_eq!(F16.round(&t, -65519.0), Some(0xFBFF));

@@ -478,9 +478,13 @@ pub enum StageErrorKind {
     /// A collective element offset that overflows.
     #[error("{what}: element offset {offset} overflows")]
     CollectiveOffset { what: String, offset: u64 },
-    /// A collective type other than all-reduce, all-gather, reduce-scatter.
+    /// A collective type the device does not run (`isa::device_ops::ctype`).
     #[error("{what}: unknown collective type {ctype:#x}")]
     CollectiveType { what: String, ctype: u8 },
+    /// A collective whose data or pairs do not fit its kind (an all-to-all not split in equal
+    /// chunks, a permute's malformed source-target pairs).
+    #[error("{what}: {why}")]
+    CollectiveShape { what: String, why: String },
     /// A collective reduction other than ADD, MAX, MIN.
     #[error("{what}: unknown collective operation {op:#x}")]
     CollectiveOp { what: String, op: u8 },
@@ -563,6 +567,7 @@ impl StageErrorKind {
             | K::CollectiveOffset { .. }
             | K::CollectiveType { .. }
             | K::CollectiveOp { .. }
+            | K::CollectiveShape { .. }
             | K::NoReplicaGroup { .. }
             | K::NotInGroup { .. }
             | K::GroupTooLarge { .. }

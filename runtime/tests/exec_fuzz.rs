@@ -324,9 +324,9 @@ fn mutate_program(rng: &mut Rng, arch: &Arch, vars: usize, code: &mut Vec<u8>) {
                 Instruction::TriggerCollective(c) => match rng.below(8) {
                     0 => c.group_id = rng.below(4) as u16,
                     1 => c.num_elements = rng.edgy(u64::MAX),
-                    2 => c.dtype = [0x06, 0x07, 0x08, 0x0A, rng.next() as u8][rng.below(5)],
+                    2 => c.dtype = [0x06, 0x07, 0x08, 0x0A, 0x0E, 0x0F, rng.next() as u8][rng.below(7)],
                     3 => c.op = [0x04, 0x08, rng.next() as u8][rng.below(3)],
-                    4 => c.ctype = [0x01, 0x02, 0x03, rng.next() as u8][rng.below(4)],
+                    4 => c.ctype = [0x01, 0x02, 0x03, 0x04, 0x05, 0x06, rng.next() as u8][rng.below(7)],
                     5 => c.input_tensor_id = rng.below(8) as u32,
                     6 => c.src_offset_elems = rng.edgy(u64::MAX),
                     _ => events(rng, &mut c.events),

@@ -37,6 +37,7 @@ mod backend;
 pub mod config;
 mod conn;
 pub mod host;
+pub mod seam;
 pub mod shared;
 
 pub use backend::SimBackend;
@@ -170,6 +171,13 @@ pub fn control_command(sim: &SimDevice, line: &str) -> String {
     let line = line.trim();
     if line == "stats" {
         return format!("{:?}", sim.stats());
+    }
+    if let Some(rest) = line.strip_prefix("interhost ") {
+        let words: Vec<&str> = rest.split_whitespace().collect();
+        return match seam::control(sim, &words) {
+            Ok(r) => r,
+            Err(e) => format!("error: {e}"),
+        };
     }
     match line.parse::<FaultSpec>() {
         Ok(f) => {

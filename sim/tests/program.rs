@@ -84,10 +84,13 @@ fn stage(t: &T, nc: u64, comm: u32, rank: u8, size: u8, seed: f32) -> Nc {
         ctype: ctype::ALL_REDUCE,
         rank,
         group_size: size,
+        peer: isa::device_ops::NO_PEER,
         comm_id: comm,
         src: s1,
         dst: s2,
         num_elements: n as u64,
+        meta: 0,
+        out_elements: 0,
     };
     let pe = [ev_only(Opcode::EventSemaphore, TRACE_START, Events::wait_gt(10, 0)), coll.encode()];
     let nop = [ev_only(Opcode::Nop, TRACE_BOTH, Events::NONE)];
@@ -289,10 +292,13 @@ fn collective_kinds_ops_and_types() {
                 ctype: ct,
                 rank: nc as u8,
                 group_size: 2,
+                peer: isa::device_ops::NO_PEER,
                 comm_id: comm,
                 src,
                 dst,
                 num_elements: n as u64,
+                meta: 0,
+                out_elements: 0,
             };
             t.load_program(nc, PE, nc_area(&t, nc, 0x6_0000), &[c.encode()], false);
         }

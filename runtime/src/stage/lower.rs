@@ -160,6 +160,56 @@ pub fn write_allow_list(dev: &Device, nc: usize, queues: &[StagedQueue]) -> Resu
     Ok(ok)
 }
 
+/// The group rank a send/receive or permute of group rank `rank` (global rank `global`) of
+/// `size` sends to; [`device_ops::NO_PEER`] for the other kinds. Send/receive sends to the
+/// next rank of the group; permute to the target of the graph's `src_target_pairs` entry
+/// `[global, target]` (global ranks, each source at most once, the target in the group), or
+/// to no one without such an entry.
+fn peer_of(
+    pairs: &[Vec<i64>],
+    ctype: u8,
+    rank: usize,
+    size: usize,
+    members: &[u32],
+    global: usize,
+    what: &str,
+) -> Result<u8, StageError> {
+    let shape = |why: String| StageError::from(StageErrorKind::CollectiveShape { what: what.to_string(), why });
+    match ctype {
+        device_ops::ctype::SEND_RECV => Ok(((rank + 1) % size.max(1)) as u8),
+        device_ops::ctype::PERMUTE => {
+            let mut target = None;
+            for (i, pair) in pairs.iter().enumerate() {
+                let [s, t] = pair[..] else {
+                    return Err(shape(format!("src_target_pairs[{i}] is {pair:?}, not a [source, target] pair")));
+                };
+                // A partial permutation: every rank sends at most once and receives at most once.
+                if let Some(j) = pairs[..i].iter().position(|q| q.first() == Some(&s)) {
+                    return Err(shape(format!("rank {s} is the source of src_target_pairs[{j}] and [{i}]")));
+                }
+                if let Some(j) = pairs[..i].iter().position(|q| q.get(1) == Some(&t)) {
+                    return Err(shape(format!("rank {t} is the target of src_target_pairs[{j}] and [{i}]")));
+                }
+                if s != global as i64 {
+                    continue;
+                }
+                // A group of one (empty) holds only this graph.
+                let at = if members.is_empty() {
+                    (t == global as i64).then_some(0)
+                } else {
+                    members.iter().position(|&m| i64::from(m) == t)
+                };
+                target = Some(at.ok_or_else(|| {
+                    shape(format!("src_target_pairs[{i}] sends to rank {t}, outside the replica group {members:?}"))
+                })?);
+            }
+            // NO_PEER is 255: no group rank (a group holds at most 255).
+            Ok(target.map_or(device_ops::NO_PEER, |t| t as u8))
+        }
+        _ => Ok(device_ops::NO_PEER),
+    }
+}
+
 /// Lower instruction `i` (slot `pc` of the context's engine) into `out`.
 pub fn lower(cx: &mut LowerCtx<'_>, i: &Instruction, pc: usize, out: &mut Slots) -> Result<(), StageError> {
     let what = format!("{} slot {pc}", cx.engine);
@@ -197,9 +247,7 @@ pub fn lower(cx: &mut LowerCtx<'_>, i: &Instruction, pc: usize, out: &mut Slots)
                 .num_elements
                 .checked_mul(es)
                 .ok_or_else(|| StageError::from(StageErrorKind::CollectiveSize { what: what.clone() }))?;
-            if ![device_ops::ctype::ALL_REDUCE, device_ops::ctype::ALL_GATHER, device_ops::ctype::REDUCE_SCATTER]
-                .contains(&c.ctype)
-            {
+            if !device_ops::ctype::ALL.contains(&c.ctype) {
                 return Err(StageError::from(StageErrorKind::CollectiveType { what: what.clone(), ctype: c.ctype }));
             }
             if device_ops::alu::op(c.op).is_none() {
@@ -210,7 +258,6 @@ pub fn lower(cx: &mut LowerCtx<'_>, i: &Instruction, pc: usize, out: &mut Slots)
                     .ok_or_else(|| StageError::from(StageErrorKind::CollectiveOffset { what: what.clone(), offset: o }))
             };
             let src = addr_of(vars, c.input_tensor_id, elems(c.src_offset_elems)?, bytes, &what, p.unchecked)?;
-            let dst = addr_of(vars, c.output_tensor_id, elems(c.dst_offset_elems)?, bytes, &what, p.unchecked)?;
             let group = g.replica_groups.get(c.group_id as usize);
             let (rank, size) = match group {
                 None => {
@@ -235,6 +282,30 @@ pub fn lower(cx: &mut LowerCtx<'_>, i: &Instruction, pc: usize, out: &mut Slots)
             if size > u8::MAX as usize {
                 return Err(StageError::from(StageErrorKind::GroupTooLarge { what: what.clone(), size }));
             }
+            let members: &[u32] = group.map_or(&[], Vec::as_slice);
+            let peer = peer_of(&g.src_target_pairs, c.ctype, rank, size, members, p.rank, &what)?;
+            if c.ctype == device_ops::ctype::ALL_TO_ALL && !c.num_elements.is_multiple_of(size as u64) {
+                return Err(StageError::from(StageErrorKind::CollectiveShape {
+                    what: what.clone(),
+                    why: format!("all-to-all of {} elements over {size} ranks: not equal chunks", c.num_elements),
+                }));
+            }
+            // What the collective writes: all-gather every rank's input, all-to-allv its output
+            // count, the others at most an input's worth.
+            let v = device_ops::AllToAllV::of(c);
+            let out_bytes = match c.ctype {
+                device_ops::ctype::ALL_GATHER => bytes.checked_mul(size as u64),
+                device_ops::ctype::ALL_TO_ALLV => u64::from(v.out_elements).checked_mul(es),
+                _ => Some(bytes),
+            }
+            .ok_or_else(|| StageError::from(StageErrorKind::CollectiveSize { what: what.clone() }))?;
+            let dst = addr_of(vars, c.output_tensor_id, elems(c.dst_offset_elems)?, out_bytes, &what, p.unchecked)?;
+            let (meta, out_elements) = if c.ctype == device_ops::ctype::ALL_TO_ALLV {
+                let m = device_ops::AllToAllV::meta_bytes(size) as u64;
+                (addr_of(vars, v.meta_tensor_id, 0, m, &what, p.unchecked)?, u64::from(v.out_elements))
+            } else {
+                (0, 0)
+            };
             let op = CollectiveOp {
                 header: isa::slot::SlotHeader::new(Opcode::Sb2sbCollective),
                 events: c.events,
@@ -243,10 +314,13 @@ pub fn lower(cx: &mut LowerCtx<'_>, i: &Instruction, pc: usize, out: &mut Slots)
                 ctype: c.ctype,
                 rank: rank as u8,
                 group_size: size as u8,
+                peer,
                 comm_id: p.comm_id.wrapping_mul(256).wrapping_add(c.group_id as u32),
                 src,
                 dst,
                 num_elements: c.num_elements,
+                meta,
+                out_elements,
             };
             clear(op.encode());
         }
@@ -339,4 +413,35 @@ pub fn lower(cx: &mut LowerCtx<'_>, i: &Instruction, pc: usize, out: &mut Slots)
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::peer_of;
+    use isa::device_ops::{ctype, NO_PEER};
+
+    #[test]
+    fn peers_of_send_receive_and_permute() {
+        let members = [0u32, 2, 4, 6];
+        // Send/receive: the next group rank, wrapping.
+        assert_eq!(peer_of(&[], ctype::SEND_RECV, 3, 4, &members, 6, "t").ok(), Some(0));
+        assert_eq!(peer_of(&[], ctype::SEND_RECV, 1, 4, &members, 2, "t").ok(), Some(2));
+        // Permute: global ranks in the pairs, the target's position in the group.
+        let pairs = vec![vec![0, 2], vec![2, 0], vec![4, 4]];
+        assert_eq!(peer_of(&pairs, ctype::PERMUTE, 0, 4, &members, 0, "t").ok(), Some(1));
+        assert_eq!(peer_of(&pairs, ctype::PERMUTE, 2, 4, &members, 4, "t").ok(), Some(2));
+        assert_eq!(peer_of(&pairs, ctype::PERMUTE, 3, 4, &members, 6, "t").ok(), Some(NO_PEER));
+        // Other kinds carry no peer.
+        assert_eq!(peer_of(&pairs, ctype::ALL_REDUCE, 0, 4, &members, 0, "t").ok(), Some(NO_PEER));
+        // Malformed pairs are refused, naming the problem.
+        for (bad, why) in [
+            (vec![vec![0, 1]], "outside the replica group"),
+            (vec![vec![0, 2, 4]], "not a [source, target] pair"),
+            (vec![vec![0, 2], vec![0, 4]], "rank 0 is the source of src_target_pairs[0] and [1]"),
+            (vec![vec![0, 2], vec![4, 2]], "rank 2 is the target of src_target_pairs[0] and [1]"),
+        ] {
+            let e = peer_of(&bad, ctype::PERMUTE, 0, 4, &members, 0, "t").err().map(|e| e.to_string());
+            assert!(e.as_deref().is_some_and(|e| e.contains(why)), "{bad:?}: {e:?}");
+        }
+    }
 }

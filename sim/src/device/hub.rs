@@ -37,6 +37,11 @@ struct Part {
     nc: usize,
     engine: usize,
     dst: u64,
+    /// Send/receive and permute: the group rank this part goes to (`NO_PEER`: none).
+    peer: u8,
+    /// All-to-allv: the rank's counts and displacements, and its output's length in bytes.
+    meta: Vec<u32>,
+    out_len: usize,
     data: Vec<u8>,
 }
 
@@ -59,6 +64,12 @@ pub(crate) struct Arrival {
     pub op: u8,
     pub dtype: u8,
     pub ctype: u8,
+    /// Send/receive and permute: the group rank this participant sends to.
+    pub peer: u8,
+    /// All-to-allv: this rank's metadata (`isa::device_ops::AllToAllV`: 4 rows of group-size
+    /// counts and displacements, in elements) and its output's length in bytes.
+    pub meta: Vec<u32>,
+    pub out_len: usize,
     pub dev: Weak<Dev>,
     pub nc: usize,
     pub engine: usize,
@@ -132,6 +143,26 @@ impl Hub {
         Some(acc)
     }
 
+    /// Every delivery's data, concatenated in rank order (a pooled buffer of `len` bytes per
+    /// delivery).
+    fn concat(&self, ds: &[Delivery], len: usize) -> Vec<u8> {
+        let mut all = self.take_bytes(0);
+        all.reserve(len * ds.len());
+        for d in ds {
+            all.extend_from_slice(&d.data);
+        }
+        all
+    }
+
+    /// Give a rendezvous's part list back to the pool.
+    fn recycle_parts(&self, mut parts: Vec<Option<Part>>) {
+        parts.clear();
+        let mut pool = self.pool();
+        if pool.parts.len() < POOL_DEPTH {
+            pool.parts.push(parts);
+        }
+    }
+
     /// An empty delivery list (pooled).
     pub fn take_deliveries(&self) -> Vec<Delivery> {
         self.pool().deliveries.pop().unwrap_or_default()
@@ -173,11 +204,24 @@ impl Hub {
         if !a.data.len().is_multiple_of(esize) {
             return Err(CollError::BadType);
         }
+        if !ctype::ALL.contains(&a.ctype) {
+            return Err(CollError::BadType);
+        }
+        if a.ctype == ctype::ALL_TO_ALL && !(a.data.len() / esize).is_multiple_of(a.size) {
+            return Err(CollError::Mismatch);
+        }
+        if a.ctype == ctype::ALL_TO_ALLV && a.meta.len() != 4 * a.size {
+            return Err(CollError::Mismatch);
+        }
         let inter = self.inter();
         let local = inter.as_ref().and_then(|t| t.local_ranks(a.comm));
         if let Some(l) = &local {
             if !l.contains(&a.rank) || l.iter().any(|&r| r >= a.size) {
                 return Err(CollError::BadGroup);
+            }
+            // The seam carries the three kinds of `CollKind`.
+            if kind_of(a.ctype).is_none() {
+                return Err(CollError::BadType);
             }
         }
         let mut p = platform::sync::lock(&self.pending);
@@ -194,12 +238,22 @@ impl Hub {
         if r.size != a.size || r.op != op || r.dtype != dt || r.ctype != a.ctype || r.parts[a.rank].is_some() {
             return Err(CollError::Mismatch);
         }
-        if let Some(first) = r.parts.iter().flatten().next() {
+        // Every part as long as the first (all-to-allv: each rank's own input size).
+        if let Some(first) = r.parts.iter().flatten().next().filter(|_| a.ctype != ctype::ALL_TO_ALLV) {
             if first.data.len() != a.data.len() {
                 return Err(CollError::Mismatch);
             }
         }
-        r.parts[a.rank] = Some(Part { dev: a.dev, nc: a.nc, engine: a.engine, dst: a.dst, data: a.data });
+        r.parts[a.rank] = Some(Part {
+            dev: a.dev,
+            nc: a.nc,
+            engine: a.engine,
+            dst: a.dst,
+            peer: a.peer,
+            meta: a.meta,
+            out_len: a.out_len,
+            data: a.data,
+        });
         let complete = match &r.local {
             Some(l) => l.iter().all(|&i| r.parts[i].is_some()),
             None => r.parts.iter().all(|x| x.is_some()),
@@ -213,30 +267,86 @@ impl Hub {
             return spawn_inter_host(t, a.comm, a.seq, r);
         }
         let n = r.parts.len();
+        // Send/receive and permute: the source of every rank (each rank receives from at
+        // most one; a peer outside the group is a malformed collective).
+        let mut source: Vec<Option<usize>> = Vec::new();
+        if ctype::has_peer(r.ctype) {
+            source.resize(n, None);
+            for (s, part) in r.parts.iter().enumerate() {
+                let Some(part) = part else { continue };
+                if part.peer == isa::device_ops::NO_PEER {
+                    continue;
+                }
+                match source.get_mut(usize::from(part.peer)) {
+                    Some(slot @ None) => *slot = Some(s),
+                    _ => {
+                        self.recycle_parts(r.parts);
+                        return Err(CollError::Mismatch);
+                    }
+                }
+            }
+        }
+        // All-to-allv: every rank's metadata and output length.
+        let metas: Vec<(Vec<u32>, usize)> = if r.ctype == ctype::ALL_TO_ALLV {
+            r.parts.iter_mut().flatten().map(|p| (std::mem::take(&mut p.meta), p.out_len)).collect()
+        } else {
+            Vec::new()
+        };
         let first = out.len();
         for part in r.parts.drain(..).flatten() {
             out.push(Delivery { dev: part.dev, nc: part.nc, engine: part.engine, dst: part.dst, data: part.data });
         }
-        {
-            let mut pool = self.pool();
-            if pool.parts.len() < POOL_DEPTH {
-                pool.parts.push(r.parts);
-            }
-        }
+        self.recycle_parts(r.parts);
         let ds = &mut out[first..];
         match r.ctype {
             ctype::ALL_GATHER => {
                 let len = ds.first().map_or(0, |d| d.data.len());
-                let mut all = self.take_bytes(0);
-                all.reserve(len * n);
-                for d in ds.iter() {
-                    all.extend_from_slice(&d.data);
-                }
+                let all = self.concat(ds, len);
                 for d in ds.iter_mut() {
                     d.data.clear();
                     d.data.extend_from_slice(&all);
                 }
                 self.put_bytes(all);
+            }
+            ctype::SEND_RECV | ctype::PERMUTE => {
+                let len = ds.first().map_or(0, |d| d.data.len());
+                let mut all = self.concat(ds, len);
+                for (d, src) in ds.iter_mut().zip(&source) {
+                    match src {
+                        Some(s) => d.data.copy_from_slice(&all[s * len..(s + 1) * len]),
+                        None => d.data.fill(0),
+                    }
+                }
+                all.clear();
+                self.put_bytes(all);
+            }
+            ctype::ALL_TO_ALL => {
+                // Checked at arrival: every part is the same whole number of elements, a
+                // multiple of `n` of them.
+                let len = ds.first().map_or(0, |d| d.data.len());
+                let chunk = len / n;
+                let all = self.concat(ds, len);
+                for (r, d) in ds.iter_mut().enumerate() {
+                    for (j, out) in d.data.chunks_exact_mut(chunk.max(1)).enumerate().take(n) {
+                        let at = j * len + r * chunk;
+                        out.copy_from_slice(&all[at..at + chunk]);
+                    }
+                }
+                self.put_bytes(all);
+            }
+            ctype::ALL_TO_ALLV => {
+                let outs = {
+                    let ins: Vec<&[u8]> = ds.iter().map(|d| &d.data[..]).collect();
+                    all_to_all_v(&metas, &ins, esize)
+                };
+                let Some(outs) = outs else {
+                    out.truncate(first);
+                    return Err(CollError::Mismatch);
+                };
+                for (d, o) in ds.iter_mut().zip(outs) {
+                    let old = std::mem::replace(&mut d.data, o);
+                    self.put_bytes(old);
+                }
             }
             ctype::REDUCE_SCATTER => {
                 let Some(acc) = self.reduced(ds, n, r.dtype, r.op) else {
@@ -274,6 +384,37 @@ impl Hub {
     }
 }
 
+/// All-to-allv's outputs: rank `r`'s output (`metas[r].1` bytes, zero where nothing lands)
+/// holds, for every rank `s`, the `count` elements rank `s` sends it — from `send_displ` in
+/// `ins[s]` to `recv_displ` in the output — where `count` is both rank `s`'s send count to `r`
+/// and rank `r`'s receive count from `s`. `None` when the counts disagree or a segment falls
+/// outside its buffer (checked arithmetic; a malformed collective).
+fn all_to_all_v(metas: &[(Vec<u32>, usize)], ins: &[&[u8]], es: usize) -> Option<Vec<Vec<u8>>> {
+    let n = metas.len();
+    if ins.len() != n || metas.iter().any(|(m, _)| m.len() != 4 * n) {
+        return None;
+    }
+    // Row `row` of rank `r`'s metadata, entry `k`, in elements.
+    let at = |r: usize, row: usize, k: usize| metas[r].0[row * n + k] as usize;
+    let mut outs = Vec::with_capacity(n);
+    for (r, (_, out_len)) in metas.iter().enumerate() {
+        let mut o = vec![0u8; *out_len];
+        for (s, inp) in ins.iter().enumerate() {
+            let count = at(s, 0, r);
+            if count != at(r, 2, s) {
+                return None;
+            }
+            let len = count.checked_mul(es)?;
+            let from = at(s, 1, r).checked_mul(es)?;
+            let to = at(r, 3, s).checked_mul(es)?;
+            let src = inp.get(from..from.checked_add(len)?)?;
+            o.get_mut(to..to.checked_add(len)?)?.copy_from_slice(src);
+        }
+        outs.push(o);
+    }
+    Some(outs)
+}
+
 /// Element-wise reduction of `parts` (one per rank, the same length) in the module's order.
 #[cfg(test)]
 pub(crate) fn reduce(parts: &[&[u8]], op: u8, dt: u8) -> Vec<u8> {
@@ -285,11 +426,13 @@ pub(crate) fn reduce(parts: &[&[u8]], op: u8, dt: u8) -> Vec<u8> {
     acc
 }
 
-fn kind_of(ct: u8) -> CollKind {
+/// The seam's kind of collective kind `ct`, or `None` for a kind the seam does not carry.
+fn kind_of(ct: u8) -> Option<CollKind> {
     match ct {
-        ctype::ALL_GATHER => CollKind::AllGather,
-        ctype::REDUCE_SCATTER => CollKind::ReduceScatter,
-        _ => CollKind::AllReduce,
+        ctype::ALL_REDUCE => Some(CollKind::AllReduce),
+        ctype::ALL_GATHER => Some(CollKind::AllGather),
+        ctype::REDUCE_SCATTER => Some(CollKind::ReduceScatter),
+        _ => None,
     }
 }
 
@@ -298,12 +441,13 @@ fn kind_of(ct: u8) -> CollKind {
 /// line the `net-proxy` fault kind raises; NRT_NETWORK_PROXY_FAILURE), a malformed collective
 /// `cc_error` with the engine faulted (NRT_EXEC_HW_ERR_COLLECTIVES).
 fn spawn_inter_host(t: Arc<dyn InterHost>, comm: u32, seq: u32, r: Rendezvous) -> Result<(), CollError> {
+    let kind = kind_of(r.ctype).ok_or(CollError::BadType)?;
     let parts: Vec<(usize, Part)> = r.parts.into_iter().enumerate().filter_map(|(i, p)| p.map(|p| (i, p))).collect();
     let mut req = InterHostRequest {
         comm,
         seq,
         size: r.size,
-        kind: kind_of(r.ctype),
+        kind,
         elem: r.dtype,
         op: r.op,
         parts: Vec::with_capacity(parts.len()),
@@ -499,12 +643,93 @@ mod tests {
             op: alu::ADD,
             dtype: dtype::FP32,
             ctype: ctype::ALL_REDUCE,
+            peer: isa::device_ops::NO_PEER,
+            meta: Vec::new(),
+            out_len: 0,
             dev: Arc::downgrade(&d.dev),
             nc: 0,
             engine: 0,
             dst: 0,
             data: vec![0u8; 8],
         }
+    }
+
+    /// Runs one group of `parts` (rank order) of kind `ct` with each rank's `peers` through a
+    /// hub with no seam; the outputs in rank order, or the error of the last arrival.
+    fn meet(ct: u8, dt: u8, parts: &[Vec<u8>], peers: &[u8]) -> Result<Vec<Vec<u8>>, CollError> {
+        let Ok(d) = crate::SimDevice::new(crate::SimConfig::new(&csr_maps::SUNDA).timing(crate::Timing::Step)) else {
+            panic!("sim device");
+        };
+        let mut out = Vec::new();
+        for (r, data) in parts.iter().enumerate() {
+            let a = Arrival {
+                rank: r,
+                size: parts.len(),
+                dtype: dt,
+                ctype: ct,
+                peer: peers.get(r).copied().unwrap_or(isa::device_ops::NO_PEER),
+                data: data.clone(),
+                ..arrival(&d)
+            };
+            d.dev.hub.arrive(a, &mut out)?;
+        }
+        Ok(out.into_iter().map(|d| d.data).collect())
+    }
+
+    #[test]
+    fn send_receive_and_permute_deliver_to_the_peer() {
+        let parts = vec![vec![1u8, 2], vec![3, 4], vec![5, 6]];
+        // Send/receive: each rank sends to the next; rank 0 receives rank 2's buffer.
+        let got = meet(ctype::SEND_RECV, dtype::UINT8, &parts, &[1, 2, 0]);
+        assert_eq!(got, Ok(vec![vec![5, 6], vec![1, 2], vec![3, 4]]));
+        // Permute 0 <-> 1, rank 2 sends nowhere and nobody sends to it: zeros.
+        let got = meet(ctype::PERMUTE, dtype::UINT8, &parts, &[1, 0, isa::device_ops::NO_PEER]);
+        assert_eq!(got, Ok(vec![vec![3, 4], vec![1, 2], vec![0, 0]]));
+        // Two sources for one target, or a peer outside the group: malformed.
+        assert_eq!(meet(ctype::PERMUTE, dtype::UINT8, &parts, &[1, 1, 0]), Err(CollError::Mismatch));
+        assert_eq!(meet(ctype::PERMUTE, dtype::UINT8, &parts, &[1, 3, 0]), Err(CollError::Mismatch));
+    }
+
+    #[test]
+    fn all_to_all_v_places_each_pairs_count() {
+        // Two ranks of uint8. Rank 0 sends 1 element to itself (from 0) and 3 to rank 1 (from
+        // 1); rank 1 sends 2 to rank 0 (from 2) and 1 to itself (from 0).
+        let ins: [&[u8]; 2] = [&[10, 11, 12, 13], &[20, 21, 22, 23]];
+        let metas = vec![
+            // send counts, send displs, recv counts, recv displs
+            (vec![1, 3, 0, 1, 1, 2, 3, 0], 5),
+            (vec![2, 1, 2, 0, 3, 1, 0, 4], 5),
+        ];
+        let got = all_to_all_v(&metas, &ins, 1);
+        // Rank 0: its own element at 3, rank 1's two at 0..2, nothing at 2 and 4.
+        // Rank 1: rank 0's three at 0..3, its own at 4.
+        assert_eq!(got, Some(vec![vec![22, 23, 0, 10, 0], vec![11, 12, 13, 0, 20]]));
+        // Counts that disagree, or a segment past a buffer: malformed.
+        let mut bad = metas.clone();
+        bad[0].0[1] = 2;
+        assert_eq!(all_to_all_v(&bad, &ins, 1), None);
+        let mut bad = metas.clone();
+        bad[1].0[2] = 3;
+        assert_eq!(all_to_all_v(&bad, &ins, 1), None);
+        let mut bad = metas.clone();
+        bad[1].0[7] = 5;
+        assert_eq!(all_to_all_v(&bad, &ins, 1), None);
+        let mut bad = metas;
+        bad[0].0[3] = u32::MAX;
+        assert_eq!(all_to_all_v(&bad, &ins, 1), None);
+    }
+
+    #[test]
+    fn all_to_all_transposes_the_chunks() {
+        // Two ranks of four fp16 elements: chunk j of rank r goes to rank j, at position r.
+        let parts: Vec<Vec<u8>> = (0..2u8).map(|r| (0..8).map(|b| r * 16 + b).collect()).collect();
+        let got = meet(ctype::ALL_TO_ALL, dtype::FP16, &parts, &[]);
+        assert_eq!(got, Ok(vec![vec![0, 1, 2, 3, 16, 17, 18, 19], vec![4, 5, 6, 7, 20, 21, 22, 23]]));
+        // Three ranks of the same: four elements do not split in three.
+        let three = vec![parts[0].clone(), parts[1].clone(), parts[0].clone()];
+        assert_eq!(meet(ctype::ALL_TO_ALL, dtype::FP16, &three, &[]), Err(CollError::Mismatch));
+        // An unknown kind is refused.
+        assert_eq!(meet(0x7F, dtype::FP16, &parts, &[]), Err(CollError::BadType));
     }
 
     #[test]
@@ -541,5 +766,8 @@ mod tests {
         let mut a = arrival(&up);
         a.rank = 1;
         assert_eq!(up.dev.hub.arrive(a, &mut out).err(), Some(CollError::BadGroup));
+        // A kind the seam does not carry cannot span processes.
+        let a = Arrival { ctype: ctype::PERMUTE, peer: 0, seq: 1, ..arrival(&up) };
+        assert_eq!(up.dev.hub.arrive(a, &mut out).err(), Some(CollError::BadType));
     }
 }

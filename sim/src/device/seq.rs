@@ -421,12 +421,25 @@ fn step(dev: &Dev, st: &mut State, nc: usize, e: usize, out: &mut Vec<Delivery>)
 /// The first access of collective `c` the NC's region table refuses (its source read or its
 /// destination write), if any.
 fn collective_refused(dev: &Dev, st: &mut State, nc: usize, c: &CollectiveOp) -> Option<(Access, u64)> {
+    use isa::device_ops::{ctype, AllToAllV};
     let es = isa::device_ops::dtype::size(c.dtype)? as u64;
     let bytes = c.num_elements.checked_mul(es)?;
+    // What it writes: all-gather every rank's input, all-to-allv its output count.
+    let out = match c.ctype {
+        ctype::ALL_GATHER => bytes.checked_mul(u64::from(c.group_size))?,
+        ctype::ALL_TO_ALLV => c.out_elements.checked_mul(es)?,
+        _ => bytes,
+    };
     if !mpu::allowed(dev, st, nc, Access::Read, c.src, bytes) {
         return Some((Access::Read, c.src));
     }
-    if !mpu::allowed(dev, st, nc, Access::Write, c.dst, bytes) {
+    if c.ctype == ctype::ALL_TO_ALLV {
+        let m = AllToAllV::meta_bytes(usize::from(c.group_size)) as u64;
+        if !mpu::allowed(dev, st, nc, Access::Read, c.meta, m) {
+            return Some((Access::Read, c.meta));
+        }
+    }
+    if !mpu::allowed(dev, st, nc, Access::Write, c.dst, out) {
         return Some((Access::Write, c.dst));
     }
     None
@@ -443,6 +456,17 @@ fn arrive(dev: &Dev, st: &mut State, nc: usize, e: usize, c: &CollectiveOp, out:
     if super::fault::hbm_ue_on_read(dev, st, [(c.src, bytes as u64)].into_iter()) {
         super::fault::damage(&mut data);
     }
+    // All-to-allv: this rank's counts and displacements (4 rows of group-size u32).
+    let mut meta = Vec::new();
+    if c.ctype == isa::device_ops::ctype::ALL_TO_ALLV {
+        let mut raw = vec![0u8; isa::device_ops::AllToAllV::meta_bytes(usize::from(c.group_size))];
+        if dev.dev_read(st, c.meta, &mut raw).is_err() {
+            dev.hub.put_bytes(data);
+            return Err(code::MEMORY);
+        }
+        meta = raw.chunks_exact(4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect();
+    }
+    let out_len = (c.out_elements as usize).checked_mul(es).filter(|&b| b <= 1 << 30).ok_or(code::COLLECTIVE)?;
     let seq = st.coll_seq.entry((nc as u32, c.comm_id)).or_insert(0);
     let my = *seq;
     *seq = seq.wrapping_add(1);
@@ -456,6 +480,9 @@ fn arrive(dev: &Dev, st: &mut State, nc: usize, e: usize, c: &CollectiveOp, out:
                 op: c.op,
                 dtype: c.dtype,
                 ctype: c.ctype,
+                peer: c.peer,
+                meta,
+                out_len,
                 dev: dev.me.clone(),
                 nc,
                 engine: e,

@@ -21,7 +21,13 @@
 //! A connection that fails (the server died) makes register accesses fail with
 //! [`MmioError::Lost`]; nothing panics.
 
+pub mod ring;
 pub mod wire;
+
+/// The atomics [`ring`] is written against (std here; its loom model substitutes loom's).
+mod atomic {
+    pub use std::sync::atomic::{AtomicU64, Ordering};
+}
 
 use std::ops::Range;
 use std::os::fd::{AsFd, OwnedFd};

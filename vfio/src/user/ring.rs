@@ -155,8 +155,19 @@ impl Producer {
 
     /// Whether the consumer has taken every entry posted.
     pub fn drained(&self, w: &[AtomicU64]) -> bool {
-        w.get(HEAD).is_some_and(|h| h.load(Ordering::Acquire) as u32 == self.tail)
+        taken_up_to(w, self.tail)
     }
+
+    /// Entries posted so far (wrapping): with [`taken_up_to`], whether the consumer has taken
+    /// them.
+    pub fn posted(&self) -> u32 {
+        self.tail
+    }
+}
+
+/// Whether the consumer has taken the first `n` entries ever posted (counts wrap).
+pub fn taken_up_to(w: &[AtomicU64], n: u32) -> bool {
+    w.get(HEAD).is_some_and(|h| (h.load(Ordering::Acquire) as u32).wrapping_sub(n) as i32 >= 0)
 }
 
 /// The server's end.

@@ -96,6 +96,8 @@ struct Conn<'a> {
     summary: ConnSummary,
     /// The fast path, from the reply that set it up until the loop serving it takes it.
     fast: Option<fast::FastServer>,
+    /// Whether the fast path was set up (once per connection).
+    fast_offered: bool,
 }
 
 impl Conn<'_> {
@@ -121,12 +123,13 @@ impl Conn<'_> {
         if self.bounded().is_none() {
             return refuse(ENOTSUP, "the fast path is for a shared function's clients");
         }
-        if self.fast.is_some() {
+        if self.fast_offered {
             return refuse(EINVAL, "the fast path is already set up");
         }
         let published = self.backend.device().publish_registers().map_err(invalid)?;
         let (f, info) = fast::FastServer::new(published).map_err(invalid)?;
         self.fast = Some(f);
+        self.fast_offered = true;
         Ok(info)
     }
 
@@ -352,6 +355,7 @@ pub(crate) fn serve(backend: &mut SimBackend, stream: &UnixStream, scope: Scope)
         vectors: BTreeSet::new(),
         summary: Default::default(),
         fast: None,
+        fast_offered: false,
     };
     let r = serve_loop(&mut conn, stream);
     conn.cleanup();

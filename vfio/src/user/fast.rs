@@ -106,24 +106,35 @@ impl FastPath {
         }
     }
 
-    /// The value of the 32-bit register at `offset` of `region` from the published copy, if it
-    /// is published and could be read in time (module docs); `None`: ask the server.
-    pub(super) fn read32(&self, region: u32, offset: u64) -> Option<u32> {
-        if region != self.region {
-            return None;
-        }
-        let word = self.offsets.binary_search(&offset).ok()?;
-        let w = self.ring.u64s()?;
+    /// The 32-bit register at `offset` of `region` from the published copy (module docs).
+    pub(super) fn read32(&self, region: u32, offset: u64) -> Published {
+        let Some(word) = self.offsets.binary_search(&offset).ok().filter(|_| region == self.region) else {
+            return Published::No;
+        };
+        let Some(w) = self.ring.u64s() else { return Published::Busy };
         let posted = platform::sync::lock(&self.producer).posted();
         let start = Instant::now();
         let mut spins = 0u32;
         while !ring::taken_up_to(w, posted) {
             spins = spins.wrapping_add(1);
             if spins % 256 == 0 && start.elapsed() >= DRAIN_WAIT {
-                return None;
+                return Published::Busy;
             }
             std::hint::spin_loop();
         }
-        self.published.read(word, READ_TRIES)
+        match self.published.read(word, READ_TRIES) {
+            Some(v) => Published::Value(v),
+            None => Published::Busy,
+        }
     }
+}
+
+/// A read of a register through the published copy.
+pub(super) enum Published {
+    /// Not a published register: ask the server.
+    No,
+    Value(u32),
+    /// Published, but the server did not take this client's writes in time or the device
+    /// stayed in a critical section: ask the server (its answer is ordered after the ring).
+    Busy,
 }

@@ -112,6 +112,8 @@ struct Conn {
     messages: AtomicU64,
     /// Register accesses served by the fast path: writes posted, published registers read.
     fast_accesses: AtomicU64,
+    /// Reads of published registers that asked the server instead ([`fast::Published::Busy`]).
+    fast_fallbacks: AtomicU64,
     lost: AtomicBool,
     /// [`UserOptions::posted_writes`].
     posted_writes: bool,
@@ -270,9 +272,17 @@ impl Mmio for MessageBar {
     }
     fn read32(&self, offset: u64) -> Result<u32, MmioError> {
         platform::mmio::check(offset, 4, self.size)?;
-        if let Some(v) = self.conn.fast.get().and_then(|f| f.read32(self.region, offset)) {
-            self.conn.fast_accesses.fetch_add(1, Ordering::Relaxed);
-            return Ok(v);
+        if let Some(f) = self.conn.fast.get() {
+            match f.read32(self.region, offset) {
+                fast::Published::Value(v) => {
+                    self.conn.fast_accesses.fetch_add(1, Ordering::Relaxed);
+                    return Ok(v);
+                }
+                fast::Published::Busy => {
+                    self.conn.fast_fallbacks.fetch_add(1, Ordering::Relaxed);
+                }
+                fast::Published::No => {}
+            }
         }
         let mut b = [0u8; 4];
         self.conn.region_read(self.region, offset, &mut b).map_err(|_| MmioError::Lost { offset })?;
@@ -372,6 +382,7 @@ impl VfioUserPlatform {
             stream: Mutex::new((stream, 0)),
             messages: AtomicU64::new(0),
             fast_accesses: AtomicU64::new(0),
+            fast_fallbacks: AtomicU64::new(0),
             lost: AtomicBool::new(false),
             posted_writes: opts.posted_writes,
             fast: OnceLock::new(),
@@ -449,6 +460,12 @@ impl VfioUserPlatform {
     /// published registers read).
     pub fn fast_accesses(&self) -> u64 {
         self.conn.fast_accesses.load(Ordering::Relaxed)
+    }
+
+    /// Reads of published registers that were asked of the server with a message instead (the
+    /// server had not taken this client's writes in time, or the device stayed busy).
+    pub fn fast_fallbacks(&self) -> u64 {
+        self.conn.fast_fallbacks.load(Ordering::Relaxed)
     }
 
     /// IOVA bytes this client has mapped now.
@@ -617,6 +634,7 @@ mod tests {
             stream: Mutex::new((a, 0)),
             messages: AtomicU64::new(0),
             fast_accesses: AtomicU64::new(0),
+            fast_fallbacks: AtomicU64::new(0),
             lost: AtomicBool::new(false),
             posted_writes: false,
             fast: OnceLock::new(),

@@ -44,17 +44,27 @@ pub struct SharedBenchArgs {
     /// for `--rate-seconds`, print how many executes (the rate figure's processes).
     #[arg(long, hide = true)]
     pub rate_child: bool,
+    /// Internal, with `--exec-only`: wait for completions with `usleep(1)` between polls
+    /// (libnrt's synchronous wait) instead of spinning.
+    #[arg(long, hide = true)]
+    pub usleep_wait: bool,
 }
 
 fn e(e: runtime::RtError) -> CliError {
     CliError::new(e.status, e.message())
 }
 
-/// A runtime on core `nc` of the shared device set `spec` (as `nrt_init` opens it).
-fn open_shared(spec: &select::Spec, nc: usize) -> Result<(Runtime, select::Opened), CliError> {
+/// A runtime on core `nc` of the shared device set `spec` (as `nrt_init` opens it), waiting for
+/// completions as `poll` says.
+fn open_shared(
+    spec: &select::Spec,
+    nc: usize,
+    poll: runtime::PollPolicy,
+) -> Result<(Runtime, select::Opened), CliError> {
     let opened = select::open_reserving(spec, select::SimTiming::Inline, &select::Reserve::Cores(vec![nc]), Some(1))?;
-    let (devices, cfg) =
-        crate::cmd_run::device_setup(&opened, RuntimeConfig::physical(), hal::DeviceOptions::default());
+    let mut base = RuntimeConfig::physical();
+    base.poll = poll;
+    let (devices, cfg) = crate::cmd_run::device_setup(&opened, base, hal::DeviceOptions::default());
     let rt = Runtime::new();
     rt.init_devices(devices, cfg).map_err(e)?;
     Ok((rt, opened))
@@ -110,8 +120,9 @@ fn rate_child(rt: &Runtime, l: &Loop, secs: f64) -> Result<(), CliError> {
 }
 
 /// Executes per second of `procs` processes, one NC each (NCs 0..procs), on the shared device
-/// at `socket`, all started together and each executing for `secs`: the sum of their rates.
-fn rate(exe: &Path, socket: &Path, arch: &str, procs: usize, secs: f64) -> Result<f64, CliError> {
+/// at `socket`, all started together and each executing for `secs` (waiting for completions
+/// with `usleep(1)` when `usleep`, else spinning): the sum of their rates.
+fn rate(exe: &Path, socket: &Path, arch: &str, procs: usize, secs: f64, usleep: bool) -> Result<f64, CliError> {
     use std::io::{BufRead, BufReader, Write};
     let mut children = Vec::new();
     let fail = |children: &mut Vec<std::process::Child>, m: String| {
@@ -125,6 +136,7 @@ fn rate(exe: &Path, socket: &Path, arch: &str, procs: usize, secs: f64) -> Resul
         let spawned = Command::new(exe)
             .args(["bench", "shared", "--exec-only", "--rate-child", "--arch", arch])
             .args(["--rate-seconds", &secs.to_string()])
+            .args(usleep.then_some("--usleep-wait"))
             .env(broker::paths::SOCKET_VAR, socket)
             .env("NEURON_RT_VISIBLE_CORES", nc.to_string())
             .stdin(Stdio::piped())
@@ -213,7 +225,8 @@ pub fn run(a: SharedBenchArgs, json_out: bool) -> Result<(), CliError> {
         // The core: NEURON_RT_VISIBLE_CORES's first, else 0.
         let cfg = RuntimeConfig::from_env().map_err(e)?;
         let nc = cfg.visible_cores.and_then(|v| v.first().copied()).unwrap_or(0);
-        let (rt, opened) = open_shared(&spec, nc)?;
+        let poll = if a.usleep_wait { runtime::PollPolicy::Usleep1 } else { runtime::PollPolicy::Spin };
+        let (rt, opened) = open_shared(&spec, nc, poll)?;
         let l = prepare(&rt, &bytes)?;
         if a.rate_child {
             rate_child(&rt, &l, a.rate_seconds)?;
@@ -266,7 +279,7 @@ fn measure(
     }
     // Execute host time: shared (NC 0 over the broker's data path) and private (an in-process
     // simulator), interleaved.
-    let (srt, sopened) = open_shared(spec, 0)?;
+    let (srt, sopened) = open_shared(spec, 0, runtime::PollPolicy::Spin)?;
     let sl = prepare(&srt, bytes)?;
     let sim = sim::SimDevice::new(sim::SimConfig::new(arch).timing(sim::Timing::Inline)).map_err(CliError::failure)?;
     let prt = Runtime::new();
@@ -361,18 +374,24 @@ fn measure(
     drop(probe);
     // Eight processes on one device against one, alternated (1, 8, 1, 8).
     let procs = ncs.min(8);
-    let (mut one, mut many) = (Vec::new(), Vec::new());
+    // The same with libnrt's usleep(1) wait, whose waiting leaves the CPUs to the device work
+    // (what limits the spinning figure on a machine with fewer CPUs than processes).
+    let mut rates: [[Vec<f64>; 2]; 2] = Default::default();
     if a.rate_seconds > 0.0 {
         for _ in 0..2 {
-            one.push(rate(&exe, socket, arch.name, 1, a.rate_seconds)?);
-            many.push(rate(&exe, socket, arch.name, procs, a.rate_seconds)?);
+            for (w, usleep) in [false, true].into_iter().enumerate() {
+                rates[w][0].push(rate(&exe, socket, arch.name, 1, a.rate_seconds, usleep)?);
+                rates[w][1].push(rate(&exe, socket, arch.name, procs, a.rate_seconds, usleep)?);
+            }
         }
     }
     let median = |v: &mut Vec<f64>| {
         v.sort_by(f64::total_cmp);
         v.get(v.len() / 2).copied()
     };
-    let (one, many) = (median(&mut one), median(&mut many));
+    let [[mut s1, mut s8], [mut u1, mut u8]] = rates;
+    let (one, many) = (median(&mut s1), median(&mut s8));
+    let (uone, umany) = (median(&mut u1), median(&mut u8));
     let kill50 = pct(&mut kill_ms, 0.5);
     let kill_max = kill_ms.iter().copied().max().unwrap_or(0);
     let lease50 = pct(&mut lease_us, 0.5);
@@ -386,7 +405,9 @@ fn measure(
             "syscalls_per_execute": sys,
             "sigkill_to_leasable_us": {"p50": kill50, "max": kill_max, "kills": a.kills},
             "execute_rate_per_s": {"one_process": one, "processes": procs, "all_processes": many,
-                "ratio": one.zip(many).map(|(o, m)| m / o.max(1e-9))},
+                "ratio": one.zip(many).map(|(o, m)| m / o.max(1e-9)),
+                "usleep_wait": {"one_process": uone, "all_processes": umany,
+                    "ratio": uone.zip(umany).map(|(o, m)| m / o.max(1e-9))}},
         }));
     } else {
         println!("bench shared ({}, one NC per process, broker on a private socket)", arch.name);
@@ -410,13 +431,15 @@ fn measure(
             kill_max as f64 / 1e3,
             a.kills
         );
-        match (one, many) {
-            (Some(o), Some(m)) => println!(
-                "  execute rate, one NC per process ({:.1} s rounds, median of 2): 1 process {o:.0}/s, {procs} processes {m:.0}/s ({:.2}x)",
-                a.rate_seconds,
-                m / o.max(1e-9)
-            ),
-            _ => println!("  execute rate: not measured (--rate-seconds 0)"),
+        for (what, one, many) in [("spinning wait", one, many), ("usleep(1) wait", uone, umany)] {
+            match (one, many) {
+                (Some(o), Some(m)) => println!(
+                    "  execute rate, one NC per process, {what} ({:.1} s rounds, median of 2): 1 process {o:.0}/s, {procs} processes {m:.0}/s ({:.2}x)",
+                    a.rate_seconds,
+                    m / o.max(1e-9)
+                ),
+                _ => println!("  execute rate, {what}: not measured (--rate-seconds 0)"),
+            }
         }
     }
     Ok(())

@@ -146,7 +146,7 @@ pub(super) fn serve(conn: &mut Conn<'_>, stream: &UnixStream, mut fast: FastServ
         }
         if now.duration_since(last_work) < SPIN {
             spins = spins.wrapping_add(1);
-            if spins % 64 == 0 {
+            if spins.is_multiple_of(64) {
                 // Another thread of this 2-CPU budget (a client, a neighbour's connection) may
                 // be what this one waits for.
                 std::thread::yield_now();

@@ -54,7 +54,7 @@ impl FastPath {
         let n = fds.len();
         let [ring_fd, bell, published]: [OwnedFd; 3] = fds.try_into().map_err(|_| FastPathError::Descriptors(n))?;
         let cap = info.ring_entries;
-        if !(cap.is_power_of_two() && cap >= 2 && cap <= 1 << 16) {
+        if !(cap.is_power_of_two() && (2..=1 << 16).contains(&cap)) {
             return Err(FastPathError::Ring(cap));
         }
         let ring = SharedWords::open(ring_fd, ring::words_for(cap), true)?;
@@ -90,7 +90,7 @@ impl FastPath {
                 }
                 Pushed::Full => {
                     spins = spins.wrapping_add(1);
-                    if spins % 64 == 0 {
+                    if spins.is_multiple_of(64) {
                         std::thread::yield_now();
                         if since.elapsed() >= FULL_CHECK {
                             if !alive() {
@@ -117,7 +117,7 @@ impl FastPath {
         let mut spins = 0u32;
         while !ring::taken_up_to(w, posted) {
             spins = spins.wrapping_add(1);
-            if spins % 256 == 0 && start.elapsed() >= DRAIN_WAIT {
+            if spins.is_multiple_of(256) && start.elapsed() >= DRAIN_WAIT {
                 return Published::Busy;
             }
             std::hint::spin_loop();

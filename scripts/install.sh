@@ -9,11 +9,12 @@
 #   --from-target DIR   take the already-built libnrt.so and binaries from a cargo target
 #                       profile directory (e.g. target/debug) instead of building release
 #
-# Without --from-target it runs `cargo build --release -p capi -p cli` first. It lays out:
+# Without --from-target it runs `cargo build --release -p capi -p cli -p k8s` first. It lays out:
 #   DIR/lib/libnrt.so.1             the library (SONAME libnrt.so.1)
 #   DIR/lib/libnrt.so -> libnrt.so.1
 #   DIR/include/nrt/*.h, DIR/include/ndl/*   libnrt's public headers
-#   DIR/bin/*                       every binary of the cli package
+#   DIR/bin/*                       every binary of the cli package, and the k8s package's
+#                                   neuron-vfio-k8s-device-plugin (docs/kubernetes.md)
 #   DIR/lib/pkgconfig/nrt.pc        Libs: -L${libdir} -lnrt, Cflags: -I${includedir}
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -34,19 +35,20 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$prefix" ] || die "empty prefix"
 
-# The cli package's binaries: its [[bin]] targets and the ones cargo discovers in src/bin/.
+# The cli package's binaries (its [[bin]] targets and the ones cargo discovers in src/bin/) and
+# the k8s package's [[bin]] targets.
 bins() {
     {
         awk '/^\[\[bin\]\]/ { b = 1; next } /^\[/ { b = 0 }
              b && $1 == "name" { v = $0; sub(/^[^=]*= *"/, "", v); sub(/".*$/, "", v); print v }' \
-            "$repo/cli/Cargo.toml"
+            "$repo/cli/Cargo.toml" "$repo/k8s/Cargo.toml"
         for f in "$repo"/cli/src/bin/*.rs; do [ -f "$f" ] && basename "$f" .rs; done
         for f in "$repo"/cli/src/bin/*/main.rs; do [ -f "$f" ] && basename "$(dirname "$f")"; done
     } | sort -u
 }
 
 if [ -z "$from" ]; then
-    (cd "$repo" && cargo build --release -p capi -p cli)
+    (cd "$repo" && cargo build --release -p capi -p cli -p k8s)
     from=$repo/target/release
 fi
 [ -d "$from" ] || die "no target directory $from"

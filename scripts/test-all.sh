@@ -8,8 +8,9 @@
 #   python3 and python3-venv, strace, valgrind (the C ABI tests run their programs under it), git,
 #   xz-utils, cmake (tests/tests/sdk_install.rs builds tests/cmake/ against an installed prefix),
 #   openmpi-bin (capi/tests/launchers.rs starts a libnrt job with mpirun; it also brings
-#   Debian's libfabric1, which fabric/tests/ranks.rs runs the transport on) and iproute2 (the
-#   two-host test's network namespaces);
+#   Debian's libfabric1, which fabric/tests/ranks.rs runs the transport on), iproute2 (the
+#   two-host test's network namespaces) and crun (k8s/tests/containers.rs runs the device
+#   plugin's pods in containers with it; docs/kubernetes.md);
 # - the QEMU VFIO test (scripts/qemu/setup.sh, docs/qemu.md): busybox, a guest kernel built
 #   from Debian's linux-source-6.12, QEMU 11 from trixie-backports in a private root that
 #   finds its firmware only there;
@@ -23,7 +24,7 @@ cd "$(dirname "$0")/.."
 start=$(date +%s)
 need=""
 for p in gcc g++ libc6-dev make binutils pkg-config python3 python3-venv strace valgrind git xz-utils \
-    ca-certificates cmake openmpi-bin iproute2; do
+    ca-certificates cmake openmpi-bin iproute2 crun; do
     dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed$' || need="$need $p"
 done
 if [ -n "$need" ]; then

@@ -184,6 +184,9 @@ fn run_ranks(prog: &Path, dir: &Path, envs: &[Vec<(String, String)>], ops: &str)
 }
 
 const OPS: &str = "allreduce allgather reducescatter";
+/// Scheduling slack on a bound that a loaded machine can overrun by a few milliseconds to
+/// seconds: the bounds check that nothing waits for ever, not how fast it ends.
+const SCHED_SLACK_S: f64 = 5.0;
 
 #[test]
 fn mpirun_starts_four_ranks_of_a_libnrt_program() {
@@ -495,7 +498,14 @@ fn two_hosts_in_network_namespaces() {
         let secs: f64 = w.nth(1).and_then(|s| s.parse().ok()).unwrap_or(f64::NAN);
         println!("rank {r}: status {status}, the failing execution took {secs:.3} s");
         assert!(matches!(status, 1206 | 1200), "rank {r}: {line:?}");
-        assert!(secs <= exec_timeout as f64, "rank {r}: {secs} s is beyond NEURON_RT_EXEC_TIMEOUT={exec_timeout}");
+        // The failing execution ends at the execution timeout, not at the stopper (2 × timeout
+        // + 10 s): a bound with room for a loaded machine's scheduling (the clean room measured
+        // 5.037 s for a 5 s timeout at load 9), not a timing figure.
+        let bound = exec_timeout as f64 + SCHED_SLACK_S;
+        assert!(
+            secs <= bound,
+            "rank {r}: {secs} s is beyond NEURON_RT_EXEC_TIMEOUT={exec_timeout} + {SCHED_SLACK_S} s"
+        );
     }
     drop(hosts);
     let _ = std::fs::remove_dir_all(&dir);

@@ -123,14 +123,15 @@ fn pci_row(sys: &Sysfs, f: &PciFunction, arch: &'static Arch) -> Row {
     }
 }
 
-/// The broker's shared simulated devices of `arch` (`ls --device sim:shared:ARCH`): those it
-/// has opened, with their processes.
+/// The broker's shared simulated devices of `arch` (`ls --device sim:shared:ARCH`; `None`:
+/// of every arch): those it has opened, with their processes.
 #[cfg(feature = "sim")]
-fn shared_rows(sys: &Sysfs, arch: &'static Arch) -> Vec<Row> {
+fn shared_rows(sys: &Sysfs, arch: Option<&'static Arch>) -> Vec<Row> {
     broker_client::client::devices()
         .into_iter()
-        .filter(|d| d.arch == arch.name)
-        .map(|d| Row {
+        .filter(|d| d.name.starts_with(SIM_SHARED) && arch.is_none_or(|a| d.arch == a.name))
+        .filter_map(|d| Some((Arch::by_name(&d.arch).ok()?, d)))
+        .map(|(arch, d)| Row {
             bdf: d.name.clone(),
             arch,
             pci_id: format!("{:04x}:{:04x}", arch.pci_vendor, arch.pci_devices.first().copied().unwrap_or(0)),
@@ -145,8 +146,30 @@ fn shared_rows(sys: &Sysfs, arch: &'static Arch) -> Vec<Row> {
 }
 
 #[cfg(not(feature = "sim"))]
-fn shared_rows(_sys: &Sysfs, _arch: &'static Arch) -> Vec<Row> {
+fn shared_rows(_sys: &Sysfs, _arch: Option<&'static Arch>) -> Vec<Row> {
     Vec::new()
+}
+
+/// How the broker names its shared simulated devices (`sim:shared:ARCH#N`).
+#[cfg(feature = "sim")]
+const SIM_SHARED: &str = "sim:shared:";
+
+/// The simulated devices private to other processes (each lives in its process).
+fn private_rows(sys: &Sysfs) -> Vec<Row> {
+    crate::procs::private_sims()
+        .into_iter()
+        .map(|(id, arch, pid)| Row {
+            bdf: id,
+            arch,
+            pci_id: format!("{:04x}:{:04x}", arch.pci_vendor, arch.pci_devices.first().copied().unwrap_or(0)),
+            driver: Some("sim".into()),
+            iommu_group: None,
+            numa_node: None,
+            cpu_affinity: online_cpus(sys),
+            user: crate::procs::DeviceUse::PrivateOf(pid),
+            broker_name: None,
+        })
+        .collect()
 }
 
 fn sim_rows(sys: &Sysfs, arch: &'static Arch, n: usize, timing: SimTiming) -> Result<Vec<Row>, CliError> {
@@ -182,7 +205,7 @@ pub fn ls_with(spec: &DeviceSpec, timing: SimTiming, json: bool, opts: LsOpts) -
     let rows = match spec {
         DeviceSpec::Sim { arch, n } => sim_rows(&sys, arch, *n, timing)?,
         DeviceSpec::SimShared { arch, .. } => {
-            let rows = shared_rows(&sys, arch);
+            let rows = shared_rows(&sys, Some(arch));
             if rows.is_empty() {
                 eprintln!("notice: no broker serves a shared {} device now", arch.name);
             }
@@ -196,8 +219,13 @@ pub fn ls_with(spec: &DeviceSpec, timing: SimTiming, json: bool, opts: LsOpts) -
             vec![pci_row(&sys, &f, arch)]
         }
         DeviceSpec::Default => {
+            // Every device of the host: its Neuron PCI functions, the broker's shared
+            // simulated devices, the simulated devices private to running processes.
             let fs = device::neuron_functions(&sys)?;
-            let rows: Vec<Row> = fs.iter().filter_map(|f| device::arch_of(f).map(|a| pci_row(&sys, f, a))).collect();
+            let mut rows: Vec<Row> =
+                fs.iter().filter_map(|f| device::arch_of(f).map(|a| pci_row(&sys, f, a))).collect();
+            rows.extend(shared_rows(&sys, None));
+            rows.extend(private_rows(&sys));
             if rows.is_empty() {
                 eprintln!("notice: no Neuron device found; listing the simulator (--device sim)");
                 sim_rows(&sys, &csr_maps::SUNDA, 1, timing)?

@@ -145,6 +145,12 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
         args: Vec<OsString>,
     },
+    /// The Kubernetes device plugin (docs/kubernetes.md): hands out the NeuronCores and devices
+    /// of `--device sim:shared[:ARCH[:N]]` or `--device <PCI BDF>` (default:
+    /// NEURON_VFIO_DEVICE) to pods through the kubelet's device plugin API, the cores leased
+    /// through the broker; the same as the `neuron-vfio-k8s-device-plugin` binary.
+    #[cfg(feature = "k8s")]
+    K8sDevicePlugin(k8s::daemon::PluginArgs),
 }
 
 #[derive(Subcommand)]
@@ -295,6 +301,14 @@ fn run(cli: Cli) -> Result<(), CliError> {
             }
             std::process::exit(nccom::main(args, &[OsString::from("nccom-test")]))
         }
+        #[cfg(feature = "k8s")]
+        Cmd::K8sDevicePlugin(a) => k8s::daemon::run(cli.device.as_deref(), &a).map_err(|e| {
+            if e.is_usage() {
+                CliError::invalid(e)
+            } else {
+                CliError::failure(e)
+            }
+        }),
         Cmd::Bench(BenchCmd::NeffLoad(a)) => cmd_neff::bench_neff_load(a, json),
         Cmd::Bench(BenchCmd::LargeVar(a)) => cmd_neff::bench_large_var(a, json),
         Cmd::Bench(BenchCmd::Exec(a)) => cmd_bench::exec_bench(a, json),
@@ -396,13 +410,24 @@ fn finish(cli: Cli) {
 pub fn main() {
     default_sigpipe();
     let cli = parse_cli(command());
-    init_logging();
+    init_logging_at(daemon_log_level(&cli));
     if matches!(cli.cmd, Cmd::Bench(_)) && !alloc_count::active() {
         let args: Vec<OsString> = std::env::args_os().skip(1).collect();
         let why = exec_bench_binary(&args);
         eprintln!("notice: {why}; benchmarking without allocation counting");
     }
     finish(cli)
+}
+
+/// A daemon's log says what it does (the device plugin's registrations and allocations): info,
+/// unless `NEURON_RT_LOG_LEVEL` says otherwise; other commands log as [`init_logging`].
+fn daemon_log_level(cli: &Cli) -> Option<&'static str> {
+    #[cfg(feature = "k8s")]
+    if matches!(cli.cmd, Cmd::K8sDevicePlugin(_)) && std::env::var_os(runtime::env::LOG_LEVEL_VAR).is_none() {
+        return Some("info");
+    }
+    let _ = cli;
+    None
 }
 
 /// `neuron-vfio-bench`'s `main` (its global allocator is [`alloc_count::Counting`]): the

@@ -25,6 +25,8 @@ pub struct ProcessInfo {
 pub enum DeviceUse {
     /// A private simulated device of this process.
     Sim,
+    /// A private simulated device of another process (it publishes counters for it).
+    PrivateOf(u32),
     /// A PCI function, by its IOMMU group (None: not isolated, no VFIO group to hold).
     Pci { iommu_group: Option<u32> },
     /// A shared simulated device: its processes are the broker's clients.
@@ -53,6 +55,7 @@ pub fn device_processes(dev: DeviceUse, broker_name: Option<&str>) -> Vec<Proces
     let segments = runtime::counters::discover(&runtime::counters::shm_dir());
     let mut found: Vec<ProcessInfo> = match dev {
         DeviceUse::Sim => vec![info(std::process::id(), &segments)],
+        DeviceUse::PrivateOf(pid) => vec![info(pid, &segments)],
         DeviceUse::Pci { iommu_group: None } | DeviceUse::Shared => Vec::new(),
         DeviceUse::Pci { iommu_group: Some(g) } => {
             let node = select::dev_dir().join("vfio").join(g.to_string());
@@ -67,6 +70,30 @@ pub fn device_processes(dev: DeviceUse, broker_name: Option<&str>) -> Vec<Proces
     }
     found.sort_by_key(|p| p.pid);
     found
+}
+
+/// The simulated devices private to other processes on this host, by the counters their
+/// runtimes publish: (identity `sim:PID/INDEX`, arch, pid), in identity order.
+pub fn private_sims() -> Vec<(String, &'static csr_maps::Arch, u32)> {
+    let me = u64::from(std::process::id());
+    let mut out: Vec<(String, &'static csr_maps::Arch, u32)> = Vec::new();
+    for seg in runtime::counters::discover(&runtime::counters::shm_dir()) {
+        let s = seg.snapshot();
+        let Ok(pid) = u32::try_from(s.pid) else { continue };
+        if s.pid == me {
+            continue;
+        }
+        for (k, d) in s.device_ids.iter().enumerate() {
+            let private = d.identity.starts_with("sim:") && !d.identity.starts_with("sim:shared:");
+            let arch =
+                s.ncs.iter().find(|n| n.device == k as u64).and_then(|n| csr_maps::Arch::by_nc_version(n.nc_version));
+            if let (true, Some(arch)) = (private, arch) {
+                out.push((d.identity.clone(), arch, pid));
+            }
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
 }
 
 /// The broker's clients on device `name` (none when no broker runs).

@@ -160,6 +160,69 @@ fn top_once_renders_a_row_per_nc() {
     let _ = std::fs::remove_dir_all(&shm);
 }
 
+/// With no `--device`, `top`, `monitor` and `ls` show every device a process drives, of
+/// every arch: a cayman and a sunda workload, each on its private simulated device.
+#[test]
+fn without_a_device_the_tools_show_every_device_of_every_arch() {
+    let shm = shm_dir("every");
+    let segments = |n: usize| move |shm: &Path| std::fs::read_dir(shm).map(|d| d.count()).unwrap_or(0) >= n;
+    let cayman = Runner::start_on(&shm, "sim:cayman", "counters", segments(1), Duration::from_millis(0));
+    let sunda = Runner::start_on(&shm, "sim:sunda", "counters", segments(2), Duration::from_millis(300));
+    let (pc, ps) = (cayman.pid(), sunda.pid());
+    // A host with no Neuron PCI function and no broker: what the counters show.
+    let host = |c: &mut std::process::Command| {
+        c.env("NEURON_VFIO_SYSFS", shm.join("no-sysfs")).env("NEURON_VFIO_BROKER_SOCKET", shm.join("no-broker.sock"));
+    };
+    let mut top = cli(&shm);
+    host(&mut top);
+    let out = top.args(["top", "--once", "--period-ms", "300"]).output().expect("top");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let frame = String::from_utf8_lossy(&out.stdout);
+    assert!(frame.contains("every device of this host: 2 device(s), 2 runtime process(es)"), "{frame}");
+    assert!(frame.contains(&format!("device sim:{pc}/0 (cayman, 8 NeuronCores): process(es) {pc}")), "{frame}");
+    assert!(frame.contains(&format!("device sim:{ps}/0 (sunda, 2 NeuronCores): process(es) {ps}")), "{frame}");
+    // --device narrows to one arch.
+    let mut top = cli(&shm);
+    host(&mut top);
+    let out = top.args(["--device", "sim:sunda", "top", "--once", "--period-ms", "200"]).output().expect("top");
+    let frame = String::from_utf8_lossy(&out.stdout);
+    assert!(frame.contains(&format!("device sim:{ps}/0: process(es) {ps}")) && !frame.contains(&pc), "{frame}");
+    // monitor: both devices, each with its arch.
+    let mut mon = cli(&shm);
+    host(&mut mon);
+    let out = mon.args(["--json", "monitor", "--format", "native", "--count", "1", "--period-ms", "300"]).output();
+    let out = out.expect("monitor");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON report");
+    let mut archs: Vec<&str> =
+        v["devices"].as_array().expect("devices").iter().filter_map(|d| d["arch"].as_str()).collect();
+    archs.sort_unstable();
+    assert_eq!(archs, ["cayman", "sunda"], "{v}");
+    // ls: both private devices, each with the process that drives it.
+    let mut ls = cli(&shm);
+    host(&mut ls);
+    let out = ls.args(["--json", "ls"]).output().expect("ls");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let rows: Vec<(String, String, String)> = v
+        .as_array()
+        .expect("devices")
+        .iter()
+        .map(|d| {
+            let pid = d["neuron_processes"][0]["pid"].to_string();
+            (d["bdf"].as_str().unwrap_or("").to_string(), d["arch"].as_str().unwrap_or("").to_string(), pid)
+        })
+        .collect();
+    let mut want = vec![
+        (format!("sim:{pc}/0"), "cayman".to_string(), pc.clone()),
+        (format!("sim:{ps}/0"), "sunda".into(), ps.clone()),
+    ];
+    want.sort();
+    assert_eq!(rows, want, "{v}");
+    drop((cayman, sunda));
+    let _ = std::fs::remove_dir_all(&shm);
+}
+
 #[test]
 fn nothing_published_when_counters_are_off() {
     let shm = shm_dir("off");

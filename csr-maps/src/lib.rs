@@ -158,6 +158,11 @@ impl Arch {
         ARCHES.iter().copied().find(|a| a.pci_vendor == vendor && a.pci_devices.contains(&device))
     }
 
+    /// The arch of a NeuronCore version number (2, 3, 4: what the runtime's counters carry).
+    pub fn by_nc_version(nc_version: u64) -> Option<&'static Arch> {
+        ARCHES.iter().copied().find(|a| u64::from(a.nc_version) == nc_version)
+    }
+
     /// The placement table of instance `name`.
     pub fn instance(&self, name: &str) -> Option<&'static InstanceDef> {
         self.instances.iter().find(|i| i.name == name)

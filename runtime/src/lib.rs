@@ -31,6 +31,7 @@ pub mod debug_endpoint;
 pub mod env;
 pub mod error;
 pub mod error_decode;
+pub mod hw_err;
 pub mod lanes;
 pub(crate) mod locks;
 pub mod observe;

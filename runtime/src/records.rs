@@ -3,7 +3,9 @@
 //! (docs/facts/libnrt-runtime-model.md §B.3), and so does this module: it does not call the
 //! encoders the simulator uses, so a device and a driver that disagree on a field's meaning
 //! cannot both pass the golden-vector tests (`runtime/tests/golden.rs`). The decoded values are
-//! carried in the plain `csr_maps::formats` structs the completion engine consumes.
+//! carried in the plain `csr_maps::formats` structs the completion engine consumes. The
+//! decoders are `#[inline]`: the harvest calls them per record from another module (another
+//! codegen unit), where a call per record was measurable (`bench exec`, docs/performance.md).
 
 use csr_maps::formats::error::TpbErrorRecord;
 use csr_maps::formats::le::{u16_at, u32_at, u64_at};
@@ -23,6 +25,7 @@ pub struct Header {
 }
 
 /// Decode the header byte.
+#[inline]
 pub fn header(byte: u8) -> Header {
     Header {
         ntype: byte & 0x1F,
@@ -35,6 +38,7 @@ pub fn header(byte: u8) -> Header {
 /// An INFER_STATUS entry as libnrt's completion engine reads it: line u16 @0, line bits 19:16
 /// in the low nibble @2 and the debug hint in its high nibble, tag `& 0x1F` @3, custom sub-id
 /// u16 @4, subtype u16 @6, device timestamp u64 @8.
+#[inline]
 pub fn infer_status(b: &[u8; RECORD_BYTES]) -> InferStatus {
     let h = header(b[3]);
     InferStatus {
@@ -54,6 +58,7 @@ pub fn infer_status(b: &[u8; RECORD_BYTES]) -> InferStatus {
 /// A TPB error-ring entry: `error_id = rec & 0xFF`, the error mask `(rec >> 8) as u16`
 /// (libnrt's `v2_error_get_infer_error_subtype`), the header @3, the sequencer metadata u32 @4
 /// and the timestamp u64 @8.
+#[inline]
 pub fn error_record(b: &[u8; RECORD_BYTES]) -> TpbErrorRecord {
     let lo = u64_at(b, 0);
     TpbErrorRecord {

@@ -51,6 +51,13 @@ fn workspace_deps() -> BTreeMap<String, BTreeMap<String, bool>> {
 /// The table `| crate | role | may depend on |` of docs/architecture.md: crate folder → (crate
 /// → optional?). The last cell is `—` or a comma-separated list of crate names, an optional
 /// dependency in parentheses; anything else in it is an error.
+/// A workspace crate's name as the docs write it: lowercase ASCII letters, digits (`k8s`) and
+/// `-`, starting with a letter.
+fn is_crate_name(n: &str) -> bool {
+    n.bytes().next().is_some_and(|c| c.is_ascii_lowercase())
+        && n.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+}
+
 fn documented_deps() -> BTreeMap<String, BTreeMap<String, bool>> {
     let text = std::fs::read_to_string(root().join("docs/architecture.md")).expect("docs/architecture.md");
     let mut lines = text.lines().skip_while(|l| !l.starts_with("| crate | role | may depend on |"));
@@ -69,7 +76,7 @@ fn documented_deps() -> BTreeMap<String, BTreeMap<String, bool>> {
                     None => (item, false),
                 };
                 assert!(
-                    !dep.is_empty() && dep.bytes().all(|c| c.is_ascii_lowercase() || c == b'-'),
+                    is_crate_name(dep),
                     "`{item}` in the row of `{name}` is not a crate name (a list of names, optional ones in parentheses)"
                 );
                 deps.insert(dep.to_string(), optional);
@@ -165,7 +172,7 @@ fn diagram_edges(text: &str) -> BTreeMap<String, (usize, BTreeMap<String, bool>)
         };
         let deps = rest.trim_start().split("  ").next().unwrap_or("");
         let krate = krate.trim().to_string();
-        let is_name = |n: &str| !n.is_empty() && n.bytes().all(|c| c.is_ascii_lowercase() || c == b'-');
+        let is_name = is_crate_name;
         assert!(is_name(&krate), "docs/architecture.md:{at}: `{krate}` is not a crate name");
         let mut map = BTreeMap::new();
         if deps.trim() != "·" {
@@ -220,6 +227,8 @@ fn the_diagram_parser_reads_edges_and_the_reduction_drops_implied_ones() {
     let got: Vec<String> = d.iter().map(|(k, (_, deps))| diagram_line(k, deps)).collect();
     assert_eq!(got, ["low → ·", "mid → low", "opt → ·", "top → mid, (opt)"]);
     assert_eq!(d["top"].0, 6, "line numbers count from the file's first line");
+    assert!(is_crate_name("k8s") && is_crate_name("broker-client"));
+    assert!(!is_crate_name("") && !is_crate_name("8k") && !is_crate_name("Cli") && !is_crate_name("a b"));
     let g = |pairs: &[(&str, &[(&str, bool)])]| -> BTreeMap<String, BTreeMap<String, bool>> {
         pairs.iter().map(|(k, ds)| (k.to_string(), ds.iter().map(|(d, o)| (d.to_string(), *o)).collect())).collect()
     };

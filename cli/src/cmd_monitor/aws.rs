@@ -61,7 +61,7 @@ fn execution_summary(executions: u64, failed: u64, e: &[u64; 7]) -> Value {
 
 /// The arch of an NC version number.
 fn arch_of(nc_version: u64) -> Option<&'static csr_maps::Arch> {
-    csr_maps::ARCHES.iter().copied().find(|a| a.nc_version as u64 == nc_version)
+    csr_maps::Arch::by_nc_version(nc_version)
 }
 
 /// The instance-wide index of the logical NeuronCore of physical NC `nc` at size `lnc`: the

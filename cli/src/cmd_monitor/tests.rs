@@ -270,6 +270,33 @@ fn a_shared_device_is_one_device_with_every_clients_cores() {
 }
 
 #[test]
+fn the_host_view_shows_every_device_with_its_own_arch() {
+    let (before, now) = shared_and_private();
+    let r = report(&before, &now, 1_000_000);
+    // An idle sunda PCI function of the host, and the two devices processes drive.
+    let t = TopTarget {
+        arch: &csr_maps::SUNDA,
+        label: "every device".into(),
+        devices: TopDevices::Host(vec![("0000:10:1e.0".into(), &csr_maps::SUNDA)]),
+    };
+    let f = top_frame(&t, &r);
+    assert!(f.contains("every device of this host: 3 device(s), 3 runtime process(es)"), "{f}");
+    assert!(f.contains("device 0000:10:1e.0 (sunda, 2 NeuronCores): process(es) none"), "{f}");
+    assert!(f.contains("device sim:300/0 (cayman, 8 NeuronCores): process(es) 300"), "{f}");
+    assert!(f.contains("device sim:shared:cayman:0 (cayman, 8 NeuronCores): process(es) 100, 200"), "{f}");
+    let (devices, _, _) = top_rows(&t, &r);
+    let rows: Vec<usize> = devices.iter().map(|d| d.rows.len()).collect();
+    let per = |a: &csr_maps::Arch| a.counts.ncs as usize / crate::procs::shown_lnc(a);
+    // The idle device at the environment's LNC; the driven ones at their processes' (1 here).
+    assert_eq!(rows, [per(&csr_maps::SUNDA), 8, 8], "{f}");
+    // Nothing at all: said so.
+    let empty = Report { period_ns: 1_000_000_000, ..Report::default() };
+    let t = TopTarget { devices: TopDevices::Host(Vec::new()), ..t };
+    let f = top_frame(&t, &empty);
+    assert!(f.contains("0 device(s)") && f.contains("no runtime process drives a device"), "{f}");
+}
+
+#[test]
 fn neuron_monitor_groups_from_a_report() {
     use super::aws::*;
     // One process: a 2-NC model (NCs 0, 1 of cayman device 1), 10 executions in the period

@@ -27,6 +27,11 @@ pub enum TopDevices {
     /// Every simulated device private to a process (`sim:PID/INDEX`) of the arch: each
     /// process running on `sim` has its own.
     PrivateSims,
+    /// Every device of the host, of any arch (no `--device`, as neuron-top shows them): these
+    /// (the host's Neuron PCI functions, shown even when idle) and every device a runtime
+    /// process drives — private and shared simulated devices, VFIO devices — by the counters
+    /// it publishes.
+    Host(Vec<(String, &'static csr_maps::Arch)>),
 }
 
 impl TopDevices {
@@ -37,7 +42,7 @@ impl TopDevices {
 
 pub(super) fn top_target(spec: &DeviceSpec) -> Result<TopTarget, CliError> {
     let spec = match spec {
-        DeviceSpec::Default => crate::device::resolve_default(&crate::device::sysfs())?,
+        DeviceSpec::Default => return Ok(host_target()),
         s => s.clone(),
     };
     match spec {
@@ -57,6 +62,20 @@ pub(super) fn top_target(spec: &DeviceSpec) -> Result<TopTarget, CliError> {
             Ok(TopTarget { arch, label: addr.to_string(), devices: TopDevices::Named(vec![addr.to_string()]) })
         }
         DeviceSpec::Default => Err(CliError::failure("no device selected")),
+    }
+}
+
+/// No `--device`: every device of the host. The arch shown in the header is the host's
+/// first PCI function's, else sunda's; each device line names its own.
+fn host_target() -> TopTarget {
+    let sys = crate::device::sysfs();
+    let pci: Vec<(String, &'static csr_maps::Arch)> = crate::device::neuron_functions(&sys)
+        .map(|fs| fs.iter().filter_map(|f| Some((f.address.to_string(), crate::device::arch_of(f)?))).collect())
+        .unwrap_or_default();
+    TopTarget {
+        arch: pci.first().map_or(&csr_maps::SUNDA, |p| p.1),
+        label: "every device".into(),
+        devices: TopDevices::Host(pci),
     }
 }
 
@@ -85,6 +104,8 @@ pub struct TopRow {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct TopDevice {
     pub id: String,
+    /// Its arch (the target's, or for [`TopDevices::Host`] its own).
+    pub arch: Option<&'static csr_maps::Arch>,
     pub rows: Vec<TopRow>,
     /// The processes owning its NCs.
     pub pids: Vec<u64>,
@@ -92,28 +113,39 @@ pub struct TopDevice {
 
 /// What `top` shows: (the target's devices; runtime processes on them; their host DMA bytes).
 pub fn top_rows(t: &TopTarget, r: &Report) -> (Vec<TopDevice>, usize, u64) {
-    let ncs = t.arch.counts.ncs as usize;
     let secs = (r.period_ns as f64 / 1e9).max(1e-9);
     let views = r.devices();
-    let ids: Vec<String> = match &t.devices {
-        TopDevices::Named(ids) => ids.clone(),
+    let ids: Vec<(String, &'static csr_maps::Arch)> = match &t.devices {
+        TopDevices::Named(ids) => ids.iter().map(|id| (id.clone(), t.arch)).collect(),
         TopDevices::PrivateSims => views
             .iter()
             .filter(|d| d.nc_version == t.arch.nc_version as u64 && TopDevices::private_sim(d.id))
-            .map(|d| d.id.to_string())
+            .map(|d| (d.id.to_string(), t.arch))
             .collect(),
+        TopDevices::Host(pci) => {
+            let mut all = pci.clone();
+            for d in &views {
+                if let Some(a) = csr_maps::Arch::by_nc_version(d.nc_version) {
+                    if !all.iter().any(|(id, _)| id == d.id) {
+                        all.push((d.id.to_string(), a));
+                    }
+                }
+            }
+            all
+        }
     };
     let devices: Vec<TopDevice> = ids
         .into_iter()
-        .map(|id| {
+        .map(|(id, arch)| {
+            let ncs = arch.counts.ncs as usize;
             let owned: Vec<&NcReport> = views
                 .iter()
-                .find(|d| d.id == id && d.nc_version == t.arch.nc_version as u64)
+                .find(|d| d.id == id && d.nc_version == arch.nc_version as u64)
                 .map(|d| d.ncs.clone())
                 .unwrap_or_default();
             // Rows per logical NeuronCore, at the owning processes' LNC (else the environment's):
             // each process's share of a logical core's physical NCs merged into one row.
-            let lnc = owned.first().map(|n| n.lnc.max(1) as usize).unwrap_or_else(|| crate::procs::shown_lnc(t.arch));
+            let lnc = owned.first().map(|n| n.lnc.max(1) as usize).unwrap_or_else(|| crate::procs::shown_lnc(arch));
             let mut rows = Vec::new();
             for l in 0..ncs / lnc {
                 let phys = l * lnc..(l + 1) * lnc;
@@ -140,7 +172,8 @@ pub fn top_rows(t: &TopTarget, r: &Report) -> (Vec<TopDevice>, usize, u64) {
                 }
             }
             let pids: std::collections::BTreeSet<u64> = owned.iter().map(|n| n.pid).collect();
-            TopDevice { id, rows, pids: pids.into_iter().collect() }
+            let arch = matches!(t.devices, TopDevices::Host(_)).then_some(arch);
+            TopDevice { id, arch, rows, pids: pids.into_iter().collect() }
         })
         .collect();
     let pids: std::collections::BTreeSet<u64> = devices.iter().flat_map(|d| d.pids.iter().copied()).collect();
@@ -149,6 +182,12 @@ pub fn top_rows(t: &TopTarget, r: &Report) -> (Vec<TopDevice>, usize, u64) {
 }
 
 fn header(t: &TopTarget, devices: usize, procs: usize, r: &Report) -> String {
+    if matches!(t.devices, TopDevices::Host(_)) {
+        return format!(
+            "neuron-vfio top — every device of this host: {devices} device(s), {procs} runtime process(es), period {} ms",
+            r.period_ns / 1_000_000
+        );
+    }
     format!(
         "neuron-vfio top — {} ({}, {} NeuronCores per device): {devices} device(s), {procs} runtime process(es), period {} ms",
         t.label,
@@ -160,7 +199,11 @@ fn header(t: &TopTarget, devices: usize, procs: usize, r: &Report) -> String {
 
 fn device_line(d: &TopDevice) -> String {
     let pids: Vec<String> = d.pids.iter().map(|p| p.to_string()).collect();
-    format!("device {}: process(es) {}", d.id, if pids.is_empty() { "none".to_string() } else { pids.join(", ") })
+    let pids = if pids.is_empty() { "none".to_string() } else { pids.join(", ") };
+    match d.arch {
+        Some(a) => format!("device {} ({}, {} NeuronCores): process(es) {pids}", d.id, a.name, a.counts.ncs),
+        None => format!("device {}: process(es) {pids}", d.id),
+    }
 }
 
 fn opt_pid(p: Option<u64>) -> String {
@@ -174,7 +217,10 @@ pub fn top_frame(t: &TopTarget, r: &Report) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "{}", header(t, devices.len(), procs, r));
     if devices.is_empty() {
-        let _ = writeln!(o, "(no runtime process drives a {} device)", t.label);
+        let _ = match t.devices {
+            TopDevices::Host(_) => writeln!(o, "(no Neuron device in sysfs and no runtime process drives a device)"),
+            _ => writeln!(o, "(no runtime process drives a {} device)", t.label),
+        };
     }
     for d in &devices {
         let _ = writeln!(o, "{}", device_line(d));

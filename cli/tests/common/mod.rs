@@ -126,9 +126,13 @@ impl FakeTree {
     /// The binary with this tree as sysfs, /dev and state dir.
     pub fn cmd(&self) -> Command {
         let mut c = cli();
+        // The host this tree stands for has no broker and no other runtime publishing
+        // counters: `ls` with no device lists what those show too.
         c.env("NEURON_VFIO_SYSFS", self.sys())
             .env("NEURON_VFIO_DEVDIR", self.root.join("dev"))
-            .env("NEURON_VFIO_STATE_DIR", self.root.join("state"));
+            .env("NEURON_VFIO_STATE_DIR", self.root.join("state"))
+            .env("NEURON_VFIO_SHM_DIR", self.root.join("shm"))
+            .env("NEURON_VFIO_BROKER_SOCKET", self.root.join("broker.sock"));
         c
     }
 
@@ -173,13 +177,24 @@ pub struct Runner(pub std::process::Child);
 
 impl Runner {
     pub fn start(shm: &Path, what: &str, ready: impl Fn(&Path) -> bool, settle: std::time::Duration) -> Self {
+        Self::start_on(shm, "sim:cayman", what, ready, settle)
+    }
+
+    /// [`Runner::start`] on `device` (the model needs 2 NCs: any arch has them).
+    pub fn start_on(
+        shm: &Path,
+        device: &str,
+        what: &str,
+        ready: impl Fn(&Path) -> bool,
+        settle: std::time::Duration,
+    ) -> Self {
         use std::time::{Duration, Instant};
         // The example is compiled for LNC=1 (cayman's default is 2).
         let child = cli_in(shm)
             .env("NEURON_LOGICAL_NC_CONFIG", "1")
             .args([
                 "--device",
-                "sim:cayman",
+                device,
                 "run",
                 "examples/allreduce_2nc.neff",
                 "--input",

@@ -15,6 +15,8 @@
 //! * `NEURON_VFIO_SHM_DIR`, `NEURON_VFIO_COUNTERS`, `NEURON_VFIO_DEBUG_ENDPOINT` (this
 //!   project's): where the monitoring observers publish (default `/dev/shm`, else the temp
 //!   dir), and `0` turns the counters segment / the debug endpoint off (docs/monitoring.md).
+//! * `NEURON_VFIO_HW_ERR_LOG` (this project's): where the node problem detector's
+//!   `NEURON_HW_ERR=` lines go ([`HwErrLog`], [`crate::hw_err`], docs/kubernetes.md).
 //!
 //! * `NEURON_RT_INSPECT_ENABLE` (`1`/`true` on), `NEURON_RT_INSPECT_OUTPUT_DIR` (default
 //!   `./output`), `NEURON_RT_INSPECT_EVENT_FILTER_TYPE` (event types, `hardware`/`software`,
@@ -122,6 +124,59 @@ pub fn numerical_errors_from_env() -> Result<NumericalErrors, EnvError> {
         Ok(v) => parse_numerical_errors(Some(&v)),
         Err(std::env::VarError::NotPresent) => Ok(NumericalErrors::None),
         Err(std::env::VarError::NotUnicode(_)) => Err(EnvError::NotUnicode { var: NUMERICAL_ERRORS_VAR }),
+    }
+}
+
+/// `NEURON_VFIO_HW_ERR_LOG`.
+pub const HW_ERR_LOG_VAR: &str = "NEURON_VFIO_HW_ERR_LOG";
+
+/// Where the `NEURON_HW_ERR=` lines of executions that end with a hardware error go
+/// (`NEURON_VFIO_HW_ERR_LOG`; [`crate::hw_err`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum HwErrLog {
+    /// `auto` (default): a real (VFIO) device's lines to the kernel log, else the journal; a
+    /// simulated device's nowhere (its faults are injected: the host's log is not theirs).
+    #[default]
+    Auto,
+    /// `kmsg`: `/dev/kmsg` only.
+    Kmsg,
+    /// `journal`: the system log socket `/dev/log` only.
+    Journal,
+    /// `stderr`: the process's standard error.
+    Stderr,
+    /// `off`: nowhere.
+    Off,
+    /// An absolute path: a file appended to.
+    File(PathBuf),
+}
+
+/// Parse `NEURON_VFIO_HW_ERR_LOG` (unset or empty: `auto`; keywords in any case).
+pub fn parse_hw_err_log(raw: Option<&str>) -> Result<HwErrLog, EnvError> {
+    let Some(raw) = raw else { return Ok(HwErrLog::Auto) };
+    let t = raw.trim();
+    Ok(match t.to_ascii_lowercase().as_str() {
+        "" | "auto" => HwErrLog::Auto,
+        "kmsg" => HwErrLog::Kmsg,
+        "journal" => HwErrLog::Journal,
+        "stderr" => HwErrLog::Stderr,
+        "off" => HwErrLog::Off,
+        _ if t.starts_with('/') => HwErrLog::File(PathBuf::from(t)),
+        _ => {
+            return Err(EnvError::BadChoice {
+                var: HW_ERR_LOG_VAR,
+                value: raw.to_string(),
+                allowed: "auto, kmsg, journal, stderr, off or an absolute file path",
+            })
+        }
+    })
+}
+
+/// [`parse_hw_err_log`] of the process environment.
+pub fn hw_err_log_from_env() -> Result<HwErrLog, EnvError> {
+    match std::env::var(HW_ERR_LOG_VAR) {
+        Ok(v) => parse_hw_err_log(Some(&v)),
+        Err(std::env::VarError::NotPresent) => Ok(HwErrLog::Auto),
+        Err(std::env::VarError::NotUnicode(_)) => Err(EnvError::NotUnicode { var: HW_ERR_LOG_VAR }),
     }
 }
 

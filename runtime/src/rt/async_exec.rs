@@ -201,6 +201,7 @@ impl Executor for XuExec {
             tok.held = None;
             invalidate_outputs(m, &tok.req.outputs, status);
             m.lifecycle.update(|lc| lc.poison(status));
+            crate::hw_err::report(status, &m.vncs, &m.ncs, &m.devices);
             return status;
         }
         let r = read_outputs(m, ex, &tok.req.outputs);

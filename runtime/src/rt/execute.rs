@@ -225,6 +225,7 @@ fn failed(
     m.count_execution(status, timings.total_ns, 0, warnings, end);
     drop(held);
     m.lifecycle.update(|lc| lc.poison(status));
+    crate::hw_err::report(status, &m.vncs, &m.ncs, &m.devices);
     (status, timings)
 }
 

@@ -183,6 +183,7 @@ impl RuntimeConfig {
         // front ends apply them.
         crate::env::log::LogConfig::from_env(crate::env::DEFAULT_LOG_LEVEL)?;
         crate::env::numerical_errors_from_env()?;
+        crate::env::hw_err_log_from_env()?;
         let barrier_warn = crate::env::barrier_warn_from_env()?.unwrap_or(crate::completion::BARRIER_WARN_INITIAL);
         Ok(Self {
             barrier_warn,

@@ -68,6 +68,7 @@ fn client(socket: &Path, k: u64, ncs: Range<usize>) -> (u64, Arc<VfioUserPlatfor
         modeled_writes: true,
         location: format!("sim:shared:cayman:{k}"),
         posted_writes: true,
+        fast_path: false,
     };
     let p = Arc::new(VfioUserPlatform::from_stream(stream, opts).unwrap());
     let dopts = hal::DeviceOptions {

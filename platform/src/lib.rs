@@ -11,7 +11,8 @@
 //! This crate knows nothing of Neuron. `unsafe` lives only in [`mmio::VolatileMmio`]
 //! (volatile access to a mapped BAR) and [`dma::HostMem`] (raw copies and atomics on
 //! anonymous `memmap2` mappings shared with a device) and [`shm::ShmWords`] (atomic words in a
-//! file mapping shared with other processes) and [`fork`] (registering a `pthread_atfork` child
+//! file mapping shared with other processes) and [`published::SharedWords`] (atomic words in a
+//! sealed memfd shared with other processes) and [`fork`] (registering a `pthread_atfork` child
 //! handler); [`Irq`] waits on an eventfd through `nix`.
 
 pub mod clock;
@@ -20,12 +21,25 @@ pub mod failpoint;
 pub mod fork;
 pub mod irq;
 pub mod mmio;
+pub mod published;
+pub mod seqlock;
 pub mod shm;
 pub mod sync;
+
+/// The atomics [`seqlock`] is written against (std here; its loom model substitutes loom's).
+mod atomic {
+    pub use std::sync::atomic::{fence, AtomicU32, Ordering};
+
+    /// A busy-wait step.
+    pub fn pause() {
+        std::hint::spin_loop();
+    }
+}
 
 pub use dma::{DmaDir, DmaMapping, DmaPerm, DmaUnmap, HostMem, HostMemError, PageSize};
 pub use irq::Irq;
 pub use mmio::{MemMmio, Mmio, MmioError, VolatileMmio};
+pub use published::{Publisher, SharedMemError, SharedWords, Subscriber, Writers};
 pub use shm::{ShmError, ShmWords};
 
 use std::os::fd::OwnedFd;

@@ -459,6 +459,9 @@ fn data_path(
                 location: format!("sim:shared:{arch}:{index}"),
                 // The device's host serves it with sim_serve::serve_connection.
                 posted_writes: true,
+                // Register writes on a ring, the registers read on the execute path from memory
+                // the host publishes: no message per execute (docs/sharing.md).
+                fast_path: true,
             };
             let p = vfio::user::VfioUserPlatform::from_stream(stream, opts)
                 .map_err(|e| SelectError::SharedCores(format!("data path to sim:shared:{arch}:{index}: {e}")))?;

@@ -109,10 +109,12 @@ impl Host {
     /// live host answers on is [`ServeError::HostRunning`] — two brokers starting a host at
     /// once leave one host.
     ///
-    /// The device is made as the broker made its in-process ones: [`SimConfig::new`] with the
-    /// HBM size, inline timing.
+    /// The device is made as the broker makes its in-process ones ([`SimConfig::new`] with the
+    /// HBM size), with inline timing: the device work a register write starts runs on the
+    /// thread that applies the write — a client's connection thread, draining its fast path —
+    /// with no device thread to wake in between (docs/sharing.md, "What an execute costs").
     pub fn bind(cfg: &HostConfig) -> Result<Host, ServeError> {
-        let mut sc = SimConfig::new(cfg.arch);
+        let mut sc = SimConfig::new(cfg.arch).timing(sim::Timing::Inline);
         if let Some(b) = cfg.hbm_bytes {
             sc = sc.hbm_bytes(b);
         }

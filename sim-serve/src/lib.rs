@@ -29,7 +29,7 @@
 //! processes sharing a simulated device reach it — and hosted in a process of its own
 //! ([`host`]: `neuron-vfio sim-host`) so that it outlives the broker that started it.
 //!
-//! Both are served by the crate's one vfio-user server (`conn.rs`, over the device model
+//! Both are served by the crate's one vfio-user server (`conn/`, over the device model
 //! [`SimBackend`]): a VM's connection acts on the whole function, a sharing client's on its
 //! window of it (docs/virtual-device.md, "One vfio-user server").
 

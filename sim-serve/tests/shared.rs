@@ -40,14 +40,23 @@ fn serve(sim: &SimDevice, window: Range<u64>, ncs: Range<usize>) -> (UnixStream,
 }
 
 fn client(stream: UnixStream, window: Range<u64>, ncs: Range<usize>) -> Arc<VfioUserPlatform> {
+    client_with(stream, window, ncs, false)
+}
+
+/// A client, with the fast path (`fast`: register writes on a ring, published registers read
+/// from shared memory) or with messages only.
+fn client_with(stream: UnixStream, window: Range<u64>, ncs: Range<usize>, fast: bool) -> Arc<VfioUserPlatform> {
     let opts = UserOptions {
         iova_window: window,
         irq_vectors: ncs.map(|n| n as u32).collect(),
         modeled_writes: true,
         location: "sim:shared:0".into(),
         posted_writes: false,
+        fast_path: fast,
     };
-    Arc::new(VfioUserPlatform::from_stream(stream, opts).unwrap())
+    let p = VfioUserPlatform::from_stream(stream, opts).unwrap();
+    assert_eq!(p.fast_path(), fast, "the server offers the fast path");
+    Arc::new(p)
 }
 
 fn runtime(p: Arc<VfioUserPlatform>) -> Runtime {
@@ -88,11 +97,11 @@ fn input(seed: u32) -> Vec<u8> {
 fn the_example_runs_exactly_over_vfio_user_on_every_arch() {
     let neff = example("allreduce_1nc.neff");
     let want = f32s(&example("input_32xf32.bin"));
-    for arch in [&SUNDA, &CAYMAN, &MARIANA] {
+    for (arch, fast) in [&SUNDA, &CAYMAN, &MARIANA].into_iter().flat_map(|a| [(a, false), (a, true)]) {
         let sim = sim(arch);
         let ncs = 0..arch.counts.ncs as usize;
         let (stream, served) = serve(&sim, window(0), ncs.clone());
-        let p = client(stream, window(0), ncs);
+        let p = client_with(stream, window(0), ncs, fast);
         let id = p.identity();
         assert_eq!(
             (id.vendor, id.device, id.location.as_str()),
@@ -120,6 +129,15 @@ fn the_example_runs_exactly_over_vfio_user_on_every_arch() {
 
 #[test]
 fn two_clients_share_one_cayman_and_one_leaving_spares_the_other() {
+    two_clients(false);
+}
+
+#[test]
+fn two_clients_on_the_fast_path_share_one_cayman_and_one_leaving_spares_the_other() {
+    two_clients(true);
+}
+
+fn two_clients(fast: bool) {
     let neff = example("allreduce_1nc.neff");
     let sim = sim(&CAYMAN);
     // NC0 and NC2: different HBM channels (NCs 2h and 2h+1 share HBM h), so the two runtimes'
@@ -127,7 +145,7 @@ fn two_clients_share_one_cayman_and_one_leaving_spares_the_other() {
     let (sa, served_a) = serve(&sim, window(0), 0..1);
     let (sb, served_b) = serve(&sim, window(1), 2..3);
     let kill_a = sa.try_clone().unwrap();
-    let (pa, pb) = (client(sa, window(0), 0..1), client(sb, window(1), 2..3));
+    let (pa, pb) = (client_with(sa, window(0), 0..1, fast), client_with(sb, window(1), 2..3, fast));
     let (rta, rtb) = (runtime(pa.clone()), runtime(pb.clone()));
     let (ma, mb) = (rta.load(&neff, Some(0), None).unwrap(), rtb.load(&neff, Some(2), None).unwrap());
     let barrier = Arc::new(std::sync::Barrier::new(2));

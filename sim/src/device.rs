@@ -33,7 +33,7 @@ use std::collections::HashMap;
 // offsets outside the register map before anything is stored).
 use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, Weak};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -49,6 +49,8 @@ use self::space::Seg;
 use self::udma::Engine;
 use crate::decode::Decoder;
 use crate::iommu::Iommu;
+use crate::mirror::Mirror;
+use crate::regfile::RegFile;
 use crate::SimError;
 
 /// When device work runs relative to the host.
@@ -211,7 +213,7 @@ pub(crate) struct Counters {
 
 /// Mutable device state, behind one lock.
 pub(crate) struct State {
-    pub regs: FxHashMap<u64, u32>,
+    pub regs: RegFile,
     pub sems: Vec<Vec<i32>>,
     pub events: Vec<Vec<u8>>,
     pub topsp_sems: Vec<Vec<i32>>,
@@ -362,6 +364,9 @@ pub(crate) struct Dev {
     pub barriers: self::barrier::NcBarriers,
     /// A zero-sized MMIO: block handles on it only compute typed register offsets.
     pub null: MemMmio,
+    /// The registers published to other processes, once asked for
+    /// ([`crate::SimDevice::publish_registers`]).
+    pub mirror: OnceLock<Mirror>,
 }
 
 impl Dev {
@@ -420,8 +425,19 @@ impl Dev {
 
     /// The state lock. Contended acquisitions spin briefly before blocking: device work
     /// holds the lock for microseconds, and parking the host thread in the kernel would add
-    /// a wake-up to its next register access.
-    pub fn lock(&self) -> MutexGuard<'_, State> {
+    /// a wake-up to its next register access. With published registers ([`crate::mirror`])
+    /// the critical section is a change of them: opened here, closed when the guard drops.
+    pub fn lock(&self) -> StateGuard<'_> {
+        let g = self.lock_raw();
+        let mirror = self.mirror.get();
+        if let Some(m) = mirror {
+            m.begin();
+        }
+        StateGuard { g, dev: self, mirror }
+    }
+
+    /// The state lock alone, for a critical section that changes nothing (a wait for work).
+    pub fn lock_raw(&self) -> MutexGuard<'_, State> {
         for i in 0..4096u32 {
             match self.st.try_lock() {
                 Ok(g) => return g,
@@ -436,6 +452,41 @@ impl Dev {
             }
         }
         platform::sync::lock(&self.st)
+    }
+}
+
+/// The device state, locked ([`Dev::lock`]). Dropping it republishes the published registers
+/// that changed and closes the change.
+pub(crate) struct StateGuard<'a> {
+    g: MutexGuard<'a, State>,
+    dev: &'a Dev,
+    /// The published registers, if there were any when the lock was taken.
+    mirror: Option<&'a Mirror>,
+}
+
+impl std::ops::Deref for StateGuard<'_> {
+    type Target = State;
+    fn deref(&self) -> &State {
+        &self.g
+    }
+}
+
+impl std::ops::DerefMut for StateGuard<'_> {
+    fn deref_mut(&mut self) -> &mut State {
+        &mut self.g
+    }
+}
+
+impl Drop for StateGuard<'_> {
+    fn drop(&mut self) {
+        let Some(m) = self.mirror else { return };
+        let groups = self.g.regs.dirty_groups();
+        for g in groups {
+            for (word, hit) in m.groups.get(g).map(Vec::as_slice).unwrap_or(&[]) {
+                m.store(*word, self.dev.generic_read(&self.g, hit));
+            }
+        }
+        m.end();
     }
 }
 

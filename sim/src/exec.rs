@@ -3,11 +3,11 @@
 //! test steps the device; and the hand-over of collective results between devices.
 
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, MutexGuard};
+use std::sync::Arc;
 use std::time::Instant;
 
 use crate::device::hub::Delivery;
-use crate::device::{Dev, State, Timing};
+use crate::device::{Dev, State, StateGuard, Timing};
 
 impl Dev {
     /// Run everything pending on `nc` until no progress; collect deliveries.
@@ -30,7 +30,7 @@ impl Dev {
     }
 
     /// After a host-triggered change: run (inline), wake threads, or do nothing (step).
-    pub fn after(&self, mut st: MutexGuard<'_, State>) {
+    pub fn after(&self, mut st: StateGuard<'_>) {
         match self.cfg.timing {
             Timing::Step => {}
             Timing::Inline => {
@@ -139,7 +139,15 @@ fn nc_thread(dev: Arc<Dev>, nc: usize) {
             break;
         }
         if !st.pending[nc] {
-            st = platform::sync::wait(&dev.cvs[nc], st);
+            // Wait for work under the bare lock: the wait changes nothing, so it is no change
+            // of the published registers (and holds none open while it sleeps).
+            drop(st);
+            let mut g = dev.lock_raw();
+            while !g.pending[nc] && !dev.shutdown.load(Ordering::Acquire) {
+                g = platform::sync::wait(&dev.cvs[nc], g);
+            }
+            drop(g);
+            st = dev.lock();
             continue;
         }
         let mut out = dev.hub.take_deliveries();

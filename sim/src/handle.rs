@@ -19,6 +19,7 @@ use crate::device::udma::Engine;
 use crate::device::{Counters, Dev, Layout, ListPool, SimConfig, SimStats, State};
 use crate::external::{ExternalDma, ExternalError};
 use crate::iommu::{Iommu, Mapping};
+use crate::mirror::RegisterMirror;
 use crate::SimError;
 
 /// One simulated Neuron device. Cloning shares the device; device threads stop when
@@ -77,7 +78,7 @@ impl SimDevice {
         let sems = arch.counts.semaphores as usize;
         let evs = arch.counts.events as usize;
         let st = State {
-            regs: FxHashMap::default(),
+            regs: Default::default(),
             sems: vec![vec![0; sems]; ncs],
             events: vec![vec![0; evs]; ncs],
             topsp_sems: vec![vec![0; sems]; arch.counts.top_sps as usize],
@@ -119,6 +120,7 @@ impl SimDevice {
             me: me.clone(),
             barriers: crate::device::barrier::NcBarriers::new(ncs),
             null: MemMmio::new(0),
+            mirror: std::sync::OnceLock::new(),
             cfg,
         });
         {
@@ -176,6 +178,27 @@ impl SimDevice {
     /// Step mode: step until nothing is pending.
     pub fn run_until_idle(&self) {
         while self.step() {}
+    }
+
+    /// Publish the registers a shared device's clients read on their execute path (every
+    /// NC's interrupt controller) in memory other processes map read-only, kept current from
+    /// now on ([`crate::mirror`]). The first call sets it up; every call returns a handle to
+    /// the same memory.
+    pub fn publish_registers(&self) -> Result<RegisterMirror, SimError> {
+        let d = &self.dev;
+        if d.mirror.get().is_none() {
+            let m = crate::mirror::Mirror::new(&d.dec, d.ncs())?;
+            let watched = m.watched();
+            // Another caller may have won: its mirror stays, this one goes.
+            if d.mirror.set(m).is_ok() {
+                // Every group starts dirty: published when this guard drops.
+                d.lock().regs.watch(watched, d.ncs());
+            }
+        }
+        match d.mirror.get() {
+            Some(m) => m.handle().map_err(SimError::Mirror),
+            None => Err(SimError::Mirror(std::io::Error::other("no published registers"))),
+        }
     }
 
     /// Counters, engine states and accounting.

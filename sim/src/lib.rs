@@ -22,7 +22,9 @@ mod handle;
 mod hbm;
 mod interhost;
 mod iommu;
+mod mirror;
 mod platform_impl;
+mod regfile;
 mod regs;
 mod reset;
 mod topology;
@@ -33,6 +35,7 @@ pub use external::{ExternalDma, ExternalError};
 pub use handle::SimDevice;
 pub use interhost::{CollKind, InterHost, InterHostError, InterHostRequest};
 pub use iommu::DmaFault;
+pub use mirror::RegisterMirror;
 pub use topology::SimTopology;
 
 /// Errors creating a simulated device.
@@ -48,6 +51,11 @@ pub enum SimError {
     Arch(#[from] csr_maps::CsrError),
     #[error("the `{arch}` description has no `{name}` region, which the simulator models")]
     MissingRegion { arch: &'static str, name: &'static str },
+    /// The memory the device publishes registers into ([`SimDevice::publish_registers`]).
+    #[error("published registers: {0}")]
+    SharedMem(#[from] platform::SharedMemError),
+    #[error("published registers: {0}")]
+    Mirror(std::io::Error),
     #[error("the `{arch}` description places no {instance:?} block in BAR0, which the simulator models")]
     MissingInstance { arch: &'static str, instance: csr_maps::InstanceId },
 }

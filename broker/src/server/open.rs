@@ -136,6 +136,8 @@ pub(super) fn open_hosted(
         modeled_writes: true,
         location: name.clone(),
         posted_writes: true,
+        // Its handle grants memory; it makes no register accesses worth a ring.
+        fast_path: false,
     };
     let p: Arc<dyn platform::Platform> = Arc::new(
         vfio::user::VfioUserPlatform::from_stream(stream, uopts).map_err(|e| failed("its vfio-user connection", &e))?,

@@ -7,7 +7,10 @@
 //!   offers the region by descriptor (the MMAP flag and a file in the region-info reply), in
 //!   which case the region is mapped here and accessed directly. The simulator's registers
 //!   have side effects (a write starts a queue, a read pops a notification), so it offers no
-//!   descriptor and its BARs go through messages;
+//!   descriptor and its BARs go through messages — or, when both ends speak this project's
+//!   fast path ([`UserOptions::fast_path`], `fast.rs`), writes are posted on a ring in shared
+//!   memory and the registers the server publishes are read from shared memory, so that an
+//!   execute sends no message;
 //! - DMA: host memory must be shareable, so a mapping's memory is a memfd
 //!   ([`HostMem::alloc_shared`]; a caller's anonymous buffer is moved into one, contents
 //!   copied, once at map time), mapped by DMA_MAP with its descriptor at an IOVA from this
@@ -21,7 +24,16 @@
 //! A connection that fails (the server died) makes register accesses fail with
 //! [`MmioError::Lost`]; nothing panics.
 
+mod fast;
+pub mod ring;
 pub mod wire;
+
+pub use fast::FastPathError;
+
+/// The atomics [`ring`] is written against (std here; its loom model substitutes loom's).
+mod atomic {
+    pub use std::sync::atomic::{AtomicU64, Ordering};
+}
 
 use std::ops::Range;
 use std::os::fd::{AsFd, OwnedFd};
@@ -29,7 +41,7 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use platform::{DeviceIdentity, DmaDir, DmaMapping, DmaUnmap, HostMem, Mmio, MmioError, Platform, PlatformError};
 use vfio_bindings::bindings::vfio::{
@@ -60,6 +72,10 @@ pub struct UserOptions {
     /// only logged there. For servers known to honour the flag (this project's
     /// `sim_serve::serve_connection`); off by default.
     pub posted_writes: bool,
+    /// Ask the server for the fast path ([`wire::Command::FastPath`]: writes posted on a ring
+    /// in shared memory, published registers read from shared memory); used when offered,
+    /// messages otherwise. For this project's servers; off by default.
+    pub fast_path: bool,
 }
 
 impl Default for UserOptions {
@@ -70,6 +86,7 @@ impl Default for UserOptions {
             modeled_writes: false,
             location: "vfio-user".into(),
             posted_writes: false,
+            fast_path: false,
         }
     }
 }
@@ -85,15 +102,32 @@ pub enum UserError {
     Server(String),
     #[error("IOVA window {start:#x}..{end:#x} is empty")]
     EmptyWindow { start: u64, end: u64 },
+    #[error(transparent)]
+    FastPath(#[from] FastPathError),
 }
 
 /// The connection: one request in flight at a time.
 struct Conn {
     stream: Mutex<(UnixStream, u16)>,
     messages: AtomicU64,
+    /// Register accesses served by the fast path: writes posted, published registers read.
+    fast_accesses: AtomicU64,
+    /// Reads of published registers that asked the server instead ([`fast::Published::Busy`]).
+    fast_fallbacks: AtomicU64,
     lost: AtomicBool,
     /// [`UserOptions::posted_writes`].
     posted_writes: bool,
+    /// The fast path, once the server offered it.
+    fast: OnceLock<fast::FastPath>,
+}
+
+/// Whether the peer of `s` has hung up (a zero-timeout poll; no event asked for: poll reports
+/// a hang-up and errors regardless).
+fn hung_up(s: &UnixStream) -> bool {
+    use nix::poll::{PollFd, PollFlags, PollTimeout};
+    let mut fds = [PollFd::new(s.as_fd(), PollFlags::empty())];
+    matches!(nix::poll::poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
+        && fds[0].revents().is_some_and(|r| r.intersects(PollFlags::POLLHUP | PollFlags::POLLERR))
 }
 
 impl Conn {
@@ -101,6 +135,14 @@ impl Conn {
         let mut g = platform::sync::lock(&self.stream);
         if self.lost.load(Ordering::Relaxed) {
             return Err(WireError::Closed);
+        }
+        if let Some(f) = self.fast.get() {
+            // The server takes the message when it reaches this marker: after every write
+            // posted before it.
+            if let Err(e) = f.post(ring::Entry::Message, || !hung_up(&g.0)) {
+                self.lost.store(true, Ordering::Relaxed);
+                return Err(e);
+            }
         }
         let id = g.1;
         g.1 = g.1.wrapping_add(1);
@@ -135,12 +177,8 @@ impl Conn {
             return false;
         }
         let Ok(g) = self.stream.try_lock() else { return true };
-        use nix::poll::{PollFd, PollFlags, PollTimeout};
-        // No event asked for: poll reports a hang-up (the peer closed: both directions shut)
-        // and errors regardless.
-        let mut fds = [PollFd::new(g.0.as_fd(), PollFlags::empty())];
-        let gone = matches!(nix::poll::poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
-            && fds[0].revents().is_some_and(|r| r.intersects(PollFlags::POLLHUP | PollFlags::POLLERR));
+        // The peer closed: both directions shut.
+        let gone = hung_up(&g.0);
         if gone {
             self.lost.store(true, Ordering::Relaxed);
         }
@@ -169,6 +207,26 @@ impl Conn {
     }
 
     fn region_write(&self, region: u32, offset: u64, data: &[u8]) -> Result<(), WireError> {
+        if let (Some(f), Ok(region8)) = (self.fast.get(), u8::try_from(region)) {
+            let value = match *data {
+                [a, b, c, d] => Some(u32::from_le_bytes([a, b, c, d]) as u64),
+                [a, b, c, d, e, f, g, h] => Some(u64::from_le_bytes([a, b, c, d, e, f, g, h])),
+                _ => None,
+            };
+            let e = value.map(|value| ring::Entry::Write { region: region8, offset, width: data.len() as u8, value });
+            if let Some(e) = e.filter(|e| e.encode().is_some()) {
+                if self.lost.load(Ordering::Relaxed) {
+                    return Err(WireError::Closed);
+                }
+                let r = f.post(e, || self.alive());
+                if r.is_err() {
+                    self.lost.store(true, Ordering::Relaxed);
+                } else {
+                    self.fast_accesses.fetch_add(1, Ordering::Relaxed);
+                }
+                return r;
+            }
+        }
         let a = wire::RegionAccess { offset, region, count: data.len() as u32 };
         if self.posted_writes {
             return self.post(Command::RegionWrite, &a.encode(data));
@@ -214,6 +272,18 @@ impl Mmio for MessageBar {
     }
     fn read32(&self, offset: u64) -> Result<u32, MmioError> {
         platform::mmio::check(offset, 4, self.size)?;
+        if let Some(f) = self.conn.fast.get() {
+            match f.read32(self.region, offset) {
+                fast::Published::Value(v) => {
+                    self.conn.fast_accesses.fetch_add(1, Ordering::Relaxed);
+                    return Ok(v);
+                }
+                fast::Published::Busy => {
+                    self.conn.fast_fallbacks.fetch_add(1, Ordering::Relaxed);
+                }
+                fast::Published::No => {}
+            }
+        }
         let mut b = [0u8; 4];
         self.conn.region_read(self.region, offset, &mut b).map_err(|_| MmioError::Lost { offset })?;
         Ok(u32::from_le_bytes(b))
@@ -311,8 +381,11 @@ impl VfioUserPlatform {
         let conn = Arc::new(Conn {
             stream: Mutex::new((stream, 0)),
             messages: AtomicU64::new(0),
+            fast_accesses: AtomicU64::new(0),
+            fast_fallbacks: AtomicU64::new(0),
             lost: AtomicBool::new(false),
             posted_writes: opts.posted_writes,
+            fast: OnceLock::new(),
         });
         let caps = format!(
             r#"{{"capabilities":{{"max_msg_fds":{},"max_data_xfer_size":{}}}}}"#,
@@ -357,6 +430,18 @@ impl VfioUserPlatform {
         let (vendor, device) = (u16::from_le_bytes([b[0], b[1]]), u16::from_le_bytes([b[2], b[3]]));
         conn.region_read(cfg, 8, &mut b)?;
         let identity = DeviceIdentity { vendor, device, revision: b[0], location: opts.location.clone() };
+        if opts.fast_path {
+            match conn.request(Command::FastPath, &[], &[]) {
+                Ok(m) => {
+                    let f = fast::FastPath::new(wire::FastPathInfo::decode(&m.body)?, m.fds)?;
+                    // Only this thread has the connection yet: the cell is empty.
+                    let _ = conn.fast.set(f);
+                }
+                // A server without it: messages.
+                Err(WireError::Refused { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
         let dma = Arc::new(UserDma { conn: conn.clone(), iova: Mutex::new(IovaAllocator::new(&[window], None)) });
         Ok(Self { conn, identity, bars: Mutex::new(vec![None; 6]), regions, dma, irqs: Mutex::new(Vec::new()), opts })
     }
@@ -364,6 +449,23 @@ impl VfioUserPlatform {
     /// Messages exchanged so far (requests, each with its reply).
     pub fn messages(&self) -> u64 {
         self.conn.messages.load(Ordering::Relaxed)
+    }
+
+    /// Whether the server offered the fast path ([`UserOptions::fast_path`]) and it is used.
+    pub fn fast_path(&self) -> bool {
+        self.conn.fast.get().is_some()
+    }
+
+    /// Register accesses the fast path served so far, without a message (writes posted,
+    /// published registers read).
+    pub fn fast_accesses(&self) -> u64 {
+        self.conn.fast_accesses.load(Ordering::Relaxed)
+    }
+
+    /// Reads of published registers that were asked of the server with a message instead (the
+    /// server had not taken this client's writes in time, or the device stayed busy).
+    pub fn fast_fallbacks(&self) -> u64 {
+        self.conn.fast_fallbacks.load(Ordering::Relaxed)
     }
 
     /// IOVA bytes this client has mapped now.
@@ -531,8 +633,11 @@ mod tests {
         let conn = Conn {
             stream: Mutex::new((a, 0)),
             messages: AtomicU64::new(0),
+            fast_accesses: AtomicU64::new(0),
+            fast_fallbacks: AtomicU64::new(0),
             lost: AtomicBool::new(false),
             posted_writes: false,
+            fast: OnceLock::new(),
         };
         assert!(conn.alive());
         std::io::Write::write_all(&mut &b, b"pending").unwrap();

@@ -50,6 +50,10 @@ pub enum Command {
     DmaWrite = 12,
     DeviceReset = 13,
     DirtyPages = 14,
+    /// This project's extension, numbered outside the protocol's commands: the connection's
+    /// fast path (posted-write ring, its bell, the published registers: [`FastPathInfo`]).
+    /// Servers that do not know it refuse it (ENOTSUP); QEMU never sends it.
+    FastPath = 0x4e01,
 }
 
 impl Command {
@@ -183,11 +187,21 @@ pub fn write_message(
 
 /// The reply to `req`: success with `body`, or an error carrying `errno`.
 pub fn reply(stream: &UnixStream, req: &Header, result: Result<&[u8], u32>) -> Result<(), WireError> {
-    let (flags, error, body) = match result {
-        Ok(b) => (flags::REPLY, 0, b),
-        Err(errno) => (flags::REPLY | flags::ERROR, errno, &[][..]),
+    reply_with(stream, req, result, &[])
+}
+
+/// [`reply`] with descriptors beside a successful reply.
+pub fn reply_with(
+    stream: &UnixStream,
+    req: &Header,
+    result: Result<&[u8], u32>,
+    fds: &[BorrowedFd<'_>],
+) -> Result<(), WireError> {
+    let (flags, error, body, fds) = match result {
+        Ok(b) => (flags::REPLY, 0, b, fds),
+        Err(errno) => (flags::REPLY | flags::ERROR, errno, &[][..], &[][..]),
     };
-    write_message(stream, Header { id: req.id, command: req.command, size: 0, flags, error }, body, &[])
+    write_message(stream, Header { id: req.id, command: req.command, size: 0, flags, error }, body, fds)
 }
 
 /// Little-endian body builder.
@@ -430,6 +444,47 @@ impl SetIrqs {
     }
 }
 
+/// [`Command::FastPath`]'s reply: `ring_entries, region, count`, then `count` register
+/// offsets; beside it three descriptors, in this order: the posted-write ring
+/// ([`super::ring`], `ring::words_for(ring_entries)` words, mapped read-write), the ring's bell
+/// (an eventfd the client writes to wake the server), and the published registers
+/// (`platform::Subscriber` of `count` words, read-only): data word `i` is the 32-bit register
+/// at `offsets[i]` of `region`, ascending.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FastPathInfo {
+    pub ring_entries: u32,
+    pub region: u32,
+    pub offsets: Vec<u64>,
+}
+
+impl FastPathInfo {
+    /// At most this many published registers.
+    pub const MAX_OFFSETS: usize = 1 << 14;
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = Body::new().u32(self.ring_entries).u32(self.region).u32(self.offsets.len() as u32);
+        for o in &self.offsets {
+            b = b.u64(*o);
+        }
+        b.0
+    }
+    pub fn decode(b: &[u8]) -> Result<Self, WireError> {
+        let mut f = Fields::new("FAST_PATH", b);
+        let (ring_entries, region, count) = (f.u32()?, f.u32()?, f.u32()? as usize);
+        if count > Self::MAX_OFFSETS || count * 8 != f.rest().len() {
+            return Err(WireError::Protocol(format!(
+                "FAST_PATH: {count} offsets in {} bytes (at most {})",
+                f.rest().len(),
+                Self::MAX_OFFSETS
+            )));
+        }
+        let offsets = (0..count).map(|_| f.u64()).collect::<Result<Vec<_>, _>>()?;
+        if offsets.windows(2).any(|w| w[0] >= w[1]) {
+            return Err(WireError::Protocol("FAST_PATH: offsets not ascending".into()));
+        }
+        Ok(Self { ring_entries, region, offsets })
+    }
+}
+
 /// VERSION's body: `major, minor`, then the capabilities as a NUL-terminated JSON object.
 pub fn version_body(major: u16, minor: u16, caps_json: &str) -> Vec<u8> {
     Body::new().u16(major).u16(minor).bytes(caps_json.as_bytes()).bytes(&[0]).0
@@ -468,7 +523,17 @@ mod tests {
         assert!(h.is_reply() && h.is_error() && !h.no_reply());
         assert_eq!(Command::from_u16(13), Some(Command::DeviceReset));
         let known: Vec<u16> = (0..=u16::MAX).filter(|&v| Command::from_u16(v).is_some()).collect();
-        assert_eq!(known, (1..=14).collect::<Vec<u16>>());
+        assert_eq!(known, (1..=14).chain([0x4e01]).collect::<Vec<u16>>());
+        let fp = FastPathInfo { ring_entries: 256, region: 0, offsets: vec![8, 16, 0x1_0000_0000] };
+        assert_eq!(FastPathInfo::decode(&fp.encode()).unwrap(), fp);
+        let mut bad = fp.encode();
+        bad.pop();
+        assert!(FastPathInfo::decode(&bad).is_err(), "a count its bytes do not match");
+        let unsorted = FastPathInfo { offsets: vec![16, 8], ..fp.clone() };
+        assert!(FastPathInfo::decode(&unsorted.encode()).is_err());
+        let mut huge = Body::new().u32(1).u32(0).u32(u32::MAX).0;
+        huge.extend_from_slice(&[0; 8]);
+        assert!(FastPathInfo::decode(&huge).is_err());
         assert!(known.iter().all(|&v| Command::from_u16(v).map(u16::from) == Some(v)));
     }
 

@@ -16,6 +16,12 @@
 //! undone before [`serve`] returns: a bounded connection's mappings are unmapped (device
 //! accesses in flight finish first) and its eventfds forgotten; a function's client leaves no
 //! mapping and no eventfd at all.
+//!
+//! A bounded connection may ask for this project's fast path (`Command::FastPath`, `fast.rs`):
+//! its register writes then come on a ring in shared memory, its reads of the device's
+//! published registers need no message, and its messages come after a marker on the ring.
+
+mod fast;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
@@ -88,9 +94,45 @@ struct Conn<'a> {
     maps: BTreeMap<u64, u64>,
     vectors: BTreeSet<u32>,
     summary: ConnSummary,
+    /// The fast path, from the reply that set it up until the loop serving it takes it.
+    fast: Option<fast::FastServer>,
+    /// Whether the fast path was set up (once per connection).
+    fast_offered: bool,
 }
 
 impl Conn<'_> {
+    /// Count a request served (and, refused, log it).
+    fn count(&mut self, r: &Result<(), Refusal>) {
+        self.summary.requests += 1;
+        if let Err(Refusal(errno, why)) = r {
+            self.summary.refused += 1;
+            tracing::debug!("vfio-user posted write refused (errno {errno}): {why}");
+        }
+    }
+
+    /// A register (or configuration-space) write, from a message or the fast path's ring.
+    fn region_write(&mut self, region: u32, offset: u64, data: &[u8]) -> Result<(), Refusal> {
+        if region == VFIO_PCI_CONFIG_REGION_INDEX {
+            self.whole_function("a configuration-space write")?;
+        }
+        self.backend.region_write(region, offset, data).map_err(invalid)
+    }
+
+    /// FAST_PATH: a bounded connection's ring and bell, and the device's published registers.
+    fn fast_path(&mut self) -> Result<wire::FastPathInfo, Refusal> {
+        if self.bounded().is_none() {
+            return refuse(ENOTSUP, "the fast path is for a shared function's clients");
+        }
+        if self.fast_offered {
+            return refuse(EINVAL, "the fast path is already set up");
+        }
+        let published = self.backend.device().publish_registers().map_err(invalid)?;
+        let (f, info) = fast::FastServer::new(published).map_err(invalid)?;
+        self.fast = Some(f);
+        self.fast_offered = true;
+        Ok(info)
+    }
+
     fn bounded(&self) -> Option<&ConnOptions> {
         match &self.scope {
             Scope::Function => None,
@@ -168,10 +210,7 @@ impl Conn<'_> {
                 if data.len() != a.count as usize {
                     return refuse(EINVAL, format!("REGION_WRITE of {} bytes carries {}", a.count, data.len()));
                 }
-                if a.region == VFIO_PCI_CONFIG_REGION_INDEX {
-                    self.whole_function("a configuration-space write")?;
-                }
-                self.backend.region_write(a.region, a.offset, data).map_err(invalid)?;
+                self.region_write(a.region, a.offset, data)?;
                 Ok(a.encode(&[]))
             }
             Command::DmaMap => {
@@ -309,8 +348,15 @@ impl Conn<'_> {
 /// `scope`. Blocks; returns once what the connection left is undone — after a clean end of
 /// file with what was cleaned, after a broken or malformed stream with the error.
 pub(crate) fn serve(backend: &mut SimBackend, stream: &UnixStream, scope: Scope) -> Result<ConnSummary, ServeError> {
-    let mut conn =
-        Conn { backend, scope, maps: BTreeMap::new(), vectors: BTreeSet::new(), summary: Default::default() };
+    let mut conn = Conn {
+        backend,
+        scope,
+        maps: BTreeMap::new(),
+        vectors: BTreeSet::new(),
+        summary: Default::default(),
+        fast: None,
+        fast_offered: false,
+    };
     let r = serve_loop(&mut conn, stream);
     conn.cleanup();
     r.map(|()| conn.summary.clone())
@@ -319,24 +365,42 @@ pub(crate) fn serve(backend: &mut SimBackend, stream: &UnixStream, scope: Scope)
 fn serve_loop(conn: &mut Conn<'_>, stream: &UnixStream) -> Result<(), ServeError> {
     loop {
         let Some(m) = wire::read_message(stream)? else { return Ok(()) };
-        let header = m.header;
-        if header.is_reply() {
-            return Err(ServeError::VfioUser(format!("unexpected reply {header:?} from the client")));
-        }
-        conn.summary.requests += 1;
-        let r = conn.handle(m);
-        if let Err(Refusal(errno, why)) = &r {
-            conn.summary.refused += 1;
-            tracing::debug!("vfio-user request {:?} refused (errno {errno}): {why}", Command::from_u16(header.command));
-        }
-        if header.no_reply() {
-            continue;
-        }
-        match &r {
-            Ok(body) => wire::reply(stream, &header, Ok(body))?,
-            Err(Refusal(errno, _)) => wire::reply(stream, &header, Err(*errno))?,
+        serve_one(conn, stream, m)?;
+        if let Some(f) = conn.fast.take() {
+            // From the reply on, the client speaks through the fast path.
+            return fast::serve(conn, stream, f);
         }
     }
+}
+
+/// Serve one message and send its reply (unless it asked for none).
+fn serve_one(conn: &mut Conn<'_>, stream: &UnixStream, m: Message) -> Result<(), ServeError> {
+    let header = m.header;
+    if header.is_reply() {
+        return Err(ServeError::VfioUser(format!("unexpected reply {header:?} from the client")));
+    }
+    conn.summary.requests += 1;
+    let r = if header.command == u16::from(Command::FastPath) {
+        conn.fast_path().map(|info| info.encode())
+    } else {
+        conn.handle(m)
+    };
+    if let Err(Refusal(errno, why)) = &r {
+        conn.summary.refused += 1;
+        tracing::debug!("vfio-user request {:?} refused (errno {errno}): {why}", Command::from_u16(header.command));
+    }
+    if header.no_reply() {
+        return Ok(());
+    }
+    match &r {
+        Ok(body) => {
+            let fds = conn.fast.as_ref().filter(|_| header.command == u16::from(Command::FastPath));
+            let fds = fds.map(|f| f.fds().to_vec()).unwrap_or_default();
+            wire::reply_with(stream, &header, Ok(body), &fds)?;
+        }
+        Err(Refusal(errno, _)) => wire::reply(stream, &header, Err(*errno))?,
+    }
+    Ok(())
 }
 
 impl From<WireError> for ServeError {

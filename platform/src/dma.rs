@@ -44,6 +44,36 @@ pub enum HostMemError {
     Misaligned { offset: usize, align: usize },
     #[error("shareable memory (memfd) of {len} bytes: {source}")]
     Memfd { len: usize, source: std::io::Error },
+    #[error("another process's memory: {0}")]
+    Foreign(String),
+}
+
+/// Checks memory another process handed over by descriptor before this process maps
+/// `[offset, offset + len)` of it: the descriptor must be a memfd sealed against shrinking
+/// (`F_SEAL_SHRINK`) whose size covers the range. A mapping of a file that its owner may
+/// truncate turns every later access past the new end into SIGBUS in the process that maps
+/// it, so memory from an untrusted process is accepted only when it can no longer shrink.
+/// [`HostMem::alloc_shared`] seals its memfds so; QEMU's `memory-backend-memfd` seals guest
+/// RAM (its `seal` property, on by default).
+pub fn check_foreign_memory(fd: BorrowedFd<'_>, offset: u64, len: u64) -> Result<(), HostMemError> {
+    use nix::fcntl::{fcntl, FcntlArg, SealFlag};
+    let foreign = |m: String| HostMemError::Foreign(m);
+    let seals = match fcntl(fd, FcntlArg::F_GET_SEALS) {
+        Ok(bits) => SealFlag::from_bits_truncate(bits),
+        Err(nix::errno::Errno::EINVAL) => {
+            return Err(foreign("not a memfd (memory shared with a device must be a sealed memfd)".into()))
+        }
+        Err(e) => return Err(foreign(format!("its seals: {e}"))),
+    };
+    if !seals.contains(SealFlag::F_SEAL_SHRINK) {
+        return Err(foreign("a memfd not sealed against shrinking (F_SEAL_SHRINK)".into()));
+    }
+    let st = nix::sys::stat::fstat(fd).map_err(|e| foreign(format!("fstat: {e}")))?;
+    let size = u64::try_from(st.st_size).unwrap_or(0);
+    match offset.checked_add(len) {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(foreign(format!("{len:#x} bytes at offset {offset:#x} of a memfd of {size:#x} bytes"))),
+    }
 }
 
 /// Page-aligned memory that a device may read and write by DMA: anonymous (private to this
@@ -122,9 +152,16 @@ impl HostMem {
             .map(|v| v / pb * pb)
             .ok_or_else(|| memfd_err(std::io::Error::from(nix::errno::Errno::ENOMEM)))?;
         let size = i64::try_from(rounded).map_err(|_| memfd_err(std::io::Error::from(nix::errno::Errno::EFBIG)))?;
-        let fd = nix::sys::memfd::memfd_create(c"neuron-vfio-dma", nix::sys::memfd::MFdFlags::MFD_CLOEXEC)
-            .map_err(|e| memfd_err(e.into()))?;
+        let fd = nix::sys::memfd::memfd_create(
+            c"neuron-vfio-dma",
+            nix::sys::memfd::MFdFlags::MFD_CLOEXEC | nix::sys::memfd::MFdFlags::MFD_ALLOW_SEALING,
+        )
+        .map_err(|e| memfd_err(e.into()))?;
         nix::unistd::ftruncate(&fd, size).map_err(|e| memfd_err(e.into()))?;
+        // Its size is fixed for good: the process that maps it ([`check_foreign_memory`]) can
+        // then touch every byte it mapped without a SIGBUS, whatever this process does later.
+        let seals = nix::fcntl::SealFlag::F_SEAL_SHRINK | nix::fcntl::SealFlag::F_SEAL_GROW;
+        nix::fcntl::fcntl(&fd, nix::fcntl::FcntlArg::F_ADD_SEALS(seals)).map_err(|e| memfd_err(e.into()))?;
         let map = memmap2::MmapOptions::new().len(rounded).map_raw(&fd).map_err(|source| HostMemError::Mmap {
             len: rounded,
             page,
@@ -374,6 +411,19 @@ impl std::fmt::Debug for DmaMapping {
 mod tests {
     use super::*;
     use std::sync::Mutex;
+
+    #[test]
+    fn shareable_memory_is_sealed_so_another_process_may_map_it() {
+        let m = HostMem::alloc_shared(5000).unwrap();
+        let fd = m.shared_fd().unwrap();
+        check_foreign_memory(fd, 0, 8192).unwrap();
+        check_foreign_memory(fd, 4096, 4096).unwrap();
+        assert!(check_foreign_memory(fd, 4096, 8192).is_err(), "past its end");
+        assert!(check_foreign_memory(fd, u64::MAX, 1).is_err(), "overflow");
+        assert!(nix::unistd::ftruncate(fd, 0).is_err(), "it shrank");
+        assert!(nix::unistd::ftruncate(fd, 1 << 20).is_err(), "it grew");
+        m.write(8191, b"z").unwrap();
+    }
 
     #[test]
     fn hostmem_rw_and_bounds() {

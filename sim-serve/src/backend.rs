@@ -3,7 +3,7 @@
 //! ([`crate::conn`] decides that).
 
 use std::fs::File;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 
 use memmap2::{Mmap, MmapMut, MmapOptions};
@@ -262,6 +262,9 @@ impl SimBackend {
             return Ok(());
         };
         let len = usize::try_from(size).map_err(|_| io_err("DMA map size"))?;
+        // The client could otherwise shrink the file under the mapping, and the next access by
+        // the device (this process) would be a SIGBUS that takes every client's device down.
+        platform::dma::check_foreign_memory(fd.as_fd(), offset, size).map_err(|e| io_err(e.to_string()))?;
         let readable = flags & wire::DMA_READ != 0;
         let writable = flags & wire::DMA_WRITE != 0;
         let mut opts = MmapOptions::new();

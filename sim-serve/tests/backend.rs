@@ -2,7 +2,7 @@
 //! by rust-vmm's vfio-user client (one this project did not write).
 
 use std::fs::File;
-use std::os::fd::FromRawFd;
+use std::os::fd::{AsRawFd, FromRawFd};
 
 use platform::Platform;
 use sim::{SimConfig, SimDevice, Timing};
@@ -24,9 +24,18 @@ fn cfg32(b: &mut SimBackend, off: u64) -> u32 {
     u32::from_le_bytes(d)
 }
 
+/// A client's memory as QEMU's memory-backend-memfd makes it: sealed against resizing.
 fn memfd(len: u64) -> File {
+    let f = unsealed_memfd(len);
+    // SAFETY: fcntl(2) on a descriptor owned here.
+    let r = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SHRINK | libc::F_SEAL_GROW) };
+    assert_eq!(r, 0);
+    f
+}
+
+fn unsealed_memfd(len: u64) -> File {
     // SAFETY: memfd_create with a NUL-terminated name; the returned descriptor is owned here.
-    let fd = unsafe { libc::memfd_create(c"sim-serve-test".as_ptr(), libc::MFD_CLOEXEC) };
+    let fd = unsafe { libc::memfd_create(c"sim-serve-test".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
     assert!(fd >= 0);
     // SAFETY: `fd` is a fresh descriptor nobody else owns.
     let f = unsafe { File::from_raw_fd(fd) };
@@ -112,6 +121,32 @@ fn dma_maps_of_client_memory_enter_the_iommu_and_leave_it() {
     // Without a descriptor there is no memory to reach: accepted, not mapped.
     b.dma_map(DMA_READ | DMA_WRITE, 0, 0x10_0000, 4096, None).unwrap();
     assert_eq!(b.device().stats().iommu_mappings, 0);
+}
+
+#[test]
+fn client_memory_that_could_shrink_under_the_device_is_refused() {
+    let mut b = backend(&csr_maps::SUNDA);
+    let rw = DMA_READ | DMA_WRITE;
+    // Its client could truncate it after the map: the device's next access a SIGBUS in the
+    // host that serves every client.
+    let e = b.dma_map(rw, 0, 0x10_0000, 1 << 20, Some(unsealed_memfd(1 << 20))).unwrap_err();
+    assert!(e.to_string().contains("F_SEAL_SHRINK"), "{e}");
+    // A regular file cannot be sealed at all.
+    let dir = std::env::temp_dir().join(format!("sim-serve-seal-{}", std::process::id()));
+    std::fs::write(&dir, vec![0u8; 1 << 20]).unwrap();
+    let e = b.dma_map(rw, 0, 0x10_0000, 1 << 20, Some(File::open(&dir).unwrap())).unwrap_err();
+    std::fs::remove_file(&dir).unwrap();
+    assert!(e.to_string().contains("not a memfd"), "{e}");
+    // Sealed but shorter than the range: the mapping's tail would fault at once.
+    let f = memfd(1 << 20);
+    let e = b.dma_map(rw, 4096, 0x10_0000, 1 << 20, Some(f.try_clone().unwrap())).unwrap_err();
+    assert!(e.to_string().contains("memfd of 0x100000 bytes"), "{e}");
+    assert!(b.dma_map(rw, u64::MAX - 4095, 0x10_0000, 1 << 20, Some(f.try_clone().unwrap())).is_err());
+    assert_eq!(b.device().stats().iommu_mappings, 0);
+    // Accepted, and its client can no longer shrink it.
+    b.dma_map(rw, 0, 0x10_0000, 1 << 20, Some(f.try_clone().unwrap())).unwrap();
+    assert_eq!(b.device().stats().iommu_mappings, 1);
+    assert!(f.set_len(0).is_err(), "a sealed memfd shrank");
 }
 
 #[test]

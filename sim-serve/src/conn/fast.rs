@@ -113,7 +113,9 @@ pub(super) fn serve(conn: &mut Conn<'_>, stream: &UnixStream, mut fast: FastServ
                     fast.consumer.done(w);
                     unannounced = false;
                     let Some(m) = wire::read_message(stream)? else { return Ok(()) };
-                    super::serve_one(conn, stream, m)?;
+                    if super::serve_one(conn, stream, m)? == super::Served::HungUp {
+                        return Ok(());
+                    }
                 }
                 Err(e @ ring::RingError::BadEntry { .. }) => {
                     // Refused and skipped, as a malformed posted message would be.

@@ -365,7 +365,9 @@ pub(crate) fn serve(backend: &mut SimBackend, stream: &UnixStream, scope: Scope)
 fn serve_loop(conn: &mut Conn<'_>, stream: &UnixStream) -> Result<(), ServeError> {
     loop {
         let Some(m) = wire::read_message(stream)? else { return Ok(()) };
-        serve_one(conn, stream, m)?;
+        if serve_one(conn, stream, m)? == Served::HungUp {
+            return Ok(());
+        }
         if let Some(f) = conn.fast.take() {
             // From the reply on, the client speaks through the fast path.
             return fast::serve(conn, stream, f);
@@ -373,8 +375,18 @@ fn serve_loop(conn: &mut Conn<'_>, stream: &UnixStream) -> Result<(), ServeError
     }
 }
 
+/// What became of a message [`serve_one`] served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Served {
+    /// Answered (or it asked for no answer).
+    Done,
+    /// The client hung up before its answer could be written (EPIPE, ECONNRESET): the same
+    /// clean end as its end of file, which a client cut off mid-request reaches either way.
+    HungUp,
+}
+
 /// Serve one message and send its reply (unless it asked for none).
-fn serve_one(conn: &mut Conn<'_>, stream: &UnixStream, m: Message) -> Result<(), ServeError> {
+pub(super) fn serve_one(conn: &mut Conn<'_>, stream: &UnixStream, m: Message) -> Result<Served, ServeError> {
     let header = m.header;
     if header.is_reply() {
         return Err(ServeError::VfioUser(format!("unexpected reply {header:?} from the client")));
@@ -390,17 +402,25 @@ fn serve_one(conn: &mut Conn<'_>, stream: &UnixStream, m: Message) -> Result<(),
         tracing::debug!("vfio-user request {:?} refused (errno {errno}): {why}", Command::from_u16(header.command));
     }
     if header.no_reply() {
-        return Ok(());
+        return Ok(Served::Done);
     }
-    match &r {
+    let sent = match &r {
         Ok(body) => {
             let fds = conn.fast.as_ref().filter(|_| header.command == u16::from(Command::FastPath));
             let fds = fds.map(|f| f.fds().to_vec()).unwrap_or_default();
-            wire::reply_with(stream, &header, Ok(body), &fds)?;
+            wire::reply_with(stream, &header, Ok(body), &fds)
         }
-        Err(Refusal(errno, _)) => wire::reply(stream, &header, Err(*errno))?,
+        Err(Refusal(errno, _)) => wire::reply(stream, &header, Err(*errno)),
+    };
+    match sent {
+        Ok(()) => Ok(Served::Done),
+        Err(WireError::Io(e))
+            if matches!(e.kind(), std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset) =>
+        {
+            Ok(Served::HungUp)
+        }
+        Err(e) => Err(e.into()),
     }
-    Ok(())
 }
 
 impl From<WireError> for ServeError {

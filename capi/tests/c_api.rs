@@ -284,6 +284,90 @@ fn libnrt_starts_its_broker_from_where_it_is_installed() {
     }
 }
 
+/// The acceptance for a libnrt program found by `LD_LIBRARY_PATH` alone (nothing of
+/// the project on `PATH`, no `NEURON_VFIO_BROKER_EXE`) on `sim:shared:cayman`, for both
+/// places the library lies: the build's own directory (the broker beside `libnrt.so`) and an
+/// install's `PREFIX/lib` (the broker in `PREFIX/bin`). The first process starts the broker and
+/// holds core 0; a second asking for core 0 is refused; a third gets core 1; once the first is
+/// SIGKILLed core 0 can be leased again (the time it took is printed; `bench shared` measures
+/// it).
+#[test]
+fn libnrt_by_its_library_path_alone_holds_shares_and_frees_cores() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let Some(p) = build("c/hold.c") else { return };
+    let built_lib = std::fs::canonicalize(lib_dir().join("libnrt.so.1")).expect("libnrt.so");
+    let target = built_lib.parent().and_then(Path::parent).expect("target dir");
+    let exe = [target.join("neuron-vfio"), built_lib.with_file_name("neuron-vfio")]
+        .into_iter()
+        .find(|p| p.is_file())
+        .expect("neuron-vfio built (cargo test --workspace builds it)");
+    let dir = tmpdir("capi-hold");
+    // The build's directory as it is: libnrt.so with neuron-vfio beside it.
+    let beside = dir.join("beside");
+    std::fs::create_dir_all(&beside).expect("dir");
+    for name in ["libnrt.so", "libnrt.so.1"] {
+        std::os::unix::fs::symlink(&built_lib, beside.join(name)).expect("link libnrt");
+    }
+    // An install: PREFIX/lib/libnrt.so.1 (a copy, so nothing is beside it) and PREFIX/bin.
+    let prefix = dir.join("prefix");
+    let (lib, bin) = (prefix.join("lib"), prefix.join("bin"));
+    std::fs::create_dir_all(&lib).expect("lib");
+    std::fs::create_dir_all(&bin).expect("bin");
+    std::fs::copy(&built_lib, lib.join("libnrt.so.1")).expect("install libnrt");
+    std::os::unix::fs::symlink("libnrt.so.1", lib.join("libnrt.so")).expect("install libnrt");
+    std::os::unix::fs::symlink(&exe, bin.join("neuron-vfio")).expect("install neuron-vfio");
+    for (layout, libdir) in [("the build's directory", &beside), ("an install's lib/", &lib)] {
+        let socket = dir.join(format!("broker-{}.sock", libdir.file_name().and_then(|n| n.to_str()).unwrap_or("x")));
+        let cmd = |mode: &str, core: &str, expect: Option<&str>| {
+            let mut c = Command::new(&p);
+            c.arg(mode)
+                .args(expect)
+                .env_clear()
+                .env("LD_LIBRARY_PATH", libdir)
+                .env("PATH", "/usr/bin:/bin")
+                .env("NEURON_VFIO_DEVICE", "sim:shared:cayman")
+                .env("NEURON_VFIO_BROKER_SOCKET", &socket)
+                .env("NEURON_VFIO_NRT_QUIET", "1")
+                .env("NEURON_RT_VISIBLE_CORES", core);
+            c
+        };
+        let try_core = |core: &str| {
+            let o = cmd("try", core, None).output().expect("run hold try");
+            let out = String::from_utf8_lossy(&o.stdout).into_owned();
+            let status = out.trim().strip_prefix("init ").and_then(|v| v.parse::<i32>().ok());
+            (status, format!("{out}{}", String::from_utf8_lossy(&o.stderr)))
+        };
+        let mut holder = cmd("hold", "0", None)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start the holder");
+        let mut first = String::new();
+        BufReader::new(holder.stdout.take().expect("stdout")).read_line(&mut first).expect("holder's line");
+        assert_eq!(first.trim(), "init 0", "{layout}: the first process (starting the broker) holds core 0");
+        let (second, out) = try_core("0");
+        assert!(matches!(second, Some(s) if s != 0), "{layout}: core 0 is held, a second process got {second:?}: {out}");
+        let (third, out) = try_core("1");
+        assert_eq!(third, Some(0), "{layout}: a third process gets core 1: {out}");
+        // SAFETY: kill(2) of our own child, which has not been waited for (its pid is live).
+        let r = unsafe { libc::kill(holder.id() as libc::pid_t, libc::SIGKILL) };
+        assert_eq!(r, 0);
+        let killed = std::time::Instant::now();
+        let _ = holder.wait();
+        let freed = loop {
+            let (s, out) = try_core("0");
+            if s == Some(0) {
+                break killed.elapsed();
+            }
+            assert!(killed.elapsed() < std::time::Duration::from_secs(60), "{layout}: core 0 never freed: {out}");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        };
+        println!("{layout}: core 0 leasable again {freed:?} after the SIGKILL (the retrying process's start included)");
+    }
+}
+
 #[test]
 fn tensor_operations() {
     let Some(p) = build("c/tensor_ops.c") else { return };

@@ -302,13 +302,17 @@ fn libnrt_by_its_library_path_alone_holds_shares_and_frees_cores() {
         .into_iter()
         .find(|p| p.is_file())
         .expect("neuron-vfio built (cargo test --workspace builds it)");
-    let dir = tmpdir("capi-hold");
-    // The build's directory as it is: libnrt.so with neuron-vfio beside it.
+    let dir = tmpdir("capi-hold-layouts");
+    // A build's directory (target/release): libnrt.so with neuron-vfio beside it. The library
+    // is a file of its own there (a hard link, else a copy): a symbolic link would resolve to
+    // where this test's build keeps it (deps/).
     let beside = dir.join("beside");
     std::fs::create_dir_all(&beside).expect("dir");
-    for name in ["libnrt.so", "libnrt.so.1"] {
-        std::os::unix::fs::symlink(&built_lib, beside.join(name)).expect("link libnrt");
+    if std::fs::hard_link(&built_lib, beside.join("libnrt.so")).is_err() {
+        std::fs::copy(&built_lib, beside.join("libnrt.so")).expect("copy libnrt");
     }
+    std::os::unix::fs::symlink("libnrt.so", beside.join("libnrt.so.1")).expect("link libnrt");
+    std::os::unix::fs::symlink(&exe, beside.join("neuron-vfio")).expect("link neuron-vfio");
     // An install: PREFIX/lib/libnrt.so.1 (a copy, so nothing is beside it) and PREFIX/bin.
     let prefix = dir.join("prefix");
     let (lib, bin) = (prefix.join("lib"), prefix.join("bin"));
@@ -348,7 +352,10 @@ fn libnrt_by_its_library_path_alone_holds_shares_and_frees_cores() {
         BufReader::new(holder.stdout.take().expect("stdout")).read_line(&mut first).expect("holder's line");
         assert_eq!(first.trim(), "init 0", "{layout}: the first process (starting the broker) holds core 0");
         let (second, out) = try_core("0");
-        assert!(matches!(second, Some(s) if s != 0), "{layout}: core 0 is held, a second process got {second:?}: {out}");
+        assert!(
+            matches!(second, Some(s) if s != 0),
+            "{layout}: core 0 is held, a second process got {second:?}: {out}"
+        );
         let (third, out) = try_core("1");
         assert_eq!(third, Some(0), "{layout}: a third process gets core 1: {out}");
         // SAFETY: kill(2) of our own child, which has not been waited for (its pid is live).

@@ -377,7 +377,7 @@ fn serve_loop(conn: &mut Conn<'_>, stream: &UnixStream) -> Result<(), ServeError
 
 /// What became of a message [`serve_one`] served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Served {
+enum Served {
     /// Answered (or it asked for no answer).
     Done,
     /// The client hung up before its answer could be written (EPIPE, ECONNRESET): the same
@@ -386,7 +386,7 @@ pub(super) enum Served {
 }
 
 /// Serve one message and send its reply (unless it asked for none).
-pub(super) fn serve_one(conn: &mut Conn<'_>, stream: &UnixStream, m: Message) -> Result<Served, ServeError> {
+fn serve_one(conn: &mut Conn<'_>, stream: &UnixStream, m: Message) -> Result<Served, ServeError> {
     let header = m.header;
     if header.is_reply() {
         return Err(ServeError::VfioUser(format!("unexpected reply {header:?} from the client")));

@@ -5,7 +5,8 @@
 //! such a group and hands their parts across ([`sim::InterHost`]): the hierarchical
 //! collectives of `fabric` (`group_all_reduce`, …) when the host holds several ranks of the
 //! group, the flat ones when it holds one — the reduction order of docs/fabric.md, the same
-//! as the hub's.
+//! as the hub's; the exchanges (send/receive, permute, all-to-all, all-to-allv) as a plan
+//! round and a data round of point-to-point messages (`exchange`).
 //!
 //! Two control lines of the device host ([`crate::control_command`]) drive it; every client
 //! of a job sends both, so that none runs a collective before its groups are known:

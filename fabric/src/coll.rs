@@ -639,8 +639,9 @@ impl<T: Transport> Communicator<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mem as loopback;
     use crate::reduce::{reference_all_gather, reference_all_reduce, reference_reduce_scatter};
-    use crate::transport::{loopback, Subgroup};
+    use crate::transport::Subgroup;
     use std::time::Duration;
 
     /// All-reduce, reduce-scatter and all-gather outputs of one rank.

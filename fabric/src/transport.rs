@@ -124,9 +124,3 @@ impl<T: Transport> Transport for Subgroup<'_, T> {
         self.inner.max_message()
     }
 }
-
-#[cfg(test)]
-pub(crate) mod loopback {
-    //! The algorithms' unit tests run on the in-process transport ([`crate::mem`]).
-    pub use crate::mem::group;
-}

@@ -289,6 +289,37 @@ fn mpi_mode_two_hosts_of_four_workers_are_correct() {
     passes(&h, &a, &env, &[1024]);
 }
 
+/// MPI mode: two hosts × 4 workers, the exchanges (send/receive, all-to-all, all-to-allv,
+/// permute) across the hosts, checked bit for bit — each crosses the device hosts' seam as its
+/// plan round and its data round (docs/collectives.md "Several hosts").
+#[test]
+fn mpi_mode_two_hosts_exchange_across_the_seam() {
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(h) = TwoHosts::new("x") else { return };
+    let hosts = ["-N", "2", "-s", TwoHosts::ADDR[0], TwoHosts::ADDR[1]];
+    let t0 = Instant::now();
+    for (k, (op, d, sizes)) in [
+        ("sendrecv", "fp32", &[64u64, 4096, 262144][..]),
+        ("alltoall", "bf16", &[64, 4096, 262144][..]),
+        // All-to-allv's counts need n(n+1)/2 = 36 units: sizes that are multiples of 36 elements.
+        ("alltoallv", "int32", &[144 * 4, 144 * 4 * 64][..]),
+        ("permute", "uint8", &[64, 4096, 262144][..]),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let env = [("NEURON_RT_ROOT_COMM_ID", root(k as u16)), ("NEURON_RT_EXEC_TIMEOUT", "60".into())];
+        let (min, max) = (sizes[0].to_string(), sizes[sizes.len() - 1].to_string());
+        let a = [
+            &["-r", "8", "-b", &min, "-e", &max, "-f", "64", "-d", d, "-c", "random", "-n", "2", "-w", "1", op][..],
+            &hosts,
+        ]
+        .concat();
+        passes(&h, &a, &env, sizes);
+    }
+    println!("four exchanges across two hosts: {:?}", t0.elapsed());
+}
+
 /// MPI mode: host b dies in the middle of a run; the run ends non-zero, naming a rank, within
 /// NEURON_RT_EXEC_TIMEOUT.
 #[test]

@@ -283,6 +283,7 @@ fn fabric_variant(e: &FabricError) -> usize {
         FabricError::Broken(_) => 5,
         FabricError::Io { .. } => 6,
         FabricError::Unavailable(_) => 7,
+        FabricError::Size { .. } => 8,
     }
 }
 
@@ -300,11 +301,12 @@ fn fabric_errors() {
         (FabricError::Broken("x".into()), S::NetworkProxyFailure),
         (FabricError::Io { what: "x".into(), source: io() }, S::NetworkProxyFailure),
         (FabricError::Unavailable("no libfabric".into()), S::Failure),
+        (FabricError::Size { rank: 0, peer: 1, expected: 8, got: 4 }, S::NetworkProxyFailure),
     ];
     for (e, _) in &table {
         assert_eq!(e.status_code() as u32, e.status().code());
     }
-    check("FabricError", 8, fabric_variant, table);
+    check("FabricError", 9, fabric_variant, table);
 }
 
 fn state_variant(e: &StateError) -> usize {

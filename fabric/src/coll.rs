@@ -15,11 +15,14 @@
 //!   replica group at these sizes).
 //! - Replica groups with several ranks per process (`group_all_reduce`, …): see `coll/hier.rs` (exact in the ring's order).
 //! - Point-to-point [`Communicator::send`] / [`Communicator::recv`], matched per peer pair in
-//!   call order.
+//!   call order; one round of messages among all ranks: [`Communicator::exchange`] (`coll/exchange.rs`).
 
 use std::ops::Range;
 
+mod exchange;
 mod hier;
+
+pub use exchange::MAX_PIECES;
 
 use crate::reduce::{self, order, reduce_after, reduce_into, reduce_pair, segment, DType, ReduceOp};
 use crate::transport::{RecvOp, SendOp, Transport, MAX_TAG};
@@ -636,8 +639,9 @@ impl<T: Transport> Communicator<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mem as loopback;
     use crate::reduce::{reference_all_gather, reference_all_reduce, reference_reduce_scatter};
-    use crate::transport::{loopback, Subgroup};
+    use crate::transport::Subgroup;
     use std::time::Duration;
 
     /// All-reduce, reduce-scatter and all-gather outputs of one rank.

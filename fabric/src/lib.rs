@@ -11,7 +11,10 @@
 //!   libfabric is opened at run time ([`ofi::dl`]): building needs no libfabric, and only a
 //!   multi-process communicator needs the library where it runs.
 //! - [`coll`]: ring reduce-scatter / all-gather / all-reduce, chunked and pipelined, and a
-//!   one-round direct exchange for small messages, generic over any [`Transport`].
+//!   one-round direct exchange for small messages, generic over any [`Transport`]; one round
+//!   of point-to-point messages among the ranks ([`Communicator::exchange`]).
+//! - [`mem`]: an in-process [`Transport`] (threads and channels) for the tests of the layers
+//!   above.
 //! - [`reduce`]: ADD/MAX/MIN over fp32/bf16/fp16/int32 and the host reference with the
 //!   documented reduction order (see `docs/fabric.md`): the workspace's one reduction crate,
 //!   re-exported (the simulator's collective hub uses the same one).
@@ -21,6 +24,7 @@
 
 pub mod bootstrap;
 pub mod coll;
+pub mod mem;
 mod transport;
 
 pub use reduce;
@@ -65,6 +69,10 @@ pub enum FabricError {
     /// The transport reported a failed transfer with a peer (connection reset, unreachable).
     #[error("rank {rank}: transfer with peer {peer} failed: {msg}")]
     Peer { rank: usize, peer: usize, msg: String },
+    /// A peer's message was not the length the receiver expected (the peers disagree on a
+    /// collective's sizes, or the peer is not a rank of this job's kind).
+    #[error("rank {rank}: a message of {got} bytes from peer {peer}, {expected} expected")]
+    Size { rank: usize, peer: usize, expected: usize, got: usize },
     /// A libfabric call failed locally (`call` returned `code`).
     #[error("libfabric {call}: {msg} ({code})")]
     Ofi { call: &'static str, code: i32, msg: String },
@@ -90,10 +98,10 @@ impl From<reduce::ReduceError> for FabricError {
 
 impl FabricError {
     /// The NRT status this failure maps to (the one mapping every front end uses): a peer or
-    /// the network path failing (timeout, reset, unreachable root, broken communicator) is
-    /// NRT_NETWORK_PROXY_FAILURE (1206); a local failure of the transport engine is
-    /// NRT_EXEC_HW_ERR_COLLECTIVES (1200); bad arguments are NRT_INVALID (2); no libfabric
-    /// on the machine is NRT_FAILURE (1).
+    /// the network path failing (timeout, reset, unreachable root, broken communicator, a
+    /// message of the wrong length) is NRT_NETWORK_PROXY_FAILURE (1206); a local failure of
+    /// the transport engine is NRT_EXEC_HW_ERR_COLLECTIVES (1200); bad arguments are
+    /// NRT_INVALID (2); no libfabric on the machine is NRT_FAILURE (1).
     pub fn status(&self) -> NrtStatus {
         match self {
             FabricError::Invalid(_) => NrtStatus::Invalid,
@@ -102,6 +110,7 @@ impl FabricError {
             FabricError::Bootstrap(_)
             | FabricError::Timeout { .. }
             | FabricError::Peer { .. }
+            | FabricError::Size { .. }
             | FabricError::Broken(_)
             | FabricError::Io { .. } => NrtStatus::NetworkProxyFailure,
         }

@@ -73,7 +73,23 @@ fn sweep(c: &mut fabric::Communicator<fabric::ofi::OfiTransport>) -> Result<usiz
     if got != reduce::pattern(prev, 200 << 10, DType::I32, 7) {
         return Err("send/recv differs".into());
     }
-    Ok(checked + 1)
+    // One exchange round: rank r sends rank d `(r + 2d) × 50 KiB + r` bytes (several chunks,
+    // none to itself), each length checked by the transport's completion length.
+    let len = |s: usize, d: usize| (s + 2 * d) * (50 << 10) + s;
+    let out: Vec<(usize, Vec<u8>)> =
+        (0..n).filter(|&d| d != r).map(|d| (d, reduce::pattern(r * n + d, len(r, d), DType::U8, 3))).collect();
+    let mut ins: Vec<(usize, Vec<u8>)> = (0..n).filter(|&s| s != r).map(|s| (s, vec![0u8; len(s, r)])).collect();
+    {
+        let sends: Vec<(usize, &[u8])> = out.iter().map(|(d, b)| (*d, &b[..])).collect();
+        let mut recvs: Vec<(usize, &mut [u8])> = ins.iter_mut().map(|(s, b)| (*s, &mut b[..])).collect();
+        c.exchange(&sends, &mut recvs).map_err(|e| e.to_string())?;
+    }
+    for (s, b) in &ins {
+        if *b != reduce::pattern(s * n + r, len(*s, r), DType::U8, 3) {
+            return Err(format!("exchange from rank {s} differs"));
+        }
+    }
+    Ok(checked + 2)
 }
 
 fn rank_main(rank: usize, size: usize, root: &str, kill: Option<usize>) -> ExitCode {

@@ -376,15 +376,6 @@ impl Args {
         if self.iters == 0 {
             return Err(ArgError::Bad { flag: "-n/--iters", value: "0".into(), why: "at least one".into() });
         }
-        if multi.is_some() && self.nnodes > 1 && matches!(op, Op::SendRecv | Op::AllToAll | Op::AllToAllV | Op::Permute)
-        {
-            return Err(ArgError::Unsupported(format!(
-                "{} over -N/--nnodes {}: the device hosts' inter-host seam carries all_reduce, all_gather and \
-                 reduce_scatter; this operation runs within one host",
-                op.name(),
-                self.nnodes
-            )));
-        }
         let pairs = match &self.custom_src_target_pairs {
             None => (0..self.nworkers).map(|r| (r, (r + 1) % self.nworkers)).collect(),
             Some(_) if op != Op::Permute => {
@@ -455,9 +446,11 @@ mod tests {
         assert_eq!(p.multi.map(|m| m.launcher), Some(Launcher::Slurm { job: "5".into() }));
         let e = parse_in(&["allr", "-r", "8", "-N", "2", "-S"], &root).unwrap_err();
         assert!(e.contains("-S/--slurm-mode") && e.contains("SLURM_JOB_ID"), "{e}");
-        // The exchanges do not cross hosts.
-        let e = parse_in(&["permute", "-r", "8", "-N", "2", "-s", "a", "b"], &root).unwrap_err();
-        assert!(e.contains("permute over -N/--nnodes 2"), "{e}");
+        // The exchanges cross hosts too (the seam's point-to-point rounds).
+        for op in ["permute", "sendrecv", "alltoall", "alltoallv"] {
+            let p = parse_in(&[op, "-r", "8", "-N", "2", "-s", "a", "b"], &root).unwrap();
+            assert_eq!((p.nnodes, p.multi.is_some()), (2, true), "{op}");
+        }
         // One host, no flags: no multi-host run.
         assert!(parse(&["allr", "-r", "8"]).unwrap().multi.is_none());
     }

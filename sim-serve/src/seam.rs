@@ -5,7 +5,8 @@
 //! such a group and hands their parts across ([`sim::InterHost`]): the hierarchical
 //! collectives of `fabric` (`group_all_reduce`, …) when the host holds several ranks of the
 //! group, the flat ones when it holds one — the reduction order of docs/fabric.md, the same
-//! as the hub's.
+//! as the hub's; the exchanges (send/receive, permute, all-to-all, all-to-allv) as a plan
+//! round and a data round of point-to-point messages (`exchange`).
 //!
 //! Two control lines of the device host ([`crate::control_command`]) drive it; every client
 //! of a job sends both, so that none runs a collective before its groups are known:
@@ -33,6 +34,9 @@ use fabric::coll::CollConfig;
 use fabric::ofi::OfiTransport;
 use fabric::{Communicator, FabricError, Subgroup, Transport};
 use sim::{CollKind, InterHost, InterHostError, InterHostRequest, SimDevice};
+
+mod exchange;
+pub use exchange::ExchangeError;
 
 /// A replica group spanning processes: the process (host) of each group rank, and the group
 /// ranks hosted here.
@@ -81,12 +85,25 @@ fn seam_err(e: FabricError) -> InterHostError {
     }
 }
 
+/// The tag sequence of collective `seq` of communicator `comm` on the transport: folded into
+/// the 16-bit tag sequence in steps of 2 (barriers use the odd steps of another base). A
+/// collective uses one sequence number — an exchange two, the second in the odd step after
+/// its own (its plan and data rounds, with the exchange's own tag phase).
+pub fn tag_seq(comm: u32, seq: u32) -> u64 {
+    u64::from(comm.wrapping_mul(0x9e37_79b1).wrapping_add(seq.wrapping_mul(2)) & 0xffff)
+}
+
 /// Runs `req` (the local parts of the group `span`) with the group's other processes over
 /// transport `t` (whose ranks are the processes): the hierarchical collective when this
-/// process holds several ranks of the group, else the flat one. The outputs in the order of
-/// `req.parts`.
+/// process holds several ranks of the group, else the flat one; an exchange as its two rounds
+/// of point-to-point messages (`seam/exchange.rs`). The outputs in the order of `req.parts`
+/// (of `req.exchange` for an exchange).
 pub fn collective<T: Transport>(t: &mut T, span: &Span, req: InterHostRequest) -> Result<Vec<Vec<u8>>, InterHostError> {
-    let given: Vec<usize> = req.parts.iter().map(|(g, _)| *g).collect();
+    let given: Vec<usize> = match req.kind {
+        CollKind::Exchange if req.parts.is_empty() => req.exchange.iter().map(|x| x.rank).collect(),
+        CollKind::Exchange => return Err(InterHostError::Collective("an exchange with reduction parts".into())),
+        _ => req.parts.iter().map(|(g, _)| *g).collect(),
+    };
     if span.procs.len() != req.size || span.local != given {
         return Err(InterHostError::Collective(format!(
             "group ranks {given:?} of {} do not match the registered group {:?} (local {:?})",
@@ -98,7 +115,10 @@ pub fn collective<T: Transport>(t: &mut T, span: &Span, req: InterHostRequest) -
     let mut c =
         Communicator::new(Subgroup::new(t, uniq).map_err(seam_err)?, CollConfig::default()).map_err(seam_err)?;
     // Tags of this collective: (communicator, sequence) folded into the 16-bit tag sequence.
-    c.set_seq(u64::from(req.comm.wrapping_mul(0x9e37_79b1).wrapping_add(req.seq.wrapping_mul(2)) & 0xffff));
+    c.set_seq(tag_seq(req.comm, req.seq));
+    if req.kind == CollKind::Exchange {
+        return exchange::run(&mut c, span, &at, req.exchange).map_err(InterHostError::from);
+    }
     let (dt, op) = (req.elem, req.op);
     if !flat {
         let out = match req.kind {
@@ -108,6 +128,7 @@ pub fn collective<T: Transport>(t: &mut T, span: &Span, req: InterHostRequest) -
             }
             CollKind::AllGather => c.group_all_gather(&at, &req.parts).map(|all| vec![all; req.parts.len()]),
             CollKind::ReduceScatter => c.group_reduce_scatter(&at, &req.parts, dt, op),
+            CollKind::Exchange => return Err(InterHostError::Collective("an exchange past its path".into())),
         };
         return out.map_err(seam_err);
     }
@@ -127,6 +148,7 @@ pub fn collective<T: Transport>(t: &mut T, span: &Span, req: InterHostRequest) -
             let mut out = vec![0u8; seg.len() * dt.size()];
             c.reduce_scatter(&input, &mut out, dt, op).map(|()| out)
         }
+        CollKind::Exchange => return Err(InterHostError::Collective("an exchange past its path".into())),
     };
     out.map(|o| vec![o]).map_err(seam_err)
 }

@@ -18,10 +18,49 @@ pub enum CollKind {
     AllReduce,
     AllGather,
     ReduceScatter,
+    /// Send/receive, permute, all-to-all and all-to-allv: point-to-point moves of byte ranges
+    /// between group ranks, described per local rank by [`ExchangePart`]s (nothing reduces).
+    Exchange,
+}
+
+/// A byte range of one rank's buffer (its input for a send, its output for a receive) and
+/// the group rank at the other end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Piece {
+    pub peer: usize,
+    /// Offset of the range in the buffer (bytes).
+    pub at: usize,
+    pub len: usize,
+}
+
+/// What a rank of an exchange receives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Receive {
+    /// From each listed group rank, `len` bytes written at `at` of the output; the sender
+    /// sends exactly as many.
+    From(Vec<Piece>),
+    /// Send/receive and permute: whatever the one group rank whose send targets this rank
+    /// sends (the receiver does not name its source; the sender's length must be the
+    /// output's), at offset 0; zeros when no rank sends to it. Two senders are malformed.
+    FromItsSender,
+}
+
+/// The point-to-point plan and data of one local group rank of an exchange.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExchangePart {
+    /// Group rank.
+    pub rank: usize,
+    pub input: Vec<u8>,
+    /// What it sends to which group rank: ranges of `input`, at most one per peer.
+    pub sends: Vec<Piece>,
+    pub recv: Receive,
+    /// Its output's length (bytes); where nothing lands it is zero.
+    pub out_len: usize,
 }
 
 /// One collective handed across the seam: the parts of the group ranks hosted by this
-/// process, all of the same length.
+/// process, all of the same length (reductions and all-gather: `parts`), or the point-to-point
+/// plans of the local ranks (exchanges: `exchange`, with `parts` empty).
 #[derive(Debug)]
 pub struct InterHostRequest {
     /// Communicator id of the staged collective (the same in every process of the group).
@@ -36,6 +75,9 @@ pub struct InterHostRequest {
     pub op: reduce::ReduceOp,
     /// `(group rank, input bytes)` of the local participants, in group-rank order.
     pub parts: Vec<(usize, Vec<u8>)>,
+    /// [`CollKind::Exchange`]: the local participants' plans, in group-rank order (empty for
+    /// the other kinds).
+    pub exchange: Vec<ExchangePart>,
 }
 
 /// A transfer across the seam failed.
@@ -58,7 +100,7 @@ pub trait InterHost: Send + Sync {
     fn local_ranks(&self, comm: u32) -> Option<Vec<usize>>;
 
     /// Runs the collective with the other processes of the group and returns the output of each
-    /// local part, in the order of `req.parts`. Called from a worker thread; may block up to the
+    /// local part, in the order of `req.parts` (of `req.exchange` for an exchange). Called from a worker thread; may block up to the
     /// transport's timeout.
     fn collective(&self, req: InterHostRequest) -> Result<Vec<Vec<u8>>, InterHostError>;
 

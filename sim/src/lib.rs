@@ -33,7 +33,7 @@ pub use device::fault::{FaultKind, FaultSpec, FaultSpecError};
 pub use device::{SimConfig, SimStats, Timing};
 pub use external::{ExternalDma, ExternalError};
 pub use handle::SimDevice;
-pub use interhost::{CollKind, InterHost, InterHostError, InterHostRequest};
+pub use interhost::{CollKind, ExchangePart, InterHost, InterHostError, InterHostRequest, Piece, Receive};
 pub use iommu::DmaFault;
 pub use mirror::RegisterMirror;
 pub use topology::SimTopology;

@@ -304,8 +304,8 @@ impl<T: Transport> Communicator<T> {
 mod tests {
     use super::super::CollConfig;
     use super::*;
+    use crate::mem as loopback;
     use crate::reduce::{pattern, reference_all_gather, reference_all_reduce, reference_reduce_scatter};
-    use crate::transport::loopback;
     use std::time::Duration;
 
     type Out = Vec<(usize, Vec<u8>, Vec<u8>, Vec<u8>)>;

@@ -328,11 +328,14 @@ impl OfiTransport {
         e
     }
 
-    /// Reads completions; marks done ops; returns whether any completed.
+    /// Reads completions; marks done ops; returns whether any completed. Op `i` below
+    /// `want.len()` is a receive of `want[i]` bytes: a message of another length is a
+    /// [`FabricError::Size`] (a longer one is the provider's truncation error).
     fn poll(
         &mut self,
         base: *const sys::fi_context2,
         peers: &[usize],
+        want: &[usize],
         done: &mut [bool],
         left: &mut usize,
     ) -> Result<bool, FabricError> {
@@ -353,6 +356,9 @@ impl OfiTransport {
         if rc > 0 {
             for e in &ents[..rc as usize] {
                 if let Some(i) = idx(e.op_context) {
+                    if let Some(&expected) = want.get(i).filter(|&&w| w != e.len) {
+                        return Err(FabricError::Size { rank: self.rank, peer: peers[i], expected, got: e.len });
+                    }
                     if !done[i] {
                         done[i] = true;
                         *left -= 1;
@@ -480,6 +486,7 @@ impl OfiTransport {
                 temp.push(start);
             }
         }
+        let want: Vec<usize> = lens[..recvs.len()].iter().map(|l| l.1).collect();
         let mut done = vec![false; n];
         let mut left = n;
         let mut last = Instant::now();
@@ -536,7 +543,7 @@ impl OfiTransport {
                         msg: strerror(rc as i64),
                     });
                 }
-                if self.poll(base, &peers, &mut done, &mut left)? {
+                if self.poll(base, &peers, &want, &mut done, &mut left)? {
                     idle = 0;
                     last = Instant::now();
                 } else {
@@ -548,7 +555,7 @@ impl OfiTransport {
         overlap();
         idle = 0;
         while left > 0 {
-            if self.poll(base, &peers, &mut done, &mut left)? {
+            if self.poll(base, &peers, &want, &mut done, &mut left)? {
                 idle = 0;
                 last = Instant::now();
                 continue;

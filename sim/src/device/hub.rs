@@ -18,6 +18,8 @@ use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use crate::interhost::{CollKind, InterHost, InterHostError, InterHostRequest};
 
+mod exchange;
+
 use isa::device_ops::{alu, ctype, dtype};
 use reduce::{segment, DType, ReduceOp};
 
@@ -219,7 +221,7 @@ impl Hub {
             if !l.contains(&a.rank) || l.iter().any(|&r| r >= a.size) {
                 return Err(CollError::BadGroup);
             }
-            // The seam carries the three kinds of `CollKind`.
+            // The seam carries every kind of `CollKind` (the exchanges as point-to-point plans).
             if kind_of(a.ctype).is_none() {
                 return Err(CollError::BadType);
             }
@@ -432,11 +434,13 @@ fn kind_of(ct: u8) -> Option<CollKind> {
         ctype::ALL_REDUCE => Some(CollKind::AllReduce),
         ctype::ALL_GATHER => Some(CollKind::AllGather),
         ctype::REDUCE_SCATTER => Some(CollKind::ReduceScatter),
+        ctype::SEND_RECV | ctype::PERMUTE | ctype::ALL_TO_ALL | ctype::ALL_TO_ALLV => Some(CollKind::Exchange),
         _ => None,
     }
 }
 
-/// Hands a spanning group's local parts to `t` on a worker thread; delivers the results, or
+/// Hands a spanning group's local parts to `t` on a worker thread (an exchange's as the local
+/// ranks' point-to-point plans, [`exchange::part`]); delivers the results, or
 /// fails every local participant: a network failure raises the NC's INTC `net_proxy_fail` (the
 /// line the `net-proxy` fault kind raises; NRT_NETWORK_PROXY_FAILURE), a malformed collective
 /// `cc_error` with the engine faulted (NRT_EXEC_HW_ERR_COLLECTIVES).
@@ -451,10 +455,15 @@ fn spawn_inter_host(t: Arc<dyn InterHost>, comm: u32, seq: u32, r: Rendezvous) -
         elem: r.dtype,
         op: r.op,
         parts: Vec::with_capacity(parts.len()),
+        exchange: Vec::new(),
     };
     let mut sinks = Vec::with_capacity(parts.len());
-    for (i, p) in parts {
-        req.parts.push((i, p.data));
+    for (i, mut p) in parts {
+        if kind == CollKind::Exchange {
+            req.exchange.push(exchange::part(r.ctype, r.size, r.dtype.size(), i, &mut p)?);
+        } else {
+            req.parts.push((i, std::mem::take(&mut p.data)));
+        }
         sinks.push((p.dev, p.nc, p.engine, p.dst));
     }
     std::thread::Builder::new()
@@ -627,7 +636,7 @@ mod tests {
         }
         fn collective(&self, req: InterHostRequest) -> Result<Vec<Vec<u8>>, InterHostError> {
             self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            Ok(req.parts.into_iter().map(|p| p.1).collect())
+            Ok(req.parts.into_iter().map(|p| p.1).chain(req.exchange.into_iter().map(|x| x.input)).collect())
         }
         fn barrier(&self, _comm: u32, _seq: u32, _size: usize, _local: &[usize]) -> Result<(), InterHostError> {
             Ok(())
@@ -766,8 +775,15 @@ mod tests {
         let mut a = arrival(&up);
         a.rank = 1;
         assert_eq!(up.dev.hub.arrive(a, &mut out).err(), Some(CollError::BadGroup));
-        // A kind the seam does not carry cannot span processes.
-        let a = Arrival { ctype: ctype::PERMUTE, peer: 0, seq: 1, ..arrival(&up) };
+        // A kind the seam does not carry cannot span processes; the exchanges cross it.
+        let a = Arrival { ctype: 0x7F, seq: 1, ..arrival(&up) };
         assert_eq!(up.dev.hub.arrive(a, &mut out).err(), Some(CollError::BadType));
+        let a = Arrival { ctype: ctype::PERMUTE, peer: 1, seq: 2, ..arrival(&up) };
+        assert_eq!(up.dev.hub.arrive(a, &mut out), Ok(()));
+        let t0 = std::time::Instant::now();
+        while t_up.calls.load(Ordering::SeqCst) < 2 && t0.elapsed() < std::time::Duration::from_secs(10) {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(t_up.calls.load(Ordering::SeqCst), 2, "a permute spanning processes must cross the seam");
     }
 }

@@ -16,7 +16,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
-use crate::interhost::{CollKind, InterHost, InterHostError, InterHostRequest};
+use crate::interhost::{CollKind, InterHost, InterHostError, InterHostRequest, Piece};
 
 mod exchange;
 
@@ -393,24 +393,29 @@ impl Hub {
 /// outside its buffer (checked arithmetic; a malformed collective).
 fn all_to_all_v(metas: &[(Vec<u32>, usize)], ins: &[&[u8]], es: usize) -> Option<Vec<Vec<u8>>> {
     let n = metas.len();
-    if ins.len() != n || metas.iter().any(|(m, _)| m.len() != 4 * n) {
+    if ins.len() != n {
         return None;
     }
-    // Row `row` of rank `r`'s metadata, entry `k`, in elements.
-    let at = |r: usize, row: usize, k: usize| metas[r].0[row * n + k] as usize;
+    let plans: Vec<(Vec<Piece>, Vec<Piece>)> = metas
+        .iter()
+        .zip(ins)
+        .map(|((m, out_len), inp)| exchange::all_to_allv_plan(m, n, es, inp.len(), *out_len).ok())
+        .collect::<Option<_>>()?;
     let mut outs = Vec::with_capacity(n);
     for (r, (_, out_len)) in metas.iter().enumerate() {
         let mut o = vec![0u8; *out_len];
         for (s, inp) in ins.iter().enumerate() {
-            let count = at(s, 0, r);
-            if count != at(r, 2, s) {
-                return None;
+            // Sender and receiver agree on the pair's count (both leave out an empty one).
+            let send = plans[s].0.iter().find(|p| p.peer == r);
+            let recv = plans[r].1.iter().find(|p| p.peer == s);
+            match (send, recv) {
+                (None, None) => {}
+                (Some(from), Some(to)) if from.len == to.len => {
+                    // Both ranges checked against their buffers by the plans.
+                    o.get_mut(to.at..to.at + to.len)?.copy_from_slice(inp.get(from.at..from.at + from.len)?);
+                }
+                _ => return None,
             }
-            let len = count.checked_mul(es)?;
-            let from = at(s, 1, r).checked_mul(es)?;
-            let to = at(r, 3, s).checked_mul(es)?;
-            let src = inp.get(from..from.checked_add(len)?)?;
-            o.get_mut(to..to.checked_add(len)?)?.copy_from_slice(src);
         }
         outs.push(o);
     }

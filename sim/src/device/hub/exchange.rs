@@ -49,30 +49,45 @@ pub(super) fn part(ct: u8, n: usize, es: usize, rank: usize, p: &mut Part) -> Re
             (all.clone(), Receive::From(all), len)
         }
         ctype::ALL_TO_ALLV => {
-            let meta = &p.meta;
-            if meta.len() != 4 * n {
-                return Err(CollError::Mismatch);
-            }
-            // Row `row`, entry `k` of the metadata, in bytes.
-            let at = |row: usize, k: usize| (meta[row * n + k] as usize).checked_mul(es).ok_or(CollError::Mismatch);
-            let piece = |counts: usize, displs: usize, k: usize, limit: usize| -> Result<Option<Piece>, CollError> {
-                let (len, at) = (at(counts, k)?, at(displs, k)?);
-                if at.checked_add(len).is_none_or(|end| end > limit) {
-                    return Err(CollError::Mismatch);
-                }
-                Ok((len > 0).then_some(Piece { peer: k, at, len }))
-            };
-            let mut sends = Vec::new();
-            let mut recvs = Vec::new();
-            for k in 0..n {
-                sends.extend(piece(0, 1, k, len)?);
-                recvs.extend(piece(2, 3, k, p.out_len)?);
-            }
+            let (sends, recvs) = all_to_allv_plan(&p.meta, n, es, len, p.out_len)?;
             (sends, Receive::From(recvs), p.out_len)
         }
         _ => return Err(CollError::BadType),
     };
     Ok(ExchangePart { rank, input, sends, recv, out_len })
+}
+
+/// All-to-allv's plan from one rank's metadata (`4·n` entries: send counts, send
+/// displacements, receive counts, receive displacements, in elements of `es` bytes) for an
+/// input of `in_len` and an output of `out_len` bytes: its sends and its receives, in bytes,
+/// zero-length pieces left out; a range outside its buffer is [`CollError::Mismatch`]. The one
+/// reading of the metadata, for the hub's local path as for the seam.
+pub(super) fn all_to_allv_plan(
+    meta: &[u32],
+    n: usize,
+    es: usize,
+    in_len: usize,
+    out_len: usize,
+) -> Result<(Vec<Piece>, Vec<Piece>), CollError> {
+    if meta.len() != 4 * n {
+        return Err(CollError::Mismatch);
+    }
+    // Row `row`, entry `k` of the metadata, in bytes.
+    let at = |row: usize, k: usize| (meta[row * n + k] as usize).checked_mul(es).ok_or(CollError::Mismatch);
+    let piece = |counts: usize, displs: usize, k: usize, limit: usize| -> Result<Option<Piece>, CollError> {
+        let (len, at) = (at(counts, k)?, at(displs, k)?);
+        if at.checked_add(len).is_none_or(|end| end > limit) {
+            return Err(CollError::Mismatch);
+        }
+        Ok((len > 0).then_some(Piece { peer: k, at, len }))
+    };
+    let mut sends = Vec::new();
+    let mut recvs = Vec::new();
+    for k in 0..n {
+        sends.extend(piece(0, 1, k, in_len)?);
+        recvs.extend(piece(2, 3, k, out_len)?);
+    }
+    Ok((sends, recvs))
 }
 
 #[cfg(test)]

@@ -41,6 +41,14 @@ pub struct Ring {
     pub timeout: Duration,
 }
 
+/// Offset of the completion marker's destination word in the marker buffer: right after
+/// its source word, as the kmod lays out its completion buffer (`ndma_memcpy_add_completion_desc`,
+/// `DMA_COMPLETION_MARKER_SIZE`).
+const MARKER_DST: usize = 4;
+
+/// One descriptor pair as the ring holds it: (M2S, S2M).
+pub type DescPair = (UdmaDesc, UdmaDesc);
+
 /// A copy leg: device address and length.
 #[derive(Debug, Clone, Copy)]
 pub struct Xfer {
@@ -65,7 +73,7 @@ impl Ring {
         m2s_ring.fill(0, bytes, 0)?;
         s2m_ring.fill(0, bytes, 0)?;
         marker.write_u32(0, udc::COMPLETION_MARKER)?;
-        marker.write_u32(8, 0)?;
+        marker.write_u32(MARKER_DST, 0)?;
         let r = Self {
             arch,
             park: park.clone(),
@@ -158,6 +166,25 @@ impl Ring {
         Ok(n)
     }
 
+    /// The `n` descriptor pairs from slot `from` (wrapping) as they are in the rings: what a
+    /// debugger or a dump shows of the queue, and what the kmod oracle compares.
+    pub fn descriptors(&self, from: u32, n: u32) -> Result<Vec<DescPair>> {
+        let mut out = Vec::with_capacity(n.min(self.ndesc) as usize);
+        for k in 0..n.min(self.ndesc) {
+            let at = ((from + k) % self.ndesc) as usize * DESC_BYTES;
+            let (mut m, mut s) = ([0u8; DESC_BYTES], [0u8; DESC_BYTES]);
+            self.m2s_ring.read(at, &mut m)?;
+            self.s2m_ring.read(at, &mut s)?;
+            out.push((UdmaDesc::decode(&m), UdmaDesc::decode(&s)));
+        }
+        Ok(out)
+    }
+
+    /// Device address of the completion marker's source word (its destination follows it).
+    pub fn marker_dev_addr(&self) -> u64 {
+        self.arch.host_dev_addr(self.marker.iova())
+    }
+
     /// Pairs one transfer needs.
     pub fn pairs_for(len: u64) -> usize {
         len.div_ceil(MAX_DESC_LEN as u64) as usize
@@ -223,9 +250,9 @@ impl Ring {
             let at = slot as usize * DESC_BYTES + 4;
             self.m2s_ring.write(at, &(meta::DEFAULT | meta::WRITE_BARRIER).to_le_bytes())?;
         }
-        self.marker.atomic_u32(8)?.store(0, Ordering::Release);
+        self.marker.atomic_u32(MARKER_DST)?.store(0, Ordering::Release);
         let src = self.arch.host_dev_addr(self.marker.iova());
-        let dst = self.arch.host_dev_addr(self.marker.iova() + 8);
+        let dst = self.arch.host_dev_addr(self.marker.iova() + MARKER_DST as u64);
         let m = DescCtrl { len: 4, first: true, last: true, ..Default::default() }.encode();
         let s = DescCtrl { len: 4, ..Default::default() }.encode();
         self.put_words((m, meta::DEFAULT, src), (s, 0, dst))?;
@@ -236,7 +263,7 @@ impl Ring {
     }
 
     fn wait(&mut self, regs: &Regs<'_>) -> Result<()> {
-        let word = self.marker.atomic_u32(8)?;
+        let word = self.marker.atomic_u32(MARKER_DST)?;
         let start = Instant::now();
         let mut spins = 0u32;
         loop {

@@ -2,7 +2,8 @@
 //! poison-tolerant helper (`platform/src/sync.rs`), or a ranked lock built on it
 //! (`runtime/src/locks.rs`): no inline `.unwrap_or_else(|e| e.into_inner())`, no
 //! `PoisonError` or `TryLockError` handled anywhere else. Tests are not checked (the loom
-//! model substitutes loom's primitives with its own shim of the helper).
+//! model substitutes loom's primitives with its own shim of the helper). And every member
+//! inherits the workspace's lint table.
 
 use std::path::{Path, PathBuf};
 
@@ -83,4 +84,25 @@ fn the_scanner_sees_inline_poison_handling_and_leaves_the_helper_alone() {
     assert_eq!(inline_poison("Err(TryLockError::Poisoned(e)) => e,").len(), 1);
     assert!(inline_poison("let g = platform::sync::lock(&m);\nlet v = out.into_inner();").is_empty());
     assert!(inline_poison("#[cfg(test)]\nmod tests {\n    let g = m.lock().unwrap();\n}").is_empty());
+}
+
+/// Every member inherits the workspace's lint table (`undocumented_unsafe_blocks`,
+/// `unsafe_op_in_unsafe_fn`): a crate without `[lints] workspace = true` would have its unsafe
+/// blocks outside the SAFETY-comment rule.
+#[test]
+fn every_member_inherits_the_workspace_lints() {
+    let mut missing = Vec::new();
+    for m in members() {
+        let manifest = std::fs::read_to_string(root().join(&m).join("Cargo.toml")).expect("member Cargo.toml");
+        let inherits = manifest
+            .split("\n[")
+            .find(|s| s.starts_with("lints]"))
+            .is_some_and(|s| s.lines().any(|l| l.replace(' ', "") == "workspace=true"));
+        if !inherits {
+            missing.push(m);
+        }
+    }
+    assert!(missing.is_empty(), "members without `[lints] workspace = true`: {missing:?}");
+    let root_manifest = std::fs::read_to_string(root().join("Cargo.toml")).expect("Cargo.toml");
+    assert!(root_manifest.contains("undocumented_unsafe_blocks = \"deny\""), "the workspace lint table");
 }

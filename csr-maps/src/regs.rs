@@ -269,6 +269,54 @@ impl<T: RegValue> Reg<'_, T, W1s> {
     }
 }
 
+/// A register's place without the region: what a hot path resolves once and keeps (a
+/// kickoff's semaphore increment, a notification queue's head), then binds to its BAR for
+/// each access ([`RegAt::on`]) — the same typed value and the same access rights as the
+/// [`Reg`] it came from, with no name lookup or bounds check left on the path.
+pub struct RegAt<T, A> {
+    offset: u64,
+    _t: PhantomData<(T, A)>,
+}
+
+impl<T, A> Clone for RegAt<T, A> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T, A> Copy for RegAt<T, A> {}
+
+impl<T, A> PartialEq for RegAt<T, A> {
+    fn eq(&self, o: &Self) -> bool {
+        self.offset == o.offset
+    }
+}
+impl<T, A> Eq for RegAt<T, A> {}
+
+impl<T, A> core::fmt::Debug for RegAt<T, A> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "RegAt({:#x})", self.offset)
+    }
+}
+
+impl<T: RegValue, A: Access> RegAt<T, A> {
+    /// The register at the same offset of `mmio` (the region it was resolved in).
+    #[inline]
+    pub fn on<'a>(&self, mmio: &'a dyn Mmio) -> Reg<'a, T, A> {
+        Reg::new(mmio, self.offset)
+    }
+    /// Absolute byte offset in the BAR.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+}
+
+impl<T: RegValue, A: Access> Reg<'_, T, A> {
+    /// This register's place, to bind again later ([`RegAt::on`]).
+    pub fn at(&self) -> RegAt<T, A> {
+        RegAt { offset: self.offset, _t: PhantomData }
+    }
+}
+
 /// A bounds-checked register array; `A` is the access of every element.
 pub struct RegArray<'a, T, A> {
     mmio: &'a dyn Mmio,
@@ -318,6 +366,20 @@ mod tests {
         assert_eq!(bar.read32(s.offset()).unwrap() as u64, nc_regions::OobStatus(0).with_latched(1).0 as u64);
         s.clear_all().unwrap();
         assert_eq!(bar.read32(s.offset()).unwrap(), u32::MAX);
+    }
+
+    #[test]
+    fn a_register_kept_by_place_binds_again_with_its_type_and_rights() {
+        let (a, b) = (MemMmio::new(0x1000), MemMmio::new(0x1000));
+        let t = nc_regions::Block::at(&a, 0);
+        let at = t.oob_status().at();
+        assert_eq!(at.offset(), t.oob_status().offset());
+        // Bound to another region of the same layout: the same register, still w1c.
+        at.on(&b).clear(nc_regions::OobStatus(0).with_latched(1)).unwrap();
+        assert_eq!(b.read32(at.offset()).unwrap(), 1);
+        assert_eq!(a.read32(at.offset()).unwrap(), 0);
+        assert_eq!(at.on(&b).access(), t.oob_status().access());
+        assert_eq!(at, t.oob_status().at());
     }
 
     #[test]

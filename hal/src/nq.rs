@@ -44,6 +44,15 @@ pub fn head_offset(regs: &Regs<'_>, owner: NqOwner, slot: u64) -> Result<u64> {
     Ok(slot_regs(regs, owner, slot)?.head().offset())
 }
 
+/// The slot's consumer-head register, resolved for the harvest path ([`csr_maps::regs::RegAt::on`]).
+pub fn head_reg(
+    regs: &Regs<'_>,
+    owner: NqOwner,
+    slot: u64,
+) -> Result<csr_maps::regs::RegAt<ns::Head, csr_maps::regs::ReadWrite>> {
+    Ok(slot_regs(regs, owner, slot)?.head().at())
+}
+
 /// Halt slot `slot` of `owner`: base high, base low and size 0 (the kmod's `nnq_halt`
 /// through `nnq_set_hwaddr`). The device writes no record after it; records already in
 /// flight still land (wait [`DRAIN`] before freeing the ring's memory).

@@ -7,7 +7,9 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use csr_maps::blocks::notific_slot as ns;
 use csr_maps::formats::notify::RECORD_BYTES;
+use csr_maps::regs::{ReadWrite, RegAt};
 use csr_maps::{Arch, Regs};
 
 use crate::error::{HalError, Result};
@@ -29,7 +31,7 @@ pub struct NqRing {
     slot: u64,
     head: u64,
     phase: bool,
-    head_reg: u64,
+    head_reg: RegAt<ns::Head, ReadWrite>,
     /// Head value last written to the device.
     head_written: u64,
 }
@@ -47,7 +49,7 @@ impl NqRing {
         }
         let buf = pool.alloc(size as usize, 4096.min(size as usize))?;
         buf.fill(0, size as usize, 0)?;
-        let head_reg = nq::head_offset(&regs, owner, slot)?;
+        let head_reg = nq::head_reg(&regs, owner, slot)?;
         nq::program_slot(&regs, owner, slot, arch.host_dev_addr(buf.iova()), size)?;
         let id = park.new_id();
         park.claim_nq(owner, slot, id);
@@ -115,7 +117,7 @@ impl NqRing {
     /// Write the consumer head to the device if it moved.
     pub fn sync_head(&mut self, regs: &Regs<'_>) -> Result<()> {
         if self.head_written != self.head {
-            regs.mmio.write32(self.head_reg, self.head as u32)?;
+            self.head_reg.on(regs.mmio).write(ns::Head(self.head as u32))?;
             self.head_written = self.head;
         }
         Ok(())

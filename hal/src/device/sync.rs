@@ -1,6 +1,7 @@
 //! Semaphores, events and kick slots of an NC's TPB semaphore block.
 
 use csr_maps::blocks::tpb_sem as ts;
+use csr_maps::regs::{RegAt, WriteOnly};
 
 use super::Device;
 use crate::error::{HalError, Result};
@@ -11,7 +12,7 @@ use crate::error::{HalError, Result};
 pub struct KickSlot {
     nc: usize,
     sem: u64,
-    off: u64,
+    reg: RegAt<ts::SemInc, WriteOnly>,
 }
 
 impl KickSlot {
@@ -58,14 +59,14 @@ impl Device {
     /// load) so that [`Device::kick`] is a single MMIO write.
     pub fn kick_slot(&self, nc: usize, i: u64) -> Result<KickSlot> {
         self.check_nc(nc)?;
-        Ok(KickSlot { nc, sem: i, off: self.sem_inc_offset(nc, i)? })
+        Ok(KickSlot { nc, sem: i, reg: self.regs().tpb_sem(nc as u64)?.sem_inc(i)?.at() })
     }
 
     /// The kickoff: increment the semaphore behind `k` by one. One 32-bit MMIO write — no
     /// allocation, no syscall, no lock.
     pub fn kick(&self, k: &KickSlot) -> Result<()> {
         platform::failpoint::hit("hal.kick")?;
-        Ok(self.inner.bar0.write32(k.off, ts::SemInc(1).0)?)
+        Ok(k.reg.on(self.inner.bar0.as_ref()).write(ts::SemInc(1))?)
     }
 
     /// Device address of semaphore `i`'s increment register (a DMA or WRITE target).

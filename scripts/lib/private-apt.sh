@@ -12,7 +12,7 @@
 #   candidate NAME PACKAGE          # the version apt would take
 #
 # Sourced by scripts/qemu/setup.sh and scripts/dev/kmod-guest/run.sh (bash). Needs from the
-# caller: $cache, $arch, and quiet DESC CMD... (run CMD with its output in a log).
+# caller: $cache, $arch, log MSG, and quiet DESC CMD... (run CMD with its output in a log).
 
 papt_opts() {
     local d=$cache/apt/$1

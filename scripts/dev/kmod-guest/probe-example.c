@@ -30,7 +30,7 @@ int main(void)
 	if (fd < 0)
 		return 1;
 	__u64 h = 0, pa = 0;
-	struct neuron_ioctl_mem_alloc_v2 a = { .size = 8192, .align = 4096, .host_memory = 1, .mem_handle = &h };
+	struct neuron_ioctl_mem_alloc_v2 a = { .size = 8192, .align = 0, .host_memory = 1, .mem_handle = &h };
 	int r = ioctl(fd, NEURON_IOCTL_MEM_ALLOC_V2, &a);
 	struct neuron_ioctl_mem_get_pa g = { .mem_handle = h, .pa = &pa };
 	r = r ? r : ioctl(fd, NEURON_IOCTL_MEM_GET_PA, &g);

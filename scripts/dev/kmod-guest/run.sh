@@ -238,7 +238,10 @@ for a in "${arches[@]}"; do
 
     sock=$w/neuron0.sock ctl=$w/neuron0.ctl trace=$w/mmio.trace
     rm -f "$sock" "$ctl"
-    "$bin" --mmio-trace "$trace" sim-serve --arch "$a" --socket "$sock" --control "$ctl" \
+    # BAR4 as the hardware has it, over all HBM (the kmod mmaps device memory through it,
+    # nmmap_dm: mmap_get_bar4_offset), not sim-serve's default 64 MiB window; the guest's 64-bit
+    # PCI hole is made large enough for it.
+    "$bin" --mmio-trace "$trace" sim-serve --arch "$a" --socket "$sock" --control "$ctl" --bar4-window $((1 << 40)) \
         > "$w/sim-serve.log" 2>&1 &
     server=$!
     for _ in $(seq 100); do [ -S "$sock" ] && [ -S "$ctl" ] && break; sleep 0.1; done
@@ -254,7 +257,9 @@ for a in "${arches[@]}"; do
         -machine q35,accel=tcg,kernel-irqchip=split -cpu max -m "$mem" -smp 2 "${vdev[@]}" \
         -kernel "$kdir/vmlinuz" -initrd "$w/initramfs.cpio" \
         -append "console=ttyS0 oops=panic panic=-1 loglevel=4 kmod_guest.arch=$a" \
+        -global q35-pcihost.pci-hole64-size=512G \
         -display none -no-reboot -nic none -serial stdio -monitor none 2>&1; }
+    gpid=$GUEST_PID
     : > "$w/console.log"
     while IFS= read -r line <&"${GUEST[0]}"; do
         line=${line%$'\r'}
@@ -267,7 +272,7 @@ for a in "${arches[@]}"; do
                 ;;
         esac
     done
-    wait "$GUEST_PID" && qrc=0 || qrc=$?
+    wait "$gpid" && qrc=0 || qrc=$?
     t1=$(date +%s.%N)
     stats=$("$bin" sim-control --control "$ctl" stats 2>/dev/null || echo "(no stats: sim-serve gone)")
     kill "$server" 2>/dev/null || true

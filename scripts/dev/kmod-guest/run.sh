@@ -216,6 +216,11 @@ bin=$target/debug/neuron-vfio
 
 # ---- 5. one guest per arch -------------------------------------------------------------------
 timeout_s=${KMOD_GUEST_TIMEOUT:-300}
+# Debian's LSM list (the kernel's CONFIG_LSM) without IPE: the v3 kmod reads
+# /sys/class/dmi/id/product_name with kernel_read_file_from_path(..., READING_UNKNOWN)
+# (ndhal_instance_type_pod), and IPE WARNs on every read id it has no rule for
+# (security/ipe/hooks.c) — a kernel/kmod interaction of any IPE kernel, not the device's.
+lsm=$(sed -n 's/^CONFIG_LSM="\(.*\)"$/\1/p' "$kdir/config" | tr ',' '\n' | grep -vx ipe | paste -sd, -)
 mem=512
 status=0
 summary=()
@@ -256,7 +261,7 @@ for a in "${arches[@]}"; do
     coproc GUEST { exec timeout "$timeout_s" env NEURON_VFIO_CACHE="$cache" "$qemu" \
         -machine q35,accel=tcg,kernel-irqchip=split -cpu max -m "$mem" -smp 2 "${vdev[@]}" \
         -kernel "$kdir/vmlinuz" -initrd "$w/initramfs.cpio" \
-        -append "console=ttyS0 oops=panic panic=-1 loglevel=4 kmod_guest.arch=$a" \
+        -append "console=ttyS0 oops=panic panic=-1 loglevel=4 lsm=$lsm kmod_guest.arch=$a" \
         -global q35-pcihost.pci-hole64-size=512G \
         -display none -no-reboot -nic none -serial stdio -monitor none 2>&1; }
     gpid=$GUEST_PID

@@ -197,6 +197,18 @@ pub mod fwio {
     pub const NEW_HEADER_BYTES: u16 = 8;
     /// Largest new-protocol payload (misc 0x100..0x17F).
     pub const MAX_PAYLOAD: usize = 128;
+    /// Legacy-protocol request header bytes in host memory: seq u8, cmd u8, size u16, CRC-32C
+    /// u32 (`m:neuron_fw_io.h` `struct fw_io_request`).
+    pub const LEGACY_REQUEST_HEADER_BYTES: usize = 8;
+    /// Legacy-protocol response header bytes: seq u8, error u8, size u16
+    /// (`m:neuron_fw_io.h` `struct fw_io_response`).
+    pub const LEGACY_RESPONSE_HEADER_BYTES: usize = 4;
+    /// Largest legacy request, header included: the kmod's request buffer
+    /// (`m:neuron_fw_io.c` FW_IO_MAX_SIZE 0xffff).
+    pub const LEGACY_MAX_REQUEST: usize = 0xFFFF;
+    /// Addresses one legacy READ may name: as many as a response of [`LEGACY_MAX_REQUEST`]
+    /// bytes holds (4 bytes each after its header). Modeled: the sources give no firmware limit.
+    pub const LEGACY_MAX_READS: usize = (LEGACY_MAX_REQUEST - LEGACY_RESPONSE_HEADER_BYTES) / 4;
     /// Poll period, ms.
     pub const POLL_MS: u64 = 1;
     /// Per-command timeouts in ms, indexed by command (0 unused).

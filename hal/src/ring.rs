@@ -34,9 +34,20 @@ pub struct Ring {
     ndesc: u32,
     next: u32,
     ring_id: u8,
+    /// Slot of the last data pair [`Ring::copy`] wrote since its last completion marker
+    /// (it gets the write barrier).
+    last_data: Option<u32>,
     /// Timeout per completion wait.
     pub timeout: Duration,
 }
+
+/// Offset of the completion marker's destination word in the marker buffer: right after
+/// its source word, as the kmod lays out its completion buffer (`ndma_memcpy_add_completion_desc`,
+/// `DMA_COMPLETION_MARKER_SIZE`).
+const MARKER_DST: usize = 4;
+
+/// One descriptor pair as the ring holds it: (M2S, S2M).
+pub type DescPair = (UdmaDesc, UdmaDesc);
 
 /// A copy leg: device address and length.
 #[derive(Debug, Clone, Copy)]
@@ -62,7 +73,7 @@ impl Ring {
         m2s_ring.fill(0, bytes, 0)?;
         s2m_ring.fill(0, bytes, 0)?;
         marker.write_u32(0, udc::COMPLETION_MARKER)?;
-        marker.write_u32(8, 0)?;
+        marker.write_u32(MARKER_DST, 0)?;
         let r = Self {
             arch,
             park: park.clone(),
@@ -75,6 +86,7 @@ impl Ring {
             ndesc,
             next: 0,
             ring_id: udc::INITIAL_RING_ID,
+            last_data: None,
             timeout: Duration::from_secs(10),
         };
         r.program(&park.regs())?;
@@ -96,40 +108,46 @@ impl Ring {
         self.ndesc as usize - udc::RING_SLACK as usize - 1
     }
 
-    fn put(&mut self, m: &mut UdmaDesc, s: &mut UdmaDesc) -> Result<()> {
-        m.ctrl.ring_id = self.ring_id;
-        s.ctrl.ring_id = self.ring_id;
+    /// Write a TX/RX pair at the producer index, given as encoded control words without
+    /// their ring id, (word1, address) each; returns the slot written.
+    fn put_words(&mut self, m: (u32, u32, u64), s: (u32, u32, u64)) -> Result<u32> {
+        let rid = DescCtrl { ring_id: self.ring_id, ..Default::default() }.encode();
         let at = self.next as usize * DESC_BYTES;
-        self.m2s_ring.write(at, &m.encode())?;
-        self.s2m_ring.write(at, &s.encode())?;
+        self.m2s_ring.write(at, &UdmaDesc::encode_words(m.0 | rid, m.1, m.2))?;
+        self.s2m_ring.write(at, &UdmaDesc::encode_words(s.0 | rid, s.1, s.2))?;
+        let slot = self.next;
         self.next += 1;
         if self.next == self.ndesc {
             self.next = 0;
             self.ring_id = (self.ring_id + 1) & 3;
         }
-        Ok(())
+        Ok(slot)
     }
 
-    /// [`Ring::put`] of a TX/RX pair that share their control word (a data transfer's pair:
-    /// same length and packet flags), given as (word1, address) each: the control word is
-    /// encoded once.
-    fn put_same_ctrl(&mut self, mut ctrl: DescCtrl, m: (u32, u64), s: (u32, u64)) -> Result<()> {
-        ctrl.ring_id = self.ring_id;
-        let w0 = ctrl.encode();
-        let at = self.next as usize * DESC_BYTES;
-        self.m2s_ring.write(at, &UdmaDesc::encode_words(w0, m.0, m.1))?;
-        self.s2m_ring.write(at, &UdmaDesc::encode_words(w0, s.0, s.1))?;
-        self.next += 1;
-        if self.next == self.ndesc {
-            self.next = 0;
-            self.ring_id = (self.ring_id + 1) & 3;
+    /// Write a host-driven copy as the kmod does (`ndma_memcpy_chunks`,
+    /// `udma_m2m_build_descriptor`): one packet per descriptor pair of at most 64 KiB — the
+    /// M2S descriptor FIRST|LAST with the default metadata, the S2M descriptor a buffer with
+    /// no packet flags (the hardware defines none on S2M). Returns how many pairs were
+    /// written; the last one's slot is remembered for the write barrier ([`Ring::finish`]).
+    fn push_copy(&mut self, x: &Xfer) -> Result<usize> {
+        let mut off = 0u64;
+        let mut n = 0usize;
+        while off < x.len {
+            let len = (x.len - off).min(MAX_DESC_LEN as u64) as u32;
+            let m = DescCtrl { len, first: true, last: true, ..Default::default() }.encode();
+            let s = DescCtrl { len, ..Default::default() }.encode();
+            self.last_data = Some(self.put_words((m, meta::DEFAULT, x.src + off), (s, 0, x.dst + off))?);
+            off += len as u64;
+            n += 1;
         }
-        Ok(())
+        Ok(n)
     }
 
-    /// Write the descriptor pairs of one transfer (packets of ≤ 64 descriptors of ≤ 64 KiB,
-    /// FIRST..CONCAT..LAST) at the producer index; returns how many pairs were written.
-    fn push_xfer(&mut self, x: &Xfer) -> Result<usize> {
+    /// Write the descriptor pairs of one staged transfer as libnrt builds its model I/O rings
+    /// (docs/facts/libnrt.md §4.5): packets of ≤ 64 descriptors of ≤ 64 KiB chained
+    /// FIRST..CONCAT..LAST, the same control word on both halves. Returns how many pairs
+    /// were written.
+    fn push_staged(&mut self, x: &Xfer) -> Result<usize> {
         let mut off = 0u64;
         let mut n = 0usize;
         while off < x.len {
@@ -139,13 +157,32 @@ impl Ring {
                 let len = (left - i as u64 * MAX_DESC_LEN as u64).min(MAX_DESC_LEN as u64) as u32;
                 let first = i == 0;
                 let last = i + 1 == descs;
-                let ctrl = DescCtrl { len, first, last, concat: !last, ..Default::default() };
-                self.put_same_ctrl(ctrl, (meta::DEFAULT, x.src + off), (0, x.dst + off))?;
+                let w0 = DescCtrl { len, first, last, concat: !last, ..Default::default() }.encode();
+                self.put_words((w0, meta::DEFAULT, x.src + off), (w0, 0, x.dst + off))?;
                 off += len as u64;
                 n += 1;
             }
         }
         Ok(n)
+    }
+
+    /// The `n` descriptor pairs from slot `from` (wrapping) as they are in the rings: what a
+    /// debugger or a dump shows of the queue, and what the kmod oracle compares.
+    pub fn descriptors(&self, from: u32, n: u32) -> Result<Vec<DescPair>> {
+        let mut out = Vec::with_capacity(n.min(self.ndesc) as usize);
+        for k in 0..n.min(self.ndesc) {
+            let at = ((from + k) % self.ndesc) as usize * DESC_BYTES;
+            let (mut m, mut s) = ([0u8; DESC_BYTES], [0u8; DESC_BYTES]);
+            self.m2s_ring.read(at, &mut m)?;
+            self.s2m_ring.read(at, &mut s)?;
+            out.push((UdmaDesc::decode(&m), UdmaDesc::decode(&s)));
+        }
+        Ok(out)
+    }
+
+    /// Device address of the completion marker's source word (its destination follows it).
+    pub fn marker_dev_addr(&self) -> u64 {
+        self.arch.host_dev_addr(self.marker.iova())
     }
 
     /// Pairs one transfer needs.
@@ -167,7 +204,7 @@ impl Ring {
                     self.finish(regs, pending)?;
                     pending = 0;
                 }
-                pending += self.push_xfer(&Xfer { src: x.src + off, dst: x.dst + off, len: chunk })?;
+                pending += self.push_copy(&Xfer { src: x.src + off, dst: x.dst + off, len: chunk })?;
                 off += chunk;
             }
         }
@@ -180,7 +217,7 @@ impl Ring {
     pub fn stage(&mut self, xfers: &[Xfer]) -> Result<u32> {
         let mut n = 0usize;
         for x in xfers {
-            n += self.push_xfer(x)?;
+            n += self.push_staged(x)?;
         }
         Ok(n as u32)
     }
@@ -206,14 +243,19 @@ impl Ring {
         if pending == 0 {
             return Ok(());
         }
-        // Completion marker pair: host word → host word, with the write barrier (§3.4, §3.8).
-        self.marker.atomic_u32(8)?.store(0, Ordering::Release);
+        // The kmod's order (`ndma_memcpy_chunks`, `ndma_memcpy_add_completion_desc`): the
+        // batch's last data packet carries the write barrier, then the completion-marker pair
+        // (host word → host word, FIRST|LAST on M2S, no barrier) follows (§3.4, §3.8).
+        if let Some(slot) = self.last_data.take() {
+            let at = slot as usize * DESC_BYTES + 4;
+            self.m2s_ring.write(at, &(meta::DEFAULT | meta::WRITE_BARRIER).to_le_bytes())?;
+        }
+        self.marker.atomic_u32(MARKER_DST)?.store(0, Ordering::Release);
         let src = self.arch.host_dev_addr(self.marker.iova());
-        let dst = self.arch.host_dev_addr(self.marker.iova() + 8);
-        let mut m = UdmaDesc::tx(src, 4, 0, true, true);
-        m.word1 |= meta::WRITE_BARRIER;
-        let mut s = UdmaDesc::rx(dst, 4, 0, true, true);
-        self.put(&mut m, &mut s)?;
+        let dst = self.arch.host_dev_addr(self.marker.iova() + MARKER_DST as u64);
+        let m = DescCtrl { len: 4, first: true, last: true, ..Default::default() }.encode();
+        let s = DescCtrl { len: 4, ..Default::default() }.encode();
+        self.put_words((m, meta::DEFAULT, src), (s, 0, dst))?;
         let n = pending as u32 + 1;
         std::sync::atomic::fence(Ordering::SeqCst);
         udma::ring_doorbells(regs, self.engine, self.queue, n)?;
@@ -221,7 +263,7 @@ impl Ring {
     }
 
     fn wait(&mut self, regs: &Regs<'_>) -> Result<()> {
-        let word = self.marker.atomic_u32(8)?;
+        let word = self.marker.atomic_u32(MARKER_DST)?;
         let start = Instant::now();
         let mut spins = 0u32;
         loop {
@@ -272,6 +314,7 @@ impl Ring {
         self.s2m_ring.fill(0, bytes, 0)?;
         self.next = 0;
         self.ring_id = udc::INITIAL_RING_ID;
+        self.last_data = None;
         self.program(regs)?;
         if was_aborted {
             udma::set_normal(regs, self.engine)?;

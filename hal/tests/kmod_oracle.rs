@@ -5,6 +5,11 @@
 //! simulator, records every BAR0 access, and diffs the two (writes by offset and value, reads
 //! by offset: a read's value is the device's). Every difference must be a row of the explained
 //! table in docs/hardware-safety.md, and every row must explain a difference.
+//!
+//! The host copies (`memcpy_*`) also carry the descriptors the kmod wrote into its fresh ring
+//! (`M <half> <index> <word0> <word1> <address>` lines): hal's descriptors for the same copy
+//! must be those, word for word, with buffer addresses compared relative to the copy's source,
+//! destination and completion marker (each side's own allocations).
 
 mod support;
 
@@ -15,6 +20,7 @@ use std::sync::Arc;
 use csr_maps::consts::{fwio as fwc, udma as udc};
 use csr_maps::{Arch, CAYMAN, MARIANA, SUNDA};
 use hal::fwio::{self, PollTiming, ResetKind};
+use hal::ring::Xfer;
 use hal::{nq, udma, Device, DeviceOptions, NqOwner};
 use sim::{SimConfig, SimDevice, Timing};
 use support::{Access, AccessLog, AccessRecording};
@@ -38,10 +44,28 @@ fn fixtures(arch: &Arch) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kmod-oracle").join(arch.name)
 }
 
-/// One golden trace: its operation, parameters (`key=value` of the `# op` line) and accesses.
+/// One golden trace: its operation, parameters (`key=value` of the `# op` line), accesses and
+/// the descriptors it wrote.
 struct Trace {
     params: BTreeMap<String, String>,
     accesses: Vec<Access>,
+    descs: Vec<Desc>,
+}
+
+/// One descriptor as written into a ring: half (`m2s`/`s2m`), slot, word0, word1, address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Desc {
+    half: &'static str,
+    slot: u32,
+    w0: u32,
+    w1: u32,
+    addr: u64,
+}
+
+impl std::fmt::Display for Desc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {} {:#010x} {:#010x} {:#018x}", self.half, self.slot, self.w0, self.w1, self.addr)
+    }
 }
 
 fn hex(s: &str) -> Option<u64> {
@@ -50,7 +74,7 @@ fn hex(s: &str) -> Option<u64> {
 
 fn parse(path: &Path) -> Trace {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let mut t = Trace { params: BTreeMap::new(), accesses: Vec::new() };
+    let mut t = Trace { params: BTreeMap::new(), accesses: Vec::new(), descs: Vec::new() };
     for (n, line) in text.lines().enumerate() {
         let bad = || -> ! { panic!("{}:{}: cannot read `{line}`", path.display(), n + 1) };
         let f: Vec<&str> = line.split_whitespace().collect();
@@ -69,6 +93,12 @@ fn parse(path: &Path) -> Trace {
             }
             // Waits: hal's are not visible through the Platform (docs: "Waits").
             ["D", _, _] => {}
+            ["M", half @ ("m2s" | "s2m"), slot, w0, w1, addr] => {
+                let half = if *half == "m2s" { "m2s" } else { "s2m" };
+                let slot = slot.parse().unwrap_or_else(|_| bad());
+                let num = |x: &str| hex(x).unwrap_or_else(|| bad());
+                t.descs.push(Desc { half, slot, w0: num(w0) as u32, w1: num(w1) as u32, addr: num(addr) });
+            }
             _ => bad(),
         }
     }
@@ -112,6 +142,68 @@ fn nq_slot(arch: &Arch, kind: &str) -> u64 {
 /// hal's counterpart of traced operation `op`, recorded on a fresh device: `setup` runs
 /// unrecorded first. `None`: hal has no such operation.
 fn hal_run(arch: &'static Arch, op: &str, t: &Trace) -> Option<Vec<Access>> {
+    hal_run_with_descs(arch, op, t).map(|(a, _)| a)
+}
+
+/// The kmod's host-transfer ring size (`DMA_H2T_DESC_COUNT` 4096 rounded as
+/// `ndmar_ring_get_desc_count` does).
+const H2T_DESCS: u32 = 8192;
+
+/// hal's copy of `t` (a `memcpy_*` trace) on the trace's engine and queue: the register
+/// accesses of `Ring::copy` and the descriptors it wrote, their addresses written as the
+/// trace's (hal's source, destination and marker are its own allocations).
+fn hal_copy(arch: &'static Arch, dev: &Device, log: &AccessLog, t: &Trace) -> (Vec<Access>, Vec<Desc>) {
+    let p = |k: &str| t.params.get(k).and_then(|v| hex(v).or_else(|| v.parse().ok())).unwrap();
+    let (engine, queue, len) = (p("engine"), p("queue"), p("size"));
+    let (k_src, k_dst, k_marker) = (p("src"), p("dst"), p("marker"));
+    let regs = dev.regs();
+    udma::init_engine(arch, &regs, engine).unwrap();
+    let mut ring = dev.new_ring(engine, queue, H2T_DESCS).unwrap();
+    // Host memory where the kmod's source is a host address, device memory otherwise.
+    let host_src = k_src & arch.host_dev_addr(0) == arch.host_dev_addr(0) && arch.host_dev_addr(0) != 0;
+    let held = dev.alloc_host(len as usize, 4096).unwrap();
+    held.fill(0, len as usize, 0x5A).unwrap();
+    let src = if host_src { arch.host_dev_addr(held.iova()) } else { arch.hbm_dev_addr(0, 0x40_0000).unwrap() };
+    let dst = arch.hbm_dev_addr(0, 0x80_0000).unwrap();
+    platform::sync::lock(log).clear();
+    ring.copy(&regs, &[Xfer { src, dst, len }]).unwrap();
+    let got = std::mem::take(&mut *platform::sync::lock(log));
+    let marker = ring.marker_dev_addr();
+    let relabel = |a: u64| {
+        for (ours, theirs, n) in [(src, k_src, len), (dst, k_dst, len), (marker, k_marker, 8)] {
+            if a >= ours && a < ours + n {
+                return theirs + (a - ours);
+            }
+        }
+        a
+    };
+    let n = t.descs.iter().filter(|d| d.half == "m2s").count() as u32;
+    let mut descs = Vec::new();
+    for (i, (m, s)) in ring.descriptors(0, n + 1).unwrap().into_iter().enumerate() {
+        for (half, d) in [("m2s", m), ("s2m", s)] {
+            let w = d.encode();
+            let word = |k: usize| u32::from_le_bytes([w[k], w[k + 1], w[k + 2], w[k + 3]]);
+            // The slot after the copy is empty on both sides (the kmod's dump stops there).
+            if word(0) == 0 {
+                continue;
+            }
+            descs.push(Desc { half, slot: i as u32, w0: word(0), w1: word(4), addr: relabel(d.addr) });
+        }
+    }
+    (got, descs)
+}
+
+/// [`hal_run`] with the descriptors hal wrote (empty but for the host copies).
+fn hal_run_with_descs(arch: &'static Arch, op: &str, t: &Trace) -> Option<(Vec<Access>, Vec<Desc>)> {
+    if op.starts_with("memcpy_") {
+        let (dev, log) = open(arch);
+        return Some(hal_copy(arch, &dev, &log, t));
+    }
+    hal_run_regs(arch, op, t).map(|a| (a, Vec::new()))
+}
+
+/// [`hal_run`] for the operations that write no descriptors.
+fn hal_run_regs(arch: &'static Arch, op: &str, t: &Trace) -> Option<Vec<Access>> {
     let (dev, log) = open(arch);
     let regs = dev.regs();
     let record = |f: &dyn Fn()| {
@@ -493,6 +585,73 @@ fn changing_any_value_hal_writes_is_a_difference() {
     }
 }
 
+/// hal's descriptors against the kmod's, per copy: `(arch, op, kmod's, hal's)`.
+fn descriptor_runs() -> Vec<(&'static Arch, String, Vec<Desc>, Vec<Desc>)> {
+    let mut out = Vec::new();
+    for arch in ARCHES {
+        for (op, t) in traces(arch) {
+            if t.descs.is_empty() {
+                continue;
+            }
+            let (_, hal) = hal_run_with_descs(arch, &op, &t).unwrap_or_else(|| panic!("{op}: no hal counterpart"));
+            out.push((arch, op, t.descs, hal));
+        }
+    }
+    out
+}
+
+/// The descriptors of one side that the other lacks, as lines.
+fn desc_diff(kmod: &[Desc], hal: &[Desc]) -> Vec<String> {
+    let mut out: Vec<String> = kmod.iter().filter(|d| !hal.contains(d)).map(|d| format!("kmod-only {d}")).collect();
+    out.extend(hal.iter().filter(|d| !kmod.contains(d)).map(|d| format!("hal-only  {d}")));
+    out
+}
+
+#[test]
+fn hal_writes_the_descriptors_the_kmod_writes() {
+    let runs = descriptor_runs();
+    // Both copies (device-to-device and host-to-device) on every arch.
+    assert_eq!(runs.len(), 2 * ARCHES.len(), "{:?}", runs.iter().map(|r| (r.0.name, &r.1)).collect::<Vec<_>>());
+    for (arch, op, kmod, hal) in &runs {
+        let d = desc_diff(kmod, hal);
+        assert!(d.is_empty(), "{} {op}: hal's descriptors differ from the kmod's:\n{}", arch.name, d.join("\n"));
+        println!("{} {op}: {} descriptors identical", arch.name, kmod.len());
+    }
+}
+
+#[test]
+fn changing_any_descriptor_hal_writes_is_a_difference() {
+    // A flipped bit in any word of any descriptor, and the packet flags the two sides must
+    // not disagree on (LAST set on an S2M descriptor, FIRST or LAST cleared on an M2S one).
+    const FIRST: u32 = 1 << 26;
+    const LAST: u32 = 1 << 27;
+    for (arch, op, kmod, hal) in descriptor_runs() {
+        for k in 0..hal.len() {
+            let mut changes: Vec<Desc> = Vec::new();
+            for bit in [0u32, 16, 24, 26, 27, 28, 31] {
+                changes.push(Desc { w0: hal[k].w0 ^ (1 << bit), ..hal[k] });
+            }
+            changes.push(Desc { w1: hal[k].w1 ^ (1 << 26), ..hal[k] });
+            changes.push(Desc { addr: hal[k].addr ^ 0x40, ..hal[k] });
+            if hal[k].half == "s2m" {
+                changes.push(Desc { w0: hal[k].w0 | LAST, ..hal[k] });
+            } else {
+                changes.push(Desc { w0: hal[k].w0 & !FIRST, ..hal[k] });
+                changes.push(Desc { w0: hal[k].w0 & !LAST, ..hal[k] });
+            }
+            for c in changes.into_iter().filter(|c| *c != hal[k]) {
+                let mut changed = hal.clone();
+                changed[k] = c;
+                assert!(
+                    !desc_diff(&kmod, &changed).is_empty(),
+                    "{} {op}: descriptor {k} changed to {c} unseen",
+                    arch.name
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn traces_name_their_kmod_commit() {
     let pin = |file: &str| {
@@ -522,6 +681,8 @@ fn traced_operations_are_the_acceptance_list() {
         "engine_normal",
         "event_reset",
         "fwio_read",
+        "memcpy_d2d",
+        "memcpy_h2d",
         "nc_reset",
         "nq_halt-error",
         "nq_halt-event",

@@ -303,7 +303,7 @@ fn a_replaced_socket_file_is_left_to_its_new_owner() {
 
 fn stats_strategy() -> impl Strategy<Value = SimStats> {
     (
-        prop::collection::vec(any::<u64>(), 26),
+        prop::collection::vec(any::<u64>(), 27),
         any::<i64>(),
         any::<u32>(),
         prop::collection::vec(any::<u64>(), 0..8),
@@ -340,6 +340,7 @@ fn stats_strategy() -> impl Strategy<Value = SimStats> {
             hbm_written_bytes: u[22],
             hbm_dropped_bytes: u[23],
             hbm_zero_skipped_bytes: u[24],
+            fwio_metrics_posted: u[26],
         })
 }
 

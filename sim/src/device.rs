@@ -185,6 +185,9 @@ pub struct SimStats {
     pub hbm_dropped_bytes: u64,
     /// Zero bytes written into HBM that already held only zeros (not written: no page touched).
     pub hbm_zero_skipped_bytes: u64,
+    /// Metrics blobs the firmware took through the legacy FW-IO protocol's POST_TO_CW (the
+    /// kmod's `fw_io_post_metric`: `NEURON_IOCTL_POST_METRIC` and its metrics thread).
+    pub fwio_metrics_posted: u64,
 }
 
 #[derive(Default)]
@@ -201,6 +204,7 @@ pub(crate) struct Counters {
     pub resets: AtomicU64,
     pub fwio: AtomicU64,
     pub fwio_legacy_misuse: AtomicU64,
+    pub fwio_metrics: AtomicU64,
     pub dangling_unmaps: AtomicU64,
     pub dangling_fetches: AtomicU64,
     pub queue_cfg_misuse: AtomicU64,

@@ -1,5 +1,23 @@
-//! Misc RAM: the firmware side of the FW-IO mailbox (new protocol, FW API ≥ 7) and the
-//! reset requests (the kmod's `neuron_fw_io.c` and `neuron_reset.c`).
+//! Misc RAM: the firmware side of the FW-IO mailbox and the reset requests (the kmod's
+//! `neuron_fw_io.c` and `neuron_reset.c`).
+//!
+//! Two protocols share the doorbell (`trigger`, misc RAM 0x800):
+//! - **legacy** (every FW API; the only one the 2.24 kmod speaks): the host puts the request
+//!   — header {seq u8, cmd u8, size u16 (header included), CRC-32C u32 over the whole
+//!   request with the CRC field zero}, then the payload — in host memory, writes that
+//!   buffer's bus address to 0x1F0 (high) / 0x1F4 (low) and the response buffer's to 0x1F8
+//!   (high) / 0x1FC (low), and rings. The firmware reads the request by DMA and writes the
+//!   response — {seq, error, size u16 (4-byte header included)}, then the data — into the
+//!   response buffer, sequence byte last: the host polls it. Commands: READ (N × u64 device
+//!   addresses → N × u32 values) and POST_TO_CW (a metrics blob, also copied to misc RAM
+//!   0x100 by the host).
+//! - **new** (FW API ≥ 7, the 2.25 kmod's `fw_io_execute_request_new`): header and CRC in
+//!   0x1F0/0x1F4, payload in the data words, ACK (0xF0) = 1, then the doorbell; the firmware
+//!   answers in the same registers and clears the doorbell.
+//!
+//! Modeled: firmware of API ≥ 7 tells them apart by the ACK word (the new protocol writes 1
+//! there before ringing, the legacy one never writes it; the sources do not say how real
+//! firmware decides). Firmware below API 7 knows only the legacy protocol.
 
 use std::sync::atomic::Ordering;
 
@@ -56,13 +74,14 @@ pub(crate) fn reg_write(dev: &Dev, st: &mut State, hit: &Hit, r: M, val: u32) {
 fn request(dev: &Dev, st: &mut State) {
     let m = dev.misc_ram();
     dev.n.fwio.fetch_add(1, Ordering::Relaxed);
-    let hdr = FwHeader::decode(dev.reg_value(st, m.req_hdr0().offset()));
-    let crc = dev.reg_value(st, m.req_hdr1().offset());
     let ack = dev.reg_value(st, m.ack().offset());
-    let words: Vec<u32> = (0..32).filter_map(|i| m.data(i).ok()).map(|r| dev.reg_value(st, r.offset())).collect();
-    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-    let plen = (hdr.size as usize).saturating_sub(fwc::NEW_HEADER_BYTES as usize);
-    if dev.cfg.fw_api_version < dev.arch.consts.fwio_api_new as u32 {
+    let new_fw = dev.cfg.fw_api_version >= dev.arch.consts.fwio_api_new as u32;
+    if ack != 1 {
+        legacy(dev, st);
+        st.regs.insert(m.trigger().offset(), 0);
+        return;
+    }
+    if !new_fw {
         // Legacy firmware reads 0x1F0..0x1FC as host request/response buffer addresses and
         // DMAs there (`neuron_fw_io.c`); a new-protocol header in them is garbage. Record the
         // driver bug and never answer.
@@ -70,8 +89,13 @@ fn request(dev: &Dev, st: &mut State) {
         tracing::debug!("sim: new-protocol FW-IO request on firmware API < 7 (legacy protocol): not answered");
         return;
     }
+    let hdr = FwHeader::decode(dev.reg_value(st, m.req_hdr0().offset()));
+    let crc = dev.reg_value(st, m.req_hdr1().offset());
+    let words: Vec<u32> = (0..32).filter_map(|i| m.data(i).ok()).map(|r| dev.reg_value(st, r.offset())).collect();
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    let plen = (hdr.size as usize).saturating_sub(fwc::NEW_HEADER_BYTES as usize);
     let (err, reply): (u8, Vec<u8>) =
-        if hdr.seq == 0 || plen > fwc::MAX_PAYLOAD || ack != 1 || hdr.request_crc(&bytes[..plen]) != crc {
+        if hdr.seq == 0 || plen > fwc::MAX_PAYLOAD || hdr.request_crc(&bytes[..plen]) != crc {
             (fwc::ERR_FAILED, vec![])
         } else {
             let p = &bytes[..plen];
@@ -106,4 +130,76 @@ fn request(dev: &Dev, st: &mut State) {
     st.regs.insert(m.req_hdr0().offset(), resp.encode());
     st.regs.insert(m.trigger().offset(), 0);
     st.regs.insert(m.ack().offset(), 0);
+}
+
+/// The legacy protocol's request: read by DMA from the host buffer named in 0x1F0/0x1F4,
+/// answered by DMA into the one named in 0x1F8/0x1FC (module doc). A request or response
+/// buffer the IOMMU refuses is a DMA fault and gets no answer (the host times out).
+fn legacy(dev: &Dev, st: &mut State) {
+    let m = dev.misc_ram();
+    let addr = |st: &State, hi: u64, lo: u64| (dev.reg_value(st, hi) as u64) << 32 | dev.reg_value(st, lo) as u64;
+    let req_at = addr(st, m.req_hdr0().offset(), m.req_hdr1().offset());
+    let resp_at = addr(st, m.resp_hi().offset(), m.resp_lo().offset());
+    let mut head = [0u8; fwc::LEGACY_REQUEST_HEADER_BYTES];
+    if dev.dev_read(st, req_at, &mut head).is_err() {
+        dev.n.dma_faults.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(req_at, "sim: legacy FW-IO request buffer not readable by DMA");
+        return;
+    }
+    let hdr = FwHeader::decode(u32::from_le_bytes([head[0], head[1], head[2], head[3]]));
+    let crc = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
+    let size = hdr.size as usize;
+    let (err, reply) = if hdr.seq == 0 || size < head.len() || size > fwc::LEGACY_MAX_REQUEST {
+        (fwc::ERR_FAILED, vec![])
+    } else {
+        let mut payload = vec![0u8; size - head.len()];
+        if dev.dev_read(st, req_at + head.len() as u64, &mut payload).is_err() {
+            dev.n.dma_faults.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(req_at, size, "sim: legacy FW-IO request payload not readable by DMA");
+            return;
+        }
+        if hdr.request_crc(&payload) != crc {
+            (fwc::ERR_FAILED, vec![])
+        } else {
+            legacy_command(dev, st, hdr.code, &payload)
+        }
+    };
+    // Data first, then the header whose sequence byte the host polls.
+    let resp = FwHeader { seq: hdr.seq, code: err, size: (fwc::LEGACY_RESPONSE_HEADER_BYTES + reply.len()) as u16 };
+    let at = resp_at + fwc::LEGACY_RESPONSE_HEADER_BYTES as u64;
+    if (!reply.is_empty() && dev.dev_write(st, at, &reply).is_err())
+        || dev.dev_write(st, resp_at, &resp.encode().to_le_bytes()).is_err()
+    {
+        dev.n.dma_faults.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(resp_at, "sim: legacy FW-IO response buffer not writable by DMA");
+    }
+}
+
+/// One legacy command: (error code, response data).
+fn legacy_command(dev: &Dev, st: &mut State, cmd: u8, payload: &[u8]) -> (u8, Vec<u8>) {
+    match cmd {
+        fwc::CMD_READ if payload.len().is_multiple_of(8) && payload.len() / 8 <= fwc::LEGACY_MAX_READS => {
+            let mut out = Vec::with_capacity(payload.len() / 2);
+            for a in payload.chunks_exact(8) {
+                let mut addr = [0u8; 8];
+                addr.copy_from_slice(a);
+                let mut v = [0u8; 4];
+                // A device address the firmware cannot read fails the whole request.
+                if dev.dev_read(st, u64::from_le_bytes(addr), &mut v).is_err() {
+                    return (fwc::ERR_FAILED, vec![]);
+                }
+                out.extend_from_slice(&v);
+            }
+            (fwc::ERR_SUCCESS, out)
+        }
+        fwc::CMD_READ => (fwc::ERR_FAILED, vec![]),
+        fwc::CMD_POST_TO_CW if payload.len() <= fwc::MAX_PAYLOAD => {
+            // The firmware forwards the blob to the host's metrics service; a simulated
+            // device keeps a count.
+            dev.n.fwio_metrics.fetch_add(1, Ordering::Relaxed);
+            (fwc::ERR_SUCCESS, vec![])
+        }
+        fwc::CMD_POST_TO_CW => (fwc::ERR_FAILED, vec![]),
+        _ => (fwc::ERR_UNKNOWN_CMD, vec![]),
+    }
 }

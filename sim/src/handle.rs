@@ -237,6 +237,7 @@ impl SimDevice {
             hbm_written_bytes: st.hbm_written.bytes(),
             hbm_dropped_bytes: st.hbm_written.dropped,
             hbm_zero_skipped_bytes: st.hbm_written.skipped,
+            fwio_metrics_posted: d.n.fwio_metrics.load(Ordering::Relaxed),
         }
     }
 }

@@ -290,6 +290,86 @@ fn fwio_mailbox_with_crc32c() {
     assert_eq!(t.dev.stats().fwio_requests, 4);
 }
 
+/// A legacy FW-IO request as the 2.24 kmod sends it (`fw_io_execute_request`, `fw_io_init`,
+/// `fw_io_trigger`): the request in host memory — {seq, cmd, size incl. the 8-byte header,
+/// CRC-32C of the whole request computed with the CRC field zero}, then the payload — its
+/// bus address in misc RAM 0x1F4 (low) / 0x1F0 (high), the response buffer's in 0x1FC /
+/// 0x1F8, the response's sequence byte zeroed, then the doorbell; ACK is never written.
+/// Returns the response buffer's (seq, error, size) and its data.
+fn legacy_request(t: &T, seq: u8, cmd: u8, payload: &[u8], corrupt: bool) -> ((u8, u8, u16), Vec<u8>) {
+    use csr_maps::blocks::misc_ram as mr;
+    let (req, resp) = (t.map(0x10000), t.map(0x10000));
+    let size = 8 + payload.len();
+    let mut bytes = vec![seq, cmd];
+    bytes.extend_from_slice(&(size as u16).to_le_bytes());
+    bytes.extend_from_slice(&[0; 4]);
+    bytes.extend_from_slice(payload);
+    let crc = csr_maps::formats::fwio::crc32c(&bytes) ^ corrupt as u32;
+    bytes[4..8].copy_from_slice(&crc.to_le_bytes());
+    req.mem().write(0, &bytes).unwrap();
+    resp.mem().write(0, &[0u8; 4]).unwrap();
+    let (ra, pa) = (t.host(&req, 0), t.host(&resp, 0));
+    let m = t.regs().misc_ram(0).unwrap();
+    m.req_hdr1().write(mr::ReqHdr1(ra as u32)).unwrap();
+    m.req_hdr0().write(mr::ReqHdr0((ra >> 32) as u32)).unwrap();
+    m.resp_lo().write(mr::RespLo(pa as u32)).unwrap();
+    m.resp_hi().write(mr::RespHi((pa >> 32) as u32)).unwrap();
+    m.trigger().write(mr::Trigger(1)).unwrap();
+    let mut h = [0u8; 4];
+    resp.mem().read(0, &mut h).unwrap();
+    let rsize = u16::from_le_bytes([h[2], h[3]]);
+    let mut data = vec![0u8; (rsize as usize).saturating_sub(4)];
+    resp.mem().read(4, &mut data).unwrap();
+    ((h[0], h[1], rsize), data)
+}
+
+#[test]
+fn legacy_fwio_reads_device_addresses_and_takes_metrics_through_host_buffers() {
+    for (arch, api) in [(&SUNDA, 7), (&CAYMAN, 7), (&MARIANA, 7), (&SUNDA, 5)] {
+        let t = T::with(sim::SimConfig::new(arch).timing(sim::Timing::Inline).hbm_bytes(1 << 30).fw_api(api));
+        let m = t.regs().misc_ram(0).unwrap();
+        // READ_HW_COUNTERS: device addresses of misc RAM's API version and a semaphore.
+        t.regs().tpb_sem(0).unwrap().sem_set(4).unwrap().write(csr_maps::blocks::tpb_sem::SemSet(77)).unwrap();
+        let addrs = [
+            arch.bar0_to_dev(m.fw_api_version().offset()).unwrap(),
+            arch.bar0_to_dev(t.regs().tpb_sem(0).unwrap().sem_read(4).unwrap().offset()).unwrap(),
+        ];
+        let payload: Vec<u8> = addrs.iter().flat_map(|a| a.to_le_bytes()).collect();
+        let ((seq, err, size), data) = legacy_request(&t, 9, fwc::CMD_READ, &payload, false);
+        assert_eq!((seq, err, size), (9, fwc::ERR_SUCCESS, 4 + 8), "{arch} api {api}");
+        assert_eq!(data, [api.to_le_bytes(), 77u32.to_le_bytes()].concat(), "{arch}: the values read");
+        // POST_METRIC: the blob the kmod also copies to misc RAM 0x100.
+        let ((seq, err, size), _) = legacy_request(&t, 10, fwc::CMD_POST_TO_CW, b"nd0 metrics: 1 2 3", false);
+        assert_eq!((seq, err, size), (10, fwc::ERR_SUCCESS, 4), "{arch}");
+        assert_eq!(t.dev.stats().fwio_metrics_posted, 1);
+        // A bad CRC fails; an unknown command says so (the kmod stops retrying on it); an
+        // address the firmware cannot read fails the READ.
+        assert_eq!(legacy_request(&t, 11, fwc::CMD_READ, &payload, true).0 .1, fwc::ERR_FAILED);
+        assert_eq!(legacy_request(&t, 12, 0x42, &[], false).0 .1, fwc::ERR_UNKNOWN_CMD);
+        assert_eq!(legacy_request(&t, 13, fwc::CMD_READ, &u64::MAX.to_le_bytes(), false).0 .1, fwc::ERR_FAILED);
+        let st = t.dev.stats();
+        assert_eq!((st.fwio_requests, st.fwio_legacy_misuse, st.dma_faults), (5, 0, 0), "{arch}");
+    }
+    // The new protocol still answers on API 7 (ACK written), beside the legacy one.
+    let t = T::new(&CAYMAN);
+    let (r, _) = fw_request(&t, 5, fwc::CMD_GET_DATA, &[1], true);
+    assert_eq!((r.seq, r.code), (5, fwc::ERR_SUCCESS));
+}
+
+/// A legacy request whose buffer the IOMMU does not map gets no answer and is counted as a
+/// DMA fault (the host times out, as the kmod's retry loop expects of a dead firmware).
+#[test]
+fn legacy_fwio_request_buffer_outside_the_iommu_is_a_dma_fault() {
+    use csr_maps::blocks::misc_ram as mr;
+    let t = T::new(&SUNDA);
+    let m = t.regs().misc_ram(0).unwrap();
+    let nowhere = t.arch.host_dev_addr(0x7_0000_0000);
+    m.req_hdr1().write(mr::ReqHdr1(nowhere as u32)).unwrap();
+    m.req_hdr0().write(mr::ReqHdr0((nowhere >> 32) as u32)).unwrap();
+    m.trigger().write(mr::Trigger(1)).unwrap();
+    assert_eq!(t.dev.stats().dma_faults, 1);
+}
+
 #[test]
 fn tpb_reset_restores_one_nc_and_device_reset_everything() {
     let t = T::new(&SUNDA);

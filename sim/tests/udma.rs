@@ -326,3 +326,110 @@ fn queue_enabled_with_cfg_bits_24_25_cleared_is_refused_and_counted() {
         }
     }
 }
+
+/// The descriptors the kmod writes for one `MEM_BUF_COPY64` / `MEM_COPY` (`ndma_memcpy_chunks`,
+/// `udma_m2m_build_descriptor`, `ndma_memcpy_add_completion_desc`): one packet per ≤ 64 KiB
+/// chunk — M2S FIRST|LAST with the default metadata, the last chunk with the write barrier;
+/// S2M a bare buffer (length and ring id, no FIRST/LAST) — then the completion-marker pair.
+fn kmod_copy(src: u64, dst: u64, len: u64, marker: (u64, u64), rid: u8) -> (Vec<UdmaDesc>, Vec<UdmaDesc>) {
+    use csr_maps::formats::udma::meta;
+    let (mut m, mut s) = (vec![], vec![]);
+    let mut off = 0;
+    while off < len {
+        let n = (len - off).min(65536);
+        let mut a = UdmaDesc::tx(src + off, n as u32, rid, true, true);
+        if off + n == len {
+            a.word1 |= meta::WRITE_BARRIER;
+        }
+        m.push(a);
+        s.push(UdmaDesc::rx(dst + off, n as u32, rid, false, false));
+        off += n;
+    }
+    m.push(UdmaDesc::tx(marker.0, 4, rid, true, true));
+    s.push(UdmaDesc::rx(marker.1, 4, rid, false, false));
+    (m, s)
+}
+
+#[test]
+fn copies_the_kmod_builds_complete_without_s2m_packet_flags() {
+    for arch in [&SUNDA, &CAYMAN, &MARIANA] {
+        for len in [1usize, 4097, 65536, 65537, (3 << 20) + 7] {
+            let t = T::new(arch);
+            let e = arch.consts.h2t_engine_base;
+            let ndesc = 256u32;
+            let (mr, sr) = (t.map(ndesc as usize * 16), t.map(ndesc as usize * 16));
+            t.setup_queue(e, 0, t.host(&mr, 0), t.host(&sr, 0), ndesc);
+            let (src, dst, words) = (t.map(len + 1), t.map(len + 1), t.map(4096));
+            let data = pattern(len, 3);
+            src.mem().write(1, &data).unwrap();
+            words.mem().write_u32(0, udc::COMPLETION_MARKER).unwrap();
+            let marker = (t.host(&words, 0), t.host(&words, 4));
+            let mut idx = 0usize;
+            let rid = udc::INITIAL_RING_ID;
+            // H2D from an odd host offset, then D2H to an odd one.
+            for (from, to) in [(t.host(&src, 1), t.hbm(0x10_0001)), (t.hbm(0x10_0001), t.host(&dst, 1))] {
+                words.mem().write_u32(4, 0).unwrap();
+                let (m, s) = kmod_copy(from, to, len as u64, marker, rid);
+                write_descs(&mr, idx, &m);
+                write_descs(&sr, idx, &s);
+                t.doorbell(e, 0, m.len() as u32, s.len() as u32);
+                idx += m.len();
+                assert_eq!(words.mem().read_u32(4).unwrap(), udc::COMPLETION_MARKER, "{arch} {len}: marker written");
+                assert_eq!(t.head(e, 0), (idx as u32, rid as u32), "{arch} {len}: every descriptor consumed");
+            }
+            let mut out = vec![0u8; len];
+            dst.mem().read(1, &mut out).unwrap();
+            assert!(out == data, "{arch} {len}: bytes");
+            let st = t.dev.stats();
+            assert_eq!((st.dma_faults, st.dma_aborts), (0, 0), "{arch} {len}");
+            assert_eq!(st.dma_packets, 2 * (len.div_ceil(65536) as u64 + 1), "{arch} {len}: one packet per pair");
+        }
+    }
+}
+
+/// S2M descriptors are buffers: an M2S packet of three descriptors fills as many S2M
+/// buffers as it needs from the S2M head, whatever their sizes, and waits (moving nothing)
+/// while the S2M descriptors made available cannot hold it; the next packet starts in a
+/// fresh S2M descriptor.
+#[test]
+fn an_m2s_packet_takes_s2m_buffers_until_they_hold_it() {
+    let t = T::new(&CAYMAN);
+    let e = 0;
+    let (mr, sr) = (t.map(64 * 16), t.map(64 * 16));
+    t.setup_queue(e, 1, t.host(&mr, 0), t.host(&sr, 0), 64);
+    let (src, dst) = (t.map(16384), t.map(16384));
+    let data = pattern(6000, 9);
+    src.mem().write(0, &data).unwrap();
+    let rid = udc::INITIAL_RING_ID;
+    let s0 = t.host(&src, 0);
+    let m = [
+        UdmaDesc::tx(s0, 1000, rid, true, false),
+        UdmaDesc::tx(s0 + 1000, 2000, rid, false, false),
+        UdmaDesc::tx(s0 + 3000, 3000, rid, false, true),
+        // A second one-descriptor packet.
+        UdmaDesc::tx(s0, 100, rid, true, true),
+    ];
+    let s = [
+        UdmaDesc::rx(t.host(&dst, 0), 4096, rid, false, false),
+        UdmaDesc::rx(t.host(&dst, 4096), 4096, rid, false, false),
+        UdmaDesc::rx(t.host(&dst, 12288), 4096, rid, false, false),
+    ];
+    write_descs(&mr, 0, &m);
+    write_descs(&sr, 0, &s);
+    // One S2M buffer of 4096 bytes cannot hold the 6000-byte packet: nothing moves.
+    t.doorbell(e, 1, 4, 1);
+    assert_eq!(t.head(e, 1), (0, rid as u32));
+    assert_eq!(t.dev.stats().dma_packets, 0);
+    // The second buffer: the first packet lands across both, the second in the third.
+    t.doorbell(e, 1, 0, 2);
+    assert_eq!(t.head(e, 1), (4, rid as u32));
+    let mut out = vec![0u8; 6000];
+    dst.mem().read(0, &mut out).unwrap();
+    assert_eq!(out, data);
+    let mut second = vec![0u8; 100];
+    dst.mem().read(12288, &mut second).unwrap();
+    assert_eq!(second, data[..100]);
+    let s2m_head = t.regs().udma(e).unwrap().s2m().q(1).unwrap().head().read().unwrap();
+    assert_eq!(s2m_head.idx(), 3, "S2M head past the three buffers");
+    assert_eq!(t.dev.stats().dma_packets, 2);
+}

@@ -62,6 +62,14 @@
 #define SEM_INDEX 5
 #define EVENT_INDEX 7
 #define RESET_NC_MAP 0x1
+/* The host copies (ndma_memcpy on NC 0's host-transfer ring): a device-to-device and a
+ * host-to-device copy of four chunks, the last a short one. The addresses are labels: the
+ * fake device moves only the completion marker, and hal's test compares descriptor
+ * addresses relative to these bases. */
+#define COPY_BYTES (3 * 65536 + 5)
+#define COPY_DEV_SRC 0x0000000000400000ULL
+#define COPY_DEV_DST 0x0000000000800000ULL
+#define COPY_HOST_PA 0x0000000700000000ULL
 /* The FW API version the fake firmware reports: the first with the new FW-IO protocol. */
 #define FW_API_VERSION 7
 
@@ -70,6 +78,8 @@ static struct pci_dev pdev;
 static const char *out_dir;
 static struct fw_io_ctx *fwio;
 static bool fwio_new_protocol;
+/* While a host copy runs: its completion-marker words (source, then destination). */
+static volatile u32 *copy_marker;
 
 /* ---- kmod services from files the oracle does not compile, written for the oracle ---- */
 
@@ -154,6 +164,13 @@ static u64 misc_ram(void)
 
 static void fake_device(int bar, u64 off, u32 value)
 {
+	if (copy_marker && bar == 0) {
+		/* A doorbell of the host copy (the S2M one comes first): the engine runs the
+		 * ring, whose last pair copies the marker word onto its destination. */
+		copy_marker[1] = copy_marker[0];
+		copy_marker = NULL;
+		return;
+	}
 	if (bar != 0 || off != misc_ram() + FW_IO_REG_TRIGGER_INT_NOSEC_OFFSET || value != 1)
 		return;
 	u32 *reset = kshim_reg(0, misc_ram() + FW_IO_REG_RESET_OFFSET);
@@ -350,6 +367,49 @@ static void semaphores(void)
 	kshim_trace_end();
 }
 
+/* Every descriptor pair the kmod wrote into a fresh ring: `M <half> <index> <w0> <w1> <addr>`. */
+static void dump_ring(struct ndma_ring *ring)
+{
+	const union udma_desc *tx = ring->tx.ptr, *rx = ring->rx.ptr;
+	for (u32 i = 0; i < ring->size / sizeof(union udma_desc) && tx[i].tx.len_ctrl; i++) {
+		kshim_trace_note("M m2s %u 0x%08x 0x%08x 0x%016llx", i, tx[i].tx.len_ctrl, tx[i].tx.meta_ctrl,
+				 (unsigned long long)tx[i].tx.buf_ptr);
+		kshim_trace_note("M s2m %u 0x%08x 0x%08x 0x%016llx", i, rx[i].rx.len_ctrl, rx[i].rx.buf2_ptr_lo,
+				 (unsigned long long)rx[i].rx.buf1_ptr);
+	}
+}
+
+/* One host copy on NC 0's host-transfer ring (fresh for each copy): ndma_memcpy, the path of
+ * MEM_BUF_COPY64 / MEM_COPY / MEMSET64. The trace holds its register accesses and then the
+ * descriptors it wrote. */
+static void memcpy_op(const char *op, u64 src, u64 dst)
+{
+	const int nc = 0;
+	const int eng_id = ndhal->ndhal_ndmar.ndmar_get_h2t_eng_id(&nd, nc);
+#ifdef ORACLE_KMOD_2_25
+	const int qid = ndhal->ndhal_ndmar.ndmar_get_h2t_def_qid(nc);
+#else
+	const int qid = ndhal->ndhal_ndmar.ndmar_get_h2t_qid(nc);
+#endif
+	struct ndma_ring *ring = &nd.ndma_engine[eng_id].queues[qid].ring_info;
+	nd.dmar_init_done[nc] = false;
+	check(ndmar_init_ncs(&nd, 1 << nc), "ndmar_init_ncs");
+	u32 *marker = (u32 *)ring->h2t_completion.ptr + 2 * NEURON_DMA_H2T_CTX_HANDLE_SYNC;
+	begin(op, "engine=%d queue=%d src=0x%llx dst=0x%llx size=%d marker=0x%llx", eng_id, qid,
+	      (unsigned long long)src, (unsigned long long)dst, COPY_BYTES,
+	      (unsigned long long)(ring->h2t_completion.addr + 2 * sizeof(u32) * NEURON_DMA_H2T_CTX_HANDLE_SYNC));
+	copy_marker = marker;
+	check(ndma_memcpy(&nd, nc, src, dst, COPY_BYTES), "ndma_memcpy");
+	dump_ring(ring);
+	kshim_trace_end();
+}
+
+static void copies(void)
+{
+	memcpy_op("memcpy_d2d", COPY_DEV_SRC, COPY_DEV_DST);
+	memcpy_op("memcpy_h2d", COPY_HOST_PA | ndhal->ndhal_address_map.pci_host_base, COPY_DEV_DST);
+}
+
 static void *bar_memory(u64 size)
 {
 	void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -402,5 +462,6 @@ int main(int argc, char **argv)
 	resets();
 	fw_io();
 	semaphores();
+	copies();
 	return 0;
 }

@@ -321,6 +321,7 @@ fn stats_encode(b: &mut Enc, s: &SimStats) {
         hbm_written_bytes,
         hbm_dropped_bytes,
         hbm_zero_skipped_bytes,
+        fwio_metrics_posted,
     } = s;
     b.u64(*iommu_mappings).u64(*iommu_bytes).i64(*device_bytes);
     for v in [dma_faults, dma_aborts, dma_bytes, dma_packets, nq_records, dropped_records, slots_executed] {
@@ -351,7 +352,15 @@ fn stats_encode(b: &mut Enc, s: &SimStats) {
             b.u32(*v);
         }
     }
-    for v in [threads, device_ns, oob_refused, hbm_written_bytes, hbm_dropped_bytes, hbm_zero_skipped_bytes] {
+    for v in [
+        threads,
+        device_ns,
+        oob_refused,
+        hbm_written_bytes,
+        hbm_dropped_bytes,
+        hbm_zero_skipped_bytes,
+        fwio_metrics_posted,
+    ] {
         b.u64(*v);
     }
 }
@@ -401,5 +410,6 @@ fn stats_decode(f: &mut Dec<'_>) -> Result<SimStats, DecodeError> {
     s.hbm_written_bytes = f.u64("stats")?;
     s.hbm_dropped_bytes = f.u64("stats")?;
     s.hbm_zero_skipped_bytes = f.u64("stats")?;
+    s.fwio_metrics_posted = f.u64("stats")?;
     Ok(s)
 }

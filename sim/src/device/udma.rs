@@ -1,7 +1,11 @@
 //! UDMA engines: queue registers, doorbells, descriptor processing, aborts.
 //!
-//! A memory-to-memory copy is an M2S packet (FIRST..LAST source descriptors) matched
-//! with an S2M packet on the same queue index (the kmod's `udma_main.c`). The engine fetches
+//! A memory-to-memory copy is an M2S packet (FIRST..LAST source descriptors) written into
+//! the S2M descriptors of the same queue index (the kmod's `udma_main.c`). S2M descriptors
+//! are buffers, not packets: the hardware defines no FIRST/LAST on them (`udma.h` names only
+//! INT_EN and the ring id for S2M) and the kmod writes none (`udma_m2m_build_rx_descriptor`),
+//! so the engine takes S2M descriptors from the head until their lengths hold the M2S
+//! packet, whatever flags they carry; each packet starts in a fresh descriptor. The engine fetches
 //! descriptors from the ring (host memory through the IOMMU, or device memory), checks
 //! each descriptor's ring id against the pass it expects, reads the source buffers and
 //! writes the destination buffers (which may be CSRs: a 4-byte write to a semaphore
@@ -331,7 +335,6 @@ enum Abort {
     RingIdS2m,
     TooManyDesc,
     PktTooLong,
-    LenMismatch,
     Injected,
 }
 
@@ -362,9 +365,6 @@ fn abort(dev: &Dev, st: &mut State, e: usize, q: usize, why: Abort, fault: Optio
         }
         Abort::S2mData => {
             (g.sec_b().cause().offset(), g.sec_b().abort_mask().offset(), s2m_err.with_data_axi_resp(1).0, sec_b)
-        }
-        Abort::LenMismatch => {
-            (g.sec_b().cause().offset(), g.sec_b().abort_mask().offset(), s2m_err.with_pkt_len_mismatch(1).0, sec_b)
         }
         Abort::RingIdS2m => {
             (g.sec_b().cause().offset(), g.sec_b().abort_mask().offset(), s2m_err.with_pref_ring_id(1).0, sec_b)
@@ -446,13 +446,25 @@ pub(crate) fn run(dev: &Dev, st: &mut State, nc: usize) -> bool {
     progress
 }
 
-/// Collect one packet (FIRST..LAST) of `half` starting at its head. `Ok(None)` = not complete yet.
+/// How far [`collect`] reads a half's ring from its head.
+#[derive(Clone, Copy)]
+enum Until {
+    /// M2S: one packet, up to and including the descriptor with LAST.
+    Last,
+    /// S2M: descriptors until their lengths hold this many bytes (the M2S packet's total);
+    /// FIRST/LAST on S2M descriptors mean nothing to the engine.
+    Holds(u64),
+}
+
+/// Collect the descriptors of `half` from its head that one packet uses ([`Until`]).
+/// `Ok(None)` = not enough descriptors made available yet.
 fn collect(
     dev: &Dev,
     st: &mut State,
     e: usize,
     q: usize,
     half: Half,
+    until: Until,
     out: &mut Vec<UdmaDesc>,
 ) -> Result<Option<(u32, u8, u32)>, Abort> {
     out.clear();
@@ -477,6 +489,7 @@ fn collect(
         }
     }
     let (mut idx, mut rid) = (qs.head, qs.head_rid);
+    let mut held = 0u64;
     for n in 0..qs.pending {
         let mut b = [0u8; DESC_BYTES];
         if dev.dev_read(st, base + idx as u64 * DESC_BYTES as u64, &mut b).is_err() {
@@ -492,7 +505,12 @@ fn collect(
             idx = 0;
             rid = (rid + 1) & 3;
         }
-        if d.ctrl.last {
+        held += d.ctrl.len as u64;
+        let done = match until {
+            Until::Last => d.ctrl.last,
+            Until::Holds(total) => held >= total,
+        };
+        if done {
             return Ok(Some((idx, rid, n + 1)));
         }
     }
@@ -517,7 +535,7 @@ fn process_packet_with(
     md: &mut Vec<UdmaDesc>,
     sd: &mut Vec<UdmaDesc>,
 ) -> bool {
-    let m = match collect(dev, st, e, q, Half::M2s, md) {
+    let m = match collect(dev, st, e, q, Half::M2s, Until::Last, md) {
         Ok(Some(x)) => x,
         Ok(None) => return false,
         Err(a) => {
@@ -526,7 +544,8 @@ fn process_packet_with(
             return false;
         }
     };
-    let s = match collect(dev, st, e, q, Half::S2m, sd) {
+    let total: u64 = md.iter().map(|d| d.ctrl.len as u64).sum();
+    let s = match collect(dev, st, e, q, Half::S2m, Until::Holds(total), sd) {
         Ok(Some(x)) => x,
         Ok(None) => return false,
         Err(a) => {
@@ -550,15 +569,9 @@ fn process_packet_with(
         abort(dev, st, e, q, Abort::Injected, None);
         return false;
     }
-    let total: u64 = md.iter().map(|d| d.ctrl.len as u64).sum();
     if total > max_packet_bytes(dev, st, e) {
         // M2S secondary group A bit 13 "packet too long" (`udma_iofic.c`).
         abort(dev, st, e, q, Abort::PktTooLong, None);
-        return false;
-    }
-    let cap: u64 = sd.iter().map(|d| d.ctrl.len as u64).sum();
-    if cap < total {
-        abort(dev, st, e, q, Abort::LenMismatch, None);
         return false;
     }
     if let Some((a, at)) = refused(dev, st, e, md, sd, total) {

@@ -295,6 +295,17 @@ void kshim_trace_begin(const char *path, const char *op, const char *params)
 	fprintf(trace, "# op %s %s\n", op, params);
 }
 
+void kshim_trace_note(const char *fmt, ...)
+{
+	va_list ap;
+	if (!trace)
+		return;
+	va_start(ap, fmt);
+	vfprintf(trace, fmt, ap);
+	va_end(ap);
+	fputc('\n', trace);
+}
+
 void kshim_trace_end(void)
 {
 	fclose(trace);

@@ -495,6 +495,8 @@ typedef void (*kshim_device_fn)(int bar, u64 off, u32 value);
 void kshim_set_device(kshim_device_fn fn);
 void kshim_trace_begin(const char *dir, const char *op, const char *params);
 void kshim_trace_end(void);
+/* One line of the oracle's own (a descriptor the kmod wrote) into the current trace. */
+void kshim_trace_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 u32 *kshim_reg(int bar, u64 off);
 #define U8_MAX ((u8)~0U)
 #define U16_MAX ((u16)~0U)

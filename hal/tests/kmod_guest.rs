@@ -114,7 +114,12 @@ fn the_live_nq_programming_is_the_oracles() {
     for arch in ARCHES {
         let oracle = accesses(&dir("kmod-oracle", arch).join("nq_init-error.trace"));
         let live = accesses(&dir("kmod-guest", arch).join("nq_init.trace"));
-        let offs: Vec<u64> = oracle.iter().map(|a| if let Acc::W(o, _) | Acc::R(o, _) = a { *o } else { 0 }).collect();
+        let offs: Vec<u64> = oracle
+            .iter()
+            .map(|a| match a {
+                Acc::W(o, _) | Acc::R(o, _) => *o,
+            })
+            .collect();
         let set = offs.iter().copied().collect();
         let l = writes_at(&live, &set);
         let lo: Vec<u64> = l.iter().map(|w| w.0).collect();

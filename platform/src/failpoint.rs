@@ -46,7 +46,7 @@ mod imp {
         let n = HITS.fetch_add(1, Ordering::SeqCst) + 1;
         let armed = ARMED.load(Ordering::SeqCst);
         if armed != 0 && n == armed && ARMED.compare_exchange(armed, 0, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
-            *FIRED.lock().unwrap_or_else(|e| e.into_inner()) = Some((point, n));
+            *crate::sync::lock(&FIRED) = Some((point, n));
             return Err(PlatformError::Injected { point, hit: n });
         }
         Ok(())
@@ -59,7 +59,7 @@ mod imp {
 
     /// Take the failpoints for one test (waits for another test holding them).
     pub fn session() -> Session {
-        let lock = SESSION.lock().unwrap_or_else(|e| e.into_inner());
+        let lock = crate::sync::lock(&SESSION);
         let s = Session { _lock: lock };
         s.reset();
         s
@@ -70,7 +70,7 @@ mod imp {
         pub fn reset(&self) {
             ARMED.store(0, Ordering::SeqCst);
             HITS.store(0, Ordering::SeqCst);
-            *FIRED.lock().unwrap_or_else(|e| e.into_inner()) = None;
+            *crate::sync::lock(&FIRED) = None;
         }
 
         /// Fail the `n`-th hit from now (1-based; 0 disarms).
@@ -91,7 +91,7 @@ mod imp {
 
         /// The failpoint that failed since the last arm, and its hit number.
         pub fn fired(&self) -> Option<(&'static str, u64)> {
-            *FIRED.lock().unwrap_or_else(|e| e.into_inner())
+            *crate::sync::lock(&FIRED)
         }
 
         /// Run `f` disarmed and return its result and how many steps it took.

@@ -138,12 +138,12 @@ impl Mmio for MemMmio {
     }
     fn read32(&self, offset: u64) -> Result<u32, MmioError> {
         check(offset, 4, self.size)?;
-        let w = self.words.lock().unwrap_or_else(|e| e.into_inner());
+        let w = crate::sync::lock(&self.words);
         Ok(w[(offset / 4) as usize])
     }
     fn write32(&self, offset: u64, value: u32) -> Result<(), MmioError> {
         check(offset, 4, self.size)?;
-        let mut w = self.words.lock().unwrap_or_else(|e| e.into_inner());
+        let mut w = crate::sync::lock(&self.words);
         w[(offset / 4) as usize] = value;
         Ok(())
     }

@@ -8,13 +8,45 @@
 //! or an inline `unwrap_or_else(|e| e.into_inner())`.
 
 use std::sync::{
-    Condvar, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, WaitTimeoutResult,
+    Condvar, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError, WaitTimeoutResult,
 };
 use std::time::Duration;
 
 /// Lock `m`, taking it as it is if a panicking thread poisoned it.
 pub fn lock<T: ?Sized>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Lock `m` if no other thread holds it (`None` if one does), poison-tolerant.
+pub fn try_lock<T: ?Sized>(m: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
+    match m.try_lock() {
+        Ok(g) => Some(g),
+        Err(TryLockError::Poisoned(e)) => Some(e.into_inner()),
+        Err(TryLockError::WouldBlock) => None,
+    }
+}
+
+/// Read-lock `l` if no writer holds it, poison-tolerant.
+pub fn try_read<T: ?Sized>(l: &RwLock<T>) -> Option<RwLockReadGuard<'_, T>> {
+    match l.try_read() {
+        Ok(g) => Some(g),
+        Err(TryLockError::Poisoned(e)) => Some(e.into_inner()),
+        Err(TryLockError::WouldBlock) => None,
+    }
+}
+
+/// Write-lock `l` if nobody holds it, poison-tolerant.
+pub fn try_write<T: ?Sized>(l: &RwLock<T>) -> Option<RwLockWriteGuard<'_, T>> {
+    match l.try_write() {
+        Ok(g) => Some(g),
+        Err(TryLockError::Poisoned(e)) => Some(e.into_inner()),
+        Err(TryLockError::WouldBlock) => None,
+    }
+}
+
+/// The data of a mutex owned exclusively (no locking needed), poison-tolerant.
+pub fn get_mut<T: ?Sized>(m: &mut Mutex<T>) -> &mut T {
+    m.get_mut().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Read-lock `l`, poison-tolerant.
@@ -85,6 +117,31 @@ mod tests {
         assert_eq!(*read(&l), 2);
         *write(&l) = 3;
         assert_eq!(*read(&l), 3);
+    }
+
+    #[test]
+    fn try_locks_take_a_poisoned_lock_and_refuse_a_held_one() {
+        let m = Arc::new(Mutex::new(1));
+        let m2 = Arc::clone(&m);
+        assert!(std::thread::spawn(move || {
+            let _g = lock(&m2);
+            panic!("poison it");
+        })
+        .join()
+        .is_err());
+        let g = try_lock(&m).map(|g| *g);
+        assert_eq!(g, Some(1));
+        let held = lock(&m);
+        assert!(std::thread::scope(|s| s.spawn(|| try_lock(&m).is_none()).join().unwrap()));
+        drop(held);
+        let l = RwLock::new(2);
+        let r = try_read(&l);
+        assert!(r.is_some() && try_write(&l).is_none());
+        drop(r);
+        assert_eq!(try_write(&l).map(|g| *g), Some(2));
+        let mut owned = Mutex::new(3);
+        *get_mut(&mut owned) += 1;
+        assert_eq!(*lock(&owned), 4);
     }
 
     #[test]

@@ -18,7 +18,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -27,6 +27,7 @@ use hal::nq::SlotState;
 use hal::Device;
 use serde_json::{json, Value};
 
+use crate::locks::{Rank, Ranked};
 use crate::observe::Observer;
 
 /// Protocol version.
@@ -124,7 +125,7 @@ impl Endpoint {
             }
         };
         let stop = Arc::new(AtomicBool::new(false));
-        let conns: Conns = Arc::default();
+        let conns: Conns = Arc::new(Ranked::new(Rank::Leaf, Vec::new()));
         let devs: Arc<Vec<Device>> = Arc::new(devs.to_vec());
         let (s, c) = (stop.clone(), conns.clone());
         let accept = std::thread::Builder::new()
@@ -155,7 +156,7 @@ impl Drop for Endpoint {
                 tracing::warn!("debug endpoint {}: cannot wake its thread ({e}); leaving it", self.sock.display())
             }
         }
-        let conns: Vec<_> = platform::sync::lock(&self.conns).drain(..).collect();
+        let conns: Vec<_> = self.conns.lock().drain(..).collect();
         for (s, t) in conns {
             let _ = s.shutdown(std::net::Shutdown::Both);
             let _ = t.join();
@@ -183,11 +184,11 @@ pub fn serve(devs: &[Device]) -> Option<Endpoint> {
 /// [`Attach`](crate::observe::Attach)er (front ends install it; [`crate::monitoring`]). It
 /// stops serving at the runtime's `close`, before the devices are closed.
 pub fn attach(devs: &[Device]) -> Option<Arc<dyn Observer>> {
-    serve(devs).map(|e| Arc::new(Serving(Mutex::new(Some(e)))) as Arc<dyn Observer>)
+    serve(devs).map(|e| Arc::new(Serving(Ranked::new(Rank::Leaf, Some(e)))) as Arc<dyn Observer>)
 }
 
 /// A served endpoint until the runtime closes.
-struct Serving(Mutex<Option<Endpoint>>);
+struct Serving(Ranked<Option<Endpoint>>);
 
 impl Observer for Serving {
     fn kind(&self) -> &'static str {
@@ -199,17 +200,17 @@ impl Observer for Serving {
     }
 
     fn path(&self) -> Option<PathBuf> {
-        platform::sync::lock(&self.0).as_ref().map(|e| e.path().to_path_buf())
+        self.0.lock().as_ref().map(|e| e.path().to_path_buf())
     }
 
     fn close(&self) {
         // Taken out under the lock, dropped (threads joined) after it.
-        let e = platform::sync::lock(&self.0).take();
+        let e = self.0.lock().take();
         drop(e);
     }
 }
 
-type Conns = Arc<Mutex<Vec<(UnixStream, JoinHandle<()>)>>>;
+type Conns = Arc<Ranked<Vec<(UnixStream, JoinHandle<()>)>>>;
 
 fn accept_loop(listener: UnixListener, devs: Arc<Vec<Device>>, stop: Arc<AtomicBool>, conns: Conns) {
     let active = Arc::new(AtomicUsize::new(0));
@@ -230,7 +231,7 @@ fn accept_loop(listener: UnixListener, devs: Arc<Vec<Device>>, stop: Arc<AtomicB
             serve_conn(s, &d);
             a.fetch_sub(1, Ordering::SeqCst);
         });
-        let mut list = platform::sync::lock(&conns);
+        let mut list = conns.lock();
         // Reap finished connections so the list stays short.
         let (done, live): (Vec<_>, Vec<_>) = list.drain(..).partition(|(_, t)| t.is_finished());
         *list = live;

@@ -12,12 +12,17 @@
 
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
+use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// The places in the order, lowest first: a lock is taken only while every lock held ranks
-/// lower. Locks outside the runtime's state (an NC's lane, an execution unit's queue, an
-/// observer's own data, hal's) are leaves below all of these: nothing ranked is taken while
-/// one of them is held.
+/// lower. An NC lane's tickets rank like a lock ([`Rank::Lane`], held by [`hold`]): a thread
+/// that waits for tickets while it holds a model's `exec` would wait for an execution that
+/// waits for that `exec`. Locks outside the runtime's state that call out to nothing ranked
+/// (an observer's own data, the profile sinks) are [`Rank::Leaf`]: nothing ranked, and no
+/// other leaf, is taken while one is held. A lane's own queue lock (`lanes.rs`, model-checked
+/// with loom against loom's primitives), an execution unit's queue and condition variable
+/// (`xu.rs`) and hal's locks are leaves by construction: their modules call nothing of the
+/// runtime while holding them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Rank {
     /// `Runtime::state`, NRT_INIT_STATE: `init` holds it while it opens and installs the
@@ -27,6 +32,10 @@ pub enum Rank {
     Xus,
     /// `Runtime::models`, the loaded models by id.
     Models,
+    /// Tickets on NC lanes, from when a thread waits for them until it gives them back
+    /// (`rt::Held`): an execute, a load staging its graph, an unload tearing one down hold
+    /// them while they take the model's `exec` and what ranks above.
+    Lane,
     /// `Runtime::load_progress`, the load progress callback.
     LoadProgress,
     /// `Model::exec`, a model's device state (its executions one at a time).
@@ -39,6 +48,9 @@ pub enum Rank {
     /// nothing is taken under it, and it may be taken under any other (a profile sink called
     /// on the execute path, under the model's `exec`, asks the runtime for a logical NC).
     Session,
+    /// A leaf: an observer's or a sink's own data (`counters::models`, `debug_endpoint`,
+    /// `profile`), taken under anything, with nothing taken under it.
+    Leaf,
 }
 
 /// Times a ranked lock was found held by another thread, process-wide.
@@ -127,6 +139,43 @@ impl<G: DerefMut> DerefMut for Guard<G> {
     }
 }
 
+/// A rank held without a lock of the runtime's own (an NC lane's tickets): [`hold`] checks
+/// the order and records it, dropping it releases it. It must be dropped on the thread that
+/// took it (debug builds check).
+#[derive(Debug)]
+pub struct RankHold {
+    #[cfg(debug_assertions)]
+    rank: Rank,
+    #[cfg(debug_assertions)]
+    thread: std::thread::ThreadId,
+}
+
+/// Check the order for `rank` and record it as held by this thread until the returned value
+/// is dropped (debug builds; release builds: nothing).
+#[inline]
+pub fn hold(rank: Rank) -> RankHold {
+    check(rank);
+    RankHold {
+        #[cfg(debug_assertions)]
+        rank,
+        #[cfg(debug_assertions)]
+        thread: std::thread::current().id(),
+    }
+}
+
+#[cfg(debug_assertions)]
+impl Drop for RankHold {
+    fn drop(&mut self) {
+        assert_eq!(
+            std::thread::current().id(),
+            self.thread,
+            "{:?} released on another thread than it was taken on (docs/architecture.md, Locks)",
+            self.rank
+        );
+        held::release(self.rank);
+    }
+}
+
 /// Check the order before taking a lock of rank `r` (debug builds only).
 #[inline]
 fn check(r: Rank) {
@@ -154,15 +203,10 @@ impl<T> Ranked<T> {
     #[inline]
     pub fn lock(&self) -> Guard<MutexGuard<'_, T>> {
         check(self.rank);
-        let g = match self.m.try_lock() {
-            Ok(g) => g,
-            Err(TryLockError::WouldBlock) => {
-                CONTENDED.fetch_add(1, Ordering::Relaxed);
-                platform::sync::lock(&self.m)
-            }
-            // Poison-tolerant as `platform::sync::lock` (the guard is the error's).
-            Err(TryLockError::Poisoned(e)) => e.into_inner(),
-        };
+        let g = platform::sync::try_lock(&self.m).unwrap_or_else(|| {
+            CONTENDED.fetch_add(1, Ordering::Relaxed);
+            platform::sync::lock(&self.m)
+        });
         Guard::new(g, self.rank)
     }
 }
@@ -184,28 +228,20 @@ impl<T> RankedRw<T> {
     #[inline]
     pub fn read(&self) -> Guard<RwLockReadGuard<'_, T>> {
         check(self.rank);
-        let g = match self.l.try_read() {
-            Ok(g) => g,
-            Err(TryLockError::WouldBlock) => {
-                CONTENDED.fetch_add(1, Ordering::Relaxed);
-                platform::sync::read(&self.l)
-            }
-            Err(TryLockError::Poisoned(e)) => e.into_inner(),
-        };
+        let g = platform::sync::try_read(&self.l).unwrap_or_else(|| {
+            CONTENDED.fetch_add(1, Ordering::Relaxed);
+            platform::sync::read(&self.l)
+        });
         Guard::new(g, self.rank)
     }
 
     /// Write-lock it (order checked in debug builds; anyone holding it counts a contention).
     pub fn write(&self) -> Guard<RwLockWriteGuard<'_, T>> {
         check(self.rank);
-        let g = match self.l.try_write() {
-            Ok(g) => g,
-            Err(TryLockError::WouldBlock) => {
-                CONTENDED.fetch_add(1, Ordering::Relaxed);
-                platform::sync::write(&self.l)
-            }
-            Err(TryLockError::Poisoned(e)) => e.into_inner(),
-        };
+        let g = platform::sync::try_write(&self.l).unwrap_or_else(|| {
+            CONTENDED.fetch_add(1, Ordering::Relaxed);
+            platform::sync::write(&self.l)
+        });
         Guard::new(g, self.rank)
     }
 }
@@ -262,6 +298,66 @@ mod tests {
         })
         .join();
         assert!(r.is_err());
+    }
+
+    #[cfg(debug_assertions)]
+    #[test]
+    fn waiting_for_lane_tickets_under_a_models_exec_panics_and_above_them_is_fine() {
+        let r = std::thread::spawn(|| {
+            let exec = Ranked::new(Rank::Exec, ());
+            let _e = exec.lock();
+            let _lane = hold(Rank::Lane);
+        })
+        .join();
+        let msg = r.expect_err("Exec then Lane must panic");
+        let msg = msg.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(msg.contains("lock order: Lane taken while holding [Exec]"), "{msg}");
+        // Tickets first, then the model's exec: the order.
+        let exec = Ranked::new(Rank::Exec, ());
+        let lane = hold(Rank::Lane);
+        let e = exec.lock();
+        drop(e);
+        drop(lane);
+        // Held tickets and then the loaded-models table (which a waiter for tickets may hold):
+        // out of order.
+        let r = std::thread::spawn(|| {
+            let models = Ranked::new(Rank::Models, ());
+            let _lane = hold(Rank::Lane);
+            let _m = models.lock();
+        })
+        .join();
+        assert!(r.is_err());
+    }
+
+    #[cfg(debug_assertions)]
+    #[test]
+    fn a_ranked_lock_or_another_leaf_under_a_leaf_panics() {
+        for second in [Rank::Session, Rank::State, Rank::Leaf] {
+            let r = std::thread::spawn(move || {
+                let leaf = Ranked::new(Rank::Leaf, ());
+                let other = Ranked::new(second, ());
+                let _l = leaf.lock();
+                let _o = other.lock();
+            })
+            .join();
+            assert!(r.is_err(), "{second:?} under a leaf");
+        }
+        // A leaf under anything is fine.
+        let (s, l) = (RankedRw::new(Rank::Session, ()), Ranked::new(Rank::Leaf, ()));
+        let _s = s.read();
+        let _l = l.lock();
+    }
+
+    #[cfg(debug_assertions)]
+    #[test]
+    fn a_rank_hold_moved_to_another_thread_is_refused() {
+        let h = hold(Rank::Lane);
+        let r = std::thread::spawn(move || drop(h)).join();
+        assert!(r.is_err());
+        // This thread's record of it stays until the thread ends: clear it for the tests that
+        // share the thread (none take Lane, but keep the stack clean).
+        #[cfg(debug_assertions)]
+        held::release(Rank::Lane);
     }
 
     #[test]

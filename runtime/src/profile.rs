@@ -12,10 +12,11 @@
 //! execution. All times are ns since the first use of this module ([`now_ns`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use crate::completion::NcTiming;
+use crate::locks::{Rank, Ranked, RankedRw};
 use crate::status::NrtStatus;
 use crate::timestamp::TimestampSync;
 use csr_maps::Engine;
@@ -130,7 +131,7 @@ pub trait Sink: Send + Sync {
 
 static ACTIVE: AtomicBool = AtomicBool::new(false);
 static NEXT: AtomicU64 = AtomicU64::new(1);
-static SINKS: RwLock<Vec<(u64, Arc<dyn Sink>)>> = RwLock::new(Vec::new());
+static SINKS: RankedRw<Vec<(u64, Arc<dyn Sink>)>> = RankedRw::new(Rank::Leaf, Vec::new());
 
 /// The profiling epoch, and the wall clock (ns since the Unix epoch) at that instant.
 fn epoch_pair() -> (Instant, u64) {
@@ -178,7 +179,7 @@ pub fn active() -> bool {
 pub fn subscribe(s: Arc<dyn Sink>) -> u64 {
     let _ = epoch();
     let id = NEXT.fetch_add(1, Ordering::Relaxed);
-    let mut g = platform::sync::write(&SINKS);
+    let mut g = SINKS.write();
     g.push((id, s));
     ACTIVE.store(true, Ordering::Release);
     id
@@ -186,7 +187,7 @@ pub fn subscribe(s: Arc<dyn Sink>) -> u64 {
 
 /// Unregister sink `id` (unknown ids are ignored).
 pub fn unsubscribe(id: u64) {
-    let mut g = platform::sync::write(&SINKS);
+    let mut g = SINKS.write();
     g.retain(|(i, _)| *i != id);
     ACTIVE.store(!g.is_empty(), Ordering::Release);
 }
@@ -196,7 +197,7 @@ pub fn emit(e: Event) {
     if !active() {
         return;
     }
-    let sinks: Vec<Arc<dyn Sink>> = platform::sync::read(&SINKS).iter().map(|(_, s)| s.clone()).collect();
+    let sinks: Vec<Arc<dyn Sink>> = SINKS.read().iter().map(|(_, s)| s.clone()).collect();
     for s in sinks {
         s.record(&e);
     }
@@ -384,17 +385,17 @@ pub fn chrome_trace(events: &[Event]) -> String {
 /// A sink that keeps every event (optionally only a model's executions).
 pub struct Collector {
     model: Option<u64>,
-    events: std::sync::Mutex<Vec<Event>>,
+    events: Ranked<Vec<Event>>,
 }
 
 impl Collector {
     /// Keep all events (`model` None) or one model's executions and every API event.
     pub fn new(model: Option<u64>) -> Self {
-        Self { model, events: std::sync::Mutex::new(Vec::new()) }
+        Self { model, events: Ranked::new(Rank::Leaf, Vec::new()) }
     }
     /// Take what was collected.
     pub fn take(&self) -> Vec<Event> {
-        std::mem::take(&mut *platform::sync::lock(&self.events))
+        std::mem::take(&mut *self.events.lock())
     }
 }
 
@@ -405,7 +406,7 @@ impl Sink for Collector {
                 return;
             }
         }
-        platform::sync::lock(&self.events).push(e.clone());
+        self.events.lock().push(e.clone());
     }
 }
 

@@ -443,16 +443,13 @@ impl Dev {
     /// The state lock alone, for a critical section that changes nothing (a wait for work).
     pub fn lock_raw(&self) -> MutexGuard<'_, State> {
         for i in 0..4096u32 {
-            match self.st.try_lock() {
-                Ok(g) => return g,
-                Err(std::sync::TryLockError::Poisoned(e)) => return e.into_inner(),
-                Err(std::sync::TryLockError::WouldBlock) => {
-                    if i < 4000 {
-                        std::hint::spin_loop();
-                    } else {
-                        std::thread::yield_now();
-                    }
-                }
+            if let Some(g) = platform::sync::try_lock(&self.st) {
+                return g;
+            }
+            if i < 4000 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
             }
         }
         platform::sync::lock(&self.st)

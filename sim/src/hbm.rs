@@ -31,9 +31,9 @@ pub(crate) const GRANULE: usize = 64 << 10;
 pub(crate) const ZERO_MIN: usize = 4 << 10;
 /// Runs of zeroed granules at least this long give their pages back; shorter ones are zeroed
 /// in place (a model that clears a small scratch tile every execute keeps its pages, rather
-/// than paying a system call and the page faults of refilling them). Half a DMA packet's
-/// limit (`MAX_PACKET_BYTES`, just under 1 MiB), so the driver's zero fill, packet by packet,
-/// gives its pages back.
+/// than paying a system call and the page faults of refilling them). A zero run that
+/// continues the last one zeroed in place joins it (`Written::pending`), so a driver's zero
+/// fill, one 64 KiB packet at a time, gives its pages back once 512 KiB of it are zeroed.
 pub(crate) const DROP_MIN: usize = 512 << 10;
 
 /// A page of zeros to compare sources against.
@@ -81,6 +81,12 @@ pub(crate) struct Written {
     pub dropped: u64,
     /// Zero bytes not written because their granule held only zeros.
     pub skipped: u64,
+    /// The last run of granules zeroed in place because it was shorter than [`DROP_MIN`]:
+    /// (stack, offset, bytes). A zero run that continues it (the next packet of a zero fill
+    /// written one packet per 64 KiB descriptor, as the kmod and hal write copies) joins it,
+    /// and once together they reach [`DROP_MIN`] their pages are given back. Any other write
+    /// into its range forgets it.
+    pending: Option<(usize, usize, usize)>,
 }
 
 impl Written {
@@ -153,6 +159,11 @@ unsafe fn is_zero(p: *const u8, n: usize) -> bool {
 /// `src..src + n` must be readable. It may overlap the destination (a device-to-device copy):
 /// then it is moved like `memmove`, without the zero tracking.
 pub(crate) unsafe fn store(stack: &Stack, written: &mut Written, k: usize, off: usize, src: *const u8, n: usize) {
+    if let Some((pk, po, pl)) = written.pending {
+        if pk == k && off < po + pl && po < off + n {
+            written.pending = None;
+        }
+    }
     let dst = stack.base() + off;
     let (s, d) = (src as usize, dst);
     let overlap = s < d + n && d < s + n;
@@ -198,6 +209,21 @@ pub(crate) unsafe fn store(stack: &Stack, written: &mut Written, k: usize, off: 
 /// back for a run of at least [`DROP_MIN`] bytes, else zeroed in place.
 fn flush(stack: &Stack, written: &mut Written, k: usize, run: Option<(usize, usize)>) {
     let Some((off, len)) = run else { return };
+    for g in off / GRANULE..(off + len) / GRANULE {
+        written.clear(k, g);
+    }
+    // A run continuing the last one zeroed in place joins it.
+    let (start, total) = match written.pending.take() {
+        Some((pk, po, pl)) if pk == k && po + pl == off => (po, pl + len),
+        _ => (off, len),
+    };
+    if total < DROP_MIN {
+        // SAFETY: inside the stack's mapping (whole granules of the range `store` checked).
+        unsafe { std::ptr::write_bytes((stack.base() + off) as *mut u8, 0, len) };
+        written.pending = Some((k, start, total));
+        return;
+    }
+    let (off, len) = (start, total);
     let p = (stack.base() + off) as *mut u8;
     let dropped = len >= DROP_MIN
         && NonNull::new(p.cast::<std::ffi::c_void>()).is_some_and(|a| {
@@ -215,9 +241,6 @@ fn flush(stack: &Stack, written: &mut Written, k: usize, run: Option<(usize, usi
     } else {
         // SAFETY: inside the stack's mapping (as above).
         unsafe { std::ptr::write_bytes(p, 0, len) };
-    }
-    for g in off / GRANULE..(off + len) / GRANULE {
-        written.clear(k, g);
     }
 }
 
@@ -275,6 +298,39 @@ mod tests {
         put(&s, &mut w, 0, &vec![0u8; 4 * GRANULE]);
         assert_eq!((w.bytes(), w.dropped), (0, 0));
         assert!(get(&s, 0, 4 * GRANULE).iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn a_zero_fill_written_one_granule_at_a_time_gives_its_pages_back() {
+        // The kmod's and hal's copies are one 64 KiB descriptor per packet: a zero fill
+        // reaches the stack one granule per store.
+        let s = Stack::new(8 << 20).unwrap();
+        let mut w = Written::new(std::slice::from_ref(&s));
+        put(&s, &mut w, 0, &vec![7u8; 2 << 20]);
+        for g in 0..(2 << 20) / GRANULE {
+            put(&s, &mut w, g * GRANULE, &vec![0u8; GRANULE]);
+        }
+        assert!(get(&s, 0, 2 << 20).iter().all(|&b| b == 0));
+        assert_eq!(w.bytes(), 0);
+        assert!(w.dropped >= (2 << 20) - DROP_MIN as u64, "dropped {}", w.dropped);
+    }
+
+    #[test]
+    fn data_written_into_a_run_zeroed_in_place_is_never_given_back() {
+        let s = Stack::new(8 << 20).unwrap();
+        let mut w = Written::new(std::slice::from_ref(&s));
+        put(&s, &mut w, 0, &vec![7u8; 2 << 20]);
+        // Zero four granules in place (a pending run), write data into the second, then
+        // continue the zero fill past the run's end: the data stays.
+        for g in 0..4 {
+            put(&s, &mut w, g * GRANULE, &vec![0u8; GRANULE]);
+        }
+        put(&s, &mut w, GRANULE, &[9u8; 4096]);
+        for g in 4..(2 << 20) / GRANULE {
+            put(&s, &mut w, g * GRANULE, &vec![0u8; GRANULE]);
+        }
+        assert_eq!(get(&s, GRANULE, 4096), vec![9u8; 4096]);
+        assert!(get(&s, 4 * GRANULE, (2 << 20) - 4 * GRANULE).iter().all(|&b| b == 0));
     }
 
     #[test]

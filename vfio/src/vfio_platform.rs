@@ -167,7 +167,7 @@ impl Platform for VfioPlatform {
 
 impl Drop for VfioPlatform {
     fn drop(&mut self) {
-        let irqs = self.irqs.get_mut().unwrap_or_else(|e| e.into_inner());
+        let irqs = platform::sync::get_mut(&mut self.irqs);
         if let Some(index) = irqs.index {
             let _ = self.device.disable_irq(index);
         }

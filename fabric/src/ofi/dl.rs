@@ -164,8 +164,9 @@ fn open_one(path: &Path) -> Result<Api, String> {
             Ok(p)
         }
     };
-    // SAFETY (all transmutes below): each symbol is the exported libfabric function of that
-    // name, whose C prototype (fabric.h / fi_errno.h) is the function type it is cast to.
+    // SAFETY: `fi_version` is the exported libfabric function of that name, whose C prototype
+    // (fabric.h) is the function type it is cast to; so is each symbol transmuted below, to
+    // its own prototype's type (fabric.h / fi_errno.h).
     let version: Version = unsafe { std::mem::transmute::<*mut c_void, Version>(sym(c"fi_version")?) };
     // SAFETY: fi_version takes no argument and only returns a number.
     let v = unsafe { version() };

@@ -254,9 +254,10 @@ impl OfiTransport {
         }
         let flat = names.concat();
         self.addrs = vec![FI_ADDR_UNSPEC; self.size];
-        // SAFETY: `flat` holds `size` names of `len` bytes; `addrs` has room for `size` entries.
         // SAFETY: an open AV (its ops table is live).
         let insert = unsafe { (*(*self.av).ops).insert }.ok_or_else(|| missing("fi_av_insert"))?;
+        // SAFETY: `flat` holds `size` names of `len` bytes; `addrs` has room for `size` entries;
+        // the AV is open.
         let rc = unsafe { insert(self.av, flat.as_ptr().cast(), self.size, self.addrs.as_mut_ptr(), 0, null_mut()) };
         if rc < 0 || rc as usize != self.size {
             return Err(FabricError::Ofi {

@@ -32,12 +32,12 @@ pub fn read_models(segment: &Path) -> Vec<ListedModel> {
 #[derive(Debug)]
 pub(super) struct ModelList {
     pub(super) path: PathBuf,
-    pub(super) models: std::sync::Mutex<std::collections::BTreeMap<u64, ListedModel>>,
+    pub(super) models: crate::locks::Ranked<std::collections::BTreeMap<u64, ListedModel>>,
 }
 
 impl ModelList {
     pub(super) fn update(&self, m: &crate::observe::ModelDesc<'_>, loaded: bool) {
-        let mut all = platform::sync::lock(&self.models);
+        let mut all = self.models.lock();
         if loaded {
             let uuid = m.uuid.iter().map(|b| format!("{b:02x}")).collect();
             let e = ListedModel {

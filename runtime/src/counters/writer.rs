@@ -58,7 +58,10 @@ impl Counters {
     pub fn create_at(path: &Path, ncs: &[NcId], devices: &[DeviceId]) -> Result<Self, platform::ShmError> {
         let header = HEADER_WORDS + devices.len() * DEVICE_WORDS;
         let shm = ShmWords::create(path, header + ncs.len() * SLOT_WORDS)?;
-        let models = ModelList { path: models_path(path), models: Default::default() };
+        let models = ModelList {
+            path: models_path(path),
+            models: crate::locks::Ranked::new(crate::locks::Rank::Leaf, Default::default()),
+        };
         let c = Self { shm, ncs: ncs.len(), header, unix_at: (std::time::Instant::now(), now_ns()), models };
         for (i, id) in ncs.iter().enumerate() {
             c.set(i, slot::DEVICE, id.device as u64);

@@ -260,16 +260,21 @@ pub(crate) type NcLanes = crate::lanes::Lanes<Armed>;
 pub(crate) struct Held<L: std::ops::Deref<Target = NcLanes> = Arc<NcLanes>> {
     lanes: L,
     t: crate::lanes::Tickets,
+    /// [`Rank::Lane`] while this thread waited for and holds the tickets (not for tickets
+    /// queued without waiting, which an execution unit's worker polls); dropped after them.
+    rank: Option<crate::locks::RankHold>,
 }
 
 impl Held {
     /// Queue on `ncs` (global) without waiting.
     pub(crate) fn enqueue(lanes: &Arc<NcLanes>, ncs: &[usize]) -> Self {
-        Self { lanes: lanes.clone(), t: lanes.enqueue(ncs) }
+        Self { lanes: lanes.clone(), t: lanes.enqueue(ncs), rank: None }
     }
     /// Queue on `ncs` and wait for the turn.
     pub(crate) fn acquire(lanes: &Arc<NcLanes>, ncs: &[usize]) -> Self {
-        let h = Self::enqueue(lanes, ncs);
+        let rank = Some(crate::locks::hold(Rank::Lane));
+        let mut h = Self::enqueue(lanes, ncs);
+        h.rank = rank;
         h.lanes.wait(&h.t);
         h
     }
@@ -278,7 +283,7 @@ impl Held {
 impl<'a> Held<&'a NcLanes> {
     /// No tickets yet, borrowing the lanes ([`Held::take`] fills it where it lives).
     pub(crate) fn none(lanes: &'a NcLanes) -> Self {
-        Self { lanes, t: crate::lanes::Tickets::default() }
+        Self { lanes, t: crate::lanes::Tickets::default(), rank: None }
     }
     /// Queue on `ncs` and wait for the turn; whether model `id` is the one armed on every NC
     /// ([`crate::lanes::Lanes::acquire_into`]). Tickets held before are given back first.
@@ -286,6 +291,8 @@ impl<'a> Held<&'a NcLanes> {
         if !self.t.is_empty() {
             self.lanes.release(&mut self.t);
         }
+        self.rank = None;
+        self.rank = Some(crate::locks::hold(Rank::Lane));
         self.lanes.acquire_into(&mut self.t, ncs, |a| a.id == id)
     }
 }

@@ -595,7 +595,7 @@ impl Platform for VfioUserPlatform {
 impl Drop for VfioUserPlatform {
     fn drop(&mut self) {
         // Give the vectors back (the server also forgets them when the connection ends).
-        let irqs = std::mem::take(self.irqs.get_mut().unwrap_or_else(|e| e.into_inner()));
+        let irqs = std::mem::take(platform::sync::get_mut(&mut self.irqs));
         for (v, _) in &irqs {
             let body = wire::SetIrqs {
                 flags: VFIO_IRQ_SET_DATA_NONE | VFIO_IRQ_SET_ACTION_TRIGGER,

@@ -210,6 +210,28 @@ static void check_mem(void)
 		mem_free(&m);
 	check(r != 0, "mem_alloc_device_bad_channel", "channel=%u r=%d (refused as it must be)", A->hbm, r);
 
+	// The other allocation forms: MEM_ALLOC (v1) and MEM_ALLOC_V2MT64 (with a memory type).
+	{
+		__u64 h = 0, pa = 0;
+		struct neuron_ioctl_mem_alloc a1 = { .size = 4096, .host_memory = 0, .dram_channel = A->hbm - 1, .mem_handle = &h };
+		r = io(NEURON_IOCTL_MEM_ALLOC, &a1);
+		struct neuron_ioctl_mem_get_pa gp = { .mem_handle = h, .pa = &pa };
+		int pr = r ? -1 : io(NEURON_IOCTL_MEM_GET_PA, &gp);
+		struct neuron_ioctl_mem_free f = { .mem_handle = h };
+		int fr = r ? -1 : io(NEURON_IOCTL_MEM_FREE, &f);
+		check(r == 0 && pr == 0 && fr == 0, "mem_alloc_v1", "device channel %u r=%d pa=%#llx free=%d", A->hbm - 1, r, (unsigned long long)pa, fr);
+		struct neuron_ioctl_mem_alloc_v2_mem_type64 a2 = { .size = 8192, .align = 4096, .host_memory = 0, .dram_channel = 0,
+			.mem_type = NEURON_MEMALLOC_TYPE_TENSORS_DEVICE, .mem_handle = &h };
+		r = io(NEURON_IOCTL_MEM_ALLOC_V2MT64, &a2);
+		struct neuron_ioctl_mem_get_extended_info xi = { .mem_handle = h, .version = 1 };
+		pr = r ? -1 : io(NEURON_IOCTL_MEM_GET_EXTENDED_INFO, &xi);
+		f.mem_handle = h;
+		fr = r ? -1 : io(NEURON_IOCTL_MEM_FREE, &f);
+		check(r == 0 && pr == 0 && xi.size == 8192 && xi.host_memory == 0 && xi.pa % 4096 == 0 && fr == 0, "mem_alloc_v2mt64",
+		      "tensors, device, 8 KiB aligned 4 KiB: r=%d pa=%#llx size=%llu free=%d", r, (unsigned long long)xi.pa,
+		      (unsigned long long)xi.size, fr);
+	}
+
 	// MEM_GET_EXTENDED_INFO agrees with MEM_GET_PA.
 	r = mem_alloc(&m, 8192, 0, 1, 0, 0);
 	struct neuron_ioctl_mem_get_extended_info x = { .mem_handle = m.h, .version = 1 };
@@ -324,6 +346,43 @@ static void check_mem_copy(void)
 	for (uint64_t i = 3; good && i < 70004; i++)
 		good = out[i] == 0x5a;
 	check(good, "memset64_host", "r=%d", r);
+	// MEM_COPY_ASYNC64: h1 -> d1 (no previous transfer), d1 -> h2 waiting on the first after
+	// starting, then MEM_COPY_ASYNC_WAIT on the second's handle.
+	pattern(in, n, 43);
+	buf_copy(&h1, in, n, 0, 1);
+	struct neuron_ioctl_mem_copy_async64 a1 = { .src_mem_handle = h1.h, .dst_mem_handle = d1.h, .size = n, .src_offset = 0,
+		.dst_offset = 7, .host_prefetch_addr = 0, .pwait_handle = (__u32)NEURON_DMA_H2T_CTX_HANDLE_NONE };
+	t = now();
+	r = io(NEURON_IOCTL_MEM_COPY_ASYNC64, &a1);
+	struct neuron_ioctl_mem_copy_async64 a2 = { .src_mem_handle = d1.h, .dst_mem_handle = h2.h, .size = n, .src_offset = 7,
+		.dst_offset = 2, .host_prefetch_addr = 0, .pwait_handle = a1.wait_handle };
+	int r2 = r ? -1 : io(NEURON_IOCTL_MEM_COPY_ASYNC64, &a2);
+	struct neuron_ioctl_mem_copy_async_wait aw = { .src_mem_handle = d1.h, .dst_mem_handle = h2.h, .pwait_handle = a2.wait_handle };
+	int rw = r2 ? -1 : io(NEURON_IOCTL_MEM_COPY_ASYNC_WAIT, &aw);
+	memset(out, 0, n);
+	buf_copy(&h2, out, n, 2, 0);
+	d = (r || r2 || rw) ? -2 : differ(in, out, n);
+	check(d == -1, "mem_copy_async", "h2d then d2h (waiting on the first), wait: r=%d/%d/%d handles %u,%u first_diff=%" PRId64 " (%.2fs)", r,
+	      r2, rw, a1.wait_handle, a2.wait_handle, d, now() - t);
+	// MEM_BUF_ZEROCOPY64: the user buffer's pages DMAed to and from a device chunk. The 2.25
+	// header (mariana's tree) gives it its own argument (copy64zc: a BAR4 write threshold and the
+	// H2T queue, -1 = the default); 2.24's takes mem_buf_copy64.
+	pattern(in, 65536 + 3, 44);
+#ifdef NEURON_IOCTL_MEM_BUF_ZEROCOPY64_BATCHES
+	struct neuron_ioctl_mem_buf_copy64zc z = { .mem_handle = d2.h, .buffer = in, .size = 65536 + 3, .offset = 9,
+		.is_copy_to_device = 1, .bar4_wr_threshold = 0, .h2t_qid = -1 };
+#define ZC_TO_DEVICE(z, v) ((z).is_copy_to_device = (v))
+#else
+	struct neuron_ioctl_mem_buf_copy64 z = { .mem_handle = d2.h, .buffer = in, .size = 65536 + 3, .offset = 9, .copy_to_mem_handle = 1 };
+#define ZC_TO_DEVICE(z, v) ((z).copy_to_mem_handle = (v))
+#endif
+	r = io(NEURON_IOCTL_MEM_BUF_ZEROCOPY64, &z);
+	memset(out, 0, 65536 + 3);
+	z.buffer = out;
+	ZC_TO_DEVICE(z, 0);
+	r2 = r ? -1 : io(NEURON_IOCTL_MEM_BUF_ZEROCOPY64, &z);
+	d = (r || r2) ? -2 : differ(in, out, 65536 + 3);
+	check(d == -1, "mem_buf_zerocopy64", "65539 bytes at offset 9 of a device chunk, to and from user pages: r=%d/%d first_diff=%" PRId64, r, r2, d);
 	mem_free(&h1);
 	mem_free(&h2);
 	mem_free(&d1);
@@ -611,6 +670,54 @@ static void check_dma_queues(void)
 		dma_queue_case(nc, 1, 2);
 	mark("dma-queues-device-rings");
 	dma_queue_case(0, 0, 3);
+	// DMA_QUEUE_INIT_BATCH: two queues of engine 3 in one call.
+	{
+		struct mem rings[4];
+		int ar = 0;
+		for (int i = 0; i < 4; i++)
+			ar |= mem_alloc(&rings[i], 32 * 16, 0, 1, 0, 0);
+		static struct neuron_ioctl_dma_queue_init_batch b;
+		memset(&b, 0, sizeof b);
+		b.count = 2;
+		for (int i = 0; i < 2; i++)
+			b.entries[i] = (struct neuron_ioctl_dma_queue_init){ .eng_id = 3, .qid = 5 + i, .tx_desc_count = 32, .rx_desc_count = 32,
+				.tx_handle = rings[2 * i].h, .rx_handle = rings[2 * i + 1].h };
+		int r = ar ? -1 : io(NEURON_IOCTL_DMA_QUEUE_INIT_BATCH, &b);
+		int good = r == 0;
+		for (int i = 0; good && i < 2; i++) {
+			struct neuron_dma_queue_state ts = { 0 }, rs = { 0 };
+			struct neuron_ioctl_dma_queue_get_state gs = { .eng_id = 3, .qid = 5 + i, .tx = &ts, .rx = &rs };
+			good = io(NEURON_IOCTL_DMA_QUEUE_GET_STATE, &gs) == 0 && ts.length == 32 && rs.length == 32 &&
+			       ts.base_addr == (rings[2 * i].pa | A->host_base) && rs.base_addr == (rings[2 * i + 1].pa | A->host_base);
+		}
+		check(good, "dma_queue_init_batch", "engine 3 queues 5 and 6 in one call: r=%d, their rings and lengths %s", r,
+		      good ? "as given" : "differ");
+		for (int i = 0; i < 4; i++)
+			if (!ar)
+				mem_free(&rings[i]);
+	}
+	// BAR_READ / BAR_WRITE of NC0's semaphore 11 (addresses: DEVICE_INFO's BAR0 + the register's
+	// offset, the sem_read / sem_set windows of the kmod's v2/v3/v4 address_map.h).
+	{
+		struct neuron_ioctl_device_info di = { 0 };
+		io(NEURON_IOCTL_DEVICE_INFO, &di);
+		uint64_t sem_base = strcmp(A->name, "sunda") == 0 ? 0x02700000ull : 0xd2700000ull;
+		__u64 addr = di.bar_address[0] + sem_base + 0x1000 + 4 * 11;
+		__u32 v = 0;
+		struct neuron_ioctl_semaphore s = { .nc_id = 0, .semaphore_index = 11, .value = 0x5eed };
+		io(NEURON_IOCTL_SEMAPHORE_WRITE, &s);
+		struct neuron_ioctl_bar_rw br = { .bar = 0, .address = &addr, .data = &v, .count = 1 };
+		int r = io(NEURON_IOCTL_BAR_READ, &br);
+		check(r == 0 && v == 0x5eed, "bar_read", "BAR0 semaphore read window, NC0 sem 11: r=%d value %#x", r, v);
+		addr = di.bar_address[0] + sem_base + 0x1400 + 4 * 11;
+		v = 0x77;
+		r = io(NEURON_IOCTL_BAR_WRITE, &br);
+		s.value = 0;
+		io(NEURON_IOCTL_SEMAPHORE_READ, &s);
+		check(r == 0 && s.value == 0x77, "bar_write", "BAR0 semaphore set window, NC0 sem 11: r=%d then SEMAPHORE_READ %#x", r, s.value);
+		s.value = 0;
+		io(NEURON_IOCTL_SEMAPHORE_WRITE, &s);
+	}
 	struct neuron_dma_eng_state es = { 0 };
 	struct neuron_ioctl_dma_eng_get_state eg = { .eng_id = 1, .state = &es };
 	int r = io(NEURON_IOCTL_DMA_ENG_GET_STATE, &eg);
@@ -672,6 +779,13 @@ static void check_reset(void)
 	int w = r ? -1 : io(NEURON_IOCTL_NC_RESET_READY, &rd);
 	check(r == 0 && w == 0 && rd.result == 0, "device_reset", "nc_map=all request=%u r=%d ready=%d result=%d (%.2fs)", rq.request_id, r,
 	      w, rd.result, now() - t);
+	// The deprecated forms: DEVICE_RESET, then DEVICE_READY (1 = done).
+	t = now();
+	r = io(NEURON_IOCTL_DEVICE_RESET, NULL);
+	__u8 ready = 0;
+	w = r ? -1 : io(NEURON_IOCTL_DEVICE_READY, &ready);
+	check(r == 0 && w == 0 && ready == 1, "device_reset_deprecated", "DEVICE_RESET r=%d, DEVICE_READY r=%d ready=%u (%.2fs)", r, w, ready,
+	      now() - t);
 	// After the device reset, memory and copies still work.
 	struct mem m;
 	uint8_t in[4096], out[4096];
@@ -826,8 +940,14 @@ static void check_scrub(void)
 	int wr = r ? -1 : io(NEURON_IOCTL_HBM_SCRUB_WAIT, &wt);
 	check(r == 0 && wr == 0, "hbm_scrub", "hbm 0 init 0: start r=%d wait r=%d (%.2fs)", r, wr, now() - t);
 	int zero = w != MAP_FAILED;
+	long bad = -1;
+	uint32_t badv = 0;
 	for (long i = 0; zero && i < pg; i++)
-		zero = w[i] == 0;
+		if (w[i] != 0) {
+			zero = 0;
+			bad = i;
+			badv = w[i];
+		}
 	uint32_t v[256];
 	memset(v, 0xff, sizeof v);
 	int rr = ar ? -1 : buf_copy(&m, v, sizeof v, 0, 0);
@@ -835,8 +955,8 @@ static void check_scrub(void)
 	for (int i = 0; zero2 && i < 256; i++)
 		zero2 = v[i] == 0;
 	check(r == 0 && wr == 0 && zero && zero2, "hbm_scrub_data",
-	      "a chunk at %#llx patterned through BAR4 reads zero after the scrub: through BAR4 %s, by the kmod's DMA %s (r=%d)",
-	      (unsigned long long)m.pa, zero ? "yes" : "no", zero2 ? "yes" : "no", rr);
+	      "a chunk at %#llx patterned through BAR4 reads zero after the scrub: through BAR4 %s (word %ld: %#x), by the kmod's DMA %s (r=%d)",
+	      (unsigned long long)m.pa, zero ? "yes" : "no", bad, badv, zero2 ? "yes" : "no", rr);
 	if (w != MAP_FAILED)
 		munmap((void *)w, 4 * pg);
 	if (!ar)

@@ -279,9 +279,12 @@ for a in "${arches[@]}"; do
     done
     wait "$gpid" && qrc=0 || qrc=$?
     t1=$(date +%s.%N)
-    stats=$("$bin" sim-control --control "$ctl" stats 2>/dev/null || echo "(no stats: sim-serve gone)")
+    # sim-serve prints the device's stats when its client (QEMU) disconnects, then exits.
+    for _ in $(seq 50); do kill -0 "$server" 2>/dev/null || break; sleep 0.1; done
     kill "$server" 2>/dev/null || true
     wait "$server" 2>/dev/null || true
+    stats=$(sed -n 's/^sim-serve: client disconnected; stats //p' "$w/sim-serve.log")
+    stats=${stats:-"(none: sim-serve did not see the client disconnect; $w/sim-serve.log)"}
     wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
 
     # ---- the verdict ----

@@ -62,7 +62,7 @@ nq_init notifications 0 NOTIFICATIONS_INIT_V2: NC0 and NC1 error NQ in host memo
 queue_init dma-queues-host-rings 1 DMA_QUEUE_INIT + DMA_QUEUE_COPY_START + GET_STATE + ACK of NC0 engine 1 queue 2, rings in host memory (other NCs' engines left out)
 semaphores semaphores-events 0 SEMAPHORE_WRITE/READ/INCREMENT/DECREMENT, EVENT_SET/GET on every NC
 nc_reset nc-reset 0 NC_RESET + NC_RESET_READY of each NC in turn (engine 0 kept)
-device_reset device-reset 0 NC_RESET of the whole device + NC_RESET_READY (engine 0 kept)
+device_reset device-reset 0 NC_RESET of the whole device + NC_RESET_READY, then the deprecated DEVICE_RESET + DEVICE_READY (engine 0 kept)
 LIST
     echo "$arch: $(cat "$dest"/*.trace | grep -vc '^#') lines in $(ls "$dest" | wc -l) fixtures in $dest"
 done

@@ -205,8 +205,8 @@ build_prog() {
         die "$(basename "$1") did not compile against $3/neuron_ioctl.h (see $logf)"
 }
 
-[ $need_v3 = 1 ] && build_kmod v3 "$KMOD_DIR"
-[ $need_v4 = 1 ] && build_kmod v4 "$KMOD_V4_DIR/src"
+if [ $need_v3 = 1 ]; then build_kmod v3 "$KMOD_DIR"; fi
+if [ $need_v4 = 1 ]; then build_kmod v4 "$KMOD_V4_DIR/src"; fi
 if [ -n "${KMOD_GUEST_BUILD_ONLY:-}" ]; then log "KMOD_GUEST_BUILD_ONLY: stopping after the builds"; exit 0; fi
 
 # ---- 4. the CLI (sim-serve) ------------------------------------------------------------------

@@ -29,6 +29,31 @@ pub struct SimServeArgs {
     pub bar4_window: u64,
 }
 
+/// Arguments of `sim-control`.
+#[derive(Args, Debug)]
+pub struct SimControlArgs {
+    /// The control socket of a running `sim-serve --control PATH`.
+    #[arg(long, value_name = "PATH")]
+    pub control: PathBuf,
+    /// The line to send: a fault spec (`hbm-ue@nc0`), `stats`, or `mark TEXT` (a mark in the
+    /// server's MMIO trace).
+    #[arg(required = true, num_args = 1.., value_name = "LINE")]
+    pub line: Vec<String>,
+}
+
+/// `sim-control`: one line to a served device's control socket; its reply on stdout (an
+/// `error: …` reply fails the command).
+pub fn control(a: SimControlArgs) -> Result<(), CliError> {
+    let line = a.line.join(" ");
+    let reply = sim_serve::control_send(&a.control, &line)
+        .map_err(|e| CliError::failure(format!("{}: {e}", a.control.display())))?;
+    println!("{reply}");
+    if let Some(why) = reply.strip_prefix("error: ") {
+        return Err(CliError::failure(format!("{line}: {why}")));
+    }
+    Ok(())
+}
+
 pub fn run(a: SimServeArgs) -> Result<(), CliError> {
     let arch = Arch::by_name(&a.arch).map_err(CliError::invalid)?;
     let faults = a
@@ -40,6 +65,18 @@ pub fn run(a: SimServeArgs) -> Result<(), CliError> {
     cfg.faults = faults;
     cfg.control = a.control.clone();
     cfg.bar4_window = a.bar4_window;
+    // `neuron-vfio --mmio-trace FILE sim-serve`: every BAR access the client makes, named, and
+    // the control socket's `mark TEXT` lines as comments between them.
+    if let Some(path) = select::mmio_trace_path() {
+        let sink = select::TraceSink::create(&path)
+            .map_err(|e| CliError::failure(format!("MMIO trace {}: {e}", path.display())))?;
+        let s = sink.clone();
+        cfg.bar_wrap = Some(std::sync::Arc::new(move |bar, inner| {
+            std::sync::Arc::new(select::TracedMmio::new(inner, bar, 0, Some(arch), s.clone()))
+                as std::sync::Arc<dyn platform::Mmio>
+        }));
+        cfg.marks = Some(std::sync::Arc::new(move |text: &str| sink.mark(text)));
+    }
     let server = sim_serve::SimServer::new(&cfg).map_err(CliError::invalid)?;
     let b = server.backend();
     let id = platform::Platform::identity(b.device());
@@ -57,7 +94,8 @@ pub fn run(a: SimServeArgs) -> Result<(), CliError> {
         sim_serve::MSIX_BAR,
         a.control.as_ref().map(|c| format!("; control {}", c.display())).unwrap_or_default()
     );
+    let sim = b.device().clone();
     server.run().map_err(CliError::failure)?;
-    println!("sim-serve: client disconnected");
+    println!("sim-serve: client disconnected; stats {:?}", sim.stats());
     Ok(())
 }

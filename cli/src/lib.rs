@@ -128,6 +128,10 @@ enum Cmd {
     /// `-device vfio-user-pci` connects to the socket); runs until the client disconnects.
     #[cfg(feature = "sim")]
     SimServe(cmd_serve::SimServeArgs),
+    /// Send one line to a served device's control socket (`sim-serve --control PATH`): a fault
+    /// spec, `stats`, or `mark TEXT`; prints the reply.
+    #[cfg(feature = "sim")]
+    SimControl(cmd_serve::SimControlArgs),
     /// The device broker: owns the shared devices (`--device sim:shared…`) for every process
     /// of this user — core leases, device memory, cleanup of dead processes (docs/sharing.md).
     /// Started on demand by the first client; exits when idle.
@@ -290,6 +294,8 @@ fn run(cli: Cli) -> Result<(), CliError> {
         #[cfg(feature = "sim")]
         Cmd::SimServe(a) => cmd_serve::run(a),
         #[cfg(feature = "sim")]
+        Cmd::SimControl(a) => cmd_serve::control(a),
+        #[cfg(feature = "sim")]
         Cmd::Broker(a) => cmd_broker::run(a),
         #[cfg(feature = "sim")]
         Cmd::SimHost(a) => cmd_sim_host::run(a),
@@ -332,6 +338,7 @@ const DEVICELESS: &[&[&str]] = &[
     &["csr", "diff"],
     &["monitor"],
     &["sim-serve"],
+    &["sim-control"],
     &["broker"],
     &["sim-host"],
 ];

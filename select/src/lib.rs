@@ -33,7 +33,7 @@ use vfio::{Backend, Filter, PciAddress, PciFunction, Sysfs, VfioSupport};
 pub mod env;
 pub mod shared;
 pub mod trace;
-pub use trace::{mmio_trace_path, set_mmio_trace, wrap as wrap_traced};
+pub use trace::{mmio_trace_path, set_mmio_trace, wrap as wrap_traced, TraceSink, TracedMmio};
 
 /// The driver a device must be bound to.
 pub const VFIO_PCI: &str = "vfio-pci";

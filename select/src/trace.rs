@@ -54,6 +54,13 @@ impl TraceSink {
         Ok(Arc::new(Self { out: Mutex::new(LineWriter::new(f)), t0: Instant::now() }))
     }
 
+    /// A comment line in the trace: `# SECONDS mark TEXT` (what a harness did at that point).
+    pub fn mark(&self, text: &str) {
+        let t = self.t0.elapsed().as_secs_f64();
+        let mut o = platform::sync::lock(&self.out);
+        let _ = writeln!(o, "# {t:.6} mark {text}");
+    }
+
     fn line(&self, dev: usize, arch: Option<&'static Arch>, access: &str, bar: u8, off: u64, value: u64) {
         let t = self.t0.elapsed().as_secs_f64();
         let name = match arch.map(|a| a.lookup(bar, off)) {
@@ -81,6 +88,13 @@ pub struct TracedMmio {
     dev: usize,
     arch: Option<&'static Arch>,
     sink: Arc<TraceSink>,
+}
+
+impl TracedMmio {
+    /// Trace the accesses to `inner` (BAR `bar` of device `dev`, registers named by `arch`).
+    pub fn new(inner: Arc<dyn Mmio>, bar: u8, dev: usize, arch: Option<&'static Arch>, sink: Arc<TraceSink>) -> Self {
+        Self { inner, bar, dev, arch, sink }
+    }
 }
 
 impl Mmio for TracedMmio {

@@ -59,9 +59,17 @@ pub struct SimBackend {
 impl SimBackend {
     /// The device model of `sim`, with `bar4_window` bytes of BAR4 served.
     pub fn new(sim: SimDevice, bar4_window: u64) -> Result<Self, ServeError> {
+        Self::with_bar_wrap(sim, bar4_window, None)
+    }
+
+    /// [`Self::new`], with BAR0 and BAR4 passed through `wrap` (e.g. an MMIO trace).
+    pub fn with_bar_wrap(sim: SimDevice, bar4_window: u64, wrap: Option<&crate::BarWrap>) -> Result<Self, ServeError> {
         let arch = sim.arch();
-        let bar0 = sim.bar(arch.bars.apb)?;
-        let bar4 = sim.bar(arch.bars.dram)?;
+        let (mut bar0, mut bar4) = (sim.bar(arch.bars.apb)?, sim.bar(arch.bars.dram)?);
+        if let Some(w) = wrap {
+            bar0 = w(arch.bars.apb, bar0);
+            bar4 = w(arch.bars.dram, bar4);
+        }
         if !bar4_window.is_power_of_two() || bar4_window < 4096 {
             return Err(ServeError::Bar4Window(bar4_window));
         }

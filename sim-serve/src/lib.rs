@@ -22,7 +22,10 @@
 //! - reset (vfio-user DEVICE_RESET, or an FLR through config space) resets the simulator;
 //! - a control socket ([`ServeConfig::control`]): one fault spec per line (`hbm-ue@nc0`, as
 //!   `run --sim-fault` takes) is injected while the guest runs; the reply is `ok SPEC` or
-//!   `error: REASON`. `stats` replies with the simulator's counters.
+//!   `error: REASON`. `stats` replies with the simulator's counters; `mark TEXT` hands TEXT to
+//!   [`ServeConfig::marks`] (the MMIO trace's marks: a harness delimits what a guest did);
+//! - [`ServeConfig::bar_wrap`]: each served BAR wrapped, e.g. to trace every access the
+//!   client makes (`neuron-vfio --mmio-trace FILE sim-serve`).
 //!
 //! One device can also be served to many clients at once ([`shared`]: each connection
 //! bounded to its IOVA window and its NCs' vectors, cleaned up when it ends) — how the
@@ -47,9 +50,17 @@ pub use shared::serve_connection;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use csr_maps::Arch;
+use platform::Mmio;
 use sim::{FaultSpec, SimConfig, SimDevice, Timing};
+
+/// Wraps a served BAR (its index, the simulator's region) before the client reaches it, e.g.
+/// to trace every access ([`ServeConfig::bar_wrap`]).
+pub type BarWrap = Arc<dyn Fn(u8, Arc<dyn Mmio>) -> Arc<dyn Mmio> + Send + Sync>;
+/// Takes the text of each `mark TEXT` control line ([`ServeConfig::marks`]).
+pub type MarkSink = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// Default size of the served BAR4 window onto HBM: small enough for any guest's 64-bit
 /// PCI window.
@@ -88,7 +99,7 @@ pub enum ServeError {
 }
 
 /// What to serve.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ServeConfig {
     pub arch: &'static Arch,
     /// The vfio-user socket (must not exist yet).
@@ -100,11 +111,37 @@ pub struct ServeConfig {
     /// Bytes of HBM stack 0 served through BAR4 (power of two, ≥ 4 KiB; at most the arch's
     /// BAR4).
     pub bar4_window: u64,
+    /// Applied to BAR0 and BAR4 once, before serving (None: the simulator's regions as they are).
+    pub bar_wrap: Option<BarWrap>,
+    /// Where `mark TEXT` control lines go (None: they are refused).
+    pub marks: Option<MarkSink>,
+}
+
+impl std::fmt::Debug for ServeConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServeConfig")
+            .field("arch", &self.arch.name)
+            .field("socket", &self.socket)
+            .field("faults", &self.faults)
+            .field("control", &self.control)
+            .field("bar4_window", &self.bar4_window)
+            .field("bar_wrap", &self.bar_wrap.is_some())
+            .field("marks", &self.marks.is_some())
+            .finish()
+    }
 }
 
 impl ServeConfig {
     pub fn new(arch: &'static Arch, socket: impl Into<PathBuf>) -> Self {
-        Self { arch, socket: socket.into(), faults: Vec::new(), control: None, bar4_window: DEFAULT_BAR4_WINDOW }
+        Self {
+            arch,
+            socket: socket.into(),
+            faults: Vec::new(),
+            control: None,
+            bar4_window: DEFAULT_BAR4_WINDOW,
+            bar_wrap: None,
+            marks: None,
+        }
     }
 }
 
@@ -114,6 +151,7 @@ pub struct SimServer {
     listener: UnixListener,
     backend: SimBackend,
     control: Option<(PathBuf, UnixListener)>,
+    marks: Option<MarkSink>,
 }
 
 impl SimServer {
@@ -123,7 +161,7 @@ impl SimServer {
         for f in &cfg.faults {
             sim.inject(f.clone());
         }
-        let backend = SimBackend::new(sim, cfg.bar4_window)?;
+        let backend = SimBackend::with_bar_wrap(sim, cfg.bar4_window, cfg.bar_wrap.as_ref())?;
         let control = match &cfg.control {
             Some(p) => {
                 let l = UnixListener::bind(p).map_err(|source| ServeError::Control { path: p.clone(), source })?;
@@ -133,7 +171,7 @@ impl SimServer {
         };
         let listener = UnixListener::bind(&cfg.socket)
             .map_err(|source| ServeError::Socket { path: cfg.socket.clone(), source })?;
-        Ok(Self { socket: cfg.socket.clone(), listener, backend, control })
+        Ok(Self { socket: cfg.socket.clone(), listener, backend, control, marks: cfg.marks.clone() })
     }
 
     pub fn backend(&self) -> &SimBackend {
@@ -146,9 +184,10 @@ impl SimServer {
         if let Some((_, l)) = &self.control {
             let l = l.try_clone().map_err(|e| ServeError::VfioUser(e.to_string()))?;
             let sim = self.backend.device().clone();
+            let marks = self.marks.clone();
             std::thread::Builder::new()
                 .name("sim-serve-control".into())
-                .spawn(move || control_loop(l, sim))
+                .spawn(move || control_loop(l, sim, marks))
                 .map_err(|e| ServeError::VfioUser(e.to_string()))?;
         }
         let (stream, _) =
@@ -188,22 +227,40 @@ pub fn control_command(sim: &SimDevice, line: &str) -> String {
     }
 }
 
-fn control_loop(l: UnixListener, sim: SimDevice) {
+fn control_loop(l: UnixListener, sim: SimDevice, marks: Option<MarkSink>) {
     for conn in l.incoming() {
         let Ok(conn) = conn else { continue };
         let sim = sim.clone();
-        let _ = std::thread::Builder::new().name("sim-serve-ctl-conn".into()).spawn(move || control_conn(conn, sim));
+        let marks = marks.clone();
+        let _ =
+            std::thread::Builder::new().name("sim-serve-ctl-conn".into()).spawn(move || control_conn(conn, sim, marks));
     }
 }
 
-fn control_conn(conn: UnixStream, sim: SimDevice) {
+/// A `mark TEXT` line: TEXT to the server's mark sink.
+fn mark_command(marks: Option<&MarkSink>, text: &str) -> String {
+    let text = text.trim();
+    match marks {
+        Some(m) if !text.is_empty() && !text.contains(['\n', '\r']) => {
+            m(text);
+            format!("ok mark {text}")
+        }
+        Some(_) => "error: mark: an empty text".to_string(),
+        None => "error: mark: this server records no trace (neuron-vfio --mmio-trace FILE sim-serve …)".to_string(),
+    }
+}
+
+fn control_conn(conn: UnixStream, sim: SimDevice, marks: Option<MarkSink>) {
     let Ok(mut out) = conn.try_clone() else { return };
     for line in BufReader::new(conn).lines() {
         let Ok(line) = line else { return };
         if line.trim().is_empty() {
             continue;
         }
-        let reply = control_command(&sim, &line);
+        let reply = match line.trim().strip_prefix("mark ") {
+            Some(text) => mark_command(marks.as_ref(), text),
+            None => control_command(&sim, &line),
+        };
         tracing::info!("control: {} -> {reply}", line.trim());
         if writeln!(out, "{reply}").is_err() {
             return;

@@ -195,6 +195,65 @@ fn served_over_the_socket_with_a_control_channel() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `bar_wrap` sees every BAR access the client makes, and `mark TEXT` control lines reach the
+/// mark sink in order with them (what `neuron-vfio --mmio-trace FILE sim-serve` records).
+#[test]
+fn bar_accesses_and_marks_reach_the_trace_hooks() {
+    use std::sync::{Arc, Mutex};
+    struct Logged(Arc<dyn platform::Mmio>, u8, Arc<Mutex<Vec<String>>>);
+    impl platform::Mmio for Logged {
+        fn size(&self) -> u64 {
+            self.0.size()
+        }
+        fn read32(&self, off: u64) -> Result<u32, platform::MmioError> {
+            let v = self.0.read32(off)?;
+            self.2.lock().unwrap().push(format!("R{} {off:#x} {v:#x}", self.1));
+            Ok(v)
+        }
+        fn write32(&self, off: u64, v: u32) -> Result<(), platform::MmioError> {
+            self.2.lock().unwrap().push(format!("W{} {off:#x} {v:#x}", self.1));
+            self.0.write32(off, v)
+        }
+    }
+    let dir = std::env::temp_dir().join(format!("sim-serve-trace-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (sock, ctl) = (dir.join("dev.sock"), dir.join("ctl.sock"));
+    let _ = std::fs::remove_file(&sock);
+    let _ = std::fs::remove_file(&ctl);
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let mut cfg = ServeConfig::new(&csr_maps::SUNDA, &sock);
+    cfg.control = Some(ctl.clone());
+    let l = log.clone();
+    cfg.bar_wrap = Some(Arc::new(move |bar, inner| Arc::new(Logged(inner, bar, l.clone())) as Arc<dyn platform::Mmio>));
+    let l = log.clone();
+    cfg.marks = Some(Arc::new(move |t: &str| l.lock().unwrap().push(format!("mark {t}"))));
+    let server = SimServer::new(&cfg).unwrap();
+    let t = std::thread::spawn(move || server.run());
+    let mut c = vfio_user::Client::new(&sock).unwrap();
+    let sem = csr_maps::SUNDA.resolve("misc_ram.fw_api_version").unwrap();
+    assert_eq!(sim_serve::control_send(&ctl, "mark first step").unwrap(), "ok mark first step");
+    c.region_write(sem.bar as u32, sem.offset, &7u32.to_le_bytes()).unwrap();
+    let mut d = [0u8; 4];
+    c.region_read(sem.bar as u32, sem.offset, &mut d).unwrap();
+    assert_eq!(sim_serve::control_send(&ctl, "mark second").unwrap(), "ok mark second");
+    assert!(sim_serve::control_send(&ctl, "mark ").unwrap().starts_with("error: "));
+    c.shutdown().unwrap();
+    drop(c);
+    t.join().unwrap().unwrap();
+    let got = log.lock().unwrap().clone();
+    let v = u32::from_le_bytes(d);
+    assert_eq!(
+        got,
+        vec![
+            "mark first step".to_string(),
+            format!("W0 {:#x} 0x7", sem.offset),
+            format!("R0 {:#x} {v:#x}", sem.offset),
+            "mark second".to_string()
+        ]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The handshake as QEMU 11's client makes it: it proposes minor 0 and refuses a server that
 /// answers a greater one or more than 16 descriptors per message; the function is resettable.
 #[test]

@@ -4,22 +4,41 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::device::hub::Delivery;
 use crate::device::{Dev, State, StateGuard, Timing};
 
+/// How long an NC thread works under the device's state lock before it lets the host's
+/// register accesses in ([`Timing::Threaded`]). On hardware a register read is answered while
+/// the engines move data; here every access takes the state lock, so a queue of many packets
+/// (the kmod's HBM scrub: 24 GiB in 64 KiB packets) processed in one hold kept a guest's BAR
+/// read waiting past QEMU's vfio-user reply timeout (5 s).
+pub(crate) const THREAD_SLICE: Duration = Duration::from_millis(1);
+/// The pause between slices, so that a host thread waiting for the lock gets it.
+const THREAD_PAUSE: Duration = Duration::from_micros(50);
+
 impl Dev {
     /// Run everything pending on `nc` until no progress; collect deliveries.
     pub fn run_nc(&self, st: &mut State, nc: usize, out: &mut Vec<Delivery>) {
+        self.run_nc_until(st, nc, out, None);
+    }
+
+    /// [`Self::run_nc`] until `deadline` at most (between two DMA packets or rounds): true
+    /// when it stopped there with work left (`st.pending[nc]` set again).
+    pub fn run_nc_until(&self, st: &mut State, nc: usize, out: &mut Vec<Delivery>, deadline: Option<Instant>) -> bool {
         let mut rounds = 0u32;
         loop {
             st.pending[nc] = false;
-            let mut progress = crate::device::udma::run(self, st, nc);
+            let mut progress = crate::device::udma::run(self, st, nc, deadline);
             progress |= crate::device::seq::run(self, st, nc, out);
             rounds += 1;
             if !progress && !st.pending[nc] {
                 break;
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                st.pending[nc] = true;
+                return true;
             }
             if rounds > 1_000_000 {
                 // A program that spins forever without blocking (e.g. a loop of NOPs):
@@ -27,6 +46,7 @@ impl Dev {
                 break;
             }
         }
+        false
     }
 
     /// After a host-triggered change: run (inline), wake threads, or do nothing (step).
@@ -151,9 +171,14 @@ fn nc_thread(dev: Arc<Dev>, nc: usize) {
             continue;
         }
         let mut out = dev.hub.take_deliveries();
-        dev.run_nc(&mut st, nc, &mut out);
+        let more = dev.run_nc_until(&mut st, nc, &mut out, Some(Instant::now() + THREAD_SLICE));
         if out.is_empty() {
             dev.hub.put_deliveries(out);
+            if more {
+                drop(st);
+                std::thread::sleep(THREAD_PAUSE);
+                st = dev.lock();
+            }
         } else {
             drop(st);
             dev.deliver(out);

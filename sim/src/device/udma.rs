@@ -426,8 +426,10 @@ impl crate::SimDevice {
     }
 }
 
-/// Run every queue with work on the engines serving `nc`. Returns progress.
-pub(crate) fn run(dev: &Dev, st: &mut State, nc: usize) -> bool {
+/// Run every queue with work on the engines serving `nc`, until `deadline` at most (checked
+/// between packets). Returns progress (true as well when it stopped at the deadline with a
+/// packet left: the caller comes back).
+pub(crate) fn run(dev: &Dev, st: &mut State, nc: usize, deadline: Option<std::time::Instant>) -> bool {
     let mut progress = false;
     for e in 0..st.udma.len() {
         if dev.nc_of_engine(e) != nc {
@@ -440,6 +442,9 @@ pub(crate) fn run(dev: &Dev, st: &mut State, nc: usize) -> bool {
             }
             while process_packet(dev, st, e, q) {
                 progress = true;
+                if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                    return true;
+                }
             }
         }
     }

@@ -32,6 +32,7 @@ mod device;
 mod follow;
 mod host;
 pub mod procs;
+mod profile_out;
 pub mod report;
 
 use std::ffi::OsString;

@@ -194,12 +194,8 @@ fn sim_rows(sys: &Sysfs, arch: &'static Arch, n: usize, timing: SimTiming) -> Re
     Ok(rows)
 }
 
-/// `ls`: Neuron devices in sysfs (any driver), or the simulated ones.
-pub fn ls(spec: &DeviceSpec, timing: SimTiming, json: bool) -> Result<(), CliError> {
-    ls_with(spec, timing, json, LsOpts { show_all_procs: true, ..LsOpts::default() })
-}
-
-/// `ls` with `opts` (the `neuron-ls` command's flags).
+/// `ls` with `opts` (the `neuron-ls` command's flags): Neuron devices in sysfs (any driver),
+/// the broker's shared ones and other processes' private simulators, or the simulated ones.
 pub fn ls_with(spec: &DeviceSpec, timing: SimTiming, json: bool, opts: LsOpts) -> Result<(), CliError> {
     let sys = device::sysfs();
     let rows = match spec {
@@ -250,25 +246,102 @@ pub fn ls_with(spec: &DeviceSpec, timing: SimTiming, json: bool, opts: LsOpts) -
         }
         return Ok(());
     }
-    let _ = writeln!(
-        w,
-        "{:<14} {:<8} {:<10} {:>4} {:>10} {:<10} {:>5}",
-        "BDF", "ARCH", "PCI ID", "NCS", "HBM", "DRIVER", "IOMMU"
-    );
-    for r in &rows {
-        let _ = writeln!(
-            w,
-            "{:<14} {:<8} {:<10} {:>4} {:>6} GiB {:<10} {:>5}",
-            r.bdf,
-            r.arch.name,
-            r.pci_id,
-            r.arch.counts.ncs,
-            hbm_bytes(r.arch) >> 30,
-            r.driver.as_deref().unwrap_or("-"),
-            r.iommu_group.map(|g| g.to_string()).unwrap_or_else(|| "-".into())
-        );
-    }
+    let _ = w.write_all(ls_table(&devices).as_bytes());
     Ok(())
+}
+
+/// A list of core numbers as ranges: `0-3`, `0,2`, `-` for none.
+fn core_ranges(cores: &[u64]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < cores.len() {
+        let mut j = i;
+        while j + 1 < cores.len() && cores[j + 1] == cores[j] + 1 {
+            j += 1;
+        }
+        parts.push(if j > i { format!("{}-{}", cores[i], cores[j]) } else { cores[i].to_string() });
+        i = j + 1;
+    }
+    if parts.is_empty() {
+        "-".into()
+    } else {
+        parts.join(",")
+    }
+}
+
+/// Rows of cells as aligned columns (two spaces apart; `right`: the columns aligned right),
+/// each line prefixed by `indent`, the last column not padded.
+fn columns(rows: &[Vec<String>], right: &[usize], indent: &str) -> String {
+    let n = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> =
+        (0..n).map(|c| rows.iter().filter_map(|r| r.get(c)).map(|s| s.chars().count()).max().unwrap_or(0)).collect();
+    let mut o = String::new();
+    for r in rows {
+        let cells: Vec<String> = r
+            .iter()
+            .enumerate()
+            .map(|(c, s)| match (right.contains(&c), c + 1 == r.len()) {
+                (true, _) => format!("{s:>w$}", w = widths[c]),
+                (false, false) => format!("{s:<w$}", w = widths[c]),
+                (false, true) => s.clone(),
+            })
+            .collect();
+        o.push_str(indent);
+        o.push_str(cells.join("  ").trim_end());
+        o.push('\n');
+    }
+    o
+}
+
+/// `ls`'s table of `ls --json`'s devices: a row per device (NeuronCores logical at the LNC
+/// shown, the physical count beside them), and under each device its processes — pid, logical
+/// and physical cores, command — as neuron-ls's wide table lists them.
+pub fn ls_table(devices: &[Value]) -> String {
+    let s = |v: &Value| match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".into(),
+        other => other.to_string(),
+    };
+    let head: Vec<String> = ["DEVICE", "ARCH", "PCI ID", "NCS", "LNC", "PHYSICAL", "HBM", "DRIVER", "IOMMU"]
+        .iter()
+        .map(|h| h.to_string())
+        .collect();
+    let mut table = vec![head];
+    table.extend(devices.iter().map(|d| {
+        vec![
+            s(&d["bdf"]),
+            s(&d["arch"]),
+            s(&d["pci_id"]),
+            s(&d["nc_count"]),
+            d.get("logical_neuroncore_config").map(s).unwrap_or_else(|| "1".into()),
+            s(&d["physical_nc_count"]),
+            format!("{} GiB", d["hbm_bytes"].as_u64().unwrap_or(0) >> 30),
+            s(&d["driver"]),
+            s(&d["iommu_group"]),
+        ]
+    }));
+    let lines = columns(&table, &[3, 4, 5], "");
+    let mut lines = lines.lines();
+    let mut o = String::new();
+    if let Some(h) = lines.next() {
+        o.push_str(h);
+        o.push('\n');
+    }
+    let ids = |v: &Value| -> Vec<u64> { v.as_array().into_iter().flatten().filter_map(Value::as_u64).collect() };
+    for (d, line) in devices.iter().zip(lines) {
+        o.push_str(line);
+        o.push('\n');
+        let procs = d["processes"].as_array().cloned().unwrap_or_default();
+        if procs.is_empty() {
+            continue;
+        }
+        let mut rows = vec![vec!["PID".to_string(), "NCS".into(), "PHYSICAL".into(), "COMMAND".into()]];
+        rows.extend(procs.iter().map(|p| {
+            vec![s(&p["pid"]), core_ranges(&ids(&p["logical_cores"])), core_ranges(&ids(&p["cores"])), s(&p["command"])]
+        }));
+        o.push_str(&columns(&rows, &[], "    "));
+    }
+    o
 }
 
 /// neuron-ls's table of `ls --json`'s devices: a row per device (and, `wide`, per process).

@@ -65,6 +65,12 @@ pub struct RunArgs {
     /// interrupt vectors are still allocated).
     #[arg(long)]
     pub pause_after_exec: bool,
+    /// Write the run's trace into DIR: `trace.json` (a timeline for Perfetto or
+    /// chrome://tracing: a track per NeuronCore engine, its executions, the runtime calls) and
+    /// `sys_trace_pid<PID>.json` (libnrt's system trace). Also on with
+    /// NEURON_RT_INSPECT_ENABLE=1 (into NEURON_RT_INSPECT_OUTPUT_DIR, default ./output).
+    #[arg(long, value_name = "DIR")]
+    pub profile: Option<PathBuf>,
 }
 
 fn pause(what: &str) -> Result<(), CliError> {
@@ -308,6 +314,7 @@ pub fn run(a: RunArgs, device: Option<&str>, timing: SimTiming, json_out: bool) 
     }
     cfg.poll = a.poll.into();
     let faults = parse_faults(&a.sim_faults)?;
+    let capture = crate::profile_out::Capture::begin(a.profile.as_deref())?;
     let (rt, opened) = start(device, timing, cfg)?;
     if !faults.is_empty() && !opened.is_sim() {
         return Err(CliError::invalid("--sim-fault needs a simulated device (--device sim…)"));
@@ -353,7 +360,14 @@ pub fn run(a: RunArgs, device: Option<&str>, timing: SimTiming, json_out: bool) 
     if a.pause_before_exec {
         pause("loaded")?;
     }
-    let (status, timings) = rt.execute_repeat(&m, &ins, &outs, a.repeat.max(1)).map_err(rt_err)?;
+    let executed = rt.execute_repeat(&m, &ins, &outs, a.repeat.max(1)).map_err(rt_err);
+    // The trace is written whatever the status (a failed run's is the one to look at).
+    if let Some(c) = capture {
+        for p in c.finish(rt.lnc())? {
+            eprintln!("profile: wrote {}", p.display());
+        }
+    }
+    let (status, timings) = executed?;
     if a.pause_after_exec {
         pause("executed")?;
     }

@@ -32,6 +32,7 @@ mod device;
 mod follow;
 mod host;
 pub mod procs;
+mod profile_out;
 pub mod report;
 
 use std::ffi::OsString;
@@ -77,8 +78,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// List Neuron devices: BDF, arch, NCs, HBM, driver, IOMMU group.
-    Ls,
+    /// List Neuron devices (BDF or name, arch, logical and physical NCs, HBM, driver, IOMMU
+    /// group) and the processes using each (pid, cores, command); neuron-ls's flags too.
+    Ls(LsArgs),
     /// Identity, counts, firmware, HBM, ECC counters and engine states of the device.
     Info,
     /// Bind a device to vfio-pci (remembering its driver for `unbind`); `--all`: every
@@ -155,6 +157,23 @@ enum Cmd {
     /// through the broker; the same as the `neuron-vfio-k8s-device-plugin` binary.
     #[cfg(feature = "k8s")]
     K8sDevicePlugin(k8s::daemon::PluginArgs),
+}
+
+/// `ls`'s flags: neuron-ls's, so `neuron-vfio ls -j` is `neuron-ls -j`.
+#[derive(clap::Args)]
+struct LsArgs {
+    /// JSON output (as --json): neuron-ls -j's fields per device, and this tool's.
+    #[arg(short = 'j', long = "json-output")]
+    json_output: bool,
+    /// neuron-ls's wide table: each device's processes (pid, command, runtime version).
+    #[arg(short, long)]
+    wide: bool,
+    /// Every process using a device (always so here; accepted as neuron-ls takes it).
+    #[arg(short = 'a', long)]
+    show_all_procs: bool,
+    /// neuron-ls's table with its topology note (links between devices: the kmod's only).
+    #[arg(short, long)]
+    topology: bool,
 }
 
 #[derive(Subcommand)]
@@ -278,7 +297,16 @@ fn run(cli: Cli) -> Result<(), CliError> {
     let spec = || DeviceSpec::parse(cli.device.as_deref());
     let t = cli.sim_timing;
     match cli.cmd {
-        Cmd::Ls => cmd_dev::ls(&spec()?, t, json),
+        Cmd::Ls(a) => {
+            let json = json || a.json_output;
+            let opts = cmd_dev::LsOpts {
+                show_all_procs: true,
+                neuron_ls_text: a.wide || a.topology,
+                wide: a.wide,
+                topology: a.topology,
+            };
+            cmd_dev::ls_with(&spec()?, t, json, opts)
+        }
         Cmd::Info => cmd_dev::info(&spec()?, t, json),
         Cmd::Bind { bdf: Some(bdf), .. } => cmd_dev::bind(&bdf, json),
         Cmd::Bind { bdf: None, ids, .. } => cmd_dev::bind_all(&ids, json),

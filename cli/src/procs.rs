@@ -48,13 +48,14 @@ fn info(pid: u32, segments: &[runtime::counters::Reader]) -> ProcessInfo {
     }
 }
 
-/// The processes using `dev` (see the module documentation), and the clients the device
+/// The processes using `dev` (see the module documentation) other than this one, and the clients the device
 /// broker lists on the device it names `broker_name` (docs/sharing.md): a process the broker
 /// knows carries its leased cores from there.
 pub fn device_processes(dev: DeviceUse, broker_name: Option<&str>) -> Vec<ProcessInfo> {
     let segments = runtime::counters::discover(&runtime::counters::shm_dir());
     let mut found: Vec<ProcessInfo> = match dev {
-        DeviceUse::Sim => vec![info(std::process::id(), &segments)],
+        // This process opened it only to list it.
+        DeviceUse::Sim => Vec::new(),
         DeviceUse::PrivateOf(pid) => vec![info(pid, &segments)],
         DeviceUse::Pci { iommu_group: None } | DeviceUse::Shared => Vec::new(),
         DeviceUse::Pci { iommu_group: Some(g) } => {
@@ -68,6 +69,9 @@ pub fn device_processes(dev: DeviceUse, broker_name: Option<&str>) -> Vec<Proces
             None => found.push(c),
         }
     }
+    // The listing process is never one of the device's users (it may hold the broker's
+    // connection or the device's group only to look).
+    found.retain(|p| p.pid != std::process::id());
     found.sort_by_key(|p| p.pid);
     found
 }
@@ -148,10 +152,9 @@ mod tests {
         std::os::unix::fs::symlink(&node, d.join("proc/34/fd/5")).expect("link");
         std::os::unix::fs::symlink(d.join("elsewhere"), d.join("proc/12/fd/3")).expect("link");
         assert_eq!(holders(&d.join("proc"), &node), vec![34]);
-        let me = device_processes(DeviceUse::Sim, None);
-        assert_eq!(me.len(), 1);
-        assert_eq!(me[0].pid, std::process::id());
-        assert!(!me[0].command.is_empty());
+        assert!(device_processes(DeviceUse::Sim, None).is_empty(), "the listing process is not a user");
+        let me = info(std::process::id(), &[]);
+        assert!(!me.command.is_empty() && me.runtime_version.is_none());
         assert!(device_processes(DeviceUse::Pci { iommu_group: None }, None).is_empty());
         let _ = std::fs::remove_dir_all(&d);
     }

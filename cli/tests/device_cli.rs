@@ -43,7 +43,12 @@ fn ls_lists_simulated_devices() {
     let out = cli().args(["--device", "sim", "ls"]).output().expect("run");
     assert!(out.status.success());
     let s = String::from_utf8_lossy(&out.stdout);
-    assert!(s.contains("BDF") && s.contains("sim:0") && s.contains("sunda"), "{s}");
+    assert!(s.contains("DEVICE") && s.contains("sim:0") && s.contains("sunda"), "{s}");
+    // neuron-ls's -j under neuron-vfio's name is --json.
+    let j = cli().args(["--device", "sim", "ls", "-j"]).output().expect("run");
+    assert!(j.status.success(), "{}", String::from_utf8_lossy(&j.stderr));
+    let jv: serde_json::Value = serde_json::from_slice(&j.stdout).expect("ls -j is JSON");
+    assert_eq!(jv[0]["bdf"], "sim:0");
 }
 
 #[test]

@@ -500,6 +500,8 @@ fn run_block(scratch: &Scratch, cmds: &[(DocCommand, Option<Class>)], timeout: D
         .env("TMPDIR", std::env::temp_dir())
         .env("LANG", "C.UTF-8")
         .env("NO_COLOR", "1")
+        // The scratch tree links to the repository's folders: no bytecode caches written into it.
+        .env("PYTHONDONTWRITEBYTECODE", "1")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());

@@ -141,6 +141,21 @@ const CLASSES: &[(&str, &str, Class)] = &[
     ("README.md", "scripts/appliance/boot.sh", Class::Hardware("QEMU with KVM; the appliance test boots it")),
     ("README.md", "scripts/dev/clean-room-ci.sh", Class::Long("CI in a fresh Debian root, 15–25 minutes, as root")),
     ("README.md", "RUSTDOCFLAGS=\"-D warnings\" cargo doc", Class::Build("the workspace's docs: minutes")),
+    // docs/kmod-guest.md
+    ("docs/kmod-guest.md", "scripts/qemu/setup.sh", Class::Build("CI's setup runs it (scripts/test-all.sh)")),
+    (
+        "docs/kmod-guest.md",
+        "KMOD_DIR=/path/to/aws-neuron-driver",
+        Class::Hardware(
+            "the vendor kmod's GPL checkouts (never in the repository) and a QEMU guest per arch: a dev-time check",
+        ),
+    ),
+    (
+        "docs/kmod-guest.md",
+        "scripts/dev/kmod-guest/regen-fixtures.sh",
+        Class::Hardware("the traces of a kmod-guest run (KMOD_DIR)"),
+    ),
+    ("docs/kmod-guest.md", "cargo test -p hal --test kmod_guest", Class::Build("the workspace's tests, which CI runs")),
     // docs/hardware-safety.md
     ("docs/hardware-safety.md", "export NEURON_VFIO_ALLOW_MODELED=1", Class::Hardware("the opt-in for real hardware")),
     // docs/appliance.md
@@ -670,6 +685,7 @@ doc_tests! {
     readme => "README.md",
     appliance => "docs/appliance.md",
     hardware_safety => "docs/hardware-safety.md",
+    kmod_guest => "docs/kmod-guest.md",
     collectives => "docs/collectives.md",
     fabric => "docs/fabric.md",
     kubernetes => "docs/kubernetes.md",

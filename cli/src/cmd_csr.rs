@@ -41,8 +41,10 @@ pub enum CsrCmd {
     },
     /// Decode a register value into its fields (no device needed).
     Decode {
-        #[arg(long, default_value = "sunda")]
-        arch: String,
+        /// sunda | cayman | mariana (default: the arch of `--device sim:ARCH`, else sunda,
+        /// which the output then says).
+        #[arg(long)]
+        arch: Option<String>,
         /// Register path (udma[33].m2s.q[0].head) or BAR0 offset (0x30d01034).
         reg: String,
         /// The value to decode.
@@ -114,7 +116,14 @@ pub fn run(cmd: CsrCmd, spec: &DeviceSpec, timing: SimTiming, json: bool) -> Res
     match cmd {
         CsrCmd::List { arch, filter } => list(Arch::by_name(&arch)?, filter.as_deref(), json),
         CsrCmd::Decode { arch, reg, value } => {
-            let arch = Arch::by_name(&arch)?;
+            let arch = match (arch, spec) {
+                (Some(a), _) => Arch::by_name(&a)?,
+                (None, DeviceSpec::Sim { arch, .. } | DeviceSpec::SimShared { arch, .. }) => *arch,
+                (None, _) => {
+                    eprintln!("notice: decoding with sunda's register map (--arch cayman|mariana for another)");
+                    &csr_maps::SUNDA
+                }
+            };
             let r = arch.register(&reg)?;
             let v = csr_maps::parse_u64(&value).ok_or_else(|| CliError::invalid(format!("bad value `{value}`")))?;
             print_value(&r, v, json);

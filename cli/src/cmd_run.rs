@@ -302,6 +302,20 @@ fn input_bytes(path: &str) -> Result<Vec<u8>, CliError> {
     Ok(b)
 }
 
+/// The mean completion lag as text: ns, or `n/a` with the reason (no execute harvested an END
+/// record: it failed; or the END record's time is after the host saw completion — the
+/// device's and the host's clocks disagree, as across a shared device's processes — so the
+/// signed figure, which `--json` keeps, is no lag).
+fn lag_text(mean_lag: Option<i64>) -> String {
+    match mean_lag {
+        None => "n/a (no execute harvested an END record)".into(),
+        Some(l) if l < 0 => {
+            "n/a (the END records are timed after completion was seen: device and host clocks disagree)".into()
+        }
+        Some(l) => format!("{l} ns"),
+    }
+}
+
 /// `run`: load, bind inputs, execute (`--repeat` times), write outputs, print status.
 pub fn run(a: RunArgs, device: Option<&str>, timing: SimTiming, json_out: bool) -> Result<(), CliError> {
     let model = read_model(&a.model)?;
@@ -431,8 +445,10 @@ pub fn run(a: RunArgs, device: Option<&str>, timing: SimTiming, json_out: bool) 
             println!("  output {name}: {} bytes{path} {vals}", o["size"]);
         }
         println!(
-            "  timings: mean total {} ns, device {} ns, completion lag {} ns",
-            tj["mean_total_ns"], tj["mean_device_ns"], tj["mean_completion_lag_ns"]
+            "  timings: mean total {} ns, device {} ns, completion lag {}",
+            tj["mean_total_ns"],
+            tj["mean_device_ns"],
+            lag_text(mean_lag)
         );
     }
     let _ = rt.unload(&m);
@@ -454,5 +470,14 @@ mod tests {
         assert!(!shows_load_progress(PROGRESS_MIN_BYTES, false, false));
         assert!(!shows_load_progress(PROGRESS_MIN_BYTES, true, true));
         assert!(!shows_load_progress(PROGRESS_MIN_BYTES - 1, true, false));
+    }
+
+    #[test]
+    fn completion_lag_is_never_printed_negative_or_null() {
+        assert_eq!(lag_text(Some(1200)), "1200 ns");
+        assert_eq!(lag_text(Some(0)), "0 ns");
+        assert!(lag_text(None).starts_with("n/a (no execute"));
+        let neg = lag_text(Some(-969857));
+        assert!(neg.starts_with("n/a (") && !neg.contains('-'), "{neg}");
     }
 }

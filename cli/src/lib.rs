@@ -60,9 +60,10 @@ struct Cli {
     /// Machine-readable JSON output (errors too: {"status","code","error"}).
     #[arg(long, global = true)]
     json: bool,
-    /// sim[:ARCH[:N]] | <PCI BDF> (default: the first Neuron device bound to vfio-pci, else
-    /// the simulator with a notice). `sim:mariana:2` is a topology of 2 devices: `ls` lists
-    /// them all, other commands act on device 0.
+    /// sim[:ARCH[:N]] | sim:shared[:ARCH[:N]] | <PCI BDF> (default: the first Neuron device
+    /// bound to vfio-pci, else the simulator with a notice). `sim:mariana:2` is a topology of
+    /// 2 devices: `ls` lists them all, other commands act on device 0; `sim:shared:…` are the
+    /// host's shared simulated devices, reached through the broker (docs/sharing.md).
     #[arg(long, global = true, value_name = "DEVICE")]
     device: Option<String>,
     /// How the simulator runs device work.
@@ -504,7 +505,8 @@ struct NeuronLsCli {
     /// only: empty here).
     #[arg(short, long)]
     topology: bool,
-    /// sim[:ARCH[:N]] | <PCI BDF> (default: every Neuron device in sysfs, else the simulator).
+    /// sim[:ARCH[:N]] | sim:shared[:ARCH[:N]] | <PCI BDF> (default: every device of this host,
+    /// else the simulator).
     #[arg(long, value_name = "DEVICE")]
     device: Option<String>,
 }
@@ -568,7 +570,7 @@ pub fn main_neuron_monitor() {
 struct NeuronTopCli {
     #[command(flatten)]
     top: cmd_monitor::TopArgs,
-    /// sim[:ARCH[:N]] | <PCI BDF>: the device whose NeuronCores are shown.
+    /// sim[:ARCH[:N]] | sim:shared[:ARCH[:N]] | <PCI BDF>: the device whose NeuronCores are shown.
     #[arg(long, value_name = "DEVICE")]
     device: Option<String>,
 }

@@ -172,6 +172,14 @@ impl Shared {
         out
     }
 
+    /// Writes the metrics file (if configured) from the broker's view now: also while no
+    /// kubelet has asked for the devices yet.
+    pub fn publish_metrics(&self) {
+        let snap = self.snapshot.borrow().clone();
+        let foreign = self.foreign_holders(&snap);
+        self.write_metrics(&snap, &foreign);
+    }
+
     /// The devices a resource lists now.
     pub fn devices(&self, kind: Kind) -> Vec<Device> {
         let snap = self.snapshot.borrow().clone();
@@ -277,6 +285,9 @@ impl Shared {
         s.push_str("# HELP neuron_vfio_foreign_leases_total Leases seen on cores outside any allocation.\n");
         s.push_str("# TYPE neuron_vfio_foreign_leases_total counter\n");
         s.push_str(&format!("neuron_vfio_foreign_leases_total {}\n", lock(&self.foreign).1));
+        // One writer at a time: each resource's task writes it (one temporary name).
+        static WRITING: Mutex<()> = Mutex::new(());
+        let _one = lock(&WRITING);
         let tmp = path.with_extension("tmp");
         if let Err(e) = std::fs::write(&tmp, s).and_then(|_| std::fs::rename(&tmp, path)) {
             tracing::warn!("metrics file {}: {e}", path.display());
@@ -443,12 +454,19 @@ pub async fn serve_resource(
                 let _ = down_rx.wait_for(|d| *d).await;
             },
         ));
+        tracing::info!(resource = %res.name, endpoint = %sock.display(), "serving the device plugin API");
         // Register (the kubelet dials the endpoint back: the server is up first).
+        let mut said_waiting = false;
         let registered_with = loop {
             if *stop.borrow() {
                 break None;
             }
+            shared.publish_metrics();
             let id = identity(&kubelet);
+            if id.is_none() && !said_waiting {
+                tracing::info!(resource = %res.name, "waiting for the kubelet's socket {}", kubelet.display());
+                said_waiting = true;
+            }
             if id.is_some() {
                 match register(&kubelet, &res, &endpoint).await {
                     Ok(()) => {

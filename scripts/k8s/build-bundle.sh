@@ -87,6 +87,8 @@ done < <(find "$root" -type f)
 # Debug info off the project's files (the image's size; symbols stay for backtraces).
 if command -v strip >/dev/null; then
     { find "$root$prefix" -type f; printf '%s\n' ${added[@]+"${added[@]}"}; } | sort -u | while IFS= read -r f; do
+        # (printf with no --add prints one empty line)
+        [ -n "$f" ] || continue
         if head -c 4 "$f" | grep -q 'ELF'; then strip --strip-debug "$f"; fi
     done
 fi

@@ -107,7 +107,7 @@ fn live_top_renders_8_cayman_rows_into_a_test_backend() {
     r.ncs.push(busy);
     let t = TopTarget {
         arch: &csr_maps::CAYMAN,
-        label: "sim:shared:cayman:1".into(),
+        label: "sim:shared:cayman".into(),
         devices: TopDevices::Named(vec!["sim:shared:cayman:0".into()]),
     };
     let mut term = ratatui::Terminal::new(TestBackend::new(130, 16)).expect("terminal");
@@ -117,7 +117,13 @@ fn live_top_renders_8_cayman_rows_into_a_test_backend() {
         (0..buf.area.height).map(|y| (0..buf.area.width).map(|x| buf[(x, y)].symbol()).collect::<String>()).collect();
     let text = lines.join("\n");
     assert!(
-        lines[0].contains("sim:shared:cayman:1 (cayman, 8 NeuronCores per device): 1 device(s), 1 runtime process(es)"),
+        lines[0].contains(&format!(
+            "sim:shared:cayman (cayman, {}): 1 device(s), 1 runtime process(es)",
+            match crate::procs::shown_lnc(&csr_maps::CAYMAN) {
+                2 => "4 NeuronCores per device at LNC=2, 8 physical",
+                _ => "8 NeuronCores per device",
+            }
+        )),
         "{text}"
     );
     assert!(lines.iter().any(|l| l.starts_with("device sim:shared:cayman:0: process(es) 7")), "{text}");
@@ -147,7 +153,7 @@ fn top_has_a_row_per_nc() {
     // Named devices are shown with no process on them: every NC idle, owned by none.
     let t = TopTarget {
         arch: &csr_maps::CAYMAN,
-        label: "sim:shared:cayman:2".into(),
+        label: "sim:shared:cayman".into(),
         devices: TopDevices::Named(vec!["sim:shared:cayman:0".into(), "sim:shared:cayman:1".into()]),
     };
     let f = top_frame(&t, &r);
@@ -244,7 +250,7 @@ fn a_shared_device_is_one_device_with_every_clients_cores() {
 
     let t = TopTarget {
         arch: &csr_maps::CAYMAN,
-        label: "sim:shared:cayman:1".into(),
+        label: "sim:shared:cayman".into(),
         devices: TopDevices::Named(vec!["sim:shared:cayman:0".into()]),
     };
     let f = top_frame(&t, &r);

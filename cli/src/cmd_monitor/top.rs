@@ -46,7 +46,9 @@ pub(super) fn top_target(spec: &DeviceSpec) -> Result<TopTarget, CliError> {
         // A shared device is named by the broker's name for it, never by a process.
         DeviceSpec::SimShared { arch, n } => Ok(TopTarget {
             arch,
-            label: format!("sim:shared:{}:{n}", arch.name),
+            // The set as `--device` takes it less its count (the header counts the devices):
+            // `sim:shared:cayman:1` reads as "device 1", which names sim:shared:cayman:0.
+            label: format!("sim:shared:{}", arch.name),
             devices: TopDevices::Named((0..n).map(|k| format!("sim:shared:{}:{k}", arch.name)).collect()),
         }),
         DeviceSpec::Pci(addr) => {
@@ -182,11 +184,18 @@ fn header(t: &TopTarget, devices: usize, procs: usize, r: &Report) -> String {
             r.period_ns / 1_000_000
         );
     }
+    // NeuronCores as the tools count them: logical, at the LNC shown, the physical count beside.
+    let lnc = crate::procs::shown_lnc(t.arch).max(1);
+    let physical = t.arch.counts.ncs;
+    let ncs = if lnc > 1 {
+        format!("{} NeuronCores per device at LNC={lnc}, {physical} physical", physical / lnc as u64)
+    } else {
+        format!("{physical} NeuronCores per device")
+    };
     format!(
-        "neuron-vfio top — {} ({}, {} NeuronCores per device): {devices} device(s), {procs} runtime process(es), period {} ms",
+        "neuron-vfio top — {} ({}, {ncs}): {devices} device(s), {procs} runtime process(es), period {} ms",
         t.label,
         t.arch.name,
-        t.arch.counts.ncs,
         r.period_ns / 1_000_000
     )
 }

@@ -4,7 +4,7 @@
 //! Each ```` ```sh ```` block of a doc is one bash session (a command's `export` holds for the
 //! next, `&` and `wait` work), run in a scratch tree whose top-level entries link to the
 //! repository's (`examples/…`, `scripts/…` resolve; files a command writes land in the
-//! scratch tree) and whose `target/debug` and `target/release` are this build's profile
+//! scratch tree) and whose `target/debug` and `target/release` link to this build's profile
 //! folder, with a private `HOME`, `XDG_RUNTIME_DIR` (so its own broker) and state folder.
 //! A command runs unless [`CLASSES`] says otherwise, with a reason: it builds or installs
 //! what the test already has, needs hardware, root or another host, takes minutes (then a
@@ -409,11 +409,39 @@ const BINARIES: &[&str] = &[
     "libnrt.so",
 ];
 
+/// Where this build's `libnrt.so` is: the profile folder after `cargo build -p capi`, its
+/// `deps/` after `cargo test --workspace` alone (a fresh machine's CI: the test build does not
+/// copy the cdylib up).
+fn built_libnrt() -> PathBuf {
+    let dir = profile_dir();
+    let up = dir.join("libnrt.so");
+    if up.exists() {
+        up
+    } else {
+        dir.join("deps").join("libnrt.so")
+    }
+}
+
+/// A folder of the scratch tree standing for `target/debug` or `target/release`: a link to
+/// each entry of this build's profile folder, and `libnrt.so` where [`built_libnrt`] found it.
+/// A command that writes there (`ln -sf libnrt.so target/release/libnrt.so.1`) writes into the
+/// scratch tree, not the build.
+fn link_profile(into: &std::path::Path) {
+    std::fs::create_dir_all(into).expect("scratch profile folder");
+    for e in std::fs::read_dir(profile_dir()).expect("profile folder").flatten() {
+        std::os::unix::fs::symlink(e.path(), into.join(e.file_name())).expect("link profile entry");
+    }
+    let lib = into.join("libnrt.so");
+    if !lib.exists() {
+        std::os::unix::fs::symlink(built_libnrt(), lib).expect("link libnrt.so");
+    }
+}
+
 /// Fails unless every binary is built (whether it is current is cargo's: build first).
 fn check_binaries() {
     let dir = profile_dir();
     for b in BINARIES {
-        let p = dir.join(b);
+        let p = if *b == "libnrt.so" { built_libnrt() } else { dir.join(b) };
         assert!(
             p.exists(),
             "{} is not built: `cargo build -p cli -p k8s -p capi` (cargo test --workspace does)",
@@ -439,9 +467,8 @@ impl Scratch {
                 std::os::unix::fs::symlink(e.path(), dir.join(&n)).expect("link");
             }
         }
-        std::fs::create_dir_all(dir.join("target")).expect("target");
         for p in ["debug", "release"] {
-            std::os::unix::fs::symlink(profile_dir(), dir.join("target").join(p)).expect("link profile");
+            link_profile(&dir.join("target").join(p));
         }
         for d in ["home", "run", "state", "shm", "out"] {
             std::fs::create_dir_all(dir.join(d)).expect("scratch subdir");

@@ -10,21 +10,11 @@
 
 use std::path::{Path, PathBuf};
 
+#[path = "../support/workspace.rs"]
+mod workspace;
+use workspace::{members, root};
+
 const MAX_LINES: usize = 800;
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// The workspace's member folders, from the root `Cargo.toml`'s `members = [...]`.
-fn workspace_members() -> Vec<String> {
-    let manifest = std::fs::read_to_string(root().join("Cargo.toml")).expect("Cargo.toml");
-    let start = manifest.find("members").expect("Cargo.toml has no `members`");
-    let list = &manifest[start..];
-    let open = list.find('[').expect("`members = [`");
-    let close = list.find(']').expect("`members = [...]`");
-    list[open + 1..close].split(',').map(|m| m.trim().trim_matches('"').to_string()).filter(|m| !m.is_empty()).collect()
-}
 
 /// Whether a path (relative to its crate folder) is test, bench, example or build output.
 fn exempt_dir(name: &str) -> bool {
@@ -50,7 +40,7 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
 /// Every checked file with its line count, over the limit or not.
 fn checked_files() -> Vec<(String, usize)> {
     let mut files = Vec::new();
-    for member in workspace_members() {
+    for member in members() {
         walk(&root().join(&member), &mut files);
     }
     let mut out = Vec::new();

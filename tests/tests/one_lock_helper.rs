@@ -7,17 +7,9 @@
 
 use std::path::{Path, PathBuf};
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn members() -> Vec<String> {
-    let manifest = std::fs::read_to_string(root().join("Cargo.toml")).expect("Cargo.toml");
-    let start = manifest.find("members").expect("Cargo.toml has no `members`");
-    let list = &manifest[start..];
-    let (open, close) = (list.find('[').expect("members = ["), list.find(']').expect("members = [...]"));
-    list[open + 1..close].split(',').map(|m| m.trim().trim_matches('"').to_string()).filter(|m| !m.is_empty()).collect()
-}
+#[path = "../support/workspace.rs"]
+mod workspace;
+use workspace::{members, root};
 
 fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(rd) = std::fs::read_dir(dir) else { return };
